@@ -1,0 +1,1 @@
+//! sapient-audio

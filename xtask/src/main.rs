@@ -1,0 +1,34 @@
+//! Developer tasks: `cargo xtask fetch`, `cargo xtask convert`, `cargo xtask bench`.
+//!
+//! Each subcommand lives in its own module so that they can grow apart.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+mod fetch;
+
+#[derive(Parser)]
+#[command(name = "xtask", about = "SAPIENT developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Fetch model presets (or a group of them) into the cache, verifying sha256.
+    Fetch(fetch::Args),
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().cmd {
+        Cmd::Fetch(args) => fetch::run(args),
+    }
+}
