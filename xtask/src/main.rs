@@ -5,6 +5,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod fetch;
 
 #[derive(Parser)]
@@ -18,6 +19,8 @@ struct Cli {
 enum Cmd {
     /// Fetch model presets (or a group of them) into the cache, verifying sha256.
     Fetch(fetch::Args),
+    /// Run benchmarks against the references in the same run (see docs/benchmarks.md).
+    Bench(bench::Args),
 }
 
 fn main() -> Result<()> {
@@ -30,5 +33,6 @@ fn main() -> Result<()> {
         .init();
     match Cli::parse().cmd {
         Cmd::Fetch(args) => fetch::run(args),
+        Cmd::Bench(args) => bench::run(args),
     }
 }
