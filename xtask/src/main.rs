@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod fetch;
+mod inspect;
 
 #[derive(Parser)]
 #[command(name = "xtask", about = "SAPIENT developer tasks")]
@@ -21,6 +22,8 @@ enum Cmd {
     Fetch(fetch::Args),
     /// Run benchmarks against the references in the same run (see docs/benchmarks.md).
     Bench(bench::Args),
+    /// Print a GGUF file's architecture, hyper-parameters and tensors.
+    Inspect(inspect::Args),
 }
 
 fn main() -> Result<()> {
@@ -34,5 +37,6 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Fetch(args) => fetch::run(args),
         Cmd::Bench(args) => bench::run(args),
+        Cmd::Inspect(args) => inspect::run(args),
     }
 }
