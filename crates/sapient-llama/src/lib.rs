@@ -1,1 +1,55 @@
-//! sapient-llama
+//! `sapient-llama`: LLaMA-family causal language models (llama, qwen2, mistral, smollm,
+//! phi3-style configs) on candle, loaded from GGUF (kept quantized) or HF safetensors.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), sapient_llama::Error> {
+//! use sapient_llama::{LlamaModel, Logits};
+//! let mut model = sapient_llama::load("model.gguf".as_ref(), &candle_core::Device::Cpu, None)?;
+//! let logits = model.forward(&[1, 2, 3], Logits::Last)?; // [1, vocab]
+//! # Ok(()) }
+//! ```
+
+mod config;
+mod model;
+
+pub use config::{Arch, LlamaConfig, RopeScaling, WeightLayout};
+pub use model::{LlamaModel, Logits};
+
+use candle_core::Device;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("{path}: unsupported architecture '{arch}' (supported: llama, qwen2, mistral, phi3)")]
+    UnsupportedArchitecture { arch: String, path: PathBuf },
+    #[error("invalid model config: {0}")]
+    Config(String),
+    #[error("the sequence needs {needed} positions but the context holds {max}")]
+    ContextOverflow { needed: usize, max: usize },
+    #[error("token id {token} is outside the vocabulary of {vocab}")]
+    TokenOutOfRange { token: u32, vocab: usize },
+    #[error("forward called with no tokens")]
+    EmptyInput,
+    #[error("internal error: {0}")]
+    Internal(&'static str),
+    #[error(transparent)]
+    Weights(#[from] sapient_tensor::Error),
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Load a model from a GGUF file, or from an HF directory (`config.json` + `*.safetensors`).
+pub fn load(path: &Path, device: &Device, max_seq_len: Option<usize>) -> Result<LlamaModel> {
+    if path.is_dir() {
+        let cfg = LlamaConfig::from_hf_config(&path.join("config.json"))?;
+        let src = sapient_tensor::open_weights(path)?;
+        LlamaModel::load(src.as_ref(), &cfg, device, max_seq_len)
+    } else {
+        let g = sapient_tensor::GgufFile::open(path)?;
+        let cfg = LlamaConfig::from_gguf(&g)?;
+        LlamaModel::load(&g, &cfg, device, max_seq_len)
+    }
+}

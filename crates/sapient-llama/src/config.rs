@@ -1,0 +1,259 @@
+//! Hyper-parameters of a LLaMA-family model, read from GGUF metadata or an HF `config.json`.
+
+use crate::{Error, Result};
+use sapient_tensor::GgufFile;
+use serde::Deserialize;
+use std::path::Path;
+
+/// The architectures this crate runs. They share one implementation and differ in details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    Qwen2,
+    Mistral,
+    Phi3,
+}
+
+impl Arch {
+    pub fn parse(name: &str, file: &Path) -> Result<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "llama" | "smollm" | "llamaforcausallm" => Ok(Arch::Llama),
+            "qwen2" | "qwen2forcausallm" => Ok(Arch::Qwen2),
+            "mistral" | "mistralforcausallm" => Ok(Arch::Mistral),
+            "phi3" | "phi3forcausallm" => Ok(Arch::Phi3),
+            _ => Err(Error::UnsupportedArchitecture {
+                arch: name.to_string(),
+                path: file.to_path_buf(),
+            }),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Mistral => "mistral",
+            Arch::Phi3 => "phi3",
+        }
+    }
+}
+
+/// RoPE frequency scaling.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    /// Positions divided by `factor`.
+    Linear { factor: f32 },
+    /// Llama 3.1 style: low frequencies scaled, high kept, smooth in between.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position_embeddings: usize,
+    },
+    /// Explicit per-frequency divisors (GGUF `rope_freqs.weight`).
+    FreqFactors(Vec<f32>),
+}
+
+/// Where the weights came from decides the names and the RoPE pairing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightLayout {
+    /// llama.cpp names (`blk.N.attn_q.weight`); llama-arch Q/K rows permuted for interleaved RoPE.
+    Gguf,
+    /// transformers names (`model.layers.N.self_attn.q_proj.weight`); rotate-half RoPE.
+    HuggingFace,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    pub arch: Arch,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f32,
+    pub rope_dim: usize,
+    pub rope_scaling: Option<RopeScaling>,
+    pub max_position_embeddings: usize,
+    pub tie_word_embeddings: bool,
+    pub qkv_bias: bool,
+    pub sliding_window: Option<usize>,
+    /// Interleaved (GPT-J) RoPE pairs instead of rotate-half (NeoX).
+    pub rope_interleaved: bool,
+    pub layout: WeightLayout,
+}
+
+impl LlamaConfig {
+    /// Read the hyper-parameters from GGUF metadata.
+    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
+        let arch_name = g.architecture()?;
+        let arch = Arch::parse(arch_name, g.path())?;
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let hidden_size = g.get_usize(&key("embedding_length"))?;
+        let num_heads = g.get_usize(&key("attention.head_count"))?;
+        let num_kv_heads = match g.get(&key("attention.head_count_kv")) {
+            Some(_) => g.get_usize(&key("attention.head_count_kv"))?,
+            None => num_heads,
+        };
+        if num_heads == 0 || num_kv_heads == 0 || num_heads % num_kv_heads != 0 || hidden_size % num_heads != 0 {
+            return Err(Error::Config(format!(
+                "{}: {num_heads} heads / {num_kv_heads} kv heads / hidden {hidden_size} do not divide",
+                g.path().display()
+            )));
+        }
+        let head_dim = match g.get(&key("attention.key_length")) {
+            Some(_) => g.get_usize(&key("attention.key_length"))?,
+            None => hidden_size / num_heads,
+        };
+        let rope_dim = match g.get(&key("rope.dimension_count")) {
+            Some(_) => g.get_usize(&key("rope.dimension_count"))?,
+            None => head_dim,
+        };
+        let vocab_size = match g.get(&key("vocab_size")) {
+            Some(_) => g.get_usize(&key("vocab_size"))?,
+            None => g.get_array("tokenizer.ggml.tokens")?.len(),
+        };
+        let rope_scaling = match g.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
+            Some("linear") => Some(RopeScaling::Linear {
+                factor: g.get_f64(&key("rope.scaling.factor"))? as f32,
+            }),
+            Some("none") | None => None,
+            Some(other) => {
+                tracing::warn!("rope scaling type '{other}' not supported; ignoring it");
+                None
+            }
+        };
+        let rope_scaling = match g.tensor_info("rope_freqs.weight") {
+            Some(_) => {
+                let t = g.tensor("rope_freqs.weight", &candle_core::Device::Cpu)?;
+                Some(RopeScaling::FreqFactors(t.flatten_all()?.to_vec1::<f32>()?))
+            }
+            None => rope_scaling,
+        };
+        let sliding_window = g
+            .get(&key("attention.sliding_window"))
+            .and_then(|v| v.as_int())
+            .filter(|&w| w > 0)
+            .map(|w| w as usize);
+        Ok(Self {
+            arch,
+            hidden_size,
+            intermediate_size: g.get_usize(&key("feed_forward_length"))?,
+            num_layers: g.get_usize(&key("block_count"))?,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            vocab_size,
+            rms_norm_eps: g.get_f64(&key("attention.layer_norm_rms_epsilon"))?,
+            rope_theta: match g.get(&key("rope.freq_base")) {
+                Some(_) => g.get_f64(&key("rope.freq_base"))? as f32,
+                None => 10_000.0,
+            },
+            rope_dim,
+            rope_scaling,
+            max_position_embeddings: match g.get(&key("context_length")) {
+                Some(_) => g.get_usize(&key("context_length"))?,
+                None => 4096,
+            },
+            tie_word_embeddings: !g.contains_tensor("output.weight"),
+            qkv_bias: g.contains_tensor("blk.0.attn_q.bias"),
+            sliding_window,
+            // llama.cpp runs llama (and mistral, exported as llama) with interleaved pairs;
+            // qwen2 and phi3 with NeoX rotate-half.
+            rope_interleaved: matches!(arch, Arch::Llama | Arch::Mistral),
+            layout: WeightLayout::Gguf,
+        })
+    }
+
+    /// Read an HF `config.json`.
+    pub fn from_hf_config(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let c: HfConfig = serde_json::from_str(&text)
+            .map_err(|e| Error::Config(format!("{}: invalid config.json: {e}", path.display())))?;
+        let arch = Arch::parse(
+            c.model_type.as_deref().or(c.architectures.first().map(|s| s.as_str())).unwrap_or("?"),
+            path,
+        )?;
+        let num_kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
+        if c.num_attention_heads == 0 || num_kv_heads == 0 || c.num_attention_heads % num_kv_heads != 0 {
+            return Err(Error::Config(format!("{}: bad head counts", path.display())));
+        }
+        let head_dim = c.head_dim.unwrap_or(c.hidden_size / c.num_attention_heads);
+        let rope_scaling = match c.rope_scaling {
+            Some(serde_json::Value::Object(m)) => {
+                let ty = m
+                    .get("rope_type")
+                    .or(m.get("type"))
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("");
+                let f = |k: &str, d: f64| m.get(k).and_then(|v| v.as_f64()).unwrap_or(d) as f32;
+                match ty {
+                    "linear" => Some(RopeScaling::Linear { factor: f("factor", 1.0) }),
+                    "llama3" => Some(RopeScaling::Llama3 {
+                        factor: f("factor", 8.0),
+                        low_freq_factor: f("low_freq_factor", 1.0),
+                        high_freq_factor: f("high_freq_factor", 4.0),
+                        original_max_position_embeddings: m
+                            .get("original_max_position_embeddings")
+                            .and_then(|v| v.as_u64())
+                            .unwrap_or(8192) as usize,
+                    }),
+                    "default" | "" => None,
+                    other => {
+                        tracing::warn!("rope scaling type '{other}' not supported; ignoring it");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        Ok(Self {
+            arch,
+            hidden_size: c.hidden_size,
+            intermediate_size: c.intermediate_size,
+            num_layers: c.num_hidden_layers,
+            num_heads: c.num_attention_heads,
+            num_kv_heads,
+            head_dim,
+            vocab_size: c.vocab_size,
+            rms_norm_eps: c.rms_norm_eps.unwrap_or(1e-6),
+            rope_theta: c.rope_theta.unwrap_or(10_000.0),
+            rope_dim: head_dim,
+            rope_scaling,
+            max_position_embeddings: c.max_position_embeddings.unwrap_or(4096),
+            tie_word_embeddings: c.tie_word_embeddings.unwrap_or(false),
+            qkv_bias: c.attention_bias.unwrap_or(arch == Arch::Qwen2),
+            sliding_window: if c.use_sliding_window.unwrap_or(arch == Arch::Mistral) {
+                c.sliding_window
+            } else {
+                None
+            },
+            rope_interleaved: false,
+            layout: WeightLayout::HuggingFace,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct HfConfig {
+    #[serde(default)]
+    architectures: Vec<String>,
+    model_type: Option<String>,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    vocab_size: usize,
+    rms_norm_eps: Option<f64>,
+    rope_theta: Option<f32>,
+    rope_scaling: Option<serde_json::Value>,
+    max_position_embeddings: Option<usize>,
+    tie_word_embeddings: Option<bool>,
+    attention_bias: Option<bool>,
+    sliding_window: Option<usize>,
+    use_sliding_window: Option<bool>,
+}

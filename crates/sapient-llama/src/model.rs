@@ -1,0 +1,443 @@
+//! The LLaMA-family transformer: RMSNorm, RoPE, grouped-query attention over an in-place KV
+//! cache, SwiGLU MLP. One implementation for llama, qwen2, mistral, smollm and phi3 configs.
+
+use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
+use crate::{Error, Result};
+use candle_core::{DType, Device, Module, Tensor, D};
+use sapient_tensor::{Linear, Weight, WeightSource};
+use std::sync::Arc;
+
+/// Whether `forward` returns logits for every new position or only the last one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    Last,
+    All,
+}
+
+struct Names {
+    layout: WeightLayout,
+}
+
+impl Names {
+    fn embed(&self) -> String {
+        match self.layout {
+            WeightLayout::Gguf => "token_embd.weight".into(),
+            WeightLayout::HuggingFace => "model.embed_tokens.weight".into(),
+        }
+    }
+    fn output_norm(&self) -> String {
+        match self.layout {
+            WeightLayout::Gguf => "output_norm.weight".into(),
+            WeightLayout::HuggingFace => "model.norm.weight".into(),
+        }
+    }
+    fn output(&self) -> String {
+        match self.layout {
+            WeightLayout::Gguf => "output".into(),
+            WeightLayout::HuggingFace => "lm_head".into(),
+        }
+    }
+    /// Prefix (without `.weight`) of a per-layer tensor.
+    fn layer(&self, i: usize, what: &str) -> String {
+        match self.layout {
+            WeightLayout::Gguf => format!("blk.{i}.{what}"),
+            WeightLayout::HuggingFace => {
+                let hf = match what {
+                    "attn_norm" => "input_layernorm",
+                    "ffn_norm" => "post_attention_layernorm",
+                    "attn_q" => "self_attn.q_proj",
+                    "attn_k" => "self_attn.k_proj",
+                    "attn_v" => "self_attn.v_proj",
+                    "attn_qkv" => "self_attn.qkv_proj",
+                    "attn_output" => "self_attn.o_proj",
+                    "ffn_gate" => "mlp.gate_proj",
+                    "ffn_up" => "mlp.up_proj",
+                    "ffn_gate_up" => "mlp.gate_up_proj",
+                    "ffn_down" => "mlp.down_proj",
+                    other => other,
+                };
+                format!("model.layers.{i}.{hf}")
+            }
+        }
+    }
+}
+
+enum Qkv {
+    Separate(Linear, Linear, Linear),
+    Fused(Linear),
+}
+
+enum GateUp {
+    Separate(Linear, Linear),
+    Fused(Linear),
+}
+
+/// Per-layer key/value cache, preallocated and written in place. Capacity grows by doubling
+/// (a rare copy) up to the model's maximum sequence length.
+struct LayerCache {
+    k: Tensor,
+    v: Tensor,
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    ffn_norm: Tensor,
+    qkv: Qkv,
+    o: Linear,
+    gate_up: GateUp,
+    down: Linear,
+    cache: Option<LayerCache>,
+}
+
+/// A loaded model with its KV cache.
+pub struct LlamaModel {
+    cfg: LlamaConfig,
+    device: Device,
+    dtype: DType,
+    embed: Arc<candle_core::quantized::QTensor>,
+    embed_dense: Option<Tensor>,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    output: Linear,
+    cos: Tensor,
+    sin: Tensor,
+    max_seq_len: usize,
+    cache_capacity: usize,
+    /// Number of positions currently held in the KV cache.
+    pos: usize,
+}
+
+fn rope_tables(cfg: &LlamaConfig, max_len: usize, device: &Device, dtype: DType) -> Result<(Tensor, Tensor)> {
+    let half = cfg.rope_dim / 2;
+    let mut inv: Vec<f32> = (0..half)
+        .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / cfg.rope_dim as f32))
+        .collect();
+    let mut pos_scale = 1.0f32;
+    match &cfg.rope_scaling {
+        None => {}
+        Some(RopeScaling::Linear { factor }) => pos_scale = 1.0 / factor,
+        Some(RopeScaling::FreqFactors(f)) => {
+            if f.len() != half {
+                return Err(Error::Config(format!(
+                    "rope_freqs has {} factors, expected {half}",
+                    f.len()
+                )));
+            }
+            for (x, d) in inv.iter_mut().zip(f) {
+                *x /= d;
+            }
+        }
+        Some(RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        }) => {
+            let old = *original_max_position_embeddings as f32;
+            let low_wavelen = old / low_freq_factor;
+            let high_wavelen = old / high_freq_factor;
+            for x in inv.iter_mut() {
+                let wavelen = 2.0 * std::f32::consts::PI / *x;
+                if wavelen < high_wavelen {
+                } else if wavelen > low_wavelen {
+                    *x /= factor;
+                } else {
+                    let smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                    *x = (1.0 - smooth) * *x / factor + smooth * *x;
+                }
+            }
+        }
+    }
+    let inv = Tensor::from_vec(inv, (1, half), device)?;
+    let t = Tensor::arange(0u32, max_len as u32, device)?
+        .to_dtype(DType::F32)?
+        .affine(pos_scale as f64, 0.0)?
+        .reshape((max_len, 1))?;
+    let freqs = t.broadcast_mul(&inv)?;
+    Ok((freqs.cos()?.to_dtype(dtype)?, freqs.sin()?.to_dtype(dtype)?))
+}
+
+impl LlamaModel {
+    /// Load from any weight source. `max_seq_len` caps the context (and the KV cache); `None`
+    /// uses the model's own context length.
+    pub fn load(
+        src: &dyn WeightSource,
+        cfg: &LlamaConfig,
+        device: &Device,
+        max_seq_len: Option<usize>,
+    ) -> Result<Self> {
+        let dtype = sapient_tensor::activation_dtype(device);
+        let names = Names { layout: cfg.layout };
+        let h = cfg.hidden_size;
+        let q_out = cfg.num_heads * cfg.head_dim;
+        let kv_out = cfg.num_kv_heads * cfg.head_dim;
+        let embed = match src.load_checked(&names.embed(), &[cfg.vocab_size, h], device)? {
+            Weight::Quantized(q) => q,
+            Weight::Dense(t) => Arc::new(candle_core::quantized::QTensor::quantize(
+                &t.to_dtype(DType::F32)?,
+                candle_core::quantized::GgmlDType::F32,
+            )?),
+        };
+        // Dense embeddings on accelerators are gathered with index_select.
+        let embed_dense = if device.is_cpu() { None } else { Some(embed.dequantize(device)?.to_dtype(dtype)?) };
+        let norm_w = |name: &str| src.tensor(name, &[h], device, dtype).map_err(Error::from);
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for i in 0..cfg.num_layers {
+            let lin = |what: &str, out: usize, inp: usize, bias: bool| {
+                Linear::load(src, &names.layer(i, what), out, inp, bias, device, dtype).map_err(Error::from)
+            };
+            let qkv = if src.contains(&format!("{}.weight", names.layer(i, "attn_qkv"))) {
+                Qkv::Fused(lin("attn_qkv", q_out + 2 * kv_out, h, cfg.qkv_bias)?)
+            } else {
+                Qkv::Separate(
+                    lin("attn_q", q_out, h, cfg.qkv_bias)?,
+                    lin("attn_k", kv_out, h, cfg.qkv_bias)?,
+                    lin("attn_v", kv_out, h, cfg.qkv_bias)?,
+                )
+            };
+            let fused_gate_up = match cfg.layout {
+                WeightLayout::HuggingFace => src.contains(&format!("{}.weight", names.layer(i, "ffn_gate_up"))),
+                // GGUF phi3 stores gate and up fused in ffn_up, with no ffn_gate.
+                WeightLayout::Gguf => !src.contains(&format!("{}.weight", names.layer(i, "ffn_gate"))),
+            };
+            let gate_up = if fused_gate_up {
+                let name = match cfg.layout {
+                    WeightLayout::HuggingFace => "ffn_gate_up",
+                    WeightLayout::Gguf => "ffn_up",
+                };
+                GateUp::Fused(lin(name, 2 * cfg.intermediate_size, h, false)?)
+            } else {
+                GateUp::Separate(
+                    lin("ffn_gate", cfg.intermediate_size, h, false)?,
+                    lin("ffn_up", cfg.intermediate_size, h, false)?,
+                )
+            };
+            layers.push(Layer {
+                attn_norm: norm_w(&format!("{}.weight", names.layer(i, "attn_norm")))?,
+                ffn_norm: norm_w(&format!("{}.weight", names.layer(i, "ffn_norm")))?,
+                qkv,
+                o: lin("attn_output", h, q_out, false)?,
+                gate_up,
+                down: lin("ffn_down", h, cfg.intermediate_size, false)?,
+                cache: None,
+            });
+        }
+        let norm = norm_w(&names.output_norm())?;
+        let output = if cfg.tie_word_embeddings || !src.contains(&format!("{}.weight", names.output())) {
+            Linear::new(Weight::Quantized(embed.clone()), None)?
+        } else {
+            Linear::load(src, &names.output(), cfg.vocab_size, h, false, device, dtype)?
+        };
+        let max_seq_len = max_seq_len
+            .unwrap_or(cfg.max_position_embeddings)
+            .min(cfg.max_position_embeddings.max(1))
+            .max(1);
+        let (cos, sin) = rope_tables(cfg, max_seq_len, device, dtype)?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            device: device.clone(),
+            dtype,
+            embed,
+            embed_dense,
+            layers,
+            norm,
+            output,
+            cos,
+            sin,
+            max_seq_len,
+            cache_capacity: 0,
+            pos: 0,
+        })
+    }
+
+    pub fn config(&self) -> &LlamaConfig {
+        &self.cfg
+    }
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+    /// The longest sequence (prompt + generated tokens) this instance accepts.
+    pub fn max_seq_len(&self) -> usize {
+        self.max_seq_len
+    }
+    /// Positions currently in the KV cache.
+    pub fn cache_len(&self) -> usize {
+        self.pos
+    }
+    /// Forget everything in the KV cache (keeps its memory).
+    pub fn clear_cache(&mut self) {
+        self.pos = 0;
+    }
+    /// Keep only the first `len` positions of the KV cache (prefix reuse, speculative rollback).
+    pub fn truncate_cache(&mut self, len: usize) {
+        self.pos = self.pos.min(len);
+    }
+
+    fn ensure_capacity(&mut self, needed: usize) -> Result<()> {
+        if needed <= self.cache_capacity {
+            return Ok(());
+        }
+        let mut cap = self.cache_capacity.max(256);
+        while cap < needed {
+            cap *= 2;
+        }
+        let cap = cap.min(self.max_seq_len);
+        let shape = (1, self.cfg.num_kv_heads, cap, self.cfg.head_dim);
+        for layer in &mut self.layers {
+            let k = Tensor::zeros(shape, self.dtype, &self.device)?;
+            let v = Tensor::zeros(shape, self.dtype, &self.device)?;
+            if let Some(old) = &layer.cache {
+                if self.pos > 0 {
+                    k.slice_set(&old.k.narrow(2, 0, self.pos)?.contiguous()?, 2, 0)?;
+                    v.slice_set(&old.v.narrow(2, 0, self.pos)?.contiguous()?, 2, 0)?;
+                }
+            }
+            layer.cache = Some(LayerCache { k, v });
+        }
+        self.cache_capacity = cap;
+        Ok(())
+    }
+
+    fn apply_rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
+        let rope = |x: &Tensor| {
+            if self.cfg.rope_interleaved {
+                candle_nn::rotary_emb::rope_i(x, cos, sin)
+            } else {
+                candle_nn::rotary_emb::rope(x, cos, sin)
+            }
+        };
+        if self.cfg.rope_dim == self.cfg.head_dim {
+            rope(&x.contiguous()?)
+        } else {
+            let r = rope(&x.narrow(D::Minus1, 0, self.cfg.rope_dim)?.contiguous()?)?;
+            let pass = x.narrow(D::Minus1, self.cfg.rope_dim, self.cfg.head_dim - self.cfg.rope_dim)?;
+            Tensor::cat(&[&r, &pass], D::Minus1)
+        }
+    }
+
+    /// Run `tokens` (the next positions after what the cache holds) and return logits as a
+    /// `[n, vocab]` f32 tensor: n = 1 for [`Logits::Last`], the number of tokens for [`Logits::All`].
+    pub fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Tensor> {
+        let seq = tokens.len();
+        if seq == 0 {
+            return Err(Error::EmptyInput);
+        }
+        let start = self.pos;
+        let end = start + seq;
+        if end > self.max_seq_len {
+            return Err(Error::ContextOverflow {
+                needed: end,
+                max: self.max_seq_len,
+            });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+            return Err(Error::TokenOutOfRange {
+                token: bad,
+                vocab: self.cfg.vocab_size,
+            });
+        }
+        self.ensure_capacity(end)?;
+        let ids = Tensor::new(tokens, &self.device)?;
+        let mut x = match &self.embed_dense {
+            Some(e) => e.index_select(&ids, 0)?,
+            None => self.embed.embedding(&ids)?.to_dtype(self.dtype)?,
+        }
+        .unsqueeze(0)?; // [1, seq, h]
+        let cos = self.cos.narrow(0, start, seq)?;
+        let sin = self.sin.narrow(0, start, seq)?;
+        let mask = self.mask(seq, start)?;
+        let (nh, nkv, hd) = (self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim);
+        let n_rep = nh / nkv;
+        let eps = self.cfg.rms_norm_eps as f32;
+        let scale = 1.0 / (hd as f64).sqrt();
+        for li in 0..self.layers.len() {
+            let layer = &self.layers[li];
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
+            let (q, k, v) = match &layer.qkv {
+                Qkv::Separate(q, k, v) => (q.forward(&h)?, k.forward(&h)?, v.forward(&h)?),
+                Qkv::Fused(l) => {
+                    let y = l.forward(&h)?;
+                    (
+                        y.narrow(D::Minus1, 0, nh * hd)?,
+                        y.narrow(D::Minus1, nh * hd, nkv * hd)?,
+                        y.narrow(D::Minus1, (nh + nkv) * hd, nkv * hd)?,
+                    )
+                }
+            };
+            let q = q.reshape((1, seq, nh, hd))?.transpose(1, 2)?;
+            let k = k.reshape((1, seq, nkv, hd))?.transpose(1, 2)?;
+            let v = v.reshape((1, seq, nkv, hd))?.transpose(1, 2)?.contiguous()?;
+            let q = self.apply_rope(&q, &cos, &sin)?;
+            let k = self.apply_rope(&k, &cos, &sin)?;
+            let layer = &mut self.layers[li];
+            let cache = layer.cache.as_ref().ok_or(Error::Internal("kv cache not allocated"))?;
+            cache.k.slice_set(&k, 2, start)?;
+            cache.v.slice_set(&v, 2, start)?;
+            let k_all = cache.k.narrow(2, 0, end)?;
+            let v_all = cache.v.narrow(2, 0, end)?;
+            // Grouped-query attention without repeating K/V: the n_rep query heads that share
+            // a kv head are stacked along the sequence axis.
+            let qg = q.reshape((1, nkv, n_rep * seq, hd))?;
+            let mut att = (qg.matmul(&k_all.t()?)? * scale)?;
+            if let Some(m) = &mask {
+                att = att.broadcast_add(m)?;
+            }
+            let att = candle_nn::ops::softmax_last_dim(&att)?;
+            let y = att.matmul(&v_all)?; // [1, nkv, n_rep*seq, hd]
+            let y = y
+                .reshape((1, nh, seq, hd))?
+                .transpose(1, 2)?
+                .reshape((1, seq, nh * hd))?;
+            let y = layer.o.forward(&y)?;
+            x = (x + y)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
+            let (g, u) = match &layer.gate_up {
+                GateUp::Separate(g, u) => (g.forward(&h)?, u.forward(&h)?),
+                GateUp::Fused(l) => {
+                    let y = l.forward(&h)?;
+                    let n = self.cfg.intermediate_size;
+                    (y.narrow(D::Minus1, 0, n)?, y.narrow(D::Minus1, n, n)?)
+                }
+            };
+            let m = (candle_nn::ops::silu(&g)? * u)?;
+            x = (x + layer.down.forward(&m)?)?;
+        }
+        self.pos = end;
+        let x = match logits {
+            Logits::Last => x.narrow(1, seq - 1, 1)?,
+            Logits::All => x,
+        };
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
+        let out = self.output.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?;
+        Ok(out)
+    }
+
+    /// Additive attention mask `[n_rep*seq, total]` (causal, and the sliding window when the
+    /// config has one), or `None` when every cached key is visible (single-token decode).
+    fn mask(&self, seq: usize, start: usize) -> Result<Option<Tensor>> {
+        let total = start + seq;
+        let window = self.cfg.sliding_window;
+        let needs_window = window.is_some_and(|w| total > w);
+        if seq == 1 && !needs_window {
+            return Ok(None);
+        }
+        let n_rep = self.cfg.num_heads / self.cfg.num_kv_heads;
+        let mut m = vec![0f32; n_rep * seq * total];
+        for r in 0..n_rep {
+            for i in 0..seq {
+                let qpos = start + i;
+                let row = &mut m[(r * seq + i) * total..(r * seq + i + 1) * total];
+                for (j, v) in row.iter_mut().enumerate() {
+                    let visible = j <= qpos && window.is_none_or(|w| qpos - j < w);
+                    if !visible {
+                        *v = f32::NEG_INFINITY;
+                    }
+                }
+            }
+        }
+        Ok(Some(
+            Tensor::from_vec(m, (n_rep * seq, total), &self.device)?.to_dtype(self.dtype)?,
+        ))
+    }
+}
+
