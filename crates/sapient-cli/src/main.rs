@@ -1,1 +1,300 @@
-fn main() {}
+//! `sapient`: run on-device models from the command line.
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use sapient_generate::{
+    DeviceRequest, FinishReason, Generation, GenerationConfig, Message, Pipeline, PipelineOptions, Progress,
+    SamplerConfig,
+};
+use sapient_hub::Hub;
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::ops::ControlFlow;
+
+#[derive(Parser)]
+#[command(name = "sapient", version, about = "On-device inference: chat with LLMs from the command line")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Answer one prompt (through the model's chat template unless --raw), streaming the text.
+    Generate {
+        prompt: String,
+        #[command(flatten)]
+        opts: GenOpts,
+        /// Complete the prompt as raw text instead of as a chat message.
+        #[arg(long)]
+        raw: bool,
+    },
+    /// Interactive chat with history (type /reset to start over, /exit or Ctrl-D to quit).
+    Chat {
+        #[command(flatten)]
+        opts: GenOpts,
+    },
+    /// List the model presets and whether they are cached.
+    Models,
+    /// Download a preset (or group) into the cache, verifying its hashes.
+    Pull { names: Vec<String> },
+}
+
+#[derive(Args, Clone)]
+struct GenOpts {
+    /// Preset id, local GGUF file / HF directory, or Hub repo id.
+    #[arg(short, long, default_value = "smollm2-135m-instruct", env = "SAPIENT_MODEL")]
+    model: String,
+    /// System prompt for chat templates.
+    #[arg(long)]
+    system: Option<String>,
+    #[arg(short = 'n', long, default_value_t = 256)]
+    max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(short, long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    top_p: Option<f32>,
+    #[arg(long)]
+    min_p: Option<f32>,
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    presence_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    frequency_penalty: f32,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Stop when this string appears (repeatable).
+    #[arg(long = "stop")]
+    stop: Vec<String>,
+    /// cpu, cuda, cuda:N, metal, auto.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Cap on prompt + answer tokens.
+    #[arg(long)]
+    ctx: Option<usize>,
+    /// Print tokens/s and timings at the end.
+    #[arg(long)]
+    stats: bool,
+}
+
+impl GenOpts {
+    fn generation_config(&self) -> GenerationConfig {
+        GenerationConfig {
+            max_tokens: self.max_tokens,
+            sampling: SamplerConfig {
+                temperature: self.temperature,
+                top_k: self.top_k,
+                top_p: self.top_p,
+                min_p: self.min_p,
+                repetition_penalty: self.repeat_penalty,
+                presence_penalty: self.presence_penalty,
+                frequency_penalty: self.frequency_penalty,
+                seed: self.seed,
+                ..SamplerConfig::default()
+            },
+            stop: self.stop.clone(),
+            ..GenerationConfig::default()
+        }
+    }
+
+    fn load(&self) -> Result<Pipeline> {
+        let device: DeviceRequest = self.device.parse()?;
+        let opts = PipelineOptions { device, max_seq_len: self.ctx };
+        let mut bars = Bars::default();
+        let pipe = Pipeline::load(&self.model, opts, |p| bars.update(p))
+            .with_context(|| format!("loading model '{}'", self.model))?;
+        bars.finish();
+        Ok(pipe)
+    }
+}
+
+/// Progress bars for downloads, one per file.
+#[derive(Default)]
+struct Bars {
+    bars: HashMap<String, ProgressBar>,
+    loading: Option<ProgressBar>,
+}
+
+impl Bars {
+    fn update(&mut self, p: Progress) {
+        match p {
+            Progress::Downloading { source, file, done, total, .. } => {
+                let bar = self.bars.entry(file.clone()).or_insert_with(|| {
+                    let b = ProgressBar::new(total.unwrap_or(0));
+                    b.set_style(
+                        ProgressStyle::with_template(
+                            "{msg:40!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                        )
+                        .unwrap_or_else(|_| ProgressStyle::default_bar())
+                        .progress_chars("=> "),
+                    );
+                    b.set_message(format!("{file} ({source})"));
+                    b
+                });
+                if let Some(t) = total {
+                    bar.set_length(t);
+                }
+                bar.set_position(done);
+            }
+            Progress::Loading { progress } => {
+                if progress < 1.0 {
+                    let s = ProgressBar::new_spinner();
+                    s.set_message("loading model");
+                    s.enable_steady_tick(std::time::Duration::from_millis(100));
+                    self.loading = Some(s);
+                } else if let Some(s) = self.loading.take() {
+                    s.finish_and_clear();
+                }
+            }
+            _ => {}
+        }
+    }
+    fn finish(&mut self) {
+        for (_, b) in self.bars.drain() {
+            b.finish_and_clear();
+        }
+        if let Some(s) = self.loading.take() {
+            s.finish_and_clear();
+        }
+    }
+}
+
+fn print_stats(g: &Generation) {
+    let s = &g.stats;
+    eprintln!(
+        "\n[{} prompt tokens ({} reused) in {:.2}s = {:.1} tok/s | {} tokens in {:.2}s = {:.1} tok/s | first token after {:.2}s | finish: {:?}]",
+        s.prompt_tokens,
+        s.reused_prompt_tokens,
+        s.prefill.as_secs_f64(),
+        s.prefill_tokens_per_s(),
+        s.generated_tokens,
+        s.decode.as_secs_f64(),
+        s.decode_tokens_per_s(),
+        s.time_to_first_token.as_secs_f64(),
+        g.finish
+    );
+}
+
+fn stream_to_stdout(piece: &str) -> ControlFlow<()> {
+    let mut out = std::io::stdout().lock();
+    if out.write_all(piece.as_bytes()).and_then(|_| out.flush()).is_err() {
+        return ControlFlow::Break(());
+    }
+    ControlFlow::Continue(())
+}
+
+fn messages_with_system(system: &Option<String>) -> Vec<Message> {
+    system.iter().map(|s| Message::system(s.clone())).collect()
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().cmd {
+        Cmd::Generate { prompt, opts, raw } => {
+            let pipe = opts.load()?;
+            let cfg = opts.generation_config();
+            let g = if raw || !pipe.info().has_chat_template {
+                pipe.generate_with(&prompt, &cfg, stream_to_stdout)?
+            } else {
+                let mut msgs = messages_with_system(&opts.system);
+                msgs.push(Message::user(prompt));
+                pipe.chat_with(&msgs, &cfg, stream_to_stdout)?
+            };
+            println!();
+            if opts.stats {
+                print_stats(&g);
+            }
+        }
+        Cmd::Chat { opts } => chat(&opts)?,
+        Cmd::Models => {
+            let hub = Hub::new()?;
+            println!("{:32} {:10} {:7} description", "preset", "kind", "cached");
+            for p in hub.registry().presets() {
+                let cached = hub.cached(&p.id).unwrap_or(false);
+                println!(
+                    "{:32} {:10} {:7} {}",
+                    p.id,
+                    p.kind,
+                    if cached { "yes" } else { "no" },
+                    p.description
+                );
+            }
+            println!("\ncache: {}", hub.cache_dir().display());
+        }
+        Cmd::Pull { names } => {
+            let hub = Hub::new()?;
+            let mut ids = Vec::new();
+            for n in &names {
+                match hub.registry().get(n) {
+                    Ok(p) => ids.push(p.id.clone()),
+                    Err(e) => match hub.registry().group(n) {
+                        Ok(g) => ids.extend(g.iter().map(|p| p.id.clone())),
+                        Err(_) => return Err(e.into()),
+                    },
+                }
+            }
+            for id in ids {
+                let mut bars = Bars::default();
+                let r = hub.fetch_preset(&id, &mut |p| bars.update(p))?;
+                bars.finish();
+                println!("{id}: {}", r.dir.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn chat(opts: &GenOpts) -> Result<()> {
+    let pipe = opts.load()?;
+    let cfg = opts.generation_config();
+    let mut history = messages_with_system(&opts.system);
+    let stdin = std::io::stdin();
+    let interactive = std::io::IsTerminal::is_terminal(&stdin);
+    if interactive {
+        eprintln!("chatting with {} ({}); /reset clears the history, /exit quits", pipe.info().id, pipe.info().architecture);
+    }
+    loop {
+        if interactive {
+            eprint!("> ");
+            std::io::stderr().flush().ok();
+        }
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            break;
+        }
+        let line = line.trim();
+        match line {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                history = messages_with_system(&opts.system);
+                pipe.reset_cache();
+                eprintln!("(history cleared)");
+                continue;
+            }
+            _ => {}
+        }
+        history.push(Message::user(line));
+        let g = pipe.chat_with(&history, &cfg, stream_to_stdout)?;
+        println!();
+        if opts.stats {
+            print_stats(&g);
+        }
+        if g.finish == FinishReason::ContextFull {
+            eprintln!("(the context is full: /reset to start over)");
+        }
+        history.push(Message::assistant(g.text));
+    }
+    Ok(())
+}

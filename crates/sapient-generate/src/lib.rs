@@ -1,1 +1,57 @@
-//! sapient-generate
+//! `sapient-generate`: from a model id to streamed text.
+//!
+//! ```no_run
+//! use sapient_generate::{GenerationConfig, Message, Pipeline};
+//! # fn main() -> Result<(), sapient_generate::Error> {
+//! let pipe = Pipeline::from_pretrained("smollm2-135m-instruct")?;
+//! let out = pipe.chat(&[Message::user("What is the capital of France?")], &GenerationConfig::default())?;
+//! println!("{}", out.text);
+//! # Ok(()) }
+//! ```
+//!
+//! A [`Pipeline`] is a cheap handle (clone it freely); generations on one pipeline run one at
+//! a time. Each generation reuses the longest prefix of the previous one already in the KV
+//! cache, so a chat only processes each turn's new tokens.
+
+mod pipeline;
+mod stream;
+
+pub use pipeline::{
+    FinishReason, Generation, GenerationConfig, GenerationStats, ModelInfo, Pipeline, PipelineOptions,
+};
+pub use sapient_hub::Progress;
+pub use sapient_sample::SamplerConfig;
+pub use sapient_tensor::DeviceRequest;
+pub use sapient_tokenizers::Message;
+pub use stream::TextStream;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Hub(#[from] sapient_hub::Error),
+    #[error(transparent)]
+    Tokenizer(#[from] sapient_tokenizers::Error),
+    #[error(transparent)]
+    Model(#[from] sapient_llama::Error),
+    #[error(transparent)]
+    Weights(#[from] sapient_tensor::Error),
+    #[error(transparent)]
+    Sample(#[from] sapient_sample::Error),
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+    #[error("'{reference}' is a {kind} model, not a language model")]
+    NotALanguageModel { reference: String, kind: String },
+    #[error("'{reference}': no model file found ({what})")]
+    NoModelFile { reference: String, what: String },
+    #[error("the prompt is {tokens} tokens but the context holds {max} (leave room for at least one new token)")]
+    PromptTooLong { tokens: usize, max: usize },
+    #[error("model '{0}' has no chat template in its metadata; use generate() with a raw prompt")]
+    NoChatTemplate(String),
+    #[error("empty prompt")]
+    EmptyPrompt,
+    #[error("the generation worker stopped unexpectedly: {0}")]
+    Worker(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,400 @@
+use crate::{Error, Result, TextStream};
+use sapient_hub::{Hub, Progress};
+use sapient_llama::{LlamaConfig, LlamaModel, Logits};
+use sapient_sample::{Sampler, SamplerConfig};
+use sapient_tensor::{DeviceRequest, GgufFile};
+use sapient_tokenizers::{Message, RenderOptions, StopMatcher, TokenStream, Tokenizer};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How to load a pipeline.
+#[derive(Debug, Clone, Default)]
+pub struct PipelineOptions {
+    pub device: DeviceRequest,
+    /// Cap on prompt + generated tokens (and the KV cache). `None`: the model's context
+    /// length, capped at 8192 to keep the cache small on a laptop.
+    pub max_seq_len: Option<usize>,
+}
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerationConfig {
+    pub max_tokens: usize,
+    pub sampling: SamplerConfig,
+    /// Stop when any of these strings appears in the output (it is not included).
+    pub stop: Vec<String>,
+    /// Keep going past end-of-sequence tokens.
+    pub ignore_eos: bool,
+    pub skip_special_tokens: bool,
+}
+
+impl Default for GenerationConfig {
+    fn default() -> Self {
+        Self {
+            max_tokens: 256,
+            sampling: SamplerConfig::default(),
+            stop: Vec::new(),
+            ignore_eos: false,
+            skip_special_tokens: true,
+        }
+    }
+}
+
+impl GenerationConfig {
+    pub fn max_tokens(mut self, n: usize) -> Self {
+        self.max_tokens = n;
+        self
+    }
+    pub fn sampling(mut self, s: SamplerConfig) -> Self {
+        self.sampling = s;
+        self
+    }
+    pub fn stop(mut self, s: impl Into<String>) -> Self {
+        self.stop.push(s.into());
+        self
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// The model produced an end-of-sequence token.
+    Eos,
+    /// A stop string appeared.
+    Stop,
+    MaxTokens,
+    /// The context is full.
+    ContextFull,
+    /// The consumer stopped listening.
+    Cancelled,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    /// Prompt tokens found already in the KV cache (not recomputed).
+    pub reused_prompt_tokens: usize,
+    pub generated_tokens: usize,
+    pub prefill: Duration,
+    pub decode: Duration,
+    pub time_to_first_token: Duration,
+}
+
+impl GenerationStats {
+    /// Prompt tokens actually processed per second.
+    pub fn prefill_tokens_per_s(&self) -> f64 {
+        (self.prompt_tokens - self.reused_prompt_tokens) as f64 / self.prefill.as_secs_f64().max(1e-9)
+    }
+    /// Generated tokens per second (sampling included), after the prompt was processed.
+    pub fn decode_tokens_per_s(&self) -> f64 {
+        self.generated_tokens as f64 / self.decode.as_secs_f64().max(1e-9)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Generation {
+    pub text: String,
+    pub tokens: Vec<u32>,
+    pub finish: FinishReason,
+    pub stats: GenerationStats,
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// The reference it was loaded from (preset id, path or repo).
+    pub id: String,
+    pub path: PathBuf,
+    pub architecture: String,
+    pub context_length: usize,
+    pub max_seq_len: usize,
+    pub vocab_size: usize,
+    pub has_chat_template: bool,
+}
+
+struct Inner {
+    model: LlamaModel,
+    /// Tokens whose keys/values are in the model's cache, in order.
+    cached: Vec<u32>,
+}
+
+/// A loaded language model with its tokenizer. Clone to share.
+#[derive(Clone)]
+pub struct Pipeline {
+    inner: Arc<Mutex<Inner>>,
+    tokenizer: Tokenizer,
+    info: Arc<ModelInfo>,
+}
+
+enum Source {
+    Gguf(PathBuf),
+    HfDir(PathBuf),
+}
+
+fn classify(reference: &str, path: &Path) -> Result<Source> {
+    if path.is_dir() {
+        if path.join("config.json").exists() {
+            return Ok(Source::HfDir(path.to_path_buf()));
+        }
+        let ggufs: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| Error::NoModelFile { reference: reference.into(), what: e.to_string() })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+            .collect();
+        return match ggufs.as_slice() {
+            [one] => Ok(Source::Gguf(one.clone())),
+            [] => Err(Error::NoModelFile {
+                reference: reference.into(),
+                what: "the directory has neither config.json nor a .gguf file".into(),
+            }),
+            _ => Err(Error::NoModelFile {
+                reference: reference.into(),
+                what: "the directory has several .gguf files; name one".into(),
+            }),
+        };
+    }
+    Ok(Source::Gguf(path.to_path_buf()))
+}
+
+impl Pipeline {
+    /// Load a preset id (see `sapient models`), a local GGUF file or HF directory, or a Hub
+    /// repo id, on the CPU, fetching it on first use.
+    pub fn from_pretrained(reference: &str) -> Result<Self> {
+        Self::load(reference, PipelineOptions::default(), |_| {})
+    }
+
+    /// Load with options, reporting download and load progress.
+    pub fn load(reference: &str, opts: PipelineOptions, mut progress: impl FnMut(Progress)) -> Result<Self> {
+        let local = Path::new(reference);
+        let source = if local.exists() {
+            classify(reference, local)?
+        } else {
+            let hub = Hub::new()?;
+            let resolved = hub.resolve(reference, &mut progress)?;
+            if resolved.kind != "llm" && !resolved.kind.is_empty() {
+                return Err(Error::NotALanguageModel {
+                    reference: reference.into(),
+                    kind: resolved.kind.clone(),
+                });
+            }
+            match resolved.file("gguf") {
+                Ok(p) => Source::Gguf(p.to_path_buf()),
+                Err(_) => classify(reference, &resolved.dir)?,
+            }
+        };
+        progress(Progress::Loading { progress: 0.0 });
+        let device = opts.device.open()?;
+        let (model, tokenizer, path, cfg) = match source {
+            Source::Gguf(path) => {
+                let g = GgufFile::open(&path)?;
+                let cfg = LlamaConfig::from_gguf(&g)?;
+                let tokenizer = Tokenizer::from_gguf(&g)?;
+                let max = opts.max_seq_len.unwrap_or(cfg.max_position_embeddings.min(8192));
+                let model = LlamaModel::load(&g, &cfg, &device, Some(max))?;
+                (model, tokenizer, path, cfg)
+            }
+            Source::HfDir(dir) => {
+                let cfg = LlamaConfig::from_hf_config(&dir.join("config.json"))?;
+                let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+                let src = sapient_tensor::open_weights(&dir)?;
+                let max = opts.max_seq_len.unwrap_or(cfg.max_position_embeddings.min(8192));
+                let model = LlamaModel::load(src.as_ref(), &cfg, &device, Some(max))?;
+                (model, tokenizer, dir, cfg)
+            }
+        };
+        progress(Progress::Loading { progress: 1.0 });
+        let info = ModelInfo {
+            id: reference.to_string(),
+            path,
+            architecture: cfg.arch.name().to_string(),
+            context_length: cfg.max_position_embeddings,
+            max_seq_len: model.max_seq_len(),
+            vocab_size: cfg.vocab_size,
+            has_chat_template: tokenizer.chat_template().is_some(),
+        };
+        Ok(Self {
+            inner: Arc::new(Mutex::new(Inner { model, cached: Vec::new() })),
+            tokenizer,
+            info: Arc::new(info),
+        })
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The chat prompt the model's template renders for `messages` (with the generation prompt).
+    pub fn render_chat(&self, messages: &[Message]) -> Result<String> {
+        let template = self
+            .tokenizer
+            .chat_template()
+            .ok_or_else(|| Error::NoChatTemplate(self.info.id.clone()))?;
+        Ok(template.render(messages, &RenderOptions::default())?)
+    }
+
+    /// Complete a raw prompt (no chat template), blocking.
+    pub fn generate(&self, prompt: &str, cfg: &GenerationConfig) -> Result<Generation> {
+        self.generate_with(prompt, cfg, |_| ControlFlow::Continue(()))
+    }
+
+    /// Complete a raw prompt, calling `on_text` with each new piece of text (possibly empty,
+    /// once per token); returning `Break` stops the generation.
+    pub fn generate_with(
+        &self,
+        prompt: &str,
+        cfg: &GenerationConfig,
+        on_text: impl FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<Generation> {
+        if prompt.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        let ids = self.tokenizer.encode(prompt, true)?;
+        self.run(ids, cfg, on_text)
+    }
+
+    /// Answer a conversation using the model's chat template, blocking.
+    pub fn chat(&self, messages: &[Message], cfg: &GenerationConfig) -> Result<Generation> {
+        self.chat_with(messages, cfg, |_| ControlFlow::Continue(()))
+    }
+
+    pub fn chat_with(
+        &self,
+        messages: &[Message],
+        cfg: &GenerationConfig,
+        on_text: impl FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<Generation> {
+        let prompt = self.render_chat(messages)?;
+        let ids = self.tokenizer.encode(&prompt, false)?;
+        self.run(ids, cfg, on_text)
+    }
+
+    /// Stream a raw-prompt completion; the work runs on its own thread, and dropping the
+    /// stream stops it.
+    pub fn stream(&self, prompt: &str, cfg: &GenerationConfig) -> TextStream {
+        let (this, prompt, cfg) = (self.clone(), prompt.to_string(), cfg.clone());
+        TextStream::spawn(move |on_text| this.generate_with(&prompt, &cfg, on_text))
+    }
+
+    /// Stream a chat answer.
+    pub fn stream_chat(&self, messages: &[Message], cfg: &GenerationConfig) -> TextStream {
+        let (this, messages, cfg) = (self.clone(), messages.to_vec(), cfg.clone());
+        TextStream::spawn(move |on_text| this.chat_with(&messages, &cfg, on_text))
+    }
+
+    /// Forget the KV cache (the next generation recomputes its whole prompt).
+    pub fn reset_cache(&self) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.model.clear_cache();
+            inner.cached.clear();
+        }
+    }
+
+    fn run(
+        &self,
+        prompt: Vec<u32>,
+        cfg: &GenerationConfig,
+        mut on_text: impl FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<Generation> {
+        if prompt.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        let mut sampler = Sampler::new(cfg.sampling.clone())?;
+        let mut guard = self
+            .inner
+            .lock()
+            .map_err(|_| Error::Worker("a previous generation panicked".into()))?;
+        let inner = &mut *guard;
+        let max = inner.model.max_seq_len();
+        if prompt.len() >= max {
+            return Err(Error::PromptTooLong { tokens: prompt.len(), max });
+        }
+        // Reuse the longest cached prefix, keeping at least one token to feed.
+        let common = inner
+            .cached
+            .iter()
+            .zip(&prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len() - 1);
+        inner.model.truncate_cache(common);
+        inner.cached.truncate(common);
+        let mut stats = GenerationStats {
+            prompt_tokens: prompt.len(),
+            reused_prompt_tokens: common,
+            ..Default::default()
+        };
+        let t0 = Instant::now();
+        let mut logits = match inner.model.forward(&prompt[common..], Logits::Last) {
+            Ok(l) => l,
+            Err(e) => {
+                inner.model.clear_cache();
+                inner.cached.clear();
+                return Err(e.into());
+            }
+        };
+        inner.cached.extend_from_slice(&prompt[common..]);
+        stats.prefill = t0.elapsed();
+        let eos = self.tokenizer.eos_token_ids().to_vec();
+        let mut detok = TokenStream::new(self.tokenizer.clone(), cfg.skip_special_tokens);
+        let mut stops = StopMatcher::new(cfg.stop.clone());
+        let mut history = prompt.clone();
+        let mut generated = Vec::new();
+        let mut text = String::new();
+        let t1 = Instant::now();
+        let mut finish = FinishReason::MaxTokens;
+        let mut emit = |piece: &str, text: &mut String| -> ControlFlow<()> {
+            text.push_str(piece);
+            on_text(piece)
+        };
+        while generated.len() < cfg.max_tokens {
+            let mut l = logits.flatten_all()?.to_vec1::<f32>()?;
+            let next = sampler.sample(&mut l, &history)?;
+            if generated.is_empty() {
+                stats.time_to_first_token = t0.elapsed();
+            }
+            if !cfg.ignore_eos && eos.contains(&next) {
+                finish = FinishReason::Eos;
+                break;
+            }
+            generated.push(next);
+            history.push(next);
+            let piece = detok.push(next)?.unwrap_or_default();
+            let out = stops.push(&piece);
+            if emit(&out.emit, &mut text).is_break() {
+                finish = FinishReason::Cancelled;
+                break;
+            }
+            if out.stopped {
+                finish = FinishReason::Stop;
+                break;
+            }
+            if generated.len() >= cfg.max_tokens {
+                break;
+            }
+            if inner.model.cache_len() + 1 > max {
+                finish = FinishReason::ContextFull;
+                break;
+            }
+            logits = inner.model.forward(&[next], Logits::Last)?;
+            inner.cached.push(next);
+        }
+        if !matches!(finish, FinishReason::Stop | FinishReason::Cancelled) {
+            let tail = detok.finish()?.unwrap_or_default();
+            let out = stops.push(&tail);
+            let mut rest = out.emit;
+            if out.stopped {
+                finish = FinishReason::Stop;
+            } else {
+                rest.push_str(&stops.flush());
+            }
+            let _ = emit(&rest, &mut text);
+        }
+        stats.generated_tokens = generated.len();
+        stats.decode = t1.elapsed();
+        Ok(Generation { text, tokens: generated, finish, stats })
+    }
+}
