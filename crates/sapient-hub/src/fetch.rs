@@ -201,7 +201,7 @@ impl Hub {
                 Ok(()) => return Ok(()),
                 Err(e @ Error::HashMismatch { .. }) if s == "mirror" => return Err(e),
                 Err(e) => {
-                    tracing::warn!("{}: {s} failed: {e}", f.name);
+                    tracing::info!("{}: {s} failed: {e}", f.name);
                     tried.push(format!("{s}: {e}"));
                 }
             }
