@@ -18,7 +18,7 @@ pub mod speculative;
 mod stream;
 
 pub use pipeline::{
-    FinishReason, Generation, GenerationConfig, GenerationStats, ModelInfo, Pipeline, PipelineOptions,
+    Drafter, FinishReason, Generation, GenerationConfig, GenerationStats, ModelInfo, Pipeline, PipelineOptions,
 };
 pub use sapient_hub::Progress;
 pub use sapient_sample::SamplerConfig;
@@ -49,6 +49,8 @@ pub enum Error {
     PromptTooLong { tokens: usize, max: usize },
     #[error("model '{0}' has no chat template in its metadata; use generate() with a raw prompt")]
     NoChatTemplate(String),
+    #[error("'{draft}' cannot draft for '{target}': {what}")]
+    VocabMismatch { target: String, draft: String, what: String },
     #[error("empty prompt")]
     EmptyPrompt,
     #[error("the generation worker stopped unexpectedly: {0}")]

@@ -398,3 +398,204 @@ impl Pipeline {
         Ok(Generation { text, tokens: generated, finish, stats })
     }
 }
+
+/// Where speculative proposals come from.
+pub enum Drafter<'a> {
+    /// n-gram matches in the prompt and output so far (no draft model needed).
+    PromptLookup { max_ngram: usize },
+    /// A smaller model with the same vocabulary.
+    Model(&'a Pipeline),
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl Pipeline {
+    /// Check that `other` can draft for this model: same vocabulary, token for token.
+    pub fn check_same_vocab(&self, other: &Pipeline) -> Result<()> {
+        let (a, b) = (&self.tokenizer, &other.tokenizer);
+        let n = a.vocab_size().min(self.info.vocab_size);
+        let m = b.vocab_size().min(other.info.vocab_size);
+        let mismatch = |what: String| Error::VocabMismatch { target: self.info.id.clone(), draft: other.info.id.clone(), what };
+        if n != m {
+            return Err(mismatch(format!("{n} vs {m} tokens")));
+        }
+        for id in 0..n as u32 {
+            if a.id_to_token(id) != b.id_to_token(id) {
+                return Err(mismatch(format!("token {id} is {:?} vs {:?}", a.id_to_token(id), b.id_to_token(id))));
+            }
+        }
+        Ok(())
+    }
+
+    /// Chat with speculative decoding. Under greedy sampling the output equals plain greedy
+    /// decoding of this model; under sampling it has the same distribution.
+    pub fn chat_speculative(
+        &self,
+        messages: &[Message],
+        cfg: &GenerationConfig,
+        drafter: &Drafter<'_>,
+        spec: &crate::speculative::SpecConfig,
+        on_text: impl FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<(Generation, crate::speculative::SpecStats)> {
+        let prompt = self.render_chat(messages)?;
+        let ids = self.tokenizer.encode(&prompt, false)?;
+        self.run_speculative(ids, cfg, drafter, spec, on_text)
+    }
+
+    /// Raw-prompt completion with speculative decoding.
+    pub fn generate_speculative(
+        &self,
+        prompt: &str,
+        cfg: &GenerationConfig,
+        drafter: &Drafter<'_>,
+        spec: &crate::speculative::SpecConfig,
+        on_text: impl FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<(Generation, crate::speculative::SpecStats)> {
+        if prompt.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        let ids = self.tokenizer.encode(prompt, true)?;
+        self.run_speculative(ids, cfg, drafter, spec, on_text)
+    }
+
+    fn run_speculative(
+        &self,
+        prompt: Vec<u32>,
+        cfg: &GenerationConfig,
+        drafter: &Drafter<'_>,
+        spec: &crate::speculative::SpecConfig,
+        mut on_text: impl FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<(Generation, crate::speculative::SpecStats)> {
+        use crate::speculative::{generate, DraftModel, PromptLookup};
+        if prompt.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        cfg.sampling.validate()?;
+        if let Drafter::Model(d) = drafter {
+            if Arc::ptr_eq(&d.inner, &self.inner) {
+                return Err(Error::VocabMismatch {
+                    target: self.info.id.clone(),
+                    draft: d.info.id.clone(),
+                    what: "the draft must be a separate pipeline (load the model twice)".into(),
+                });
+            }
+            self.check_same_vocab(d)?;
+        }
+        let mut guard = self.inner.lock().map_err(|_| Error::Worker("a previous generation panicked".into()))?;
+        let target = &mut *guard;
+        let max = target.model.max_seq_len();
+        if prompt.len() >= max {
+            return Err(Error::PromptTooLong { tokens: prompt.len(), max });
+        }
+        let common = common_prefix(&target.cached, &prompt).min(prompt.len() - 1);
+        target.model.truncate_cache(common);
+        target.cached.truncate(common);
+        // Room in the context: verification feeds up to k_max + 1 positions at once.
+        let max_tokens = cfg.max_tokens.min(max.saturating_sub(prompt.len() + spec.k_max + 1));
+        let eos: Vec<u32> = if cfg.ignore_eos { Vec::new() } else { self.tokenizer.eos_token_ids().to_vec() };
+        let mut detok = TokenStream::new(self.tokenizer.clone(), cfg.skip_special_tokens);
+        let mut stops = StopMatcher::new(cfg.stop.clone());
+        let mut text = String::new();
+        let mut finish = FinishReason::MaxTokens;
+        let mut first: Option<Duration> = None;
+        let t0 = Instant::now();
+        let mut on_token = |tok: u32| -> ControlFlow<()> {
+            first.get_or_insert_with(|| t0.elapsed());
+            let piece = match detok.push(tok) {
+                Ok(p) => p.unwrap_or_default(),
+                Err(_) => return ControlFlow::Break(()),
+            };
+            let out = stops.push(&piece);
+            text.push_str(&out.emit);
+            if on_text(&out.emit).is_break() {
+                finish = FinishReason::Cancelled;
+                return ControlFlow::Break(());
+            }
+            if out.stopped {
+                finish = FinishReason::Stop;
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        };
+        let result = match drafter {
+            Drafter::PromptLookup { max_ngram } => generate(
+                &mut target.model,
+                &mut PromptLookup { max_ngram: *max_ngram },
+                &prompt,
+                &cfg.sampling,
+                spec,
+                max_tokens,
+                &eos,
+                &mut on_token,
+            ),
+            Drafter::Model(d) => {
+                let mut dguard = d.inner.lock().map_err(|_| Error::Worker("draft pipeline poisoned".into()))?;
+                let draft = &mut *dguard;
+                let dc = common_prefix(&draft.cached, &prompt).min(prompt.len() - 1);
+                draft.model.truncate_cache(dc);
+                let r = generate(
+                    &mut target.model,
+                    &mut DraftModel { model: &mut draft.model },
+                    &prompt,
+                    &cfg.sampling,
+                    spec,
+                    max_tokens,
+                    &eos,
+                    &mut on_token,
+                );
+                let seq: Vec<u32> = prompt.iter().copied().chain(r.as_ref().map(|r| r.0.clone()).unwrap_or_default()).collect();
+                let keep = draft.model.cache_len().min(seq.len());
+                draft.cached = seq[..keep].to_vec();
+                if r.is_err() {
+                    draft.model.clear_cache();
+                    draft.cached.clear();
+                }
+                r
+            }
+        };
+        let (out, stats) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                target.model.clear_cache();
+                target.cached.clear();
+                return Err(e);
+            }
+        };
+        let seq: Vec<u32> = prompt.iter().chain(&out).copied().collect();
+        let keep = target.model.cache_len().min(seq.len());
+        target.cached = seq[..keep].to_vec();
+        if finish == FinishReason::MaxTokens && out.len() < max_tokens {
+            finish = FinishReason::Eos;
+        }
+        if !matches!(finish, FinishReason::Stop | FinishReason::Cancelled) {
+            let tail = detok.finish()?.unwrap_or_default();
+            let o = stops.push(&tail);
+            let mut rest = o.emit;
+            if o.stopped {
+                finish = FinishReason::Stop;
+            } else {
+                rest.push_str(&stops.flush());
+            }
+            text.push_str(&rest);
+            let _ = on_text(&rest);
+        }
+        let elapsed = t0.elapsed();
+        let ttft = first.unwrap_or(elapsed);
+        let gen = Generation {
+            text,
+            tokens: out.clone(),
+            finish,
+            stats: GenerationStats {
+                prompt_tokens: prompt.len(),
+                reused_prompt_tokens: common,
+                generated_tokens: out.len(),
+                prefill: ttft,
+                decode: elapsed.saturating_sub(ttft),
+                time_to_first_token: ttft,
+            },
+        };
+        Ok((gen, stats))
+    }
+}

@@ -171,7 +171,7 @@ fn residual(p: &[(u32, f32)], q: Option<&[(u32, f32)]>, rejected: u32, rng: &mut
 
 #[derive(Debug, Clone)]
 pub struct SpecConfig {
-    /// Initial number of proposed tokens per step.
+    /// Initial number of proposed tokens per step (the target verifies k + 1 positions).
     pub k: usize,
     /// Grow K after a fully accepted step, shrink it after a mostly rejected one.
     pub adaptive: bool,
@@ -233,8 +233,9 @@ pub fn generate<T: CausalLm, P: Proposer>(
     }
     let mut k = spec.k.max(1);
     'outer: while out.len() < max_tokens {
-        let want = k.min(max_tokens - out.len());
-        let proposal = if want > 1 { proposer.propose(&seq, want - 1, sampling, &mut rng)? } else { Proposal { tokens: vec![], dists: None } };
+        // Propose k tokens (fewer near max_tokens: the verification adds one more).
+        let want = k.min(max_tokens - out.len() - 1);
+        let proposal = if want > 0 { proposer.propose(&seq, want, sampling, &mut rng)? } else { Proposal { tokens: vec![], dists: None } };
         let base = seq.len() - 1; // cache length before this step's feed
         let mut feed = vec![seq[seq.len() - 1]];
         feed.extend_from_slice(&proposal.tokens);

@@ -57,7 +57,12 @@ fn streamed_chunks_equal_blocking_text() -> Result<()> {
 
 #[test]
 fn second_turn_reuses_the_cached_prefix() -> Result<()> {
-    let p = pipeline();
+    // Its own pipeline: the shared one's cache is used by the other tests concurrently.
+    let p = &Pipeline::load(
+        "smollm2-135m-instruct",
+        PipelineOptions { max_seq_len: Some(1024), ..Default::default() },
+        |_| {},
+    )?;
     let cfg = GenerationConfig::default().max_tokens(24);
     let mut msgs = ask("Hello! Who are you?");
     let first = p.chat(&msgs, &cfg)?;
