@@ -40,6 +40,13 @@ fn main() -> Result<()> {
         let bytes: Vec<u8> = l.iter().flat_map(|x| x.to_le_bytes()).collect();
         std::fs::write(out, bytes)?;
         m.clear_cache();
+        let mut rows = Vec::new();
+        for &t in &ids {
+            rows.extend(m.forward(&[t], Logits::Last)?.flatten_all()?.to_vec1::<f32>()?);
+        }
+        let bytes: Vec<u8> = rows.iter().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write("/tmp/seq.bin", bytes)?;
+        m.clear_cache();
     }
     let mut logits = if std::env::var_os("ONE_BY_ONE").is_some() {
         let mut l = None;
