@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod convert;
 mod fetch;
 mod inspect;
 
@@ -22,6 +23,8 @@ enum Cmd {
     Fetch(fetch::Args),
     /// Run benchmarks against the references in the same run (see docs/benchmarks.md).
     Bench(bench::Args),
+    /// Convert between GGUF and HF safetensors, quantizing (docs/convert.md).
+    Convert(convert::Args),
     /// Print a GGUF file's architecture, hyper-parameters and tensors.
     Inspect(inspect::Args),
 }
@@ -38,5 +41,6 @@ fn main() -> Result<()> {
         Cmd::Fetch(args) => fetch::run(args),
         Cmd::Bench(args) => bench::run(args),
         Cmd::Inspect(args) => inspect::run(args),
+        Cmd::Convert(args) => convert::run(args),
     }
 }
