@@ -146,6 +146,16 @@ impl Hub {
         let preset = self.registry.get(id)?.clone();
         let dir = self.preset_dir(&preset.id);
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        // One fetch of a preset at a time, across threads and processes (tests fetch in
+        // parallel on a cold cache): the others wait, then find the files in place.
+        let lock_path = self.cache.join("models").join(format!(".{}.lock", preset.id));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io_err(&lock_path))?;
+        lock.lock().map_err(io_err(&lock_path))?;
         let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
         let mut used_packages = Vec::new();
         for f in &preset.files {
