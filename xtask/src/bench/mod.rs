@@ -4,6 +4,7 @@
 use anyhow::Result;
 
 mod audio;
+mod llm;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -15,10 +16,13 @@ pub struct Args {
 pub enum Suite {
     /// Log-mel and Silero VAD against numpy / onnxruntime.
     Audio(audio::Args),
+    /// LLM prefill/decode tokens/s, TTFT, peak RSS; `--vs-llamacpp DIR` runs llama-bench too.
+    Llm(llm::Args),
 }
 
 pub fn run(args: Args) -> Result<()> {
     match args.suite {
         Suite::Audio(a) => audio::run(a),
+        Suite::Llm(a) => llm::run(a),
     }
 }

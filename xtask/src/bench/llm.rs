@@ -1,0 +1,161 @@
+//! `cargo xtask bench llm`: prefill (pp) and decode (tg) tokens/s, time to first token and
+//! peak RSS for a preset, llama.cpp's `llama-bench` on the same GGUF in the same run
+//! (`--vs-llamacpp DIR`), and a memory-bandwidth probe stating the decode ceiling.
+
+use anyhow::{Context, Result};
+use candle_core::Device;
+use sapient_llama::Logits;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Presets to measure.
+    #[arg(long = "preset", default_values_t = vec!["smollm2-135m-instruct".to_string()])]
+    pub presets: Vec<String>,
+    #[arg(long, default_value_t = 512)]
+    pub pp: usize,
+    #[arg(long, default_value_t = 128)]
+    pub tg: usize,
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Directory holding llama.cpp's `llama-bench` (see scripts/build-llamacpp.sh).
+    #[arg(long)]
+    pub vs_llamacpp: Option<PathBuf>,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "target/bench/llm.json")]
+    pub json: PathBuf,
+}
+
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+/// Read bandwidth with all cores: sum a 1 GiB buffer a few times.
+fn bandwidth_gbs() -> f64 {
+    let n = (1usize << 30) / 8;
+    let buf: Vec<u64> = (0..n as u64).collect();
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut best = 0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let total: u64 = std::thread::scope(|s| {
+            let chunk = n.div_ceil(threads);
+            let hs: Vec<_> = buf
+                .chunks(chunk)
+                .map(|c| s.spawn(move || c.iter().fold(0u64, |a, &x| a.wrapping_add(x))))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or(0)).fold(0u64, |a, x| a.wrapping_add(x))
+        });
+        std::hint::black_box(total);
+        best = best.max((n * 8) as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    best
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn llama_bench(dir: &std::path::Path, model: &std::path::Path, a: &Args) -> Result<(f64, f64)> {
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let out = std::process::Command::new(dir.join("llama-bench"))
+        .arg("-m")
+        .arg(model)
+        .args(["-p", &a.pp.to_string(), "-n", &a.tg.to_string(), "-r", &a.reps.to_string(), "-t", &threads.to_string(), "-o", "json"])
+        .output()
+        .with_context(|| format!("running {}/llama-bench", dir.display()))?;
+    anyhow::ensure!(out.status.success(), "llama-bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("llama-bench JSON")?;
+    let mut pp = 0.0;
+    let mut tg = 0.0;
+    for r in v.as_array().into_iter().flatten() {
+        let ts = r["avg_ts"].as_f64().unwrap_or(0.0);
+        if r["n_prompt"].as_u64() == Some(a.pp as u64) && r["n_gen"].as_u64() == Some(0) {
+            pp = ts;
+        }
+        if r["n_gen"].as_u64() == Some(a.tg as u64) && r["n_prompt"].as_u64() == Some(0) {
+            tg = ts;
+        }
+    }
+    Ok((pp, tg))
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let hub = sapient_hub::Hub::new()?;
+    let bw = bandwidth_gbs();
+    println!("memory read bandwidth (all cores): {bw:.1} GB/s");
+    let mut results = Vec::new();
+    for preset in &a.presets {
+        let r = hub.fetch_preset(preset, &mut |_| {})?;
+        let path = r.file("gguf")?.to_path_buf();
+        let size = std::fs::metadata(&path)?.len() as f64;
+        let t0 = Instant::now();
+        let mut m = sapient_llama::load(&path, &Device::Cpu, Some(a.pp + a.tg + 8))?;
+        let load_s = t0.elapsed().as_secs_f64();
+        let vocab = m.config().vocab_size as u32;
+        let prompt: Vec<u32> = (0..a.pp as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+        // Warm-up (first-touch of weights and caches).
+        m.forward(&prompt[..16.min(prompt.len())], Logits::Last)?;
+        let mut pp = Vec::new();
+        let mut tg = Vec::new();
+        let mut ttft = Vec::new();
+        for _ in 0..a.reps {
+            m.clear_cache();
+            let t = Instant::now();
+            let l = m.forward(&prompt, Logits::Last)?;
+            let _first = l.squeeze(0)?.argmax(0)?.to_scalar::<u32>()?;
+            let dt = t.elapsed().as_secs_f64();
+            pp.push(a.pp as f64 / dt);
+            ttft.push(dt);
+            m.clear_cache();
+            let mut tok = 1u32;
+            let t = Instant::now();
+            for _ in 0..a.tg {
+                let l = m.forward(&[tok], Logits::Last)?;
+                tok = l.squeeze(0)?.argmax(0)?.to_scalar::<u32>()?;
+            }
+            tg.push(a.tg as f64 / t.elapsed().as_secs_f64());
+        }
+        let (pp, tg, ttft) = (median(pp), median(tg), median(ttft));
+        let ceiling = bw * 1e9 / size;
+        println!(
+            "{preset}: pp{} {pp:.1} tok/s | tg{} {tg:.1} tok/s ({:.0}% of the {ceiling:.0} tok/s bandwidth ceiling) | ttft({} tokens) {ttft:.3}s | load {load_s:.2}s | peak RSS {:.0} MB",
+            a.pp,
+            a.tg,
+            100.0 * tg / ceiling,
+            a.pp,
+            peak_rss_mb()
+        );
+        let mut entry = serde_json::json!({
+            "preset": preset, "file_bytes": size, "pp": a.pp, "tg": a.tg,
+            "pp_tok_s": pp, "tg_tok_s": tg, "ttft_s": ttft, "load_s": load_s,
+            "peak_rss_mb": peak_rss_mb(), "bandwidth_gbs": bw, "tg_ceiling_tok_s": ceiling,
+        });
+        if let Some(dir) = &a.vs_llamacpp {
+            let (lpp, ltg) = llama_bench(dir, &path, &a)?;
+            println!(
+                "  llama.cpp: pp{} {lpp:.1} tok/s | tg{} {ltg:.1} tok/s  => sapient/llama.cpp: pp {:.2}x, tg {:.2}x",
+                a.pp,
+                a.tg,
+                pp / lpp.max(1e-9),
+                tg / ltg.max(1e-9)
+            );
+            entry["llamacpp_pp_tok_s"] = lpp.into();
+            entry["llamacpp_tg_tok_s"] = ltg.into();
+        }
+        results.push(entry);
+    }
+    if let Some(parent) = a.json.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&a.json, serde_json::to_string_pretty(&results)?)?;
+    println!("results written to {}", a.json.display());
+    Ok(())
+}
