@@ -285,6 +285,11 @@ impl Pipeline {
         TextStream::spawn(move |on_text| this.chat_with(&messages, &cfg, on_text))
     }
 
+    /// Tokens held in the KV cache (waits for a running generation to finish).
+    pub fn cache_len(&self) -> usize {
+        self.inner.lock().map(|i| i.cached.len()).unwrap_or(0)
+    }
+
     /// Forget the KV cache (the next generation recomputes its whole prompt).
     pub fn reset_cache(&self) {
         if let Ok(mut inner) = self.inner.lock() {

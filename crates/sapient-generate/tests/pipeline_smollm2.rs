@@ -159,3 +159,19 @@ fn clear_errors() {
         Ok(_) => panic!("unknown model id must fail"),
     }
 }
+
+#[test]
+fn dropping_the_stream_stops_the_work() -> Result<()> {
+    // Its own pipeline so that the cache length is ours alone.
+    let p = Pipeline::load("smollm2-135m-instruct", PipelineOptions { max_seq_len: Some(1024), ..Default::default() }, |_| {})?;
+    let msgs = ask("Tell me a very long story about a dragon and a knight.");
+    let prompt_tokens = p.tokenizer().encode(&p.render_chat(&msgs)?, false)?.len();
+    let mut s = p.stream_chat(&msgs, &GenerationConfig::default().max_tokens(500));
+    let first = s.blocking_next();
+    assert!(first.is_some());
+    drop(s);
+    // cache_len waits for the worker: it must have stopped soon after the drop, far from 500.
+    let cached = p.cache_len();
+    assert!(cached >= prompt_tokens && cached < prompt_tokens + 40, "cached {cached}, prompt {prompt_tokens}");
+    Ok(())
+}
