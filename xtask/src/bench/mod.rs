@@ -5,6 +5,7 @@ use anyhow::Result;
 
 mod audio;
 mod llm;
+mod spec;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -18,11 +19,14 @@ pub enum Suite {
     Audio(audio::Args),
     /// LLM prefill/decode tokens/s, TTFT, peak RSS; `--vs-llamacpp DIR` runs llama-bench too.
     Llm(llm::Args),
+    /// Plain vs speculative vs prompt-lookup decoding (Qwen2.5-Coder 1.5B with the 0.5B draft).
+    Spec(spec::Args),
 }
 
 pub fn run(args: Args) -> Result<()> {
     match args.suite {
         Suite::Audio(a) => audio::run(a),
         Suite::Llm(a) => llm::run(a),
+        Suite::Spec(a) => spec::run(a),
     }
 }
