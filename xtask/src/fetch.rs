@@ -33,17 +33,7 @@ pub fn run(args: Args) -> Result<()> {
         return Ok(());
     }
     let names = if args.names.is_empty() { vec!["ci".to_string()] } else { args.names };
-    let mut ids: Vec<String> = Vec::new();
-    for n in &names {
-        match hub.registry().get(n) {
-            Ok(p) => ids.push(p.id.clone()),
-            Err(e) => match hub.registry().group(n) {
-                Ok(g) => ids.extend(g.iter().map(|p| p.id.clone())),
-                Err(_) => return Err(e.into()),
-            },
-        }
-    }
-    ids.dedup();
+    let ids = hub.registry().expand(&names)?;
     for id in ids {
         let mut bars: HashMap<String, ProgressBar> = HashMap::new();
         let style = ProgressStyle::with_template("{msg:48!} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}")?.progress_chars("=> ");

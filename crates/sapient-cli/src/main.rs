@@ -234,17 +234,7 @@ fn main() -> Result<()> {
         }
         Cmd::Pull { names } => {
             let hub = Hub::new()?;
-            let mut ids = Vec::new();
-            for n in &names {
-                match hub.registry().get(n) {
-                    Ok(p) => ids.push(p.id.clone()),
-                    Err(e) => match hub.registry().group(n) {
-                        Ok(g) => ids.extend(g.iter().map(|p| p.id.clone())),
-                        Err(_) => return Err(e.into()),
-                    },
-                }
-            }
-            for id in ids {
+            for id in hub.registry().expand(&names)? {
                 let mut bars = Bars::default();
                 let r = hub.fetch_preset(&id, &mut |p| bars.update(p))?;
                 bars.finish();

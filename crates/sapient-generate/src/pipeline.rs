@@ -387,21 +387,29 @@ impl Pipeline {
             logits = inner.model.forward(&[next], Logits::Last)?;
             inner.cached.push(next);
         }
-        if !matches!(finish, FinishReason::Stop | FinishReason::Cancelled) {
-            let tail = detok.finish()?.unwrap_or_default();
-            let out = stops.push(&tail);
-            let mut rest = out.emit;
-            if out.stopped {
-                finish = FinishReason::Stop;
-            } else {
-                rest.push_str(&stops.flush());
-            }
-            let _ = emit(&rest, &mut text);
-        }
+        let rest = flush_tail(&mut detok, &mut stops, &mut finish)?;
+        let _ = emit(&rest, &mut text);
         stats.generated_tokens = generated.len();
         stats.decode = t1.elapsed();
         Ok(Generation { text, tokens: generated, finish, stats })
     }
+}
+
+/// The text still held back at the end of a generation: an incomplete character in the
+/// detokenizer and a possible stop-string prefix. Nothing when it stopped or was cancelled.
+fn flush_tail(detok: &mut TokenStream, stops: &mut StopMatcher, finish: &mut FinishReason) -> Result<String> {
+    if matches!(finish, FinishReason::Stop | FinishReason::Cancelled) {
+        return Ok(String::new());
+    }
+    let tail = detok.finish()?.unwrap_or_default();
+    let out = stops.push(&tail);
+    let mut rest = out.emit;
+    if out.stopped {
+        *finish = FinishReason::Stop;
+    } else {
+        rest.push_str(&stops.flush());
+    }
+    Ok(rest)
 }
 
 /// Where speculative proposals come from.
@@ -574,18 +582,9 @@ impl Pipeline {
         if finish == FinishReason::MaxTokens && out.len() < max_tokens {
             finish = FinishReason::Eos;
         }
-        if !matches!(finish, FinishReason::Stop | FinishReason::Cancelled) {
-            let tail = detok.finish()?.unwrap_or_default();
-            let o = stops.push(&tail);
-            let mut rest = o.emit;
-            if o.stopped {
-                finish = FinishReason::Stop;
-            } else {
-                rest.push_str(&stops.flush());
-            }
-            text.push_str(&rest);
-            let _ = on_text(&rest);
-        }
+        let rest = flush_tail(&mut detok, &mut stops, &mut finish)?;
+        text.push_str(&rest);
+        let _ = on_text(&rest);
         let elapsed = t0.elapsed();
         let ttft = first.unwrap_or(elapsed);
         let gen = Generation {

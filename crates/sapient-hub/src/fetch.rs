@@ -246,15 +246,8 @@ impl Hub {
             return Err(Error::Hub("huggingface.co is not reachable".into()));
         }
         progress(Progress::Downloading { source: format!("hf:{}", h.repo), file: f.name.clone(), done: 0, total: Some(f.size) });
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Hub(e.to_string()))?;
+        let (rt, api) = hub_api()?;
         let path = rt.block_on(async {
-            let api = hf_hub::api::tokio::ApiBuilder::from_env()
-                .with_progress(false)
-                .build()
-                .map_err(|e| Error::Hub(e.to_string()))?;
             let repo = hf_hub::Repo::with_revision(h.repo.clone(), hf_hub::RepoType::Model, h.revision.clone());
             api.repo(repo).get(&h.file).await.map_err(|e| Error::Hub(format!("{}/{}: {e}", h.repo, h.file)))
         })?;
@@ -273,15 +266,8 @@ impl Hub {
                 "'{repo}' is not a preset and huggingface.co is not reachable (run `sapient models` for presets)"
             )));
         }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Hub(e.to_string()))?;
+        let (rt, api) = hub_api()?;
         rt.block_on(async {
-            let api = hf_hub::api::tokio::ApiBuilder::from_env()
-                .with_progress(false)
-                .build()
-                .map_err(|e| Error::Hub(e.to_string()))?;
             let r = api.model(repo.to_string());
             let info = r.info().await.map_err(|e| Error::Hub(format!("{repo}: {e}")))?;
             let names: Vec<String> = info.siblings.iter().map(|s| s.rfilename.clone()).collect();
@@ -555,6 +541,20 @@ fn hf_cache_lookup(h: &crate::HubSource) -> Option<PathBuf> {
         .filter_map(|e| e.ok())
         .map(|e| e.path().join(&h.file))
         .find(|p| p.is_file())
+}
+
+/// A runtime and a Hub client (the Hub is only reached from our blocking API).
+#[cfg(feature = "hub")]
+fn hub_api() -> Result<(tokio::runtime::Runtime, hf_hub::api::tokio::Api)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Hub(e.to_string()))?;
+    let api = hf_hub::api::tokio::ApiBuilder::from_env()
+        .with_progress(false)
+        .build()
+        .map_err(|e| Error::Hub(e.to_string()))?;
+    Ok((rt, api))
 }
 
 /// Quick check that the Hub's host resolves and accepts a connection (3 s at most), so an

@@ -166,6 +166,26 @@ impl Registry {
         Ok(v)
     }
 
+    /// Preset ids for a list of preset ids and group names, in order, without repeats.
+    pub fn expand(&self, names: &[String]) -> Result<Vec<String>> {
+        let mut ids: Vec<String> = Vec::new();
+        for n in names {
+            let found = match self.get(n) {
+                Ok(p) => vec![p.id.clone()],
+                Err(e) => match self.group(n) {
+                    Ok(g) => g.iter().map(|p| p.id.clone()).collect(),
+                    Err(_) => return Err(e),
+                },
+            };
+            for id in found {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        Ok(ids)
+    }
+
     pub fn groups(&self) -> Vec<String> {
         let mut g: Vec<String> = self.presets.iter().flat_map(|p| p.groups.clone()).collect();
         g.sort();

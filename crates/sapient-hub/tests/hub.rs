@@ -37,6 +37,12 @@ fn builtin_registry_is_complete() -> Result<()> {
     assert!(ci.contains(&"smollm2-135m-instruct".to_string()));
     assert!(!ci.iter().any(|i| i.starts_with("qwen2.5")), "CI stays small: {ci:?}");
     assert_eq!(r.group("all")?.len(), r.presets().len());
+    // Names and groups expand in order, without repeats; an unknown name is an error.
+    let ids = r.expand(&["silero-vad".into(), "ci".into()])?;
+    assert_eq!(ids[0], "silero-vad");
+    assert_eq!(ids.iter().filter(|i| *i == "silero-vad").count(), 1);
+    assert_eq!(ids.len(), ci.len());
+    assert!(r.expand(&["nope".into()]).is_err());
     Ok(())
 }
 
