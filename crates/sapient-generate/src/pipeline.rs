@@ -333,7 +333,18 @@ impl Pipeline {
             ..Default::default()
         };
         let t0 = Instant::now();
-        let mut logits = match inner.model.forward(&prompt[common..], Logits::Last) {
+        // The prompt goes in as one batch, except its last token, which is fed alone like every
+        // decode step: batches take the dense prefill GEMM and single rows the quantized kernel,
+        // so this keeps the sampled logits independent of how the prompt was split (prefix
+        // reuse, speculative decoding verify with the same kernels as plain decoding).
+        let last = prompt.len() - 1;
+        let prefill = (|| -> sapient_llama::Result<candle_core::Tensor> {
+            if last > common {
+                inner.model.forward(&prompt[common..last], Logits::Last)?;
+            }
+            inner.model.forward(&prompt[last..], Logits::Last)
+        })();
+        let mut logits = match prefill {
             Ok(l) => l,
             Err(e) => {
                 inner.model.clear_cache();

@@ -7,6 +7,14 @@ use candle_core::{DType, Device, Module, Tensor, D};
 use sapient_tensor::{Linear, Weight, WeightSource};
 use std::sync::Arc;
 
+/// Batches up to this many tokens attend row by row, as single-token decode steps do.
+const ROW_BY_ROW_MAX: usize = 16;
+
+/// No sliding window applies within `len` positions (the row-by-row path has no mask).
+fn window_free(window: Option<usize>, len: usize) -> bool {
+    window.is_none_or(|w| len <= w)
+}
+
 /// Whether `forward` returns logits for every new position or only the last one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Logits {
@@ -345,7 +353,11 @@ impl LlamaModel {
         .unsqueeze(0)?; // [1, seq, h]
         let cos = self.cos.narrow(0, start, seq)?;
         let sin = self.sin.narrow(0, start, seq)?;
-        let mask = self.mask(seq, start)?;
+        let mask = if seq <= ROW_BY_ROW_MAX && window_free(self.cfg.sliding_window, end) {
+            None
+        } else {
+            self.mask(seq, start)?
+        };
         let (nh, nkv, hd) = (self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim);
         let n_rep = nh / nkv;
         let eps = self.cfg.rms_norm_eps as f32;
@@ -373,21 +385,36 @@ impl LlamaModel {
             let cache = layer.cache.as_ref().ok_or(Error::Internal("kv cache not allocated"))?;
             cache.k.slice_set(&k, 2, start)?;
             cache.v.slice_set(&v, 2, start)?;
-            let k_all = cache.k.narrow(2, 0, end)?;
-            let v_all = cache.v.narrow(2, 0, end)?;
-            // Grouped-query attention without repeating K/V: the n_rep query heads that share
-            // a kv head are stacked along the sequence axis.
-            let qg = q.reshape((1, nkv, n_rep * seq, hd))?;
-            let mut att = (qg.matmul(&k_all.t()?)? * scale)?;
-            if let Some(m) = &mask {
-                att = att.broadcast_add(m)?;
-            }
-            let att = candle_nn::ops::softmax_last_dim(&att)?;
-            let y = att.matmul(&v_all)?; // [1, nkv, n_rep*seq, hd]
-            let y = y
-                .reshape((1, nh, seq, hd))?
-                .transpose(1, 2)?
-                .reshape((1, seq, nh * hd))?;
+            let y = if seq <= ROW_BY_ROW_MAX && window_free(self.cfg.sliding_window, end) {
+                // Short batches (decode, speculative verification, small follow-ups): each
+                // query row attends exactly as a single-token decode step would, so results do
+                // not depend on how tokens were batched (greedy speculative decoding then
+                // reproduces plain decoding bit for bit).
+                let mut rows = Vec::with_capacity(seq);
+                for i in 0..seq {
+                    let qi = q.narrow(2, i, 1)?.contiguous()?.reshape((1, nkv, n_rep, hd))?;
+                    let len = start + i + 1;
+                    let k_i = cache.k.narrow(2, 0, len)?;
+                    let v_i = cache.v.narrow(2, 0, len)?;
+                    let att = (qi.matmul(&k_i.t()?)? * scale)?;
+                    let att = candle_nn::ops::softmax_last_dim(&att)?;
+                    rows.push(att.matmul(&v_i)?.reshape((1, 1, nh * hd))?); // [1, 1, nh*hd]
+                }
+                Tensor::cat(&rows, 1)?
+            } else {
+                let k_all = cache.k.narrow(2, 0, end)?;
+                let v_all = cache.v.narrow(2, 0, end)?;
+                // Grouped-query attention without repeating K/V: the n_rep query heads that
+                // share a kv head are stacked along the sequence axis.
+                let qg = q.reshape((1, nkv, n_rep * seq, hd))?;
+                let mut att = (qg.matmul(&k_all.t()?)? * scale)?;
+                if let Some(m) = &mask {
+                    att = att.broadcast_add(m)?;
+                }
+                let att = candle_nn::ops::softmax_last_dim(&att)?;
+                let y = att.matmul(&v_all)?; // [1, nkv, n_rep*seq, hd]
+                y.reshape((1, nh, seq, hd))?.transpose(1, 2)?.reshape((1, seq, nh * hd))?
+            };
             let y = layer.o.forward(&y)?;
             x = (x + y)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;

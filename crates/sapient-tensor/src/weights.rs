@@ -208,6 +208,9 @@ pub fn open_weights(path: &Path) -> Result<Box<dyn WeightSource>> {
     }
 }
 
+/// Inputs with at least this many rows use a dequantized weight and the dense GEMM on the CPU.
+pub const DENSE_PREFILL_ROWS: usize = 32;
+
 /// A linear layer over a quantized or dense weight of shape `[out, in]`, with optional bias.
 #[derive(Debug, Clone)]
 pub struct Linear {
@@ -275,6 +278,15 @@ impl Module for Linear {
             QMatMul::Tensor(w) => {
                 // x: [.., in] @ w^T: [in, out]
                 let w = w.t()?;
+                match x.dims() {
+                    [b, s, i] => x.reshape((b * s, *i))?.matmul(&w)?.reshape((*b, *s, ()))?,
+                    _ => x.broadcast_matmul(&w)?,
+                }
+            }
+            QMatMul::QTensor(q) if x.device().is_cpu() && x.elem_count() / self.in_features.max(1) >= DENSE_PREFILL_ROWS => {
+                // Many rows at once (prefill): candle's quantized CPU matmul runs one row at a
+                // time, so dequantizing the weight once and using the f32 GEMM is ~10x faster.
+                let w = q.dequantize(x.device())?.t()?;
                 match x.dims() {
                     [b, s, i] => x.reshape((b * s, *i))?.matmul(&w)?.reshape((*b, *s, ()))?,
                     _ => x.broadcast_matmul(&w)?,
