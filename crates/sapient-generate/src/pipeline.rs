@@ -318,13 +318,7 @@ impl Pipeline {
             return Err(Error::PromptTooLong { tokens: prompt.len(), max });
         }
         // Reuse the longest cached prefix, keeping at least one token to feed.
-        let common = inner
-            .cached
-            .iter()
-            .zip(&prompt)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len() - 1);
+        let common = common_prefix(&inner.cached, &prompt).min(prompt.len() - 1);
         inner.model.truncate_cache(common);
         inner.cached.truncate(common);
         let mut stats = GenerationStats {
