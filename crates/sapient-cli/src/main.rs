@@ -74,6 +74,9 @@ struct GenOpts {
     /// cpu, cuda, cuda:N, metal, auto.
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Activation dtype: f32, bf16 or f16 (default: f32 on CPU, bf16 on CUDA).
+    #[arg(long)]
+    dtype: Option<String>,
     /// Cap on prompt + answer tokens.
     #[arg(long)]
     ctx: Option<usize>,
@@ -104,7 +107,14 @@ impl GenOpts {
 
     fn load(&self) -> Result<Pipeline> {
         let device: DeviceRequest = self.device.parse()?;
-        let opts = PipelineOptions { device, max_seq_len: self.ctx };
+        let dtype = match self.dtype.as_deref() {
+            None => None,
+            Some("f32") => Some(candle_core::DType::F32),
+            Some("bf16") => Some(candle_core::DType::BF16),
+            Some("f16") => Some(candle_core::DType::F16),
+            Some(other) => anyhow::bail!("unknown dtype '{other}' (f32, bf16, f16)"),
+        };
+        let opts = PipelineOptions { device, max_seq_len: self.ctx, dtype };
         let mut bars = Bars::default();
         let pipe = Pipeline::load(&self.model, opts, |p| bars.update(p))
             .with_context(|| format!("loading model '{}'", self.model))?;

@@ -16,6 +16,8 @@ pub struct PipelineOptions {
     /// Cap on prompt + generated tokens (and the KV cache). `None`: the model's context
     /// length, capped at 8192 to keep the cache small on a laptop.
     pub max_seq_len: Option<usize>,
+    /// Activation dtype; `None`: the device's default (f32 on CPU, bf16 on CUDA, f16 on Metal).
+    pub dtype: Option<candle_core::DType>,
 }
 
 /// What to generate.
@@ -184,13 +186,14 @@ impl Pipeline {
         };
         progress(Progress::Loading { progress: 0.0 });
         let device = opts.device.open()?;
+        let dtype = opts.dtype.unwrap_or_else(|| sapient_tensor::activation_dtype(&device));
         let (model, tokenizer, path, cfg) = match source {
             Source::Gguf(path) => {
                 let g = GgufFile::open(&path)?;
                 let cfg = LlamaConfig::from_gguf(&g)?;
                 let tokenizer = Tokenizer::from_gguf(&g)?;
                 let max = opts.max_seq_len.unwrap_or(cfg.max_position_embeddings.min(8192));
-                let model = LlamaModel::load(&g, &cfg, &device, Some(max))?;
+                let model = LlamaModel::load_with_dtype(&g, &cfg, &device, Some(max), dtype)?;
                 (model, tokenizer, path, cfg)
             }
             Source::HfDir(dir) => {
@@ -198,7 +201,7 @@ impl Pipeline {
                 let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
                 let src = sapient_tensor::open_weights(&dir)?;
                 let max = opts.max_seq_len.unwrap_or(cfg.max_position_embeddings.min(8192));
-                let model = LlamaModel::load(src.as_ref(), &cfg, &device, Some(max))?;
+                let model = LlamaModel::load_with_dtype(src.as_ref(), &cfg, &device, Some(max), dtype)?;
                 (model, tokenizer, dir, cfg)
             }
         };

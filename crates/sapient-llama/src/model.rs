@@ -174,7 +174,18 @@ impl LlamaModel {
         device: &Device,
         max_seq_len: Option<usize>,
     ) -> Result<Self> {
-        let dtype = sapient_tensor::activation_dtype(device);
+        Self::load_with_dtype(src, cfg, device, max_seq_len, sapient_tensor::activation_dtype(device))
+    }
+
+    /// Like [`Self::load`] with an explicit activation dtype (e.g. f32 on CUDA to compare
+    /// with the CPU path).
+    pub fn load_with_dtype(
+        src: &dyn WeightSource,
+        cfg: &LlamaConfig,
+        device: &Device,
+        max_seq_len: Option<usize>,
+        dtype: DType,
+    ) -> Result<Self> {
         let names = Names { layout: cfg.layout };
         let h = cfg.hidden_size;
         let q_out = cfg.num_heads * cfg.head_dim;
