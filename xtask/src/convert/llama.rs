@@ -54,7 +54,10 @@ fn hf_to_gguf_name(name: &str) -> Option<String> {
 /// llama.cpp's `permute` for Q/K rows (HF rotate-half -> interleaved pairs), or its inverse.
 fn permute_qk(w: &Tensor, n_head: usize, inverse: bool) -> Result<Tensor> {
     let dims = w.dims().to_vec();
-    let rows = dims[0];
+    let Some(&rows) = dims.first() else { bail!("Q/K projection is a scalar") };
+    if n_head == 0 || rows % (2 * n_head) != 0 {
+        bail!("Q/K projection with {rows} rows does not split into {n_head} heads of rotary pairs");
+    }
     let rest: usize = dims[1..].iter().product();
     let half = rows / n_head / 2;
     let t = if inverse {
@@ -205,10 +208,15 @@ fn tokenizer_metadata(dir: &Path, w: &mut GgufWriter, pre_hint: Option<&str>) ->
         .iter()
         .map(|m| match m {
             serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Array(p) => format!("{} {}", p[0].as_str().unwrap_or(""), p[1].as_str().unwrap_or("")),
+            serde_json::Value::Array(p) if p.len() == 2 => {
+                format!("{} {}", p[0].as_str().unwrap_or(""), p[1].as_str().unwrap_or(""))
+            }
             _ => String::new(),
         })
         .collect();
+    if let Some(i) = merges.iter().position(|m| m.split(' ').count() != 2) {
+        bail!("{}: merge {i} is not a pair of tokens", path.display());
+    }
     let pre = match pre_hint {
         Some(p) => p.to_string(),
         None => {
@@ -362,6 +370,31 @@ mod tests {
         assert!(gguf_to_hf_name("blk.x.attn_k.weight").is_none());
     }
 
+    #[test]
+    fn bad_input_is_a_clear_error() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let msg = |e: anyhow::Error| format!("{e:#}");
+        // Unknown types.
+        let e = msg(gguf_to_safetensors(&dir.path().join("x.gguf"), dir.path(), "q4").unwrap_err());
+        assert!(e.contains("unsupported dtype 'q4'"), "{e}");
+        let e = msg(safetensors_to_gguf(dir.path(), &dir.path().join("o.gguf"), "q3_k").unwrap_err());
+        assert!(e.contains("unsupported type 'q3_k'"), "{e}");
+        // A GGUF that is not a LLaMA-family LLM.
+        let g = dir.path().join("whisper.gguf");
+        let mut w = GgufWriter::new();
+        w.set("general.architecture", Value::String("whisper".into()));
+        w.write(&g)?;
+        let e = msg(gguf_to_safetensors(&g, &dir.path().join("hf"), "f32").unwrap_err());
+        assert!(e.contains("whisper"), "{e}");
+        // An HF directory without config.json.
+        let e = msg(safetensors_to_gguf(dir.path(), &dir.path().join("o.gguf"), "q8_0").unwrap_err());
+        assert!(e.contains("config.json"), "{e}");
+        // Q/K rows that do not split into heads.
+        let w = Tensor::zeros((10, 4), DType::F32, &Device::Cpu)?;
+        assert!(permute_qk(&w, 3, false).is_err());
+        Ok(())
+    }
+
     /// SmolLM2 GGUF -> safetensors (f32) -> GGUF Q8_0: tensors within Q8_0 error of the
     /// original, metadata the same, and the HF directory itself runs through the HF loading
     /// path (rotate-half RoPE on un-permuted weights) to the same greedy tokens as the GGUF.
@@ -398,6 +431,18 @@ mod tests {
                 _ => assert_eq!(va, vb, "{key}"),
             }
         }
+        // Q4_K: 576-wide rows are not whole 256-blocks and fall back to Q8_0; ffn_down
+        // (1536-wide rows) is Q4_K; norms stay F32; the token embedding is quantized.
+        use sapient_tensor::gguf::GgmlType;
+        let q4k = dir.path().join("smollm2.q4_k.gguf");
+        safetensors_to_gguf(&hf, &q4k, "q4_k")?;
+        let c = GgufFile::open(&q4k)?;
+        let ty = |n: &str| c.tensor_info(n).map(|t| t.ggml_type);
+        assert_eq!(ty("blk.0.ffn_down.weight"), Some(GgmlType::Q4_K));
+        assert_eq!(ty("blk.0.attn_q.weight"), Some(GgmlType::Q8_0));
+        assert_eq!(ty("token_embd.weight"), Some(GgmlType::Q8_0));
+        assert_eq!(ty("output_norm.weight"), Some(GgmlType::F32));
+        assert_eq!(c.get("general.file_type").and_then(|v| v.as_int()), Some(15));
         // Greedy tokens: the original GGUF vs the HF directory (f32 weights) agree while the
         // exact model's choices are clear; compare the first 8.
         let ids = [1u32, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198];
