@@ -1,6 +1,7 @@
-//! `RUSTC_BOOTSTRAP=1 cargo fuzz run gguf -s none -- -max_total_time=300` (stable toolchain;
-//! `-s none` skips sanitizers, which need nightly). Any panic is a bug: add the input as a
-//! case in crates/sapient-tensor/tests/gguf_corrupt.rs.
+//! `python3 fuzz/seeds.py` (seed corpus: one small GGUF per ggml type, every metadata type), then
+//! `RUSTC_BOOTSTRAP=1 cargo fuzz run gguf -s none -- -max_total_time=300 -max_len=8192`
+//! (stable toolchain; `-s none` skips sanitizers, which need nightly; overflow checks stay on).
+//! Any panic is a bug: add the input as a case in crates/sapient-tensor/tests/gguf_corrupt.rs.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 

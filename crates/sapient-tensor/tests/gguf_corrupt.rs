@@ -193,3 +193,65 @@ fn misaligned_buffers_load() {
     let a = g.tensor("norm", &Device::Cpu).unwrap();
     assert_eq!(a.dims(), &[3, 32]);
 }
+
+/// What the `gguf` fuzz target does with an input: parse, then read every tensor. Must not panic.
+fn read_everything(bytes: Vec<u8>) -> Result<(), Error> {
+    let g = GgufFile::from_bytes("fuzz.gguf", bytes)?;
+    for (_, v) in g.metadata_ordered() {
+        let _ = v.summary();
+    }
+    for t in g.tensors().to_vec() {
+        g.tensor_bytes(&t.name)?;
+        if let Ok(q) = g.qtensor(&t.name, &Device::Cpu) {
+            let _ = q.dequantize(&Device::Cpu);
+        }
+    }
+    Ok(())
+}
+
+/// One tensor, no metadata: `ne` in ggml order, type id, then `data_len` zero bytes of data.
+fn one_tensor(ne: &[u64], ty: u32, data_len: usize) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(b"GGUF");
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&1u64.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes());
+    b.extend_from_slice(&1u64.to_le_bytes());
+    b.push(b't');
+    b.extend_from_slice(&(ne.len() as u32).to_le_bytes());
+    for d in ne {
+        b.extend_from_slice(&d.to_le_bytes());
+    }
+    b.extend_from_slice(&ty.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes());
+    b.resize(b.len().div_ceil(32) * 32 + data_len, 0);
+    b
+}
+
+/// Found by `cargo fuzz` (crash-2c1f8dce...): a zero dimension made the element count 0 and
+/// passed our overflow check, while candle's product of the dimensions, taken in the other
+/// order, overflowed (a panic with overflow checks on, a wrong count without).
+#[test]
+fn fuzz_zero_dim_with_huge_dims_is_rejected() {
+    let crash: Vec<u8> = [
+        "4747554603000000010000000000000000000000000000000400000000000000",
+        "6700000004000000000000000000000000140000000000000067650000003000",
+        "0080000000000000090000000000000000000000000167616c6e6800002d0000",
+    ]
+    .concat()
+    .as_bytes()
+    .chunks(2)
+    .map(|h| u8::from_str_radix(std::str::from_utf8(h).unwrap(), 16).unwrap())
+    .collect();
+    assert_eq!(crash.len(), 96);
+    let e = read_everything(crash).expect_err("absurd dimensions");
+    assert!(e.to_string().contains("absurd dimensions"), "{e}");
+
+    let e = read_everything(one_tensor(&[0, 1 << 62, 1 << 62], 0, 0)).expect_err("absurd dimensions");
+    assert!(matches!(e, Error::Malformed { .. }) && e.to_string().contains("'t'"), "{e}");
+    // An empty tensor with sane dimensions is fine.
+    read_everything(one_tensor(&[32, 0], 8, 0)).unwrap();
+    let g = GgufFile::from_bytes("empty.gguf", one_tensor(&[32, 0, 4], 8, 0)).unwrap();
+    assert_eq!(g.tensors()[0].shape, vec![4, 0, 32]);
+    assert_eq!(g.tensor_bytes("t").unwrap().len(), 0);
+}

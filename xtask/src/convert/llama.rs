@@ -146,6 +146,10 @@ pub fn gguf_to_safetensors(input: &Path, out_dir: &Path, dtype: &str) -> Result<
         "chat_template": g.get("tokenizer.chat_template").and_then(|v| v.as_str()),
     });
     std::fs::write(out_dir.join("tokenizer_config.json"), serde_json::to_string_pretty(&tc)?)?;
+    // safetensors writes through a private temporary file (mode 0600): give the weights the
+    // same permissions as the other files (the umask's).
+    let perm = std::fs::metadata(out_dir.join("config.json"))?.permissions();
+    std::fs::set_permissions(out_dir.join("model.safetensors"), perm)?;
     Ok(n)
 }
 

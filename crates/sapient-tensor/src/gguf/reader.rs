@@ -280,11 +280,14 @@ impl GgufFile {
                 tensor: name.clone(),
                 id: tid,
             })?;
-            let n_elem = ne
-                .iter()
+            // Bound the product of the non-zero dimensions: with a zero among them the element
+            // count is 0, but a product taken in another order (candle's) would still overflow.
+            ne.iter()
+                .filter(|&&d| d != 0)
                 .try_fold(1u64, |acc, &d| acc.checked_mul(d))
                 .filter(|&n| n <= (1u64 << 40))
                 .ok_or_else(|| c.malformed(format!("tensor '{name}' has absurd dimensions {ne:?}")))?;
+            let n_elem: u64 = ne.iter().product();
             if ne[0] % ggml_type.block_layout().0 as u64 != 0 {
                 return Err(c.malformed(format!(
                     "tensor '{name}': row length {} is not a multiple of the {ggml_type} block size {}",
