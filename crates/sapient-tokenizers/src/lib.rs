@@ -18,6 +18,8 @@ pub enum Error {
     Load { path: PathBuf, what: String },
     #[error("{path}: unsupported tokenizer model '{model}' (supported: gpt2 byte-level BPE, llama SentencePiece)")]
     UnsupportedModel { path: PathBuf, model: String },
+    #[error("{path}: unsupported pre-tokenizer '{pre}' (tokenizer.ggml.pre)")]
+    UnsupportedPreTokenizer { path: PathBuf, pre: String },
     #[error("{path}: tokenizer metadata: {what}")]
     Metadata { path: PathBuf, what: String },
     #[error("tokenizer: {0}")]
