@@ -18,7 +18,9 @@ use tokenizers::normalizers::{Prepend, Replace};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
+use tokenizers::{
+    AddedToken, DecoderWrapper, NormalizerWrapper, PreTokenizerWrapper, SplitDelimiterBehavior,
+};
 
 pub(crate) struct Built {
     pub tokenizer: tokenizers::Tokenizer,
@@ -39,13 +41,19 @@ const CONTRACTIONS: &str = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'
 const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
 
 fn llama3() -> String {
-    format!(r"{CONTRACTIONS}|[^\r\n\p{{L}}\p{{N}}]?\p{{L}}+|\p{{N}}{{1,3}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    format!(
+        r"{CONTRACTIONS}|[^\r\n\p{{L}}\p{{N}}]?\p{{L}}+|\p{{N}}{{1,3}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    )
 }
 fn qwen2() -> String {
-    format!(r"{CONTRACTIONS}|[^\r\n\p{{L}}\p{{N}}]?\p{{L}}+|\p{{N}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    format!(
+        r"{CONTRACTIONS}|[^\r\n\p{{L}}\p{{N}}]?\p{{L}}+|\p{{N}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    )
 }
 fn qwen35() -> String {
-    format!(r"{CONTRACTIONS}|[^\r\n\p{{L}}\p{{N}}]?[\p{{L}}\p{{M}}]+|\p{{N}}| ?[^\s\p{{L}}\p{{M}}\p{{N}}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    format!(
+        r"{CONTRACTIONS}|[^\r\n\p{{L}}\p{{N}}]?[\p{{L}}\p{{M}}]+|\p{{N}}| ?[^\s\p{{L}}\p{{M}}\p{{N}}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    )
 }
 fn gpt4o() -> String {
     format!(
@@ -56,7 +64,8 @@ const TEKKEN: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}
 // Character classes copied from llama.cpp as escapes (the literal characters would be
 // changed by Unicode normalization in editors).
 const DEEPSEEK_LLM_LETTERS: &str = "\\s?[A-Za-z\u{b5}\u{c0}-\u{d6}\u{d8}-\u{f6}\u{f8}-\u{1ba}\u{1bc}-\u{1bf}\u{1c4}-\u{293}\u{295}-\u{2af}\u{370}-\u{373}\u{376}\u{377}\u{37b}-\u{37d}\u{37f}\u{386}\u{388}-\u{38a}\u{38c}\u{38e}-\u{3a1}\u{3a3}-\u{3f5}\u{3f7}-\u{481}\u{48a}-\u{52f}\u{531}-\u{556}\u{10a0}-\u{10c5}\u{13a0}-\u{13f5}\u{13f8}-\u{13fd}\u{1c90}-\u{1cba}\u{1cbd}-\u{1cbf}\u{1d00}-\u{1d2b}\u{1d6b}-\u{1d77}\u{1d79}-\u{1d9a}\u{1e00}-\u{1f15}\u{1f18}-\u{1f1d}\u{1f20}-\u{1f45}\u{1f48}-\u{1f4d}\u{1f50}-\u{1f57}\u{1f59}\u{1f5b}\u{1f5d}\u{1f5f}-\u{1f7d}\u{1f80}-\u{1fb4}\u{1fb6}-\u{1fbc}\u{1fbe}\u{1fc2}-\u{1fc4}\u{1fc6}-\u{1fcc}\u{1fd0}-\u{1fd3}\u{1fd6}-\u{1fdb}\u{1fe0}-\u{1fec}\u{1ff2}-\u{1ff4}\u{1ff6}-\u{1ffc}\u{2102}\u{2107}\u{210a}-\u{2113}\u{2115}\u{2119}-\u{211d}\u{2124}\u{2126}\u{2128}\u{212a}-\u{212d}\u{212f}-\u{2134}\u{2139}\u{213c}-\u{213f}\u{2145}-\u{2149}\u{214e}\u{2183}\u{2184}\u{2c00}-\u{2c7b}\u{2c7e}-\u{2ce4}\u{2ceb}-\u{2cee}\u{2cf2}\u{2cf3}\u{a640}-\u{a66d}\u{a680}-\u{a69b}\u{a722}-\u{a76f}\u{a771}-\u{a787}\u{a78b}-\u{a78e}\u{ab70}-\u{abbf}\u{fb00}-\u{fb06}\u{fb13}-\u{fb17}\u{ff21}-\u{ff3a}\u{ff41}-\u{ff5a}\u{10400}-\u{1044f}\u{104b0}-\u{104d3}\u{104d8}-\u{104fb}\u{10c80}-\u{10cb2}\u{10cc0}-\u{10cf2}\u{118a0}-\u{118df}\u{1e900}-\u{1e943}]+";
-const DEEPSEEK_PUNCT: &str = "\\s?[!-/:-~\u{ff01}-\u{ff0f}\u{ff1a}-\u{ff5e}\u{2018}-\u{201f}\u{3000}-\u{3002}]+";
+const DEEPSEEK_PUNCT: &str =
+    "\\s?[!-/:-~\u{ff01}-\u{ff0f}\u{ff1a}-\u{ff5e}\u{2018}-\u{201f}\u{3000}-\u{3002}]+";
 const CJK_HANGUL: &str = "[\u{4e00}-\u{9fa5}\u{800}-\u{4e00}\u{ac00}-\u{d7ff}]+";
 const CJK_KANA: &str = "[\u{4e00}-\u{9fa5}\u{3040}-\u{309f}\u{30a0}-\u{30ff}]+";
 const PORO: &str = " ?[^(\\s|.,!?\u{2026}\u{3002}\u{ff0c}\u{3001}\u{964}\u{6d4}\u{60c})]+";
@@ -117,15 +126,24 @@ fn pre_tokenizer_spec(pre: &str) -> Option<PreTokenizerSpec> {
         ),
         _ => return None,
     };
-    Some(PreTokenizerSpec { regexes, ignore_merges, add_bos })
+    Some(PreTokenizerSpec {
+        regexes,
+        ignore_merges,
+        add_bos,
+    })
 }
 
 fn meta_err(g: &GgufFile, what: impl Into<String>) -> Error {
-    Error::Metadata { path: g.path().to_path_buf(), what: what.into() }
+    Error::Metadata {
+        path: g.path().to_path_buf(),
+        what: what.into(),
+    }
 }
 
 fn opt_id(g: &GgufFile, key: &str) -> Option<u32> {
-    g.get(key).and_then(|v| v.as_int()).and_then(|i| u32::try_from(i).ok())
+    g.get(key)
+        .and_then(|v| v.as_int())
+        .and_then(|i| u32::try_from(i).ok())
 }
 
 fn opt_bool(g: &GgufFile, key: &str) -> Option<bool> {
@@ -137,9 +155,13 @@ fn opt_bool(g: &GgufFile, key: &str) -> Option<bool> {
 }
 
 fn split(g: &GgufFile, pattern: &str) -> Result<PreTokenizerWrapper> {
-    Split::new(SplitPattern::Regex(pattern.to_string()), SplitDelimiterBehavior::Isolated, false)
-        .map(PreTokenizerWrapper::Split)
-        .map_err(|e| meta_err(g, format!("pre-tokenizer regex {pattern:?}: {e}")))
+    Split::new(
+        SplitPattern::Regex(pattern.to_string()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map(PreTokenizerWrapper::Split)
+    .map_err(|e| meta_err(g, format!("pre-tokenizer regex {pattern:?}: {e}")))
 }
 
 /// Token string → id (the first id when a string repeats).
@@ -173,7 +195,8 @@ fn build_gpt2(g: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenizer, b
             .map(|(p, _)| p)
             .ok_or_else(|| meta_err(g, format!("merge {i} ({m:?}) is not two tokens")))?;
         let (a, b) = (&m[..pos], &m[pos + 1..]);
-        if vocab.contains_key(a) && vocab.contains_key(b) && vocab.contains_key(&format!("{a}{b}")) {
+        if vocab.contains_key(a) && vocab.contains_key(b) && vocab.contains_key(&format!("{a}{b}"))
+        {
             pairs.push((a.to_string(), b.to_string()));
         } else {
             dropped += 1;
@@ -182,7 +205,10 @@ fn build_gpt2(g: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenizer, b
     if dropped > 0 {
         tracing::warn!(file = %g.path().display(), "{dropped} merges name tokens outside the vocabulary; ignored");
     }
-    let pre = g.get("tokenizer.ggml.pre").and_then(|v| v.as_str()).unwrap_or("default");
+    let pre = g
+        .get("tokenizer.ggml.pre")
+        .and_then(|v| v.as_str())
+        .unwrap_or("default");
     let spec = pre_tokenizer_spec(pre).ok_or_else(|| Error::UnsupportedPreTokenizer {
         path: g.path().to_path_buf(),
         pre: pre.to_string(),
@@ -198,7 +224,9 @@ fn build_gpt2(g: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenizer, b
         steps.push(split(g, r)?);
     }
     // Bytes to GPT-2's printable characters, no further splitting.
-    steps.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, false)));
+    steps.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
+        false, false, false,
+    )));
     t.with_pre_tokenizer(Some(PreTokenizerWrapper::Sequence(Sequence::new(steps))));
     t.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevelDecoder::default())));
     Ok((t, spec.add_bos))
@@ -207,7 +235,11 @@ fn build_gpt2(g: &GgufFile, tokens: &[&str]) -> Result<(tokenizers::Tokenizer, b
 /// SentencePiece BPE merges from the scores: every split of a token into two tokens is a
 /// merge, ranked by the score of the merged token (highest first), the way HF converts
 /// Llama's `tokenizer.model` and the way llama.cpp's SPM tokenizer picks pairs.
-pub(crate) fn spm_merges(tokens: &[&str], scores: &[f32], vocab: &HashMap<String, u32>) -> Vec<(String, String)> {
+pub(crate) fn spm_merges(
+    tokens: &[&str],
+    scores: &[f32],
+    vocab: &HashMap<String, u32>,
+) -> Vec<(String, String)> {
     let mut merges: Vec<(f32, u32, u32, u32)> = Vec::new();
     for (id, tok) in tokens.iter().enumerate() {
         if vocab.get(*tok) != Some(&(id as u32)) {
@@ -226,7 +258,12 @@ pub(crate) fn spm_merges(tokens: &[&str], scores: &[f32], vocab: &HashMap<String
     merges.sort_by(|a, b| b.0.total_cmp(&a.0));
     merges
         .into_iter()
-        .map(|(_, _, l, r)| (tokens[l as usize].to_string(), tokens[r as usize].to_string()))
+        .map(|(_, _, l, r)| {
+            (
+                tokens[l as usize].to_string(),
+                tokens[r as usize].to_string(),
+            )
+        })
         .collect()
 }
 
@@ -241,7 +278,10 @@ fn build_spm(g: &GgufFile, tokens: &[&str]) -> Result<tokenizers::Tokenizer> {
         None => (0..tokens.len()).map(|i| -(i as f32)).collect(),
     };
     if scores.len() != tokens.len() {
-        return Err(meta_err(g, format!("{} scores for {} tokens", scores.len(), tokens.len())));
+        return Err(meta_err(
+            g,
+            format!("{} scores for {} tokens", scores.len(), tokens.len()),
+        ));
     }
     let vocab = vocab_map(g, tokens);
     let merges = spm_merges(tokens, &scores, &vocab);
@@ -256,18 +296,26 @@ fn build_spm(g: &GgufFile, tokens: &[&str]) -> Result<tokenizers::Tokenizer> {
     if let Some(unk) = unk {
         builder = builder.unk_token(unk);
     }
-    let bpe = builder.build().map_err(|e| meta_err(g, format!("SentencePiece BPE: {e}")))?;
+    let bpe = builder
+        .build()
+        .map_err(|e| meta_err(g, format!("SentencePiece BPE: {e}")))?;
     let mut t = tokenizers::Tokenizer::new(bpe);
     let add_space = opt_bool(g, "tokenizer.ggml.add_space_prefix").unwrap_or(true);
     let mut norms = Vec::new();
     if add_space {
         norms.push(NormalizerWrapper::Prepend(Prepend::new("\u{2581}".into())));
     }
-    norms.push(NormalizerWrapper::Replace(Replace::new(" ", "\u{2581}").map_err(|e| meta_err(g, e.to_string()))?));
-    t.with_normalizer(Some(NormalizerWrapper::Sequence(tokenizers::normalizers::Sequence::new(norms))))
-        .map_err(|e| meta_err(g, e.to_string()))?;
+    norms.push(NormalizerWrapper::Replace(
+        Replace::new(" ", "\u{2581}").map_err(|e| meta_err(g, e.to_string()))?,
+    ));
+    t.with_normalizer(Some(NormalizerWrapper::Sequence(
+        tokenizers::normalizers::Sequence::new(norms),
+    )))
+    .map_err(|e| meta_err(g, e.to_string()))?;
     let mut decs = vec![
-        DecoderWrapper::Replace(Replace::new("\u{2581}", " ").map_err(|e| meta_err(g, e.to_string()))?),
+        DecoderWrapper::Replace(
+            Replace::new("\u{2581}", " ").map_err(|e| meta_err(g, e.to_string()))?,
+        ),
         DecoderWrapper::ByteFallback(ByteFallback::new()),
         DecoderWrapper::Fuse(Fuse::new()),
     ];
@@ -294,7 +342,10 @@ pub(crate) fn build(g: &GgufFile) -> Result<Built> {
         None => vec![1; tokens.len()],
     };
     if types.len() != tokens.len() {
-        return Err(meta_err(g, format!("{} token types for {} tokens", types.len(), tokens.len())));
+        return Err(meta_err(
+            g,
+            format!("{} token types for {} tokens", types.len(), tokens.len()),
+        ));
     }
     let find = |s: &str| tokens.iter().position(|t| *t == s).map(|i| i as u32);
     let mut bos = opt_id(g, "tokenizer.ggml.bos_token_id");
@@ -302,7 +353,13 @@ pub(crate) fn build(g: &GgufFile) -> Result<Built> {
     for (name, id) in [("bos", bos), ("eos", eos)] {
         if let Some(id) = id {
             if id as usize >= tokens.len() {
-                return Err(meta_err(g, format!("{name} token id {id} is outside the vocabulary of {}", tokens.len())));
+                return Err(meta_err(
+                    g,
+                    format!(
+                        "{name} token id {id} is outside the vocabulary of {}",
+                        tokens.len()
+                    ),
+                ));
             }
         }
     }
@@ -318,7 +375,10 @@ pub(crate) fn build(g: &GgufFile) -> Result<Built> {
             (build_spm(g, &tokens)?, false, true)
         }
         other => {
-            return Err(Error::UnsupportedModel { path: g.path().to_path_buf(), model: other.to_string() });
+            return Err(Error::UnsupportedModel {
+                path: g.path().to_path_buf(),
+                model: other.to_string(),
+            });
         }
     };
     // Control tokens are special (skipped by `decode(.., true)`); user-defined ones are
@@ -328,12 +388,24 @@ pub(crate) fn build(g: &GgufFile) -> Result<Built> {
     for (t, &ty) in tokens.iter().zip(&types) {
         match ty {
             TYPE_CONTROL => specials.push(AddedToken::from(t.to_string(), true)),
-            TYPE_USER_DEFINED => added.push(AddedToken::from(t.to_string(), false).normalized(false)),
+            TYPE_USER_DEFINED => {
+                added.push(AddedToken::from(t.to_string(), false).normalized(false))
+            }
             _ => {}
         }
     }
-    tokenizer.add_special_tokens(specials).map_err(|e| meta_err(g, e.to_string()))?;
-    tokenizer.add_tokens(added).map_err(|e| meta_err(g, e.to_string()))?;
+    tokenizer
+        .add_special_tokens(specials)
+        .map_err(|e| meta_err(g, e.to_string()))?;
+    tokenizer
+        .add_tokens(added)
+        .map_err(|e| meta_err(g, e.to_string()))?;
     let add_bos = opt_bool(g, "tokenizer.ggml.add_bos_token").unwrap_or(default_add_bos);
-    Ok(Built { tokenizer, bos, eos, add_bos, byte_level })
+    Ok(Built {
+        tokenizer,
+        bos,
+        eos,
+        add_bos,
+        byte_level,
+    })
 }

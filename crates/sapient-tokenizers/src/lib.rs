@@ -1,5 +1,18 @@
 //! `sapient-tokenizers`: tokenizers from `tokenizer.json` or GGUF metadata, chat templates,
 //! a streaming detokenizer and stop-sequence matching.
+//!
+//! ```no_run
+//! use sapient_tokenizers::{Message, RenderOptions, Tokenizer};
+//! let g = sapient_tensor::GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! let tok = Tokenizer::from_gguf(&g)?;
+//! let prompt = tok
+//!     .chat_template()
+//!     .expect("the GGUF has a chat template")
+//!     .render(&[Message::user("What is the capital of France?")], &RenderOptions::default())?;
+//! let ids = tok.encode(&prompt, true)?;
+//! assert_eq!(tok.decode(&ids, false)?, prompt);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod gguf;
 mod stream;
@@ -14,16 +27,22 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// A tokenizer file could not be read or parsed.
     #[error("{path}: {what}")]
     Load { path: PathBuf, what: String },
     #[error("{path}: unsupported tokenizer model '{model}' (supported: gpt2 byte-level BPE, llama SentencePiece)")]
     UnsupportedModel { path: PathBuf, model: String },
     #[error("{path}: unsupported pre-tokenizer '{pre}' (tokenizer.ggml.pre)")]
     UnsupportedPreTokenizer { path: PathBuf, pre: String },
+    /// GGUF `tokenizer.ggml.*` metadata that is missing pieces or inconsistent.
     #[error("{path}: tokenizer metadata: {what}")]
     Metadata { path: PathBuf, what: String },
+    #[error("token id {id} is outside the vocabulary of {vocab_size}")]
+    UnknownId { id: u32, vocab_size: usize },
+    /// Encoding or decoding failed inside the tokenizer.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// A chat template that does not compile, or that failed (or raised) while rendering.
     #[error("chat template: {0}")]
     Template(String),
     #[error(transparent)]
@@ -42,7 +61,7 @@ struct Meta {
     byte_level: bool,
 }
 
-/// A tokenizer with its special tokens and chat template. Cheap to clone.
+/// A tokenizer with its special tokens and chat template. Cheap to clone (shared inside).
 #[derive(Clone, Debug)]
 pub struct Tokenizer {
     inner: Arc<tokenizers::Tokenizer>,
@@ -53,50 +72,109 @@ fn tk_err(e: impl std::fmt::Display) -> Error {
     Error::Tokenizer(e.to_string())
 }
 
-/// Names of end-of-turn tokens that stop generation when the vocabulary has them as special tokens.
-const EOT_NAMES: &[&str] = &["<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<|end|>", "</s>", "<end_of_turn>"];
+/// End-of-turn tokens that also end a generation when the vocabulary has them as special tokens.
+const EOT_NAMES: &[&str] = &[
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<end_of_turn>",
+    "<|END_OF_TURN_TOKEN|>",
+    "</s>",
+];
+
+fn read_json(path: &Path) -> Result<Option<serde_json::Value>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => serde_json::from_str(&s).map(Some).map_err(|e| Error::Load {
+            path: path.to_path_buf(),
+            what: e.to_string(),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::Load {
+            path: path.to_path_buf(),
+            what: e.to_string(),
+        }),
+    }
+}
+
+/// `"<s>"` or `{"content": "<s>", ...}` as tokenizer_config.json writes special tokens.
+fn config_token(config: &serde_json::Value, key: &str) -> Option<String> {
+    match config.get(key)? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(o) => o.get("content")?.as_str().map(String::from),
+        _ => None,
+    }
+}
+
+/// The chat template of a tokenizer_config.json: a string, or a list of named templates
+/// (the "default" one is used).
+fn config_template(config: &serde_json::Value) -> Option<String> {
+    match config.get("chat_template")? {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(list) => list
+            .iter()
+            .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+            .or(list.first())
+            .and_then(|t| t.get("template"))
+            .and_then(|t| t.as_str())
+            .map(String::from),
+        _ => None,
+    }
+}
+
+fn push_unique(ids: &mut Vec<u32>, id: u32) {
+    if !ids.contains(&id) {
+        ids.push(id);
+    }
+}
 
 impl Tokenizer {
-    /// Load an HF `tokenizer.json`; `tokenizer_config.json` and `chat_template.jinja` beside it
-    /// supply the special tokens and the chat template when present.
+    /// Load an HF `tokenizer.json`. Files beside it are used when present:
+    /// `tokenizer_config.json` (bos/eos tokens, `add_bos_token`, `chat_template`),
+    /// `special_tokens_map.json` (bos/eos when the config lacks them), `chat_template.jinja`
+    /// (takes precedence over the config's template) and `generation_config.json`
+    /// (`eos_token_id`, one id or a list, joins [`Tokenizer::eos_token_ids`]).
     pub fn from_file(tokenizer_json: &Path) -> Result<Self> {
         let inner = tokenizers::Tokenizer::from_file(tokenizer_json).map_err(|e| Error::Load {
             path: tokenizer_json.to_path_buf(),
             what: e.to_string(),
         })?;
         let dir = tokenizer_json.parent().unwrap_or(Path::new("."));
-        let config: serde_json::Value = match std::fs::read_to_string(dir.join("tokenizer_config.json")) {
-            Ok(s) => serde_json::from_str(&s).map_err(|e| Error::Load {
-                path: dir.join("tokenizer_config.json"),
-                what: e.to_string(),
-            })?,
-            Err(_) => serde_json::Value::Null,
-        };
-        let token_str = |key: &str| -> Option<String> {
-            match config.get(key)? {
-                serde_json::Value::String(s) => Some(s.clone()),
-                serde_json::Value::Object(o) => o.get("content")?.as_str().map(String::from),
-                _ => None,
-            }
-        };
+        let config =
+            read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(serde_json::Value::Null);
+        let special_map =
+            read_json(&dir.join("special_tokens_map.json"))?.unwrap_or(serde_json::Value::Null);
+        let token =
+            |key: &str| config_token(&config, key).or_else(|| config_token(&special_map, key));
         let lookup = |s: Option<String>| s.and_then(|s| inner.token_to_id(&s).map(|id| (id, s)));
-        let bos = lookup(token_str("bos_token"));
-        let eos = lookup(token_str("eos_token"));
-        let add_bos = config.get("add_bos_token").and_then(|v| v.as_bool()).unwrap_or(false);
-        let mut template_src = match config.get("chat_template") {
-            Some(serde_json::Value::String(s)) => Some(s.clone()),
-            // A list of named templates: take "default".
-            Some(serde_json::Value::Array(list)) => list
-                .iter()
-                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
-                .or(list.first())
-                .and_then(|t| t.get("template"))
-                .and_then(|t| t.as_str())
-                .map(String::from),
-            _ => None,
+        let bos = lookup(token("bos_token"));
+        let eos = lookup(token("eos_token"));
+        // Without `add_bos_token`, the BOS is added when the tokenizer's own post-processor adds
+        // it (Llama 3's tokenizer.json does).
+        let add_bos = match config.get("add_bos_token").and_then(|v| v.as_bool()) {
+            Some(b) => b,
+            None => match &bos {
+                Some((id, _)) => inner
+                    .encode("", true)
+                    .map(|e| e.get_ids().first() == Some(id))
+                    .unwrap_or(false),
+                None => false,
+            },
         };
-        if let Ok(s) = std::fs::read_to_string(dir.join("chat_template.jinja")) {
-            template_src = Some(s);
+        let mut template_src = config_template(&config);
+        match std::fs::read_to_string(dir.join("chat_template.jinja")) {
+            Ok(s) => template_src = Some(s),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(Error::Load {
+                    path: dir.join("chat_template.jinja"),
+                    what: e.to_string(),
+                })
+            }
         }
         let template = match template_src {
             Some(src) => Some(ChatTemplate::new(
@@ -106,37 +184,66 @@ impl Tokenizer {
             )?),
             None => None,
         };
-        let byte_level = matches!(
-            inner.get_decoder(),
-            Some(tokenizers::DecoderWrapper::ByteLevel(_))
-        );
+        // Byte-level BPE when the decoder maps GPT-2's characters back to bytes.
+        let byte_level = inner
+            .get_decoder()
+            .and_then(|d| serde_json::to_string(d).ok())
+            .is_some_and(|s| s.contains("\"ByteLevel\""));
         let mut eos_ids: Vec<u32> = eos.iter().map(|e| e.0).collect();
+        if let Some(gen) = read_json(&dir.join("generation_config.json"))? {
+            let ids: Vec<u64> = match gen.get("eos_token_id") {
+                Some(serde_json::Value::Number(n)) => n.as_u64().into_iter().collect(),
+                Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).collect(),
+                _ => Vec::new(),
+            };
+            let n = inner.get_vocab_size(true) as u64;
+            for id in ids.into_iter().filter(|&i| i < n) {
+                push_unique(&mut eos_ids, id as u32);
+            }
+        }
         push_eot_names(&inner, &mut eos_ids);
         Ok(Self {
             inner: Arc::new(inner),
-            meta: Arc::new(Meta { bos, eos, eos_ids, add_bos, template, byte_level }),
+            meta: Arc::new(Meta {
+                bos,
+                eos,
+                eos_ids,
+                add_bos,
+                template,
+                byte_level,
+            }),
         })
     }
 
-    /// Build the tokenizer from GGUF `tokenizer.ggml.*` metadata.
+    /// Build the tokenizer from GGUF `tokenizer.ggml.*` metadata: `gpt2` (byte-level BPE with
+    /// the pre-tokenizer named by `tokenizer.ggml.pre`) or `llama` (SentencePiece BPE with
+    /// byte fallback, from `scores` and `token_type`). Special tokens: `bos/eos/eot/eom_token_id`;
+    /// the chat template: `tokenizer.chat_template`.
     pub fn from_gguf(g: &sapient_tensor::GgufFile) -> Result<Self> {
         let built = gguf::build(g)?;
         let tok = |id: Option<u32>| id.and_then(|i| built.tokenizer.id_to_token(i).map(|s| (i, s)));
         let bos = tok(built.bos);
         let eos = tok(built.eos);
-        let template = match g.get("tokenizer.chat_template").and_then(|v| v.as_str()) {
-            Some(src) => Some(ChatTemplate::new(
-                src,
-                bos.as_ref().map(|b| b.1.as_str()),
-                eos.as_ref().map(|e| e.1.as_str()),
-            )?),
+        let template = match g.get("tokenizer.chat_template") {
+            Some(v) => {
+                let src = v.as_str().ok_or_else(|| Error::Metadata {
+                    path: g.path().to_path_buf(),
+                    what: "tokenizer.chat_template is not a string".into(),
+                })?;
+                Some(ChatTemplate::new(
+                    src,
+                    bos.as_ref().map(|b| b.1.as_str()),
+                    eos.as_ref().map(|e| e.1.as_str()),
+                )?)
+            }
             None => None,
         };
         let mut eos_ids: Vec<u32> = eos.iter().map(|e| e.0).collect();
+        let n = built.tokenizer.get_vocab_size(true);
         for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
             if let Some(id) = g.get(key).and_then(|v| v.as_int()) {
-                if !eos_ids.contains(&(id as u32)) {
-                    eos_ids.push(id as u32);
+                if id >= 0 && (id as usize) < n {
+                    push_unique(&mut eos_ids, id as u32);
                 }
             }
         }
@@ -155,7 +262,8 @@ impl Tokenizer {
     }
 
     /// Encode text. Special tokens written in the text (`<|im_start|>`) become their ids.
-    /// With `add_special_tokens`, the BOS token is prepended when the model asks for it.
+    /// With `add_special_tokens`, the BOS token is prepended when the model asks for it
+    /// ([`Tokenizer::add_bos`]).
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
         let enc = self.inner.encode(text, false).map_err(tk_err)?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
@@ -168,13 +276,21 @@ impl Tokenizer {
         Ok(ids)
     }
 
+    /// Decode ids to text; ids outside the vocabulary are an error.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
-        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= self.vocab_size()) {
-            return Err(Error::Tokenizer(format!("token id {bad} is outside the vocabulary of {}", self.vocab_size())));
-        }
+        self.check_ids(ids)?;
         self.inner.decode(ids, skip_special_tokens).map_err(tk_err)
     }
 
+    pub(crate) fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        let vocab_size = self.vocab_size();
+        match ids.iter().find(|&&i| i as usize >= vocab_size) {
+            Some(&id) => Err(Error::UnknownId { id, vocab_size }),
+            None => Ok(()),
+        }
+    }
+
+    /// Number of ids, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
@@ -193,10 +309,13 @@ impl Tokenizer {
     pub fn eos_token(&self) -> Option<&str> {
         self.meta.eos.as_ref().map(|b| b.1.as_str())
     }
-    /// Tokens that end a generation: the EOS token and the end-of-turn tokens the model uses.
+    /// Tokens that end a generation: the EOS token, GGUF `eot`/`eom` tokens,
+    /// generation_config.json's `eos_token_id`s and the end-of-turn special tokens the
+    /// vocabulary has (`<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, ...). The EOS token first.
     pub fn eos_token_ids(&self) -> &[u32] {
         &self.meta.eos_ids
     }
+    /// Whether encoding with special tokens prepends BOS (GGUF `tokenizer.ggml.add_bos_token`).
     pub fn add_bos(&self) -> bool {
         self.meta.add_bos
     }
@@ -207,17 +326,25 @@ impl Tokenizer {
         &self.inner
     }
 
-    /// The bytes each token id stands for (byte-level tokens mapped back to raw bytes,
-    /// SentencePiece `▁` to a space, `<0xNN>` byte tokens to their byte). Special tokens give
-    /// their text.
+    /// The bytes each token id stands for, indexed by id: byte-level tokens mapped back to raw
+    /// bytes, SentencePiece `▁` to a space and `<0xNN>` byte tokens to their byte. Added and
+    /// special tokens give their text; ids with no token (holes in a vocabulary) are empty.
+    /// A token's bytes need not be valid UTF-8 on their own.
     pub fn token_bytes(&self) -> Vec<Vec<u8>> {
         let n = self.vocab_size();
         let table = stream::unicode_to_byte();
+        let added = self.inner.get_added_tokens_decoder();
         (0..n as u32)
             .map(|id| {
-                let Some(s) = self.inner.id_to_token(id) else { return Vec::new() };
+                if let Some(t) = added.get(&id) {
+                    return t.content.clone().into_bytes();
+                }
+                let Some(s) = self.inner.id_to_token(id) else {
+                    return Vec::new();
+                };
                 if self.meta.byte_level {
-                    let mapped: Option<Vec<u8>> = s.chars().map(|c| table.get(&c).copied()).collect();
+                    let mapped: Option<Vec<u8>> =
+                        s.chars().map(|c| table.get(&c).copied()).collect();
                     mapped.unwrap_or_else(|| s.into_bytes())
                 } else if let Some(b) = stream::parse_byte_token(&s) {
                     vec![b]
@@ -238,9 +365,165 @@ fn push_eot_names(t: &tokenizers::Tokenizer, ids: &mut Vec<u32>) {
         .collect();
     for name in EOT_NAMES {
         if let Some(id) = t.token_to_id(name) {
-            if specials.contains(&id) && !ids.contains(&id) {
-                ids.push(id);
+            if specials.contains(&id) {
+                push_unique(ids, id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sapient_tensor::{GgufWriter, Value};
+
+    /// A tiny SentencePiece vocabulary: control tokens, bytes and a few pieces with scores.
+    fn spm_gguf() -> sapient_tensor::GgufFile {
+        let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
+        let mut types = vec![2, 3, 3];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(6);
+        }
+        let pieces = [
+            "▁", "h", "e", "l", "o", "w", "r", "d", "▁h", "ll", "▁he", "llo", "▁hello", "▁w", "or",
+            "▁wor", "ld", "▁world", "<tag>",
+        ];
+        let mut scores = vec![0.0f32; tokens.len()];
+        for (i, p) in pieces.iter().enumerate() {
+            tokens.push(p.to_string());
+            types.push(if *p == "<tag>" { 4 } else { 1 });
+            scores.push(-(i as f32));
+        }
+        let mut w = GgufWriter::new();
+        w.set("tokenizer.ggml.model", Value::String("llama".into()))
+            .set("tokenizer.ggml.tokens", Value::string_array(&tokens))
+            .set("tokenizer.ggml.scores", Value::f32_array(scores))
+            .set("tokenizer.ggml.token_type", Value::i32_array(types))
+            .set("tokenizer.ggml.bos_token_id", Value::U32(1))
+            .set("tokenizer.ggml.eos_token_id", Value::U32(2));
+        sapient_tensor::GgufFile::from_bytes("spm.gguf", w.to_bytes()).expect("valid GGUF")
+    }
+
+    #[test]
+    fn sentencepiece_from_gguf() -> Result<()> {
+        let tok = Tokenizer::from_gguf(&spm_gguf())?;
+        let id = |s: &str| tok.token_to_id(s).expect(s);
+        // Space prefix, ▁ for spaces, merges by score.
+        assert_eq!(
+            tok.encode("hello world", false)?,
+            vec![id("▁hello"), id("▁world")]
+        );
+        // A character outside the vocabulary falls back to its UTF-8 bytes.
+        let ids = tok.encode("hello é", false)?;
+        assert_eq!(ids, vec![id("▁hello"), id("▁"), id("<0xC3>"), id("<0xA9>")]);
+        assert_eq!(tok.decode(&ids, false)?, "hello é");
+        // BOS by default for SentencePiece models; specials and user-defined tokens in text.
+        assert!(tok.add_bos());
+        assert_eq!(tok.encode("<s>hello", true)?, vec![1, 1, id("▁hello")]);
+        assert_eq!(
+            tok.encode("hello<tag>", false)?,
+            vec![id("▁hello"), id("<tag>")]
+        );
+        assert_eq!(tok.decode(&[1, id("▁hello"), 2], true)?, "hello");
+        assert_eq!(tok.eos_token_ids(), &[2]);
+        // Token bytes: bytes for byte tokens, spaces for ▁.
+        let tb = tok.token_bytes();
+        assert_eq!(tb[id("<0xC3>") as usize], vec![0xC3]);
+        assert_eq!(tb[id("▁hello") as usize], b" hello".to_vec());
+        // Streaming: the two bytes of é come out together, and the chunks add up.
+        let mut s = TokenStream::new(tok.clone(), false);
+        let chunks: Vec<Option<String>> = ids.iter().map(|&i| s.push(i)).collect::<Result<_>>()?;
+        assert_eq!(
+            chunks,
+            vec![
+                Some("hello".into()),
+                Some(" ".into()),
+                None,
+                Some("é".into())
+            ]
+        );
+        assert_eq!(s.finish()?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn metadata_errors_are_named() {
+        let mut w = GgufWriter::new();
+        w.set("tokenizer.ggml.model", Value::String("gpt2".into()))
+            .set(
+                "tokenizer.ggml.tokens",
+                Value::string_array(["a", "b", "ab"]),
+            )
+            .set("tokenizer.ggml.merges", Value::string_array(["a b"]))
+            .set("tokenizer.ggml.pre", Value::String("no-such-pre".into()));
+        let g = sapient_tensor::GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap();
+        let e = Tokenizer::from_gguf(&g).unwrap_err().to_string();
+        assert!(e.contains("no-such-pre") && e.contains("x.gguf"), "{e}");
+
+        let mut w = GgufWriter::new();
+        w.set("tokenizer.ggml.model", Value::String("gpt2".into()))
+            .set(
+                "tokenizer.ggml.tokens",
+                Value::string_array(["a", "b", "ab"]),
+            )
+            .set("tokenizer.ggml.merges", Value::string_array(["ab"]));
+        let g = sapient_tensor::GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap();
+        let e = Tokenizer::from_gguf(&g).unwrap_err().to_string();
+        assert!(e.contains("merge 0"), "{e}");
+
+        let mut w = GgufWriter::new();
+        w.set("tokenizer.ggml.model", Value::String("llama".into()))
+            .set("tokenizer.ggml.tokens", Value::string_array(["a", "b"]))
+            .set("tokenizer.ggml.eos_token_id", Value::U32(7));
+        let g = sapient_tensor::GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap();
+        let e = Tokenizer::from_gguf(&g).unwrap_err().to_string();
+        assert!(e.contains("eos token id 7"), "{e}");
+
+        let mut w = GgufWriter::new();
+        w.set("tokenizer.ggml.model", Value::String("llama".into()));
+        let g = sapient_tensor::GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap();
+        let e = Tokenizer::from_gguf(&g).unwrap_err().to_string();
+        assert!(e.contains("tokenizer.ggml.tokens"), "{e}");
+    }
+
+    #[test]
+    fn byte_level_gpt2_from_gguf() -> Result<()> {
+        // GPT-2 byte-level: "Ġ" is the space byte.
+        let mut w = GgufWriter::new();
+        let mut tokens: Vec<String> = stream::unicode_to_byte()
+            .keys()
+            .map(|c| c.to_string())
+            .collect();
+        tokens.sort();
+        tokens.extend(["Ġh", "Ġhi", "<|end|>"].map(String::from));
+        let n = tokens.len();
+        let mut types = vec![1i32; n];
+        types[n - 1] = 3;
+        w.set("tokenizer.ggml.model", Value::String("gpt2".into()))
+            .set("tokenizer.ggml.pre", Value::String("qwen2".into()))
+            .set("tokenizer.ggml.tokens", Value::string_array(&tokens))
+            .set("tokenizer.ggml.token_type", Value::i32_array(types))
+            .set(
+                "tokenizer.ggml.merges",
+                Value::string_array(["Ġ h", "Ġh i"]),
+            )
+            .set("tokenizer.ggml.eos_token_id", Value::U32(n as u32 - 1));
+        let g = sapient_tensor::GgufFile::from_bytes("b.gguf", w.to_bytes()).unwrap();
+        let tok = Tokenizer::from_gguf(&g)?;
+        let hi = tok.token_to_id("Ġhi").unwrap();
+        let ids = tok.encode(" hi 12<|end|>", false)?;
+        let one = tok.token_to_id("1").unwrap();
+        let two = tok.token_to_id("2").unwrap();
+        let sp = tok.token_to_id("Ġ").unwrap();
+        assert_eq!(ids, vec![hi, sp, one, two, n as u32 - 1]);
+        assert_eq!(tok.decode(&ids, true)?, " hi 12");
+        assert!(!tok.add_bos());
+        assert_eq!(tok.token_bytes()[hi as usize], b" hi");
+        assert!(matches!(
+            tok.decode(&[n as u32], false),
+            Err(Error::UnknownId { .. })
+        ));
+        Ok(())
     }
 }

@@ -36,58 +36,81 @@ pub(crate) fn parse_byte_token(s: &str) -> Option<u8> {
 
 /// Turns tokens into text as they arrive. Text is only emitted once it is complete UTF-8,
 /// and the concatenation of everything emitted equals `decode(all tokens)`.
+///
+/// Each step decodes a short window of recent tokens (the tokens of the previous chunk and
+/// the new ones) and emits what the new tokens add to it, so the cost per token does not grow
+/// with the length of the generation. The window's first tokens give context for decoders that
+/// look at neighbours (SentencePiece's leading space, byte-fallback runs).
 pub struct TokenStream {
     tokenizer: Tokenizer,
     skip_special: bool,
     tokens: Vec<u32>,
-    /// Text already emitted.
-    emitted: String,
+    /// Start of the decoding window.
+    prefix: usize,
+    /// Tokens before this index have been emitted.
+    read: usize,
 }
 
 impl TokenStream {
     pub fn new(tokenizer: Tokenizer, skip_special: bool) -> Self {
-        Self { tokenizer, skip_special, tokens: Vec::new(), emitted: String::new() }
+        Self {
+            tokenizer,
+            skip_special,
+            tokens: Vec::new(),
+            prefix: 0,
+            read: 0,
+        }
     }
 
-    /// Add a token; returns new text when there is some.
+    /// Add a token; returns new text when there is some. A token that ends in the middle of a
+    /// UTF-8 character (a byte token) is held until the character is complete.
     pub fn push(&mut self, id: u32) -> Result<Option<String>> {
+        // Checked before it joins the window, so a bad id leaves the stream usable.
+        self.tokenizer.check_ids(&[id])?;
         self.tokens.push(id);
-        let text = self.tokenizer.decode(&self.tokens, self.skip_special)?;
-        // Hold back an incomplete character (decoded as U+FFFD at the end).
-        if text.ends_with('\u{FFFD}') {
+        self.step(false)
+    }
+
+    fn step(&mut self, last: bool) -> Result<Option<String>> {
+        let before = self
+            .tokenizer
+            .decode(&self.tokens[self.prefix..self.read], self.skip_special)?;
+        let text = self
+            .tokenizer
+            .decode(&self.tokens[self.prefix..], self.skip_special)?;
+        // An incomplete character decodes as U+FFFD at the end: wait for the rest.
+        if text.len() <= before.len() || (!last && text.ends_with('\u{FFFD}')) {
             return Ok(None);
         }
-        Ok(self.take_new(text))
+        let new = match text.strip_prefix(before.as_str()) {
+            Some(new) => new.to_string(),
+            None => {
+                // The decoder changed earlier text (not seen with byte-level or SentencePiece
+                // decoders); emit what follows the common part.
+                let common = text
+                    .char_indices()
+                    .zip(before.chars())
+                    .take_while(|((_, a), b)| a == b)
+                    .last()
+                    .map(|((i, c), _)| i + c.len_utf8())
+                    .unwrap_or(0);
+                text[common..].to_string()
+            }
+        };
+        self.prefix = self.read;
+        self.read = self.tokens.len();
+        Ok((!new.is_empty()).then_some(new))
     }
 
-    fn take_new(&mut self, text: String) -> Option<String> {
-        if text.len() > self.emitted.len() && text.starts_with(&self.emitted) {
-            let new = text[self.emitted.len()..].to_string();
-            self.emitted = text;
-            Some(new)
-        } else if text == self.emitted {
-            None
-        } else {
-            // Decoding changed earlier text (rare: cleanup rules); emit only what extends it.
-            let common = text
-                .char_indices()
-                .zip(self.emitted.chars())
-                .take_while(|((_, a), b)| a == b)
-                .last()
-                .map(|((i, c), _)| i + c.len_utf8())
-                .unwrap_or(0);
-            let new = text[common..].to_string();
-            self.emitted = text;
-            (!new.is_empty()).then_some(new)
-        }
-    }
-
-    /// Emit whatever is still held back (an incomplete character at the very end).
+    /// Emit whatever is still held back (an incomplete character at the very end, as U+FFFD).
     pub fn finish(&mut self) -> Result<Option<String>> {
-        let text = self.tokenizer.decode(&self.tokens, self.skip_special)?;
-        Ok(self.take_new(text))
+        if self.read == self.tokens.len() {
+            return Ok(None);
+        }
+        self.step(true)
     }
 
+    /// All tokens pushed so far.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
     }
@@ -95,7 +118,8 @@ impl TokenStream {
     /// Start over (e.g. a new turn), keeping the tokenizer.
     pub fn reset(&mut self) {
         self.tokens.clear();
-        self.emitted.clear();
+        self.prefix = 0;
+        self.read = 0;
     }
 }
 
@@ -120,12 +144,20 @@ pub struct StopMatcher {
 
 impl StopMatcher {
     pub fn new(stops: Vec<String>) -> Self {
-        Self { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), pending: String::new(), done: false }
+        Self {
+            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            pending: String::new(),
+            done: false,
+        }
     }
 
     pub fn push(&mut self, chunk: &str) -> StopOutput {
         if self.done {
-            return StopOutput { emit: String::new(), stopped: true, matched: None };
+            return StopOutput {
+                emit: String::new(),
+                stopped: true,
+                matched: None,
+            };
         }
         self.pending.push_str(chunk);
         // The earliest stop string wins.
@@ -138,7 +170,11 @@ impl StopMatcher {
             let emit = self.pending[..i].to_string();
             self.pending.clear();
             self.done = true;
-            return StopOutput { emit, stopped: true, matched: Some(s) };
+            return StopOutput {
+                emit,
+                stopped: true,
+                matched: Some(s),
+            };
         }
         // Hold back the longest suffix that is a prefix of some stop string.
         let mut hold = 0;
@@ -152,7 +188,11 @@ impl StopMatcher {
         let cut = self.pending.len() - hold;
         let emit = self.pending[..cut].to_string();
         self.pending.drain(..cut);
-        StopOutput { emit, stopped: false, matched: None }
+        StopOutput {
+            emit,
+            stopped: false,
+            matched: None,
+        }
     }
 
     /// The held-back text, at the end of a generation with no stop.

@@ -28,7 +28,9 @@ const VOCABS: &[&str] = &[
 
 fn vocab_dir() -> Option<PathBuf> {
     let dir = PathBuf::from(std::env::var_os("SAPIENT_LLAMACPP_VOCABS")?);
-    dir.join("ggml-vocab-llama-spm.gguf").exists().then_some(dir)
+    dir.join("ggml-vocab-llama-spm.gguf")
+        .exists()
+        .then_some(dir)
 }
 
 fn cases(dir: &std::path::Path, name: &str) -> Result<Vec<(String, Vec<u32>)>> {
@@ -40,9 +42,18 @@ fn cases(dir: &std::path::Path, name: &str) -> Result<Vec<(String, Vec<u32>)>> {
     }
     let ids: Vec<Vec<u32>> = out
         .lines()
-        .map(|l| l.split_whitespace().map(|t| t.parse()).collect::<Result<Vec<u32>, _>>())
+        .map(|l| {
+            l.split_whitespace()
+                .map(|t| t.parse())
+                .collect::<Result<Vec<u32>, _>>()
+        })
         .collect::<Result<_, _>>()?;
-    anyhow::ensure!(texts.len() == ids.len(), "{name}: {} texts, {} id lines", texts.len(), ids.len());
+    anyhow::ensure!(
+        texts.len() == ids.len(),
+        "{name}: {} texts, {} id lines",
+        texts.len(),
+        ids.len()
+    );
     Ok(texts.into_iter().map(String::from).zip(ids).collect())
 }
 
@@ -65,7 +76,11 @@ fn gguf_tokenizers_match_hf_on_llamacpp_vocabs() -> Result<()> {
             }
             // Decoding gives the text back (SentencePiece drops the added prefix space).
             let back = tok.decode(&got, false)?;
-            if back != text && !failures.iter().any(|f| f.starts_with(&format!("{name}: {text:?}"))) {
+            if back != text
+                && !failures
+                    .iter()
+                    .any(|f| f.starts_with(&format!("{name}: {text:?}")))
+            {
                 // Falcon/GPT-2-style vocabularies have no byte for some texts; only report mismatched ids.
                 if !text.is_empty() {
                     failures.push(format!("{name}: decode({text:?}) = {back:?}"));
@@ -84,9 +99,15 @@ fn unknown_tokenizer_types_are_named() -> Result<()> {
         eprintln!("skipped: set SAPIENT_LLAMACPP_VOCABS");
         return Ok(());
     };
-    for (name, model) in [("bert-bge", "bert"), ("gemma-4", "gemma4"), ("nomic-bert-moe", "t5")] {
+    for (name, model) in [
+        ("bert-bge", "bert"),
+        ("gemma-4", "gemma4"),
+        ("nomic-bert-moe", "t5"),
+    ] {
         let g = sapient_tensor::GgufFile::open(dir.join(format!("ggml-vocab-{name}.gguf")))?;
-        let e = Tokenizer::from_gguf(&g).expect_err("unsupported").to_string();
+        let e = Tokenizer::from_gguf(&g)
+            .expect_err("unsupported")
+            .to_string();
         assert!(e.contains(&format!("'{model}'")), "{e}");
     }
     Ok(())
