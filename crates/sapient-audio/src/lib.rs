@@ -27,7 +27,7 @@
 mod decode;
 mod error;
 pub mod mel;
-mod npz;
+pub mod npz;
 mod resample;
 pub mod stream;
 pub mod vad;

@@ -1,5 +1,5 @@
-//! Just enough of NumPy's `.npz` (a zip of `.npy` files, stored or deflated) to read
-//! Whisper's `mel_filters.npz`.
+//! Just enough of NumPy's `.npy` and `.npz` (a zip of `.npy` files, stored or deflated) to
+//! read Whisper's `mel_filters.npz` and float reference arrays.
 
 use crate::error::{Error, Result};
 
@@ -20,6 +20,13 @@ fn u16_at(b: &[u8], at: usize) -> Result<u16> {
 
 fn u32_at(b: &[u8], at: usize) -> Result<u32> {
     b.get(at..at + 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]])).ok_or_else(|| bad("npz: truncated zip structure"))
+}
+
+/// Reads a `.npy` file.
+pub fn read_npy(path: impl AsRef<std::path::Path>) -> Result<NpyArray> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    parse_npy(&bytes)
 }
 
 /// Reads the entry `name` (e.g. `mel_80.npy`) of an npz archive held in memory.

@@ -1,19 +1,13 @@
-//! Sample-rate conversion with rubato: a synchronous FFT resampler for rates with a small
-//! common ratio (16k<->48k, 44.1k->16k, ...), a cubic sinc resampler otherwise. One-shot
-//! [`resample`] and the streaming [`Resampler`] share the same code, so chunked output equals
-//! all-at-once output.
+//! Sample-rate conversion with rubato's synchronous FFT resampler (band-limited, exact
+//! rational ratio, delay removed). One-shot [`resample`] and the streaming [`Resampler`]
+//! share the same code, so chunked output equals all-at-once output.
 
 use crate::error::{check_finite, check_rate, Error, Result};
 use rubato::audioadapter_buffers::direct::InterleavedSlice;
-use rubato::{
-    Async, Fft, FixedAsync, FixedSync, Indexing, SincInterpolationParameters, SincInterpolationType,
-    WindowFunction,
-};
+use rubato::{Fft, FixedSync, Indexing, WindowFunction};
 
 /// Input frames per internal chunk.
 const CHUNK: usize = 1024;
-/// Largest reduced ratio term for which the FFT resampler is used (its minimum chunk).
-const MAX_FFT_TERM: usize = 8192;
 
 /// Resamples mono audio from `from` Hz to `to` Hz. The output has
 /// `ceil(len * to / from)` samples and is aligned with the input (the filter delay is
@@ -63,19 +57,17 @@ impl Resampler {
         } else {
             let g = gcd(from as usize, to as usize);
             let err = |e: rubato::ResamplerConstructionError| Error::Resample { from, to, detail: e.to_string() };
-            if (from as usize / g).max(to as usize / g) <= MAX_FFT_TERM {
-                Some(Box::new(Fft::<f32>::new(from as usize, to as usize, CHUNK, 1, FixedSync::Input).map_err(err)?))
-            } else {
-                let ratio = to as f64 / from as f64;
-                let params = SincInterpolationParameters {
-                    sinc_len: 256,
-                    f_cutoff: None,
-                    oversampling_factor: 256,
-                    interpolation: SincInterpolationType::Cubic,
-                    window: WindowFunction::BlackmanHarris2,
-                };
-                Some(Box::new(Async::<f32>::new_sinc(ratio, 1.0, &params, CHUNK, 1, FixedAsync::Input).map_err(err)?))
-            }
+            let m = from as usize / g;
+            // One FFT block of about CHUNK input frames (a multiple of `from / gcd`): a long
+            // filter with a sharp cut-off near Nyquist. The block count is even so that both
+            // FFT sizes are even: rubato trims `fft_size_out / 2` frames of delay, which is
+            // half a sample off when the sizes are odd. Rates with a large reduced ratio
+            // (44101 -> 16000) get larger blocks, hence more latency, but stay exact.
+            let k = CHUNK.div_ceil(m).next_multiple_of(2);
+            Some(Box::new(
+                Fft::<f32>::new_custom(from as usize, to as usize, k * m, 1, 1, WindowFunction::BlackmanHarris2, FixedSync::Input)
+                    .map_err(err)?,
+            ))
         };
         let to_trim = inner.as_ref().map(|r| r.output_delay()).unwrap_or(0);
         let scratch = vec![0.0; inner.as_ref().map(|r| r.output_frames_max()).unwrap_or(0)];

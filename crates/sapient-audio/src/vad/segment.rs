@@ -150,6 +150,9 @@ pub struct SegmenterState {
     // padding stage: a raw segment waiting for its neighbour, its start already padded
     pending: Option<(i64, i64)>,
     first: bool,
+    /// The previous segment was handed out before this one was known: its gap is at least
+    /// 2 * pad, so this one's start gets the full padding.
+    pad_next: bool,
 }
 
 impl SegmenterState {
@@ -175,6 +178,7 @@ impl SegmenterState {
             possible_ends: Vec::new(),
             pending: None,
             first: true,
+            pad_next: false,
         }
     }
 
@@ -213,6 +217,7 @@ impl SegmenterState {
             if (earliest_next - e) as f64 >= 2.0 * self.pad {
                 done.push(SpeechSegment::new(s, (e as f64 + self.pad) as i64));
                 self.pending = None;
+                self.pad_next = true;
             }
         }
         done
@@ -236,9 +241,10 @@ impl SegmenterState {
     /// Padding stage (`for i, speech in enumerate(speeches)` in Python), one segment at a time.
     fn add_raw(&mut self, (start, end): (i64, i64), done: &mut Vec<SpeechSegment>) {
         let mut start = start;
-        if self.first {
+        if self.first || self.pad_next {
             start = (start as f64 - self.pad).max(0.0) as i64;
             self.first = false;
+            self.pad_next = false;
         }
         if let Some((ps, pe)) = self.pending.take() {
             let silence = start - pe;
