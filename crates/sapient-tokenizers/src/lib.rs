@@ -448,7 +448,42 @@ mod tests {
     }
 
     #[test]
+    fn shareable_across_threads() {
+        fn check<T: Clone + Send + Sync + 'static>() {}
+        check::<Tokenizer>();
+        check::<TokenStream>();
+        fn send<T: Send + Sync>() {}
+        send::<ChatTemplate>();
+        send::<StopMatcher>();
+    }
+
+    #[test]
     fn metadata_errors_are_named() {
+        let mut w = GgufWriter::new();
+        w.set("tokenizer.ggml.model", Value::String("llama".into()))
+            .set("tokenizer.ggml.tokens", Value::string_array(["a", "b"]))
+            .set("tokenizer.ggml.token_type", Value::i32_array([1]));
+        let g = sapient_tensor::GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap();
+        let e = Tokenizer::from_gguf(&g).unwrap_err().to_string();
+        assert!(e.contains("1 token types for 2 tokens"), "{e}");
+
+        let mut w = GgufWriter::new();
+        w.set("tokenizer.ggml.model", Value::String("llama".into()))
+            .set("tokenizer.ggml.tokens", Value::string_array(["a", "b"]))
+            .set("tokenizer.ggml.scores", Value::string_array(["x", "y"]));
+        let g = sapient_tensor::GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap();
+        let e = Tokenizer::from_gguf(&g).unwrap_err().to_string();
+        assert!(e.contains("scores"), "{e}");
+
+        let mut w = GgufWriter::new();
+        w.set("tokenizer.ggml.model", Value::String("gpt2".into()))
+            .set("tokenizer.ggml.tokens", Value::string_array(["a", "b"]))
+            .set("tokenizer.chat_template", Value::String("{% for %}".into()))
+            .set("tokenizer.ggml.merges", Value::string_array(["a b", "x y"]));
+        let g = sapient_tensor::GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap();
+        let e = Tokenizer::from_gguf(&g).unwrap_err().to_string();
+        assert!(e.contains("chat template") && e.contains("line 1"), "{e}");
+
         let mut w = GgufWriter::new();
         w.set("tokenizer.ggml.model", Value::String("gpt2".into()))
             .set(

@@ -41,6 +41,7 @@ pub(crate) fn parse_byte_token(s: &str) -> Option<u8> {
 /// the new ones) and emits what the new tokens add to it, so the cost per token does not grow
 /// with the length of the generation. The window's first tokens give context for decoders that
 /// look at neighbours (SentencePiece's leading space, byte-fallback runs).
+#[derive(Clone, Debug)]
 pub struct TokenStream {
     tokenizer: Tokenizer,
     skip_special: bool,

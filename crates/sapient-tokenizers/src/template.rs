@@ -262,7 +262,8 @@ fn rewrite_generation_tags(source: &str) -> String {
     while let Some(start) = rest.find("{%") {
         out.push_str(&rest[..start]);
         let tag = &rest[start..];
-        let Some(end) = tag.find("%}") else {
+        // "%}" after the "{%" ("{%}" is not a tag end).
+        let Some(end) = tag[2..].find("%}").map(|e| e + 2) else {
             out.push_str(tag);
             return out;
         };
