@@ -265,7 +265,7 @@ impl Tokenizer {
     /// With `add_special_tokens`, the BOS token is prepended when the model asks for it
     /// ([`Tokenizer::add_bos`]).
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, false).map_err(tk_err)?;
+        let enc = self.inner.encode_fast(text, false).map_err(tk_err)?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
         if add_special_tokens && self.meta.add_bos {
             if let Some((bos, _)) = &self.meta.bos {
