@@ -236,7 +236,7 @@ impl LogMel {
         }
         for (o, s) in out.iter_mut().zip(&self.inner.sparse) {
             let e: f64 = s.weights.iter().zip(&w.power[s.start..]).map(|(a, b)| a * b).sum();
-            *o = e.max(1e-10).log10() as f32;
+            *o = (e.max(1e-10) as f32).log10();
         }
     }
 
@@ -335,9 +335,17 @@ pub fn normalize(log10_frames: &[f32], n_mels: usize) -> Mel {
     let max = log10_frames.par_iter().cloned().reduce(|| f32::NEG_INFINITY, f32::max);
     let floor = max - 8.0;
     let mut data = vec![0f32; n_mels * n_frames];
-    data.par_chunks_mut(n_frames.max(1)).enumerate().for_each(|(m, row)| {
-        for (t, v) in row.iter_mut().enumerate() {
-            *v = (log10_frames[t * n_mels + m].max(floor) + 4.0) / 4.0;
+    // Transposing frame-major to mel-major: each task owns 16 mel rows, so it reads one
+    // 64-byte line per frame instead of every task reading every line.
+    const ROWS: usize = 16;
+    data.par_chunks_mut(ROWS * n_frames.max(1)).enumerate().for_each(|(g, rows)| {
+        let m0 = g * ROWS;
+        let k = rows.len() / n_frames.max(1);
+        for t in 0..n_frames {
+            let src = &log10_frames[t * n_mels + m0..t * n_mels + m0 + k];
+            for (r, &v) in src.iter().enumerate() {
+                rows[r * n_frames + t] = (v.max(floor) + 4.0) / 4.0;
+            }
         }
     });
     Mel { n_mels, n_frames, data }

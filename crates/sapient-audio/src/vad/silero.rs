@@ -10,8 +10,9 @@
 //! * ReLU, a 1×1 conv to one logit, sigmoid → speech probability.
 //!
 //! Everything that does not depend on the recurrent state (STFT and the convolutions, and
-//! the LSTM input projection) runs batched over many windows in candle on the chosen device;
-//! the 128-wide recurrence itself runs on the host, one step per window.
+//! the LSTM input projection) runs batched over many windows in candle on the chosen device,
+//! each convolution as one matrix product (im2col over the 4, 2 and 1 time steps); the
+//! 128-wide recurrence itself runs on the host, one step per window.
 
 use super::onnx;
 use crate::error::{check_finite, Error, Result};
@@ -25,7 +26,7 @@ pub const VAD_SAMPLE_RATE: u32 = 16_000;
 pub const WINDOW: usize = 512;
 /// Samples of the previous window prepended to each window.
 pub const CONTEXT: usize = 64;
-const PADDED: usize = WINDOW + CONTEXT + 64;
+const PADDED: usize = WINDOW + CONTEXT + 64; // 640
 const HIDDEN: usize = 128;
 const BATCH: usize = 1024;
 
@@ -43,11 +44,16 @@ pub enum WeightFormat {
 pub struct SileroVad {
     device: Device,
     format: WeightFormat,
-    stft: Tensor,
-    convs: Vec<(Tensor, Tensor, usize)>,
+    /// STFT kernels as matrices `[256, 129]` (real and imaginary parts).
+    stft_re: Tensor,
+    stft_im: Tensor,
+    /// The four convolutions as im2col matrices `[taps * in, out]` and biases `[1, out]`.
+    convs: Vec<(Tensor, Tensor)>,
     w_ih_t: Tensor,
     bias: Tensor,
-    w_hh: Vec<f32>,
+    /// `W_hh` transposed, `[128][512]`: the recurrence is 128 axpys over 512 gates, which
+    /// vectorise (a dot-product per gate would be a serial f32 reduction).
+    w_hh_t: Vec<f32>,
     final_w: Vec<f32>,
     final_b: f32,
     h: Vec<f32>,
@@ -146,25 +152,32 @@ impl SileroVad {
             w.insert(name, get(name, shape)?);
         }
         let dev = |t: &Tensor| t.to_device(device);
-        let convs = [("conv1", 1usize), ("conv2", 2), ("conv3", 2), ("conv4", 1)]
+        // conv weight [out, in, 3] -> [3 * in, out] (row k * in + c), or only the centre tap
+        // for conv4 (its input has one time step, so the other taps see padding).
+        let convs = [("conv1", 3usize), ("conv2", 3), ("conv3", 3), ("conv4", 1)]
             .iter()
-            .map(|(n, stride)| {
-                let wt = dev(&w[format!("{n}.weight").as_str()])?;
-                let b = dev(&w[format!("{n}.bias").as_str()])?;
-                let c = b.dims1()?;
-                Ok((wt, b.reshape((1, c, 1))?, *stride))
+            .map(|(n, taps)| {
+                let wt = &w[format!("{n}.weight").as_str()];
+                let (o, c, _) = wt.dims3()?;
+                let m = if *taps == 3 { wt.permute((2, 1, 0))?.reshape((3 * c, o))? } else { wt.narrow(2, 1, 1)?.reshape((o, c))?.t()? };
+                let b = &w[format!("{n}.bias").as_str()];
+                Ok((dev(&m.contiguous()?)?, dev(&b.reshape((1, o))?)?))
             })
             .collect::<Result<Vec<_>>>()?;
+        let stft = w["stft_conv.weight"].reshape((258, 256))?;
+        let stft_re = dev(&stft.narrow(0, 0, 129)?.t()?.contiguous()?)?;
+        let stft_im = dev(&stft.narrow(0, 129, 129)?.t()?.contiguous()?)?;
         let bias = (&w["lstm_cell.bias_ih"] + &w["lstm_cell.bias_hh"])?;
         tracing::debug!(path = %path.display(), ?format, "loaded Silero VAD");
         Ok(Self {
             device: device.clone(),
             format,
-            stft: dev(&w["stft_conv.weight"])?,
+            stft_re,
+            stft_im,
             convs,
             w_ih_t: dev(&w["lstm_cell.weight_ih"].t()?.contiguous()?)?,
             bias: dev(&bias.reshape((1, 4 * HIDDEN))?)?,
-            w_hh: w["lstm_cell.weight_hh"].flatten_all()?.to_vec1()?,
+            w_hh_t: w["lstm_cell.weight_hh"].t()?.contiguous()?.flatten_all()?.to_vec1()?,
             final_w: w["final_conv.weight"].flatten_all()?.to_vec1()?,
             final_b: w["final_conv.bias"].flatten_all()?.to_vec1::<f32>()?[0],
             h: vec![0.0; HIDDEN],
@@ -231,29 +244,48 @@ impl SileroVad {
     /// `W_ih · features + b_ih + b_hh` for each window of `block` (state-independent part).
     fn input_projection(&self, block: &[f32]) -> Result<Vec<f32>> {
         let n = block.len() / WINDOW;
-        let mut x = vec![0f32; n * PADDED];
-        for (i, row) in x.chunks_exact_mut(PADDED).enumerate() {
+        // Each window: 64 samples of context, 512 new ones, 64 reflected: 640 samples cut into
+        // the STFT's 4 frames of 256 at hop 128 (im2col, rows of 256).
+        let mut padded = [0f32; PADDED];
+        let mut frames = vec![0f32; n * 4 * 256];
+        for (i, f) in frames.chunks_exact_mut(4 * 256).enumerate() {
             if i == 0 {
-                row[..CONTEXT].copy_from_slice(&self.context);
+                padded[..CONTEXT].copy_from_slice(&self.context);
             } else {
-                row[..CONTEXT].copy_from_slice(&block[i * WINDOW - CONTEXT..i * WINDOW]);
+                padded[..CONTEXT].copy_from_slice(&block[i * WINDOW - CONTEXT..i * WINDOW]);
             }
-            row[CONTEXT..CONTEXT + WINDOW].copy_from_slice(&block[i * WINDOW..(i + 1) * WINDOW]);
+            padded[CONTEXT..CONTEXT + WINDOW].copy_from_slice(&block[i * WINDOW..(i + 1) * WINDOW]);
             // Reflect padding by 64 on the right (edge sample not repeated).
             let l = CONTEXT + WINDOW;
             for j in 0..64 {
-                row[l + j] = row[l - 2 - j];
+                padded[l + j] = padded[l - 2 - j];
+            }
+            for (t, dst) in f.chunks_exact_mut(256).enumerate() {
+                dst.copy_from_slice(&padded[t * 128..t * 128 + 256]);
             }
         }
-        let x = Tensor::from_vec(x, (n, 1, PADDED), &self.device)?;
-        let spec = x.conv1d(&self.stft, 0, 128, 1, 1)?; // [n, 258, 4]
-        let re = spec.narrow(1, 0, 129)?;
-        let im = spec.narrow(1, 129, 129)?;
-        let mut h = (re.sqr()? + im.sqr()?)?.sqrt()?;
-        for (w, b, stride) in &self.convs {
-            h = h.conv1d(w, 1, *stride, 1, 1)?.broadcast_add(b)?.relu()?;
-        }
-        let feats = h.squeeze(2)?; // [n, 128]
+        let x = Tensor::from_vec(frames, (n * 4, 256), &self.device)?;
+        let re = x.matmul(&self.stft_re)?;
+        let im = x.matmul(&self.stft_im)?;
+        let mag = (re.sqr()? + im.sqr()?)?.sqrt()?.reshape((n, 4, 129))?; // [window, time, bin]
+        let dense = |h: Tensor, i: usize| -> Result<Tensor> {
+            let (wm, b) = &self.convs[i];
+            Ok(h.matmul(wm)?.broadcast_add(b)?.relu()?)
+        };
+        // conv1: kernel 3, padding 1, stride 1 over the 4 frames.
+        let p = mag.pad_with_zeros(1, 1, 1)?; // [n, 6, 129]
+        let cols = Tensor::cat(&[p.narrow(1, 0, 4)?, p.narrow(1, 1, 4)?, p.narrow(1, 2, 4)?], 2)?;
+        let h = dense(cols.reshape((n * 4, 3 * 129))?, 0)?.reshape((n, 4, 128))?;
+        // conv2: stride 2 -> 2 steps, taps at padded rows (0, 1, 2) and (2, 3, 4).
+        let p = h.pad_with_zeros(1, 1, 1)?; // [n, 6, 128]
+        let idx = |a: u32, b: u32| Tensor::new(&[a, b], &self.device);
+        let cols = Tensor::cat(&[p.index_select(&idx(0, 2)?, 1)?, p.index_select(&idx(1, 3)?, 1)?, p.index_select(&idx(2, 4)?, 1)?], 2)?;
+        let h = dense(cols.reshape((n * 2, 3 * 128))?, 1)?.reshape((n, 2, 64))?;
+        // conv3: stride 2 -> 1 step, taps at padded rows 0, 1, 2.
+        let p = h.pad_with_zeros(1, 1, 1)?; // [n, 4, 64]
+        let h = dense(p.narrow(1, 0, 3)?.reshape((n, 3 * 64))?, 2)?; // [n, 64]
+        // conv4: one step, only the centre tap sees data.
+        let feats = dense(h, 3)?; // [n, 128]
         let g = feats.matmul(&self.w_ih_t)?.broadcast_add(&self.bias)?;
         Ok(g.to_device(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?)
     }
@@ -261,9 +293,11 @@ impl SileroVad {
     /// One LSTM step from precomputed input gates; returns the probability.
     fn step(&mut self, xg: &[f32]) -> f32 {
         let mut gates = [0f32; 4 * HIDDEN];
-        for (j, (g, row)) in gates.iter_mut().zip(self.w_hh.chunks_exact(HIDDEN)).enumerate() {
-            let dot: f32 = row.iter().zip(&self.h).map(|(a, b)| a * b).sum();
-            *g = xg[j] + dot;
+        gates.copy_from_slice(xg);
+        for (col, &h) in self.w_hh_t.chunks_exact(4 * HIDDEN).zip(&self.h) {
+            for (g, &w) in gates.iter_mut().zip(col) {
+                *g += w * h;
+            }
         }
         let mut logit = self.final_b;
         for k in 0..HIDDEN {
