@@ -203,7 +203,7 @@ pub fn flac_verbatim(samples: &[i16], rate: u32) -> Vec<u8> {
     out.extend_from_slice(&si.out);
     for (i, block) in samples.chunks(BLOCK).enumerate() {
         let mut f = Bits { out: Vec::new(), acc: 0, n: 0 };
-        f.put(0b1111_1111_1111_10, 14);
+        f.put(0b11_1111_1111_1110, 14); // sync code
         f.put(0, 1);
         f.put(0, 1); // fixed block size
         f.put(0b0111, 4); // block size: 16-bit (n-1) at the end of the header
