@@ -129,3 +129,24 @@ fn resampled_stream_equals_one_shot() {
     assert!(SamplesStream::new(vec![], 16_000, 0).is_err());
     assert!(IterStream::new(std::iter::empty::<Vec<f32>>(), 5).is_err());
 }
+
+#[test]
+fn pipeline_types_can_move_to_worker_threads() {
+    fn send<T: Send>() {}
+    send::<sapient_audio::Decoder>();
+    send::<FileStream>();
+    send::<SileroVad>();
+    send::<VoicedChunker>();
+    send::<sapient_audio::LogMel>();
+    send::<sapient_audio::MelStream>();
+    send::<sapient_audio::Resampler>();
+    // Run one on another thread for real.
+    let x = clip_samples("0880");
+    let h = std::thread::spawn(move || {
+        let mut c = VoicedChunker::new(vad(), VadOptions::default(), 16_000).unwrap();
+        let mut n = c.push(&x).unwrap().len();
+        n += c.finish().unwrap().len();
+        n
+    });
+    assert_eq!(h.join().unwrap(), 1);
+}
