@@ -9,6 +9,7 @@
 pub mod device;
 mod error;
 pub mod gguf;
+pub mod kernels;
 pub mod weights;
 
 pub use candle_core;

@@ -1,6 +1,7 @@
 //! One interface the model crates load weights through, whatever the file format.
 
 use crate::gguf::GgufFile;
+use crate::kernels::QMatrix;
 use crate::{Error, Result};
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
@@ -215,6 +216,8 @@ pub const DENSE_PREFILL_ROWS: usize = 32;
 #[derive(Debug, Clone)]
 pub struct Linear {
     weight: QMatMul,
+    /// The same weight for our CPU kernels, when its format has one.
+    kernel: Option<QMatrix>,
     bias: Option<Tensor>,
     out_features: usize,
     in_features: usize,
@@ -228,12 +231,17 @@ impl Linear {
                 "linear weight must be 2-D, got shape {shape:?}"
             ))));
         }
+        let kernel = match &weight {
+            Weight::Quantized(q) => QMatrix::from_qtensor(q),
+            Weight::Dense(_) => None,
+        };
         let weight = match weight {
             Weight::Quantized(q) => QMatMul::from_arc(q)?,
             Weight::Dense(t) => QMatMul::Tensor(t),
         };
         Ok(Self {
             weight,
+            kernel,
             bias,
             out_features: shape[0],
             in_features: shape[1],
@@ -270,11 +278,29 @@ impl Linear {
     pub fn in_features(&self) -> usize {
         self.in_features
     }
+    /// The weight as a kernel matrix (CPU, quantized in a format the kernels handle).
+    pub fn kernel(&self) -> Option<&QMatrix> {
+        self.kernel.as_ref()
+    }
 }
 
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let rows = x.elem_count() / self.in_features.max(1);
+        let fast = self.kernel.as_ref().filter(|_| rows < DENSE_PREFILL_ROWS && x.dtype() == DType::F32);
         let y = match &self.weight {
+            _ if fast.is_some() => {
+                // Decode and short batches: our quantized kernels (row-invariant, threaded).
+                let k = fast.ok_or_else(|| candle_core::Error::Msg("kernel missing".into()))?;
+                let xs = x.flatten_all()?.to_vec1::<f32>()?;
+                let mut out = vec![0f32; rows * self.out_features];
+                k.matmul(&xs, rows, &mut out);
+                let mut dims = x.dims().to_vec();
+                if let Some(last) = dims.last_mut() {
+                    *last = self.out_features;
+                }
+                Tensor::from_vec(out, dims, x.device())?
+            }
             QMatMul::Tensor(w) => {
                 // x: [.., in] @ w^T: [in, out]
                 let w = w.t()?;
@@ -283,7 +309,7 @@ impl Module for Linear {
                     _ => x.broadcast_matmul(&w)?,
                 }
             }
-            QMatMul::QTensor(q) if x.device().is_cpu() && x.elem_count() / self.in_features.max(1) >= DENSE_PREFILL_ROWS => {
+            QMatMul::QTensor(q) if x.device().is_cpu() && rows >= DENSE_PREFILL_ROWS => {
                 // Many rows at once (prefill): candle's quantized CPU matmul runs one row at a
                 // time, so dequantizing the weight once and using the f32 GEMM is ~10x faster.
                 let w = q.dequantize(x.device())?.t()?;

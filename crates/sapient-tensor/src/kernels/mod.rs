@@ -1,0 +1,391 @@
+//! Our own CPU kernels for quantized matrix products.
+//!
+//! LLM decoding on a CPU reads every weight once per token, so it is bound by memory
+//! bandwidth; candle's quantized matrix-vector products reach only a fraction of it. These
+//! kernels keep the weights in their GGML block layout, quantize the activations to 8 bits per
+//! row (as llama.cpp does), and compute integer dot products with AVX2/FMA when the CPU has
+//! them (checked at run time) or portable code otherwise. Work is split by weight rows over a
+//! persistent thread pool ([`pool`]).
+//!
+//! Every output element is computed by the same function whatever the number of activation
+//! rows, so a batch of rows gives bit-identical results to the same rows one at a time
+//! (speculative decoding relies on that).
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+pub mod pool;
+pub mod quant;
+
+use crate::gguf::GgmlType;
+use crate::{Error, Result};
+use candle_core::quantized::QTensor;
+use quant::{BlockQ8, BlockQ8K, QType};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+impl QType {
+    /// The kernel format for a GGML type, if the kernels handle it.
+    pub fn from_ggml(t: GgmlType) -> Option<Self> {
+        Some(match t {
+            GgmlType::Q4_0 => QType::Q4_0,
+            GgmlType::Q4_1 => QType::Q4_1,
+            GgmlType::Q5_0 => QType::Q5_0,
+            GgmlType::Q5_1 => QType::Q5_1,
+            GgmlType::Q8_0 => QType::Q8_0,
+            GgmlType::Q4_K => QType::Q4K,
+            GgmlType::Q5_K => QType::Q5K,
+            GgmlType::Q6_K => QType::Q6K,
+            _ => return None,
+        })
+    }
+
+    /// The kernel format for a candle quantized dtype, if the kernels handle it.
+    pub fn from_candle(t: candle_core::quantized::GgmlDType) -> Option<Self> {
+        use candle_core::quantized::GgmlDType as D;
+        Some(match t {
+            D::Q4_0 => QType::Q4_0,
+            D::Q4_1 => QType::Q4_1,
+            D::Q5_0 => QType::Q5_0,
+            D::Q5_1 => QType::Q5_1,
+            D::Q8_0 => QType::Q8_0,
+            D::Q4K => QType::Q4K,
+            D::Q5K => QType::Q5K,
+            D::Q6K => QType::Q6K,
+            _ => return None,
+        })
+    }
+}
+
+/// Whether the AVX2 kernels are in use (x86_64 with AVX2 and FMA).
+pub fn has_avx2() -> bool {
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    match STATE.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            #[cfg(target_arch = "x86_64")]
+            let yes = std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("fma")
+                && std::env::var_os("SAPIENT_NO_AVX2").is_none();
+            #[cfg(not(target_arch = "x86_64"))]
+            let yes = false;
+            STATE.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
+/// Dot product of one weight row (`t` blocks) with a quantized activation row.
+#[inline]
+pub fn dot_row_q8(t: QType, w: &[u8], a: &[BlockQ8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 and FMA are present; callers pass `a.len()` blocks of `w`.
+        unsafe {
+            return match t {
+                QType::Q4_0 => avx2::dot_q4_0(w, a),
+                QType::Q4_1 => avx2::dot_q4_1(w, a),
+                QType::Q5_0 => avx2::dot_q5_0(w, a),
+                QType::Q5_1 => avx2::dot_q5_1(w, a),
+                QType::Q8_0 => avx2::dot_q8_0(w, a),
+                _ => unreachable!("k-quants use dot_row_q8k"),
+            };
+        }
+    }
+    match t {
+        QType::Q4_0 => quant::dot_q4_0(w, a),
+        QType::Q4_1 => quant::dot_q4_1(w, a),
+        QType::Q5_0 => quant::dot_q5_0(w, a),
+        QType::Q5_1 => quant::dot_q5_1(w, a),
+        QType::Q8_0 => quant::dot_q8_0(w, a),
+        _ => unreachable!("k-quants use dot_row_q8k"),
+    }
+}
+
+/// Dot product of one k-quant weight row with a quantized activation row.
+#[inline]
+pub fn dot_row_q8k(t: QType, w: &[u8], a: &[BlockQ8K]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: as in `dot_row_q8`.
+        unsafe {
+            return match t {
+                QType::Q4K => avx2::dot_q4k(w, a),
+                QType::Q5K => avx2::dot_q5k(w, a),
+                QType::Q6K => avx2::dot_q6k(w, a),
+                _ => unreachable!("32-element formats use dot_row_q8"),
+            };
+        }
+    }
+    match t {
+        QType::Q4K => quant::dot_q4k(w, a),
+        QType::Q5K => quant::dot_q5k(w, a),
+        QType::Q6K => quant::dot_q6k(w, a),
+        _ => unreachable!("32-element formats use dot_row_q8"),
+    }
+}
+
+/// f32 dot product.
+#[inline]
+pub fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 and FMA are present.
+        return unsafe { avx2::dot_f32(x, y) };
+    }
+    x.iter().zip(y).map(|(a, b)| a * b).sum()
+}
+
+/// `y += a * x`.
+#[inline]
+pub fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 and FMA are present.
+        return unsafe { avx2::axpy_f32(a, x, y) };
+    }
+    for (yi, xi) in y.iter_mut().zip(x) {
+        *yi += a * xi;
+    }
+}
+
+#[derive(Clone)]
+enum Storage {
+    Candle(Arc<QTensor>),
+    Bytes(Arc<Vec<u8>>),
+}
+
+/// A quantized `[rows, cols]` weight matrix in GGML block layout, row-major.
+#[derive(Clone)]
+pub struct QMatrix {
+    qtype: QType,
+    rows: usize,
+    cols: usize,
+    storage: Storage,
+}
+
+impl std::fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QMatrix")
+            .field("qtype", &self.qtype)
+            .field("rows", &self.rows)
+            .field("cols", &self.cols)
+            .finish()
+    }
+}
+
+impl QMatrix {
+    /// Wrap a CPU candle quantized tensor of shape `[rows, cols]` (no copy). `None` when its
+    /// format has no kernel here, it is not 2-D, or it is not on the CPU.
+    pub fn from_qtensor(q: &Arc<QTensor>) -> Option<Self> {
+        let qtype = QType::from_candle(q.dtype())?;
+        let (rows, cols) = match q.shape().dims() {
+            [r, c] => (*r, *c),
+            _ => return None,
+        };
+        if !matches!(q.device(), candle_core::Device::Cpu) || cols % qtype.block_len() != 0 {
+            return None;
+        }
+        let m = Self {
+            qtype,
+            rows,
+            cols,
+            storage: Storage::Candle(q.clone()),
+        };
+        // Must be borrowable as bytes of the expected size.
+        (m.bytes_len() == rows * m.row_bytes()).then_some(m)
+    }
+
+    /// A matrix from raw GGML blocks (`rows * cols / block_len * block_bytes` bytes).
+    pub fn from_bytes(qtype: QType, rows: usize, cols: usize, bytes: Vec<u8>) -> Result<Self> {
+        if cols % qtype.block_len() != 0 {
+            return Err(Error::Candle(candle_core::Error::Msg(format!(
+                "{qtype:?} matrix: {cols} columns is not a multiple of the block length {}",
+                qtype.block_len()
+            ))));
+        }
+        let want = rows * cols / qtype.block_len() * qtype.block_bytes();
+        if bytes.len() != want {
+            return Err(Error::Candle(candle_core::Error::Msg(format!(
+                "{qtype:?} [{rows}, {cols}] needs {want} bytes, got {}",
+                bytes.len()
+            ))));
+        }
+        Ok(Self {
+            qtype,
+            rows,
+            cols,
+            storage: Storage::Bytes(Arc::new(bytes)),
+        })
+    }
+
+    pub fn qtype(&self) -> QType {
+        self.qtype
+    }
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.qtype.block_len() * self.qtype.block_bytes()
+    }
+
+    fn bytes_len(&self) -> usize {
+        match &self.storage {
+            Storage::Candle(q) => q.data().map(|d| d.len()).unwrap_or(0),
+            Storage::Bytes(b) => b.len(),
+        }
+    }
+
+    /// The raw blocks. On the CPU candle hands out its buffer without copying.
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        match &self.storage {
+            Storage::Candle(q) => match q.data() {
+                Ok(d) => f(&d),
+                Err(_) => f(&[]),
+            },
+            Storage::Bytes(b) => f(b),
+        }
+    }
+
+    /// Dequantize row `r` into `out` (`cols` long).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let rb = self.row_bytes();
+        self.with_bytes(|b| quant::dequantize_row(self.qtype, &b[r * rb..(r + 1) * rb], out));
+    }
+
+    /// `out[i, j] = sum_k x[i, k] * w[j, k]` for `m` rows of `x` (`[m, cols]`, row-major);
+    /// `out` is `[m, rows]`. Runs on the kernel thread pool.
+    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        assert_eq!(x.len(), m * self.cols, "QMatrix::matmul: x has the wrong length");
+        assert_eq!(out.len(), m * self.rows, "QMatrix::matmul: out has the wrong length");
+        let acts = QuantizedActs::new(self.qtype, x, m, self.cols);
+        self.matmul_quantized(&acts, out);
+    }
+
+    /// Like [`matmul`](Self::matmul) with activations already quantized for this format
+    /// (several matrices reading the same input share one quantization).
+    pub fn matmul_quantized(&self, acts: &QuantizedActs, out: &mut [f32]) {
+        let m = acts.m;
+        assert_eq!(acts.k_quant, self.qtype.k_quant(), "activation format does not match");
+        assert_eq!(acts.cols, self.cols, "activation width does not match");
+        assert_eq!(out.len(), m * self.rows, "QMatrix::matmul: out has the wrong length");
+        let rows = self.rows;
+        let rb = self.row_bytes();
+        let t = self.qtype;
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        self.with_bytes(|bytes| {
+            let job = |tid: usize, nth: usize| {
+                let (r0, r1) = pool::split(rows, tid, nth, 16);
+                let out_ptr = &out_ptr;
+                for j in r0..r1 {
+                    let wrow = &bytes[j * rb..(j + 1) * rb];
+                    for i in 0..m {
+                        let v = if acts.k_quant {
+                            dot_row_q8k(t, wrow, acts.row_q8k(i))
+                        } else {
+                            dot_row_q8(t, wrow, acts.row_q8(i))
+                        };
+                        // SAFETY: each thread writes a disjoint range of output columns.
+                        unsafe { *out_ptr.0.add(i * rows + j) = v };
+                    }
+                }
+            };
+            if rows * m * self.cols < 64 * 1024 {
+                job(0, 1);
+            } else {
+                pool::pool().run(&job);
+            }
+        });
+    }
+}
+
+struct SendPtr(*mut f32);
+// SAFETY: used only to write disjoint output ranges from the pool's threads.
+unsafe impl Sync for SendPtr {}
+unsafe impl Send for SendPtr {}
+
+thread_local! {
+    static SCRATCH_Q8: RefCell<Vec<BlockQ8>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH_Q8K: RefCell<Vec<BlockQ8K>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Activation rows quantized for one family of weight formats.
+pub struct QuantizedActs {
+    m: usize,
+    cols: usize,
+    k_quant: bool,
+    q8: Vec<BlockQ8>,
+    q8k: Vec<BlockQ8K>,
+}
+
+impl QuantizedActs {
+    /// Quantize `m` rows of `cols` values for weights of format `t`. Reuses a per-thread
+    /// buffer (returned by `Drop`), so the decode loop does not allocate.
+    pub fn new(t: QType, x: &[f32], m: usize, cols: usize) -> Self {
+        assert_eq!(x.len(), m * cols);
+        let k_quant = t.k_quant();
+        let mut s = Self {
+            m,
+            cols,
+            k_quant,
+            q8: Vec::new(),
+            q8k: Vec::new(),
+        };
+        if k_quant {
+            let mut v = SCRATCH_Q8K.with(|c| std::mem::take(&mut *c.borrow_mut()));
+            v.clear();
+            v.resize(m * cols / 256, BlockQ8K::default());
+            for (xr, br) in x.chunks_exact(cols).zip(v.chunks_exact_mut(cols / 256)) {
+                quant::quantize_q8k(xr, br);
+            }
+            s.q8k = v;
+        } else {
+            let mut v = SCRATCH_Q8.with(|c| std::mem::take(&mut *c.borrow_mut()));
+            v.clear();
+            v.resize(m * cols / 32, BlockQ8::default());
+            for (xr, br) in x.chunks_exact(cols).zip(v.chunks_exact_mut(cols / 32)) {
+                quant::quantize_q8(xr, br);
+            }
+            s.q8 = v;
+        }
+        s
+    }
+    fn row_q8(&self, i: usize) -> &[BlockQ8] {
+        let n = self.cols / 32;
+        &self.q8[i * n..(i + 1) * n]
+    }
+    fn row_q8k(&self, i: usize) -> &[BlockQ8K] {
+        let n = self.cols / 256;
+        &self.q8k[i * n..(i + 1) * n]
+    }
+}
+
+impl Drop for QuantizedActs {
+    fn drop(&mut self) {
+        let q8 = std::mem::take(&mut self.q8);
+        if q8.capacity() > 0 {
+            SCRATCH_Q8.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.capacity() < q8.capacity() {
+                    *c = q8;
+                }
+            });
+        }
+        let q8k = std::mem::take(&mut self.q8k);
+        if q8k.capacity() > 0 {
+            SCRATCH_Q8K.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.capacity() < q8k.capacity() {
+                    *c = q8k;
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,232 @@
+//! Kernels against straightforward references on random data. Weights are quantized by
+//! candle's own (independent) quantizers, so the block layouts are checked too.
+
+use super::quant::{self, BlockQ8, BlockQ8K, QType};
+use super::*;
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+
+const ALL: [QType; 8] = [
+    QType::Q4_0,
+    QType::Q4_1,
+    QType::Q5_0,
+    QType::Q5_1,
+    QType::Q8_0,
+    QType::Q4K,
+    QType::Q5K,
+    QType::Q6K,
+];
+
+fn candle_dtype(t: QType) -> GgmlDType {
+    match t {
+        QType::Q4_0 => GgmlDType::Q4_0,
+        QType::Q4_1 => GgmlDType::Q4_1,
+        QType::Q5_0 => GgmlDType::Q5_0,
+        QType::Q5_1 => GgmlDType::Q5_1,
+        QType::Q8_0 => GgmlDType::Q8_0,
+        QType::Q4K => GgmlDType::Q4K,
+        QType::Q5K => GgmlDType::Q5K,
+        QType::Q6K => GgmlDType::Q6K,
+    }
+}
+
+/// Deterministic pseudo-random values with a few outliers, like real weights.
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|i| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let u = ((s >> 33) as f32) / (1u64 << 31) as f32 - 0.5;
+            if i % 97 == 13 {
+                u * 8.0
+            } else {
+                u
+            }
+        })
+        .collect()
+}
+
+fn quantized(t: QType, rows: usize, cols: usize, seed: u64) -> (QMatrix, Vec<f32>) {
+    let w = data(rows * cols, seed);
+    let tensor = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+    let q = Arc::new(QTensor::quantize(&tensor, candle_dtype(t)).unwrap());
+    let deq = q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    (QMatrix::from_qtensor(&q).expect("kernel format"), deq)
+}
+
+fn cols_for(t: QType) -> Vec<usize> {
+    if t.k_quant() {
+        vec![256, 512, 1536]
+    } else {
+        vec![32, 96, 576, 896]
+    }
+}
+
+fn close(a: f32, b: f32, rel: f32) -> bool {
+    (a - b).abs() <= rel * (1.0 + a.abs().max(b.abs()))
+}
+
+#[test]
+fn dequantize_matches_candle() {
+    for t in ALL {
+        for cols in cols_for(t) {
+            let (m, deq) = quantized(t, 5, cols, 1);
+            let mut row = vec![0f32; cols];
+            for r in 0..5 {
+                m.dequantize_row(r, &mut row);
+                for (k, (a, b)) in row.iter().zip(&deq[r * cols..(r + 1) * cols]).enumerate() {
+                    assert!(close(*a, *b, 1e-6), "{t:?} cols={cols} row {r} col {k}: {a} vs {b}");
+                }
+            }
+        }
+    }
+}
+
+/// Dequantized activation values of a quantized row, for f32 reference dots.
+fn deq_acts_q8(b: &[BlockQ8]) -> Vec<f32> {
+    b.iter().flat_map(|b| b.qs.iter().map(move |&q| q as f32 * b.d)).collect()
+}
+fn deq_acts_q8k(b: &[BlockQ8K]) -> Vec<f32> {
+    b.iter().flat_map(|b| b.qs.iter().map(move |&q| q as f32 * b.d)).collect()
+}
+
+#[test]
+fn activation_quantization_is_accurate() {
+    let x = data(1024, 7);
+    let mut b = vec![BlockQ8::default(); 32];
+    quant::quantize_q8(&x, &mut b);
+    let back = deq_acts_q8(&b);
+    for (blk, (xs, ys)) in x.chunks(32).zip(back.chunks(32)).enumerate() {
+        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (a, y) in xs.iter().zip(ys) {
+            assert!((a - y).abs() <= amax / 127.0 * 0.51 + 1e-3 * amax, "block {blk}: {a} vs {y}");
+        }
+        let sum: i32 = b[blk].qs.iter().map(|&q| q as i32).sum();
+        assert!(close(b[blk].s, sum as f32 * b[blk].d, 2e-3));
+    }
+    let mut bk = vec![BlockQ8K::default(); 4];
+    quant::quantize_q8k(&x, &mut bk);
+    let back = deq_acts_q8k(&bk);
+    for (xs, (ys, b)) in x.chunks(256).zip(back.chunks(256).zip(&bk)) {
+        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (a, y) in xs.iter().zip(ys) {
+            assert!((a - y).abs() <= amax / 127.0 * 0.51 + 1e-6, "{a} vs {y}");
+        }
+        for (i, s) in b.bsums.iter().enumerate() {
+            assert_eq!(*s as i32, b.qs[16 * i..16 * i + 16].iter().map(|&q| q as i32).sum::<i32>());
+        }
+    }
+}
+
+/// Scalar and dispatched (AVX2 where present) dots agree with the f32 dot of the dequantized
+/// weight and the dequantized activations (the same arithmetic, up to summation order).
+#[test]
+fn dots_match_dequantized_reference() {
+    for t in ALL {
+        for cols in cols_for(t) {
+            let rows = 9;
+            let (m, deq) = quantized(t, rows, cols, 2 + cols as u64);
+            let x = data(cols, 99);
+            let acts = QuantizedActs::new(t, &x, 1, cols);
+            let xa = if t.k_quant() { deq_acts_q8k(acts.row_q8k(0)) } else { deq_acts_q8(acts.row_q8(0)) };
+            let rb = m.row_bytes();
+            m.with_bytes(|bytes| {
+                for r in 0..rows {
+                    let w = &bytes[r * rb..(r + 1) * rb];
+                    let wr = &deq[r * cols..(r + 1) * cols];
+                    let want: f32 = wr.iter().zip(&xa).map(|(a, b)| a * b).sum();
+                    let scale: f32 = wr.iter().zip(&xa).map(|(a, b)| (a * b).abs()).sum::<f32>() + 1e-6;
+                    let (scalar, fast) = if t.k_quant() {
+                        let a = acts.row_q8k(0);
+                        let s = match t {
+                            QType::Q4K => quant::dot_q4k(w, a),
+                            QType::Q5K => quant::dot_q5k(w, a),
+                            _ => quant::dot_q6k(w, a),
+                        };
+                        (s, dot_row_q8k(t, w, a))
+                    } else {
+                        let a = acts.row_q8(0);
+                        let s = match t {
+                            QType::Q4_0 => quant::dot_q4_0(w, a),
+                            QType::Q4_1 => quant::dot_q4_1(w, a),
+                            QType::Q5_0 => quant::dot_q5_0(w, a),
+                            QType::Q5_1 => quant::dot_q5_1(w, a),
+                            _ => quant::dot_q8_0(w, a),
+                        };
+                        (s, dot_row_q8(t, w, a))
+                    };
+                    // Q4_1/Q5_1 use the f16-rounded block sum `s`: slightly looser.
+                    let tol = if matches!(t, QType::Q4_1 | QType::Q5_1) { 2e-3 } else { 1e-5 };
+                    assert!((scalar - want).abs() <= tol * scale, "{t:?} cols={cols} row {r}: scalar {scalar} vs {want}");
+                    assert!((fast - scalar).abs() <= 1e-5 * scale, "{t:?} cols={cols} row {r}: simd {fast} vs scalar {scalar}");
+                }
+            });
+        }
+    }
+}
+
+/// The whole product against an f32 matmul of the dequantized weight and the original input:
+/// the only difference is the 8-bit activation quantization.
+#[test]
+fn matmul_matches_f32_within_quantization_error() {
+    for t in ALL {
+        for cols in cols_for(t) {
+            for (rows, m) in [(1, 1), (37, 1), (300, 3), (64, 17)] {
+                let (w, deq) = quantized(t, rows, cols, 5);
+                let x = data(m * cols, 11);
+                let mut out = vec![0f32; m * rows];
+                w.matmul(&x, m, &mut out);
+                for i in 0..m {
+                    for j in 0..rows {
+                        let wr = &deq[j * cols..(j + 1) * cols];
+                        let xr = &x[i * cols..(i + 1) * cols];
+                        let want: f32 = wr.iter().zip(xr).map(|(a, b)| a * b).sum();
+                        let norm = (wr.iter().map(|v| v * v).sum::<f32>() * xr.iter().map(|v| v * v).sum::<f32>()).sqrt();
+                        let got = out[i * rows + j];
+                        assert!((got - want).abs() <= 0.02 * norm + 1e-5, "{t:?} [{rows}x{cols}] x{m} ({i},{j}): {got} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A batch of rows gives bit-identical results to the same rows one at a time.
+#[test]
+fn batched_rows_equal_single_rows() {
+    for t in ALL {
+        let cols = *cols_for(t).last().unwrap();
+        let rows = 200;
+        let (w, _) = quantized(t, rows, cols, 3);
+        let m = 5;
+        let x = data(m * cols, 4);
+        let mut all = vec![0f32; m * rows];
+        w.matmul(&x, m, &mut all);
+        for i in 0..m {
+            let mut one = vec![0f32; rows];
+            w.matmul(&x[i * cols..(i + 1) * cols], 1, &mut one);
+            assert_eq!(one, all[i * rows..(i + 1) * rows], "{t:?} row {i}");
+        }
+    }
+}
+
+#[test]
+fn from_bytes_checks_sizes() {
+    assert!(QMatrix::from_bytes(QType::Q8_0, 2, 32, vec![0; 68]).is_ok());
+    let e = QMatrix::from_bytes(QType::Q8_0, 2, 32, vec![0; 67]).unwrap_err();
+    assert!(e.to_string().contains("needs 68 bytes"), "{e}");
+    assert!(QMatrix::from_bytes(QType::Q4K, 1, 100, vec![]).is_err());
+}
+
+#[test]
+fn f32_helpers() {
+    let x = data(37, 1);
+    let y = data(37, 2);
+    let want: f32 = x.iter().zip(&y).map(|(a, b)| a * b).sum();
+    assert!(close(dot_f32(&x, &y), want, 1e-5));
+    let mut z = y.clone();
+    axpy_f32(0.5, &x, &mut z);
+    for ((zi, xi), yi) in z.iter().zip(&x).zip(&y) {
+        assert!(close(*zi, yi + 0.5 * xi, 1e-6));
+    }
+}
