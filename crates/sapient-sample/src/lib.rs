@@ -9,6 +9,21 @@
 //! 7. a draw from the remaining distribution with a seeded RNG.
 //!
 //! The same seed, logits and history give the same token.
+//!
+//! Structured generation: [`Expr`] / [`Grammar`] (regex, choice, literal, ranged numbers,
+//! sequence, repetition, stop-on-string, free JSON, JSON Schema) implement the
+//! [`Constraint`] trait, an incremental byte-level parser with cloneable states;
+//! [`TokenIndex`] computes token masks over a vocabulary trie; [`Matcher`] follows a
+//! generation token by token; [`Sampler::sample_constrained`] checks candidates in
+//! probability order and computes a full mask only when none of them is valid.
+
+mod constraint;
+mod dfa;
+mod index;
+mod schema;
+
+pub use constraint::{Constraint, Expr, Frame, Grammar, GrammarError, GrammarState, JsonOptions};
+pub use index::{Matcher, MatcherStats, TokenIndex, TokenMask};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -21,6 +36,16 @@ pub enum Error {
     InvalidParameter(String),
     #[error("no token can be sampled: every logit is -inf or NaN")]
     NoCandidates,
+    #[error(transparent)]
+    Grammar(#[from] GrammarError),
+    #[error("token {0} is not allowed by the constraint here")]
+    TokenRejected(u32),
+    #[error("text {0:?} is not allowed by the constraint here")]
+    BytesRejected(String),
+    #[error("the constraint reached a dead end: no token of the vocabulary can continue it")]
+    DeadEnd,
+    #[error("cannot roll back {requested} steps, only {available} were taken")]
+    Rollback { requested: usize, available: usize },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -244,6 +269,113 @@ impl Sampler {
     }
 }
 
+/// How many of the best candidates greedy constrained decoding checks before it computes
+/// the full mask.
+const GREEDY_CANDIDATES: usize = 32;
+/// How many rejected draws before a sampled constrained step computes the full mask.
+const MAX_REJECTIONS: usize = 16;
+
+/// The `k` largest finite logits, best first (ties: lower id first), in one pass.
+fn top_candidates(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+    for (i, &l) in logits.iter().enumerate() {
+        if !l.is_finite() && l != f32::INFINITY {
+            continue;
+        }
+        if top.len() == k && top.last().is_some_and(|w| l <= w.1) {
+            continue;
+        }
+        let pos = top.partition_point(|c| c.1 >= l);
+        top.insert(pos, (i as u32, l));
+        top.truncate(k);
+    }
+    top
+}
+
+impl Sampler {
+    /// Pick the next token under a constraint and advance `matcher` by it.
+    ///
+    /// Greedy: the best candidates are checked in logit order (only their own bytes are
+    /// walked) and the first allowed one is taken; the full mask is computed only when none
+    /// of the best [`GREEDY_CANDIDATES`] is allowed. Sampling: a token is drawn from the
+    /// filtered distribution (temperature, top-k, top-p, min-p as in [`Sampler::sample`]);
+    /// a disallowed draw is removed and the draw repeated, so the result follows the
+    /// filtered distribution restricted to allowed tokens. If no filtered candidate is
+    /// allowed, the full mask is applied to the logits and the chain runs again on them.
+    pub fn sample_constrained<C: Constraint>(&mut self, logits: &mut [f32], history: &[u32], matcher: &mut Matcher<C>) -> Result<u32> {
+        apply_penalties(logits, history, &self.cfg);
+        for (&t, &b) in &self.cfg.logit_bias {
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l += b;
+            }
+        }
+        let tok = if self.cfg.is_greedy() {
+            self.greedy_constrained(logits, matcher)?
+        } else {
+            self.draw_constrained(logits, matcher)?
+        };
+        matcher.consume(tok)?;
+        Ok(tok)
+    }
+
+    fn greedy_constrained<C: Constraint>(&mut self, logits: &mut [f32], m: &mut Matcher<C>) -> Result<u32> {
+        for (t, _) in top_candidates(logits, GREEDY_CANDIDATES) {
+            if m.allows(t)? {
+                return Ok(t);
+            }
+        }
+        tracing::trace!("no top candidate allowed: full mask");
+        m.mask()?.apply(logits);
+        argmax(logits)
+    }
+
+    fn draw(&mut self, dist: &[(u32, f32)], mass: f32, skip: &[bool]) -> Option<usize> {
+        let r: f32 = self.rng.random::<f32>() * mass;
+        let mut acc = 0f32;
+        let mut last = None;
+        for (i, &(_, p)) in dist.iter().enumerate() {
+            if skip.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            acc += p;
+            last = Some(i);
+            if r < acc {
+                return Some(i);
+            }
+        }
+        last
+    }
+
+    fn draw_constrained<C: Constraint>(&mut self, logits: &mut [f32], m: &mut Matcher<C>) -> Result<u32> {
+        let dist = filtered_distribution(logits, &self.cfg)?;
+        let mut rejected = vec![false; dist.len()];
+        let mut mass = 1f32;
+        for _ in 0..MAX_REJECTIONS.min(dist.len()) {
+            let Some(i) = self.draw(&dist, mass, &rejected) else { break };
+            if m.allows(dist[i].0)? {
+                return Ok(dist[i].0);
+            }
+            rejected[i] = true;
+            mass -= dist[i].1;
+            if mass <= 0.0 {
+                break;
+            }
+        }
+        let mask = m.mask()?;
+        let allowed: Vec<(u32, f32)> = dist.iter().copied().filter(|&(t, _)| mask.is_allowed(t)).collect();
+        if !allowed.is_empty() {
+            let total: f32 = allowed.iter().map(|c| c.1).sum();
+            if let Some(i) = self.draw(&allowed, total, &[]) {
+                return Ok(allowed[i].0);
+            }
+        }
+        tracing::trace!("no filtered candidate allowed: masking before the chain");
+        mask.apply(logits);
+        let dist = filtered_distribution(logits, &self.cfg)?;
+        self.draw(&dist, 1.0, &[]).map(|i| dist[i].0).ok_or(Error::NoCandidates)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,6 +485,103 @@ mod tests {
         bias.insert(1u32, f32::NEG_INFINITY);
         let mut s = Sampler::new(SamplerConfig { logit_bias: bias, ..Default::default() }).unwrap();
         assert_eq!(s.sample(&mut [1.0, 9.0, 2.0], &[]).unwrap(), 2);
+    }
+
+    #[test]
+    fn chain_order_top_k_before_top_p_before_min_p() {
+        // p = 0.4, 0.3, 0.2, 0.1. top-k 3 renormalises to 4/9, 3/9, 2/9; top-p 0.75 then keeps
+        // two (4/9 + 3/9 >= 0.75), whereas on the full distribution it would keep three.
+        let logits = [0.4f32.ln(), 0.3f32.ln(), 0.2f32.ln(), 0.1f32.ln()];
+        let cfg = SamplerConfig { temperature: 1.0, top_k: Some(3), top_p: Some(0.75), ..Default::default() };
+        let d = filtered_distribution(&logits, &cfg).unwrap();
+        assert_eq!(d.iter().map(|c| c.0).collect::<Vec<_>>(), vec![0, 1]);
+        assert!((d[0].1 - 4.0 / 7.0).abs() < 1e-5 && (d[1].1 - 3.0 / 7.0).abs() < 1e-5);
+        let cfg = SamplerConfig { temperature: 1.0, top_p: Some(0.75), ..Default::default() };
+        assert_eq!(filtered_distribution(&logits, &cfg).unwrap().len(), 3);
+        // min-p after top-p: of the nucleus {0.4, 0.3, 0.2} renormalised, 0.2/0.9 < 0.6 * 0.4/0.9.
+        let cfg = SamplerConfig { temperature: 1.0, top_p: Some(0.75), min_p: Some(0.6), ..Default::default() };
+        assert_eq!(filtered_distribution(&logits, &cfg).unwrap().iter().map(|c| c.0).collect::<Vec<_>>(), vec![0, 1]);
+    }
+
+    #[test]
+    fn bias_applies_before_temperature() {
+        let mut bias = HashMap::new();
+        bias.insert(1u32, 2.0f32);
+        let cfg = SamplerConfig { temperature: 2.0, logit_bias: bias, seed: Some(3), ..Default::default() };
+        let mut s = Sampler::new(cfg).unwrap();
+        let n = 20000;
+        let ones = (0..n).filter(|_| s.sample(&mut [0.0, 0.0], &[]).unwrap() == 1).count();
+        // (0 + 2) / 2 = 1 against 0: p = e / (1 + e)
+        let p = std::f64::consts::E / (1.0 + std::f64::consts::E);
+        assert!((ones as f64 / n as f64 - p).abs() < 0.015, "{ones}");
+    }
+
+    /// Vocabulary: 0 = EOS, 1..=4 = "a" "b" "c" "d", then 40 filler tokens "x0".. "x39".
+    fn small_index() -> std::sync::Arc<TokenIndex> {
+        let mut toks: Vec<Vec<u8>> = vec![b"</s>".to_vec(), b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"d".to_vec()];
+        toks.extend((0..40).map(|i| format!("x{i}").into_bytes()));
+        std::sync::Arc::new(TokenIndex::new(toks, &[0], &[]))
+    }
+
+    #[test]
+    fn constrained_greedy_checks_candidates_then_falls_back() {
+        let idx = small_index();
+        let g = std::sync::Arc::new(Grammar::regex("[bd]c?").unwrap());
+        let mut m = Matcher::new(g.clone(), idx.clone());
+        let mut s = Sampler::new(SamplerConfig::greedy()).unwrap();
+        let mut logits = vec![0f32; 45];
+        logits[1] = 5.0; // "a" best but not allowed
+        logits[4] = 4.0; // "d"
+        logits[2] = 3.0; // "b"
+        assert_eq!(s.sample_constrained(&mut logits.clone(), &[], &mut m).unwrap(), 4);
+        assert_eq!(m.stats().masks_computed, 0, "decided by checking candidates");
+        assert!(m.stats().token_checks <= 2);
+        // Now "c" or EOS. Make both rank below 32 filler tokens: the full mask decides.
+        let mut logits = vec![1f32; 45];
+        logits[3] = -1.0;
+        logits[0] = -2.0;
+        assert_eq!(s.sample_constrained(&mut logits, &[], &mut m).unwrap(), 3);
+        assert_eq!(m.stats().masks_computed, 1);
+        // Only EOS is left.
+        assert_eq!(s.sample_constrained(&mut [0f32; 45], &[], &mut m).unwrap(), 0);
+        assert!(m.is_finished());
+    }
+
+    #[test]
+    fn constrained_sampling_follows_the_restricted_distribution() {
+        let idx = small_index();
+        let g = std::sync::Arc::new(Grammar::regex("[bd]").unwrap());
+        let mut m = Matcher::new(g, idx);
+        let mut logits = vec![f32::NEG_INFINITY; 45];
+        for (t, p) in [(1, 0.4f32), (2, 0.3), (3, 0.2), (4, 0.1)] {
+            logits[t] = p.ln();
+        }
+        let mut s = Sampler::new(SamplerConfig { temperature: 1.0, seed: Some(11), ..Default::default() }).unwrap();
+        let n = 20000;
+        let mut b = 0;
+        for _ in 0..n {
+            let t = s.sample_constrained(&mut logits.clone(), &[], &mut m).unwrap();
+            assert!(t == 2 || t == 4, "{t}");
+            b += (t == 2) as usize;
+            m.rollback(1).unwrap();
+        }
+        // 0.3 / (0.3 + 0.1)
+        assert!((b as f64 / n as f64 - 0.75).abs() < 0.015, "{b}");
+        // top-k 1 keeps only "a", which is not allowed: the mask is applied before the chain
+        // and the best allowed token ("b") is the only candidate left.
+        let mut s = Sampler::new(SamplerConfig { temperature: 1.0, top_k: Some(1), seed: Some(1), ..Default::default() }).unwrap();
+        for _ in 0..20 {
+            assert_eq!(s.sample_constrained(&mut logits.clone(), &[], &mut m).unwrap(), 2);
+            m.rollback(1).unwrap();
+        }
+    }
+
+    #[test]
+    fn top_candidates_match_a_full_sort() {
+        let logits: Vec<f32> = (0..500).map(|i| ((i * 7919) % 1000) as f32 / 10.0 - if i % 13 == 0 { f32::INFINITY } else { 0.0 }).collect();
+        let mut all: Vec<(u32, f32)> = logits.iter().enumerate().filter(|(_, l)| l.is_finite()).map(|(i, &l)| (i as u32, l)).collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        assert_eq!(top_candidates(&logits, 32), all[..32].to_vec());
     }
 
     #[test]

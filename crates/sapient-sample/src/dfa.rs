@@ -1,0 +1,190 @@
+//! Regular expressions compiled to a byte-level DFA table.
+//!
+//! `regex-automata` builds a dense DFA (all-matches semantics, anchored at the start); we
+//! copy the states reachable from the start into a plain `u32` table of 256 transitions per
+//! state, drop every state that cannot reach a match (so "not dead" means "can still
+//! complete"), and record which states accept at end of input. The table is what the
+//! grammar engine and the token walk use: one array load per byte.
+
+use crate::constraint::GrammarError;
+use regex_automata::dfa::{dense, Automaton, StartKind};
+use regex_automata::util::start;
+use regex_automata::{Anchored, MatchKind};
+use std::collections::HashMap;
+
+/// No transition (the byte is rejected).
+pub(crate) const DEAD: u32 = u32::MAX;
+
+/// Largest table we accept (states); beyond it building fails with `RegexTooLarge`.
+const MAX_STATES: usize = 200_000;
+
+#[derive(Debug, Clone)]
+pub(crate) struct DfaTable {
+    /// `trans[s * 256 + byte]`: next state or `DEAD`.
+    pub trans: Vec<u32>,
+    /// The input read so far (from the start state) is a full match.
+    pub accepting: Vec<bool>,
+    /// Some byte leads to a live state.
+    pub can_consume: Vec<bool>,
+    pub start: u32,
+}
+
+impl DfaTable {
+    /// Compile `pattern` so that a byte string is accepted iff the whole string matches.
+    /// Bytes in `forbidden` are removed from the language (used to keep pattern-constrained
+    /// JSON strings free of quotes, backslashes and control characters).
+    pub fn new(pattern: &str, forbidden: &dyn Fn(u8) -> bool) -> Result<Self, GrammarError> {
+        let bad = |e: String| GrammarError::InvalidRegex { pattern: pattern.to_string(), message: e };
+        let dfa = dense::Builder::new()
+            .configure(
+                dense::Config::new()
+                    .match_kind(MatchKind::All)
+                    .start_kind(StartKind::Anchored)
+                    .dfa_size_limit(Some(256 << 20))
+                    .determinize_size_limit(Some(256 << 20)),
+            )
+            .build(pattern)
+            .map_err(|e| bad(e.to_string()))?;
+        let start = dfa
+            .start_state(&start::Config::new().anchored(Anchored::Yes))
+            .map_err(|e| bad(e.to_string()))?;
+        // Breadth-first copy of the reachable states.
+        let mut ids: HashMap<regex_automata::util::primitives::StateID, u32> = HashMap::new();
+        let mut order = vec![start];
+        ids.insert(start, 0);
+        let mut trans: Vec<u32> = Vec::new();
+        let mut accepting = Vec::new();
+        let mut i = 0;
+        while i < order.len() {
+            let s = order[i];
+            i += 1;
+            accepting.push(dfa.is_match_state(dfa.next_eoi_state(s)));
+            let base = trans.len();
+            trans.resize(base + 256, DEAD);
+            for b in 0..=255u8 {
+                if forbidden(b) {
+                    continue;
+                }
+                let t = dfa.next_state(s, b);
+                if dfa.is_dead_state(t) || dfa.is_quit_state(t) {
+                    continue;
+                }
+                let next = match ids.get(&t) {
+                    Some(&n) => n,
+                    None => {
+                        let n = order.len() as u32;
+                        if order.len() >= MAX_STATES {
+                            return Err(GrammarError::RegexTooLarge { pattern: pattern.to_string(), states: MAX_STATES });
+                        }
+                        ids.insert(t, n);
+                        order.push(t);
+                        n
+                    }
+                };
+                trans[base + b as usize] = next;
+            }
+        }
+        let n = order.len();
+        // Live = can reach an accepting state: backwards search from the accepting ones.
+        let mut rev: Vec<Vec<u32>> = vec![Vec::new(); n];
+        for s in 0..n {
+            for &t in &trans[s * 256..s * 256 + 256] {
+                if t != DEAD {
+                    rev[t as usize].push(s as u32);
+                }
+            }
+        }
+        let mut live = accepting.clone();
+        let mut stack: Vec<u32> = (0..n as u32).filter(|&s| accepting[s as usize]).collect();
+        while let Some(t) = stack.pop() {
+            for &s in &rev[t as usize] {
+                if !live[s as usize] {
+                    live[s as usize] = true;
+                    stack.push(s);
+                }
+            }
+        }
+        if !live[0] {
+            return Err(GrammarError::Unsatisfiable(format!("regex {pattern:?} matches no string")));
+        }
+        for t in trans.iter_mut() {
+            if *t != DEAD && !live[*t as usize] {
+                *t = DEAD;
+            }
+        }
+        let can_consume = (0..n).map(|s| trans[s * 256..s * 256 + 256].iter().any(|&t| t != DEAD)).collect();
+        Ok(Self { trans, accepting, can_consume, start: 0 })
+    }
+
+    #[inline]
+    pub fn next(&self, s: u32, b: u8) -> u32 {
+        self.trans[s as usize * 256 + b as usize]
+    }
+
+    pub fn num_states(&self) -> usize {
+        self.accepting.len()
+    }
+
+    /// Whole-string match.
+    #[cfg(test)]
+    pub fn matches(&self, bytes: &[u8]) -> bool {
+        let mut s = self.start;
+        for &b in bytes {
+            s = self.next(s, b);
+            if s == DEAD {
+                return false;
+            }
+        }
+        self.accepting[s as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn none(_: u8) -> bool {
+        false
+    }
+
+    #[test]
+    fn whole_string_semantics_and_alternatives() {
+        // All-matches semantics keeps the longer alternative alive after "a".
+        let d = DfaTable::new("a|ab|abc", &none).unwrap();
+        for (s, ok) in [("a", true), ("ab", true), ("abc", true), ("", false), ("abcd", false), ("b", false)] {
+            assert_eq!(d.matches(s.as_bytes()), ok, "{s:?}");
+        }
+        let d = DfaTable::new(r"[0-9]{2,3}-[a-z]+", &none).unwrap();
+        assert!(d.matches(b"12-ab") && d.matches(b"123-x"));
+        assert!(!d.matches(b"1-ab") && !d.matches(b"1234-ab") && !d.matches(b"12-"));
+    }
+
+    #[test]
+    fn dead_states_are_pruned() {
+        // After "x" nothing can complete "xy$" with a 'z': the transition is absent.
+        let d = DfaTable::new("xy", &none).unwrap();
+        let s = d.next(d.start, b'x');
+        assert_ne!(s, DEAD);
+        assert_eq!(d.next(s, b'z'), DEAD);
+        assert!(d.can_consume[s as usize] && !d.accepting[s as usize]);
+        let end = d.next(s, b'y');
+        assert!(d.accepting[end as usize] && !d.can_consume[end as usize]);
+    }
+
+    #[test]
+    fn unicode_is_utf8() {
+        let d = DfaTable::new("é+", &none).unwrap();
+        assert!(d.matches("ééé".as_bytes()));
+        assert!(!d.matches(&[0xC3]));
+        let d = DfaTable::new(".", &none).unwrap();
+        assert!(d.matches("€".as_bytes()) && !d.matches(&[0xFF]));
+    }
+
+    #[test]
+    fn errors_are_reported() {
+        assert!(matches!(DfaTable::new("(ab", &none), Err(GrammarError::InvalidRegex { .. })));
+        // Only a quote could match but quotes are forbidden.
+        assert!(matches!(DfaTable::new("\"", &|b| b == b'"'), Err(GrammarError::Unsatisfiable(_))));
+        assert!(DfaTable::new(r"[^\x00-\x{10FFFF}]", &none).is_err());
+    }
+}

@@ -1,0 +1,491 @@
+//! Token masks against a model vocabulary.
+//!
+//! [`TokenIndex`] holds the vocabulary as a byte trie laid out in pre-order (each node knows
+//! where its subtree ends), built once per tokenizer. A mask is one walk over the trie with
+//! the constraint's state advanced one byte per trie edge: a rejected byte skips the whole
+//! subtree, so tokens sharing a prefix are checked together and nothing is re-parsed from
+//! the start. [`Matcher`] tracks a generation: it caches masks by parser state (grammar
+//! states repeat a lot, e.g. inside a string), checks single tokens cheaply (used by the
+//! sampler-aware path in [`crate::Sampler::sample_constrained`]), rolls back, and reports
+//! forced continuations.
+
+use crate::constraint::{Constraint, GrammarError};
+use crate::Error;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy)]
+struct TrieNode {
+    byte: u8,
+    depth: u16,
+    /// Index one past this node's subtree.
+    end: u32,
+    tok_start: u32,
+    tok_end: u32,
+}
+
+/// A model vocabulary prepared for mask computation.
+#[derive(Debug, Clone)]
+pub struct TokenIndex {
+    nodes: Vec<TrieNode>,
+    tok_ids: Vec<u32>,
+    bytes: Vec<Vec<u8>>,
+    /// In the trie (not special, not empty).
+    in_trie: Vec<bool>,
+    eos: Vec<u32>,
+    max_depth: usize,
+}
+
+impl TokenIndex {
+    /// `token_bytes[id]` is what token `id` decodes to (see
+    /// `sapient_tokenizers::Tokenizer::token_bytes`). `eos` ids are allowed exactly when the
+    /// constraint is complete; `special` ids (and tokens with no bytes) are never allowed.
+    pub fn new(token_bytes: Vec<Vec<u8>>, eos: &[u32], special: &[u32]) -> Self {
+        let n = token_bytes.len();
+        let mut in_trie = vec![true; n];
+        for &s in special.iter().chain(eos) {
+            if let Some(x) = in_trie.get_mut(s as usize) {
+                *x = false;
+            }
+        }
+        for (i, b) in token_bytes.iter().enumerate() {
+            if b.is_empty() {
+                in_trie[i] = false;
+            }
+        }
+        let mut order: Vec<u32> = (0..n as u32).filter(|&i| in_trie[i as usize]).collect();
+        order.sort_unstable_by(|&a, &b| token_bytes[a as usize].cmp(&token_bytes[b as usize]).then(a.cmp(&b)));
+        let mut nodes = vec![TrieNode { byte: 0, depth: 0, end: 0, tok_start: 0, tok_end: 0 }];
+        let mut tok_ids = Vec::with_capacity(order.len());
+        let mut path: Vec<usize> = vec![0]; // node index per depth
+        let mut prev: &[u8] = &[];
+        let mut max_depth = 0;
+        for &id in &order {
+            let bytes = &token_bytes[id as usize];
+            let lcp = prev.iter().zip(bytes.iter()).take_while(|(a, b)| a == b).count();
+            // Close the nodes below the common prefix.
+            while path.len() > lcp + 1 {
+                if let Some(ix) = path.pop() {
+                    nodes[ix].end = nodes.len() as u32;
+                }
+            }
+            for (d, &byte) in bytes.iter().enumerate().skip(lcp) {
+                let t = tok_ids.len() as u32;
+                nodes.push(TrieNode { byte, depth: (d + 1) as u16, end: 0, tok_start: t, tok_end: t });
+                path.push(nodes.len() - 1);
+            }
+            tok_ids.push(id);
+            if let Some(&last) = path.last() {
+                nodes[last].tok_end = tok_ids.len() as u32;
+            }
+            max_depth = max_depth.max(bytes.len());
+            prev = bytes;
+        }
+        while let Some(ix) = path.pop() {
+            nodes[ix].end = nodes.len() as u32;
+        }
+        tracing::debug!(tokens = order.len(), nodes = nodes.len(), max_depth, "token index built");
+        Self { nodes, tok_ids, bytes: token_bytes, in_trie, eos: eos.to_vec(), max_depth }
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.bytes.len()
+    }
+    pub fn eos(&self) -> &[u32] {
+        &self.eos
+    }
+    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        self.bytes.get(id as usize).map(|b| b.as_slice())
+    }
+    /// Trie nodes (for diagnostics and benchmarks).
+    pub fn num_nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Compute the allowed tokens for `state` (EOS included when the state is complete).
+    pub fn mask<C: Constraint>(&self, c: &C, state: &C::State) -> Result<TokenMask, GrammarError> {
+        let mut mask = TokenMask::empty(self.bytes.len());
+        let mut states: Vec<C::State> = vec![C::State::default(); self.max_depth + 1];
+        states[0] = state.clone();
+        let mut i = 1;
+        while i < self.nodes.len() {
+            let n = self.nodes[i];
+            let d = n.depth as usize;
+            let (lo, hi) = states.split_at_mut(d);
+            if c.advance(&lo[d - 1], n.byte, &mut hi[0])? {
+                for &t in &self.tok_ids[n.tok_start as usize..n.tok_end as usize] {
+                    mask.set(t);
+                }
+                i += 1;
+            } else {
+                i = n.end as usize;
+            }
+        }
+        if c.is_accepting(state) {
+            for &e in &self.eos {
+                mask.set(e);
+            }
+        }
+        Ok(mask)
+    }
+
+    /// Is `token` allowed after `state`? Returns the next state if so.
+    pub fn check_token<C: Constraint>(&self, c: &C, state: &C::State, token: u32) -> Result<Option<C::State>, GrammarError> {
+        if self.eos.contains(&token) {
+            return Ok(c.is_accepting(state).then(|| state.clone()));
+        }
+        if !self.in_trie.get(token as usize).copied().unwrap_or(false) {
+            return Ok(None);
+        }
+        c.advance_bytes(state, &self.bytes[token as usize])
+    }
+}
+
+/// A set of allowed token ids (a bitset over the vocabulary).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenMask {
+    bits: Vec<u64>,
+    len: usize,
+}
+
+impl TokenMask {
+    pub fn empty(len: usize) -> Self {
+        Self { bits: vec![0; len.div_ceil(64)], len }
+    }
+    #[inline]
+    pub fn set(&mut self, id: u32) {
+        if (id as usize) < self.len {
+            self.bits[id as usize / 64] |= 1 << (id % 64);
+        }
+    }
+    #[inline]
+    pub fn is_allowed(&self, id: u32) -> bool {
+        (id as usize) < self.len && self.bits[id as usize / 64] >> (id % 64) & 1 == 1
+    }
+    pub fn count(&self) -> usize {
+        self.bits.iter().map(|w| w.count_ones() as usize).sum()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bits.iter().all(|&w| w == 0)
+    }
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.bits.iter().enumerate().flat_map(|(i, &w)| {
+            let mut w = w;
+            std::iter::from_fn(move || {
+                if w == 0 {
+                    return None;
+                }
+                let b = w.trailing_zeros();
+                w &= w - 1;
+                Some(i as u32 * 64 + b)
+            })
+        })
+    }
+    /// Set the logits of disallowed tokens to -inf.
+    pub fn apply(&self, logits: &mut [f32]) {
+        for (i, l) in logits.iter_mut().enumerate() {
+            if !self.is_allowed(i as u32) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+/// Counters kept by a [`Matcher`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MatcherStats {
+    /// Single-token checks (sampler-aware path).
+    pub token_checks: usize,
+    /// Full masks computed by walking the trie.
+    pub masks_computed: usize,
+    /// Full masks served from the cache.
+    pub mask_cache_hits: usize,
+}
+
+/// Cached masks kept per matcher before the cache is cleared.
+const MASK_CACHE: usize = 256;
+
+/// A constraint being followed token by token.
+#[derive(Debug)]
+pub struct Matcher<C: Constraint> {
+    constraint: Arc<C>,
+    index: Arc<TokenIndex>,
+    state: C::State,
+    history: Vec<C::State>,
+    finished: bool,
+    cache: HashMap<C::State, Arc<TokenMask>>,
+    stats: MatcherStats,
+}
+
+impl<C: Constraint> Clone for Matcher<C> {
+    fn clone(&self) -> Self {
+        Self {
+            constraint: self.constraint.clone(),
+            index: self.index.clone(),
+            state: self.state.clone(),
+            history: self.history.clone(),
+            finished: self.finished,
+            cache: self.cache.clone(),
+            stats: self.stats,
+        }
+    }
+}
+
+impl<C: Constraint> Matcher<C> {
+    pub fn new(constraint: Arc<C>, index: Arc<TokenIndex>) -> Self {
+        let state = constraint.start();
+        Self { constraint, index, state, history: Vec::new(), finished: false, cache: HashMap::new(), stats: MatcherStats::default() }
+    }
+    pub fn constraint(&self) -> &C {
+        &self.constraint
+    }
+    pub fn index(&self) -> &TokenIndex {
+        &self.index
+    }
+    pub fn state(&self) -> &C::State {
+        &self.state
+    }
+    pub fn stats(&self) -> MatcherStats {
+        self.stats
+    }
+    /// The text so far is complete (EOS would be allowed).
+    pub fn is_accepting(&self) -> bool {
+        self.constraint.is_accepting(&self.state)
+    }
+    /// An EOS token was consumed.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+    /// Tokens consumed so far (rollback depth available).
+    pub fn num_tokens(&self) -> usize {
+        self.history.len()
+    }
+
+    /// Is `token` allowed next? (Walks only this token's bytes.)
+    pub fn allows(&mut self, token: u32) -> Result<bool, Error> {
+        self.stats.token_checks += 1;
+        if self.finished {
+            return Ok(false);
+        }
+        Ok(self.index.check_token(&*self.constraint, &self.state, token)?.is_some())
+    }
+
+    /// Advance by `token`; `Error::TokenRejected` if the constraint does not allow it.
+    pub fn consume(&mut self, token: u32) -> Result<(), Error> {
+        if self.finished {
+            return Err(Error::TokenRejected(token));
+        }
+        let next = self.index.check_token(&*self.constraint, &self.state, token)?.ok_or(Error::TokenRejected(token))?;
+        self.history.push(std::mem::replace(&mut self.state, next));
+        if self.index.eos.contains(&token) {
+            self.finished = true;
+        }
+        Ok(())
+    }
+
+    /// Advance by raw bytes (e.g. forced text), counted as one step for rollback.
+    pub fn consume_bytes(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let next = self
+            .constraint
+            .advance_bytes(&self.state, bytes)?
+            .ok_or_else(|| Error::BytesRejected(String::from_utf8_lossy(bytes).into_owned()))?;
+        self.history.push(std::mem::replace(&mut self.state, next));
+        Ok(())
+    }
+
+    /// Undo the last `n` consumed steps.
+    pub fn rollback(&mut self, n: usize) -> Result<(), Error> {
+        if n > self.history.len() {
+            return Err(Error::Rollback { requested: n, available: self.history.len() });
+        }
+        for _ in 0..n {
+            if let Some(s) = self.history.pop() {
+                self.state = s;
+            }
+        }
+        if n > 0 {
+            self.finished = false;
+        }
+        Ok(())
+    }
+
+    /// The full mask for the current state (cached by state). `Error::DeadEnd` if no token,
+    /// EOS included, is allowed: the grammar cannot be completed with this vocabulary.
+    pub fn mask(&mut self) -> Result<Arc<TokenMask>, Error> {
+        if let Some(m) = self.cache.get(&self.state) {
+            self.stats.mask_cache_hits += 1;
+            return Ok(m.clone());
+        }
+        let m = self.compute_mask_uncached()?;
+        if self.cache.len() >= MASK_CACHE {
+            self.cache.clear();
+        }
+        let m = Arc::new(m);
+        self.cache.insert(self.state.clone(), m.clone());
+        Ok(m)
+    }
+
+    /// The full mask without the cache (benchmarks).
+    pub fn compute_mask_uncached(&mut self) -> Result<TokenMask, Error> {
+        self.stats.masks_computed += 1;
+        if self.finished {
+            return Ok(TokenMask::empty(self.index.vocab_size()));
+        }
+        let m = self.index.mask(&*self.constraint, &self.state)?;
+        if m.is_empty() {
+            tracing::warn!(state = ?self.state, "constraint reached a dead end");
+            return Err(Error::DeadEnd);
+        }
+        Ok(m)
+    }
+
+    /// Bytes the constraint forces next: while exactly one byte is possible and the text is
+    /// not complete, that byte (at most `limit`). The caller may append them without
+    /// sampling; to keep the model's tokenization natural, tokenize the forced text and
+    /// feed all but the last token, which may merge with what follows.
+    pub fn forced_bytes(&self, limit: usize) -> Result<Vec<u8>, Error> {
+        let c = &*self.constraint;
+        let mut out = Vec::new();
+        let mut cur = self.state.clone();
+        let mut next = C::State::default();
+        let mut only = C::State::default();
+        while out.len() < limit && !self.finished && !c.is_accepting(&cur) {
+            let mut found: Option<u8> = None;
+            for b in 0..=255u8 {
+                if c.advance(&cur, b, &mut next)? {
+                    if found.is_some() {
+                        return Ok(out);
+                    }
+                    found = Some(b);
+                    std::mem::swap(&mut only, &mut next);
+                }
+            }
+            let Some(b) = found else { return Ok(out) };
+            out.push(b);
+            std::mem::swap(&mut cur, &mut only);
+        }
+        Ok(out)
+    }
+
+    /// If the full mask allows exactly one token, that token (appending it never changes
+    /// what the grammar accepts, and it is the model's own token).
+    pub fn forced_token(&mut self) -> Result<Option<u32>, Error> {
+        let m = self.mask()?;
+        let mut it = m.iter();
+        Ok(match (it.next(), it.next()) {
+            (Some(t), None) => Some(t),
+            _ => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::constraint::{Expr, Grammar};
+
+    /// A small vocabulary: single bytes for digits and punctuation, some multi-byte pieces.
+    fn vocab() -> (Vec<Vec<u8>>, Vec<&'static str>) {
+        let words = vec![
+            "<eos>", "{", "}", "\"", ":", ",", " ", "0", "1", "2", "12", "123", "a", "ab", "abc", "b", "\"a", "\":",
+            "\": ", "{\"", "true", "false", "null", "[", "]", "x", "\",", "<special>", "", "name", "\"name\"", "5,",
+        ];
+        (words.iter().map(|w| w.as_bytes().to_vec()).collect(), words)
+    }
+
+    fn brute(c: &Grammar, st: &<Grammar as Constraint>::State, toks: &[Vec<u8>], special: &[u32]) -> Vec<u32> {
+        let mut v = Vec::new();
+        for (i, t) in toks.iter().enumerate() {
+            if i == 0 {
+                if c.is_accepting(st) {
+                    v.push(0);
+                }
+                continue;
+            }
+            if t.is_empty() || special.contains(&(i as u32)) {
+                continue;
+            }
+            if c.advance_bytes(st, t).unwrap().is_some() {
+                v.push(i as u32);
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn trie_mask_equals_brute_force() {
+        let (toks, _) = vocab();
+        let special = [27u32];
+        let idx = TokenIndex::new(toks.clone(), &[0], &special);
+        let grammars = [
+            Grammar::json().unwrap(),
+            Grammar::regex("a[bc]*|12+").unwrap(),
+            Grammar::json_schema(&serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer", "maximum": 12}}, "required": ["name"]})).unwrap(),
+        ];
+        let prefixes: [&[&str]; 3] = [
+            &["", "{", "{\"", "{\"a\":", "[1", "[1,", "\"ab", "true"],
+            &["", "a", "ab", "1", "12"],
+            &["", "{", "{\"", "{\"name", "{\"name\": \"x\"", "{\"name\": \"x\", \"n\": 1", "{\"name\": \"x\", \"n\": 12}"],
+        ];
+        for (g, ps) in grammars.iter().zip(prefixes) {
+            for p in ps {
+                let st = g.advance_bytes(&g.start(), p.as_bytes()).unwrap().expect(p);
+                let m = idx.mask(g, &st).unwrap();
+                let got: Vec<u32> = m.iter().collect();
+                assert_eq!(got, brute(g, &st, &toks, &special), "prefix {p:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn matcher_consume_rollback_and_dead_end() {
+        let (toks, words) = vocab();
+        let id = |w: &str| words.iter().position(|x| *x == w).unwrap() as u32;
+        let idx = Arc::new(TokenIndex::new(toks, &[0], &[27]));
+        let g = Arc::new(Grammar::new(&Expr::one_of(["abc", "ab1"])).unwrap());
+        let mut m = Matcher::new(g.clone(), idx.clone());
+        assert!(m.allows(id("ab")).unwrap() && m.allows(id("abc")).unwrap() && !m.allows(id("b")).unwrap());
+        assert!(!m.allows(0).unwrap(), "EOS before completion");
+        m.consume(id("ab")).unwrap();
+        assert!(matches!(m.consume(id("ab")), Err(Error::TokenRejected(_))));
+        let mask: Vec<u32> = m.mask().unwrap().iter().collect();
+        assert_eq!(mask, vec![id("1")], "only '1' completes 'ab1'; 'c' has no token");
+        assert_eq!(m.forced_token().unwrap(), Some(id("1")));
+        m.consume(id("1")).unwrap();
+        assert!(m.is_accepting() && m.allows(0).unwrap());
+        m.consume(0).unwrap();
+        assert!(m.is_finished());
+        m.rollback(2).unwrap();
+        assert!(!m.is_finished() && !m.is_accepting());
+        assert!(m.allows(id("1")).unwrap());
+        assert!(matches!(m.rollback(5), Err(Error::Rollback { .. })));
+        // A grammar the vocabulary cannot spell: a dead end is an error, not a loop.
+        let g = Arc::new(Grammar::new(&Expr::literal("zz")).unwrap());
+        let mut m = Matcher::new(g, idx);
+        assert!(matches!(m.mask(), Err(Error::DeadEnd)));
+    }
+
+    #[test]
+    fn mask_cache_and_forced_bytes() {
+        let (toks, words) = vocab();
+        let id = |w: &str| words.iter().position(|x| *x == w).unwrap() as u32;
+        let idx = Arc::new(TokenIndex::new(toks, &[0], &[27]));
+        let schema = serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+        let g = Arc::new(Grammar::json_schema(&schema).unwrap());
+        let mut m = Matcher::new(g.clone(), idx);
+        assert_eq!(m.forced_bytes(64).unwrap(), b"{");
+        m.consume(id("{")).unwrap();
+        // After '{' optional whitespace or the key: the key is forced only with compact JSON.
+        assert_eq!(m.forced_bytes(64).unwrap(), b"");
+        let compact = crate::constraint::JsonOptions { max_whitespace: 0 };
+        let gc = Arc::new(Grammar::with_options(&Expr::JsonSchema(schema), compact).unwrap());
+        let mc = Matcher::new(gc, m.index.clone());
+        assert_eq!(mc.forced_bytes(64).unwrap(), b"{\"name\":\"");
+        let a = m.mask().unwrap();
+        let b = m.mask().unwrap();
+        assert_eq!(a, b);
+        assert_eq!(m.stats().masks_computed, 1);
+        assert_eq!(m.stats().mask_cache_hits, 1);
+        assert!(a.is_allowed(id("\"name\"")) && a.is_allowed(id("\"")) && a.is_allowed(id(" ")) && !a.is_allowed(id("\"a")));
+    }
+}
