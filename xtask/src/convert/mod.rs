@@ -5,6 +5,11 @@
 //! - `safetensors-to-gguf IN_DIR OUT.gguf --type f16|q8_0|q4_0|q4_1|q4_k|q5_k|q6_k`: the
 //!   metadata llama.cpp expects (architecture, hyper-parameters, tokenizer, chat template).
 //!
+//! - `ct2-to-safetensors MODEL OUT_DIR [--dtype f16|f32|bf16]`: a CTranslate2 Whisper
+//!   `model.bin` (a path, a directory holding it, or a preset such as `whisper-tiny.en`) to
+//!   transformers' layout (fused Q/K/V and cross K/V split, no key bias), `config.json` with
+//!   the alignment heads, suppressed tokens and language ids; `tokenizer.json` is copied.
+//!
 //! llama.cpp's converter permutes the Q and K rows of arch `llama` so that its interleaved
 //! RoPE matches transformers' rotate-half; we undo that going to HF and apply it coming back.
 
@@ -35,6 +40,13 @@ pub enum Cmd {
         #[arg(long = "type", default_value = "q8_0")]
         ty: String,
     },
+    /// CTranslate2 Whisper model.bin (path, directory or preset) to an HF directory.
+    Ct2ToSafetensors {
+        input: String,
+        out_dir: PathBuf,
+        #[arg(long, default_value = "f16")]
+        dtype: String,
+    },
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -47,6 +59,40 @@ pub fn run(args: Args) -> Result<()> {
             let n = llama::safetensors_to_gguf(&input, &output, &ty)?;
             println!("wrote {} ({n} tensors, {ty})", output.display());
         }
+        Cmd::Ct2ToSafetensors { input, out_dir, dtype } => ct2_to_safetensors(&input, &out_dir, &dtype)?,
     }
+    Ok(())
+}
+
+fn ct2_to_safetensors(input: &str, out_dir: &std::path::Path, dtype: &str) -> Result<()> {
+    use anyhow::{bail, Context};
+    let dtype = match dtype {
+        "f16" => candle_core::DType::F16,
+        "f32" => candle_core::DType::F32,
+        "bf16" => candle_core::DType::BF16,
+        other => bail!("--dtype {other}: expected f16, f32 or bf16"),
+    };
+    let path = std::path::Path::new(input);
+    let (bin, dir) = if path.is_file() {
+        (path.to_path_buf(), path.parent().map(|p| p.to_path_buf()).unwrap_or_default())
+    } else if path.is_dir() {
+        (path.join("model.bin"), path.to_path_buf())
+    } else {
+        let m = sapient_hub::Hub::new()?
+            .resolve(input, &mut |_| {})
+            .with_context(|| format!("'{input}' is neither a file, a directory nor a preset"))?;
+        (m.file("model")?.to_path_buf(), m.dir.clone())
+    };
+    let config = dir.join("config.json");
+    let config = config.is_file().then_some(config);
+    let n = sapient_whisper::ct2::convert_to_safetensors(&bin, config.as_deref(), out_dir, dtype)
+        .with_context(|| format!("converting {}", bin.display()))?;
+    let tok = dir.join("tokenizer.json");
+    if tok.is_file() {
+        std::fs::copy(&tok, out_dir.join("tokenizer.json")).with_context(|| format!("copying {}", tok.display()))?;
+    } else {
+        eprintln!("note: no tokenizer.json beside {}; copy one into {} to load it", bin.display(), out_dir.display());
+    }
+    println!("wrote {n} tensors ({dtype:?}), config.json{} to {}", if tok.is_file() { ", tokenizer.json" } else { "" }, out_dir.display());
     Ok(())
 }

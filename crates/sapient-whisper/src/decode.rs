@@ -1,0 +1,478 @@
+//! Decoding one 30 s window as openai-whisper's `decoding.py` does: the initial tokens
+//! (previous text, start of transcript, language, task), logit filters (suppress blank,
+//! suppress tokens, timestamp rules), greedy / sampled / beam-search decoding, ranking by
+//! length-normalised log probability, and the no-speech probability.
+
+use crate::model::{CrossKv, KvCache, Whisper};
+use crate::tokenizer::WhisperTokenizer;
+use crate::{Error, Result};
+use candle_core::Tensor;
+use std::collections::HashMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Task {
+    #[default]
+    Transcribe,
+    /// Into English.
+    Translate,
+}
+
+impl std::str::FromStr for Task {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "transcribe" => Ok(Task::Transcribe),
+            "translate" => Ok(Task::Translate),
+            _ => Err(Error::Options(format!("task '{s}' (expected transcribe or translate)"))),
+        }
+    }
+}
+
+/// Options of one window's decoding (`DecodingOptions`).
+#[derive(Clone, Debug)]
+pub struct DecodeOptions {
+    pub task: Task,
+    /// Language code (`en`, `fr`, ...); required for multilingual models (detect it first).
+    pub language: Option<String>,
+    /// 0 = greedy (or beam search when `beam_size` is set); above 0, sampling.
+    pub temperature: f32,
+    /// Beam search with this many beams (temperature 0 only).
+    pub beam_size: Option<usize>,
+    /// Candidates sampled at temperature > 0 (the best one is kept).
+    pub best_of: Option<usize>,
+    /// Beam search stops after `round(beam_size * patience)` finished candidates.
+    pub patience: f32,
+    /// None: rank by log probability / length; Some(a): by the Google NMT penalty.
+    pub length_penalty: Option<f32>,
+    /// Text tokens of the previous window(s) or an initial prompt.
+    pub prompt: Vec<u32>,
+    pub without_timestamps: bool,
+    /// Latest first timestamp, in seconds.
+    pub max_initial_timestamp: Option<f32>,
+    pub suppress_blank: bool,
+    /// Maximum tokens to sample (default: half the context, 224).
+    pub sample_len: Option<usize>,
+    /// Seed of the sampler at temperature > 0.
+    pub seed: u64,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        Self {
+            task: Task::Transcribe,
+            language: None,
+            temperature: 0.0,
+            beam_size: None,
+            best_of: None,
+            patience: 1.0,
+            length_penalty: None,
+            prompt: Vec::new(),
+            without_timestamps: false,
+            max_initial_timestamp: Some(1.0),
+            suppress_blank: true,
+            sample_len: None,
+            seed: 0,
+        }
+    }
+}
+
+/// Result of one window (`DecodingResult`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodeResult {
+    /// Sampled tokens, text and timestamps, without the final end of text.
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub avg_logprob: f32,
+    pub no_speech_prob: f32,
+    pub temperature: f32,
+    pub compression_ratio: f32,
+}
+
+/// gzip-style compression ratio of a text (`len(bytes) / len(zlib.compress(bytes))`): high
+/// for repetitive output.
+pub fn compression_ratio(text: &str) -> f32 {
+    let b = text.as_bytes();
+    if b.is_empty() {
+        return 0.0;
+    }
+    let z = miniz_oxide::deflate::compress_to_vec_zlib(b, 6);
+    b.len() as f32 / z.len() as f32
+}
+
+fn log_softmax(x: &[f32]) -> Vec<f32> {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if m == f32::NEG_INFINITY {
+        return vec![f32::NEG_INFINITY; x.len()];
+    }
+    let s: f64 = x.iter().map(|&v| ((v - m) as f64).exp()).sum();
+    let lse = m + s.ln() as f32;
+    x.iter().map(|&v| v - lse).collect()
+}
+
+fn logsumexp(x: &[f32]) -> f32 {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if m == f32::NEG_INFINITY {
+        return m;
+    }
+    m + (x.iter().map(|&v| ((v - m) as f64).exp()).sum::<f64>().ln() as f32)
+}
+
+/// Small deterministic generator for sampling (splitmix64).
+struct Rng(u64);
+impl Rng {
+    fn next_f64(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The logit filters of one decoding run.
+pub(crate) struct Filters {
+    pub sample_begin: usize,
+    suppress_blank: Vec<u32>,
+    suppress: Vec<u32>,
+    timestamps: bool,
+    max_initial_timestamp_index: Option<usize>,
+    eot: u32,
+    no_timestamps: u32,
+    timestamp_begin: u32,
+}
+
+impl Filters {
+    pub fn new(model: &Whisper, tok: &WhisperTokenizer, opts: &DecodeOptions, sample_begin: usize) -> Result<Self> {
+        let cfg = &model.config;
+        let suppress_blank = if !opts.suppress_blank {
+            Vec::new()
+        } else if cfg.begin_suppress_tokens.is_empty() {
+            let mut v = tok.encode(" ")?;
+            v.push(tok.eot);
+            v
+        } else {
+            cfg.begin_suppress_tokens.clone()
+        };
+        let mut suppress = if cfg.suppress_tokens.is_empty() {
+            tok.non_speech_tokens()?
+        } else {
+            cfg.suppress_tokens.clone()
+        };
+        suppress.extend([tok.transcribe, tok.translate, tok.sot, tok.sot_prev, tok.sot_lm, tok.no_speech]);
+        suppress.retain(|&t| (t as usize) < cfg.vocab_size);
+        suppress.sort_unstable();
+        suppress.dedup();
+        Ok(Self {
+            sample_begin,
+            suppress_blank,
+            suppress,
+            timestamps: !opts.without_timestamps,
+            max_initial_timestamp_index: opts.max_initial_timestamp.map(|s| (s / 0.02).round() as usize),
+            eot: tok.eot,
+            no_timestamps: tok.no_timestamps,
+            timestamp_begin: tok.timestamp_begin,
+        })
+    }
+
+    /// Apply the filters to one row of logits given the tokens so far.
+    pub fn apply(&self, logits: &mut [f32], tokens: &[u32]) {
+        let ninf = f32::NEG_INFINITY;
+        if tokens.len() == self.sample_begin {
+            for &t in &self.suppress_blank {
+                logits[t as usize] = ninf;
+            }
+        }
+        for &t in &self.suppress {
+            logits[t as usize] = ninf;
+        }
+        if !self.timestamps {
+            return;
+        }
+        let tb = self.timestamp_begin as usize;
+        logits[self.no_timestamps as usize] = ninf;
+        let sampled = &tokens[self.sample_begin.min(tokens.len())..];
+        let is_ts = |t: u32| t >= self.timestamp_begin;
+        let last_was_timestamp = sampled.last().is_some_and(|&t| is_ts(t));
+        let penultimate_was_timestamp = sampled.len() < 2 || is_ts(sampled[sampled.len() - 2]);
+        if last_was_timestamp {
+            if penultimate_was_timestamp {
+                logits[tb..].fill(ninf);
+            } else {
+                logits[..self.eot as usize].fill(ninf);
+            }
+        }
+        if let Some(&last_ts) = sampled.iter().rev().find(|&&t| is_ts(t)) {
+            // timestamps do not decrease, and a segment has a non-zero length
+            let upto = if last_was_timestamp && !penultimate_was_timestamp { last_ts } else { last_ts + 1 } as usize;
+            let n = logits.len();
+            logits[tb..upto.min(n)].fill(ninf);
+        }
+        if tokens.len() == self.sample_begin {
+            logits[..tb].fill(ninf);
+            if let Some(i) = self.max_initial_timestamp_index {
+                let last_allowed = tb + i;
+                if last_allowed + 1 < logits.len() {
+                    logits[last_allowed + 1..].fill(ninf);
+                }
+            }
+        }
+        // a timestamp when their total probability beats every text token
+        let lp = log_softmax(logits);
+        let ts = logsumexp(&lp[tb..]);
+        let text_max = lp[..tb].iter().copied().fold(ninf, f32::max);
+        if ts > text_max {
+            logits[..tb].fill(ninf);
+        }
+    }
+}
+
+/// The initial tokens of a window and the index of the start-of-transcript token in them.
+pub fn initial_tokens(model: &Whisper, tok: &WhisperTokenizer, opts: &DecodeOptions) -> Result<(Vec<u32>, usize)> {
+    let n_ctx = model.config.max_target_positions;
+    let mut seq = vec![tok.sot];
+    if tok.multilingual {
+        let lang = opts
+            .language
+            .as_deref()
+            .ok_or_else(|| Error::Options("a multilingual model needs a language (detect it first)".into()))?;
+        seq.push(tok.language_token(lang)?);
+        seq.push(match opts.task {
+            Task::Transcribe => tok.transcribe,
+            Task::Translate => tok.translate,
+        });
+    } else {
+        if let Some(l) = opts.language.as_deref() {
+            if l != "en" {
+                return Err(Error::Options(format!("an English-only model cannot take language '{l}'")));
+            }
+        }
+        if opts.task == Task::Translate {
+            return Err(Error::Options("an English-only model cannot translate".into()));
+        }
+    }
+    if opts.without_timestamps {
+        seq.push(tok.no_timestamps);
+    }
+    let mut out = Vec::new();
+    if !opts.prompt.is_empty() {
+        out.push(tok.sot_prev);
+        let keep = n_ctx / 2 - 1;
+        let p = &opts.prompt[opts.prompt.len().saturating_sub(keep)..];
+        out.extend_from_slice(p);
+    }
+    let sot_index = out.len();
+    out.extend(seq);
+    Ok((out, sot_index))
+}
+
+/// Language probabilities of a window (multilingual models), most likely first.
+pub fn detect_language(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv) -> Result<Vec<(String, f32)>> {
+    if !tok.multilingual {
+        return Ok(vec![("en".to_string(), 1.0)]);
+    }
+    let mut cache = KvCache::new();
+    let x = Tensor::new(&[[tok.sot]], model.device())?;
+    let h = model.decode(&x, cross, &mut cache, None)?;
+    let logits: Vec<f32> = model.logits(&h.squeeze(0)?)?.squeeze(0)?.to_vec1()?;
+    let lang: Vec<f32> = tok.languages.iter().map(|l| logits[l.1 as usize]).collect();
+    let lp = log_softmax(&lang);
+    let mut out: Vec<(String, f32)> = tok.languages.iter().zip(lp).map(|(l, p)| (l.0.clone(), p.exp())).collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Ok(out)
+}
+
+fn rows_of(logits: &Tensor) -> Result<Vec<Vec<f32>>> {
+    Ok(logits.to_vec2()?)
+}
+
+/// Decode one window whose cross-attention keys and values are `cross`.
+pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, opts: &DecodeOptions) -> Result<DecodeResult> {
+    let n_ctx = model.config.max_target_positions;
+    let (initial, sot_index) = initial_tokens(model, tok, opts)?;
+    let sample_begin = initial.len();
+    let sample_len = opts.sample_len.unwrap_or(n_ctx / 2);
+    if sample_begin >= n_ctx {
+        return Err(Error::Options(format!("{sample_begin} initial tokens leave no room in {n_ctx}")));
+    }
+    let beam = if opts.temperature == 0.0 { opts.beam_size.filter(|&b| b > 1) } else { None };
+    if opts.beam_size == Some(0) || opts.best_of == Some(0) {
+        return Err(Error::Options("beam_size and best_of must be at least 1".into()));
+    }
+    if !(opts.temperature >= 0.0) {
+        return Err(Error::Options(format!("temperature {} must be >= 0", opts.temperature)));
+    }
+    let n_group = match beam {
+        Some(b) => b,
+        None if opts.temperature > 0.0 => opts.best_of.unwrap_or(1),
+        None => 1,
+    };
+    let filters = Filters::new(model, tok, opts, sample_begin)?;
+    let eot = tok.eot;
+    let device = model.device();
+
+    // first forward: the initial tokens once, then the cache repeated for the group
+    let mut cache = KvCache::new();
+    let x = Tensor::new(initial.as_slice(), device)?.unsqueeze(0)?;
+    let h = model.decode(&x, cross, &mut cache, None)?.squeeze(0)?;
+    let rows = Tensor::new(&[sot_index as u32, (sample_begin - 1) as u32], device)?;
+    let l = rows_of(&model.logits(&h.index_select(&rows, 0)?)?)?;
+    let no_speech_prob = log_softmax(&l[0])[tok.no_speech as usize].exp();
+    let first = l[1].clone();
+    if n_group > 1 {
+        cache.reorder(&vec![0u32; n_group])?;
+    }
+
+    let mut seqs: Vec<Vec<u32>> = vec![initial.clone(); n_group];
+    let mut sum_logprobs = vec![0f32; n_group];
+    let mut finished: Vec<(Vec<u32>, f32)> = Vec::new();
+    let max_candidates = beam.map(|b| ((b as f32 * opts.patience).round() as usize).max(1)).unwrap_or(0);
+    let mut rng = Rng(opts.seed ^ 0x5EED);
+    let mut logits_rows: Vec<Vec<f32>> = vec![first; n_group];
+
+    for step in 0..sample_len {
+        for (row, seq) in logits_rows.iter_mut().zip(&seqs) {
+            filters.apply(row, seq);
+        }
+        let completed;
+        if let Some(beam_size) = beam {
+            // candidates: each beam's top beam_size + 1 continuations
+            let mut scores: HashMap<Vec<u32>, (f32, usize)> = HashMap::new();
+            for (j, row) in logits_rows.iter().enumerate() {
+                let lp = log_softmax(row);
+                let mut idx: Vec<usize> = (0..lp.len()).collect();
+                let k = (beam_size + 1).min(idx.len());
+                idx.select_nth_unstable_by(k - 1, |&a, &b| lp[b].total_cmp(&lp[a]));
+                for &t in &idx[..k] {
+                    if lp[t] == f32::NEG_INFINITY {
+                        continue;
+                    }
+                    let mut s = seqs[j].clone();
+                    s.push(t as u32);
+                    scores.insert(s, (sum_logprobs[j] + lp[t], j));
+                }
+            }
+            let mut ranked: Vec<(Vec<u32>, (f32, usize))> = scores.into_iter().collect();
+            ranked.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
+            let mut next = Vec::new();
+            let mut sources = Vec::new();
+            let mut next_lp = Vec::new();
+            let mut newly_finished = Vec::new();
+            for (s, (score, src)) in ranked {
+                if s.last() == Some(&eot) {
+                    newly_finished.push((s, score));
+                } else {
+                    next.push(s);
+                    sources.push(src as u32);
+                    next_lp.push(score);
+                    if next.len() == beam_size {
+                        break;
+                    }
+                }
+            }
+            for f in newly_finished {
+                if finished.len() >= max_candidates {
+                    break;
+                }
+                finished.push(f);
+            }
+            completed = finished.len() >= max_candidates || next.is_empty();
+            if next.is_empty() {
+                break;
+            }
+            while next.len() < beam_size {
+                // fewer live candidates than beams (tiny vocabularies only): repeat the best
+                next.push(next[0].clone());
+                sources.push(sources[0]);
+                next_lp.push(next_lp[0]);
+            }
+            cache.reorder(&sources)?;
+            seqs = next;
+            sum_logprobs = next_lp;
+        } else {
+            for (j, row) in logits_rows.iter().enumerate() {
+                let last = *seqs[j].last().unwrap_or(&eot);
+                if last == eot && seqs[j].len() > sample_begin {
+                    seqs[j].push(eot);
+                    continue;
+                }
+                let lp = log_softmax(row);
+                let t = if opts.temperature > 0.0 {
+                    let scaled: Vec<f32> = row.iter().map(|&v| v / opts.temperature).collect();
+                    let p: Vec<f64> = log_softmax(&scaled).iter().map(|&v| (v as f64).exp()).collect();
+                    let mut u = rng.next_f64();
+                    let mut pick = p.iter().rposition(|&x| x > 0.0).unwrap_or(0);
+                    for (i, &pi) in p.iter().enumerate() {
+                        if u < pi {
+                            pick = i;
+                            break;
+                        }
+                        u -= pi;
+                    }
+                    pick
+                } else {
+                    (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best })
+                };
+                sum_logprobs[j] += lp[t];
+                seqs[j].push(t as u32);
+            }
+            completed = seqs.iter().all(|s| s.last() == Some(&eot));
+        }
+        if completed || seqs[0].len() >= n_ctx || step + 1 == sample_len {
+            break;
+        }
+        let last: Vec<u32> = seqs.iter().map(|s| *s.last().unwrap_or(&eot)).collect();
+        let x = Tensor::new(last.as_slice(), device)?.unsqueeze(1)?;
+        let h = model.decode(&x, cross, &mut cache, None)?;
+        let l = model.logits(&h.squeeze(1)?)?;
+        logits_rows = rows_of(&l)?;
+    }
+
+    // candidates: finished ones for beam search (topped up by the live beams), else the group
+    let mut candidates: Vec<(Vec<u32>, f32)> = if beam.is_some() {
+        let mut c = finished;
+        if c.len() < n_group {
+            let mut live: Vec<(Vec<u32>, f32)> = seqs.into_iter().zip(sum_logprobs).collect();
+            live.sort_by(|a, b| b.1.total_cmp(&a.1));
+            for s in live {
+                if c.len() >= n_group {
+                    break;
+                }
+                c.push(s);
+            }
+        }
+        c
+    } else {
+        seqs.into_iter().zip(sum_logprobs).collect()
+    };
+    for c in candidates.iter_mut() {
+        let s = &c.0[sample_begin.min(c.0.len())..];
+        let end = s.iter().position(|&t| t == eot).unwrap_or(s.len());
+        c.0 = s[..end].to_vec();
+    }
+    let score = |toks: &[u32], lp: f32| -> f32 {
+        let len = toks.len() as f32;
+        let penalty = match opts.length_penalty {
+            None => len,
+            Some(a) => ((5.0 + len) / 6.0).powf(a),
+        };
+        lp / penalty.max(f32::MIN_POSITIVE)
+    };
+    let best = candidates
+        .iter()
+        .enumerate()
+        .max_by(|a, b| score(&a.1 .0, a.1 .1).total_cmp(&score(&b.1 .0, b.1 .1)).then(b.0.cmp(&a.0)))
+        .map(|(i, _)| i)
+        .ok_or_else(|| Error::Options("decoding produced no candidate".into()))?;
+    let (tokens, sum_lp) = candidates.swap_remove(best);
+    let text = tok.decode_text(&tokens)?.trim().to_string();
+    let avg_logprob = sum_lp / (tokens.len() as f32 + 1.0);
+    Ok(DecodeResult {
+        compression_ratio: compression_ratio(&text),
+        tokens,
+        text,
+        avg_logprob,
+        no_speech_prob,
+        temperature: opts.temperature,
+    })
+}

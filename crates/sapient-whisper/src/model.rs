@@ -1,0 +1,400 @@
+//! The Whisper encoder and decoder on candle.
+//!
+//! Encoder: two convolutions (GELU), sinusoidal positions, pre-norm transformer layers. The
+//! decoder keeps a self-attention KV cache per layer (appended per step, reordered for beam
+//! search) and computes the cross-attention keys and values once per 30 s window
+//! ([`CrossKv`]); those are shared by every beam: the queries of all beams are stacked along
+//! the sequence axis of one matmul per head.
+
+use crate::config::WhisperConfig;
+use crate::{Error, Result};
+use candle_core::{DType, Device, Module, Tensor, D};
+use sapient_tensor::{Linear, Weight, WeightSource};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Tensors held in memory under their names (a CTranslate2 import), as a [`WeightSource`].
+pub struct TensorMap {
+    path: PathBuf,
+    map: HashMap<String, Tensor>,
+}
+
+impl TensorMap {
+    pub fn new(path: &Path, tensors: Vec<(String, Tensor)>) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            map: tensors.into_iter().collect(),
+        }
+    }
+}
+
+impl WeightSource for TensorMap {
+    fn location(&self) -> &Path {
+        &self.path
+    }
+    fn contains(&self, name: &str) -> bool {
+        self.map.contains_key(name)
+    }
+    fn shape_of(&self, name: &str) -> Option<Vec<usize>> {
+        self.map.get(name).map(|t| t.dims().to_vec())
+    }
+    fn load(&self, name: &str, device: &Device) -> sapient_tensor::Result<Weight> {
+        match self.map.get(name) {
+            Some(t) => Ok(Weight::Dense(t.to_device(device)?)),
+            None => Err(sapient_tensor::Error::MissingTensor {
+                path: self.path.clone(),
+                tensor: name.to_string(),
+            }),
+        }
+    }
+    fn names(&self) -> Vec<String> {
+        self.map.keys().cloned().collect()
+    }
+}
+
+struct Ctx<'a> {
+    src: &'a dyn WeightSource,
+    device: &'a Device,
+    dtype: DType,
+}
+
+impl Ctx<'_> {
+    fn tensor(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        Ok(self.src.tensor(name, shape, self.device, self.dtype)?)
+    }
+    fn linear(&self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Linear> {
+        Ok(Linear::load(self.src, prefix, out, inp, bias, self.device, self.dtype)?)
+    }
+    fn ln(&self, prefix: &str, d: usize) -> Result<LayerNorm> {
+        Ok(LayerNorm {
+            w: self.tensor(&format!("{prefix}.weight"), &[d])?,
+            b: self.tensor(&format!("{prefix}.bias"), &[d])?,
+        })
+    }
+}
+
+struct LayerNorm {
+    w: Tensor,
+    b: Tensor,
+}
+
+impl LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(candle_nn::ops::layer_norm(x, &self.w, &self.b, 1e-5)?)
+    }
+}
+
+struct Attention {
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    out: Linear,
+    heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    fn load(c: &Ctx, prefix: &str, d: usize, heads: usize) -> Result<Self> {
+        // transformers' Whisper has no key bias; a checkpoint that carries a (zero) one works too.
+        let k_bias = c.src.contains(&format!("{prefix}.k_proj.bias"));
+        Ok(Self {
+            q: c.linear(&format!("{prefix}.q_proj"), d, d, true)?,
+            k: c.linear(&format!("{prefix}.k_proj"), d, d, k_bias)?,
+            v: c.linear(&format!("{prefix}.v_proj"), d, d, true)?,
+            out: c.linear(&format!("{prefix}.out_proj"), d, d, true)?,
+            heads,
+            head_dim: d / heads,
+        })
+    }
+
+    /// [B, T, d] -> [B, H, T, Dh]
+    fn split(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        Ok(x.reshape((b, t, self.heads, self.head_dim))?.transpose(1, 2)?.contiguous()?)
+    }
+
+    /// [B, H, T, Dh] -> [B, T, d]
+    fn merge(&self, x: &Tensor) -> Result<Tensor> {
+        let (b, h, t, dh) = x.dims4()?;
+        Ok(x.transpose(1, 2)?.reshape((b, t, h * dh))?)
+    }
+
+    fn scale(&self) -> f64 {
+        1.0 / (self.head_dim as f64).sqrt()
+    }
+}
+
+struct EncoderLayer {
+    attn_ln: LayerNorm,
+    attn: Attention,
+    mlp_ln: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+struct DecoderLayer {
+    attn_ln: LayerNorm,
+    attn: Attention,
+    cross_ln: LayerNorm,
+    cross: Attention,
+    mlp_ln: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+fn mlp(ln: &LayerNorm, fc1: &Linear, fc2: &Linear, x: &Tensor) -> Result<Tensor> {
+    let h = fc1.forward(&ln.forward(x)?)?.gelu_erf()?;
+    Ok(fc2.forward(&h)?)
+}
+
+/// Cross-attention keys and values of one encoded window, per decoder layer:
+/// keys as [H, Dh, S] (transposed once), values as [H, S, Dh].
+pub struct CrossKv {
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+}
+
+/// Self-attention cache of a decoding run: per layer [B, H, len, Dh].
+#[derive(Default)]
+pub struct KvCache {
+    kv: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+}
+
+impl KvCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Tokens held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Reorder (and repeat) the batch rows: row `i` becomes old row `rows[i]` (beam search).
+    pub fn reorder(&mut self, rows: &[u32]) -> Result<()> {
+        let Some(Some((k0, _))) = self.kv.first() else {
+            return Ok(());
+        };
+        let idx = Tensor::new(rows, k0.device())?;
+        for e in self.kv.iter_mut().flatten() {
+            *e = (e.0.index_select(&idx, 0)?, e.1.index_select(&idx, 0)?);
+        }
+        Ok(())
+    }
+}
+
+/// Cross-attention weights of the alignment heads for the tokens of one forward pass:
+/// per head, [B, T, S].
+pub type AlignmentWeights = Vec<Tensor>;
+
+pub struct Whisper {
+    pub config: WhisperConfig,
+    device: Device,
+    dtype: DType,
+    conv1_w: Tensor,
+    conv1_b: Tensor,
+    conv2_w: Tensor,
+    conv2_b: Tensor,
+    enc_pos: Tensor,
+    enc_layers: Vec<EncoderLayer>,
+    enc_ln: LayerNorm,
+    embed: Tensor,
+    dec_pos: Tensor,
+    dec_layers: Vec<DecoderLayer>,
+    dec_ln: LayerNorm,
+}
+
+impl Whisper {
+    /// Build the model from weights under transformers names.
+    pub fn load(config: WhisperConfig, src: &dyn WeightSource, device: &Device, dtype: DType) -> Result<Self> {
+        config.validate().map_err(|what| Error::Config {
+            path: src.location().to_path_buf(),
+            what,
+        })?;
+        let c = Ctx { src, device, dtype };
+        let d = config.d_model;
+        let m = config.num_mel_bins;
+        let mut enc_layers = Vec::with_capacity(config.encoder_layers);
+        for i in 0..config.encoder_layers {
+            let p = format!("model.encoder.layers.{i}");
+            enc_layers.push(EncoderLayer {
+                attn_ln: c.ln(&format!("{p}.self_attn_layer_norm"), d)?,
+                attn: Attention::load(&c, &format!("{p}.self_attn"), d, config.encoder_attention_heads)?,
+                mlp_ln: c.ln(&format!("{p}.final_layer_norm"), d)?,
+                fc1: c.linear(&format!("{p}.fc1"), config.encoder_ffn_dim, d, true)?,
+                fc2: c.linear(&format!("{p}.fc2"), d, config.encoder_ffn_dim, true)?,
+            });
+        }
+        let mut dec_layers = Vec::with_capacity(config.decoder_layers);
+        for i in 0..config.decoder_layers {
+            let p = format!("model.decoder.layers.{i}");
+            dec_layers.push(DecoderLayer {
+                attn_ln: c.ln(&format!("{p}.self_attn_layer_norm"), d)?,
+                attn: Attention::load(&c, &format!("{p}.self_attn"), d, config.decoder_attention_heads)?,
+                cross_ln: c.ln(&format!("{p}.encoder_attn_layer_norm"), d)?,
+                cross: Attention::load(&c, &format!("{p}.encoder_attn"), d, config.decoder_attention_heads)?,
+                mlp_ln: c.ln(&format!("{p}.final_layer_norm"), d)?,
+                fc1: c.linear(&format!("{p}.fc1"), config.decoder_ffn_dim, d, true)?,
+                fc2: c.linear(&format!("{p}.fc2"), d, config.decoder_ffn_dim, true)?,
+            });
+        }
+        let embed = c.tensor("model.decoder.embed_tokens.weight", &[config.vocab_size, d])?;
+        Ok(Self {
+            conv1_w: c.tensor("model.encoder.conv1.weight", &[d, m, 3])?,
+            conv1_b: c.tensor("model.encoder.conv1.bias", &[d])?,
+            conv2_w: c.tensor("model.encoder.conv2.weight", &[d, d, 3])?,
+            conv2_b: c.tensor("model.encoder.conv2.bias", &[d])?,
+            enc_pos: c.tensor("model.encoder.embed_positions.weight", &[config.max_source_positions, d])?,
+            enc_layers,
+            enc_ln: c.ln("model.encoder.layer_norm", d)?,
+            embed,
+            dec_pos: c.tensor("model.decoder.embed_positions.weight", &[config.max_target_positions, d])?,
+            dec_layers,
+            dec_ln: c.ln("model.decoder.layer_norm", d)?,
+            config,
+            device: device.clone(),
+            dtype,
+        })
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Mel frames one window takes (3000 for 30 s).
+    pub fn n_frames(&self) -> usize {
+        self.config.max_source_positions * 2
+    }
+
+    /// Encode a log-mel window [n_mels, 2 * max_source_positions] (or a batch [B, n_mels, frames]).
+    pub fn encode(&self, mel: &Tensor) -> Result<Tensor> {
+        let mel = if mel.rank() == 2 { mel.unsqueeze(0)? } else { mel.clone() };
+        let (_, m, frames) = mel.dims3()?;
+        if m != self.config.num_mel_bins || frames != self.n_frames() {
+            return Err(Error::Mismatch(format!(
+                "the encoder takes [{}, {}] mel frames, got [{m}, {frames}]",
+                self.config.num_mel_bins,
+                self.n_frames()
+            )));
+        }
+        let mel = mel.to_device(&self.device)?.to_dtype(self.dtype)?;
+        let x = mel.conv1d(&self.conv1_w, 1, 1, 1, 1)?.broadcast_add(&self.conv1_b.reshape((1, (), 1))?)?.gelu_erf()?;
+        let x = x.conv1d(&self.conv2_w, 1, 2, 1, 1)?.broadcast_add(&self.conv2_b.reshape((1, (), 1))?)?.gelu_erf()?;
+        let mut x = x.transpose(1, 2)?.broadcast_add(&self.enc_pos)?;
+        for l in &self.enc_layers {
+            let h = l.attn_ln.forward(&x)?;
+            let a = &l.attn;
+            let q = a.split(&a.q.forward(&h)?)?;
+            let k = a.split(&a.k.forward(&h)?)?;
+            let v = a.split(&a.v.forward(&h)?)?;
+            let w = (q.matmul(&k.t()?)? * a.scale())?;
+            let w = candle_nn::ops::softmax_last_dim(&w)?;
+            let o = a.merge(&w.matmul(&v)?)?;
+            x = (x + a.out.forward(&o)?)?;
+            x = (&x + mlp(&l.mlp_ln, &l.fc1, &l.fc2, &x)?)?;
+        }
+        self.enc_ln.forward(&x)
+    }
+
+    /// Cross-attention keys and values of an encoded window ([1, S, d]).
+    pub fn cross_kv(&self, audio: &Tensor) -> Result<CrossKv> {
+        let (b, _, _) = audio.dims3()?;
+        if b != 1 {
+            return Err(Error::Options(format!("cross_kv takes one window, got a batch of {b}")));
+        }
+        let mut k = Vec::with_capacity(self.dec_layers.len());
+        let mut v = Vec::with_capacity(self.dec_layers.len());
+        for l in &self.dec_layers {
+            let a = &l.cross;
+            k.push(a.split(&a.k.forward(audio)?)?.squeeze(0)?.t()?.contiguous()?);
+            v.push(a.split(&a.v.forward(audio)?)?.squeeze(0)?);
+        }
+        Ok(CrossKv { k, v })
+    }
+
+    /// Decoder forward over `tokens` ([B, T]) after what `cache` holds. Returns the final
+    /// hidden states [B, T, d] (see [`Whisper::logits`]) and, when `alignment` is set, the
+    /// cross-attention weights of the alignment heads.
+    pub fn decode(
+        &self,
+        tokens: &Tensor,
+        cross: &CrossKv,
+        cache: &mut KvCache,
+        alignment: Option<&mut AlignmentWeights>,
+    ) -> Result<Tensor> {
+        let (b, t) = tokens.dims2()?;
+        let offset = cache.len;
+        if offset + t > self.config.max_target_positions {
+            return Err(Error::Options(format!(
+                "{} tokens exceed the decoder's {} positions",
+                offset + t,
+                self.config.max_target_positions
+            )));
+        }
+        if cache.kv.is_empty() {
+            cache.kv = vec![None; self.dec_layers.len()];
+        }
+        let pos = self.dec_pos.narrow(0, offset, t)?;
+        let mut x = self.embed.index_select(&tokens.flatten_all()?, 0)?.reshape((b, t, ()))?.broadcast_add(&pos)?;
+        let mask = if t > 1 {
+            let total = offset + t;
+            let m: Vec<f32> = (0..t)
+                .flat_map(|i| (0..total).map(move |j| if j > offset + i { f32::NEG_INFINITY } else { 0.0 }))
+                .collect();
+            Some(Tensor::from_vec(m, (t, total), &self.device)?.to_dtype(self.dtype)?)
+        } else {
+            None
+        };
+        let mut alignment = alignment;
+        let d = self.config.d_model;
+        for (li, l) in self.dec_layers.iter().enumerate() {
+            // self-attention with the cache
+            let h = l.attn_ln.forward(&x)?;
+            let a = &l.attn;
+            let q = a.split(&a.q.forward(&h)?)?;
+            let k = a.split(&a.k.forward(&h)?)?;
+            let v = a.split(&a.v.forward(&h)?)?;
+            let (k, v) = match &cache.kv[li] {
+                Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
+                None => (k, v),
+            };
+            let mut w = (q.matmul(&k.t()?)? * a.scale())?;
+            if let Some(m) = &mask {
+                w = w.broadcast_add(m)?;
+            }
+            let w = candle_nn::ops::softmax_last_dim(&w)?;
+            let o = a.merge(&w.matmul(&v)?)?;
+            cache.kv[li] = Some((k, v));
+            x = (x + a.out.forward(&o)?)?;
+            // cross-attention: the beams' queries side by side, [H, B*T, Dh]
+            let h = l.cross_ln.forward(&x)?;
+            let c = &l.cross;
+            let q = c.q.forward(&h)?.reshape((b * t, c.heads, c.head_dim))?.transpose(0, 1)?.contiguous()?;
+            let w = (q.matmul(&cross.k[li])? * c.scale())?;
+            let w = candle_nn::ops::softmax_last_dim(&w)?;
+            if let Some(al) = alignment.as_deref_mut() {
+                for &(layer, head) in &self.config.alignment_heads {
+                    if layer == li {
+                        let s = w.dim(D::Minus1)?;
+                        al.push(w.get(head)?.reshape((b, t, s))?);
+                    }
+                }
+            }
+            let o = w.matmul(&cross.v[li])?.transpose(0, 1)?.reshape((b, t, d))?;
+            x = (x + c.out.forward(&o)?)?;
+            x = (&x + mlp(&l.mlp_ln, &l.fc1, &l.fc2, &x)?)?;
+        }
+        cache.len = offset + t;
+        self.dec_ln.forward(&x)
+    }
+
+    /// Logits [N, vocab] (f32) of hidden rows [N, d].
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        Ok(hidden.matmul(&self.embed.t()?)?.to_dtype(DType::F32)?)
+    }
+}

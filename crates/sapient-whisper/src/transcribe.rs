@@ -1,0 +1,406 @@
+//! Long-form transcription as openai-whisper's `transcribe.py`: 30 s windows over the padded
+//! log-mel, each decoded with temperature fallback, cut into segments at timestamp pairs,
+//! the next window starting at the last complete timestamp; windows judged silent are
+//! skipped; the previous text conditions the next window.
+
+use crate::config::WhisperConfig;
+use crate::decode::{decode_window, detect_language, DecodeOptions, DecodeResult, Task};
+use crate::model::{TensorMap, Whisper};
+use crate::tokenizer::WhisperTokenizer;
+use crate::{ct2, Error, Result};
+use candle_core::{DType, Device, Tensor};
+use sapient_audio::mel::{HOP_LENGTH, N_SAMPLES, SAMPLE_RATE};
+use sapient_audio::LogMel;
+use sapient_hub::{Hub, Progress};
+use std::path::Path;
+
+/// Options of a transcription (openai-whisper's `transcribe` arguments).
+#[derive(Clone, Debug)]
+pub struct TranscribeOptions {
+    pub task: Task,
+    /// None: detected on the first window (multilingual models); `en` for English-only ones.
+    pub language: Option<String>,
+    /// Tried in order until a window's result passes the thresholds.
+    pub temperatures: Vec<f32>,
+    /// Beam search at temperature 0 (None: greedy).
+    pub beam_size: Option<usize>,
+    pub patience: f32,
+    /// Samples per window at temperature > 0.
+    pub best_of: usize,
+    pub length_penalty: Option<f32>,
+    pub compression_ratio_threshold: Option<f32>,
+    pub logprob_threshold: Option<f32>,
+    pub no_speech_threshold: Option<f32>,
+    pub condition_on_previous_text: bool,
+    pub initial_prompt: Option<String>,
+    pub without_timestamps: bool,
+    pub seed: u64,
+}
+
+impl Default for TranscribeOptions {
+    fn default() -> Self {
+        Self {
+            task: Task::Transcribe,
+            language: None,
+            temperatures: vec![0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
+            beam_size: None,
+            patience: 1.0,
+            best_of: 5,
+            length_penalty: None,
+            compression_ratio_threshold: Some(2.4),
+            logprob_threshold: Some(-1.0),
+            no_speech_threshold: Some(0.6),
+            condition_on_previous_text: true,
+            initial_prompt: None,
+            without_timestamps: false,
+            seed: 0,
+        }
+    }
+}
+
+/// A piece of the transcript between two timestamps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    pub id: usize,
+    /// Mel frame the window started at.
+    pub seek: usize,
+    /// Seconds from the start of the audio.
+    pub start: f64,
+    pub end: f64,
+    pub text: String,
+    pub tokens: Vec<u32>,
+    pub temperature: f32,
+    pub avg_logprob: f32,
+    pub compression_ratio: f32,
+    pub no_speech_prob: f32,
+}
+
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Transcript {
+    pub text: String,
+    pub segments: Vec<Segment>,
+    pub language: String,
+    /// Language probabilities, most likely first, when the language was detected.
+    pub language_probs: Vec<(String, f32)>,
+    /// Seconds of audio.
+    pub duration: f64,
+}
+
+/// A Whisper model with its tokenizer and log-mel front end.
+pub struct Transcriber {
+    pub model: Whisper,
+    pub tokenizer: WhisperTokenizer,
+    mel: LogMel,
+}
+
+const INPUT_STRIDE: usize = 2; // mel frames per encoder position
+const TIME_PRECISION: f64 = 0.02; // seconds per timestamp token
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl Transcriber {
+    /// A preset (`whisper-tiny.en`, `whisper-base`), a directory (CTranslate2: `model.bin`,
+    /// `config.json`, `tokenizer.json`; or transformers: `*.safetensors`, `config.json`,
+    /// `tokenizer.json`) or a `model.bin` path, on the CPU.
+    pub fn from_pretrained(reference: &str) -> Result<Self> {
+        Self::load(reference, &Device::Cpu, &mut |_| {})
+    }
+
+    pub fn load(reference: &str, device: &Device, progress: &mut dyn FnMut(Progress)) -> Result<Self> {
+        let path = Path::new(reference);
+        if path.exists() {
+            let dir = if path.is_dir() { path.to_path_buf() } else { path.parent().map(Path::to_path_buf).unwrap_or_default() };
+            let tokenizer = dir.join("tokenizer.json");
+            if path.is_file() && path.extension().is_some_and(|e| e == "safetensors") || has_safetensors(&dir)? && !path.is_file() {
+                return Self::from_hf_dir(&dir, &tokenizer, device);
+            }
+            let bin = if path.is_file() { path.to_path_buf() } else { dir.join("model.bin") };
+            if !bin.is_file() {
+                return Err(Error::Model {
+                    reference: reference.to_string(),
+                    what: "no model.bin (CTranslate2) or *.safetensors (transformers) here".into(),
+                });
+            }
+            let cfg = dir.join("config.json");
+            return Self::from_ct2(&bin, cfg.is_file().then_some(cfg.as_path()), &tokenizer, device);
+        }
+        let hub = Hub::new()?;
+        let m = hub.resolve(reference, progress)?;
+        if m.kind != "whisper" && !m.kind.is_empty() {
+            return Err(Error::Model {
+                reference: reference.to_string(),
+                what: format!("is a '{}' preset, not a Whisper model", m.kind),
+            });
+        }
+        let tokenizer = m.file("tokenizer")?.to_path_buf();
+        if let Ok(bin) = m.file("model") {
+            let cfg = m.file("config").ok().map(Path::to_path_buf);
+            return Self::from_ct2(bin, cfg.as_deref(), &tokenizer, device);
+        }
+        Self::from_hf_dir(&m.dir, &tokenizer, device)
+    }
+
+    /// From a CTranslate2 `model.bin` (converted in memory), its `config.json` and `tokenizer.json`.
+    pub fn from_ct2(model_bin: &Path, ct2_config: Option<&Path>, tokenizer: &Path, device: &Device) -> Result<Self> {
+        let (cfg, tensors) = ct2::import(model_bin, ct2_config)?;
+        let src = TensorMap::new(model_bin, tensors);
+        Self::build(cfg, &src, tokenizer, device)
+    }
+
+    /// From a transformers directory (`config.json`, `*.safetensors`) and a `tokenizer.json`.
+    pub fn from_hf_dir(dir: &Path, tokenizer: &Path, device: &Device) -> Result<Self> {
+        let cfg = WhisperConfig::from_hf_dir(dir)?;
+        let src = sapient_tensor::open_weights(dir)?;
+        Self::build(cfg, src.as_ref(), tokenizer, device)
+    }
+
+    fn build(cfg: WhisperConfig, src: &dyn sapient_tensor::WeightSource, tokenizer: &Path, device: &Device) -> Result<Self> {
+        if !tokenizer.is_file() {
+            return Err(Error::Model {
+                reference: src.location().display().to_string(),
+                what: format!("no tokenizer at {}", tokenizer.display()),
+            });
+        }
+        let tok = WhisperTokenizer::from_file(tokenizer, &cfg)?;
+        let mel = LogMel::new(cfg.num_mel_bins)?;
+        let dtype = if device.is_cpu() { DType::F32 } else { sapient_tensor::activation_dtype(device) };
+        let model = Whisper::load(cfg, src, device, dtype)?;
+        tracing::debug!(multilingual = tok.multilingual, "whisper model loaded");
+        Ok(Self { model, tokenizer: tok, mel })
+    }
+
+    /// Transcribe an audio file (any format `sapient-audio` decodes; resampled to 16 kHz).
+    pub fn transcribe_file(&self, path: &Path, opts: &TranscribeOptions) -> Result<Transcript> {
+        let audio = sapient_audio::decode_file(path)?.into_16k()?;
+        self.transcribe(&audio.samples, opts)
+    }
+
+    /// Language probabilities of the first 30 s of 16 kHz audio.
+    pub fn detect_language(&self, samples: &[f32]) -> Result<Vec<(String, f32)>> {
+        if samples.is_empty() {
+            return Err(Error::Options("no audio to detect a language in".into()));
+        }
+        let n = samples.len().min(N_SAMPLES);
+        let mel = self.mel.log_mel_padded(&samples[..n], N_SAMPLES)?;
+        let window = self.window(&mel, 0, self.model.n_frames())?;
+        let audio = self.model.encode(&window)?;
+        let cross = self.model.cross_kv(&audio)?;
+        detect_language(&self.model, &self.tokenizer, &cross)
+    }
+
+    /// Frames `[seek, seek + len)` of the mel, zero-padded (the normalised floor is not
+    /// zero: openai-whisper pads the log-mel itself with zeros) to one window.
+    fn window(&self, mel: &sapient_audio::Mel, seek: usize, len: usize) -> Result<Tensor> {
+        let nf = self.model.n_frames();
+        let n_mels = mel.n_mels;
+        let mut w = vec![0f32; n_mels * nf];
+        let len = len.min(nf).min(mel.n_frames.saturating_sub(seek));
+        for m in 0..n_mels {
+            let row = mel.row(m);
+            w[m * nf..m * nf + len].copy_from_slice(&row[seek..seek + len]);
+        }
+        Ok(Tensor::from_vec(w, (n_mels, nf), self.model.device())?)
+    }
+
+    /// Transcribe 16 kHz mono samples.
+    pub fn transcribe(&self, samples: &[f32], opts: &TranscribeOptions) -> Result<Transcript> {
+        if opts.temperatures.is_empty() {
+            return Err(Error::Options("no temperature to decode with".into()));
+        }
+        if let Some(&t) = opts.temperatures.iter().find(|t| !(**t >= 0.0)) {
+            return Err(Error::Options(format!("temperature {t} must be >= 0")));
+        }
+        if let Some(i) = samples.iter().position(|x| !x.is_finite()) {
+            return Err(Error::Options(format!("sample {i} is not a finite number")));
+        }
+        let duration = samples.len() as f64 / SAMPLE_RATE as f64;
+        let tok = &self.tokenizer;
+        let mut out = Transcript {
+            duration,
+            language: opts.language.clone().unwrap_or_else(|| "en".into()),
+            ..Default::default()
+        };
+        // Shorter than one mel frame: nothing to hear.
+        if samples.len() < HOP_LENGTH {
+            return Ok(out);
+        }
+        let mel = self.mel.log_mel_padded(samples, N_SAMPLES)?;
+        let n_frames = self.model.n_frames();
+        let content_frames = mel.n_frames.saturating_sub(n_frames);
+        if content_frames == 0 {
+            return Ok(out);
+        }
+        let mut language = opts.language.clone();
+        if tok.multilingual {
+            if language.is_none() {
+                let window = self.window(&mel, 0, n_frames)?;
+                let cross = self.model.cross_kv(&self.model.encode(&window)?)?;
+                let probs = detect_language(&self.model, tok, &cross)?;
+                language = probs.first().map(|p| p.0.clone());
+                tracing::debug!(language = ?language, "detected language");
+                out.language_probs = probs;
+            } else if let Some(l) = &language {
+                tok.language_token(l)?;
+            }
+        } else {
+            language = Some("en".into());
+        }
+        out.language = language.clone().unwrap_or_default();
+
+        let mut all_tokens: Vec<u32> = Vec::new();
+        let mut prompt_reset_since = 0usize;
+        if let Some(p) = &opts.initial_prompt {
+            all_tokens.extend(tok.encode(&format!(" {}", p.trim()))?);
+        }
+        let mut seek = 0usize;
+        while seek < content_frames {
+            let time_offset = (seek * HOP_LENGTH) as f64 / SAMPLE_RATE as f64;
+            let segment_size = n_frames.min(content_frames - seek);
+            let segment_duration = (segment_size * HOP_LENGTH) as f64 / SAMPLE_RATE as f64;
+            let window = self.window(&mel, seek, segment_size)?;
+            let audio = self.model.encode(&window)?;
+            let cross = self.model.cross_kv(&audio)?;
+            let base = DecodeOptions {
+                task: opts.task,
+                language: language.clone(),
+                beam_size: opts.beam_size,
+                best_of: Some(opts.best_of),
+                patience: opts.patience,
+                length_penalty: opts.length_penalty,
+                prompt: all_tokens[prompt_reset_since..].to_vec(),
+                without_timestamps: opts.without_timestamps,
+                seed: opts.seed.wrapping_add(seek as u64),
+                ..DecodeOptions::default()
+            };
+            let result = self.decode_with_fallback(&cross, &base, opts)?;
+
+            if let Some(nst) = opts.no_speech_threshold {
+                let mut skip = result.no_speech_prob > nst;
+                if let Some(lt) = opts.logprob_threshold {
+                    if result.avg_logprob > lt {
+                        skip = false;
+                    }
+                }
+                if skip {
+                    tracing::debug!(seek, no_speech = result.no_speech_prob, "window skipped as silent");
+                    seek += segment_size;
+                    continue;
+                }
+            }
+
+            let tokens = &result.tokens;
+            let is_ts = |t: u32| t >= tok.timestamp_begin;
+            let n = tokens.len();
+            let single_timestamp_ending = n >= 2 && !is_ts(tokens[n - 2]) && is_ts(tokens[n - 1]);
+            let mut consecutive: Vec<usize> = (1..n).filter(|&i| is_ts(tokens[i - 1]) && is_ts(tokens[i])).collect();
+            let mut current: Vec<(f64, f64, Vec<u32>)> = Vec::new();
+            if !consecutive.is_empty() {
+                if single_timestamp_ending {
+                    consecutive.push(n);
+                }
+                let mut last_slice = 0;
+                for &cur in &consecutive {
+                    let sliced = &tokens[last_slice..cur];
+                    let start = tok.timestamp_seconds(sliced[0]);
+                    let end = tok.timestamp_seconds(sliced[sliced.len() - 1]);
+                    current.push((time_offset + start, time_offset + end, sliced.to_vec()));
+                    last_slice = cur;
+                }
+                if single_timestamp_ending {
+                    seek += segment_size;
+                } else {
+                    let last_pos = tokens[last_slice - 1].saturating_sub(tok.timestamp_begin) as usize;
+                    seek += last_pos * INPUT_STRIDE;
+                }
+            } else {
+                let mut dur = segment_duration;
+                if let Some(&last) = tokens.iter().rev().find(|&&t| is_ts(t)) {
+                    if last != tok.timestamp_begin {
+                        dur = (last - tok.timestamp_begin) as f64 * TIME_PRECISION;
+                    }
+                }
+                current.push((time_offset, time_offset + dur, tokens.clone()));
+                seek += segment_size;
+            }
+            for (start, end, toks) in current {
+                let text = tok.decode_text(&toks)?;
+                let (text, toks) = if start == end || text.trim().is_empty() { (String::new(), Vec::new()) } else { (text, toks) };
+                all_tokens.extend(toks.iter().copied());
+                if text.is_empty() {
+                    continue;
+                }
+                out.segments.push(Segment {
+                    id: out.segments.len(),
+                    seek: seek_of(time_offset),
+                    start,
+                    end: end.min(duration.max(start)),
+                    text,
+                    tokens: toks,
+                    temperature: result.temperature,
+                    avg_logprob: result.avg_logprob,
+                    compression_ratio: result.compression_ratio,
+                    no_speech_prob: result.no_speech_prob,
+                });
+            }
+            if !opts.condition_on_previous_text || result.temperature > 0.5 {
+                prompt_reset_since = all_tokens.len();
+            }
+        }
+        let text_tokens: Vec<u32> = out.segments.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+        out.text = tok.decode_text(&text_tokens)?;
+        Ok(out)
+    }
+
+    fn decode_with_fallback(&self, cross: &crate::model::CrossKv, base: &DecodeOptions, opts: &TranscribeOptions) -> Result<DecodeResult> {
+        let mut last: Option<DecodeResult> = None;
+        for &t in &opts.temperatures {
+            let mut o = base.clone();
+            o.temperature = t;
+            if t > 0.0 {
+                o.beam_size = None;
+            } else {
+                o.best_of = None;
+            }
+            let r = decode_window(&self.model, &self.tokenizer, cross, &o)?;
+            let mut fallback = false;
+            if let Some(c) = opts.compression_ratio_threshold {
+                if r.compression_ratio > c {
+                    fallback = true;
+                }
+            }
+            if let Some(l) = opts.logprob_threshold {
+                if r.avg_logprob < l {
+                    fallback = true;
+                }
+            }
+            if let (Some(n), Some(l)) = (opts.no_speech_threshold, opts.logprob_threshold) {
+                if r.no_speech_prob > n && r.avg_logprob < l {
+                    fallback = false; // silence: no point in trying harder
+                }
+            }
+            tracing::debug!(temperature = t, avg_logprob = r.avg_logprob, compression = r.compression_ratio, fallback, "window decoded");
+            last = Some(r);
+            if !fallback {
+                break;
+            }
+        }
+        last.ok_or_else(|| Error::Options("no temperature to decode with".into()))
+    }
+}
+
+fn seek_of(time_offset: f64) -> usize {
+    (time_offset * SAMPLE_RATE as f64 / HOP_LENGTH as f64).round() as usize
+}
+
+fn has_safetensors(dir: &Path) -> Result<bool> {
+    if !dir.is_dir() {
+        return Ok(false);
+    }
+    let rd = std::fs::read_dir(dir).map_err(io(dir))?;
+    Ok(rd.filter_map(|e| e.ok()).any(|e| e.path().extension().is_some_and(|x| x == "safetensors")))
+}

@@ -1,0 +1,74 @@
+//! Shared helpers: real models and speech through sapient-hub, word error rate.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub const CLIPS: [&str; 5] = ["0870", "0880", "0890", "0920", "0930"];
+
+pub fn preset(id: &str) -> sapient_hub::ResolvedModel {
+    sapient_hub::Hub::new()
+        .and_then(|h| h.fetch_preset(id, &mut |_| {}))
+        .unwrap_or_else(|e| panic!("fetching preset {id}: {e}"))
+}
+
+pub fn clip_path(c: &str) -> PathBuf {
+    let m = preset("speech-librivox");
+    let name = format!("sense_and_sensibility_01_austen_64kb-{c}.wav");
+    m.files("audio")
+        .iter()
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy() == name))
+        .unwrap_or_else(|| panic!("clip {name} not in speech-librivox"))
+        .clone()
+}
+
+pub fn clip(c: &str) -> Vec<f32> {
+    let a = sapient_audio::decode_file(clip_path(c)).expect("decode clip");
+    assert_eq!(a.sample_rate, 16_000);
+    a.samples
+}
+
+/// The reference transcript of a clip (pocketsphinx-testdata's `transcription` file).
+pub fn reference(c: &str) -> String {
+    let m = preset("speech-librivox");
+    let text = std::fs::read_to_string(m.file("transcription").expect("transcription")).expect("read transcription");
+    let key = format!("(sense_and_sensibility_01_austen_64kb-{c})");
+    let line = text.lines().find(|l| l.contains(&key)).unwrap_or_else(|| panic!("no transcript for {c}"));
+    line.replace(&key, "").replace("<s>", "").replace("</s>", "").trim().to_string()
+}
+
+/// Lowercase, punctuation removed (apostrophes inside words kept), split on whitespace;
+/// "mr" is written "mister" as the LibriVox transcripts do.
+pub fn normalize(s: &str) -> Vec<String> {
+    let cleaned: String = s
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_alphanumeric() || c == '\'' { c } else { ' ' })
+        .collect();
+    cleaned
+        .split_whitespace()
+        .map(|w| w.trim_matches('\'').to_string())
+        .filter(|w| !w.is_empty())
+        .map(|w| if w == "mr" { "mister".to_string() } else { w })
+        .collect()
+}
+
+/// Word-level edit distance (substitutions + deletions + insertions).
+pub fn word_errors(reference: &[String], hypothesis: &[String]) -> usize {
+    let mut prev: Vec<usize> = (0..=hypothesis.len()).collect();
+    for (i, r) in reference.iter().enumerate() {
+        let mut cur = vec![i + 1; hypothesis.len() + 1];
+        for (j, h) in hypothesis.iter().enumerate() {
+            let sub = prev[j] + usize::from(r != h);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[hypothesis.len()]
+}
+
+/// (errors, reference words) of a hypothesis against a reference, both normalised.
+pub fn wer_counts(reference: &str, hypothesis: &str) -> (usize, usize) {
+    let r = normalize(reference);
+    let h = normalize(hypothesis);
+    (word_errors(&r, &h), r.len())
+}
