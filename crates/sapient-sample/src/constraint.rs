@@ -63,6 +63,11 @@ pub trait Constraint: Send + Sync {
         }
         Ok(Some(cur))
     }
+    /// Optional acceleration of [`crate::TokenIndex::mask`]: return the mask for `state`
+    /// computed some faster way, or `None` to let the index walk its trie.
+    fn fast_mask(&self, _index: &crate::TokenIndex, _state: &Self::State) -> Result<Option<crate::TokenMask>, GrammarError> {
+        Ok(None)
+    }
     /// Whether `bytes` as a whole is accepted from the start state.
     fn matches(&self, bytes: &[u8]) -> Result<bool, GrammarError> {
         Ok(self.advance_bytes(&self.start(), bytes)?.is_some_and(|s| self.is_accepting(&s)))
@@ -244,7 +249,13 @@ pub struct Grammar {
     pub(crate) nodes: Vec<Node>,
     pub(crate) dfas: Vec<DfaTable>,
     start: GrammarState,
+    /// Per (token index, DFA, DFA state): tokens inside the lexeme and boundary groups.
+    lexemes: LexemeCache,
 }
+
+type LexemeKey = (u64, u32, u32);
+#[derive(Debug, Clone, Default)]
+struct LexemeCache(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<LexemeKey, std::sync::Arc<crate::index::LexemeTokens>>>>);
 
 /// Options for JSON (free-form and schema).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -482,7 +493,7 @@ impl Grammar {
 
     pub(crate) fn from_parts(nodes: Vec<Node>, dfas: Vec<DfaTable>, root: NodeId) -> Result<Self, GrammarError> {
         check_grammar(&nodes, &dfas)?;
-        let mut g = Self { nodes, dfas, start: GrammarState::default() };
+        let mut g = Self { nodes, dfas, start: GrammarState::default(), lexemes: LexemeCache::default() };
         let mut st = GrammarState::default();
         g.expand(&[g.enter(root)], &mut st)?;
         st.normalize();
@@ -701,6 +712,52 @@ impl Constraint for Grammar {
 
     fn is_accepting(&self, state: &GrammarState) -> bool {
         state.stacks().any(|s| s.is_empty())
+    }
+
+    /// One parse whose top is a regex lexeme (strings, numbers, regexes): tokens that stay
+    /// inside the lexeme come from a per-DFA-state precomputed set; only tokens that
+    /// complete the lexeme part-way are checked against the state, each distinct rest of a
+    /// token once.
+    fn fast_mask(&self, index: &crate::TokenIndex, state: &GrammarState) -> Result<Option<crate::TokenMask>, GrammarError> {
+        if state.ends.len() != 1 {
+            return Ok(None);
+        }
+        let Some(top) = state.frames.last().copied() else { return Ok(None) };
+        let Node::Dfa(d) = self.nodes[top.node as usize] else { return Ok(None) };
+        let key = (index.uid, d, top.pos);
+        let cached = self.lexemes.0.lock().ok().and_then(|c| c.get(&key).cloned());
+        let lt = match cached {
+            Some(lt) => lt,
+            None => {
+                let lt = std::sync::Arc::new(index.lexeme_tokens(&self.dfas[d as usize], top.pos));
+                if let Ok(mut c) = self.lexemes.0.lock() {
+                    if c.len() > 4096 {
+                        c.clear();
+                    }
+                    c.insert(key, lt.clone());
+                }
+                lt
+            }
+        };
+        let mut mask = lt.inner.clone();
+        let mut before = state.clone();
+        let mut after = GrammarState::default();
+        for (p, b, rests) in &lt.groups {
+            if let Some(t) = before.frames.last_mut() {
+                t.pos = *p;
+            }
+            if !self.advance(&before, *b, &mut after)? {
+                continue;
+            }
+            for (rest, toks) in rests {
+                if rest.is_empty() || self.advance_bytes(&after, rest)?.is_some() {
+                    for &t in toks {
+                        mask.set(t);
+                    }
+                }
+            }
+        }
+        Ok(Some(mask))
     }
 }
 

@@ -34,6 +34,20 @@ pub struct TokenIndex {
     in_trie: Vec<bool>,
     eos: Vec<u32>,
     max_depth: usize,
+    /// Unique per index (keys the per-grammar lexeme caches).
+    pub(crate) uid: u64,
+}
+
+static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// For one DFA state: the tokens that stay inside the lexeme (allowed whatever the parse
+/// stack below holds) and, grouped by where they leave it, the tokens that complete the
+/// lexeme part-way (checked against the full state at mask time).
+#[derive(Debug)]
+pub(crate) struct LexemeTokens {
+    pub inner: TokenMask,
+    /// (DFA state before the boundary byte, the byte, [(rest of the token, token ids)])
+    pub groups: Vec<(u32, u8, Vec<(Vec<u8>, Vec<u32>)>)>,
 }
 
 impl TokenIndex {
@@ -85,7 +99,8 @@ impl TokenIndex {
             nodes[ix].end = nodes.len() as u32;
         }
         tracing::debug!(tokens = order.len(), nodes = nodes.len(), max_depth, "token index built");
-        Self { nodes, tok_ids, bytes: token_bytes, in_trie, eos: eos.to_vec(), max_depth }
+        let uid = NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self { nodes, tok_ids, bytes: token_bytes, in_trie, eos: eos.to_vec(), max_depth, uid }
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -102,8 +117,54 @@ impl TokenIndex {
         self.nodes.len()
     }
 
+    /// Walk the trie with a DFA alone from state `s` (see [`LexemeTokens`]).
+    pub(crate) fn lexeme_tokens(&self, dfa: &crate::dfa::DfaTable, s: u32) -> LexemeTokens {
+        use crate::dfa::DEAD;
+        let mut inner = TokenMask::empty(self.bytes.len());
+        let mut groups: HashMap<(u32, u8), HashMap<Vec<u8>, Vec<u32>>> = HashMap::new();
+        let mut st = vec![0u32; self.max_depth + 1];
+        st[0] = s;
+        let mut i = 1;
+        while i < self.nodes.len() {
+            let n = self.nodes[i];
+            let d = n.depth as usize;
+            let p = st[d - 1];
+            let t = dfa.next(p, n.byte);
+            if t == DEAD {
+                i = n.end as usize;
+            } else if dfa.accepting[t as usize] || !dfa.can_consume[t as usize] {
+                let g = groups.entry((p, n.byte)).or_default();
+                for j in i..n.end as usize {
+                    let m = self.nodes[j];
+                    for &tok in &self.tok_ids[m.tok_start as usize..m.tok_end as usize] {
+                        g.entry(self.bytes[tok as usize][d..].to_vec()).or_default().push(tok);
+                    }
+                }
+                i = n.end as usize;
+            } else {
+                st[d] = t;
+                for &tok in &self.tok_ids[n.tok_start as usize..n.tok_end as usize] {
+                    inner.set(tok);
+                }
+                i += 1;
+            }
+        }
+        let mut groups: Vec<_> = groups.into_iter().map(|((p, b), m)| (p, b, m.into_iter().collect::<Vec<_>>())).collect();
+        groups.sort_unstable_by_key(|g| (g.0, g.1));
+        LexemeTokens { inner, groups }
+    }
+
     /// Compute the allowed tokens for `state` (EOS included when the state is complete).
+    /// Uses the constraint's accelerated path when it has one ([`Constraint::fast_mask`]).
     pub fn mask<C: Constraint>(&self, c: &C, state: &C::State) -> Result<TokenMask, GrammarError> {
+        if let Some(m) = c.fast_mask(self, state)? {
+            return Ok(m);
+        }
+        self.mask_by_walk(c, state)
+    }
+
+    /// The mask by walking the whole trie with the constraint (no acceleration).
+    pub fn mask_by_walk<C: Constraint>(&self, c: &C, state: &C::State) -> Result<TokenMask, GrammarError> {
         let mut mask = TokenMask::empty(self.bytes.len());
         let mut states: Vec<C::State> = vec![C::State::default(); self.max_depth + 1];
         states[0] = state.clone();
@@ -433,6 +494,7 @@ mod tests {
                 let m = idx.mask(g, &st).unwrap();
                 let got: Vec<u32> = m.iter().collect();
                 assert_eq!(got, brute(g, &st, &toks, &special), "prefix {p:?}");
+                assert_eq!(m, idx.mask_by_walk(g, &st).unwrap(), "prefix {p:?}");
             }
         }
     }

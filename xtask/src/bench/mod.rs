@@ -5,6 +5,7 @@ use anyhow::Result;
 
 mod audio;
 mod llm;
+mod sample;
 mod spec;
 
 #[derive(clap::Args)]
@@ -19,6 +20,9 @@ pub enum Suite {
     Audio(audio::Args),
     /// LLM prefill/decode tokens/s, TTFT, peak RSS; `--vs-llamacpp DIR` runs llama-bench too.
     Llm(llm::Args),
+    /// Constrained-generation mask time per token (JSON schema, regex, free JSON) on the
+    /// SmolLM2 and Qwen vocabularies.
+    Sample(sample::Args),
     /// Plain vs speculative vs prompt-lookup decoding (Qwen2.5-Coder 1.5B with the 0.5B draft).
     Spec(spec::Args),
 }
@@ -27,6 +31,7 @@ pub fn run(args: Args) -> Result<()> {
     match args.suite {
         Suite::Audio(a) => audio::run(a),
         Suite::Llm(a) => llm::run(a),
+        Suite::Sample(a) => sample::run(a),
         Suite::Spec(a) => spec::run(a),
     }
 }

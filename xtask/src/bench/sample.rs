@@ -1,0 +1,198 @@
+//! `cargo xtask bench sample`: constrained-generation mask cost on real vocabularies.
+//!
+//! For each vocabulary (SmolLM2's 49,152 tokens, Qwen's 151,936) and each constraint (a
+//! nested JSON schema, a regex, free JSON), a valid document is tokenized with the model's
+//! own tokenizer and replayed token by token through a `Matcher`, as a generation would
+//! produce it. At every step we time, on one thread:
+//! - `full`: the full token mask for the state, computed by walking the vocabulary trie
+//!   (no cache);
+//! - `cached`: `Matcher::mask()`, which caches masks by parser state over the generation
+//!   (the first visit of a state pays `full`);
+//! - `check`: one token checked against the state (what sampler-aware sampling does when
+//!   the sampler's first choice is allowed, the common case).
+//! We also check that every token of the document is in its mask, that the end state
+//! accepts, and count the steps where the grammar forces a single token (fast-forward).
+
+use anyhow::{Context, Result};
+use sapient_sample::{Constraint, Grammar, Matcher, TokenIndex};
+use sapient_tokenizers::Tokenizer;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Vocabularies: presets with a GGUF or a tokenizer.json.
+    #[arg(long, value_delimiter = ',', default_value = "smollm2-135m-instruct,qwen-tokenizer")]
+    pub vocab: Vec<String>,
+    #[arg(long, default_value = "target/bench/sample.json")]
+    pub json: PathBuf,
+}
+
+fn load_tokenizer(hub: &sapient_hub::Hub, preset: &str) -> Result<Tokenizer> {
+    let m = hub.fetch_preset(preset, &mut |_| {})?;
+    if let Ok(p) = m.file("tokenizer") {
+        return Ok(Tokenizer::from_file(p)?);
+    }
+    let g = sapient_tensor::GgufFile::open(m.file("gguf")?)?;
+    Ok(Tokenizer::from_gguf(&g)?)
+}
+
+pub(crate) fn index_for(tok: &Tokenizer) -> TokenIndex {
+    let special: Vec<u32> = tok.inner().get_added_tokens_decoder().iter().filter(|(_, t)| t.special).map(|(id, _)| *id).collect();
+    TokenIndex::new(tok.token_bytes(), tok.eos_token_ids(), &special)
+}
+
+pub(crate) fn nested_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "id": {"type": "string", "pattern": "^ord-[0-9]{6}$"},
+            "customer": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "maxLength": 64},
+                    "email": {"type": "string", "format": "email"},
+                    "address": {
+                        "type": "object",
+                        "properties": {
+                            "street": {"type": "string"},
+                            "city": {"type": "string"},
+                            "country": {"enum": ["FR", "DE", "US", "JP"]},
+                            "zip": {"type": "string", "pattern": "^[0-9]{5}$"}
+                        },
+                        "required": ["street", "city", "country"]
+                    }
+                },
+                "required": ["name", "address"]
+            },
+            "items": {
+                "type": "array", "minItems": 1, "maxItems": 20,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "sku": {"type": "string"},
+                        "quantity": {"type": "integer", "minimum": 1, "maximum": 1000},
+                        "price": {"type": "number", "minimum": 0},
+                        "gift": {"type": "boolean"}
+                    },
+                    "required": ["sku", "quantity", "price"]
+                }
+            },
+            "status": {"enum": ["pending", "paid", "shipped"]},
+            "notes": {"type": ["string", "null"]}
+        },
+        "required": ["id", "customer", "items", "status"]
+    })
+}
+
+const NESTED_DOC: &str = r#"{
+  "id": "ord-004211",
+  "customer": {
+    "name": "Amélie Poulain",
+    "email": "amelie.poulain@example.fr",
+    "address": {
+      "street": "15 rue des Trois Frères",
+      "city": "Paris",
+      "country": "FR",
+      "zip": "75018"
+    }
+  },
+  "items": [
+    {"sku": "GNOME-GARDEN-01", "quantity": 1, "price": 24.9, "gift": true},
+    {"sku": "PHOTO-BOOTH-STRIP", "quantity": 12, "price": 3.5},
+    {"sku": "CREME-BRULEE-SPOON", "quantity": 2, "price": 7.25, "gift": false}
+  ],
+  "status": "paid",
+  "notes": "Leave the parcel with the grocer downstairs, Monsieur Collignon, if nobody answers."
+}"#;
+
+pub(crate) const REGEX: &str = r"(Mr|Ms|Dr)\. [A-Z][a-z]{1,15} [A-Z][a-z]{1,20}, born (19|20)[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]), phone \+[0-9]{1,3} [0-9]{3}-[0-9]{3}-[0-9]{4}, email [a-z0-9.]{1,30}@[a-z0-9]{1,20}\.(com|org|net|fr)";
+const REGEX_DOC: &str = "Dr. Grace Hopper, born 1906-12-09, phone +1 212-555-0147, email grace.hopper@navy.org";
+
+const FREE_DOC: &str = r#"{"model": "smollm2", "layers": 30, "rope": {"theta": 100000.0, "scaling": null}, "vocab": [49152, "byte-level"], "tied": true, "notes": "a small \"instruct\" model\nwith 135M parameters", "ratios": [0.5, 1e-3, -2.25]}"#;
+
+struct Series(Vec<f64>);
+
+impl Series {
+    fn q(&self, p: f64) -> f64 {
+        let mut v = self.0.clone();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[((v.len() - 1) as f64 * p).round() as usize]
+    }
+    fn mean(&self) -> f64 {
+        self.0.iter().sum::<f64>() / self.0.len() as f64
+    }
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let hub = sapient_hub::Hub::new()?;
+    let mut results = Vec::new();
+    println!("one thread; times per token in microseconds (median / p99 / mean)");
+    for preset in &a.vocab {
+        let tok = load_tokenizer(&hub, preset).with_context(|| format!("loading the {preset} vocabulary"))?;
+        let t = Instant::now();
+        let index = Arc::new(index_for(&tok));
+        println!("{preset}: {} tokens, trie of {} nodes built in {:.0} ms", index.vocab_size(), index.num_nodes(), t.elapsed().as_secs_f64() * 1e3);
+        let workloads: Vec<(&str, Grammar, &str)> = vec![
+            ("json-schema (nested)", Grammar::json_schema(&nested_schema())?, NESTED_DOC),
+            ("regex", Grammar::regex(REGEX)?, REGEX_DOC),
+            ("free JSON", Grammar::json()?, FREE_DOC),
+        ];
+        for (name, g, doc) in workloads {
+            let tokens = tok.encode(doc, false)?;
+            let g = Arc::new(g);
+            let mut m = Matcher::new(g.clone(), index.clone());
+            let (mut walk, mut full, mut cached, mut check) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let mut forced = 0usize;
+            let mut allowed_sum = 0usize;
+            for &t in &tokens {
+                let t0 = Instant::now();
+                let walked = index.mask_by_walk(&*g, m.state())?;
+                walk.push(t0.elapsed().as_secs_f64() * 1e6);
+                let t0 = Instant::now();
+                let mask = index.mask(&*g, m.state())?;
+                full.push(t0.elapsed().as_secs_f64() * 1e6);
+                allowed_sum += mask.count();
+                anyhow::ensure!(mask == walked, "{name}: the accelerated mask differs from the trie walk");
+                anyhow::ensure!(mask.is_allowed(t), "{name}: token {t} ({:?}) of the document is not in its mask", tok.decode(&[t], false)?);
+                let t0 = Instant::now();
+                let cm = m.mask()?;
+                cached.push(t0.elapsed().as_secs_f64() * 1e6);
+                anyhow::ensure!(*cm == mask, "cached mask differs");
+                if mask.count() == 1 {
+                    forced += 1;
+                }
+                let t0 = Instant::now();
+                let ok = m.allows(t)?;
+                check.push(t0.elapsed().as_secs_f64() * 1e6);
+                anyhow::ensure!(ok, "check disagrees with the mask");
+                m.consume(t)?;
+            }
+            anyhow::ensure!(m.is_accepting() && g.is_accepting(m.state()), "{name}: the document does not complete the grammar");
+            let (walk, full, cached, check) = (Series(walk), Series(full), Series(cached), Series(check));
+            println!(
+                "  {name:<22} {:>4} tokens | trie walk {:>7.1} / {:>8.1} / {:>7.1} | mask {:>6.1} / {:>7.1} / {:>7.1} | cached {:>6.1} / {:>7.1} / {:>6.1} | check {:>5.2} / {:>5.2} | {:.0} allowed on average, forced {forced}",
+                tokens.len(),
+                walk.q(0.5), walk.q(0.99), walk.mean(),
+                full.q(0.5), full.q(0.99), full.mean(),
+                cached.q(0.5), cached.q(0.99), cached.mean(),
+                check.q(0.5), check.q(0.99),
+                allowed_sum as f64 / tokens.len() as f64,
+            );
+            results.push(serde_json::json!({
+                "vocab": preset, "vocab_size": index.vocab_size(), "workload": name, "tokens": tokens.len(),
+                "trie_walk_us": {"median": walk.q(0.5), "p99": walk.q(0.99), "mean": walk.mean()},
+                "mask_us": {"median": full.q(0.5), "p99": full.q(0.99), "mean": full.mean()},
+                "cached_us": {"median": cached.q(0.5), "p99": cached.q(0.99), "mean": cached.mean()},
+                "check_us": {"median": check.q(0.5), "p99": check.q(0.99)},
+                "forced_tokens": forced,
+            }));
+        }
+    }
+    if let Some(parent) = a.json.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&a.json, serde_json::to_string_pretty(&results)?)?;
+    Ok(())
+}
