@@ -10,6 +10,7 @@
 //! ```
 
 mod config;
+mod cpu;
 mod model;
 
 pub use config::{Arch, LlamaConfig, RopeScaling, WeightLayout};

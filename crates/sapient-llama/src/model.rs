@@ -4,6 +4,8 @@
 use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Module, Tensor, D};
+use crate::cpu::{CpuLayer, CpuModel, Dims, Lin, LinGateUp, LinQkv};
+use sapient_tensor::kernels::QMatrix;
 use sapient_tensor::{Linear, Weight, WeightSource};
 use std::sync::Arc;
 
@@ -113,6 +115,8 @@ pub struct LlamaModel {
     cache_capacity: usize,
     /// Number of positions currently held in the KV cache.
     pos: usize,
+    /// The plain-buffer CPU forward pass (see `cpu.rs`), when every weight has a kernel.
+    cpu: Option<CpuModel>,
 }
 
 fn rope_tables(cfg: &LlamaConfig, max_len: usize, device: &Device, dtype: DType) -> Result<(Tensor, Tensor)> {
@@ -252,7 +256,7 @@ impl LlamaModel {
             .min(cfg.max_position_embeddings.max(1))
             .max(1);
         let (cos, sin) = rope_tables(cfg, max_seq_len, device, dtype)?;
-        Ok(Self {
+        let mut model = Self {
             cfg: cfg.clone(),
             device: device.clone(),
             dtype,
@@ -266,7 +270,91 @@ impl LlamaModel {
             max_seq_len,
             cache_capacity: 0,
             pos: 0,
-        })
+            cpu: None,
+        };
+        let use_cpu = device.is_cpu() && dtype == DType::F32 && std::env::var_os("SAPIENT_CANDLE_FORWARD").is_none();
+        if use_cpu {
+            model.cpu = model.build_cpu()?;
+            if model.cpu.is_none() {
+                tracing::info!("some weights have no CPU kernel; using the candle forward pass");
+            }
+        }
+        Ok(model)
+    }
+
+    /// The plain-buffer CPU model, or `None` when a weight's format has no kernel.
+    fn build_cpu(&self) -> Result<Option<CpuModel>> {
+        let vec = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?) };
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            let qkv = match &l.qkv {
+                Qkv::Separate(q, k, v) => match (Lin::new(q)?, Lin::new(k)?, Lin::new(v)?) {
+                    (Some(q), Some(k), Some(v)) => LinQkv::Separate(q, k, v),
+                    _ => return Ok(None),
+                },
+                Qkv::Fused(f) => match Lin::new(f)? {
+                    Some(f) => LinQkv::Fused(f),
+                    None => return Ok(None),
+                },
+            };
+            let gate_up = match &l.gate_up {
+                GateUp::Separate(g, u) => match (Lin::new(g)?, Lin::new(u)?) {
+                    (Some(g), Some(u)) => LinGateUp::Separate(g, u),
+                    _ => return Ok(None),
+                },
+                GateUp::Fused(f) => match Lin::new(f)? {
+                    Some(f) => LinGateUp::Fused(f),
+                    None => return Ok(None),
+                },
+            };
+            let (Some(o), Some(down)) = (Lin::new(&l.o)?, Lin::new(&l.down)?) else {
+                return Ok(None);
+            };
+            layers.push(CpuLayer::new(vec(&l.attn_norm)?, vec(&l.ffn_norm)?, qkv, o, gate_up, down));
+        }
+        let Some(output) = Lin::new(&self.output)? else {
+            return Ok(None);
+        };
+        if output.out() != self.cfg.vocab_size {
+            return Err(Error::Internal("output layer does not produce the vocabulary"));
+        }
+        let dims = Dims {
+            hidden: self.cfg.hidden_size,
+            inter: self.cfg.intermediate_size,
+            heads: self.cfg.num_heads,
+            kv_heads: self.cfg.num_kv_heads,
+            head_dim: self.cfg.head_dim,
+            rope_dim: self.cfg.rope_dim,
+            interleaved: self.cfg.rope_interleaved,
+            eps: self.cfg.rms_norm_eps as f32,
+            vocab: self.cfg.vocab_size,
+            window: self.cfg.sliding_window,
+        };
+        let cpu = CpuModel::new(
+            dims,
+            layers,
+            vec(&self.norm)?,
+            output,
+            QMatrix::from_qtensor(&self.embed),
+            vec(&self.cos)?,
+            vec(&self.sin)?,
+        );
+        cpu.check()?;
+        Ok(Some(cpu))
+    }
+
+    /// Whether forward runs on the plain-buffer CPU path (else candle ops).
+    pub fn uses_cpu_kernels(&self) -> bool {
+        self.cpu.is_some()
+    }
+
+    /// Switch between the plain-buffer CPU path (the default on the CPU when every weight
+    /// has a kernel) and candle's ops (for comparisons). Clears the KV cache. Returns whether
+    /// the CPU path is now in use.
+    pub fn set_cpu_kernels(&mut self, enabled: bool) -> Result<bool> {
+        self.pos = 0;
+        self.cpu = if enabled && self.device.is_cpu() && self.dtype == DType::F32 { self.build_cpu()? } else { None };
+        Ok(self.cpu.is_some())
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -354,6 +442,23 @@ impl LlamaModel {
                 token: bad,
                 vocab: self.cfg.vocab_size,
             });
+        }
+        if let Some(cpu) = &mut self.cpu {
+            let embed = &self.embed;
+            let h = self.cfg.hidden_size;
+            let fallback = |t: &[u32]| -> Result<Vec<f32>> {
+                let ids = Tensor::new(t, &Device::Cpu)?;
+                let rows = embed.embedding(&ids)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                if rows.len() != t.len() * h {
+                    return Err(Error::Internal("embedding rows have the wrong width"));
+                }
+                Ok(rows)
+            };
+            let all = logits == Logits::All;
+            let out = cpu.forward(tokens, start, self.max_seq_len, all, &fallback)?;
+            self.pos = end;
+            let rows = if all { seq } else { 1 };
+            return Ok(Tensor::from_vec(out, (rows, self.cfg.vocab_size), &Device::Cpu)?);
         }
         self.ensure_capacity(end)?;
         let ids = Tensor::new(tokens, &self.device)?;

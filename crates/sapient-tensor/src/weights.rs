@@ -278,6 +278,10 @@ impl Linear {
     pub fn in_features(&self) -> usize {
         self.in_features
     }
+    /// The bias, if any.
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.bias.as_ref()
+    }
     /// The weight as a kernel matrix (CPU, quantized in a format the kernels handle).
     pub fn kernel(&self) -> Option<&QMatrix> {
         self.kernel.as_ref()

@@ -7,8 +7,18 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::quant::{f16_at, BlockQ8, BlockQ8K};
+use super::quant::{BlockQ8, BlockQ8K};
 use std::arch::x86_64::*;
+
+/// The f16 at byte offset `off` of `w` times `s`, in all 8 lanes.
+///
+/// Converting all lanes (rather than one) keeps the compiler from inserting the value into a
+/// stale register (`vpinsrw`), which would chain each block to the previous accumulator.
+#[inline(always)]
+unsafe fn f16x8_mul(w: &[u8], off: usize, s: f32) -> __m256 {
+    let bits = std::ptr::read_unaligned(w.as_ptr().add(off) as *const i16);
+    _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(bits)), _mm256_set1_ps(s))
+}
 
 #[inline(always)]
 unsafe fn hsum_ps(v: __m256) -> f32 {
@@ -58,85 +68,106 @@ unsafe fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
     mul_sum_us8(ax, sy)
 }
 
-#[target_feature(enable = "avx2,fma")]
+/// Runs `block(i)` (returning the block's scale and integer-dot vectors, and a per-block
+/// offset term) over `n` blocks with two independent accumulator chains: one chain would
+/// make every block wait for the previous fused multiply-add (4 cycles).
+#[inline(always)]
+unsafe fn sum_blocks(n: usize, block: impl Fn(usize) -> (__m256, __m256, __m256)) -> f32 {
+    let mut a0 = _mm256_setzero_ps();
+    let mut a1 = _mm256_setzero_ps();
+    let mut m0 = _mm256_setzero_ps();
+    let mut m1 = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 2 <= n {
+        let (d0, q0, o0) = block(i);
+        let (d1, q1, o1) = block(i + 1);
+        a0 = _mm256_fmadd_ps(d0, q0, a0);
+        a1 = _mm256_fmadd_ps(d1, q1, a1);
+        m0 = _mm256_add_ps(m0, o0);
+        m1 = _mm256_add_ps(m1, o1);
+        i += 2;
+    }
+    if i < n {
+        let (d0, q0, o0) = block(i);
+        a0 = _mm256_fmadd_ps(d0, q0, a0);
+        m0 = _mm256_add_ps(m0, o0);
+    }
+    // The offset vectors carry the same value in every lane: take one.
+    hsum_ps(_mm256_add_ps(a0, a1)) + _mm256_cvtss_f32(_mm256_add_ps(m0, m1))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4_0(w: &[u8], a: &[BlockQ8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
     let p = w.as_ptr();
-    for (i, ba) in a.iter().enumerate() {
+    sum_blocks(a.len(), |i| {
+        let ba = a.get_unchecked(i);
         let bw = p.add(i * 18);
-        let d = _mm256_set1_ps(f16_at(w, i * 18) * ba.d);
+        let d = f16x8_mul(w, i * 18, ba.d);
         let qx = _mm256_sub_epi8(nibbles32(bw.add(2)), _mm256_set1_epi8(8));
         let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        acc = _mm256_fmadd_ps(d, mul_sum_i8(qx, qy), acc);
-    }
-    hsum_ps(acc)
+        (d, mul_sum_i8(qx, qy), _mm256_setzero_ps())
+    })
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4_1(w: &[u8], a: &[BlockQ8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0f32;
     let p = w.as_ptr();
-    for (i, ba) in a.iter().enumerate() {
+    sum_blocks(a.len(), |i| {
+        let ba = a.get_unchecked(i);
         let bw = p.add(i * 20);
-        let d = _mm256_set1_ps(f16_at(w, i * 20) * ba.d);
-        summs += f16_at(w, i * 20 + 2) * ba.s;
+        let d = f16x8_mul(w, i * 20, ba.d);
+        let m = f16x8_mul(w, i * 20 + 2, ba.s);
         let qx = nibbles32(bw.add(4));
         let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        acc = _mm256_fmadd_ps(d, mul_sum_us8(qx, qy), acc);
-    }
-    hsum_ps(acc) + summs
+        (d, mul_sum_us8(qx, qy), m)
+    })
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q5_0(w: &[u8], a: &[BlockQ8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
     let p = w.as_ptr();
-    for (i, ba) in a.iter().enumerate() {
+    sum_blocks(a.len(), |i| {
+        let ba = a.get_unchecked(i);
         let bw = p.add(i * 22);
-        let d = _mm256_set1_ps(f16_at(w, i * 22) * ba.d);
-        let qh = u32::from_le_bytes([*bw.add(2), *bw.add(3), *bw.add(4), *bw.add(5)]);
+        let d = f16x8_mul(w, i * 22, ba.d);
+        let qh = std::ptr::read_unaligned(bw.add(2) as *const u32);
         let lo = nibbles32(bw.add(6));
         // (nibble | high bit << 4) - 16 == nibble | (high bit clear ? 0xF0 : 0) as i8
         let hi = _mm256_andnot_si256(bits32(qh), _mm256_set1_epi8(0xf0u8 as i8));
         let qx = _mm256_or_si256(lo, hi);
         let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        acc = _mm256_fmadd_ps(d, mul_sum_i8(qx, qy), acc);
-    }
-    hsum_ps(acc)
+        (d, mul_sum_i8(qx, qy), _mm256_setzero_ps())
+    })
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q5_1(w: &[u8], a: &[BlockQ8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0f32;
     let p = w.as_ptr();
-    for (i, ba) in a.iter().enumerate() {
+    sum_blocks(a.len(), |i| {
+        let ba = a.get_unchecked(i);
         let bw = p.add(i * 24);
-        let d = _mm256_set1_ps(f16_at(w, i * 24) * ba.d);
-        summs += f16_at(w, i * 24 + 2) * ba.s;
-        let qh = u32::from_le_bytes([*bw.add(4), *bw.add(5), *bw.add(6), *bw.add(7)]);
+        let d = f16x8_mul(w, i * 24, ba.d);
+        let m = f16x8_mul(w, i * 24 + 2, ba.s);
+        let qh = std::ptr::read_unaligned(bw.add(4) as *const u32);
         let lo = nibbles32(bw.add(8));
         let hi = _mm256_and_si256(bits32(qh), _mm256_set1_epi8(0x10));
         let qx = _mm256_or_si256(lo, hi);
         let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        acc = _mm256_fmadd_ps(d, mul_sum_us8(qx, qy), acc);
-    }
-    hsum_ps(acc) + summs
+        (d, mul_sum_us8(qx, qy), m)
+    })
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q8_0(w: &[u8], a: &[BlockQ8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
     let p = w.as_ptr();
-    for (i, ba) in a.iter().enumerate() {
+    sum_blocks(a.len(), |i| {
+        let ba = a.get_unchecked(i);
         let bw = p.add(i * 34);
-        let d = _mm256_set1_ps(f16_at(w, i * 34) * ba.d);
+        let d = f16x8_mul(w, i * 34, ba.d);
         let qx = _mm256_loadu_si256(bw.add(2) as *const __m256i);
         let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        acc = _mm256_fmadd_ps(d, mul_sum_i8(qx, qy), acc);
-    }
-    hsum_ps(acc)
+        (d, mul_sum_i8(qx, qy), _mm256_setzero_ps())
+    })
 }
 
 /// Scales (low 8 x u8) and mins (high 8 x u8) of a Q4_K/Q5_K block as 16 x i16.
@@ -174,7 +205,7 @@ unsafe fn k4_mins_dot(ms: __m256i, bsums: *const i16) -> __m128i {
     _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s)
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4k(w: &[u8], a: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0x0f);
     let mut acc = _mm256_setzero_ps();
@@ -182,11 +213,11 @@ pub unsafe fn dot_q4k(w: &[u8], a: &[BlockQ8K]) -> f32 {
     let p = w.as_ptr();
     for (i, ba) in a.iter().enumerate() {
         let bw = p.add(i * 144);
-        let d = ba.d * f16_at(w, i * 144);
-        let dmin = -ba.d * f16_at(w, i * 144 + 2);
+        let d = f16x8_mul(w, i * 144, ba.d);
+        let dmin = f16x8_mul(w, i * 144 + 2, -ba.d);
         let ms = k4_scales_mins(bw.add(4));
         let prod = k4_mins_dot(ms, ba.bsums.as_ptr());
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        acc_m = _mm_fmadd_ps(_mm256_castps256_ps128(dmin), _mm_cvtepi32_ps(prod), acc_m);
         let sc = _mm256_castsi256_si128(ms);
         let mut q4 = bw.add(16);
         let mut q8 = ba.qs.as_ptr();
@@ -205,14 +236,14 @@ pub unsafe fn dot_q4k(w: &[u8], a: &[BlockQ8K]) -> f32 {
             let p1 = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, y1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
     let m = _mm_add_ss(m, _mm_movehdup_ps(m));
     hsum_ps(acc) + _mm_cvtss_f32(m)
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q5k(w: &[u8], a: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0x0f);
     let mut acc = _mm256_setzero_ps();
@@ -220,11 +251,11 @@ pub unsafe fn dot_q5k(w: &[u8], a: &[BlockQ8K]) -> f32 {
     let p = w.as_ptr();
     for (i, ba) in a.iter().enumerate() {
         let bw = p.add(i * 176);
-        let d = ba.d * f16_at(w, i * 176);
-        let dmin = -ba.d * f16_at(w, i * 176 + 2);
+        let d = f16x8_mul(w, i * 176, ba.d);
+        let dmin = f16x8_mul(w, i * 176 + 2, -ba.d);
         let ms = k4_scales_mins(bw.add(4));
         let prod = k4_mins_dot(ms, ba.bsums.as_ptr());
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        acc_m = _mm_fmadd_ps(_mm256_castps256_ps128(dmin), _mm_cvtepi32_ps(prod), acc_m);
         let sc = _mm256_castsi256_si128(ms);
         let hbits = _mm256_loadu_si256(bw.add(16) as *const __m256i);
         let mut q5 = bw.add(48);
@@ -249,7 +280,7 @@ pub unsafe fn dot_q5k(w: &[u8], a: &[BlockQ8K]) -> f32 {
             let p1 = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, y1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
     let m = _mm_add_ss(m, _mm_movehdup_ps(m));
@@ -262,7 +293,7 @@ unsafe fn q6_scale_pair(sc: *const i8, i: usize) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(*sc.add(i + 1) as i16), _mm_set1_epi16(*sc.add(i) as i16))
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q6k(w: &[u8], a: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0x0f);
     let m2 = _mm256_set1_epi8(0x03);
@@ -271,7 +302,7 @@ pub unsafe fn dot_q6k(w: &[u8], a: &[BlockQ8K]) -> f32 {
     let p = w.as_ptr();
     for (i, ba) in a.iter().enumerate() {
         let bw = p.add(i * 210);
-        let d = ba.d * f16_at(w, i * 210 + 208);
+        let d = f16x8_mul(w, i * 210 + 208, ba.d);
         let mut ql = bw;
         let mut qh = bw.add(128);
         let sc = bw.add(192) as *const i8;
@@ -300,13 +331,13 @@ pub unsafe fn dot_q6k(w: &[u8], a: &[BlockQ8K]) -> f32 {
             }
             q8 = q8.add(128);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc)
 }
 
 /// Dot product of two f32 slices of equal length.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
     let n = x.len().min(y.len());
     let (px, py) = (x.as_ptr(), y.as_ptr());
@@ -327,7 +358,7 @@ pub unsafe fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
 }
 
 /// `y += a * x`.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
     let n = x.len().min(y.len());
     let (px, py) = (x.as_ptr(), y.as_mut_ptr());

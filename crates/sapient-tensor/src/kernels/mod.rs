@@ -57,7 +57,7 @@ impl QType {
     }
 }
 
-/// Whether the AVX2 kernels are in use (x86_64 with AVX2 and FMA).
+/// Whether the AVX2 kernels are in use (x86_64 with AVX2, FMA and F16C).
 pub fn has_avx2() -> bool {
     static STATE: AtomicU8 = AtomicU8::new(0);
     match STATE.load(Ordering::Relaxed) {
@@ -67,6 +67,7 @@ pub fn has_avx2() -> bool {
             #[cfg(target_arch = "x86_64")]
             let yes = std::is_x86_feature_detected!("avx2")
                 && std::is_x86_feature_detected!("fma")
+                && std::is_x86_feature_detected!("f16c")
                 && std::env::var_os("SAPIENT_NO_AVX2").is_none();
             #[cfg(not(target_arch = "x86_64"))]
             let yes = false;
@@ -278,10 +279,14 @@ impl QMatrix {
         let t = self.qtype;
         let out_ptr = SendPtr(out.as_mut_ptr());
         self.with_bytes(|bytes| {
-            let job = |tid: usize, nth: usize| {
-                let (r0, r1) = pool::split(rows, tid, nth, 16);
+            // Chunks of weight rows; several per thread so that a descheduled thread delays
+            // little (see `pool::Pool::run_chunks`).
+            let nth = pool::pool().threads();
+            let chunk = if nth == 1 { rows } else { (rows / (nth * 8)).clamp(16, 512).div_ceil(16) * 16 };
+            let chunks = rows.div_ceil(chunk.max(1));
+            let job = |c: usize| {
                 let out_ptr = &out_ptr;
-                for j in r0..r1 {
+                for j in c * chunk..((c + 1) * chunk).min(rows) {
                     let wrow = &bytes[j * rb..(j + 1) * rb];
                     for i in 0..m {
                         let v = if acts.k_quant {
@@ -289,15 +294,15 @@ impl QMatrix {
                         } else {
                             dot_row_q8(t, wrow, acts.row_q8(i))
                         };
-                        // SAFETY: each thread writes a disjoint range of output columns.
+                        // SAFETY: each chunk writes a disjoint range of output columns.
                         unsafe { *out_ptr.0.add(i * rows + j) = v };
                     }
                 }
             };
             if rows * m * self.cols < 64 * 1024 {
-                job(0, 1);
+                (0..chunks).for_each(job);
             } else {
-                pool::pool().run(&job);
+                pool::pool().run_chunks(chunks, &job);
             }
         });
     }

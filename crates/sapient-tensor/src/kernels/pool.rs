@@ -18,12 +18,20 @@ use std::time::{Duration, Instant};
 /// How long a worker spins after a job before parking.
 const SPIN: Duration = Duration::from_millis(2);
 
-type Job = dyn Fn(usize, usize) + Sync;
+type Job = dyn Fn(usize) + Sync;
 
 struct Shared {
+    /// Bumped once per job.
     epoch: AtomicUsize,
-    done: AtomicUsize,
-    /// The current job, valid while `epoch` is odd-numbered for this dispatch (see `run`).
+    /// The epoch whose job has finished and may no longer be touched.
+    closed: AtomicUsize,
+    /// Workers currently inside a job.
+    active: AtomicUsize,
+    /// Next chunk to claim, and chunks finished, of the current job.
+    next: AtomicUsize,
+    finished: AtomicUsize,
+    chunks: AtomicUsize,
+    /// The current job; valid from the epoch bump until `closed` reaches that epoch.
     job: UnsafeCell<Option<*const Job>>,
     sleep: Mutex<()>,
     wake: Condvar,
@@ -31,9 +39,9 @@ struct Shared {
     panicked: AtomicUsize,
 }
 
-// SAFETY: `job` is written only by the dispatching thread while every worker is idle (between
-// `done` reaching the worker count and the next epoch bump), and read by workers only after
-// they observe the new epoch (Acquire after the dispatcher's Release).
+// SAFETY: `job` is written only by the dispatching thread while no worker can read it (before
+// the epoch bump, or after `closed` is set and `active` is zero); workers read it only after
+// registering in `active` and checking `closed` (SeqCst on both sides).
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
@@ -45,41 +53,33 @@ pub struct Pool {
 impl Pool {
     fn new(nthreads: usize) -> Self {
         let nthreads = nthreads.max(1);
-        let shared = Arc::new(Shared {
-            epoch: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
-            job: UnsafeCell::new(None),
-            sleep: Mutex::new(()),
-            wake: Condvar::new(),
-            nthreads,
-            panicked: AtomicUsize::new(0),
-        });
+        let pool = Self::with_threads(nthreads);
         for tid in 1..nthreads {
-            let s = shared.clone();
+            let s = pool.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("sapient-kernel-{tid}"))
-                .spawn(move || worker(s, tid));
+                .spawn(move || worker(s));
             if spawned.is_err() {
-                // Could not start all workers: fall back to a single thread.
                 tracing::warn!("could not spawn kernel worker threads; running single-threaded");
-                return Self::single();
+                return Self::with_threads(1);
             }
         }
-        Self {
-            shared,
-            busy: Mutex::new(()),
-        }
+        pool
     }
 
-    fn single() -> Self {
+    fn with_threads(nthreads: usize) -> Self {
         Self {
             shared: Arc::new(Shared {
                 epoch: AtomicUsize::new(0),
-                done: AtomicUsize::new(0),
+                closed: AtomicUsize::new(0),
+                active: AtomicUsize::new(0),
+                next: AtomicUsize::new(0),
+                finished: AtomicUsize::new(0),
+                chunks: AtomicUsize::new(0),
                 job: UnsafeCell::new(None),
                 sleep: Mutex::new(()),
                 wake: Condvar::new(),
-                nthreads: 1,
+                nthreads,
                 panicked: AtomicUsize::new(0),
             }),
             busy: Mutex::new(()),
@@ -91,44 +91,53 @@ impl Pool {
         self.shared.nthreads
     }
 
-    /// Run `f(thread_index, thread_count)` on every thread of the pool (the caller is thread
-    /// 0) and return when all have finished.
-    pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
-        let n = self.shared.nthreads;
-        if n == 1 {
-            f(0, 1);
+    /// Run `f(chunk)` for every chunk in `0..chunks`, spread over the pool's threads (the
+    /// caller takes part) and return when all are done. Threads claim chunks one at a time,
+    /// so a thread that the OS does not schedule (a busy machine) holds up at most the chunk
+    /// it is on, and one that wakes late finds nothing left and does nothing.
+    pub fn run_chunks(&self, chunks: usize, f: &(dyn Fn(usize) + Sync)) {
+        if chunks == 0 {
             return;
         }
-        let Ok(_guard) = self.busy.try_lock() else {
-            // Someone else is using the pool: do the work here, alone.
-            f(0, 1);
+        let s = &*self.shared;
+        let guard = if s.nthreads > 1 && chunks > 1 { self.busy.try_lock().ok() } else { None };
+        let Some(_guard) = guard else {
+            // Single thread, a single chunk, or someone else is using the pool.
+            for c in 0..chunks {
+                f(c);
+            }
             return;
         };
-        let s = &*self.shared;
-        // SAFETY: workers are idle (the previous run waited for all of them), and the pointer
-        // is only dereferenced before this function returns.
+        // SAFETY: no worker is inside a job (the previous run waited for `active` to reach 0
+        // after closing its epoch), and the pointer is not used after this function returns.
         unsafe {
-            let erased: *const Job = std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), &'static Job>(f);
+            let erased: *const Job = std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static Job>(f);
             *s.job.get() = Some(erased);
         }
-        s.done.store(0, Ordering::Relaxed);
-        s.epoch.fetch_add(1, Ordering::Release);
+        s.chunks.store(chunks, Ordering::SeqCst);
+        s.next.store(0, Ordering::SeqCst);
+        s.finished.store(0, Ordering::SeqCst);
+        let epoch = s.epoch.fetch_add(1, Ordering::SeqCst) + 1;
         {
             // Wake parked workers. Taking the lock orders this with a worker's check-then-wait.
             let _l = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(0, n)));
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| claim(s, f)));
         let mut spins = 0u32;
-        while s.done.load(Ordering::Acquire) < n - 1 {
+        while s.finished.load(Ordering::Acquire) < chunks {
             spins = spins.wrapping_add(1);
-            if spins % 4096 == 0 {
+            if spins % 1024 == 0 {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
             }
         }
-        // SAFETY: all workers are done with the job.
+        s.closed.store(epoch, Ordering::SeqCst);
+        while s.active.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        // SAFETY: the job is closed and no worker is inside it.
         unsafe {
             *s.job.get() = None;
         }
@@ -139,9 +148,28 @@ impl Pool {
             panic!("a sapient kernel worker panicked");
         }
     }
+
+    /// Run `f(thread_index, thread_count)` once per pool thread.
+    pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
+        let n = self.shared.nthreads;
+        self.run_chunks(n, &|c| f(c, n));
+    }
 }
 
-fn worker(s: Arc<Shared>, tid: usize) {
+/// Claim and run chunks until none are left.
+fn claim(s: &Shared, f: &(dyn Fn(usize) + Sync)) {
+    let chunks = s.chunks.load(Ordering::SeqCst);
+    loop {
+        let c = s.next.fetch_add(1, Ordering::AcqRel);
+        if c >= chunks {
+            break;
+        }
+        f(c);
+        s.finished.fetch_add(1, Ordering::Release);
+    }
+}
+
+fn worker(s: Arc<Shared>) {
     let mut seen = 0usize;
     loop {
         // Spin for a while, then park.
@@ -161,19 +189,21 @@ fn worker(s: Arc<Shared>, tid: usize) {
             }
             std::hint::spin_loop();
         }
-        seen = s.epoch.load(Ordering::Acquire);
-        // SAFETY: the dispatcher set the job before bumping the epoch and keeps it alive until
-        // every worker has reported done.
-        let job = unsafe { *s.job.get() };
-        if let Some(job) = job {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-                (*job)(tid, s.nthreads)
-            }));
-            if r.is_err() {
-                s.panicked.fetch_add(1, Ordering::Relaxed);
+        s.active.fetch_add(1, Ordering::SeqCst);
+        seen = s.epoch.load(Ordering::SeqCst);
+        if s.closed.load(Ordering::SeqCst) < seen {
+            // SAFETY: the job of epoch `seen` is not closed and we are registered as active,
+            // so the dispatcher keeps it alive until we leave.
+            if let Some(job) = unsafe { *s.job.get() } {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| claim(&s, unsafe { &*job })));
+                if r.is_err() {
+                    s.panicked.fetch_add(1, Ordering::Relaxed);
+                    // Count the chunk that panicked as finished so the dispatcher returns.
+                    s.finished.fetch_add(1, Ordering::Release);
+                }
             }
         }
-        s.done.fetch_add(1, Ordering::Release);
+        s.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -225,16 +255,15 @@ mod tests {
     }
 
     #[test]
-    fn every_thread_runs_each_job_once() {
+    fn every_chunk_runs_once() {
         let p = Pool::new(3);
         let total = AtomicU64::new(0);
         for round in 0..2000u64 {
-            p.run(&|tid, nth| {
-                assert_eq!(nth, 3);
-                total.fetch_add(round * 10 + tid as u64, Ordering::Relaxed);
+            p.run_chunks(7, &|c| {
+                total.fetch_add(round * 10 + c as u64, Ordering::Relaxed);
             });
         }
-        let want: u64 = (0..2000u64).map(|r| 3 * r * 10 + 3).sum();
+        let want: u64 = (0..2000u64).map(|r| 7 * r * 10 + 21).sum();
         assert_eq!(total.load(Ordering::Relaxed), want);
     }
 
@@ -250,5 +279,19 @@ mod tests {
             hits.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(hits.load(Ordering::Relaxed), 4);
+        // A job submitted while another thread holds the pool still runs every chunk.
+        let total = AtomicU64::new(0);
+        std::thread::scope(|sc| {
+            for _ in 0..3 {
+                sc.spawn(|| {
+                    for _ in 0..200 {
+                        p.run_chunks(5, &|c| {
+                            total.fetch_add(c as u64 + 1, Ordering::Relaxed);
+                        });
+                    }
+                });
+            }
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 3 * 200 * 15);
     }
 }

@@ -1,0 +1,419 @@
+//! The CPU forward pass on plain buffers.
+//!
+//! On the CPU a decode step is a few hundred small operations; going through candle costs an
+//! allocation and a dispatch for each, which is several milliseconds per token for small
+//! models. This path runs the same transformer on preallocated f32 buffers with the
+//! quantized kernels of `sapient_tensor::kernels` (threaded over the kernel pool), RMSNorm,
+//! RoPE, SwiGLU and attention written out directly, and its own KV cache laid out
+//! `[position][kv head][head dim]` so that it grows by appending.
+//!
+//! Short batches (decode, speculative verification) use the quantized kernels, whose results
+//! do not depend on how rows are batched; attention also runs row by row. So a batch of
+//! tokens gives bit-identical logits to the same tokens fed one at a time. Long batches
+//! (prefill of 32 tokens or more) use a dequantized f32 GEMM through the layer's `Linear`.
+
+use candle_core::{Device, Module, Tensor};
+use sapient_tensor::kernels::{self, pool, QMatrix};
+use sapient_tensor::weights::DENSE_PREFILL_ROWS;
+use sapient_tensor::Linear;
+use std::cell::RefCell;
+
+use crate::{Error, Result};
+
+/// One linear layer as the CPU path uses it.
+pub(crate) struct Lin {
+    pub(crate) linear: Linear,
+    kernel: QMatrix,
+    bias: Option<Vec<f32>>,
+}
+
+impl Lin {
+    pub(crate) fn new(linear: &Linear) -> Result<Option<Self>> {
+        let Some(kernel) = linear.kernel().cloned() else {
+            return Ok(None);
+        };
+        let bias = match linear.bias() {
+            Some(b) => Some(b.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
+            None => None,
+        };
+        Ok(Some(Self {
+            linear: linear.clone(),
+            kernel,
+            bias,
+        }))
+    }
+    pub(crate) fn out(&self) -> usize {
+        self.kernel.rows()
+    }
+
+    /// `out = x @ W^T + b` for `n` rows.
+    fn run(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+        let rows = self.kernel.rows();
+        if n < DENSE_PREFILL_ROWS {
+            self.kernel.matmul(x, n, &mut out[..n * rows]);
+            if let Some(b) = &self.bias {
+                for r in out[..n * rows].chunks_exact_mut(rows) {
+                    for (o, b) in r.iter_mut().zip(b) {
+                        *o += b;
+                    }
+                }
+            }
+        } else {
+            // Prefill: the Linear's dense GEMM path (dequantized weight), bias included.
+            let t = Tensor::from_slice(x, (n, self.kernel.cols()), &Device::Cpu)?;
+            let y = self.linear.forward(&t)?.flatten_all()?.to_vec1::<f32>()?;
+            out[..n * rows].copy_from_slice(&y);
+        }
+        Ok(())
+    }
+}
+
+pub(crate) enum LinQkv {
+    Separate(Lin, Lin, Lin),
+    Fused(Lin),
+}
+
+pub(crate) enum LinGateUp {
+    Separate(Lin, Lin),
+    Fused(Lin),
+}
+
+pub(crate) struct CpuLayer {
+    pub(crate) attn_norm: Vec<f32>,
+    pub(crate) ffn_norm: Vec<f32>,
+    pub(crate) qkv: LinQkv,
+    pub(crate) o: Lin,
+    pub(crate) gate_up: LinGateUp,
+    pub(crate) down: Lin,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl CpuLayer {
+    pub(crate) fn new(attn_norm: Vec<f32>, ffn_norm: Vec<f32>, qkv: LinQkv, o: Lin, gate_up: LinGateUp, down: Lin) -> Self {
+        Self {
+            attn_norm,
+            ffn_norm,
+            qkv,
+            o,
+            gate_up,
+            down,
+            k: Vec::new(),
+            v: Vec::new(),
+        }
+    }
+}
+
+/// Shapes and constants of the forward pass.
+pub(crate) struct Dims {
+    pub hidden: usize,
+    pub inter: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub rope_dim: usize,
+    pub interleaved: bool,
+    pub eps: f32,
+    pub vocab: usize,
+    pub window: Option<usize>,
+}
+
+pub(crate) struct CpuModel {
+    pub(crate) dims: Dims,
+    pub(crate) layers: Vec<CpuLayer>,
+    pub(crate) norm: Vec<f32>,
+    pub(crate) output: Lin,
+    /// Embedding rows: the kernel matrix when its format has one, else candle's.
+    pub(crate) embed: Option<QMatrix>,
+    /// `[max_seq][rope_dim / 2]`
+    pub(crate) cos: Vec<f32>,
+    pub(crate) sin: Vec<f32>,
+    /// Positions the caches have room for.
+    capacity: usize,
+    buf: Bufs,
+}
+
+#[derive(Default)]
+struct Bufs {
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    qkv: Vec<f32>,
+    att: Vec<f32>,
+    y: Vec<f32>,
+    g: Vec<f32>,
+    u: Vec<f32>,
+    gu: Vec<f32>,
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let n = w.len();
+    for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let ss = kernels::dot_f32(xr, xr);
+        let scale = 1.0 / (ss / n as f32 + eps).sqrt();
+        for ((o, &xv), &wv) in or.iter_mut().zip(xr).zip(w) {
+            *o = xv * scale * wv;
+        }
+    }
+}
+
+impl CpuModel {
+    pub(crate) fn new(dims: Dims, layers: Vec<CpuLayer>, norm: Vec<f32>, output: Lin, embed: Option<QMatrix>, cos: Vec<f32>, sin: Vec<f32>) -> Self {
+        Self {
+            dims,
+            layers,
+            norm,
+            output,
+            embed,
+            cos,
+            sin,
+            capacity: 0,
+            buf: Bufs::default(),
+        }
+    }
+
+    fn ensure_capacity(&mut self, needed: usize, max: usize) {
+        if needed <= self.capacity {
+            return;
+        }
+        let mut cap = self.capacity.max(256);
+        while cap < needed {
+            cap *= 2;
+        }
+        let cap = cap.min(max).max(needed);
+        let per = self.dims.kv_heads * self.dims.head_dim;
+        for l in &mut self.layers {
+            l.k.resize(cap * per, 0.0);
+            l.v.resize(cap * per, 0.0);
+        }
+        self.capacity = cap;
+    }
+
+    fn rope(&self, x: &mut [f32], pos: usize) {
+        let d = &self.dims;
+        let half = d.rope_dim / 2;
+        let cos = &self.cos[pos * half..(pos + 1) * half];
+        let sin = &self.sin[pos * half..(pos + 1) * half];
+        for h in x.chunks_exact_mut(d.head_dim) {
+            if d.interleaved {
+                for i in 0..half {
+                    let (a, b) = (h[2 * i], h[2 * i + 1]);
+                    h[2 * i] = a * cos[i] - b * sin[i];
+                    h[2 * i + 1] = a * sin[i] + b * cos[i];
+                }
+            } else {
+                for i in 0..half {
+                    let (a, b) = (h[i], h[i + half]);
+                    h[i] = a * cos[i] - b * sin[i];
+                    h[i + half] = b * cos[i] + a * sin[i];
+                }
+            }
+        }
+    }
+
+    /// Run `tokens` at positions `start..`, returning logits for the last row or all rows.
+    pub(crate) fn forward(
+        &mut self,
+        tokens: &[u32],
+        start: usize,
+        max_seq: usize,
+        all_logits: bool,
+        embed_fallback: &dyn Fn(&[u32]) -> Result<Vec<f32>>,
+    ) -> Result<Vec<f32>> {
+        let n = tokens.len();
+        self.ensure_capacity(start + n, max_seq);
+        let (h, nh, nkv, hd) = (self.dims.hidden, self.dims.heads, self.dims.kv_heads, self.dims.head_dim);
+        let (q_out, kv_out) = (nh * hd, nkv * hd);
+        let inter = self.dims.inter;
+        let eps = self.dims.eps;
+        let mut b = std::mem::take(&mut self.buf);
+        grow(&mut b.x, n * h);
+        grow(&mut b.xn, n * h);
+        grow(&mut b.q, n * q_out);
+        grow(&mut b.k, n * kv_out);
+        grow(&mut b.v, n * kv_out);
+        grow(&mut b.att, n * q_out);
+        grow(&mut b.y, n * h);
+        grow(&mut b.g, n * inter);
+        grow(&mut b.u, n * inter);
+        // Embeddings.
+        match &self.embed {
+            Some(e) => {
+                for (i, &t) in tokens.iter().enumerate() {
+                    e.dequantize_row(t as usize, &mut b.x[i * h..(i + 1) * h]);
+                }
+            }
+            None => {
+                let rows = embed_fallback(tokens)?;
+                b.x[..n * h].copy_from_slice(&rows);
+            }
+        }
+        let result = self.layers_forward(&mut b, n, start);
+        if let Err(e) = result {
+            self.buf = b;
+            return Err(e);
+        }
+        // Final norm and logits.
+        let (first, rows) = if all_logits { (0, n) } else { (n - 1, 1) };
+        rms_norm(&b.x[first * h..(first + rows) * h], &self.norm, eps, &mut b.xn[..rows * h]);
+        let mut logits = vec![0f32; rows * self.dims.vocab];
+        let r = self.output.run(&b.xn[..rows * h], rows, &mut logits);
+        self.buf = b;
+        r?;
+        Ok(logits)
+    }
+
+    fn layers_forward(&mut self, b: &mut Bufs, n: usize, start: usize) -> Result<()> {
+        let (h, nh, nkv, hd) = (self.dims.hidden, self.dims.heads, self.dims.kv_heads, self.dims.head_dim);
+        let (q_out, kv_out) = (nh * hd, nkv * hd);
+        let inter = self.dims.inter;
+        let eps = self.dims.eps;
+        for li in 0..self.layers.len() {
+            let layer = &self.layers[li];
+            rms_norm(&b.x[..n * h], &layer.attn_norm, eps, &mut b.xn[..n * h]);
+            match &layer.qkv {
+                LinQkv::Separate(q, k, v) => {
+                    q.run(&b.xn[..n * h], n, &mut b.q)?;
+                    k.run(&b.xn[..n * h], n, &mut b.k)?;
+                    v.run(&b.xn[..n * h], n, &mut b.v)?;
+                }
+                LinQkv::Fused(l) => {
+                    let w = q_out + 2 * kv_out;
+                    grow(&mut b.qkv, n * w);
+                    l.run(&b.xn[..n * h], n, &mut b.qkv)?;
+                    for i in 0..n {
+                        let r = &b.qkv[i * w..(i + 1) * w];
+                        b.q[i * q_out..(i + 1) * q_out].copy_from_slice(&r[..q_out]);
+                        b.k[i * kv_out..(i + 1) * kv_out].copy_from_slice(&r[q_out..q_out + kv_out]);
+                        b.v[i * kv_out..(i + 1) * kv_out].copy_from_slice(&r[q_out + kv_out..]);
+                    }
+                }
+            }
+            for i in 0..n {
+                self.rope(&mut b.q[i * q_out..(i + 1) * q_out], start + i);
+                self.rope(&mut b.k[i * kv_out..(i + 1) * kv_out], start + i);
+            }
+            let layer = &mut self.layers[li];
+            layer.k[start * kv_out..(start + n) * kv_out].copy_from_slice(&b.k[..n * kv_out]);
+            layer.v[start * kv_out..(start + n) * kv_out].copy_from_slice(&b.v[..n * kv_out]);
+            let layer = &self.layers[li];
+            attention(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out]);
+            layer.o.run(&b.att[..n * q_out], n, &mut b.y)?;
+            for (x, y) in b.x[..n * h].iter_mut().zip(&b.y[..n * h]) {
+                *x += y;
+            }
+            rms_norm(&b.x[..n * h], &layer.ffn_norm, eps, &mut b.xn[..n * h]);
+            match &layer.gate_up {
+                LinGateUp::Separate(g, u) => {
+                    g.run(&b.xn[..n * h], n, &mut b.g)?;
+                    u.run(&b.xn[..n * h], n, &mut b.u)?;
+                }
+                LinGateUp::Fused(l) => {
+                    grow(&mut b.gu, n * 2 * inter);
+                    l.run(&b.xn[..n * h], n, &mut b.gu)?;
+                    for i in 0..n {
+                        let r = &b.gu[i * 2 * inter..(i + 1) * 2 * inter];
+                        b.g[i * inter..(i + 1) * inter].copy_from_slice(&r[..inter]);
+                        b.u[i * inter..(i + 1) * inter].copy_from_slice(&r[inter..]);
+                    }
+                }
+            }
+            for (g, u) in b.g[..n * inter].iter_mut().zip(&b.u[..n * inter]) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
+            }
+            layer.down.run(&b.g[..n * inter], n, &mut b.y)?;
+            for (x, y) in b.x[..n * h].iter_mut().zip(&b.y[..n * h]) {
+                *x += y;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        let d = &self.dims;
+        let half = d.rope_dim / 2;
+        if self.cos.len() != self.sin.len() || half == 0 || self.cos.len() % half != 0 {
+            return Err(Error::Internal("rope tables do not match the rope dimension"));
+        }
+        Ok(())
+    }
+}
+
+thread_local! {
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Causal (and sliding-window) grouped-query attention of `n` query rows at positions
+/// `start..start + n` over the cache. Each row is computed alone, as a decode step would.
+fn attention(d: &Dims, q: &[f32], kc: &[f32], vc: &[f32], start: usize, n: usize, out: &mut [f32]) {
+    let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
+    let n_rep = nh / nkv;
+    let kv_out = nkv * hd;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let units = n * nh;
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    let work = |u0: usize, u1: usize| {
+        let out_ptr = &out_ptr;
+        SCORES.with(|s| {
+            let mut s = s.borrow_mut();
+            for u in u0..u1 {
+                let (i, head) = (u / nh, u % nh);
+                let g = head / n_rep;
+                let pos = start + i;
+                let lo = match d.window {
+                    Some(w) => (pos + 1).saturating_sub(w),
+                    None => 0,
+                };
+                let len = pos + 1 - lo;
+                if s.len() < len {
+                    s.resize(len, 0.0);
+                }
+                {
+                    let qh = &q[i * nh * hd + head * hd..i * nh * hd + (head + 1) * hd];
+                    let sc = &mut s[..len];
+                    let mut max = f32::NEG_INFINITY;
+                    for (t, sv) in sc.iter_mut().enumerate() {
+                        let off = (lo + t) * kv_out + g * hd;
+                        let v = kernels::dot_f32(qh, &kc[off..off + hd]) * scale;
+                        *sv = v;
+                        max = max.max(v);
+                    }
+                    let mut sum = 0f32;
+                    for sv in sc.iter_mut() {
+                        *sv = (*sv - max).exp();
+                        sum += *sv;
+                    }
+                    let inv = 1.0 / sum;
+                    // SAFETY: each (row, head) output slice is written by exactly one unit.
+                    let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(i * nh * hd + head * hd), hd) };
+                    o.fill(0.0);
+                    for (t, &p) in sc.iter().enumerate() {
+                        let off = (lo + t) * kv_out + g * hd;
+                        kernels::axpy_f32(p * inv, &vc[off..off + hd], o);
+                    }
+                }
+            }
+        })
+    };
+    // Threads only pay when there is enough work.
+    let total_keys: usize = (0..n).map(|i| start + i + 1).sum::<usize>() * nh;
+    if total_keys * hd < 32 * 1024 || units == 1 {
+        work(0, units);
+    } else {
+        let per = units.div_ceil(pool::pool().threads() * 4).max(1);
+        pool::pool().run_chunks(units.div_ceil(per), &|c| work(c * per, ((c + 1) * per).min(units)));
+    }
+}
+
+struct OutPtr(*mut f32);
+// SAFETY: threads write disjoint parts of the output.
+unsafe impl Sync for OutPtr {}
+unsafe impl Send for OutPtr {}
