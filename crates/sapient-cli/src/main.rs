@@ -12,8 +12,10 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::ops::ControlFlow;
 
+mod transcribe;
+
 #[derive(Parser)]
-#[command(name = "sapient", version, about = "On-device inference: chat with LLMs from the command line")]
+#[command(name = "sapient", version, about = "On-device inference: chat with LLMs and transcribe speech from the command line")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -39,6 +41,8 @@ enum Cmd {
     Models,
     /// Download a preset (or group) into the cache, verifying its hashes.
     Pull { names: Vec<String> },
+    /// Speech to text with Whisper (text, srt, vtt or json).
+    Transcribe(transcribe::TranscribeArgs),
 }
 
 #[derive(Args, Clone)]
@@ -227,6 +231,7 @@ fn main() -> Result<()> {
             }
         }
         Cmd::Chat { opts } => chat(&opts)?,
+        Cmd::Transcribe(args) => transcribe::run(args)?,
         Cmd::Models => {
             let hub = Hub::new()?;
             println!("{:32} {:10} {:7} description", "preset", "kind", "cached");

@@ -209,6 +209,12 @@ impl Transcriber {
 
     /// Transcribe 16 kHz mono samples.
     pub fn transcribe(&self, samples: &[f32], opts: &TranscribeOptions) -> Result<Transcript> {
+        self.transcribe_with(samples, opts, &mut |_| {})
+    }
+
+    /// As [`Transcriber::transcribe`], handing each segment to `on_segment` as soon as its
+    /// window is decoded.
+    pub fn transcribe_with(&self, samples: &[f32], opts: &TranscribeOptions, on_segment: &mut dyn FnMut(&Segment)) -> Result<Transcript> {
         if opts.temperatures.is_empty() {
             return Err(Error::Options("no temperature to decode with".into()));
         }
@@ -218,8 +224,21 @@ impl Transcriber {
         if let Some(i) = samples.iter().position(|x| !x.is_finite()) {
             return Err(Error::Options(format!("sample {i} is not a finite number")));
         }
-        let duration = samples.len() as f64 / SAMPLE_RATE as f64;
         let tok = &self.tokenizer;
+        if !tok.multilingual {
+            if let Some(l) = opts.language.as_deref().filter(|l| *l != "en") {
+                return Err(Error::Options(format!("an English-only model cannot take language '{l}'")));
+            }
+            if opts.task == Task::Translate {
+                return Err(Error::Options("an English-only model cannot translate".into()));
+            }
+        } else if let Some(l) = opts.language.as_deref() {
+            tok.language_token(l)?;
+        }
+        if opts.beam_size == Some(0) || opts.best_of == 0 {
+            return Err(Error::Options("beam_size and best_of must be at least 1".into()));
+        }
+        let duration = samples.len() as f64 / SAMPLE_RATE as f64;
         let mut out = Transcript {
             duration,
             language: opts.language.clone().unwrap_or_else(|| "en".into()),
@@ -244,8 +263,6 @@ impl Transcriber {
                 language = probs.first().map(|p| p.0.clone());
                 tracing::debug!(language = ?language, "detected language");
                 out.language_probs = probs;
-            } else if let Some(l) = &language {
-                tok.language_token(l)?;
             }
         } else {
             language = Some("en".into());
@@ -346,6 +363,9 @@ impl Transcriber {
                     compression_ratio: result.compression_ratio,
                     no_speech_prob: result.no_speech_prob,
                 });
+                if let Some(seg) = out.segments.last() {
+                    on_segment(seg);
+                }
             }
             if !opts.condition_on_previous_text || result.temperature > 0.5 {
                 prompt_reset_since = all_tokens.len();

@@ -1,0 +1,99 @@
+//! `sapient transcribe FILE`: speech to text with Whisper.
+
+use anyhow::{Context, Result};
+use clap::Args;
+use sapient_whisper::{OutputFormat, Task, TranscribeOptions, Transcriber};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct TranscribeArgs {
+    /// Audio file (WAV, FLAC, MP3, Ogg/Vorbis; any rate, mixed down to mono).
+    file: PathBuf,
+    /// Whisper preset (`whisper-tiny.en`, `whisper-base`), a CTranslate2 or transformers
+    /// directory, or a model.bin.
+    #[arg(short, long, default_value = "whisper-tiny.en", env = "SAPIENT_WHISPER_MODEL")]
+    model: String,
+    /// Language code (en, fr, de, ...); detected when left out (multilingual models).
+    #[arg(short, long)]
+    language: Option<String>,
+    /// transcribe, or translate (into English).
+    #[arg(long, default_value = "transcribe")]
+    task: String,
+    /// Beam size at temperature 0 (1 = greedy).
+    #[arg(long, default_value_t = 5)]
+    beam: usize,
+    /// Beam search patience.
+    #[arg(long, default_value_t = 1.0)]
+    patience: f32,
+    /// Candidates sampled per window when falling back to temperatures above 0.
+    #[arg(long, default_value_t = 5)]
+    best_of: usize,
+    /// Decode at temperature 0 only (no fallback on repetitive or unlikely output).
+    #[arg(long)]
+    no_fallback: bool,
+    /// Do not condition a window on the previous window's text.
+    #[arg(long)]
+    no_condition: bool,
+    /// Text that the first window continues (names, spelling, style).
+    #[arg(long)]
+    initial_prompt: Option<String>,
+    /// text, srt, vtt or json.
+    #[arg(short, long, default_value = "text")]
+    format: String,
+    /// Write the transcript here instead of standard output.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Print segments on standard error as they are decoded.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+pub fn run(args: TranscribeArgs) -> Result<()> {
+    let format: OutputFormat = args.format.parse()?;
+    let task: Task = args.task.parse()?;
+    let mut bars = crate::Bars::default();
+    let t = Transcriber::load(&args.model, &candle_core::Device::Cpu, &mut |p| bars.update(p))
+        .with_context(|| format!("loading {}", args.model))?;
+    bars.finish();
+    let opts = TranscribeOptions {
+        task,
+        language: args.language.clone(),
+        beam_size: (args.beam > 1).then_some(args.beam),
+        patience: args.patience,
+        best_of: args.best_of.max(1),
+        condition_on_previous_text: !args.no_condition,
+        initial_prompt: args.initial_prompt.clone(),
+        temperatures: if args.no_fallback { vec![0.0] } else { TranscribeOptions::default().temperatures },
+        ..Default::default()
+    };
+    let audio = sapient_audio::decode_file(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?
+        .into_16k()?;
+    let start = std::time::Instant::now();
+    let verbose = args.verbose;
+    let r = t.transcribe_with(&audio.samples, &opts, &mut |s| {
+        if verbose {
+            eprintln!("[{:7.2} -> {:7.2}] {}", s.start, s.end, s.text.trim());
+        }
+    })?;
+    let secs = start.elapsed().as_secs_f64();
+    if verbose {
+        eprintln!(
+            "{:.1} s of audio in {secs:.2} s ({:.1}x real time), language {}",
+            r.duration,
+            r.duration / secs.max(1e-9),
+            r.language
+        );
+    }
+    let text = r.render(format);
+    match &args.output {
+        Some(p) => std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! `sapient transcribe` end to end on a real LibriVox clip with whisper-tiny.en.
+
+use std::process::Command;
+
+fn clip() -> std::path::PathBuf {
+    let m = sapient_hub::Hub::new()
+        .and_then(|h| h.fetch_preset("speech-librivox", &mut |_| {}))
+        .expect("speech-librivox");
+    m.files("audio")
+        .iter()
+        .find(|p| p.to_string_lossy().ends_with("-0930.wav"))
+        .expect("clip 0930")
+        .clone()
+}
+
+fn words(s: &str) -> Vec<String> {
+    s.to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn transcribe_json_and_srt() {
+    let exe = env!("CARGO_BIN_EXE_sapient");
+    let out = Command::new(exe)
+        .args(["transcribe", "--model", "whisper-tiny.en", "--beam", "1", "--format", "json"])
+        .arg(clip())
+        .output()
+        .expect("run sapient");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+    assert_eq!(words(j["text"].as_str().unwrap()), words("he might even have been made amiable himself"));
+    let segs = j["segments"].as_array().unwrap();
+    assert!(!segs.is_empty());
+    let end = segs.last().unwrap()["end"].as_f64().unwrap();
+    assert!(end > 2.0 && end <= j["duration"].as_f64().unwrap() + 1e-6);
+
+    let dir = tempfile::tempdir().unwrap();
+    let srt = dir.path().join("out.srt");
+    let st = Command::new(exe)
+        .args(["transcribe", "--format", "srt", "--output"])
+        .arg(&srt)
+        .arg(clip())
+        .status()
+        .expect("run sapient");
+    assert!(st.success());
+    let text = std::fs::read_to_string(&srt).unwrap();
+    assert!(text.starts_with("1\n00:00:0"), "{text}");
+    assert!(words(&text).ends_with(&words("he might even have been made amiable himself")), "{text}");
+}
+
+#[test]
+fn transcribe_errors_are_reported() {
+    let exe = env!("CARGO_BIN_EXE_sapient");
+    let out = Command::new(exe).args(["transcribe", "--format", "doc"]).arg(clip()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("output format 'doc'"));
+    let out = Command::new(exe).args(["transcribe", "/nonexistent/audio.wav"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/audio.wav"));
+    let out = Command::new(exe).args(["transcribe", "--task", "translate"]).arg(clip()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot translate"));
+}
