@@ -226,6 +226,19 @@ impl GrammarState {
         if self.ends.len() < 2 {
             return;
         }
+        // Usually already sorted and unique: check before copying.
+        let mut prev: Option<&[Frame]> = None;
+        let mut sorted = true;
+        for s in self.stacks() {
+            if prev.is_some_and(|p| p >= s) {
+                sorted = false;
+                break;
+            }
+            prev = Some(s);
+        }
+        if sorted {
+            return;
+        }
         let mut stacks: Vec<Vec<Frame>> = self.stacks().map(|s| s.to_vec()).collect();
         stacks.sort_unstable();
         stacks.dedup();
@@ -234,6 +247,19 @@ impl GrammarState {
             self.push_stack(s);
         }
     }
+}
+
+/// Reused buffers for expansion (one set per thread, so `advance` does not allocate).
+#[derive(Default)]
+struct Scratch {
+    st: Vec<Frame>,
+    work: Vec<Frame>,
+    work_ends: Vec<usize>,
+    copy: Vec<Frame>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// Most stacks alive at once before `TooAmbiguous`.
@@ -587,27 +613,41 @@ impl Grammar {
     /// Expand `stack` until every resulting stack has a consuming top that can take a byte
     /// (or is empty = complete); append them to `out`.
     fn expand(&self, stack: &[Frame], out: &mut GrammarState) -> Result<(), GrammarError> {
-        let mut work: Vec<Vec<Frame>> = vec![stack.to_vec()];
+        SCRATCH.with(|c| match c.try_borrow_mut() {
+            Ok(mut sc) => self.expand_with(stack, out, &mut sc),
+            Err(_) => self.expand_with(stack, out, &mut Scratch::default()),
+        })
+    }
+
+    fn expand_with(&self, stack: &[Frame], out: &mut GrammarState, sc: &mut Scratch) -> Result<(), GrammarError> {
+        let Scratch { st, work, work_ends, .. } = sc;
+        work.clear();
+        work_ends.clear();
+        work.extend_from_slice(stack);
+        work_ends.push(work.len());
         let mut budget = EXPAND_BUDGET;
-        while let Some(mut st) = work.pop() {
+        while let Some(end) = work_ends.pop() {
+            let start = work_ends.last().copied().unwrap_or(0);
+            st.clear();
+            st.extend_from_slice(&work[start..end]);
+            work.truncate(start);
             loop {
                 budget = budget.checked_sub(1).ok_or(GrammarError::Loop)?;
                 if st.len() > MAX_DEPTH {
                     break; // too deep: this parse is dropped
                 }
                 let Some(top) = st.last().copied() else {
-                    out.push_stack(&st);
+                    out.push_stack(st);
                     break;
                 };
                 if self.is_consuming(&top) {
                     let (done, can) = self.frame_status(&top);
                     if done {
-                        let mut up = st.clone();
-                        up.pop();
-                        work.push(up);
+                        work.extend_from_slice(&st[..st.len() - 1]);
+                        work_ends.push(work.len());
                     }
                     if can {
-                        out.push_stack(&st);
+                        out.push_stack(st);
                     }
                     break;
                 }
@@ -627,9 +667,9 @@ impl Grammar {
                         st.pop();
                         let Some((first, rest)) = alts.split_first() else { break };
                         for &a in rest {
-                            let mut s2 = st.clone();
-                            s2.push(self.enter(a));
-                            work.push(s2);
+                            work.extend_from_slice(st);
+                            work.push(self.enter(a));
+                            work_ends.push(work.len());
                         }
                         st.push(self.enter(*first));
                     }
@@ -638,9 +678,8 @@ impl Grammar {
                         let more = count < *max;
                         if count >= *min {
                             if more {
-                                let mut up = st.clone();
-                                up.pop();
-                                work.push(up);
+                                work.extend_from_slice(&st[..st.len() - 1]);
+                                work_ends.push(work.len());
                             } else {
                                 st.pop();
                                 continue;
@@ -650,7 +689,9 @@ impl Grammar {
                             break;
                         }
                         if let Some(t) = st.last_mut() {
-                            t.pos += 1;
+                            // Without an upper bound the count only matters up to max(min, 1):
+                            // saturate it so states (and cached masks) repeat across items.
+                            t.pos = if *max == u32::MAX { (count + 1).min((*min).max(1)) } else { count + 1 };
                         }
                         st.push(self.enter(*item));
                         if count > 0 {
@@ -681,6 +722,21 @@ impl Constraint for Grammar {
         // Fast path: one parse whose top stays inside its lexeme (no completion to expand).
         if state.ends.len() == 1 {
             if let Some(top) = state.frames.last() {
+                if let Node::Dfa(d) = self.nodes[top.node as usize] {
+                    let t = &self.dfas[d as usize];
+                    let n = t.next(top.pos, b);
+                    if n == DEAD {
+                        return Ok(false);
+                    }
+                    if !t.accepting[n as usize] && t.can_consume[n as usize] {
+                        out.frames.clone_from(&state.frames);
+                        out.ends.clone_from(&state.ends);
+                        if let Some(f) = out.frames.last_mut() {
+                            f.pos = n;
+                        }
+                        return Ok(true);
+                    }
+                }
                 let Some(nf) = self.consume(top, b) else { return Ok(false) };
                 let (done, can) = self.frame_status(&nf);
                 if !done && can {
@@ -694,18 +750,32 @@ impl Constraint for Grammar {
             }
         }
         out.clear();
-        let mut scratch: Vec<Frame> = Vec::new();
-        for st in state.stacks() {
-            let Some(top) = st.last() else { continue };
-            if let Some(nf) = self.consume(top, b) {
-                scratch.clear();
-                scratch.extend_from_slice(st);
-                if let Some(t) = scratch.last_mut() {
-                    *t = nf;
+        SCRATCH.with(|c| -> Result<(), GrammarError> {
+            let mut owned;
+            let mut guard = c.try_borrow_mut();
+            let sc: &mut Scratch = match guard {
+                Ok(ref mut g) => g,
+                Err(_) => {
+                    owned = Scratch::default();
+                    &mut owned
                 }
-                self.expand(&scratch, out)?;
+            };
+            for st in state.stacks() {
+                let Some(top) = st.last() else { continue };
+                if let Some(nf) = self.consume(top, b) {
+                    let mut copy = std::mem::take(&mut sc.copy);
+                    copy.clear();
+                    copy.extend_from_slice(st);
+                    if let Some(t) = copy.last_mut() {
+                        *t = nf;
+                    }
+                    let r = self.expand_with(&copy, out, sc);
+                    sc.copy = copy;
+                    r?;
+                }
             }
-        }
+            Ok(())
+        })?;
         out.normalize();
         Ok(out.num_stacks() > 0)
     }
@@ -742,6 +812,7 @@ impl Constraint for Grammar {
         let mut mask = lt.inner.clone();
         let mut before = state.clone();
         let mut after = GrammarState::default();
+        let (mut x, mut y) = (GrammarState::default(), GrammarState::default());
         for (p, b, rests) in &lt.groups {
             if let Some(t) = before.frames.last_mut() {
                 t.pos = *p;
@@ -749,11 +820,17 @@ impl Constraint for Grammar {
             if !self.advance(&before, *b, &mut after)? {
                 continue;
             }
-            for (rest, toks) in rests {
-                if rest.is_empty() || self.advance_bytes(&after, rest)?.is_some() {
-                    for &t in toks {
-                        mask.set(t);
+            'rest: for (rest, toks) in rests {
+                let mut cur = &after;
+                for &byte in rest {
+                    if !self.advance(cur, byte, &mut y)? {
+                        continue 'rest;
                     }
+                    std::mem::swap(&mut x, &mut y);
+                    cur = &x;
+                }
+                for &t in toks {
+                    mask.set(t);
                 }
             }
         }
