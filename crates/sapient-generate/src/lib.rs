@@ -21,7 +21,7 @@ pub use pipeline::{
     Drafter, FinishReason, Generation, GenerationConfig, GenerationStats, ModelInfo, Pipeline, PipelineOptions,
 };
 pub use sapient_hub::Progress;
-pub use sapient_sample::SamplerConfig;
+pub use sapient_sample::{Expr, Grammar, SamplerConfig};
 pub use sapient_tensor::DeviceRequest;
 pub use sapient_tokenizers::Message;
 pub use stream::TextStream;
@@ -53,6 +53,8 @@ pub enum Error {
     VocabMismatch { target: String, draft: String, what: String },
     #[error("empty prompt")]
     EmptyPrompt,
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
     #[error("the generation worker stopped unexpectedly: {0}")]
     Worker(String),
 }

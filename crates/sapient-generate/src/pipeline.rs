@@ -1,7 +1,7 @@
 use crate::{Error, Result, TextStream};
 use sapient_hub::{Hub, Progress};
 use sapient_llama::{LlamaConfig, LlamaModel, Logits};
-use sapient_sample::{Sampler, SamplerConfig};
+use sapient_sample::{Grammar, Matcher, Sampler, SamplerConfig, TokenIndex};
 use sapient_tensor::{DeviceRequest, GgufFile};
 use sapient_tokenizers::{Message, RenderOptions, StopMatcher, TokenStream, Tokenizer};
 use std::ops::ControlFlow;
@@ -30,6 +30,11 @@ pub struct GenerationConfig {
     /// Keep going past end-of-sequence tokens.
     pub ignore_eos: bool,
     pub skip_special_tokens: bool,
+    /// Structured generation: every token is checked against this grammar (regex, JSON
+    /// Schema, ... see `sapient_sample::Expr`), and generation ends with end-of-sequence
+    /// as soon as the grammar is complete and nothing else is allowed, or when the model
+    /// chooses to end a complete text.
+    pub constraint: Option<Arc<Grammar>>,
 }
 
 impl Default for GenerationConfig {
@@ -40,6 +45,7 @@ impl Default for GenerationConfig {
             stop: Vec::new(),
             ignore_eos: false,
             skip_special_tokens: true,
+            constraint: None,
         }
     }
 }
@@ -55,6 +61,11 @@ impl GenerationConfig {
     }
     pub fn stop(mut self, s: impl Into<String>) -> Self {
         self.stop.push(s.into());
+        self
+    }
+    /// Constrain the output to `grammar` (e.g. `Grammar::json_schema(&schema)?`).
+    pub fn constrain(mut self, grammar: Grammar) -> Self {
+        self.constraint = Some(Arc::new(grammar));
         self
     }
 }
@@ -126,6 +137,8 @@ pub struct Pipeline {
     inner: Arc<Mutex<Inner>>,
     tokenizer: Tokenizer,
     info: Arc<ModelInfo>,
+    /// The vocabulary trie for constrained generation, built on first use.
+    token_index: Arc<std::sync::OnceLock<Arc<TokenIndex>>>,
 }
 
 enum Source {
@@ -219,7 +232,26 @@ impl Pipeline {
             inner: Arc::new(Mutex::new(Inner { model, cached: Vec::new() })),
             tokenizer,
             info: Arc::new(info),
+            token_index: Arc::default(),
         })
+    }
+
+    /// The vocabulary prepared for token masks (built once, on first use): special tokens
+    /// are never allowed by a constraint, end-of-sequence tokens only when it is complete.
+    pub fn token_index(&self) -> Arc<TokenIndex> {
+        self.token_index
+            .get_or_init(|| {
+                let special: Vec<u32> = self
+                    .tokenizer
+                    .inner()
+                    .get_added_tokens_decoder()
+                    .iter()
+                    .filter(|(_, t)| t.special)
+                    .map(|(id, _)| *id)
+                    .collect();
+                Arc::new(TokenIndex::new(self.tokenizer.token_bytes(), self.tokenizer.eos_token_ids(), &special))
+            })
+            .clone()
     }
 
     pub fn info(&self) -> &ModelInfo {
@@ -311,6 +343,7 @@ impl Pipeline {
             return Err(Error::EmptyPrompt);
         }
         let mut sampler = Sampler::new(cfg.sampling.clone())?;
+        let mut matcher = cfg.constraint.as_ref().map(|g| Matcher::new(g.clone(), self.token_index()));
         let mut guard = self
             .inner
             .lock()
@@ -365,11 +398,14 @@ impl Pipeline {
         };
         while generated.len() < cfg.max_tokens {
             let mut l = logits.flatten_all()?.to_vec1::<f32>()?;
-            let next = sampler.sample(&mut l, &history)?;
+            let next = match matcher.as_mut() {
+                Some(m) => sampler.sample_constrained(&mut l, &history, m)?,
+                None => sampler.sample(&mut l, &history)?,
+            };
             if generated.is_empty() {
                 stats.time_to_first_token = t0.elapsed();
             }
-            if !cfg.ignore_eos && eos.contains(&next) {
+            if (!cfg.ignore_eos || matcher.is_some()) && eos.contains(&next) {
                 finish = FinishReason::Eos;
                 break;
             }
@@ -489,6 +525,9 @@ impl Pipeline {
         spec: &crate::speculative::SpecConfig,
         mut on_text: impl FnMut(&str) -> ControlFlow<()>,
     ) -> Result<(Generation, crate::speculative::SpecStats)> {
+        if cfg.constraint.is_some() {
+            return Err(Error::Unsupported("constrained generation with speculative decoding"));
+        }
         use crate::speculative::{generate, DraftModel, PromptLookup};
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
