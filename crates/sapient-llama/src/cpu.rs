@@ -305,7 +305,11 @@ impl CpuModel {
             layer.k[start * kv_out..(start + n) * kv_out].copy_from_slice(&b.k[..n * kv_out]);
             layer.v[start * kv_out..(start + n) * kv_out].copy_from_slice(&b.v[..n * kv_out]);
             let layer = &self.layers[li];
-            attention(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out]);
+            if n >= DENSE_PREFILL_ROWS {
+                attention_dense(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out])?;
+            } else {
+                attention(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out]);
+            }
             layer.o.run(&b.att[..n * q_out], n, &mut b.y)?;
             for (x, y) in b.x[..n * h].iter_mut().zip(&b.y[..n * h]) {
                 *x += y;
@@ -411,6 +415,40 @@ fn attention(d: &Dims, q: &[f32], kc: &[f32], vc: &[f32], start: usize, n: usize
         let per = units.div_ceil(pool::pool().threads() * 4).max(1);
         pool::pool().run_chunks(units.div_ceil(per), &|c| work(c * per, ((c + 1) * per).min(units)));
     }
+}
+
+/// Attention for long batches (prefill) as batched matrix products (candle's GEMM): grouped
+/// query heads stacked per kv head, an additive causal (and sliding-window) mask.
+fn attention_dense(d: &Dims, q: &[f32], kc: &[f32], vc: &[f32], start: usize, n: usize, out: &mut [f32]) -> Result<()> {
+    let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
+    let n_rep = nh / nkv;
+    let end = start + n;
+    let dev = Device::Cpu;
+    let q = Tensor::from_slice(q, (n, nh, hd), &dev)?
+        .transpose(0, 1)?
+        .contiguous()?
+        .reshape((nkv, n_rep * n, hd))?;
+    let k = Tensor::from_slice(&kc[..end * nkv * hd], (end, nkv, hd), &dev)?.transpose(0, 1)?.contiguous()?;
+    let v = Tensor::from_slice(&vc[..end * nkv * hd], (end, nkv, hd), &dev)?.transpose(0, 1)?.contiguous()?;
+    let mut mask = vec![0f32; n * end];
+    for i in 0..n {
+        let pos = start + i;
+        for (j, m) in mask[i * end..(i + 1) * end].iter_mut().enumerate() {
+            let visible = j <= pos && d.window.is_none_or(|w| pos - j < w);
+            if !visible {
+                *m = f32::NEG_INFINITY;
+            }
+        }
+    }
+    // [n, end] -> [n_rep * n, end] (the same rows for every query head of a group).
+    let mask = Tensor::from_vec(mask, (1, n, end), &dev)?.repeat((n_rep, 1, 1))?.reshape((1, n_rep * n, end))?;
+    let scale = 1.0 / (hd as f64).sqrt();
+    let att = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
+    let att = candle_nn::ops::softmax_last_dim(&att)?;
+    let y = att.matmul(&v)?; // [nkv, n_rep * n, hd]
+    let y = y.reshape((nh, n, hd))?.transpose(0, 1)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+    out.copy_from_slice(&y);
+    Ok(())
 }
 
 struct OutPtr(*mut f32);
