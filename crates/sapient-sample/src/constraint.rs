@@ -307,9 +307,15 @@ pub(crate) struct Builder {
     ws: Option<Option<NodeId>>,
 }
 
-pub(crate) const JSON_STRING: &str =
-    r#""(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*""#;
-pub(crate) const JSON_NUMBER: &str = r"-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,3})?";
+/// A `\uXXXX` escape: no lone surrogates (a high surrogate must be followed by a low one).
+pub(crate) const JSON_UNICODE_ESCAPE: &str =
+    r"\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})";
+pub(crate) const JSON_STRING: &str = concat!(
+    r#""(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]|"#,
+    r"\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})",
+    r#")*""#
+);
+pub(crate) const JSON_NUMBER: &str = r"-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,2})?";
 
 impl Builder {
     pub fn new(json: JsonOptions) -> Self {
@@ -1169,11 +1175,11 @@ mod tests {
         let c = g(Expr::Json);
         for s in [
             "1", "-0.5e3", "\"a\\n\\u00e9\"", "true", "null", "[]", "{}", "[1, [2, {\"a\": null}]]",
-            "{\"a\": {\"b\": [true, false]}, \"c\": \"d\"}", "{ \"k\" : 1 }", "\"é日本\"",
+            "{\"a\": {\"b\": [true, false]}, \"c\": \"d\"}", "{ \"k\" : 1 }", "\"é日本\"", "\"\\uD83D\\uDE00\"",
         ] {
             assert!(ok(&c, s), "{s}");
         }
-        for s in ["", "01", "[1,]", "{\"a\"}", "{a: 1}", "\"\\x\"", "[1 2]", "tru", "{\"a\":1,}", "\"\n\""] {
+        for s in ["", "01", "[1,]", "{\"a\"}", "{a: 1}", "\"\\x\"", "[1 2]", "tru", "{\"a\":1,}", "\"\n\"", "\"\\uD800\"", "\"\\uDE00\"", "1e999"] {
             assert!(!ok(&c, s), "{s}");
         }
         // Check against serde_json on generated random-ish documents.

@@ -247,7 +247,9 @@ fn number(b: &mut Builder, obj: &serde_json::Map<String, Value>, path: &str) -> 
         .map_err(|e| GrammarError::Unsatisfiable(format!("at {path}: {e}")))
 }
 
-const JSON_CHAR: &str = r#"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})"#;
+fn json_char() -> String {
+    format!(r#"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]|{})"#, crate::constraint::JSON_UNICODE_ESCAPE)
+}
 
 fn format_regex(f: &str) -> Option<&'static str> {
     Some(match f {
@@ -333,7 +335,7 @@ fn string(b: &mut Builder, obj: &serde_json::Map<String, Value>, path: &str) -> 
                 Some(hi) => format!("{{{lo},{hi}}}"),
                 None => format!("{{{lo},}}"),
             };
-            b.regex(&format!("\"{JSON_CHAR}{rep}\""), false)
+            b.regex(&format!("\"{}{rep}\"", json_char()), false)
         }
     }
 }

