@@ -53,51 +53,73 @@ unsafe fn bits32(x: u32) -> __m256i {
     _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
 }
 
-/// Sum of products of unsigned bytes `x` and signed bytes `y`, as 8 f32 lanes.
+/// Sum of products of unsigned bytes `x` and signed bytes `y`, as 8 f32 lanes. With
+/// `VNNI` one `vpdpbusd` does what `vpmaddubsw` + `vpmaddwd` do.
 #[inline(always)]
-unsafe fn mul_sum_us8(x: __m256i, y: __m256i) -> __m256 {
-    let dot = _mm256_maddubs_epi16(x, y);
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)))
+unsafe fn mul_sum_us8<const VNNI: bool>(x: __m256i, y: __m256i) -> __m256 {
+    if VNNI {
+        _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), x, y))
+    } else {
+        let dot = _mm256_maddubs_epi16(x, y);
+        _mm256_cvtepi32_ps(_mm256_madd_epi16(dot, _mm256_set1_epi16(1)))
+    }
 }
 
 /// Sum of products of signed bytes `x` and `y`, as 8 f32 lanes.
 #[inline(always)]
-unsafe fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
+unsafe fn mul_sum_i8<const VNNI: bool>(x: __m256i, y: __m256i) -> __m256 {
     let ax = _mm256_sign_epi8(x, x);
     let sy = _mm256_sign_epi8(y, x);
-    mul_sum_us8(ax, sy)
+    mul_sum_us8::<VNNI>(ax, sy)
+}
+
+/// `[d * a.d, m * a.s]` (lanes 0 and 1) for a block starting with two f16 `d, m`, and the
+/// first broadcast to all 8 lanes: one conversion and one multiply for both.
+#[inline(always)]
+unsafe fn dm_scales(w: &[u8], off: usize, a: &BlockQ8) -> (__m256, __m128) {
+    let bits = std::ptr::read_unaligned(w.as_ptr().add(off) as *const i32);
+    let dm = _mm_cvtph_ps(_mm_set1_epi32(bits)); // d m d m
+    let ds = _mm_castpd_ps(_mm_load1_pd(&a.d as *const f32 as *const f64)); // a.d a.s a.d a.s
+    let prod = _mm_mul_ps(dm, ds);
+    (_mm256_broadcastss_ps(prod), prod)
 }
 
 /// Runs `block(i)` (returning the block's scale and integer-dot vectors, and a per-block
 /// offset term) over `n` blocks with two independent accumulator chains: one chain would
 /// make every block wait for the previous fused multiply-add (4 cycles).
 #[inline(always)]
-unsafe fn sum_blocks(n: usize, block: impl Fn(usize) -> (__m256, __m256, __m256)) -> f32 {
+unsafe fn sum_blocks(n: usize, block: impl Fn(usize) -> (__m256, __m256, __m128)) -> f32 {
     let mut a0 = _mm256_setzero_ps();
     let mut a1 = _mm256_setzero_ps();
-    let mut m0 = _mm256_setzero_ps();
-    let mut m1 = _mm256_setzero_ps();
+    let mut m0 = _mm_setzero_ps();
+    let mut m1 = _mm_setzero_ps();
     let mut i = 0;
     while i + 2 <= n {
         let (d0, q0, o0) = block(i);
         let (d1, q1, o1) = block(i + 1);
         a0 = _mm256_fmadd_ps(d0, q0, a0);
         a1 = _mm256_fmadd_ps(d1, q1, a1);
-        m0 = _mm256_add_ps(m0, o0);
-        m1 = _mm256_add_ps(m1, o1);
+        m0 = _mm_add_ps(m0, o0);
+        m1 = _mm_add_ps(m1, o1);
         i += 2;
     }
     if i < n {
         let (d0, q0, o0) = block(i);
         a0 = _mm256_fmadd_ps(d0, q0, a0);
-        m0 = _mm256_add_ps(m0, o0);
+        m0 = _mm_add_ps(m0, o0);
     }
-    // The offset vectors carry the same value in every lane: take one.
-    hsum_ps(_mm256_add_ps(a0, a1)) + _mm256_cvtss_f32(_mm256_add_ps(m0, m1))
+    // The offset term of a block is in lane 1 of its vector.
+    let m = _mm_add_ps(m0, m1);
+    hsum_ps(_mm256_add_ps(a0, a1)) + _mm_cvtss_f32(_mm_movehdup_ps(m))
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q4_0(w: &[u8], a: &[BlockQ8]) -> f32 {
+// The per-format bodies are macros expanded inside each `#[target_feature]` function, so
+// that their closures inherit the function's features and inline (a closure in a plain
+// generic helper would be compiled without AVX2 and called per block).
+macro_rules! body_q4_0 {
+    ($w:ident, $a:ident, $vnni:expr) => {{
+        const VNNI: bool = $vnni;
+        let (w, a) = ($w, $a);
     let p = w.as_ptr();
     sum_blocks(a.len(), |i| {
         let ba = a.get_unchecked(i);
@@ -105,26 +127,31 @@ pub unsafe fn dot_q4_0(w: &[u8], a: &[BlockQ8]) -> f32 {
         let d = f16x8_mul(w, i * 18, ba.d);
         let qx = _mm256_sub_epi8(nibbles32(bw.add(2)), _mm256_set1_epi8(8));
         let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        (d, mul_sum_i8(qx, qy), _mm256_setzero_ps())
+        (d, mul_sum_i8::<VNNI>(qx, qy), _mm_setzero_ps())
     })
+    }};
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q4_1(w: &[u8], a: &[BlockQ8]) -> f32 {
+macro_rules! body_q4_1 {
+    ($w:ident, $a:ident, $vnni:expr) => {{
+        const VNNI: bool = $vnni;
+        let (w, a) = ($w, $a);
     let p = w.as_ptr();
     sum_blocks(a.len(), |i| {
         let ba = a.get_unchecked(i);
         let bw = p.add(i * 20);
-        let d = f16x8_mul(w, i * 20, ba.d);
-        let m = f16x8_mul(w, i * 20 + 2, ba.s);
+        let (d, m) = dm_scales(w, i * 20, ba);
         let qx = nibbles32(bw.add(4));
         let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        (d, mul_sum_us8(qx, qy), m)
+        (d, mul_sum_us8::<VNNI>(qx, qy), m)
     })
+    }};
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q5_0(w: &[u8], a: &[BlockQ8]) -> f32 {
+macro_rules! body_q5_0 {
+    ($w:ident, $a:ident, $vnni:expr) => {{
+        const VNNI: bool = $vnni;
+        let (w, a) = ($w, $a);
     let p = w.as_ptr();
     sum_blocks(a.len(), |i| {
         let ba = a.get_unchecked(i);
@@ -136,29 +163,34 @@ pub unsafe fn dot_q5_0(w: &[u8], a: &[BlockQ8]) -> f32 {
         let hi = _mm256_andnot_si256(bits32(qh), _mm256_set1_epi8(0xf0u8 as i8));
         let qx = _mm256_or_si256(lo, hi);
         let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        (d, mul_sum_i8(qx, qy), _mm256_setzero_ps())
+        (d, mul_sum_i8::<VNNI>(qx, qy), _mm_setzero_ps())
     })
+    }};
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q5_1(w: &[u8], a: &[BlockQ8]) -> f32 {
+macro_rules! body_q5_1 {
+    ($w:ident, $a:ident, $vnni:expr) => {{
+        const VNNI: bool = $vnni;
+        let (w, a) = ($w, $a);
     let p = w.as_ptr();
     sum_blocks(a.len(), |i| {
         let ba = a.get_unchecked(i);
         let bw = p.add(i * 24);
-        let d = f16x8_mul(w, i * 24, ba.d);
-        let m = f16x8_mul(w, i * 24 + 2, ba.s);
+        let (d, m) = dm_scales(w, i * 24, ba);
         let qh = std::ptr::read_unaligned(bw.add(4) as *const u32);
         let lo = nibbles32(bw.add(8));
         let hi = _mm256_and_si256(bits32(qh), _mm256_set1_epi8(0x10));
         let qx = _mm256_or_si256(lo, hi);
         let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        (d, mul_sum_us8(qx, qy), m)
+        (d, mul_sum_us8::<VNNI>(qx, qy), m)
     })
+    }};
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q8_0(w: &[u8], a: &[BlockQ8]) -> f32 {
+macro_rules! body_q8_0 {
+    ($w:ident, $a:ident, $vnni:expr) => {{
+        const VNNI: bool = $vnni;
+        let (w, a) = ($w, $a);
     let p = w.as_ptr();
     sum_blocks(a.len(), |i| {
         let ba = a.get_unchecked(i);
@@ -166,8 +198,31 @@ pub unsafe fn dot_q8_0(w: &[u8], a: &[BlockQ8]) -> f32 {
         let d = f16x8_mul(w, i * 34, ba.d);
         let qx = _mm256_loadu_si256(bw.add(2) as *const __m256i);
         let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        (d, mul_sum_i8(qx, qy), _mm256_setzero_ps())
+        (d, mul_sum_i8::<VNNI>(qx, qy), _mm_setzero_ps())
     })
+    }};
+}
+
+macro_rules! wrappers {
+    ($($name:ident, $vnni:ident => $body:ident;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $name(w: &[u8], a: &[BlockQ8]) -> f32 {
+            $body!(w, a, false)
+        }
+        /// With AVX-VNNI (`vpdpbusd`).
+        #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+        pub unsafe fn $vnni(w: &[u8], a: &[BlockQ8]) -> f32 {
+            $body!(w, a, true)
+        }
+    )*};
+}
+
+wrappers! {
+    dot_q4_0, dot_q4_0_vnni => body_q4_0;
+    dot_q4_1, dot_q4_1_vnni => body_q4_1;
+    dot_q5_0, dot_q5_0_vnni => body_q5_0;
+    dot_q5_1, dot_q5_1_vnni => body_q5_1;
+    dot_q8_0, dot_q8_0_vnni => body_q8_0;
 }
 
 /// Scales (low 8 x u8) and mins (high 8 x u8) of a Q4_K/Q5_K block as 16 x i16.

@@ -77,9 +77,40 @@ pub fn has_avx2() -> bool {
     }
 }
 
+/// Whether the AVX-VNNI variants are in use (on top of AVX2; `SAPIENT_NO_VNNI` turns them off).
+pub fn has_vnni() -> bool {
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    match STATE.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            #[cfg(target_arch = "x86_64")]
+            let yes = has_avx2() && std::is_x86_feature_detected!("avxvnni") && std::env::var_os("SAPIENT_NO_VNNI").is_none();
+            #[cfg(not(target_arch = "x86_64"))]
+            let yes = false;
+            STATE.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
 /// Dot product of one weight row (`t` blocks) with a quantized activation row.
 #[inline]
 pub fn dot_row_q8(t: QType, w: &[u8], a: &[BlockQ8]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_vnni() {
+        // SAFETY: AVX2, FMA, F16C and AVX-VNNI are present; callers pass `a.len()` blocks.
+        unsafe {
+            return match t {
+                QType::Q4_0 => avx2::dot_q4_0_vnni(w, a),
+                QType::Q4_1 => avx2::dot_q4_1_vnni(w, a),
+                QType::Q5_0 => avx2::dot_q5_0_vnni(w, a),
+                QType::Q5_1 => avx2::dot_q5_1_vnni(w, a),
+                QType::Q8_0 => avx2::dot_q8_0_vnni(w, a),
+                _ => unreachable!("k-quants use dot_row_q8k"),
+            };
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: AVX2 and FMA are present; callers pass `a.len()` blocks of `w`.

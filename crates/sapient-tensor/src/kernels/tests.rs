@@ -159,6 +159,25 @@ fn dots_match_dequantized_reference() {
                     let tol = if matches!(t, QType::Q4_1 | QType::Q5_1) { 2e-3 } else { 1e-5 };
                     assert!((scalar - want).abs() <= tol * scale, "{t:?} cols={cols} row {r}: scalar {scalar} vs {want}");
                     assert!((fast - scalar).abs() <= 1e-5 * scale, "{t:?} cols={cols} row {r}: simd {fast} vs scalar {scalar}");
+                    // Each SIMD variant this CPU has, not only the one dispatch picks.
+                    #[cfg(target_arch = "x86_64")]
+                    if has_avx2() && !t.k_quant() {
+                        let a = acts.row_q8(0);
+                        // SAFETY: AVX2/FMA/F16C present (and AVX-VNNI checked below).
+                        let (plain, vnni) = unsafe {
+                            match t {
+                                QType::Q4_0 => (super::avx2::dot_q4_0(w, a), has_vnni().then(|| super::avx2::dot_q4_0_vnni(w, a))),
+                                QType::Q4_1 => (super::avx2::dot_q4_1(w, a), has_vnni().then(|| super::avx2::dot_q4_1_vnni(w, a))),
+                                QType::Q5_0 => (super::avx2::dot_q5_0(w, a), has_vnni().then(|| super::avx2::dot_q5_0_vnni(w, a))),
+                                QType::Q5_1 => (super::avx2::dot_q5_1(w, a), has_vnni().then(|| super::avx2::dot_q5_1_vnni(w, a))),
+                                _ => (super::avx2::dot_q8_0(w, a), has_vnni().then(|| super::avx2::dot_q8_0_vnni(w, a))),
+                            }
+                        };
+                        assert!((plain - scalar).abs() <= 1e-5 * scale, "{t:?}: avx2 {plain} vs scalar {scalar}");
+                        if let Some(v) = vnni {
+                            assert_eq!(v.to_bits(), plain.to_bits(), "{t:?}: avx-vnni and avx2 must agree exactly");
+                        }
+                    }
                 }
             });
         }
