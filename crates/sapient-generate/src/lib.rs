@@ -21,7 +21,7 @@ pub use pipeline::{
     Drafter, FinishReason, Generation, GenerationConfig, GenerationStats, ModelInfo, Pipeline, PipelineOptions,
 };
 pub use sapient_hub::Progress;
-pub use sapient_sample::{Expr, Grammar, SamplerConfig};
+pub use sapient_sample::{Expr, Grammar, JsonOptions, SamplerConfig};
 pub use sapient_tensor::DeviceRequest;
 pub use sapient_tokenizers::Message;
 pub use stream::TextStream;

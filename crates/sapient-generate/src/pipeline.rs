@@ -35,6 +35,13 @@ pub struct GenerationConfig {
     /// as soon as the grammar is complete and nothing else is allowed, or when the model
     /// chooses to end a complete text.
     pub constraint: Option<Arc<Grammar>>,
+    /// With a constraint: when it allows exactly one token, append that token without
+    /// sampling and feed such runs (up to 16 tokens) to the model in one forward pass.
+    /// Batches of up to 16 rows compute each row as a single decode step would, so the
+    /// output is the same as without. (Forcing at the byte level, `Matcher::forced_bytes`,
+    /// would force more, but its tokenization need not be the model's, and on SmolLM2 that
+    /// changes what the model writes next; so only whole forced tokens are used here.)
+    pub fast_forward: bool,
 }
 
 impl Default for GenerationConfig {
@@ -46,6 +53,7 @@ impl Default for GenerationConfig {
             ignore_eos: false,
             skip_special_tokens: true,
             constraint: None,
+            fast_forward: true,
         }
     }
 }
@@ -89,6 +97,8 @@ pub struct GenerationStats {
     /// Prompt tokens found already in the KV cache (not recomputed).
     pub reused_prompt_tokens: usize,
     pub generated_tokens: usize,
+    /// Generated tokens appended without sampling because the constraint forced them.
+    pub forced_tokens: usize,
     pub prefill: Duration,
     pub decode: Duration,
     pub time_to_first_token: Duration,
@@ -409,27 +419,56 @@ impl Pipeline {
                 finish = FinishReason::Eos;
                 break;
             }
-            generated.push(next);
-            history.push(next);
-            let piece = detok.push(next)?.unwrap_or_default();
-            let out = stops.push(&piece);
-            if emit(&out.emit, &mut text).is_break() {
-                finish = FinishReason::Cancelled;
+            // Tokens the constraint forces after `next` go into the same forward pass.
+            let mut feed = vec![next];
+            if let (Some(m), true) = (matcher.as_mut(), cfg.fast_forward) {
+                while feed.len() < 16
+                    && generated.len() + feed.len() < cfg.max_tokens
+                    && inner.model.cache_len() + feed.len() < max
+                {
+                    match m.forced_token()? {
+                        Some(t) if !eos.contains(&t) => {
+                            m.consume(t)?;
+                            feed.push(t);
+                        }
+                        _ => break,
+                    }
+                }
+                stats.forced_tokens += feed.len() - 1;
+            }
+            let mut ended = false;
+            for &t in &feed {
+                generated.push(t);
+                history.push(t);
+                let piece = detok.push(t)?.unwrap_or_default();
+                let out = stops.push(&piece);
+                if emit(&out.emit, &mut text).is_break() {
+                    finish = FinishReason::Cancelled;
+                    ended = true;
+                    break;
+                }
+                if out.stopped {
+                    finish = FinishReason::Stop;
+                    ended = true;
+                    break;
+                }
+            }
+            if ended || generated.len() >= cfg.max_tokens {
                 break;
             }
-            if out.stopped {
-                finish = FinishReason::Stop;
-                break;
+            // A complete text with nothing but end-of-sequence left: done, no forward needed.
+            if let Some(m) = matcher.as_mut() {
+                if m.is_accepting() && m.mask()?.iter().all(|t| eos.contains(&t)) {
+                    finish = FinishReason::Eos;
+                    break;
+                }
             }
-            if generated.len() >= cfg.max_tokens {
-                break;
-            }
-            if inner.model.cache_len() + 1 > max {
+            if inner.model.cache_len() + feed.len() > max {
                 finish = FinishReason::ContextFull;
                 break;
             }
-            logits = inner.model.forward(&[next], Logits::Last)?;
-            inner.cached.push(next);
+            logits = inner.model.forward(&feed, Logits::Last)?;
+            inner.cached.extend_from_slice(&feed);
         }
         let rest = flush_tail(&mut detok, &mut stops, &mut finish)?;
         let _ = emit(&rest, &mut text);
@@ -642,6 +681,7 @@ impl Pipeline {
                 prompt_tokens: prompt.len(),
                 reused_prompt_tokens: common,
                 generated_tokens: out.len(),
+                forced_tokens: 0,
                 prefill: ttft,
                 decode: elapsed.saturating_sub(ttft),
                 time_to_first_token: ttft,

@@ -116,3 +116,32 @@ fn free_json_and_unsupported_speculative() -> Result<()> {
     assert!(matches!(r, Err(sapient_generate::Error::Unsupported(_))));
     Ok(())
 }
+
+#[test]
+fn fast_forward_keeps_the_output_and_skips_forwards() -> Result<()> {
+    // Compact JSON: where a key or punctuation admits a single token, it is fast-forwarded.
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 20},
+            "country": {"enum": ["France", "Germany", "Japan"]},
+            "population_millions": {"type": "number", "minimum": 0, "maximum": 50}
+        },
+        "required": ["city", "country", "population_millions"]
+    });
+    let grammar = Grammar::with_options(&Expr::JsonSchema(schema), sapient_generate::JsonOptions { max_whitespace: 0 })?;
+    let p = pipeline();
+    let q = ask("Give the capital of France as JSON.");
+    let on = GenerationConfig::default().max_tokens(60).constrain(grammar.clone());
+    let off = GenerationConfig { fast_forward: false, ..on.clone() };
+    let a = p.chat(&q, &on)?;
+    let b = p.chat(&q, &off)?;
+    eprintln!("{} tokens, {} forced: {}", a.tokens.len(), a.stats.forced_tokens, a.text);
+    assert_eq!(a.tokens, b.tokens, "fast-forward changed the output: {:?} vs {:?}", a.text, b.text);
+    assert_eq!(b.stats.forced_tokens, 0);
+    assert!(a.stats.forced_tokens >= 1, "some tokens are forced: {}", a.stats.forced_tokens);
+    let v: serde_json::Value = serde_json::from_str(&a.text)?;
+    assert!(["France", "Germany", "Japan"].contains(&v["country"].as_str().unwrap_or("")), "{v}");
+    assert_eq!(a.finish, FinishReason::Eos);
+    Ok(())
+}
