@@ -38,6 +38,9 @@ pub struct TranscribeArgs {
     /// Text that the first window continues (names, spelling, style).
     #[arg(long)]
     initial_prompt: Option<String>,
+    /// Word-level timestamps (in the json output).
+    #[arg(long)]
+    word_timestamps: bool,
     /// text, srt, vtt or json.
     #[arg(short, long, default_value = "text")]
     format: String,
@@ -64,6 +67,7 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         best_of: args.best_of.max(1),
         condition_on_previous_text: !args.no_condition,
         initial_prompt: args.initial_prompt.clone(),
+        word_timestamps: args.word_timestamps,
         temperatures: if args.no_fallback { vec![0.0] } else { TranscribeOptions::default().temperatures },
         ..Default::default()
     };

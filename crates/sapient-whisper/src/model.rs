@@ -185,8 +185,8 @@ impl KvCache {
     }
 }
 
-/// Cross-attention weights of the alignment heads for the tokens of one forward pass:
-/// per head, [B, T, S].
+/// Cross-attention scores (scaled q·k, before the softmax) of the alignment heads for the
+/// tokens of one forward pass: per head, [B, T, S].
 pub type AlignmentWeights = Vec<Tensor>;
 
 pub struct Whisper {
@@ -376,7 +376,6 @@ impl Whisper {
             let c = &l.cross;
             let q = c.q.forward(&h)?.reshape((b * t, c.heads, c.head_dim))?.transpose(0, 1)?.contiguous()?;
             let w = (q.matmul(&cross.k[li])? * c.scale())?;
-            let w = candle_nn::ops::softmax_last_dim(&w)?;
             if let Some(al) = alignment.as_deref_mut() {
                 for &(layer, head) in &self.config.alignment_heads {
                     if layer == li {
@@ -385,6 +384,7 @@ impl Whisper {
                     }
                 }
             }
+            let w = candle_nn::ops::softmax_last_dim(&w)?;
             let o = w.matmul(&cross.v[li])?.transpose(0, 1)?.reshape((b, t, d))?;
             x = (x + c.out.forward(&o)?)?;
             x = (&x + mlp(&l.mlp_ln, &l.fc1, &l.fc2, &x)?)?;

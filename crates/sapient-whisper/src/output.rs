@@ -68,6 +68,9 @@ impl Transcript {
                             "text": g.text, "tokens": g.tokens, "temperature": g.temperature,
                             "avg_logprob": g.avg_logprob, "compression_ratio": g.compression_ratio,
                             "no_speech_prob": g.no_speech_prob,
+                            "words": g.words.iter().map(|w| json!({
+                                "word": w.word, "start": round3(w.start), "end": round3(w.end), "probability": w.probability,
+                            })).collect::<Vec<_>>(),
                         })
                     })
                     .collect();

@@ -6,6 +6,7 @@
 use crate::config::WhisperConfig;
 use crate::decode::{decode_window, detect_language, DecodeOptions, DecodeResult, Task};
 use crate::model::{TensorMap, Whisper};
+use crate::timing::{self, Word};
 use crate::tokenizer::WhisperTokenizer;
 use crate::{ct2, Error, Result};
 use candle_core::{DType, Device, Tensor};
@@ -34,6 +35,8 @@ pub struct TranscribeOptions {
     pub condition_on_previous_text: bool,
     pub initial_prompt: Option<String>,
     pub without_timestamps: bool,
+    /// Word-level timestamps from the alignment heads' cross-attention (DTW).
+    pub word_timestamps: bool,
     pub seed: u64,
 }
 
@@ -53,6 +56,7 @@ impl Default for TranscribeOptions {
             condition_on_previous_text: true,
             initial_prompt: None,
             without_timestamps: false,
+            word_timestamps: false,
             seed: 0,
         }
     }
@@ -73,6 +77,8 @@ pub struct Segment {
     pub avg_logprob: f32,
     pub compression_ratio: f32,
     pub no_speech_prob: f32,
+    /// With [`TranscribeOptions::word_timestamps`].
+    pub words: Vec<Word>,
 }
 
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -275,6 +281,7 @@ impl Transcriber {
             all_tokens.extend(tok.encode(&format!(" {}", p.trim()))?);
         }
         let mut seek = 0usize;
+        let mut last_speech_timestamp = 0.0f64;
         while seek < content_frames {
             let time_offset = (seek * HOP_LENGTH) as f64 / SAMPLE_RATE as f64;
             let segment_size = n_frames.min(content_frames - seek);
@@ -344,25 +351,40 @@ impl Transcriber {
                 current.push((time_offset, time_offset + dur, tokens.clone()));
                 seek += segment_size;
             }
+            let mut segs: Vec<Segment> = Vec::with_capacity(current.len());
             for (start, end, toks) in current {
                 let text = tok.decode_text(&toks)?;
-                let (text, toks) = if start == end || text.trim().is_empty() { (String::new(), Vec::new()) } else { (text, toks) };
-                all_tokens.extend(toks.iter().copied());
-                if text.is_empty() {
-                    continue;
-                }
-                out.segments.push(Segment {
-                    id: out.segments.len(),
+                segs.push(Segment {
+                    id: 0,
                     seek: seek_of(time_offset),
                     start,
-                    end: end.min(duration.max(start)),
+                    end,
                     text,
                     tokens: toks,
                     temperature: result.temperature,
                     avg_logprob: result.avg_logprob,
                     compression_ratio: result.compression_ratio,
                     no_speech_prob: result.no_speech_prob,
+                    words: Vec::new(),
                 });
+            }
+            if opts.word_timestamps && !segs.is_empty() {
+                self.add_word_timestamps(&mut segs, &cross, &base, time_offset, segment_size, &mut last_speech_timestamp)?;
+                if !single_timestamp_ending {
+                    let last_word_end = segs.iter().rev().flat_map(|s| s.words.last()).map(|w| w.end).next();
+                    if let Some(e) = last_word_end.filter(|&e| e > time_offset) {
+                        seek = (e * 100.0).round() as usize;
+                    }
+                }
+            }
+            for mut seg in segs {
+                if seg.start == seg.end || seg.text.trim().is_empty() {
+                    continue;
+                }
+                all_tokens.extend(seg.tokens.iter().copied());
+                seg.id = out.segments.len();
+                seg.end = seg.end.min(duration.max(seg.start));
+                out.segments.push(seg);
                 if let Some(seg) = out.segments.last() {
                     on_segment(seg);
                 }
@@ -374,6 +396,68 @@ impl Transcriber {
         let text_tokens: Vec<u32> = out.segments.iter().flat_map(|s| s.tokens.iter().copied()).collect();
         out.text = tok.decode_text(&text_tokens)?;
         Ok(out)
+    }
+
+    /// openai-whisper's `add_word_timestamps` for the segments of one window.
+    fn add_word_timestamps(
+        &self,
+        segs: &mut [Segment],
+        cross: &crate::model::CrossKv,
+        base: &DecodeOptions,
+        time_offset: f64,
+        num_frames: usize,
+        last_speech_timestamp: &mut f64,
+    ) -> Result<()> {
+        let tok = &self.tokenizer;
+        let per_segment: Vec<Vec<u32>> = segs.iter().map(|s| s.tokens.iter().copied().filter(|&t| t < tok.eot).collect()).collect();
+        let text_tokens: Vec<u32> = per_segment.iter().flatten().copied().collect();
+        let plain = DecodeOptions { prompt: Vec::new(), without_timestamps: false, ..base.clone() };
+        let (sot_sequence, _) = crate::decode::initial_tokens(&self.model, tok, &plain)?;
+        let mut alignment = timing::find_alignment(&self.model, tok, cross, &sot_sequence, &text_tokens, num_frames)?;
+        let (median, max_duration) = timing::truncate_long_words(&mut alignment);
+        timing::merge_punctuations(&mut alignment);
+        let r2 = |x: f64| (x * 100.0).round() / 100.0;
+        let mut wi = 0;
+        for (seg, toks) in segs.iter_mut().zip(&per_segment) {
+            let mut saved = 0;
+            let mut words: Vec<Word> = Vec::new();
+            while wi < alignment.len() && saved < toks.len() {
+                let w = &alignment[wi];
+                if !w.word.is_empty() {
+                    words.push(Word { start: r2(time_offset + w.start), end: r2(time_offset + w.end), ..w.clone() });
+                }
+                saved += w.tokens.len();
+                wi += 1;
+            }
+            if !words.is_empty() {
+                // the first and second word after a pause are not longer than twice the median
+                let first_long = words[0].end - words[0].start > max_duration;
+                let second_long = words.len() > 1 && words[1].end - words[0].start > max_duration * 2.0;
+                if words[0].end - *last_speech_timestamp > median * 4.0 && (first_long || second_long) {
+                    if words.len() > 1 && words[1].end - words[1].start > max_duration {
+                        let boundary = (words[1].end / 2.0).max(words[1].end - max_duration);
+                        words[0].end = boundary;
+                        words[1].start = boundary;
+                    }
+                    words[0].start = (words[0].end - max_duration).max(0.0);
+                }
+                // the segment's own start / end when the first / last word is too long
+                if seg.start < words[0].end && seg.start - 0.5 > words[0].start {
+                    words[0].start = (words[0].end - median).min(seg.start).max(0.0);
+                } else {
+                    seg.start = words[0].start;
+                }
+                let last = words.len() - 1;
+                if seg.end > words[last].start && seg.end + 0.5 < words[last].end {
+                    words[last].end = (words[last].start + median).max(seg.end);
+                } else {
+                    seg.end = words[last].end;
+                }
+                *last_speech_timestamp = seg.end;
+            }
+            seg.words = words;
+        }
+        Ok(())
     }
 
     fn decode_with_fallback(&self, cross: &crate::model::CrossKv, base: &DecodeOptions, opts: &TranscribeOptions) -> Result<DecodeResult> {

@@ -7,6 +7,7 @@ mod audio;
 mod llm;
 mod sample;
 mod spec;
+mod whisper;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,6 +26,8 @@ pub enum Suite {
     Sample(sample::Args),
     /// Plain vs speculative vs prompt-lookup decoding (Qwen2.5-Coder 1.5B with the 0.5B draft).
     Spec(spec::Args),
+    /// Whisper real-time factor and WER against faster-whisper on the same CTranslate2 weights.
+    Whisper(whisper::Args),
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -33,5 +36,6 @@ pub fn run(args: Args) -> Result<()> {
         Suite::Llm(a) => llm::run(a),
         Suite::Sample(a) => sample::run(a),
         Suite::Spec(a) => spec::run(a),
+        Suite::Whisper(a) => whisper::run(a),
     }
 }

@@ -1,0 +1,181 @@
+//! `cargo xtask bench whisper`: sapient-whisper against faster-whisper (CTranslate2) on the
+//! same CTranslate2 weights and the same audio, in the same run: real-time factor for
+//! greedy and beam 5, and word error rate against the LibriVox transcripts.
+//!
+//! The audio is the five LibriVox clips with a second of silence after each, repeated
+//! (`--repeat`, default 2: about 55 s, two 30 s windows and a third partial one).
+
+use anyhow::{Context, Result};
+use sapient_whisper::{TranscribeOptions, Transcriber};
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Preset to run (`whisper-tiny.en`, `whisper-base`).
+    #[arg(long, default_value = "whisper-tiny.en")]
+    pub model: String,
+    /// Python with faster-whisper (a venv outside the repo); without it only ours is timed.
+    #[arg(long, env = "SAPIENT_REF_PYTHON")]
+    pub python: Option<PathBuf>,
+    /// Beam sizes (1 = greedy).
+    #[arg(long, value_delimiter = ',', default_value = "1,5")]
+    pub beams: Vec<usize>,
+    /// faster-whisper compute types.
+    #[arg(long, value_delimiter = ',', default_value = "int8,float32")]
+    pub compute_types: Vec<String>,
+    /// Threads for faster-whisper (ours uses the machine's cores through candle).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Repetitions (best time is kept).
+    #[arg(long, default_value_t = 2)]
+    pub reps: usize,
+    /// How many times the five clips are repeated.
+    #[arg(long, default_value_t = 2)]
+    pub repeat: usize,
+    #[arg(long, default_value = "target/bench/whisper.json")]
+    pub json: PathBuf,
+}
+
+fn normalize(s: &str) -> Vec<String> {
+    let cleaned: String = s.to_lowercase().chars().map(|c| if c.is_alphanumeric() || c == '\'' { c } else { ' ' }).collect();
+    cleaned
+        .split_whitespace()
+        .map(|w| w.trim_matches('\'').to_string())
+        .filter(|w| !w.is_empty())
+        .map(|w| if w == "mr" { "mister".into() } else { w })
+        .collect()
+}
+
+/// (word errors, reference words).
+fn wer(reference: &str, hypothesis: &str) -> (usize, usize) {
+    let (r, h) = (normalize(reference), normalize(hypothesis));
+    let mut prev: Vec<usize> = (0..=h.len()).collect();
+    for (i, rw) in r.iter().enumerate() {
+        let mut cur = vec![i + 1; h.len() + 1];
+        for (j, hw) in h.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(rw != hw)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    (prev[h.len()], r.len())
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let hub = sapient_hub::Hub::new()?;
+    let clips = hub.fetch_preset("speech-librivox", &mut |_| {})?;
+    let model = hub.fetch_preset(&a.model, &mut |_| {})?;
+    let transcripts = std::fs::read_to_string(clips.file("transcription")?)?;
+    let mut audio = Vec::new();
+    let mut reference = String::new();
+    for _ in 0..a.repeat.max(1) {
+        for p in clips.files("audio") {
+            audio.extend(sapient_audio::decode_file(p)?.into_16k()?.samples);
+            audio.extend(std::iter::repeat_n(0.0f32, 16_000));
+            let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            let line = transcripts.lines().find(|l| l.contains(&format!("({stem})"))).with_context(|| format!("no transcript for {stem}"))?;
+            reference.push_str(&line.replace(&format!("({stem})"), "").replace("<s>", "").replace("</s>", ""));
+            reference.push(' ');
+        }
+    }
+    let dir = PathBuf::from("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let wav = dir.join("whisper-speech.wav");
+    sapient_audio::write_wav(&wav, &audio, 16_000, sapient_audio::WavFormat::Pcm16)?;
+    // both sides read the same 16-bit file
+    let audio = sapient_audio::decode_file(&wav)?.samples;
+    let duration = audio.len() as f64 / 16_000.0;
+    println!("{}: {duration:.1} s of LibriVox speech ({} reference words), {} reps, best time", a.model, normalize(&reference).len(), a.reps);
+
+    let t0 = Instant::now();
+    let t = Transcriber::from_pretrained(&a.model)?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let mut ours = Vec::new();
+    for &beam in &a.beams {
+        let opts = TranscribeOptions { beam_size: (beam > 1).then_some(beam), ..Default::default() };
+        let mut best = f64::INFINITY;
+        let mut text = String::new();
+        for _ in 0..a.reps.max(1) {
+            let t1 = Instant::now();
+            let r = t.transcribe(&audio, &opts)?;
+            best = best.min(t1.elapsed().as_secs_f64());
+            text = r.text;
+        }
+        ours.push((beam, best, text));
+    }
+
+    let reference_runs = match &a.python {
+        None => {
+            println!("(no --python / SAPIENT_REF_PYTHON: faster-whisper side skipped)");
+            None
+        }
+        Some(py) => {
+            let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/whisper/bench_reference.py");
+            let beams: Vec<String> = a.beams.iter().map(|b| b.to_string()).collect();
+            let out = std::process::Command::new(py)
+                .arg(&script)
+                .arg(&model.dir)
+                .arg(&wav)
+                .arg(a.threads.to_string())
+                .arg(a.compute_types.join(","))
+                .arg(beams.join(","))
+                .arg(a.reps.max(1).to_string())
+                .output()
+                .with_context(|| format!("running {}", py.display()))?;
+            anyhow::ensure!(out.status.success(), "bench_reference.py failed: {}", String::from_utf8_lossy(&out.stderr));
+            Some(serde_json::from_slice::<serde_json::Value>(&out.stdout).context("bench_reference.py output")?)
+        }
+    };
+
+    println!("{:<34} {:>9} {:>8} {:>10} {:>12}", "", "seconds", "RTF", "WER", "fw / ours");
+    let mut rows = Vec::new();
+    for (beam, secs, text) in &ours {
+        let (e, n) = wer(&reference, text);
+        println!(
+            "{:<34} {:>9.2} {:>8.3} {:>4}/{:<5} {:>12}",
+            format!("sapient-whisper f32, beam {beam}"),
+            secs,
+            secs / duration,
+            e,
+            n,
+            ""
+        );
+        rows.push(serde_json::json!({"impl": "sapient-whisper", "compute_type": "float32", "beam": beam, "seconds": secs, "rtf": secs / duration, "word_errors": e, "words": n, "text": text}));
+    }
+    if let Some(r) = &reference_runs {
+        for run in r["runs"].as_array().into_iter().flatten() {
+            let beam = run["beam"].as_u64().unwrap_or(0) as usize;
+            let secs = run["seconds"].as_f64().unwrap_or(f64::NAN);
+            let text = run["text"].as_str().unwrap_or("");
+            let ct = run["compute_type"].as_str().unwrap_or("?");
+            let (e, n) = wer(&reference, text);
+            let ratio = ours.iter().find(|o| o.0 == beam).map(|o| secs / o.1);
+            println!(
+                "{:<34} {:>9.2} {:>8.3} {:>4}/{:<5} {:>11}",
+                format!("faster-whisper {ct}, beam {beam}"),
+                secs,
+                secs / duration,
+                e,
+                n,
+                ratio.map(|x| format!("{x:.2}x")).unwrap_or_default()
+            );
+            rows.push(serde_json::json!({"impl": "faster-whisper", "compute_type": ct, "beam": beam, "seconds": secs, "rtf": secs / duration, "word_errors": e, "words": n, "text": text}));
+        }
+        println!(
+            "faster-whisper {} (ctranslate2 {}), {} threads",
+            r["faster_whisper"].as_str().unwrap_or("?"),
+            r["ctranslate2"].as_str().unwrap_or("?"),
+            a.threads
+        );
+    }
+    println!("sapient-whisper load (CTranslate2 import in memory): {load_s:.2} s");
+    if let Some(parent) = a.json.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(
+        &a.json,
+        serde_json::to_string_pretty(&serde_json::json!({"model": a.model, "audio_seconds": duration, "load_seconds": load_s, "runs": rows}))?,
+    )?;
+    println!("wrote {}", a.json.display());
+    Ok(())
+}
