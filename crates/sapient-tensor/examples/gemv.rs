@@ -47,6 +47,17 @@ fn main() -> anyhow::Result<()> {
         }
         let blocks_per = (rows * cols / m.qtype().block_len()) as f64;
         let ns_block = (cpu_time() - t0) / (it as f64 * blocks_per) * 1e9;
+        // Four activation rows at once (speculative verification, short batches).
+        let x4: Vec<f32> = (0..4 * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut out4 = vec![0f32; 4 * rows];
+        let t0 = cpu_time();
+        let mut it4 = 0;
+        while cpu_time() - t0 < 0.3 {
+            small.matmul(&x4, 4, &mut out4);
+            it4 += 1;
+        }
+        let ns_block4 = (cpu_time() - t0) / (it4 as f64 * blocks_per * 4.0) * 1e9;
+        println!("{name}: 4 rows at once: {ns_block4:.2} ns/block/row ({:.2}x the single-row cost)", ns_block4 / ns_block);
         let start = Instant::now();
         for _ in 0..reps {
             for mm in &mats {

@@ -65,164 +65,228 @@ unsafe fn mul_sum_us8<const VNNI: bool>(x: __m256i, y: __m256i) -> __m256 {
     }
 }
 
-/// Sum of products of signed bytes `x` and `y`, as 8 f32 lanes.
-#[inline(always)]
-unsafe fn mul_sum_i8<const VNNI: bool>(x: __m256i, y: __m256i) -> __m256 {
-    let ax = _mm256_sign_epi8(x, x);
-    let sy = _mm256_sign_epi8(y, x);
-    mul_sum_us8::<VNNI>(ax, sy)
+/// A 32-value weight format: what is decoded once per weight block, and how that block
+/// meets one activation block. Multi-row products decode each weight block once for up to
+/// [`MAX_ROWS`] activation rows; a single row is the same code with one row, so results are
+/// bit-identical whatever the batch.
+trait Fmt32 {
+    const BYTES: usize;
+    /// Whether the format has a per-block minimum (an offset term).
+    const HAS_M: bool;
+    type W: Copy;
+    unsafe fn weight(p: *const u8) -> Self::W;
+    /// (scale vector, integer-dot vector, offset term in lane 1)
+    unsafe fn row<const VNNI: bool>(w: Self::W, a: &BlockQ8) -> (__m256, __m256, __m128);
 }
 
-/// `[d * a.d, m * a.s]` (lanes 0 and 1) for a block starting with two f16 `d, m`, and the
-/// first broadcast to all 8 lanes: one conversion and one multiply for both.
+/// Most activation rows a multi-row kernel takes at once.
+pub const MAX_ROWS: usize = 4;
+
+struct Q40;
+struct Q41;
+struct Q50;
+struct Q51;
+struct Q80;
+
+/// Signed weights: the shared part of `mul_sum_i8` (|x|) plus x itself for the sign.
+#[derive(Clone, Copy)]
+struct SignedW {
+    ax: __m256i,
+    x: __m256i,
+    d: __m256,
+}
+
 #[inline(always)]
-unsafe fn dm_scales(w: &[u8], off: usize, a: &BlockQ8) -> (__m256, __m128) {
-    let bits = std::ptr::read_unaligned(w.as_ptr().add(off) as *const i32);
-    let dm = _mm_cvtph_ps(_mm_set1_epi32(bits)); // d m d m
+unsafe fn signed_row<const VNNI: bool>(w: SignedW, a: &BlockQ8) -> (__m256, __m256, __m128) {
+    let y = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
+    let d = _mm256_mul_ps(w.d, _mm256_set1_ps(a.d));
+    (d, mul_sum_us8::<VNNI>(w.ax, _mm256_sign_epi8(y, w.x)), _mm_setzero_ps())
+}
+
+#[inline(always)]
+unsafe fn f16x8(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(_mm_set1_epi16(std::ptr::read_unaligned(p as *const i16)))
+}
+
+#[inline(always)]
+unsafe fn signed_w(x: __m256i, d: __m256) -> SignedW {
+    SignedW { ax: _mm256_sign_epi8(x, x), x, d }
+}
+
+/// Unsigned weights with a per-block minimum: `d` and `m` converted together.
+#[derive(Clone, Copy)]
+struct MinW {
+    x: __m256i,
+    dm: __m128,
+}
+
+#[inline(always)]
+unsafe fn min_row<const VNNI: bool>(w: MinW, a: &BlockQ8) -> (__m256, __m256, __m128) {
+    let y = _mm256_loadu_si256(a.qs.as_ptr() as *const __m256i);
     let ds = _mm_castpd_ps(_mm_load1_pd(&a.d as *const f32 as *const f64)); // a.d a.s a.d a.s
-    let prod = _mm_mul_ps(dm, ds);
-    (_mm256_broadcastss_ps(prod), prod)
+    let prod = _mm_mul_ps(w.dm, ds); // d*a.d, m*a.s
+    (_mm256_broadcastss_ps(prod), mul_sum_us8::<VNNI>(w.x, y), prod)
 }
 
-/// Runs `block(i)` (returning the block's scale and integer-dot vectors, and a per-block
-/// offset term) over `n` blocks with two independent accumulator chains: one chain would
-/// make every block wait for the previous fused multiply-add (4 cycles).
 #[inline(always)]
-unsafe fn sum_blocks(n: usize, block: impl Fn(usize) -> (__m256, __m256, __m128)) -> f32 {
-    let mut a0 = _mm256_setzero_ps();
-    let mut a1 = _mm256_setzero_ps();
-    let mut m0 = _mm_setzero_ps();
-    let mut m1 = _mm_setzero_ps();
+unsafe fn dm_of(p: *const u8) -> __m128 {
+    _mm_cvtph_ps(_mm_set1_epi32(std::ptr::read_unaligned(p as *const i32))) // d m d m
+}
+
+impl Fmt32 for Q40 {
+    const HAS_M: bool = false;
+    const BYTES: usize = 18;
+    type W = SignedW;
+    #[inline(always)]
+    unsafe fn weight(p: *const u8) -> SignedW {
+        signed_w(_mm256_sub_epi8(nibbles32(p.add(2)), _mm256_set1_epi8(8)), f16x8(p))
+    }
+    #[inline(always)]
+    unsafe fn row<const VNNI: bool>(w: SignedW, a: &BlockQ8) -> (__m256, __m256, __m128) {
+        signed_row::<VNNI>(w, a)
+    }
+}
+
+impl Fmt32 for Q41 {
+    const HAS_M: bool = true;
+    const BYTES: usize = 20;
+    type W = MinW;
+    #[inline(always)]
+    unsafe fn weight(p: *const u8) -> MinW {
+        MinW { x: nibbles32(p.add(4)), dm: dm_of(p) }
+    }
+    #[inline(always)]
+    unsafe fn row<const VNNI: bool>(w: MinW, a: &BlockQ8) -> (__m256, __m256, __m128) {
+        min_row::<VNNI>(w, a)
+    }
+}
+
+impl Fmt32 for Q50 {
+    const HAS_M: bool = false;
+    const BYTES: usize = 22;
+    type W = SignedW;
+    #[inline(always)]
+    unsafe fn weight(p: *const u8) -> SignedW {
+        let qh = std::ptr::read_unaligned(p.add(2) as *const u32);
+        // (nibble | high bit << 4) - 16 == nibble | (high bit clear ? 0xF0 : 0) as i8
+        let hi = _mm256_andnot_si256(bits32(qh), _mm256_set1_epi8(0xf0u8 as i8));
+        signed_w(_mm256_or_si256(nibbles32(p.add(6)), hi), f16x8(p))
+    }
+    #[inline(always)]
+    unsafe fn row<const VNNI: bool>(w: SignedW, a: &BlockQ8) -> (__m256, __m256, __m128) {
+        signed_row::<VNNI>(w, a)
+    }
+}
+
+impl Fmt32 for Q51 {
+    const HAS_M: bool = true;
+    const BYTES: usize = 24;
+    type W = MinW;
+    #[inline(always)]
+    unsafe fn weight(p: *const u8) -> MinW {
+        let qh = std::ptr::read_unaligned(p.add(4) as *const u32);
+        let hi = _mm256_and_si256(bits32(qh), _mm256_set1_epi8(0x10));
+        MinW { x: _mm256_or_si256(nibbles32(p.add(8)), hi), dm: dm_of(p) }
+    }
+    #[inline(always)]
+    unsafe fn row<const VNNI: bool>(w: MinW, a: &BlockQ8) -> (__m256, __m256, __m128) {
+        min_row::<VNNI>(w, a)
+    }
+}
+
+impl Fmt32 for Q80 {
+    const HAS_M: bool = false;
+    const BYTES: usize = 34;
+    type W = SignedW;
+    #[inline(always)]
+    unsafe fn weight(p: *const u8) -> SignedW {
+        signed_w(_mm256_loadu_si256(p.add(2) as *const __m256i), f16x8(p))
+    }
+    #[inline(always)]
+    unsafe fn row<const VNNI: bool>(w: SignedW, a: &BlockQ8) -> (__m256, __m256, __m128) {
+        signed_row::<VNNI>(w, a)
+    }
+}
+
+/// One weight row against `R` activation rows (each `blocks` long). Two accumulator chains
+/// per row (even and odd blocks): one chain would make each block wait for the previous
+/// fused multiply-add. Every row sees the same operations in the same order whatever `R`.
+#[inline(always)]
+unsafe fn rows32<F: Fmt32, const VNNI: bool, const R: usize>(w: &[u8], acts: [&[BlockQ8]; R], out: &mut [f32]) {
+    let n = acts[0].len();
+    let p = w.as_ptr();
+    let mut acc = [[_mm256_setzero_ps(); R]; 2];
+    let mut accm = [[_mm_setzero_ps(); R]; 2];
+    // (A function, not a closure: a closure here would not inherit the caller's target
+    // features and would be called per block.)
+    #[inline(always)]
+    unsafe fn step<F: Fmt32, const VNNI: bool, const R: usize>(
+        p: *const u8,
+        acts: &[&[BlockQ8]; R],
+        i: usize,
+        acc: &mut [__m256; R],
+        accm: &mut [__m128; R],
+    ) {
+        let wb = F::weight(p.add(i * F::BYTES));
+        for r in 0..R {
+            let (d, q, m) = F::row::<VNNI>(wb, acts[r].get_unchecked(i));
+            acc[r] = _mm256_fmadd_ps(d, q, acc[r]);
+            if F::HAS_M {
+                accm[r] = _mm_add_ps(accm[r], m);
+            }
+        }
+    }
+    let [acc0, acc1] = &mut acc;
+    let [accm0, accm1] = &mut accm;
     let mut i = 0;
     while i + 2 <= n {
-        let (d0, q0, o0) = block(i);
-        let (d1, q1, o1) = block(i + 1);
-        a0 = _mm256_fmadd_ps(d0, q0, a0);
-        a1 = _mm256_fmadd_ps(d1, q1, a1);
-        m0 = _mm_add_ps(m0, o0);
-        m1 = _mm_add_ps(m1, o1);
+        step::<F, VNNI, R>(p, &acts, i, acc0, accm0);
+        step::<F, VNNI, R>(p, &acts, i + 1, acc1, accm1);
         i += 2;
     }
     if i < n {
-        let (d0, q0, o0) = block(i);
-        a0 = _mm256_fmadd_ps(d0, q0, a0);
-        m0 = _mm_add_ps(m0, o0);
+        step::<F, VNNI, R>(p, &acts, i, acc0, accm0);
     }
-    // The offset term of a block is in lane 1 of its vector.
-    let m = _mm_add_ps(m0, m1);
-    hsum_ps(_mm256_add_ps(a0, a1)) + _mm_cvtss_f32(_mm_movehdup_ps(m))
+    for r in 0..R {
+        let s = hsum_ps(_mm256_add_ps(acc[0][r], acc[1][r]));
+        out[r] = if F::HAS_M { s + _mm_cvtss_f32(_mm_movehdup_ps(_mm_add_ps(accm[0][r], accm[1][r]))) } else { s };
+    }
 }
 
-// The per-format bodies are macros expanded inside each `#[target_feature]` function, so
-// that their closures inherit the function's features and inline (a closure in a plain
-// generic helper would be compiled without AVX2 and called per block).
-macro_rules! body_q4_0 {
-    ($w:ident, $a:ident, $vnni:expr) => {{
-        const VNNI: bool = $vnni;
-        let (w, a) = ($w, $a);
-    let p = w.as_ptr();
-    sum_blocks(a.len(), |i| {
-        let ba = a.get_unchecked(i);
-        let bw = p.add(i * 18);
-        let d = f16x8_mul(w, i * 18, ba.d);
-        let qx = _mm256_sub_epi8(nibbles32(bw.add(2)), _mm256_set1_epi8(8));
-        let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        (d, mul_sum_i8::<VNNI>(qx, qy), _mm_setzero_ps())
-    })
-    }};
-}
-
-macro_rules! body_q4_1 {
-    ($w:ident, $a:ident, $vnni:expr) => {{
-        const VNNI: bool = $vnni;
-        let (w, a) = ($w, $a);
-    let p = w.as_ptr();
-    sum_blocks(a.len(), |i| {
-        let ba = a.get_unchecked(i);
-        let bw = p.add(i * 20);
-        let (d, m) = dm_scales(w, i * 20, ba);
-        let qx = nibbles32(bw.add(4));
-        let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        (d, mul_sum_us8::<VNNI>(qx, qy), m)
-    })
-    }};
-}
-
-macro_rules! body_q5_0 {
-    ($w:ident, $a:ident, $vnni:expr) => {{
-        const VNNI: bool = $vnni;
-        let (w, a) = ($w, $a);
-    let p = w.as_ptr();
-    sum_blocks(a.len(), |i| {
-        let ba = a.get_unchecked(i);
-        let bw = p.add(i * 22);
-        let d = f16x8_mul(w, i * 22, ba.d);
-        let qh = std::ptr::read_unaligned(bw.add(2) as *const u32);
-        let lo = nibbles32(bw.add(6));
-        // (nibble | high bit << 4) - 16 == nibble | (high bit clear ? 0xF0 : 0) as i8
-        let hi = _mm256_andnot_si256(bits32(qh), _mm256_set1_epi8(0xf0u8 as i8));
-        let qx = _mm256_or_si256(lo, hi);
-        let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        (d, mul_sum_i8::<VNNI>(qx, qy), _mm_setzero_ps())
-    })
-    }};
-}
-
-macro_rules! body_q5_1 {
-    ($w:ident, $a:ident, $vnni:expr) => {{
-        const VNNI: bool = $vnni;
-        let (w, a) = ($w, $a);
-    let p = w.as_ptr();
-    sum_blocks(a.len(), |i| {
-        let ba = a.get_unchecked(i);
-        let bw = p.add(i * 24);
-        let (d, m) = dm_scales(w, i * 24, ba);
-        let qh = std::ptr::read_unaligned(bw.add(4) as *const u32);
-        let lo = nibbles32(bw.add(8));
-        let hi = _mm256_and_si256(bits32(qh), _mm256_set1_epi8(0x10));
-        let qx = _mm256_or_si256(lo, hi);
-        let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        (d, mul_sum_us8::<VNNI>(qx, qy), m)
-    })
-    }};
-}
-
-macro_rules! body_q8_0 {
-    ($w:ident, $a:ident, $vnni:expr) => {{
-        const VNNI: bool = $vnni;
-        let (w, a) = ($w, $a);
-    let p = w.as_ptr();
-    sum_blocks(a.len(), |i| {
-        let ba = a.get_unchecked(i);
-        let bw = p.add(i * 34);
-        let d = f16x8_mul(w, i * 34, ba.d);
-        let qx = _mm256_loadu_si256(bw.add(2) as *const __m256i);
-        let qy = _mm256_loadu_si256(ba.qs.as_ptr() as *const __m256i);
-        (d, mul_sum_i8::<VNNI>(qx, qy), _mm_setzero_ps())
-    })
-    }};
-}
-
-macro_rules! wrappers {
-    ($($name:ident, $vnni:ident => $body:ident;)*) => {$(
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub unsafe fn $name(w: &[u8], a: &[BlockQ8]) -> f32 {
-            $body!(w, a, false)
+/// Dispatch on the number of rows (1..=MAX_ROWS) to a const-generic instantiation.
+macro_rules! by_rows {
+    ($f:ident, [$($g:tt),*], $w:expr, $acts:expr, $out:expr) => {{
+        let acts = $acts;
+        match acts.len() {
+            1 => $f::<$($g,)* 1>($w, [acts[0]], $out),
+            2 => $f::<$($g,)* 2>($w, [acts[0], acts[1]], $out),
+            3 => $f::<$($g,)* 3>($w, [acts[0], acts[1], acts[2]], $out),
+            _ => $f::<$($g,)* 4>($w, [acts[0], acts[1], acts[2], acts[3]], $out),
         }
-        /// With AVX-VNNI (`vpdpbusd`).
+    }};
+}
+
+macro_rules! wrappers32 {
+    ($($name:ident, $vnni:ident => $fmt:ty;)*) => {$(
+        /// One weight row against 1..=4 activation rows; `out[r]` for row `r`.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $name(w: &[u8], acts: &[&[BlockQ8]], out: &mut [f32]) {
+            by_rows!(rows32, [$fmt, false], w, acts, out)
+        }
+        /// With AVX-VNNI (`vpdpbusd`); bit-identical to the AVX2 version.
         #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-        pub unsafe fn $vnni(w: &[u8], a: &[BlockQ8]) -> f32 {
-            $body!(w, a, true)
+        pub unsafe fn $vnni(w: &[u8], acts: &[&[BlockQ8]], out: &mut [f32]) {
+            by_rows!(rows32, [$fmt, true], w, acts, out)
         }
     )*};
 }
 
-wrappers! {
-    dot_q4_0, dot_q4_0_vnni => body_q4_0;
-    dot_q4_1, dot_q4_1_vnni => body_q4_1;
-    dot_q5_0, dot_q5_0_vnni => body_q5_0;
-    dot_q5_1, dot_q5_1_vnni => body_q5_1;
-    dot_q8_0, dot_q8_0_vnni => body_q8_0;
+wrappers32! {
+    rows_q4_0, rows_q4_0_vnni => Q40;
+    rows_q4_1, rows_q4_1_vnni => Q41;
+    rows_q5_0, rows_q5_0_vnni => Q50;
+    rows_q5_1, rows_q5_1_vnni => Q51;
+    rows_q8_0, rows_q8_0_vnni => Q80;
 }
 
 /// Scales (low 8 x u8) and mins (high 8 x u8) of a Q4_K/Q5_K block as 16 x i16.
@@ -260,42 +324,54 @@ unsafe fn k4_mins_dot(ms: __m256i, bsums: *const i16) -> __m128i {
     _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s)
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q4k(w: &[u8], a: &[BlockQ8K]) -> f32 {
+#[inline(always)]
+unsafe fn q4k_rows<const R: usize>(w: &[u8], acts: [&[BlockQ8K]; R], out: &mut [f32]) {
     let m4 = _mm256_set1_epi8(0x0f);
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc_m = [_mm_setzero_ps(); R];
     let p = w.as_ptr();
-    for (i, ba) in a.iter().enumerate() {
+    for i in 0..acts[0].len() {
         let bw = p.add(i * 144);
-        let d = f16x8_mul(w, i * 144, ba.d);
-        let dmin = f16x8_mul(w, i * 144 + 2, -ba.d);
+        let dw = f16x8(bw);
+        let dminw = f16x8(bw.add(2));
         let ms = k4_scales_mins(bw.add(4));
-        let prod = k4_mins_dot(ms, ba.bsums.as_ptr());
-        acc_m = _mm_fmadd_ps(_mm256_castps256_ps128(dmin), _mm_cvtepi32_ps(prod), acc_m);
         let sc = _mm256_castsi256_si128(ms);
-        let mut q4 = bw.add(16);
-        let mut q8 = ba.qs.as_ptr();
-        let mut sumi = _mm256_setzero_si256();
+        let mut sumi = [_mm256_setzero_si256(); R];
         for j in 0..4 {
             let sl = bcast16(sc, 2 * j);
             let sh = bcast16(sc, 2 * j + 1);
-            let bits = _mm256_loadu_si256(q4 as *const __m256i);
-            q4 = q4.add(32);
+            let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
             let lo = _mm256_and_si256(bits, m4);
             let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            let y0 = _mm256_loadu_si256(q8 as *const __m256i);
-            let y1 = _mm256_loadu_si256(q8.add(32) as *const __m256i);
-            q8 = q8.add(64);
-            let p0 = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, y0));
-            let p1 = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, y1));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+            for r in 0..R {
+                let q8 = acts[r].get_unchecked(i).qs.as_ptr().add(64 * j);
+                let y0 = _mm256_loadu_si256(q8 as *const __m256i);
+                let y1 = _mm256_loadu_si256(q8.add(32) as *const __m256i);
+                let p0 = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, y0));
+                let p1 = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, y1));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(p0, p1));
+            }
         }
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        for r in 0..R {
+            let ba = acts[r].get_unchecked(i);
+            let d = _mm256_mul_ps(dw, _mm256_set1_ps(ba.d));
+            let dmin = _mm256_mul_ps(dminw, _mm256_set1_ps(-ba.d));
+            let prod = k4_mins_dot(ms, ba.bsums.as_ptr());
+            acc_m[r] = _mm_fmadd_ps(_mm256_castps256_ps128(dmin), _mm_cvtepi32_ps(prod), acc_m[r]);
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        }
     }
-    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    hsum_ps(acc) + _mm_cvtss_f32(m)
+    for r in 0..R {
+        let m = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
+        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        out[r] = hsum_ps(acc[r]) + _mm_cvtss_f32(m);
+    }
+}
+
+/// One Q4_K weight row against 1..=4 activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn rows_q4k(w: &[u8], acts: &[&[BlockQ8K]], out: &mut [f32]) {
+    by_rows!(q4k_rows, [], w, acts, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -348,47 +424,57 @@ unsafe fn q6_scale_pair(sc: *const i8, i: usize) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(*sc.add(i + 1) as i16), _mm_set1_epi16(*sc.add(i) as i16))
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q6k(w: &[u8], a: &[BlockQ8K]) -> f32 {
+#[inline(always)]
+unsafe fn q6k_rows<const R: usize>(w: &[u8], acts: [&[BlockQ8K]; R], out: &mut [f32]) {
     let m4 = _mm256_set1_epi8(0x0f);
     let m2 = _mm256_set1_epi8(0x03);
     let m32 = _mm256_set1_epi8(32);
-    let mut acc = _mm256_setzero_ps();
+    let mut acc = [_mm256_setzero_ps(); R];
     let p = w.as_ptr();
-    for (i, ba) in a.iter().enumerate() {
+    for i in 0..acts[0].len() {
         let bw = p.add(i * 210);
-        let d = f16x8_mul(w, i * 210 + 208, ba.d);
-        let mut ql = bw;
-        let mut qh = bw.add(128);
+        let dw = f16x8(bw.add(208));
         let sc = bw.add(192) as *const i8;
-        let mut q8 = ba.qs.as_ptr();
-        let mut sumi = _mm256_setzero_si256();
+        let mut sumi = [_mm256_setzero_si256(); R];
         for j in 0..2 {
+            let ql = bw.add(64 * j);
             let b1 = _mm256_loadu_si256(ql as *const __m256i);
             let b2 = _mm256_loadu_si256(ql.add(32) as *const __m256i);
-            ql = ql.add(64);
-            let bh = _mm256_loadu_si256(qh as *const __m256i);
-            qh = qh.add(32);
+            let bh = _mm256_loadu_si256(bw.add(128 + 32 * j) as *const __m256i);
             let h0 = _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4);
             let h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4);
             let h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4);
             let h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4);
-            let x0 = _mm256_or_si256(_mm256_and_si256(b1, m4), h0);
-            let x1 = _mm256_or_si256(_mm256_and_si256(b2, m4), h1);
-            let x2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4), h2);
-            let x3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4), h3);
-            let xs = [x0, x1, x2, x3];
+            let xs = [
+                _mm256_or_si256(_mm256_and_si256(b1, m4), h0),
+                _mm256_or_si256(_mm256_and_si256(b2, m4), h1),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4), h2),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4), h3),
+            ];
             for (k, x) in xs.into_iter().enumerate() {
-                let y = _mm256_loadu_si256(q8.add(32 * k) as *const __m256i);
-                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(x, y), _mm256_maddubs_epi16(m32, y));
                 let s = q6_scale_pair(sc, 8 * j + 2 * k);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p));
+                for r in 0..R {
+                    let q8 = acts[r].get_unchecked(i).qs.as_ptr().add(128 * j + 32 * k);
+                    let y = _mm256_loadu_si256(q8 as *const __m256i);
+                    let pr = _mm256_sub_epi16(_mm256_maddubs_epi16(x, y), _mm256_maddubs_epi16(m32, y));
+                    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(s, pr));
+                }
             }
-            q8 = q8.add(128);
         }
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        for r in 0..R {
+            let d = _mm256_mul_ps(dw, _mm256_set1_ps(acts[r].get_unchecked(i).d));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        }
     }
-    hsum_ps(acc)
+    for r in 0..R {
+        out[r] = hsum_ps(acc[r]);
+    }
+}
+
+/// One Q6_K weight row against 1..=4 activation rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn rows_q6k(w: &[u8], acts: &[&[BlockQ8K]], out: &mut [f32]) {
+    by_rows!(q6k_rows, [], w, acts, out)
 }
 
 /// Dot product of two f32 slices of equal length.

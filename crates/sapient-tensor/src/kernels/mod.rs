@@ -94,69 +94,103 @@ pub fn has_vnni() -> bool {
     }
 }
 
-/// Dot product of one weight row (`t` blocks) with a quantized activation row.
+/// One weight row (`t` blocks) against 1..=[`MAX_ROWS`] quantized activation rows:
+/// `out[r]` = dot(w, acts[r]). The weight block is decoded once for all rows; the result for
+/// a row does not depend on which other rows came with it.
 #[inline]
-pub fn dot_row_q8(t: QType, w: &[u8], a: &[BlockQ8]) -> f32 {
+pub fn rows_q8(t: QType, w: &[u8], acts: &[&[BlockQ8]], out: &mut [f32]) {
+    debug_assert!(!acts.is_empty() && acts.len() <= MAX_ROWS && out.len() >= acts.len());
     #[cfg(target_arch = "x86_64")]
     if has_vnni() {
-        // SAFETY: AVX2, FMA, F16C and AVX-VNNI are present; callers pass `a.len()` blocks.
+        // SAFETY: AVX2, FMA, F16C and AVX-VNNI are present; callers pass matching lengths.
         unsafe {
             return match t {
-                QType::Q4_0 => avx2::dot_q4_0_vnni(w, a),
-                QType::Q4_1 => avx2::dot_q4_1_vnni(w, a),
-                QType::Q5_0 => avx2::dot_q5_0_vnni(w, a),
-                QType::Q5_1 => avx2::dot_q5_1_vnni(w, a),
-                QType::Q8_0 => avx2::dot_q8_0_vnni(w, a),
-                _ => unreachable!("k-quants use dot_row_q8k"),
+                QType::Q4_0 => avx2::rows_q4_0_vnni(w, acts, out),
+                QType::Q4_1 => avx2::rows_q4_1_vnni(w, acts, out),
+                QType::Q5_0 => avx2::rows_q5_0_vnni(w, acts, out),
+                QType::Q5_1 => avx2::rows_q5_1_vnni(w, acts, out),
+                QType::Q8_0 => avx2::rows_q8_0_vnni(w, acts, out),
+                _ => unreachable!("k-quants use rows_q8k"),
             };
         }
     }
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        // SAFETY: AVX2 and FMA are present; callers pass `a.len()` blocks of `w`.
+        // SAFETY: AVX2, FMA and F16C are present.
         unsafe {
             return match t {
-                QType::Q4_0 => avx2::dot_q4_0(w, a),
-                QType::Q4_1 => avx2::dot_q4_1(w, a),
-                QType::Q5_0 => avx2::dot_q5_0(w, a),
-                QType::Q5_1 => avx2::dot_q5_1(w, a),
-                QType::Q8_0 => avx2::dot_q8_0(w, a),
-                _ => unreachable!("k-quants use dot_row_q8k"),
+                QType::Q4_0 => avx2::rows_q4_0(w, acts, out),
+                QType::Q4_1 => avx2::rows_q4_1(w, acts, out),
+                QType::Q5_0 => avx2::rows_q5_0(w, acts, out),
+                QType::Q5_1 => avx2::rows_q5_1(w, acts, out),
+                QType::Q8_0 => avx2::rows_q8_0(w, acts, out),
+                _ => unreachable!("k-quants use rows_q8k"),
             };
         }
     }
-    match t {
-        QType::Q4_0 => quant::dot_q4_0(w, a),
-        QType::Q4_1 => quant::dot_q4_1(w, a),
-        QType::Q5_0 => quant::dot_q5_0(w, a),
-        QType::Q5_1 => quant::dot_q5_1(w, a),
-        QType::Q8_0 => quant::dot_q8_0(w, a),
-        _ => unreachable!("k-quants use dot_row_q8k"),
+    for (o, a) in out.iter_mut().zip(acts) {
+        *o = match t {
+            QType::Q4_0 => quant::dot_q4_0(w, a),
+            QType::Q4_1 => quant::dot_q4_1(w, a),
+            QType::Q5_0 => quant::dot_q5_0(w, a),
+            QType::Q5_1 => quant::dot_q5_1(w, a),
+            QType::Q8_0 => quant::dot_q8_0(w, a),
+            _ => unreachable!("k-quants use rows_q8k"),
+        };
     }
 }
 
-/// Dot product of one k-quant weight row with a quantized activation row.
+/// Like [`rows_q8`] for the k-quants.
 #[inline]
-pub fn dot_row_q8k(t: QType, w: &[u8], a: &[BlockQ8K]) -> f32 {
+pub fn rows_q8k(t: QType, w: &[u8], acts: &[&[BlockQ8K]], out: &mut [f32]) {
+    debug_assert!(!acts.is_empty() && acts.len() <= MAX_ROWS && out.len() >= acts.len());
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        // SAFETY: as in `dot_row_q8`.
+        // SAFETY: AVX2, FMA and F16C are present.
         unsafe {
-            return match t {
-                QType::Q4K => avx2::dot_q4k(w, a),
-                QType::Q5K => avx2::dot_q5k(w, a),
-                QType::Q6K => avx2::dot_q6k(w, a),
-                _ => unreachable!("32-element formats use dot_row_q8"),
-            };
+            match t {
+                QType::Q4K => return avx2::rows_q4k(w, acts, out),
+                QType::Q6K => return avx2::rows_q6k(w, acts, out),
+                QType::Q5K => {
+                    for (o, a) in out.iter_mut().zip(acts) {
+                        *o = avx2::dot_q5k(w, a);
+                    }
+                    return;
+                }
+                _ => unreachable!("32-value formats use rows_q8"),
+            }
         }
     }
-    match t {
-        QType::Q4K => quant::dot_q4k(w, a),
-        QType::Q5K => quant::dot_q5k(w, a),
-        QType::Q6K => quant::dot_q6k(w, a),
-        _ => unreachable!("32-element formats use dot_row_q8"),
+    for (o, a) in out.iter_mut().zip(acts) {
+        *o = match t {
+            QType::Q4K => quant::dot_q4k(w, a),
+            QType::Q5K => quant::dot_q5k(w, a),
+            QType::Q6K => quant::dot_q6k(w, a),
+            _ => unreachable!("32-value formats use rows_q8"),
+        };
     }
 }
+
+/// Dot product of one weight row with one quantized activation row.
+pub fn dot_row_q8(t: QType, w: &[u8], a: &[BlockQ8]) -> f32 {
+    let mut o = [0f32];
+    rows_q8(t, w, &[a], &mut o);
+    o[0]
+}
+
+/// Dot product of one k-quant weight row with one quantized activation row.
+pub fn dot_row_q8k(t: QType, w: &[u8], a: &[BlockQ8K]) -> f32 {
+    let mut o = [0f32];
+    rows_q8k(t, w, &[a], &mut o);
+    o[0]
+}
+
+/// Most activation rows the kernels take at once.
+#[cfg(target_arch = "x86_64")]
+pub const MAX_ROWS: usize = avx2::MAX_ROWS;
+/// Most activation rows the kernels take at once.
+#[cfg(not(target_arch = "x86_64"))]
+pub const MAX_ROWS: usize = 4;
 
 /// f32 dot product.
 #[inline]
@@ -317,16 +351,30 @@ impl QMatrix {
             let chunks = rows.div_ceil(chunk.max(1));
             let job = |c: usize| {
                 let out_ptr = &out_ptr;
+                let mut tmp = [0f32; MAX_ROWS];
                 for j in c * chunk..((c + 1) * chunk).min(rows) {
                     let wrow = &bytes[j * rb..(j + 1) * rb];
-                    for i in 0..m {
-                        let v = if acts.k_quant {
-                            dot_row_q8k(t, wrow, acts.row_q8k(i))
+                    let mut i0 = 0;
+                    while i0 < m {
+                        let g = (m - i0).min(MAX_ROWS);
+                        if acts.k_quant {
+                            let mut rs: [&[BlockQ8K]; MAX_ROWS] = [&[]; MAX_ROWS];
+                            for (k, r) in rs.iter_mut().take(g).enumerate() {
+                                *r = acts.row_q8k(i0 + k);
+                            }
+                            rows_q8k(t, wrow, &rs[..g], &mut tmp);
                         } else {
-                            dot_row_q8(t, wrow, acts.row_q8(i))
-                        };
-                        // SAFETY: each chunk writes a disjoint range of output columns.
-                        unsafe { *out_ptr.0.add(i * rows + j) = v };
+                            let mut rs: [&[BlockQ8]; MAX_ROWS] = [&[]; MAX_ROWS];
+                            for (k, r) in rs.iter_mut().take(g).enumerate() {
+                                *r = acts.row_q8(i0 + k);
+                            }
+                            rows_q8(t, wrow, &rs[..g], &mut tmp);
+                        }
+                        for (k, v) in tmp[..g].iter().enumerate() {
+                            // SAFETY: each chunk writes a disjoint range of output columns.
+                            unsafe { *out_ptr.0.add((i0 + k) * rows + j) = *v };
+                        }
+                        i0 += g;
                     }
                 }
             };

@@ -163,20 +163,28 @@ fn dots_match_dequantized_reference() {
                     #[cfg(target_arch = "x86_64")]
                     if has_avx2() && !t.k_quant() {
                         let a = acts.row_q8(0);
-                        // SAFETY: AVX2/FMA/F16C present (and AVX-VNNI checked below).
-                        let (plain, vnni) = unsafe {
+                        let (mut plain, mut vnni) = ([0f32], [0f32]);
+                        // SAFETY: AVX2/FMA/F16C present (AVX-VNNI checked).
+                        unsafe {
                             match t {
-                                QType::Q4_0 => (super::avx2::dot_q4_0(w, a), has_vnni().then(|| super::avx2::dot_q4_0_vnni(w, a))),
-                                QType::Q4_1 => (super::avx2::dot_q4_1(w, a), has_vnni().then(|| super::avx2::dot_q4_1_vnni(w, a))),
-                                QType::Q5_0 => (super::avx2::dot_q5_0(w, a), has_vnni().then(|| super::avx2::dot_q5_0_vnni(w, a))),
-                                QType::Q5_1 => (super::avx2::dot_q5_1(w, a), has_vnni().then(|| super::avx2::dot_q5_1_vnni(w, a))),
-                                _ => (super::avx2::dot_q8_0(w, a), has_vnni().then(|| super::avx2::dot_q8_0_vnni(w, a))),
+                                QType::Q4_0 => super::avx2::rows_q4_0(w, &[a], &mut plain),
+                                QType::Q4_1 => super::avx2::rows_q4_1(w, &[a], &mut plain),
+                                QType::Q5_0 => super::avx2::rows_q5_0(w, &[a], &mut plain),
+                                QType::Q5_1 => super::avx2::rows_q5_1(w, &[a], &mut plain),
+                                _ => super::avx2::rows_q8_0(w, &[a], &mut plain),
                             }
-                        };
-                        assert!((plain - scalar).abs() <= 1e-5 * scale, "{t:?}: avx2 {plain} vs scalar {scalar}");
-                        if let Some(v) = vnni {
-                            assert_eq!(v.to_bits(), plain.to_bits(), "{t:?}: avx-vnni and avx2 must agree exactly");
+                            if has_vnni() {
+                                match t {
+                                    QType::Q4_0 => super::avx2::rows_q4_0_vnni(w, &[a], &mut vnni),
+                                    QType::Q4_1 => super::avx2::rows_q4_1_vnni(w, &[a], &mut vnni),
+                                    QType::Q5_0 => super::avx2::rows_q5_0_vnni(w, &[a], &mut vnni),
+                                    QType::Q5_1 => super::avx2::rows_q5_1_vnni(w, &[a], &mut vnni),
+                                    _ => super::avx2::rows_q8_0_vnni(w, &[a], &mut vnni),
+                                }
+                                assert_eq!(vnni[0].to_bits(), plain[0].to_bits(), "{t:?}: avx-vnni and avx2 must agree exactly");
+                            }
                         }
+                        assert!((plain[0] - scalar).abs() <= 1e-5 * scale, "{t:?}: avx2 {} vs scalar {scalar}", plain[0]);
                     }
                 }
             });
@@ -217,7 +225,7 @@ fn batched_rows_equal_single_rows() {
         let cols = *cols_for(t).last().unwrap();
         let rows = 200;
         let (w, _) = quantized(t, rows, cols, 3);
-        let m = 5;
+        let m = 11; // two groups of four and a remainder of three
         let x = data(m * cols, 4);
         let mut all = vec![0f32; m * rows];
         w.matmul(&x, m, &mut all);
