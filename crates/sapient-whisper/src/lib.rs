@@ -10,6 +10,7 @@
 //! - [`decode`]: one window as openai-whisper decodes it (greedy, sampling, beam search with
 //!   patience, logit filters and timestamp rules, no-speech probability, language detection).
 //! - [`transcribe`]: long-form audio, temperature fallback, segments ([`Transcriber`]).
+//! - [`stream`]: streaming transcription over Silero VAD's voiced stretches.
 //! - [`timing`]: word timestamps (alignment heads' cross-attention, DTW).
 //! - [`output`]: text, SRT, WebVTT and JSON.
 //!
@@ -27,6 +28,7 @@ pub mod decode;
 mod error;
 pub mod model;
 pub mod output;
+pub mod stream;
 pub mod timing;
 pub mod tokenizer;
 pub mod transcribe;
@@ -36,6 +38,7 @@ pub use decode::{compression_ratio, DecodeOptions, DecodeResult, Task};
 pub use error::{Error, Result};
 pub use model::Whisper;
 pub use output::OutputFormat;
+pub use stream::{default_vad_options, StreamingTranscriber};
 pub use timing::Word;
 pub use tokenizer::WhisperTokenizer;
 pub use transcribe::{Segment, TranscribeOptions, Transcriber, Transcript};

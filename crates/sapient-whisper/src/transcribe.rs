@@ -221,6 +221,18 @@ impl Transcriber {
     /// As [`Transcriber::transcribe`], handing each segment to `on_segment` as soon as its
     /// window is decoded.
     pub fn transcribe_with(&self, samples: &[f32], opts: &TranscribeOptions, on_segment: &mut dyn FnMut(&Segment)) -> Result<Transcript> {
+        self.transcribe_prompted(samples, opts, None, on_segment)
+    }
+
+    /// The transcription loop; `previous` (text tokens that came before this audio, for the
+    /// streaming mode) replaces the initial prompt when given.
+    pub(crate) fn transcribe_prompted(
+        &self,
+        samples: &[f32],
+        opts: &TranscribeOptions,
+        previous: Option<&[u32]>,
+        on_segment: &mut dyn FnMut(&Segment),
+    ) -> Result<Transcript> {
         if opts.temperatures.is_empty() {
             return Err(Error::Options("no temperature to decode with".into()));
         }
@@ -277,8 +289,13 @@ impl Transcriber {
 
         let mut all_tokens: Vec<u32> = Vec::new();
         let mut prompt_reset_since = 0usize;
-        if let Some(p) = &opts.initial_prompt {
-            all_tokens.extend(tok.encode(&format!(" {}", p.trim()))?);
+        match previous {
+            Some(p) => all_tokens.extend_from_slice(p),
+            None => {
+                if let Some(p) = &opts.initial_prompt {
+                    all_tokens.extend(tok.encode(&format!(" {}", p.trim()))?);
+                }
+            }
         }
         let mut seek = 0usize;
         let mut last_speech_timestamp = 0.0f64;
