@@ -37,8 +37,8 @@ pub struct GenerationConfig {
     pub constraint: Option<Arc<Grammar>>,
     /// With a constraint: when it allows exactly one token, append that token without
     /// sampling and feed such runs (up to 16 tokens) to the model in one forward pass.
-    /// Batches of up to 16 rows compute each row as a single decode step would, so the
-    /// output is the same as without. (Forcing at the byte level, `Matcher::forced_bytes`,
+    /// The CPU forward computes batches under 32 rows row by row, bit-identical to single
+    /// decode steps, so the output is the same as without. (Forcing at the byte level, `Matcher::forced_bytes`,
     /// would force more, but its tokenization need not be the model's, and on SmolLM2 that
     /// changes what the model writes next; so only whole forced tokens are used here.)
     pub fast_forward: bool,
@@ -99,6 +99,9 @@ pub struct GenerationStats {
     pub generated_tokens: usize,
     /// Generated tokens appended without sampling because the constraint forced them.
     pub forced_tokens: usize,
+    /// Time spent choosing tokens (sampler, constraint checks and masks, fast-forward),
+    /// part of `decode`.
+    pub sampling: Duration,
     pub prefill: Duration,
     pub decode: Duration,
     pub time_to_first_token: Duration,
@@ -408,10 +411,12 @@ impl Pipeline {
         };
         while generated.len() < cfg.max_tokens {
             let mut l = logits.flatten_all()?.to_vec1::<f32>()?;
+            let ts = Instant::now();
             let next = match matcher.as_mut() {
                 Some(m) => sampler.sample_constrained(&mut l, &history, m)?,
                 None => sampler.sample(&mut l, &history)?,
             };
+            stats.sampling += ts.elapsed();
             if generated.is_empty() {
                 stats.time_to_first_token = t0.elapsed();
             }
@@ -421,6 +426,7 @@ impl Pipeline {
             }
             // Tokens the constraint forces after `next` go into the same forward pass.
             let mut feed = vec![next];
+            let ts = Instant::now();
             if let (Some(m), true) = (matcher.as_mut(), cfg.fast_forward) {
                 while feed.len() < 16
                     && generated.len() + feed.len() < cfg.max_tokens
@@ -436,6 +442,7 @@ impl Pipeline {
                 }
                 stats.forced_tokens += feed.len() - 1;
             }
+            stats.sampling += ts.elapsed();
             let mut ended = false;
             for &t in &feed {
                 generated.push(t);
@@ -682,6 +689,7 @@ impl Pipeline {
                 reused_prompt_tokens: common,
                 generated_tokens: out.len(),
                 forced_tokens: 0,
+                sampling: Duration::ZERO,
                 prefill: ttft,
                 decode: elapsed.saturating_sub(ttft),
                 time_to_first_token: ttft,

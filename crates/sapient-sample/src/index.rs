@@ -36,6 +36,8 @@ pub struct TokenIndex {
     max_depth: usize,
     /// Unique per index (keys the per-grammar lexeme caches).
     pub(crate) uid: u64,
+    /// Whether each byte on its own is a token (in the trie).
+    single_byte: [bool; 256],
 }
 
 static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -100,7 +102,13 @@ impl TokenIndex {
         }
         tracing::debug!(tokens = order.len(), nodes = nodes.len(), max_depth, "token index built");
         let uid = NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Self { nodes, tok_ids, bytes: token_bytes, in_trie, eos: eos.to_vec(), max_depth, uid }
+        let mut single_byte = [false; 256];
+        for (i, b) in token_bytes.iter().enumerate() {
+            if b.len() == 1 && in_trie[i] {
+                single_byte[b[0] as usize] = true;
+            }
+        }
+        Self { nodes, tok_ids, bytes: token_bytes, in_trie, eos: eos.to_vec(), max_depth, uid, single_byte }
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -431,6 +439,19 @@ impl<C: Constraint> Matcher<C> {
     /// If the full mask allows exactly one token, that token (appending it never changes
     /// what the grammar accepts, and it is the model's own token).
     pub fn forced_token(&mut self) -> Result<Option<u32>, Error> {
+        // Cheap test first: two allowed single-byte tokens (or one and EOS) mean no token is
+        // forced, without computing the mask.
+        let c = &*self.constraint;
+        let mut n = usize::from(c.is_accepting(&self.state));
+        let mut tmp = C::State::default();
+        for b in 0..=255u8 {
+            if self.index.single_byte[b as usize] && c.advance(&self.state, b, &mut tmp)? {
+                n += 1;
+                if n >= 2 {
+                    return Ok(None);
+                }
+            }
+        }
         let m = self.mask()?;
         let mut it = m.iter();
         Ok(match (it.next(), it.next()) {

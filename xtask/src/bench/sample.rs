@@ -29,6 +29,9 @@ pub struct Args {
     pub vocab: Vec<String>,
     #[arg(long, default_value = "target/bench/sample.json")]
     pub json: PathBuf,
+    /// Model for the end-to-end constrained vs unconstrained run ("none" to skip).
+    #[arg(long, default_value = "smollm2-135m-instruct")]
+    pub e2e: String,
 }
 
 fn load_tokenizer(hub: &sapient_hub::Hub, preset: &str) -> Result<Tokenizer> {
@@ -205,9 +208,62 @@ pub fn run(a: Args) -> Result<()> {
             }));
         }
     }
+    let e2e = if a.e2e == "none" { serde_json::Value::Null } else { end_to_end(&a.e2e)? };
+    let results = serde_json::json!({"masks": results, "end_to_end": e2e});
     if let Some(parent) = a.json.parent() {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(&a.json, serde_json::to_string_pretty(&results)?)?;
     Ok(())
+}
+
+/// Greedy chat on a real model with and without a constraint: decode tokens/s (sampling,
+/// masks and forced-token fast-forward included), the time spent choosing tokens
+/// (`GenerationStats::sampling`: the part the constraint adds to) and how many tokens were
+/// forced.
+fn end_to_end(model: &str) -> Result<serde_json::Value> {
+    use sapient_generate::{GenerationConfig, JsonOptions, Message, Pipeline, PipelineOptions};
+    use sapient_sample::Expr;
+    let p = Pipeline::load(model, PipelineOptions { max_seq_len: Some(1024), ..Default::default() }, |_| {})?;
+    let character = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "pattern": "^[A-Z][a-z]{1,10} [A-Z][a-z]{1,10}$"},
+            "age": {"type": "integer", "minimum": 1, "maximum": 100},
+            "description": {"type": "string", "maxLength": 200}
+        },
+        "required": ["name", "age", "description"]
+    });
+    let compact = JsonOptions { max_whitespace: 0 };
+    let msgs = [Message::system("You are a helpful assistant."), Message::user("Describe a fictional character as JSON with a name, an age and a description.")];
+    let runs: Vec<(&str, Option<Grammar>)> = vec![
+        ("unconstrained", None),
+        ("json-schema (Character)", Some(Grammar::json_schema(&character)?)),
+        ("same, compact JSON", Some(Grammar::with_options(&Expr::JsonSchema(character.clone()), compact)?)),
+        ("JSON object (free-form)", Some(Grammar::json_schema(&serde_json::json!({"type": "object"}))?)),
+    ];
+    println!("end to end, {model}, greedy, 200 tokens at most (decode tokens/s include sampling, masks and fast-forward):");
+    let mut out = Vec::new();
+    let mut base = 0f64;
+    for (name, g) in runs {
+        let mut cfg = GenerationConfig::default().max_tokens(200);
+        cfg.constraint = g.map(Arc::new);
+        // Warm-up run (token index, per-DFA-state sets, caches), then the measured one.
+        p.reset_cache();
+        p.chat(&msgs, &cfg)?;
+        p.reset_cache();
+        let r = p.chat(&msgs, &cfg)?;
+        let tps = r.stats.decode_tokens_per_s();
+        if cfg.constraint.is_none() {
+            base = tps;
+        }
+        let forced = r.stats.forced_tokens;
+        let sampling_us = r.stats.sampling.as_secs_f64() * 1e6 / r.tokens.len().max(1) as f64;
+        println!(
+            "  {name:<24} {:>4} tokens  {:>6.1} tok/s  ({:.2}x unconstrained)  choosing tokens {:>6.0} us/token  forced {forced} ({:.0}%)  finish {:?}",
+            r.tokens.len(), tps, tps / base.max(1e-9), sampling_us, 100.0 * forced as f64 / r.tokens.len().max(1) as f64, r.finish
+        );
+        out.push(serde_json::json!({"run": name, "tokens": r.tokens.len(), "tok_s": tps, "sampling_us_per_token": sampling_us, "forced": forced, "text": r.text}));
+    }
+    Ok(serde_json::Value::Array(out))
 }
