@@ -4,8 +4,9 @@
 //! allocation and a dispatch for each, which is several milliseconds per token for small
 //! models. This path runs the same transformer on preallocated f32 buffers with the
 //! quantized kernels of `sapient_tensor::kernels` (threaded over the kernel pool), RMSNorm,
-//! RoPE, SwiGLU and attention written out directly, and its own KV cache laid out
-//! `[position][kv head][head dim]` so that it grows by appending.
+//! RoPE, SwiGLU and attention written out directly, and its own KV cache in f16 (as
+//! llama.cpp keeps it) laid out `[position][kv head][head dim]` so that it grows by
+//! appending.
 //!
 //! Short batches (decode, speculative verification) use the quantized kernels, whose results
 //! do not depend on how rows are batched; attention also runs row by row. So a batch of
@@ -85,8 +86,9 @@ pub(crate) struct CpuLayer {
     pub(crate) o: Lin,
     pub(crate) gate_up: LinGateUp,
     pub(crate) down: Lin,
-    k: Vec<f32>,
-    v: Vec<f32>,
+    /// KV cache, f16 bits (as llama.cpp keeps it): half the memory and bandwidth of f32.
+    k: Vec<u16>,
+    v: Vec<u16>,
 }
 
 impl CpuLayer {
@@ -191,8 +193,8 @@ impl CpuModel {
         let cap = cap.min(max).max(needed);
         let per = self.dims.kv_heads * self.dims.head_dim;
         for l in &mut self.layers {
-            l.k.resize(cap * per, 0.0);
-            l.v.resize(cap * per, 0.0);
+            l.k.resize(cap * per, 0);
+            l.v.resize(cap * per, 0);
         }
         self.capacity = cap;
     }
@@ -302,8 +304,8 @@ impl CpuModel {
                 self.rope(&mut b.k[i * kv_out..(i + 1) * kv_out], start + i);
             }
             let layer = &mut self.layers[li];
-            layer.k[start * kv_out..(start + n) * kv_out].copy_from_slice(&b.k[..n * kv_out]);
-            layer.v[start * kv_out..(start + n) * kv_out].copy_from_slice(&b.v[..n * kv_out]);
+            kernels::f32_to_f16(&b.k[..n * kv_out], &mut layer.k[start * kv_out..(start + n) * kv_out]);
+            kernels::f32_to_f16(&b.v[..n * kv_out], &mut layer.v[start * kv_out..(start + n) * kv_out]);
             let layer = &self.layers[li];
             if n >= DENSE_PREFILL_ROWS {
                 attention_dense(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out])?;
@@ -357,7 +359,7 @@ thread_local! {
 
 /// Causal (and sliding-window) grouped-query attention of `n` query rows at positions
 /// `start..start + n` over the cache. Each row is computed alone, as a decode step would.
-fn attention(d: &Dims, q: &[f32], kc: &[f32], vc: &[f32], start: usize, n: usize, out: &mut [f32]) {
+fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize, out: &mut [f32]) {
     let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
     let n_rep = nh / nkv;
     let kv_out = nkv * hd;
@@ -386,7 +388,7 @@ fn attention(d: &Dims, q: &[f32], kc: &[f32], vc: &[f32], start: usize, n: usize
                     let mut max = f32::NEG_INFINITY;
                     for (t, sv) in sc.iter_mut().enumerate() {
                         let off = (lo + t) * kv_out + g * hd;
-                        let v = kernels::dot_f32(qh, &kc[off..off + hd]) * scale;
+                        let v = kernels::dot_f32_f16(qh, &kc[off..off + hd]) * scale;
                         *sv = v;
                         max = max.max(v);
                     }
@@ -401,7 +403,7 @@ fn attention(d: &Dims, q: &[f32], kc: &[f32], vc: &[f32], start: usize, n: usize
                     o.fill(0.0);
                     for (t, &p) in sc.iter().enumerate() {
                         let off = (lo + t) * kv_out + g * hd;
-                        kernels::axpy_f32(p * inv, &vc[off..off + hd], o);
+                        kernels::axpy_f16(p * inv, &vc[off..off + hd], o);
                     }
                 }
             }
@@ -419,7 +421,7 @@ fn attention(d: &Dims, q: &[f32], kc: &[f32], vc: &[f32], start: usize, n: usize
 
 /// Attention for long batches (prefill) as batched matrix products (candle's GEMM): grouped
 /// query heads stacked per kv head, an additive causal (and sliding-window) mask.
-fn attention_dense(d: &Dims, q: &[f32], kc: &[f32], vc: &[f32], start: usize, n: usize, out: &mut [f32]) -> Result<()> {
+fn attention_dense(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize, out: &mut [f32]) -> Result<()> {
     let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
     let n_rep = nh / nkv;
     let end = start + n;
@@ -428,8 +430,9 @@ fn attention_dense(d: &Dims, q: &[f32], kc: &[f32], vc: &[f32], start: usize, n:
         .transpose(0, 1)?
         .contiguous()?
         .reshape((nkv, n_rep * n, hd))?;
-    let k = Tensor::from_slice(&kc[..end * nkv * hd], (end, nkv, hd), &dev)?.transpose(0, 1)?.contiguous()?;
-    let v = Tensor::from_slice(&vc[..end * nkv * hd], (end, nkv, hd), &dev)?.transpose(0, 1)?.contiguous()?;
+    let f16s = |c: &[u16]| -> Vec<half::f16> { c[..end * nkv * hd].iter().map(|b| half::f16::from_bits(*b)).collect() };
+    let k = Tensor::from_vec(f16s(kc), (end, nkv, hd), &dev)?.to_dtype(candle_core::DType::F32)?.transpose(0, 1)?.contiguous()?;
+    let v = Tensor::from_vec(f16s(vc), (end, nkv, hd), &dev)?.to_dtype(candle_core::DType::F32)?.transpose(0, 1)?.contiguous()?;
     let mut mask = vec![0f32; n * end];
     for i in 0..n {
         let pos = start + i;

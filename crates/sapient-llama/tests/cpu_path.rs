@@ -20,7 +20,8 @@ fn argmax(v: &[f32]) -> usize {
 
 /// Short batches go through our quantized kernels in both paths (candle's ops call them via
 /// `Linear`); long ones through the same dequantized GEMM. What differs is the rest of the
-/// layer (attention, RoPE, norms, SwiGLU), written out here and done by candle ops there.
+/// layer (attention, RoPE, norms, SwiGLU, and the f16 KV cache), written out here and done by
+/// candle ops there.
 #[test]
 fn kernels_agree_with_candle_ops() -> Result<()> {
     let mut fast = model()?;
@@ -33,10 +34,11 @@ fn kernels_agree_with_candle_ops() -> Result<()> {
     let all_b = rows(slow.forward(&prompt, Logits::All)?)?;
     let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     // The prefill (and its 40 rows of logits) runs the same f32 GEMMs in both: only our
-    // attention, RoPE, norms and SwiGLU differ from candle's, and must agree to float rounding.
+    // attention, RoPE, norms and SwiGLU differ from candle's, and our KV cache holds f16
+    // (candle's here f32): they agree to that rounding (measured 0.012; f32 cache: 1e-4).
     let d0 = all_a.iter().zip(&all_b).map(|(a, b)| diff(a, b)).fold(0f32, f32::max);
     eprintln!("prefill, all 40 positions: max |kernels - candle| = {d0}");
-    assert!(d0 < 1e-3, "prefill logits differ by {d0}");
+    assert!(d0 < 0.05, "prefill logits differ by {d0}");
     let mut a = all_a[39].clone();
     let mut b = all_b[39].clone();
     let mut worst = 0f32;

@@ -1,17 +1,16 @@
 //! Greedy decoding against llama.cpp's greedy output on the same GGUF and prompts
 //! (tests/data/llama/llamacpp_greedy.json, made by scripts/reference/llamacpp_greedy.sh).
 //!
-//! Both quantize activations to 8 bits, but with different kernels (and llama.cpp keeps the
-//! KV cache in f16), so at a near-tie the arg-max can flip and the texts part ways from there.
-//! Measured: with our first kernels 1 of 6 prompts was identical for 64 tokens; with the
-//! current ones (dense prefill GEMM, row-by-row attention for short batches) none is, and
-//! the prompts agree for 22, 6, 44, 5, 8 and 19 tokens. Checked against the exact float64
-//! numpy reference (scripts/reference/llama_numpy.py): at "The capital of Japan is" the
-//! exact model follows llama.cpp, at "import numpy as np" it follows us, so neither is the
-//! exact one; both are within 8-bit activation noise, and which near-tie flips depends on
-//! kernel details. This test pins the state (no regression below it): every prompt agrees
-//! for at least its first 5 tokens and on average for at least 12. Matching llama.cpp token
-//! for token needs our own kernels with its quantization and accumulation order (issue 8).
+//! Both quantize activations to 8 bits per row the same way and keep the KV cache in f16,
+//! but sum in different orders (and llama.cpp's CPU flash attention accumulates V in f16),
+//! so at a near-tie the arg-max can flip and the texts part ways from there. Measured with
+//! our kernels (sapient-tensor `kernels`, the plain-buffer CPU forward): 1 of 6 prompts is
+//! identical for 64 tokens and the others agree for 36, 6, 27, 8 and 19 tokens (mean 26.7;
+//! with an f32 KV cache the mean was 12.2, with candle's kernels 17). Checked against the
+//! exact float64 numpy reference (scripts/reference/llama_numpy.py): at such near-ties
+//! neither side is "the" exact one; both are within 8-bit activation noise. This test pins
+//! the state (no regression below it): every prompt agrees for at least its first 5 tokens,
+//! at least one prompt is identical, and the mean agreement is at least 20 tokens.
 
 use anyhow::Result;
 use candle_core::Device;
@@ -69,6 +68,7 @@ fn greedy_matches_llama_cpp() -> Result<()> {
     eprintln!("diverging prompts agree for {prefixes:?} tokens");
     let mean = (prefixes.iter().sum::<usize>() + 64 * full) as f64 / cases.len() as f64;
     eprintln!("mean agreement {mean:.1} tokens");
-    assert!(mean >= 12.0, "mean agreement {mean:.1} tokens");
+    assert!(mean >= 20.0, "mean agreement {mean:.1} tokens");
+    assert!(full >= 1, "no prompt identical to llama.cpp for 64 tokens");
     Ok(())
 }

@@ -498,6 +498,47 @@ pub unsafe fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
     s
 }
 
+/// Dot product of f32 `x` with f16 `y` (raw bits), equal lengths.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_f32_f16(x: &[f32], y: &[u16]) -> f32 {
+    let n = x.len().min(y.len());
+    let (px, py) = (x.as_ptr(), y.as_ptr());
+    let mut a0 = _mm256_setzero_ps();
+    let mut a1 = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 16 <= n {
+        let y0 = _mm256_cvtph_ps(_mm_loadu_si128(py.add(i) as *const __m128i));
+        let y1 = _mm256_cvtph_ps(_mm_loadu_si128(py.add(i + 8) as *const __m128i));
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(px.add(i)), y0, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(px.add(i + 8)), y1, a1);
+        i += 16;
+    }
+    let mut s = hsum_ps(_mm256_add_ps(a0, a1));
+    while i < n {
+        s += *px.add(i) * half::f16::from_bits(*py.add(i)).to_f32();
+        i += 1;
+    }
+    s
+}
+
+/// `y += a * x` with f16 `x` (raw bits).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
+    let n = x.len().min(y.len());
+    let (px, py) = (x.as_ptr(), y.as_mut_ptr());
+    let va = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i + 8 <= n {
+        let xv = _mm256_cvtph_ps(_mm_loadu_si128(px.add(i) as *const __m128i));
+        _mm256_storeu_ps(py.add(i), _mm256_fmadd_ps(va, xv, _mm256_loadu_ps(py.add(i))));
+        i += 8;
+    }
+    while i < n {
+        *py.add(i) += a * half::f16::from_bits(*px.add(i)).to_f32();
+        i += 1;
+    }
+}
+
 /// `y += a * x`.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {

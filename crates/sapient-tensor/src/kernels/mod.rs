@@ -203,6 +203,37 @@ pub fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
     x.iter().zip(y).map(|(a, b)| a * b).sum()
 }
 
+/// Dot product of f32 `x` with f16 `y` (raw bits, as in an f16 KV cache).
+#[inline]
+pub fn dot_f32_f16(x: &[f32], y: &[u16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2, FMA and F16C are present.
+        return unsafe { avx2::dot_f32_f16(x, y) };
+    }
+    x.iter().zip(y).map(|(a, b)| a * half::f16::from_bits(*b).to_f32()).sum()
+}
+
+/// `y += a * x` with f16 `x` (raw bits).
+#[inline]
+pub fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2, FMA and F16C are present.
+        return unsafe { avx2::axpy_f16(a, x, y) };
+    }
+    for (yi, xi) in y.iter_mut().zip(x) {
+        *yi += a * half::f16::from_bits(*xi).to_f32();
+    }
+}
+
+/// Round f32 values to f16 (raw bits), e.g. into an f16 KV cache.
+pub fn f32_to_f16(x: &[f32], out: &mut [u16]) {
+    for (o, v) in out.iter_mut().zip(x) {
+        *o = half::f16::from_f32(*v).to_bits();
+    }
+}
+
 /// `y += a * x`.
 #[inline]
 pub fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {

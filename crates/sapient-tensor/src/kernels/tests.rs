@@ -257,3 +257,22 @@ fn f32_helpers() {
         assert!(close(*zi, yi + 0.5 * xi, 1e-6));
     }
 }
+
+#[test]
+fn f16_helpers() {
+    let x = data(45, 3);
+    let y = data(45, 4);
+    let mut yh = vec![0u16; 45];
+    f32_to_f16(&y, &mut yh);
+    let yr: Vec<f32> = yh.iter().map(|b| half::f16::from_bits(*b).to_f32()).collect();
+    for (a, b) in y.iter().zip(&yr) {
+        assert!((a - b).abs() <= a.abs() * 1e-3 + 1e-7, "{a} vs {b}");
+    }
+    let want: f32 = x.iter().zip(&yr).map(|(a, b)| a * b).sum();
+    assert!(close(dot_f32_f16(&x, &yh), want, 1e-5));
+    let mut z = x.clone();
+    axpy_f16(-0.25, &yh, &mut z);
+    for ((zi, xi), yi) in z.iter().zip(&x).zip(&yr) {
+        assert!(close(*zi, xi - 0.25 * yi, 1e-6));
+    }
+}
