@@ -41,6 +41,10 @@ pub struct TranscribeArgs {
     /// Word-level timestamps (in the json output).
     #[arg(long)]
     word_timestamps: bool,
+    /// Read the file as a stream through Silero VAD and transcribe each voiced stretch as
+    /// soon as it closes (what a live source does); segments are printed as they come.
+    #[arg(long)]
+    stream: bool,
     /// text, srt, vtt or json.
     #[arg(short, long, default_value = "text")]
     format: String,
@@ -71,16 +75,25 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         temperatures: if args.no_fallback { vec![0.0] } else { TranscribeOptions::default().temperatures },
         ..Default::default()
     };
-    let audio = sapient_audio::decode_file(&args.file)
-        .with_context(|| format!("reading {}", args.file.display()))?
-        .into_16k()?;
     let start = std::time::Instant::now();
     let verbose = args.verbose;
-    let r = t.transcribe_with(&audio.samples, &opts, &mut |s| {
-        if verbose {
+    let stream = args.stream;
+    let mut print = |s: &sapient_whisper::Segment| {
+        if verbose || stream {
             eprintln!("[{:7.2} -> {:7.2}] {}", s.start, s.end, s.text.trim());
         }
-    })?;
+    };
+    let r = if args.stream {
+        let vad_file = sapient_hub::Hub::new()?.fetch_preset("silero-vad", &mut |p| bars.update(p))?.file("onnx")?.to_path_buf();
+        let vad = sapient_audio::SileroVad::load(&vad_file, &candle_core::Device::Cpu)?;
+        let file = sapient_audio::FileStream::open(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+        t.transcribe_stream(file, vad, sapient_whisper::default_vad_options(), &opts, &mut print)?
+    } else {
+        let audio = sapient_audio::decode_file(&args.file)
+            .with_context(|| format!("reading {}", args.file.display()))?
+            .into_16k()?;
+        t.transcribe_with(&audio.samples, &opts, &mut print)?
+    };
     let secs = start.elapsed().as_secs_f64();
     if verbose {
         eprintln!(

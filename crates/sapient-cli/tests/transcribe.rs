@@ -52,6 +52,22 @@ fn transcribe_json_and_srt() {
 }
 
 #[test]
+fn transcribe_stream_through_the_vad() {
+    let exe = env!("CARGO_BIN_EXE_sapient");
+    let out = Command::new(exe)
+        .args(["transcribe", "--stream", "--beam", "1", "--format", "vtt"])
+        .arg(clip())
+        .output()
+        .expect("run sapient");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let vtt = String::from_utf8_lossy(&out.stdout);
+    assert!(vtt.starts_with("WEBVTT"), "{vtt}");
+    assert!(words(&vtt).ends_with(&words("he might even have been made amiable himself")), "{vtt}");
+    // segments are reported on stderr as they are decided
+    assert!(String::from_utf8_lossy(&out.stderr).contains("He might even have been made amiable himself"));
+}
+
+#[test]
 fn transcribe_errors_are_reported() {
     let exe = env!("CARGO_BIN_EXE_sapient");
     let out = Command::new(exe).args(["transcribe", "--format", "doc"]).arg(clip()).output().unwrap();

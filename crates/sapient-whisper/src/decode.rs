@@ -114,7 +114,23 @@ fn logsumexp(x: &[f32]) -> f32 {
     if m == f32::NEG_INFINITY {
         return m;
     }
-    m + (x.iter().map(|&v| ((v - m) as f64).exp()).sum::<f64>().ln() as f32)
+    // f32 terms (vectorised), summed in f64 blocks
+    let s: f64 = x.chunks(1024).map(|c| c.iter().map(|&v| (v - m).exp()).sum::<f32>() as f64).sum();
+    m + s.ln() as f32
+}
+
+/// Indices of the `k` largest values, largest first (ties: lower index first).
+fn top_k(x: &[f32], k: usize) -> Vec<usize> {
+    let mut best: Vec<usize> = Vec::with_capacity(k + 1);
+    for (i, &v) in x.iter().enumerate() {
+        if best.len() == k && v <= x[best[k - 1]] {
+            continue;
+        }
+        let pos = best.iter().position(|&b| v > x[b]).unwrap_or(best.len());
+        best.insert(pos, i);
+        best.truncate(k);
+    }
+    best
 }
 
 /// Small deterministic generator for sampling (splitmix64).
@@ -217,10 +233,10 @@ impl Filters {
                 }
             }
         }
-        // a timestamp when their total probability beats every text token
-        let lp = log_softmax(logits);
-        let ts = logsumexp(&lp[tb..]);
-        let text_max = lp[..tb].iter().copied().fold(ninf, f32::max);
+        // a timestamp when their total probability beats every text token (compared in
+        // logits: both sides would subtract the same normaliser)
+        let ts = logsumexp(&logits[tb..]);
+        let text_max = logits[..tb].iter().copied().fold(ninf, f32::max);
         if ts > text_max {
             logits[..tb].fill(ninf);
         }
@@ -339,17 +355,14 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
             // candidates: each beam's top beam_size + 1 continuations
             let mut scores: HashMap<Vec<u32>, (f32, usize)> = HashMap::new();
             for (j, row) in logits_rows.iter().enumerate() {
-                let lp = log_softmax(row);
-                let mut idx: Vec<usize> = (0..lp.len()).collect();
-                let k = (beam_size + 1).min(idx.len());
-                idx.select_nth_unstable_by(k - 1, |&a, &b| lp[b].total_cmp(&lp[a]));
-                for &t in &idx[..k] {
-                    if lp[t] == f32::NEG_INFINITY {
+                let lse = logsumexp(row);
+                for t in top_k(row, beam_size + 1) {
+                    if row[t] == f32::NEG_INFINITY {
                         continue;
                     }
                     let mut s = seqs[j].clone();
                     s.push(t as u32);
-                    scores.insert(s, (sum_logprobs[j] + lp[t], j));
+                    scores.insert(s, (sum_logprobs[j] + (row[t] - lse), j));
                 }
             }
             let mut ranked: Vec<(Vec<u32>, (f32, usize))> = scores.into_iter().collect();
@@ -396,7 +409,7 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
                     seqs[j].push(eot);
                     continue;
                 }
-                let lp = log_softmax(row);
+                let lse = logsumexp(row);
                 let t = if opts.temperature > 0.0 {
                     let scaled: Vec<f32> = row.iter().map(|&v| v / opts.temperature).collect();
                     let p: Vec<f64> = log_softmax(&scaled).iter().map(|&v| (v as f64).exp()).collect();
@@ -413,7 +426,7 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
                 } else {
                     (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best })
                 };
-                sum_logprobs[j] += lp[t];
+                sum_logprobs[j] += row[t] - lse;
                 seqs[j].push(t as u32);
             }
             completed = seqs.iter().all(|s| s.last() == Some(&eot));

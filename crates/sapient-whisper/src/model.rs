@@ -395,6 +395,14 @@ impl Whisper {
 
     /// Logits [N, vocab] (f32) of hidden rows [N, d].
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        Ok(hidden.matmul(&self.embed.t()?)?.to_dtype(DType::F32)?)
+        let rows = hidden.dim(0)?;
+        let l = if rows <= 16 {
+            // few rows (decoding steps): the embedding as the row-major left operand, so the
+            // GEMM streams it once instead of packing a transposed copy
+            self.embed.matmul(&hidden.t()?.contiguous()?)?.t()?.contiguous()?
+        } else {
+            hidden.matmul(&self.embed.t()?)?
+        };
+        Ok(l.to_dtype(DType::F32)?)
     }
 }
