@@ -145,3 +145,27 @@ fn fast_forward_keeps_the_output_and_skips_forwards() -> Result<()> {
     assert_eq!(a.finish, FinishReason::Eos);
     Ok(())
 }
+
+/// kalosm's blog example end to end: a derived type, its grammar, the model, the typed value.
+#[derive(Debug, sapient_sample::Schema, sapient_sample::Parse)]
+struct Character {
+    #[parse(pattern = r"^[A-Z][a-z]{1,10} [A-Z][a-z]{1,10}$")]
+    name: String,
+    #[parse(range = 1..=100)]
+    age: u8,
+    #[parse(max_len = 80)]
+    description: String,
+}
+
+#[test]
+fn derived_character_end_to_end() -> Result<()> {
+    use sapient_sample::Parse;
+    let g = Character::grammar()?;
+    let cfg = GenerationConfig { constraint: Some(g), ..GenerationConfig::default().max_tokens(150) };
+    let out = pipeline().chat(&ask("Create a fantasy character as JSON."), &cfg)?;
+    eprintln!("{}", out.text);
+    assert_eq!(out.finish, FinishReason::Eos);
+    let c = Character::parse(&out.text)?;
+    assert!(is_name(&c.name) && (1..=100).contains(&c.age) && c.description.chars().count() <= 80, "{c:?}");
+    Ok(())
+}

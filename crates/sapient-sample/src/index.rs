@@ -42,14 +42,17 @@ pub struct TokenIndex {
 
 static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// Tokens that leave a lexeme at the same place: (DFA state before the boundary byte, the
+/// byte, [(rest of the token after the byte, token ids)]).
+pub(crate) type BoundaryGroup = (u32, u8, Vec<(Vec<u8>, Vec<u32>)>);
+
 /// For one DFA state: the tokens that stay inside the lexeme (allowed whatever the parse
 /// stack below holds) and, grouped by where they leave it, the tokens that complete the
 /// lexeme part-way (checked against the full state at mask time).
 #[derive(Debug)]
 pub(crate) struct LexemeTokens {
     pub inner: TokenMask,
-    /// (DFA state before the boundary byte, the byte, [(rest of the token, token ids)])
-    pub groups: Vec<(u32, u8, Vec<(Vec<u8>, Vec<u32>)>)>,
+    pub groups: Vec<BoundaryGroup>,
 }
 
 impl TokenIndex {

@@ -21,9 +21,13 @@ mod constraint;
 mod dfa;
 mod index;
 mod schema;
+pub mod typed;
 
 pub use constraint::{Constraint, Expr, Frame, Grammar, GrammarError, GrammarState, JsonOptions};
 pub use index::{Matcher, MatcherStats, TokenIndex, TokenMask};
+/// `#[derive(Schema, Parse)]` (the traits of the same names are in [`typed`]).
+pub use sapient_derive::{Parse, Schema};
+pub use typed::{Parse, ParseError, Schema};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
