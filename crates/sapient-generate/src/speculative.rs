@@ -67,7 +67,14 @@ impl<M: CausalLm> Proposer for DraftModel<'_, M> {
         // Catch up on everything the draft has not seen (all but nothing: we feed the last token too).
         let have = self.model.cache_len().min(seq.len().saturating_sub(1));
         self.model.truncate(have);
-        let mut logits = self.model.forward_last(&seq[have..])?;
+        // Feed all but the last token as one batch and the last alone, as the Pipeline
+        // prefills the target: a long batch runs a dense GEMM whose rounding differs from
+        // the single-row kernels, and the draft should see what the target sees.
+        let last = seq.len().saturating_sub(1).max(have);
+        if last > have {
+            self.model.forward_last(&seq[have..last])?;
+        }
+        let mut logits = self.model.forward_last(&seq[last..])?;
         let mut hist = seq.to_vec();
         let mut tokens = Vec::with_capacity(k);
         let mut dists = Vec::with_capacity(k);
