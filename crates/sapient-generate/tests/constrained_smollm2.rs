@@ -50,7 +50,9 @@ fn character_json_schema_greedy_and_sampled() -> Result<()> {
         configs.push(GenerationConfig::default().sampling(SamplerConfig { temperature: 0.9, top_p: Some(0.95), seed: Some(seed), ..Default::default() }));
     }
     for cfg in configs {
-        let cfg = cfg.max_tokens(200).constrain(grammar.clone());
+        // Enough tokens for the longest text the grammar allows (one byte per token), so every
+        // run must end with the grammar complete whatever the model writes.
+        let cfg = cfg.max_tokens(700).constrain(grammar.clone());
         let g = p.chat(&q, &cfg)?;
         eprintln!("{} tokens, {:.1} tok/s: {}", g.tokens.len(), g.stats.decode_tokens_per_s(), g.text);
         assert_eq!(g.finish, FinishReason::Eos, "the grammar completes: {:?}", g.text);

@@ -299,13 +299,20 @@ fn top_candidates(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
 impl Sampler {
     /// Pick the next token under a constraint and advance `matcher` by it.
     ///
-    /// Greedy: the best candidates are checked in logit order (only their own bytes are
-    /// walked) and the first allowed one is taken; the full mask is computed only when none
-    /// of the best [`GREEDY_CANDIDATES`] is allowed. Sampling: a token is drawn from the
-    /// filtered distribution (temperature, top-k, top-p, min-p as in [`Sampler::sample`]);
-    /// a disallowed draw is removed and the draw repeated, so the result follows the
-    /// filtered distribution restricted to allowed tokens. If no filtered candidate is
-    /// allowed, the full mask is applied to the logits and the chain runs again on them.
+    /// The result follows the chain of [`Sampler::sample`] applied to the logits with every
+    /// disallowed token masked out first (so top-k keeps the k best *allowed* tokens), but
+    /// without computing the mask in the common case:
+    /// - greedy: the best candidates are checked in logit order (only their own bytes are
+    ///   walked) and the first allowed one is taken; the full mask is computed only when
+    ///   none of the best [`GREEDY_CANDIDATES`] is allowed;
+    /// - top-k / top-p: the best candidates are checked in order until the filtered set of
+    ///   allowed tokens is decided whatever the unchecked tokens are (top-p uses bounds on the
+    ///   allowed mass), then the draw is made from it;
+    /// - otherwise (temperature, min-p): draws are made from the distribution and a
+    ///   disallowed draw is removed and redrawn, which samples the masked distribution exactly.
+    ///
+    /// When that does not settle within 64 candidates or 16 draws, the mask is applied to the
+    /// logits and the ordinary chain runs on them.
     pub fn sample_constrained<C: Constraint>(&mut self, logits: &mut [f32], history: &[u32], matcher: &mut Matcher<C>) -> Result<u32> {
         apply_penalties(logits, history, &self.cfg);
         for (&t, &b) in &self.cfg.logit_bias {
@@ -350,34 +357,138 @@ impl Sampler {
         last
     }
 
+    /// Mask-then-filter sampling, checking candidates lazily (see `sample_constrained`).
     fn draw_constrained<C: Constraint>(&mut self, logits: &mut [f32], m: &mut Matcher<C>) -> Result<u32> {
-        let dist = filtered_distribution(logits, &self.cfg)?;
-        let mut rejected = vec![false; dist.len()];
-        let mut mass = 1f32;
-        for _ in 0..MAX_REJECTIONS.min(dist.len()) {
-            let Some(i) = self.draw(&dist, mass, &rejected) else { break };
-            if m.allows(dist[i].0)? {
-                return Ok(dist[i].0);
+        let cfg = self.cfg.clone();
+        let t = cfg.temperature.max(f32::MIN_POSITIVE);
+        let cands = top_candidates(logits, WALK_CANDIDATES);
+        let Some(&(_, max)) = cands.first() else { return Err(Error::NoCandidates) };
+        // Probabilities over the whole vocabulary (one pass for the normaliser).
+        let z: f64 = logits.iter().filter(|l| l.is_finite()).map(|&l| (((l - max) / t) as f64).exp()).sum();
+        let prob = |l: f32| (((l - max) / t) as f64).exp() / z;
+        let top_p = cfg.top_p.filter(|&p| p < 1.0).map(f64::from);
+        if cfg.top_k.is_some() || top_p.is_some() {
+            // Walk candidates best first, keep the allowed ones, stop once the filtered set
+            // over allowed tokens cannot change whatever the unvisited tokens are.
+            let mut valid: Vec<(u32, f64)> = Vec::new();
+            let mut visited = 0f64;
+            for &(id, l) in &cands {
+                visited += prob(l);
+                if m.allows(id)? {
+                    valid.push((id, prob(l)));
+                } else {
+                    continue;
+                }
+                if let Some(set) = decided(&valid, (1.0 - visited).max(0.0), cfg.top_k, top_p, cfg.min_p) {
+                    return self.draw_f64(&set);
+                }
             }
-            rejected[i] = true;
-            mass -= dist[i].1;
-            if mass <= 0.0 {
-                break;
+            tracing::trace!("filtered set not decided by the best candidates: full mask");
+        } else {
+            // No top-k/top-p: rejection from the distribution, truncated by min-p relative
+            // to the best allowed token, is exact.
+            let mut first: Option<f64> = None;
+            for &(id, l) in &cands {
+                if m.allows(id)? {
+                    first = Some(prob(l));
+                    break;
+                }
             }
+            if let Some(p_first) = first {
+                let threshold = cfg.min_p.map_or(0.0, |mp| mp as f64 * p_first);
+                let dist: Vec<(u32, f64)> =
+                    filtered_distribution(logits, &SamplerConfig { min_p: None, ..cfg.clone() })?
+                        .into_iter()
+                        .map(|(i, _)| (i, prob(logits[i as usize])))
+                        .filter(|c| c.1 >= threshold)
+                        .collect();
+                let mut rejected = vec![false; dist.len()];
+                let mut mass: f64 = dist.iter().map(|c| c.1).sum();
+                for _ in 0..MAX_REJECTIONS {
+                    let r = self.rng.random::<f64>() * mass;
+                    let mut acc = 0f64;
+                    let mut pick = None;
+                    for (i, c) in dist.iter().enumerate() {
+                        if rejected[i] {
+                            continue;
+                        }
+                        acc += c.1;
+                        pick = Some(i);
+                        if r < acc {
+                            break;
+                        }
+                    }
+                    let Some(i) = pick else { break };
+                    if m.allows(dist[i].0)? {
+                        return Ok(dist[i].0);
+                    }
+                    rejected[i] = true;
+                    mass -= dist[i].1;
+                    if mass <= 0.0 {
+                        break;
+                    }
+                }
+            }
+            tracing::trace!("too many rejected draws: full mask");
         }
-        let mask = m.mask()?;
-        let allowed: Vec<(u32, f32)> = dist.iter().copied().filter(|&(t, _)| mask.is_allowed(t)).collect();
-        if !allowed.is_empty() {
-            let total: f32 = allowed.iter().map(|c| c.1).sum();
-            if let Some(i) = self.draw(&allowed, total, &[]) {
-                return Ok(allowed[i].0);
-            }
-        }
-        tracing::trace!("no filtered candidate allowed: masking before the chain");
-        mask.apply(logits);
-        let dist = filtered_distribution(logits, &self.cfg)?;
+        m.mask()?.apply(logits);
+        let dist = filtered_distribution(logits, &cfg)?;
         self.draw(&dist, 1.0, &[]).map(|i| dist[i].0).ok_or(Error::NoCandidates)
     }
+
+    fn draw_f64(&mut self, set: &[(u32, f64)]) -> Result<u32> {
+        let total: f64 = set.iter().map(|c| c.1).sum();
+        let r = self.rng.random::<f64>() * total;
+        let mut acc = 0f64;
+        for &(t, p) in set {
+            acc += p;
+            if r < acc {
+                return Ok(t);
+            }
+        }
+        set.last().map(|c| c.0).ok_or(Error::NoCandidates)
+    }
+}
+
+/// Candidates walked before a sampled constrained step computes the full mask.
+const WALK_CANDIDATES: usize = 64;
+
+/// Given the allowed candidates found so far (best first, unnormalised probabilities) and
+/// the probability mass not yet visited, the final filtered set (top-k, then top-p on the
+/// renormalised allowed distribution, then min-p) if it no longer depends on the unvisited
+/// tokens.
+fn decided(valid: &[(u32, f64)], rest: f64, top_k: Option<usize>, top_p: Option<f64>, min_p: Option<f32>) -> Option<Vec<(u32, f64)>> {
+    let (set, k_full) = match top_k {
+        Some(k) if valid.len() >= k => (&valid[..k], true),
+        _ => (valid, false),
+    };
+    let a: f64 = set.iter().map(|c| c.1).sum();
+    let (v_lo, v_hi) = if k_full { (a, a) } else { (a, a + rest) };
+    let cut = |v: f64| -> Option<usize> {
+        match top_p {
+            None => k_full.then_some(set.len()),
+            Some(p) => {
+                let mut acc = 0f64;
+                for (i, c) in set.iter().enumerate() {
+                    acc += c.1;
+                    if acc >= p * v {
+                        return Some(i + 1);
+                    }
+                }
+                k_full.then_some(set.len())
+            }
+        }
+    };
+    let n = cut(v_hi)?;
+    if cut(v_lo)? != n {
+        return None;
+    }
+    let mut out = set[..n].to_vec();
+    if let Some(mp) = min_p {
+        let threshold = out[0].1 * mp as f64;
+        out.retain(|c| c.1 >= threshold);
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -577,6 +688,44 @@ mod tests {
         for _ in 0..20 {
             assert_eq!(s.sample_constrained(&mut logits.clone(), &[], &mut m).unwrap(), 2);
             m.rollback(1).unwrap();
+        }
+    }
+
+    #[test]
+    fn constrained_sampling_masks_before_the_filters() {
+        // Allowed: "b", "d" and the filler tokens x10..x19 (ids 15..=24), and x1.
+        let idx = small_index();
+        let g = std::sync::Arc::new(Grammar::regex("[bd]|x1[0-9]").unwrap());
+        let logits: Vec<f32> = (0..45).map(|i| ((i * 37 % 45) as f32 / 9.0) - if i == 0 { 50.0 } else { 0.0 }).collect();
+        // (x1, a prefix of x10..x19, is allowed too.)
+        let mask = Matcher::new(g.clone(), idx.clone()).mask().unwrap();
+        assert_eq!(mask.iter().collect::<Vec<_>>(), [2, 4, 6].into_iter().chain(15..=24).collect::<Vec<u32>>());
+        let mut masked = logits.clone();
+        mask.apply(&mut masked);
+        let configs = [
+            SamplerConfig { temperature: 1.0, top_k: Some(3), ..Default::default() },
+            SamplerConfig { temperature: 0.7, top_p: Some(0.6), ..Default::default() },
+            SamplerConfig { temperature: 1.3, top_k: Some(5), top_p: Some(0.8), min_p: Some(0.2), ..Default::default() },
+            SamplerConfig { temperature: 1.0, min_p: Some(0.3), ..Default::default() },
+            SamplerConfig { temperature: 2.0, ..Default::default() },
+        ];
+        for (ci, cfg) in configs.into_iter().enumerate() {
+            let expected = filtered_distribution(&masked, &cfg).unwrap();
+            let mut s = Sampler::new(SamplerConfig { seed: Some(ci as u64), ..cfg.clone() }).unwrap();
+            let mut m = Matcher::new(g.clone(), idx.clone());
+            let n = 20000;
+            let mut counts = vec![0usize; 45];
+            for _ in 0..n {
+                let t = s.sample_constrained(&mut logits.clone(), &[], &mut m).unwrap();
+                counts[t as usize] += 1;
+                m.rollback(1).unwrap();
+            }
+            for (t, &c) in counts.iter().enumerate() {
+                let want = expected.iter().find(|e| e.0 == t as u32).map_or(0.0, |e| e.1 as f64);
+                let got = c as f64 / n as f64;
+                assert!((got - want).abs() < 0.015, "config {ci}: token {t}: {got} vs {want}");
+            }
+            assert!(m.stats().masks_computed <= 1, "config {ci}: {:?}", m.stats());
         }
     }
 
