@@ -16,6 +16,7 @@
 mod pipeline;
 pub mod speculative;
 mod stream;
+pub mod task;
 
 pub use pipeline::{
     Drafter, FinishReason, Generation, GenerationConfig, GenerationStats, ModelInfo, Pipeline, PipelineOptions,
@@ -25,6 +26,7 @@ pub use sapient_sample::{Expr, Grammar, JsonOptions, SamplerConfig};
 pub use sapient_tensor::DeviceRequest;
 pub use sapient_tokenizers::Message;
 pub use stream::TextStream;
+pub use task::{Task, TaskBuilder, TaskStream};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -55,6 +57,8 @@ pub enum Error {
     EmptyPrompt,
     #[error("not supported: {0}")]
     Unsupported(&'static str),
+    #[error(transparent)]
+    Parse(#[from] sapient_sample::ParseError),
     #[error("the generation worker stopped unexpectedly: {0}")]
     Worker(String),
 }

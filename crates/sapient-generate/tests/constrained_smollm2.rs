@@ -171,3 +171,24 @@ fn derived_character_end_to_end() -> Result<()> {
     assert!(is_name(&c.name) && (1..=100).contains(&c.age) && c.description.chars().count() <= 80, "{c:?}");
     Ok(())
 }
+
+#[test]
+fn typed_task_streams_then_parses() -> Result<()> {
+    use sapient_generate::Task;
+    let task = Task::builder_for::<Character>("You are a helpful assistant. You describe characters as JSON.").build()?;
+    let mut stream = task.run("A wise old wizard.", pipeline());
+    let mut printed = String::new();
+    while let Some(chunk) = stream.blocking_next() {
+        printed.push_str(&chunk);
+    }
+    let c = stream.result_blocking()?;
+    eprintln!("{printed}");
+    assert!(printed.contains(&c.name), "the streamed text is the parsed value's source: {printed:?}");
+    assert!(is_name(&c.name) && (1..=100).contains(&c.age) && c.description.chars().count() <= 80, "{c:?}");
+    // The async way gives the same value (greedy), and run_blocking too.
+    let again = futures::executor::block_on(task.run("A wise old wizard.", pipeline()).result())?;
+    assert_eq!((again.name, again.age), (c.name.clone(), c.age));
+    let blocking = task.run_blocking("A wise old wizard.", pipeline())?;
+    assert_eq!(blocking.description, c.description);
+    Ok(())
+}
