@@ -266,6 +266,8 @@ thread_local! {
 const MAX_STACKS: usize = 512;
 /// Deepest stack; deeper nesting is rejected (a byte that would need it is not allowed).
 const MAX_DEPTH: usize = 2048;
+/// Distinct token rests leaving a lexeme above which its precomputed set is not used.
+const MAX_LEXEME_RESTS: usize = 4096;
 /// Expansion steps for one byte before `Loop`.
 const EXPAND_BUDGET: usize = 100_000;
 
@@ -815,6 +817,10 @@ impl Constraint for Grammar {
                 lt
             }
         };
+        if lt.num_rests > MAX_LEXEME_RESTS {
+            // Most tokens leave the lexeme at once (e.g. whitespace): the walk prunes faster.
+            return Ok(None);
+        }
         let mut mask = lt.inner.clone();
         let mut before = state.clone();
         let mut after = GrammarState::default();

@@ -53,6 +53,8 @@ pub(crate) type BoundaryGroup = (u32, u8, Vec<(Vec<u8>, Vec<u32>)>);
 pub(crate) struct LexemeTokens {
     pub inner: TokenMask,
     pub groups: Vec<BoundaryGroup>,
+    /// Distinct rests over all groups (the parser checks per mask).
+    pub num_rests: usize,
 }
 
 impl TokenIndex {
@@ -162,7 +164,8 @@ impl TokenIndex {
         }
         let mut groups: Vec<_> = groups.into_iter().map(|((p, b), m)| (p, b, m.into_iter().collect::<Vec<_>>())).collect();
         groups.sort_unstable_by_key(|g| (g.0, g.1));
-        LexemeTokens { inner, groups }
+        let num_rests = groups.iter().map(|g| g.2.len()).sum();
+        LexemeTokens { inner, groups, num_rests }
     }
 
     /// Compute the allowed tokens for `state` (EOS included when the state is complete).
@@ -252,6 +255,12 @@ impl TokenMask {
                 Some(i as u32 * 64 + b)
             })
         })
+    }
+    /// Add the tokens of `other` (same vocabulary size).
+    pub fn union_with(&mut self, other: &TokenMask) {
+        for (a, b) in self.bits.iter_mut().zip(&other.bits) {
+            *a |= *b;
+        }
     }
     /// Set the logits of disallowed tokens to -inf.
     pub fn apply(&self, logits: &mut [f32]) {
