@@ -411,11 +411,15 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
                 }
                 let lse = logsumexp(row);
                 let t = if opts.temperature > 0.0 {
-                    let scaled: Vec<f32> = row.iter().map(|&v| v / opts.temperature).collect();
-                    let p: Vec<f64> = log_softmax(&scaled).iter().map(|&v| (v as f64).exp()).collect();
-                    let mut u = rng.next_f64();
-                    let mut pick = p.iter().rposition(|&x| x > 0.0).unwrap_or(0);
-                    for (i, &pi) in p.iter().enumerate() {
+                    // softmax(row / T) without materialising it: the normaliser, then a scan
+                    let inv_t = 1.0 / opts.temperature;
+                    let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let w = |v: f32| ((v - m) * inv_t).exp();
+                    let z: f64 = row.chunks(1024).map(|c| c.iter().map(|&v| w(v)).sum::<f32>() as f64).sum();
+                    let mut u = rng.next_f64() * z;
+                    let mut pick = row.iter().rposition(|&v| v > f32::NEG_INFINITY).unwrap_or(0);
+                    for (i, &v) in row.iter().enumerate() {
+                        let pi = w(v) as f64;
                         if u < pi {
                             pick = i;
                             break;

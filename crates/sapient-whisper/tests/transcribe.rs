@@ -159,6 +159,19 @@ fn sampling_is_seeded_and_fallback_thresholds_apply() -> Result<()> {
 }
 
 #[test]
+fn initial_prompt_steers_the_spelling() -> Result<()> {
+    // alone, tiny.en hears "ill disposed" as "old-sposed"; a prompt that uses the word fixes it
+    let t = tiny();
+    let audio = clip("0880");
+    let plain = t.transcribe(&audio, &TranscribeOptions::default())?;
+    assert!(!normalize(&plain.text).contains(&"ill".to_string()), "{:?}", plain.text);
+    let o = TranscribeOptions { initial_prompt: Some("He was ill-disposed.".into()), ..Default::default() };
+    let r = t.transcribe(&audio, &o)?;
+    assert_eq!(normalize(&r.text), normalize(&reference("0880")), "{:?}", r.text);
+    Ok(())
+}
+
+#[test]
 fn output_formats() -> Result<()> {
     let t = tiny();
     let mut audio = clip("0880");
