@@ -308,7 +308,7 @@ impl Ct2Model {
             max_target_positions: dec_pos[0],
             ..WhisperConfig::default()
         };
-        cfg.validate().map_err(|e| bad(e))?;
+        cfg.validate().map_err(bad)?;
         if emb[1] != cfg.d_model {
             return Err(bad(format!("embedding width {} != d_model {}", emb[1], cfg.d_model)));
         }

@@ -315,7 +315,7 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
     if opts.beam_size == Some(0) || opts.best_of == Some(0) {
         return Err(Error::Options("beam_size and best_of must be at least 1".into()));
     }
-    if !(opts.temperature >= 0.0) {
+    if opts.temperature.is_nan() || opts.temperature < 0.0 {
         return Err(Error::Options(format!("temperature {} must be >= 0", opts.temperature)));
     }
     let n_group = match beam {

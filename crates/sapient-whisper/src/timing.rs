@@ -51,9 +51,7 @@ pub fn dtw(x: &[f32], n: usize, m: usize) -> Vec<(usize, usize)> {
             trace[i * w + j] = t;
         }
     }
-    for j in 0..=m {
-        trace[j] = 2;
-    }
+    trace[..=m].fill(2);
     for i in 0..=n {
         trace[i * w] = 1;
     }
@@ -84,10 +82,10 @@ fn median_filter(x: &mut [f32], rows: usize, cols: usize, w: usize) {
     let mut padded = vec![0f32; cols + 2 * p];
     for r in 0..rows {
         let row = &mut x[r * cols..(r + 1) * cols];
-        for k in 0..cols + 2 * p {
+        for (k, slot) in padded.iter_mut().enumerate() {
             let idx = k as isize - p as isize;
             let idx = if idx < 0 { -idx } else if idx >= cols as isize { 2 * (cols as isize - 1) - idx } else { idx };
-            padded[k] = row[idx as usize];
+            *slot = row[idx as usize];
         }
         for c in 0..cols {
             buf.copy_from_slice(&padded[c..c + w]);

@@ -236,7 +236,7 @@ impl Transcriber {
         if opts.temperatures.is_empty() {
             return Err(Error::Options("no temperature to decode with".into()));
         }
-        if let Some(&t) = opts.temperatures.iter().find(|t| !(**t >= 0.0)) {
+        if let Some(&t) = opts.temperatures.iter().find(|t| t.is_nan() || **t < 0.0) {
             return Err(Error::Options(format!("temperature {t} must be >= 0")));
         }
         if let Some(i) = samples.iter().position(|x| !x.is_finite()) {
