@@ -4,7 +4,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use sapient_generate::{
-    DeviceRequest, FinishReason, Generation, GenerationConfig, Message, Pipeline, PipelineOptions, Progress,
+    DeviceRequest, FinishReason, Generation, GenerationConfig, Grammar, Message, Pipeline, PipelineOptions, Progress,
     SamplerConfig,
 };
 use sapient_hub::Hub;
@@ -87,11 +87,32 @@ struct GenOpts {
     /// Print tokens/s and timings at the end.
     #[arg(long)]
     stats: bool,
+    /// Constrain the answer to match this regular expression.
+    #[arg(long, conflicts_with_all = ["json_schema", "json"])]
+    regex: Option<String>,
+    /// Constrain the answer to JSON valid against the JSON Schema in this file.
+    #[arg(long, conflicts_with = "json")]
+    json_schema: Option<std::path::PathBuf>,
+    /// Constrain the answer to be JSON (any value).
+    #[arg(long)]
+    json: bool,
 }
 
 impl GenOpts {
-    fn generation_config(&self) -> GenerationConfig {
-        GenerationConfig {
+    fn generation_config(&self) -> Result<GenerationConfig> {
+        let grammar = if let Some(r) = &self.regex {
+            Some(Grammar::regex(r).context("--regex")?)
+        } else if let Some(path) = &self.json_schema {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let schema: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+            Some(Grammar::json_schema(&schema).with_context(|| format!("JSON schema {}", path.display()))?)
+        } else if self.json {
+            Some(Grammar::json()?)
+        } else {
+            None
+        };
+        Ok(GenerationConfig {
+            constraint: grammar.map(std::sync::Arc::new),
             max_tokens: self.max_tokens,
             sampling: SamplerConfig {
                 temperature: self.temperature,
@@ -106,7 +127,7 @@ impl GenOpts {
             },
             stop: self.stop.clone(),
             ..GenerationConfig::default()
-        }
+        })
     }
 
     fn load(&self) -> Result<Pipeline> {
@@ -192,6 +213,9 @@ fn print_stats(g: &Generation) {
         s.time_to_first_token.as_secs_f64(),
         g.finish
     );
+    if s.forced_tokens > 0 {
+        eprintln!("[{} tokens forced by the constraint, fed without sampling]", s.forced_tokens);
+    }
 }
 
 fn stream_to_stdout(piece: &str) -> ControlFlow<()> {
@@ -217,7 +241,7 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Generate { prompt, opts, raw } => {
             let pipe = opts.load()?;
-            let cfg = opts.generation_config();
+            let cfg = opts.generation_config()?;
             let g = if raw || !pipe.info().has_chat_template {
                 pipe.generate_with(&prompt, &cfg, stream_to_stdout)?
             } else {
@@ -262,7 +286,7 @@ fn main() -> Result<()> {
 
 fn chat(opts: &GenOpts) -> Result<()> {
     let pipe = opts.load()?;
-    let cfg = opts.generation_config();
+    let cfg = opts.generation_config()?;
     let mut history = messages_with_system(&opts.system);
     let stdin = std::io::stdin();
     let interactive = std::io::IsTerminal::is_terminal(&stdin);

@@ -44,7 +44,16 @@ impl DfaTable {
                     .determinize_size_limit(Some(256 << 20)),
             )
             .build(pattern)
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(|e| {
+                // The innermost cause says what is wrong with the pattern.
+                let mut msg = e.to_string();
+                let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    msg = s.to_string();
+                    src = s.source();
+                }
+                bad(msg)
+            })?;
         let start = dfa
             .start_state(&start::Config::new().anchored(Anchored::Yes))
             .map_err(|e| bad(e.to_string()))?;
@@ -182,7 +191,10 @@ mod tests {
 
     #[test]
     fn errors_are_reported() {
-        assert!(matches!(DfaTable::new("(ab", &none), Err(GrammarError::InvalidRegex { .. })));
+        match DfaTable::new("(ab", &none) {
+            Err(GrammarError::InvalidRegex { message, .. }) => assert!(message.contains("unclosed group"), "{message}"),
+            other => panic!("{other:?}"),
+        }
         // Only a quote could match but quotes are forbidden.
         assert!(matches!(DfaTable::new("\"", &|b| b == b'"'), Err(GrammarError::Unsatisfiable(_))));
         assert!(DfaTable::new(r"[^\x00-\x{10FFFF}]", &none).is_err());
