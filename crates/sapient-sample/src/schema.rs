@@ -251,13 +251,18 @@ fn json_char() -> String {
     format!(r#"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]|{})"#, crate::constraint::JSON_UNICODE_ESCAPE)
 }
 
+const DATE: &str = r"[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-9]))";
+const DATE_TIME: &str = concat!(
+    r"[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-9]))",
+    r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+);
+
 fn format_regex(f: &str) -> Option<&'static str> {
     Some(match f {
-        "date" => r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])",
+        // Month lengths are respected; February 29 is allowed in every year.
+        "date" => DATE,
         "time" => r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?",
-        "date-time" => {
-            r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
-        }
+        "date-time" => DATE_TIME,
         "uuid" => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
         "email" => r"[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){1,8}",
         "ipv4" => r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
@@ -529,6 +534,17 @@ mod tests {
         assert!(ok(&g, &json!({"any": [1, {"thing": null}]})));
         let g = Grammar::json_schema(&json!({"type": "string", "pattern": "a+b"})).unwrap();
         assert!(ok(&g, &json!("xxaab!")) && !ok(&g, &json!("ba")));
+    }
+
+    #[test]
+    fn date_formats_respect_month_lengths() {
+        let g = Grammar::json_schema(&json!({"type": "string", "format": "date"})).unwrap();
+        for (d, want) in [("2024-02-29", true), ("2024-02-30", false), ("2024-04-31", false), ("2024-12-31", true), ("2024-13-01", false), ("2024-06-00", false)] {
+            assert_eq!(ok(&g, &json!(d)), want, "{d}");
+        }
+        let g = Grammar::json_schema(&json!({"type": "string", "format": "date-time"})).unwrap();
+        assert!(ok(&g, &json!("2024-11-30T23:59:59Z")) && ok(&g, &json!("2024-01-01T00:00:00.5+02:00")));
+        assert!(!ok(&g, &json!("2024-11-31T10:00:00Z")) && !ok(&g, &json!("2024-11-30T24:00:00Z")));
     }
 
     #[test]

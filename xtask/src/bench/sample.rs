@@ -32,6 +32,12 @@ pub struct Args {
     /// Model for the end-to-end constrained vs unconstrained run ("none" to skip).
     #[arg(long, default_value = "smollm2-135m-instruct")]
     pub e2e: String,
+    /// Also sample this many documents per schema (5 varied schemas) with the `--e2e` model
+    /// and validate them with Python's `jsonschema` (scripts/sample/validate_jsonschema.py).
+    #[arg(long, default_value_t = 0)]
+    pub validate: usize,
+    #[arg(long, default_value = "target/bench/sample-docs.jsonl")]
+    pub validate_out: PathBuf,
 }
 
 fn load_tokenizer(hub: &sapient_hub::Hub, preset: &str) -> Result<Tokenizer> {
@@ -209,6 +215,9 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     let e2e = if a.e2e == "none" { serde_json::Value::Null } else { end_to_end(&a.e2e)? };
+    if a.validate > 0 && a.e2e != "none" {
+        validate(&a.e2e, a.validate, &a.validate_out)?;
+    }
     let results = serde_json::json!({"masks": results, "end_to_end": e2e});
     if let Some(parent) = a.json.parent() {
         std::fs::create_dir_all(parent)?;
@@ -266,4 +275,115 @@ fn end_to_end(model: &str) -> Result<serde_json::Value> {
         out.push(serde_json::json!({"run": name, "tokens": r.tokens.len(), "tok_s": tps, "sampling_us_per_token": sampling_us, "forced": forced, "text": r.text}));
     }
     Ok(serde_json::Value::Array(out))
+}
+
+/// Varied real-world-like schemas, every string and array bounded so that any generation
+/// completes within the token limit.
+fn validation_schemas() -> Vec<(&'static str, serde_json::Value)> {
+    vec![
+        ("character", serde_json::json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "pattern": "^[A-Z][a-z]{1,10} [A-Z][a-z]{1,10}$"},
+                "age": {"type": "integer", "minimum": 1, "maximum": 100},
+                "description": {"type": "string", "maxLength": 100}
+            },
+            "required": ["name", "age", "description"]
+        })),
+        ("order", serde_json::json!({
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "pattern": "^ord-[0-9]{4}$"},
+                "customer": {"type": "object", "properties": {
+                    "name": {"type": "string", "maxLength": 30},
+                    "email": {"type": "string", "format": "email"}
+                }, "required": ["name", "email"]},
+                "items": {"type": "array", "minItems": 1, "maxItems": 3, "items": {
+                    "type": "object",
+                    "properties": {"sku": {"type": "string", "maxLength": 12}, "quantity": {"type": "integer", "minimum": 1, "maximum": 50}, "price": {"type": "number", "minimum": 0, "maximum": 10000}},
+                    "required": ["sku", "quantity", "price"]
+                }},
+                "status": {"enum": ["pending", "paid", "shipped"]}
+            },
+            "required": ["id", "customer", "items", "status"]
+        })),
+        ("weather", serde_json::json!({
+            "type": "object",
+            "properties": {
+                "station": {"type": "string", "maxLength": 24},
+                "time": {"type": "string", "format": "date-time"},
+                "lat": {"type": "number", "minimum": -90, "maximum": 90},
+                "lon": {"type": "number", "minimum": -180, "maximum": 180},
+                "temperature_c": {"type": "number", "minimum": -90, "maximum": 60},
+                "conditions": {"enum": ["clear", "cloudy", "rain", "snow", "fog"]},
+                "wind_kmh": {"type": ["integer", "null"], "minimum": 0, "maximum": 400}
+            },
+            "required": ["station", "time", "lat", "lon", "temperature_c", "conditions"]
+        })),
+        ("meeting", serde_json::json!({
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "minLength": 3, "maxLength": 40},
+                "date": {"type": "string", "format": "date"},
+                "attendees": {"type": "array", "minItems": 1, "maxItems": 3, "items": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string", "maxLength": 20}, "email": {"type": "string", "format": "email"}},
+                    "required": ["name"]
+                }},
+                "priority": {"type": "integer", "minimum": 1, "maximum": 5},
+                "location": {"anyOf": [{"type": "string", "maxLength": 30}, {"type": "null"}]},
+                "recurring": {"type": "boolean"}
+            },
+            "required": ["title", "date", "attendees", "priority"]
+        })),
+        ("menu", serde_json::json!({
+            "$defs": {"item": {"type": "object", "properties": {
+                "label": {"type": "string", "maxLength": 16},
+                "shortcut": {"type": "string", "pattern": "^Ctrl\\+[A-Z]$"},
+                "children": {"type": "array", "maxItems": 3, "items": {"$ref": "#/$defs/leaf"}}
+            }, "required": ["label"]},
+            "leaf": {"type": "object", "properties": {"label": {"type": "string", "maxLength": 16}, "enabled": {"type": "boolean"}}, "required": ["label", "enabled"]}},
+            "type": "array", "minItems": 1, "maxItems": 4, "items": {"$ref": "#/$defs/item"}
+        })),
+    ]
+}
+
+/// Sample `n` documents per schema, write them as JSONL and validate them with Python's
+/// `jsonschema` package.
+fn validate(model: &str, n: usize, out: &std::path::Path) -> Result<()> {
+    use sapient_generate::{GenerationConfig, Message, Pipeline, PipelineOptions, SamplerConfig};
+    use std::io::Write;
+    let p = Pipeline::load(model, PipelineOptions { max_seq_len: Some(2048), ..Default::default() }, |_| {})?;
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut f = std::io::BufWriter::new(std::fs::File::create(out)?);
+    println!("validation: {n} sampled documents per schema with {model} (temperature 0.8, top-p 0.95)");
+    for (name, schema) in validation_schemas() {
+        let g = Arc::new(Grammar::json_schema(&schema)?);
+        let msgs = [
+            Message::system("You are a helpful assistant that answers in JSON."),
+            Message::user(format!("Write a realistic example that follows this JSON schema:\n{schema}")),
+        ];
+        let t = Instant::now();
+        let mut tokens = 0usize;
+        for seed in 0..n as u64 {
+            let mut cfg = GenerationConfig::default()
+                .max_tokens(1024)
+                .sampling(SamplerConfig { temperature: 0.8, top_p: Some(0.95), seed: Some(seed), ..Default::default() });
+            cfg.constraint = Some(g.clone());
+            let r = p.chat(&msgs, &cfg)?;
+            tokens += r.tokens.len();
+            writeln!(f, "{}", serde_json::json!({"schema_name": name, "schema": schema, "text": r.text, "finish": format!("{:?}", r.finish)}))?;
+        }
+        println!("  {name}: {n} documents, {:.0} tokens on average, {:.1} s", tokens as f64 / n as f64, t.elapsed().as_secs_f64());
+    }
+    f.flush()?;
+    drop(f);
+    let status = std::process::Command::new("python3").arg("scripts/sample/validate_jsonschema.py").arg(out).status();
+    match status {
+        Ok(s) => anyhow::ensure!(s.success(), "jsonschema validation failed (see above)"),
+        Err(e) => println!("python3 not available ({e}); validate {} with scripts/sample/validate_jsonschema.py", out.display()),
+    }
+    Ok(())
 }
