@@ -38,6 +38,9 @@ pub struct TranscribeArgs {
     /// Text that the first window continues (names, spelling, style).
     #[arg(long)]
     initial_prompt: Option<String>,
+    /// Quantize the decoder at load: q8_0 (faster decoding steps) or none.
+    #[arg(long, default_value = "none")]
+    decoder_quant: String,
     /// Word-level timestamps (in the json output).
     #[arg(long)]
     word_timestamps: bool,
@@ -60,7 +63,13 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
     let format: OutputFormat = args.format.parse()?;
     let task: Task = args.task.parse()?;
     let mut bars = crate::Bars::default();
-    let t = Transcriber::load(&args.model, &candle_core::Device::Cpu, &mut |p| bars.update(p))
+    let quantize_decoder = match args.decoder_quant.as_str() {
+        "none" | "f32" => None,
+        "q8_0" => Some(candle_core::quantized::GgmlDType::Q8_0),
+        other => anyhow::bail!("--decoder-quant {other}: expected none or q8_0"),
+    };
+    let load = sapient_whisper::LoadOptions { quantize_decoder };
+    let t = Transcriber::load_with(&args.model, &candle_core::Device::Cpu, load, &mut |p| bars.update(p))
         .with_context(|| format!("loading {}", args.model))?;
     bars.finish();
     let opts = TranscribeOptions {

@@ -16,6 +16,32 @@
 //! [`TokenIndex`] computes token masks over a vocabulary trie; [`Matcher`] follows a
 //! generation token by token; [`Sampler::sample_constrained`] checks candidates in
 //! probability order and computes a full mask only when none of them is valid.
+//!
+//! ```
+//! use sapient_sample::{Expr, Grammar, Matcher, Sampler, SamplerConfig, TokenIndex};
+//! use std::sync::Arc;
+//!
+//! // A toy vocabulary (a real one comes from `Tokenizer::token_bytes`); id 0 ends the text.
+//! let vocab: Vec<Vec<u8>> = ["</s>", "{", "}", "\"", ":", "age", "name", " ", "4", "2", "x"]
+//!     .iter().map(|t| t.as_bytes().to_vec()).collect();
+//! let index = Arc::new(TokenIndex::new(vocab, &[0], &[]));
+//! let schema = serde_json::json!({"type": "object", "properties": {"age": {"type": "integer", "maximum": 120}}, "required": ["age"]});
+//! let grammar = Arc::new(Grammar::json_schema(&schema)?);
+//! let mut m = Matcher::new(grammar, index);
+//! let mut sampler = Sampler::new(SamplerConfig::greedy())?;
+//! let mut text = Vec::new();
+//! loop {
+//!     let mut logits = vec![0.0f32; 11];
+//!     logits[10] = 5.0; // the "model" wants "x", which is never allowed
+//!     logits[8] = 1.0;  // then "4"
+//!     let t = sampler.sample_constrained(&mut logits, &[], &mut m)?;
+//!     if t == 0 { break; }
+//!     text.extend_from_slice(m.index().token_bytes(t).unwrap_or_default());
+//! }
+//! let text = String::from_utf8(text).unwrap();
+//! assert_eq!(serde_json::from_str::<serde_json::Value>(&text)?["age"].as_u64().map(|a| a <= 120), Some(true));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod constraint;
 mod dfa;

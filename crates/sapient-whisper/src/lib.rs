@@ -41,4 +41,4 @@ pub use output::OutputFormat;
 pub use stream::{default_vad_options, StreamingTranscriber};
 pub use timing::Word;
 pub use tokenizer::WhisperTokenizer;
-pub use transcribe::{Segment, TranscribeOptions, Transcriber, Transcript};
+pub use transcribe::{LoadOptions, Segment, TranscribeOptions, Transcriber, Transcript};

@@ -52,6 +52,49 @@ impl WeightSource for TensorMap {
     }
 }
 
+/// A [`WeightSource`] that hands out the decoder's matrices (projections, MLP, and the token
+/// embedding, which is also the output projection) quantized, for sapient-tensor's
+/// quantized kernels in the decoding steps. Everything else passes through.
+pub struct QuantizeDecoder<'a> {
+    pub inner: &'a dyn WeightSource,
+    pub dtype: candle_core::quantized::GgmlDType,
+}
+
+impl QuantizeDecoder<'_> {
+    fn wants(&self, name: &str, shape: &[usize]) -> bool {
+        name.starts_with("model.decoder.")
+            && name.ends_with(".weight")
+            && !name.contains("embed_positions")
+            && shape.len() == 2
+            && shape[1] % self.dtype.block_size() == 0
+    }
+}
+
+impl WeightSource for QuantizeDecoder<'_> {
+    fn location(&self) -> &Path {
+        self.inner.location()
+    }
+    fn contains(&self, name: &str) -> bool {
+        self.inner.contains(name)
+    }
+    fn shape_of(&self, name: &str) -> Option<Vec<usize>> {
+        self.inner.shape_of(name)
+    }
+    fn load(&self, name: &str, device: &Device) -> sapient_tensor::Result<Weight> {
+        let w = self.inner.load(name, device)?;
+        match w {
+            Weight::Dense(t) if self.wants(name, t.dims()) => {
+                let q = candle_core::quantized::QTensor::quantize(&t.to_dtype(DType::F32)?, self.dtype)?;
+                Ok(Weight::Quantized(std::sync::Arc::new(q)))
+            }
+            w => Ok(w),
+        }
+    }
+    fn names(&self) -> Vec<String> {
+        self.inner.names()
+    }
+}
+
 struct Ctx<'a> {
     src: &'a dyn WeightSource,
     device: &'a Device,
@@ -201,6 +244,8 @@ pub struct Whisper {
     enc_layers: Vec<EncoderLayer>,
     enc_ln: LayerNorm,
     embed: Tensor,
+    /// The embedding as a quantized output projection (when the decoder is quantized).
+    proj: Option<Linear>,
     dec_pos: Tensor,
     dec_layers: Vec<DecoderLayer>,
     dec_ln: LayerNorm,
@@ -240,7 +285,12 @@ impl Whisper {
                 fc2: c.linear(&format!("{p}.fc2"), d, config.decoder_ffn_dim, true)?,
             });
         }
-        let embed = c.tensor("model.decoder.embed_tokens.weight", &[config.vocab_size, d])?;
+        let emb_w = src.load_checked("model.decoder.embed_tokens.weight", &[config.vocab_size, d], device)?;
+        let embed = emb_w.dequantize(device, dtype)?;
+        let proj = match emb_w {
+            Weight::Quantized(q) => Some(Linear::new(Weight::Quantized(q), None)?),
+            Weight::Dense(_) => None,
+        };
         Ok(Self {
             conv1_w: c.tensor("model.encoder.conv1.weight", &[d, m, 3])?,
             conv1_b: c.tensor("model.encoder.conv1.bias", &[d])?,
@@ -250,6 +300,7 @@ impl Whisper {
             enc_layers,
             enc_ln: c.ln("model.encoder.layer_norm", d)?,
             embed,
+            proj,
             dec_pos: c.tensor("model.decoder.embed_positions.weight", &[config.max_target_positions, d])?,
             dec_layers,
             dec_ln: c.ln("model.decoder.layer_norm", d)?,
@@ -396,7 +447,9 @@ impl Whisper {
     /// Logits [N, vocab] (f32) of hidden rows [N, d].
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         let rows = hidden.dim(0)?;
-        let l = if rows <= 16 {
+        let l = if let Some(p) = self.proj.as_ref().filter(|_| rows < sapient_tensor::weights::DENSE_PREFILL_ROWS) {
+            p.forward(hidden)?
+        } else if rows <= 16 {
             // few rows (decoding steps): the embedding as the row-major left operand, so the
             // GEMM streams it once instead of packing a transposed copy
             self.embed.matmul(&hidden.t()?.contiguous()?)?.t()?.contiguous()?

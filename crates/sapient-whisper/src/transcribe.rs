@@ -5,7 +5,7 @@
 
 use crate::config::WhisperConfig;
 use crate::decode::{decode_window, detect_language, DecodeOptions, DecodeResult, Task};
-use crate::model::{TensorMap, Whisper};
+use crate::model::{QuantizeDecoder, TensorMap, Whisper};
 use crate::timing::{self, Word};
 use crate::tokenizer::WhisperTokenizer;
 use crate::{ct2, Error, Result};
@@ -92,6 +92,15 @@ pub struct Transcript {
     pub duration: f64,
 }
 
+/// How to load a model.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// Quantize the decoder's matrices (and the output projection) to this type at load, for
+    /// sapient-tensor's quantized kernels in the decoding steps (CPU only; the encoder stays
+    /// f32). `Some(GgmlDType::Q8_0)` is the int8 setting.
+    pub quantize_decoder: Option<candle_core::quantized::GgmlDType>,
+}
+
 /// A Whisper model with its tokenizer and log-mel front end.
 pub struct Transcriber {
     pub model: Whisper,
@@ -118,12 +127,17 @@ impl Transcriber {
     }
 
     pub fn load(reference: &str, device: &Device, progress: &mut dyn FnMut(Progress)) -> Result<Self> {
+        Self::load_with(reference, device, LoadOptions::default(), progress)
+    }
+
+    /// As [`Transcriber::load`], with options (quantized decoder).
+    pub fn load_with(reference: &str, device: &Device, load: LoadOptions, progress: &mut dyn FnMut(Progress)) -> Result<Self> {
         let path = Path::new(reference);
         if path.exists() {
             let dir = if path.is_dir() { path.to_path_buf() } else { path.parent().map(Path::to_path_buf).unwrap_or_default() };
             let tokenizer = dir.join("tokenizer.json");
             if path.is_file() && path.extension().is_some_and(|e| e == "safetensors") || has_safetensors(&dir)? && !path.is_file() {
-                return Self::from_hf_dir(&dir, &tokenizer, device);
+                return Self::from_hf_dir_with(&dir, &tokenizer, device, load);
             }
             let bin = if path.is_file() { path.to_path_buf() } else { dir.join("model.bin") };
             if !bin.is_file() {
@@ -133,7 +147,7 @@ impl Transcriber {
                 });
             }
             let cfg = dir.join("config.json");
-            return Self::from_ct2(&bin, cfg.is_file().then_some(cfg.as_path()), &tokenizer, device);
+            return Self::from_ct2_with(&bin, cfg.is_file().then_some(cfg.as_path()), &tokenizer, device, load);
         }
         let hub = Hub::new()?;
         let m = hub.resolve(reference, progress)?;
@@ -146,26 +160,34 @@ impl Transcriber {
         let tokenizer = m.file("tokenizer")?.to_path_buf();
         if let Ok(bin) = m.file("model") {
             let cfg = m.file("config").ok().map(Path::to_path_buf);
-            return Self::from_ct2(bin, cfg.as_deref(), &tokenizer, device);
+            return Self::from_ct2_with(bin, cfg.as_deref(), &tokenizer, device, load);
         }
-        Self::from_hf_dir(&m.dir, &tokenizer, device)
+        Self::from_hf_dir_with(&m.dir, &tokenizer, device, load)
     }
 
     /// From a CTranslate2 `model.bin` (converted in memory), its `config.json` and `tokenizer.json`.
     pub fn from_ct2(model_bin: &Path, ct2_config: Option<&Path>, tokenizer: &Path, device: &Device) -> Result<Self> {
+        Self::from_ct2_with(model_bin, ct2_config, tokenizer, device, LoadOptions::default())
+    }
+
+    pub fn from_ct2_with(model_bin: &Path, ct2_config: Option<&Path>, tokenizer: &Path, device: &Device, load: LoadOptions) -> Result<Self> {
         let (cfg, tensors) = ct2::import(model_bin, ct2_config)?;
         let src = TensorMap::new(model_bin, tensors);
-        Self::build(cfg, &src, tokenizer, device)
+        Self::build(cfg, &src, tokenizer, device, load)
     }
 
     /// From a transformers directory (`config.json`, `*.safetensors`) and a `tokenizer.json`.
     pub fn from_hf_dir(dir: &Path, tokenizer: &Path, device: &Device) -> Result<Self> {
-        let cfg = WhisperConfig::from_hf_dir(dir)?;
-        let src = sapient_tensor::open_weights(dir)?;
-        Self::build(cfg, src.as_ref(), tokenizer, device)
+        Self::from_hf_dir_with(dir, tokenizer, device, LoadOptions::default())
     }
 
-    fn build(cfg: WhisperConfig, src: &dyn sapient_tensor::WeightSource, tokenizer: &Path, device: &Device) -> Result<Self> {
+    pub fn from_hf_dir_with(dir: &Path, tokenizer: &Path, device: &Device, load: LoadOptions) -> Result<Self> {
+        let cfg = WhisperConfig::from_hf_dir(dir)?;
+        let src = sapient_tensor::open_weights(dir)?;
+        Self::build(cfg, src.as_ref(), tokenizer, device, load)
+    }
+
+    fn build(cfg: WhisperConfig, src: &dyn sapient_tensor::WeightSource, tokenizer: &Path, device: &Device, load: LoadOptions) -> Result<Self> {
         if !tokenizer.is_file() {
             return Err(Error::Model {
                 reference: src.location().display().to_string(),
@@ -175,7 +197,10 @@ impl Transcriber {
         let tok = WhisperTokenizer::from_file(tokenizer, &cfg)?;
         let mel = LogMel::new(cfg.num_mel_bins)?;
         let dtype = if device.is_cpu() { DType::F32 } else { sapient_tensor::activation_dtype(device) };
-        let model = Whisper::load(cfg, src, device, dtype)?;
+        let model = match load.quantize_decoder {
+            Some(q) if device.is_cpu() => Whisper::load(cfg, &QuantizeDecoder { inner: src, dtype: q }, device, dtype)?,
+            _ => Whisper::load(cfg, src, device, dtype)?,
+        };
         tracing::debug!(multilingual = tok.multilingual, "whisper model loaded");
         Ok(Self { model, tokenizer: tok, mel })
     }

@@ -159,6 +159,22 @@ fn sampling_is_seeded_and_fallback_thresholds_apply() -> Result<()> {
 }
 
 #[test]
+fn q8_0_decoder_keeps_the_transcripts() -> Result<()> {
+    // decoder matrices and output projection quantized at load (sapient-tensor's kernels)
+    let load = sapient_whisper::LoadOptions { quantize_decoder: Some(candle_core::quantized::GgmlDType::Q8_0) };
+    let q = Transcriber::load_with("whisper-tiny.en", &candle_core::Device::Cpu, load, &mut |_| {})?;
+    let wer = wer_over_clips(&q, &TranscribeOptions::default())?;
+    assert!(wer <= WER_BOUND_TINY, "q8_0 decoder WER {wer:.3}");
+    // the same words as the f32 model on every clip
+    for c in CLIPS {
+        let a = q.transcribe(&clip(c), &TranscribeOptions::default())?;
+        let b = tiny().transcribe(&clip(c), &TranscribeOptions::default())?;
+        assert_eq!(normalize(&a.text), normalize(&b.text), "clip {c}");
+    }
+    Ok(())
+}
+
+#[test]
 fn initial_prompt_steers_the_spelling() -> Result<()> {
     // alone, tiny.en hears "ill disposed" as "old-sposed"; a prompt that uses the word fixes it
     let t = tiny();

@@ -90,18 +90,26 @@ pub fn run(a: Args) -> Result<()> {
     let t0 = Instant::now();
     let t = Transcriber::from_pretrained(&a.model)?;
     let load_s = t0.elapsed().as_secs_f64();
+    let q8 = Transcriber::load_with(
+        &a.model,
+        &candle_core::Device::Cpu,
+        sapient_whisper::LoadOptions { quantize_decoder: Some(candle_core::quantized::GgmlDType::Q8_0) },
+        &mut |_| {},
+    )?;
     let mut ours = Vec::new();
-    for &beam in &a.beams {
-        let opts = TranscribeOptions { beam_size: (beam > 1).then_some(beam), ..Default::default() };
-        let mut best = f64::INFINITY;
-        let mut text = String::new();
-        for _ in 0..a.reps.max(1) {
-            let t1 = Instant::now();
-            let r = t.transcribe(&audio, &opts)?;
-            best = best.min(t1.elapsed().as_secs_f64());
-            text = r.text;
+    for (variant, t) in [("f32", &t), ("f32 + q8_0 decoder", &q8)] {
+        for &beam in &a.beams {
+            let opts = TranscribeOptions { beam_size: (beam > 1).then_some(beam), ..Default::default() };
+            let mut best = f64::INFINITY;
+            let mut text = String::new();
+            for _ in 0..a.reps.max(1) {
+                let t1 = Instant::now();
+                let r = t.transcribe(&audio, &opts)?;
+                best = best.min(t1.elapsed().as_secs_f64());
+                text = r.text;
+            }
+            ours.push((variant, beam, best, text));
         }
-        ours.push((beam, best, text));
     }
 
     let reference_runs = match &a.python {
@@ -127,20 +135,20 @@ pub fn run(a: Args) -> Result<()> {
         }
     };
 
-    println!("{:<34} {:>9} {:>8} {:>10} {:>12}", "", "seconds", "RTF", "WER", "fw / ours");
+    println!("{:<34} {:>9} {:>8} {:>10} {:>12}", "", "seconds", "RTF", "WER", "fw / ours f32");
     let mut rows = Vec::new();
-    for (beam, secs, text) in &ours {
+    for (variant, beam, secs, text) in &ours {
         let (e, n) = wer(&reference, text);
         println!(
             "{:<34} {:>9.2} {:>8.3} {:>4}/{:<5} {:>12}",
-            format!("sapient-whisper f32, beam {beam}"),
+            format!("sapient-whisper {variant}, beam {beam}"),
             secs,
             secs / duration,
             e,
             n,
             ""
         );
-        rows.push(serde_json::json!({"impl": "sapient-whisper", "compute_type": "float32", "beam": beam, "seconds": secs, "rtf": secs / duration, "word_errors": e, "words": n, "text": text}));
+        rows.push(serde_json::json!({"impl": "sapient-whisper", "compute_type": variant, "beam": beam, "seconds": secs, "rtf": secs / duration, "word_errors": e, "words": n, "text": text}));
     }
     if let Some(r) = &reference_runs {
         for run in r["runs"].as_array().into_iter().flatten() {
@@ -149,7 +157,7 @@ pub fn run(a: Args) -> Result<()> {
             let text = run["text"].as_str().unwrap_or("");
             let ct = run["compute_type"].as_str().unwrap_or("?");
             let (e, n) = wer(&reference, text);
-            let ratio = ours.iter().find(|o| o.0 == beam).map(|o| secs / o.1);
+            let ratio = ours.iter().find(|o| o.0 == "f32" && o.1 == beam).map(|o| secs / o.2);
             println!(
                 "{:<34} {:>9.2} {:>8.3} {:>4}/{:<5} {:>11}",
                 format!("faster-whisper {ct}, beam {beam}"),
