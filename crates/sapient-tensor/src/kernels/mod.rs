@@ -383,8 +383,15 @@ impl QMatrix {
             let job = |c: usize| {
                 let out_ptr = &out_ptr;
                 let mut tmp = [0f32; MAX_ROWS];
-                for j in c * chunk..((c + 1) * chunk).min(rows) {
+                let pf = prefetch_rows();
+                let end = ((c + 1) * chunk).min(rows);
+                for j in c * chunk..end {
                     let wrow = &bytes[j * rb..(j + 1) * rb];
+                    // Ask for a row a few rows ahead: one core's hardware prefetching alone
+                    // does not keep up with the kernels when weights come from DRAM.
+                    if pf > 0 && j + pf < end {
+                        prefetch(&bytes[(j + pf) * rb..(j + pf + 1) * rb]);
+                    }
                     let mut i0 = 0;
                     while i0 < m {
                         let g = (m - i0).min(MAX_ROWS);
@@ -416,6 +423,34 @@ impl QMatrix {
             }
         });
     }
+}
+
+/// How many weight rows ahead `matmul` prefetches (`SAPIENT_PREFETCH_ROWS` overrides; 0 = off).
+const PREFETCH_ROWS_DEFAULT: usize = 4;
+
+static PREFETCH: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+fn prefetch_rows() -> usize {
+    *PREFETCH.get_or_init(|| {
+        std::env::var("SAPIENT_PREFETCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(PREFETCH_ROWS_DEFAULT)
+    })
+}
+
+/// Prefetch `b` into the caches, a line at a time.
+#[inline]
+fn prefetch(b: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let mut off = 0;
+        while off < b.len() {
+            // SAFETY: prefetching never faults; the address is inside `b`.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().add(off) as *const i8) };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = b;
 }
 
 struct SendPtr(*mut f32);
