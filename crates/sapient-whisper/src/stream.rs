@@ -25,6 +25,10 @@ pub struct StreamingTranscriber<'a> {
     transcript: Transcript,
     samples_seen: usize,
     rate: u32,
+    /// 16 kHz audio after the last decided stretch (for partial text), and its start (s).
+    pending: Vec<f32>,
+    pending_start: f64,
+    resampler: Option<sapient_audio::Resampler>,
 }
 
 impl<'a> StreamingTranscriber<'a> {
@@ -43,14 +47,42 @@ impl<'a> StreamingTranscriber<'a> {
             transcript: Transcript { language: String::new(), ..Default::default() },
             samples_seen: 0,
             rate: sample_rate,
+            pending: Vec::new(),
+            pending_start: 0.0,
+            resampler: if sample_rate == 16_000 { None } else { Some(sapient_audio::Resampler::new(sample_rate, 16_000)?) },
         })
     }
 
     /// Feed samples; returns the segments decided by them (possibly none).
     pub fn push(&mut self, samples: &[f32]) -> Result<Vec<Segment>> {
         self.samples_seen += samples.len();
+        match self.resampler.as_mut() {
+            Some(r) => self.pending.extend(r.process(samples)?),
+            None => self.pending.extend_from_slice(samples),
+        }
         let voiced = self.chunker.push(samples)?;
         self.transcribe_voiced(voiced)
+    }
+
+    /// Unconfirmed text of the audio after the last decided stretch (greedy, no fallback,
+    /// conditioned on the confirmed text); it may change until the VAD closes the stretch.
+    /// Empty when nothing is pending. At most the last 30 s are looked at.
+    pub fn partial(&self) -> Result<String> {
+        let max = sapient_audio::mel::N_SAMPLES;
+        let audio = &self.pending[self.pending.len().saturating_sub(max)..];
+        if audio.len() < 16_000 / 10 {
+            return Ok(String::new());
+        }
+        let opts = TranscribeOptions {
+            temperatures: vec![0.0],
+            beam_size: None,
+            word_timestamps: false,
+            language: self.opts.language.clone().or_else(|| (!self.transcript.language.is_empty()).then(|| self.transcript.language.clone())),
+            ..self.opts.clone()
+        };
+        let prev = if self.opts.condition_on_previous_text { Some(self.previous.as_slice()) } else { None };
+        let r = self.t.transcribe_prompted(audio, &opts, prev, &mut |_| {})?;
+        Ok(r.text.trim().to_string())
     }
 
     /// End of the stream: the last segments, and the whole transcript.
@@ -71,6 +103,12 @@ impl<'a> StreamingTranscriber<'a> {
 
     fn transcribe_voiced(&mut self, voiced: Vec<VoicedSegment>) -> Result<Vec<Segment>> {
         let mut out = Vec::new();
+        if let Some(end) = voiced.last().map(|v| v.end_s) {
+            // what is decided no longer counts as pending
+            let drop = (((end - self.pending_start) * 16_000.0).round().max(0.0) as usize).min(self.pending.len());
+            self.pending.drain(..drop);
+            self.pending_start += drop as f64 / 16_000.0;
+        }
         for v in voiced {
             let mut opts = self.opts.clone();
             if opts.language.is_none() && !self.transcript.language.is_empty() {

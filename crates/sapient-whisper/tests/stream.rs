@@ -83,6 +83,34 @@ fn streaming_gives_the_file_modes_text() -> Result<()> {
 }
 
 #[test]
+fn partial_text_while_a_stretch_is_open() -> Result<()> {
+    // clip 0870 (7.1 s) then silence: 4 s in, the stretch is still open; its partial text is
+    // the start of the sentence, and once the silence closes it the partial text is empty
+    let t = Transcriber::from_pretrained("whisper-tiny.en")?;
+    let mut audio = clip("0870");
+    audio.extend(std::iter::repeat_n(0.0f32, 2 * 16_000));
+    let mut st = StreamingTranscriber::new(&t, vad(), default_vad_options(), 16_000, TranscribeOptions::default())?;
+    let mut decided = Vec::new();
+    let mut partial_at_4s = None;
+    for chunk in audio.chunks(1600) {
+        decided.extend(st.push(chunk)?);
+        if partial_at_4s.is_none() && st.seconds_received() >= 4.0 {
+            assert!(decided.is_empty(), "decided before the sentence ended");
+            partial_at_4s = Some(st.partial()?);
+        }
+    }
+    let p = partial_at_4s.expect("partial text");
+    eprintln!("partial at 4 s: {p:?}");
+    let words = normalize(&p);
+    let full = normalize(&reference("0870"));
+    assert!(words.len() >= 5 && words.len() < full.len(), "{p:?}");
+    assert_eq!(words[..5], full[..5], "{p:?}");
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(st.partial()?, "", "nothing pending after the stretch closed");
+    Ok(())
+}
+
+#[test]
 fn streaming_silence_gives_nothing() -> Result<()> {
     let t = Transcriber::from_pretrained("whisper-tiny.en")?;
     let stream = SamplesStream::new(vec![0.0f32; 5 * 16_000], 16_000, 1600)?;
