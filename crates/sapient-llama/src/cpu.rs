@@ -50,7 +50,7 @@ impl Lin {
     /// `out = x @ W^T + b` for `n` rows.
     fn run(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
         let rows = self.kernel.rows();
-        if n < DENSE_PREFILL_ROWS {
+        if n < dense_rows() {
             self.kernel.matmul(x, n, &mut out[..n * rows]);
             if let Some(b) = &self.bias {
                 for r in out[..n * rows].chunks_exact_mut(rows) {
@@ -67,6 +67,13 @@ impl Lin {
         }
         Ok(())
     }
+}
+
+/// Batches of at least this many rows use the dense f32 GEMM for linear layers
+/// (`SAPIENT_DENSE_ROWS` overrides).
+fn dense_rows() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::env::var("SAPIENT_DENSE_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(DENSE_PREFILL_ROWS))
 }
 
 pub(crate) enum LinQkv {
