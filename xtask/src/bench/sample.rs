@@ -359,7 +359,7 @@ fn validation_schemas() -> Vec<(&'static str, serde_json::Value)> {
 fn validate(model: &str, n: usize, out: &std::path::Path) -> Result<()> {
     use sapient_generate::{GenerationConfig, Message, Pipeline, PipelineOptions, SamplerConfig};
     use std::io::Write;
-    let p = Pipeline::load(model, PipelineOptions { max_seq_len: Some(2048), ..Default::default() }, |_| {})?;
+    let p = Pipeline::load(model, PipelineOptions { max_seq_len: Some(3072), ..Default::default() }, |_| {})?;
     if let Some(parent) = out.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -375,7 +375,7 @@ fn validate(model: &str, n: usize, out: &std::path::Path) -> Result<()> {
         let mut tokens = 0usize;
         for seed in 0..n as u64 {
             let mut cfg = GenerationConfig::default()
-                .max_tokens(1024)
+                .max_tokens(2048)
                 .sampling(SamplerConfig { temperature: 0.8, top_p: Some(0.95), seed: Some(seed), ..Default::default() });
             cfg.constraint = Some(g.clone());
             let r = p.chat(&msgs, &cfg)?;
