@@ -444,8 +444,7 @@ fn attention_dense(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n:
     for i in 0..n {
         let pos = start + i;
         for (j, m) in mask[i * end..(i + 1) * end].iter_mut().enumerate() {
-            let visible = j <= pos && d.window.is_none_or(|w| pos - j < w);
-            if !visible {
+            if !crate::model::visible(j, pos, d.window) {
                 *m = f32::NEG_INFINITY;
             }
         }

@@ -17,6 +17,12 @@ fn window_free(window: Option<usize>, len: usize) -> bool {
     window.is_none_or(|w| len <= w)
 }
 
+/// Whether the query at position `query` sees the key at position `key` (causal, and within
+/// the sliding window when there is one).
+pub(crate) fn visible(key: usize, query: usize, window: Option<usize>) -> bool {
+    key <= query && window.is_none_or(|w| query - key < w)
+}
+
 /// Whether `forward` returns logits for every new position or only the last one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Logits {
@@ -571,8 +577,7 @@ impl LlamaModel {
                 let qpos = start + i;
                 let row = &mut m[(r * seq + i) * total..(r * seq + i + 1) * total];
                 for (j, v) in row.iter_mut().enumerate() {
-                    let visible = j <= qpos && window.is_none_or(|w| qpos - j < w);
-                    if !visible {
+                    if !visible(j, qpos, window) {
                         *v = f32::NEG_INFINITY;
                     }
                 }

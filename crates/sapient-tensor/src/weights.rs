@@ -292,37 +292,34 @@ impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let rows = x.elem_count() / self.in_features.max(1);
         let fast = self.kernel.as_ref().filter(|_| rows < DENSE_PREFILL_ROWS && x.dtype() == DType::F32);
-        let y = match &self.weight {
-            _ if fast.is_some() => {
-                // Decode and short batches: our quantized kernels (row-invariant, threaded).
-                let k = fast.ok_or_else(|| candle_core::Error::Msg("kernel missing".into()))?;
-                let xs = x.flatten_all()?.to_vec1::<f32>()?;
-                let mut out = vec![0f32; rows * self.out_features];
-                k.matmul(&xs, rows, &mut out);
-                let mut dims = x.dims().to_vec();
-                if let Some(last) = dims.last_mut() {
-                    *last = self.out_features;
-                }
-                Tensor::from_vec(out, dims, x.device())?
+        let y = if let Some(k) = fast {
+            // Decode and short batches: our quantized kernels (row-invariant, threaded).
+            let xs = x.flatten_all()?.to_vec1::<f32>()?;
+            let mut out = vec![0f32; rows * self.out_features];
+            k.matmul(&xs, rows, &mut out);
+            let mut dims = x.dims().to_vec();
+            if let Some(last) = dims.last_mut() {
+                *last = self.out_features;
             }
-            QMatMul::Tensor(w) => {
-                // x: [.., in] @ w^T: [in, out]
+            Tensor::from_vec(out, dims, x.device())?
+        } else {
+            // x: [.., in] @ w^T: [in, out]
+            let dense = |w: &Tensor| -> candle_core::Result<Tensor> {
                 let w = w.t()?;
                 match x.dims() {
-                    [b, s, i] => x.reshape((b * s, *i))?.matmul(&w)?.reshape((*b, *s, ()))?,
-                    _ => x.broadcast_matmul(&w)?,
+                    [b, s, i] => x.reshape((b * s, *i))?.matmul(&w)?.reshape((*b, *s, ())),
+                    _ => x.broadcast_matmul(&w),
                 }
-            }
-            QMatMul::QTensor(q) if x.device().is_cpu() && rows >= DENSE_PREFILL_ROWS => {
+            };
+            match &self.weight {
+                QMatMul::Tensor(w) => dense(w)?,
                 // Many rows at once (prefill): candle's quantized CPU matmul runs one row at a
                 // time, so dequantizing the weight once and using the f32 GEMM is ~10x faster.
-                let w = q.dequantize(x.device())?.t()?;
-                match x.dims() {
-                    [b, s, i] => x.reshape((b * s, *i))?.matmul(&w)?.reshape((*b, *s, ()))?,
-                    _ => x.broadcast_matmul(&w)?,
+                QMatMul::QTensor(q) if x.device().is_cpu() && rows >= DENSE_PREFILL_ROWS => {
+                    dense(&q.dequantize(x.device())?)?
                 }
+                q => q.forward(x)?,
             }
-            q => q.forward(x)?,
         };
         match &self.bias {
             Some(b) => y.broadcast_add(b),

@@ -538,21 +538,3 @@ pub unsafe fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
         i += 1;
     }
 }
-
-/// `y += a * x`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
-    let n = x.len().min(y.len());
-    let (px, py) = (x.as_ptr(), y.as_mut_ptr());
-    let va = _mm256_set1_ps(a);
-    let mut i = 0;
-    while i + 8 <= n {
-        let v = _mm256_fmadd_ps(va, _mm256_loadu_ps(px.add(i)), _mm256_loadu_ps(py.add(i)));
-        _mm256_storeu_ps(py.add(i), v);
-        i += 8;
-    }
-    while i < n {
-        *py.add(i) += a * *px.add(i);
-        i += 1;
-    }
-}

@@ -57,41 +57,43 @@ impl QType {
     }
 }
 
-/// Whether the AVX2 kernels are in use (x86_64 with AVX2, FMA and F16C).
-pub fn has_avx2() -> bool {
-    static STATE: AtomicU8 = AtomicU8::new(0);
-    match STATE.load(Ordering::Relaxed) {
+/// A CPU capability probed once: 0 = not yet, 1 = yes, 2 = no.
+fn cached(state: &AtomicU8, probe: impl FnOnce() -> bool) -> bool {
+    match state.load(Ordering::Relaxed) {
         1 => true,
         2 => false,
         _ => {
-            #[cfg(target_arch = "x86_64")]
-            let yes = std::is_x86_feature_detected!("avx2")
-                && std::is_x86_feature_detected!("fma")
-                && std::is_x86_feature_detected!("f16c")
-                && std::env::var_os("SAPIENT_NO_AVX2").is_none();
-            #[cfg(not(target_arch = "x86_64"))]
-            let yes = false;
-            STATE.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
+            let yes = probe();
+            state.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
             yes
         }
     }
 }
 
+/// Whether the AVX2 kernels are in use (x86_64 with AVX2, FMA and F16C; `SAPIENT_NO_AVX2`
+/// turns them off).
+pub fn has_avx2() -> bool {
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    cached(&STATE, || {
+        #[cfg(target_arch = "x86_64")]
+        return std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+            && std::env::var_os("SAPIENT_NO_AVX2").is_none();
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
 /// Whether the AVX-VNNI variants are in use (on top of AVX2; `SAPIENT_NO_VNNI` turns them off).
 pub fn has_vnni() -> bool {
     static STATE: AtomicU8 = AtomicU8::new(0);
-    match STATE.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            #[cfg(target_arch = "x86_64")]
-            let yes = has_avx2() && std::is_x86_feature_detected!("avxvnni") && std::env::var_os("SAPIENT_NO_VNNI").is_none();
-            #[cfg(not(target_arch = "x86_64"))]
-            let yes = false;
-            STATE.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
-            yes
-        }
-    }
+    cached(&STATE, || {
+        #[cfg(target_arch = "x86_64")]
+        return has_avx2() && std::is_x86_feature_detected!("avxvnni") && std::env::var_os("SAPIENT_NO_VNNI").is_none();
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
 }
 
 /// One weight row (`t` blocks) against 1..=[`MAX_ROWS`] quantized activation rows:
@@ -231,19 +233,6 @@ pub fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
 pub fn f32_to_f16(x: &[f32], out: &mut [u16]) {
     for (o, v) in out.iter_mut().zip(x) {
         *o = half::f16::from_f32(*v).to_bits();
-    }
-}
-
-/// `y += a * x`.
-#[inline]
-pub fn axpy_f32(a: f32, x: &[f32], y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2 and FMA are present.
-        return unsafe { avx2::axpy_f32(a, x, y) };
-    }
-    for (yi, xi) in y.iter_mut().zip(x) {
-        *yi += a * xi;
     }
 }
 

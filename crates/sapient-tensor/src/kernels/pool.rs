@@ -148,12 +148,6 @@ impl Pool {
             panic!("a sapient kernel worker panicked");
         }
     }
-
-    /// Run `f(thread_index, thread_count)` once per pool thread.
-    pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
-        let n = self.shared.nthreads;
-        self.run_chunks(n, &|c| f(c, n));
-    }
 }
 
 /// Claim and run chunks until none are left.
@@ -220,39 +214,10 @@ pub fn pool() -> &'static Pool {
     })
 }
 
-/// The `[start, end)` share of `n` items for thread `tid` of `nth`, in multiples of `align`.
-pub fn split(n: usize, tid: usize, nth: usize, align: usize) -> (usize, usize) {
-    let align = align.max(1);
-    let units = n.div_ceil(align);
-    let per = units / nth;
-    let extra = units % nth;
-    let s = tid * per + tid.min(extra);
-    let e = s + per + usize::from(tid < extra);
-    ((s * align).min(n), (e * align).min(n))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64;
-
-    #[test]
-    fn split_covers_everything_once() {
-        for n in [0, 1, 7, 64, 1000, 1537] {
-            for nth in 1..5 {
-                for align in [1, 4, 32] {
-                    let mut covered = vec![0u8; n];
-                    for t in 0..nth {
-                        let (s, e) = split(n, t, nth, align);
-                        for c in &mut covered[s..e] {
-                            *c += 1;
-                        }
-                    }
-                    assert!(covered.iter().all(|&c| c == 1), "n={n} nth={nth} align={align}");
-                }
-            }
-        }
-    }
 
     #[test]
     fn every_chunk_runs_once() {
@@ -271,11 +236,11 @@ mod tests {
     fn workers_wake_after_parking() {
         let p = Pool::new(2);
         let hits = AtomicU64::new(0);
-        p.run(&|_, _| {
+        p.run_chunks(2, &|_| {
             hits.fetch_add(1, Ordering::Relaxed);
         });
         std::thread::sleep(SPIN * 3); // the worker parks
-        p.run(&|_, _| {
+        p.run_chunks(2, &|_| {
             hits.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(hits.load(Ordering::Relaxed), 4);

@@ -237,47 +237,32 @@ pub(crate) fn scales_mins_k4(q: &[u8]) -> ([u8; 8], [u8; 8]) {
 }
 
 pub fn dot_q4k(w: &[u8], a: &[BlockQ8K]) -> f32 {
-    let mut acc = 0f32;
-    for (bw, ba) in w.chunks_exact(144).zip(a) {
-        let d = f16_at(bw, 0) * ba.d;
-        let dmin = f16_at(bw, 2) * ba.d;
-        let (sc, mn) = scales_mins_k4(&bw[4..16]);
-        let qs = &bw[16..144];
-        let mut sumi = 0i32;
-        let mut summ = 0i32;
-        for c in 0..4 {
-            let q = &qs[32 * c..32 * c + 32];
-            let (mut s0, mut s1) = (0i32, 0i32);
-            for l in 0..32 {
-                s0 += (q[l] & 0x0f) as i32 * ba.qs[64 * c + l] as i32;
-                s1 += (q[l] >> 4) as i32 * ba.qs[64 * c + 32 + l] as i32;
-            }
-            sumi += sc[2 * c] as i32 * s0 + sc[2 * c + 1] as i32 * s1;
-            let b0 = ba.bsums[4 * c] as i32 + ba.bsums[4 * c + 1] as i32;
-            let b1 = ba.bsums[4 * c + 2] as i32 + ba.bsums[4 * c + 3] as i32;
-            summ += mn[2 * c] as i32 * b0 + mn[2 * c + 1] as i32 * b1;
-        }
-        acc += d * sumi as f32 - dmin * summ as f32;
-    }
-    acc
+    dot_k4(w, a, false)
 }
 
 pub fn dot_q5k(w: &[u8], a: &[BlockQ8K]) -> f32 {
+    dot_k4(w, a, true)
+}
+
+/// Q4_K, or Q5_K (`high`: a 32-byte plane of fifth bits before the nibbles).
+fn dot_k4(w: &[u8], a: &[BlockQ8K], high: bool) -> f32 {
+    let bytes = if high { 176 } else { 144 };
     let mut acc = 0f32;
-    for (bw, ba) in w.chunks_exact(176).zip(a) {
+    for (bw, ba) in w.chunks_exact(bytes).zip(a) {
         let d = f16_at(bw, 0) * ba.d;
         let dmin = f16_at(bw, 2) * ba.d;
         let (sc, mn) = scales_mins_k4(&bw[4..16]);
-        let qh = &bw[16..48];
-        let qs = &bw[48..176];
+        let (qh, qs) = if high { (Some(&bw[16..48]), &bw[48..176]) } else { (None, &bw[16..144]) };
         let mut sumi = 0i32;
         let mut summ = 0i32;
         for c in 0..4 {
             let q = &qs[32 * c..32 * c + 32];
             let (mut s0, mut s1) = (0i32, 0i32);
             for l in 0..32 {
-                let h0 = ((qh[l] >> (2 * c)) & 1) << 4;
-                let h1 = ((qh[l] >> (2 * c + 1)) & 1) << 4;
+                let (h0, h1) = match qh {
+                    Some(qh) => (((qh[l] >> (2 * c)) & 1) << 4, ((qh[l] >> (2 * c + 1)) & 1) << 4),
+                    None => (0, 0),
+                };
                 s0 += ((q[l] & 0x0f) | h0) as i32 * ba.qs[64 * c + l] as i32;
                 s1 += ((q[l] >> 4) | h1) as i32 * ba.qs[64 * c + 32 + l] as i32;
             }
