@@ -291,7 +291,7 @@ wrappers32! {
 
 /// Scales (low 8 x u8) and mins (high 8 x u8) of a Q4_K/Q5_K block as 16 x i16.
 #[inline(always)]
-unsafe fn k4_scales_mins(q: *const u8) -> __m256i {
+pub(super) unsafe fn k4_scales_mins(q: *const u8) -> __m256i {
     const KMASK1: u32 = 0x3f3f3f3f;
     const KMASK2: u32 = 0x0f0f0f0f;
     const KMASK3: u32 = 0x03030303;

@@ -13,6 +13,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 pub mod pool;
 pub mod quant;
 
@@ -94,6 +96,28 @@ pub fn has_vnni() -> bool {
         #[cfg(not(target_arch = "x86_64"))]
         false
     })
+}
+
+/// Whether the AVX-512 kernels are in use (AVX-512 F/BW/VL/VNNI with FMA and F16C;
+/// `SAPIENT_NO_AVX512` turns them off).
+pub fn has_avx512() -> bool {
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    cached(&STATE, || {
+        #[cfg(target_arch = "x86_64")]
+        return has_avx2()
+            && std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512bw")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx512vnni")
+            && std::env::var_os("SAPIENT_NO_AVX512").is_none();
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
+/// Whether the AVX-512 kernels handle format `t`.
+fn wide_format(t: QType) -> bool {
+    t != QType::Q5K
 }
 
 /// One weight row (`t` blocks) against 1..=[`MAX_ROWS`] quantized activation rows:
@@ -362,6 +386,10 @@ impl QMatrix {
         let rows = self.rows;
         let rb = self.row_bytes();
         let t = self.qtype;
+        #[cfg(target_arch = "x86_64")]
+        if acts.wide {
+            return self.matmul_wide(acts, out);
+        }
         let out_ptr = SendPtr(out.as_mut_ptr());
         self.with_bytes(|bytes| {
             // Chunks of weight rows; several per thread so that a descheduled thread delays
@@ -414,6 +442,72 @@ impl QMatrix {
     }
 }
 
+impl QMatrix {
+    /// [`matmul_quantized`](Self::matmul_quantized) with the AVX-512 kernels: each thread
+    /// takes chunks of weight rows and runs them against groups of up to
+    /// [`avx512::MAX_ROWS`] activation rows (a group stays in L1 while the chunk's rows go by).
+    #[cfg(target_arch = "x86_64")]
+    fn matmul_wide(&self, acts: &QuantizedActs, out: &mut [f32]) {
+        const G: usize = avx512::MAX_ROWS;
+        let (m, rows, rb, t) = (acts.m, self.rows, self.row_bytes(), self.qtype);
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        self.with_bytes(|bytes| {
+            let nth = pool::pool().threads();
+            let chunk = if nth == 1 { rows } else { (rows / (nth * 8)).clamp(16, 512).div_ceil(16) * 16 };
+            let chunks = rows.div_ceil(chunk.max(1));
+            let job = |c: usize| {
+                let out_ptr = &out_ptr;
+                let mut tmp = [0f32; G];
+                let pf = prefetch_rows();
+                let end = ((c + 1) * chunk).min(rows);
+                let mut i0 = 0;
+                while i0 < m {
+                    let g = (m - i0).min(G);
+                    let mut rp: [&[avx512::Pair]; G] = [&[]; G];
+                    let mut rk: [&[avx512::BlockK]; G] = [&[]; G];
+                    for k in 0..g {
+                        if acts.k_quant {
+                            rk[k] = acts.row_k(i0 + k);
+                        } else {
+                            rp[k] = acts.row_pairs(i0 + k);
+                        }
+                    }
+                    for j in c * chunk..end {
+                        let wrow = &bytes[j * rb..(j + 1) * rb];
+                        if i0 == 0 && pf > 0 && j + pf < end {
+                            prefetch(&bytes[(j + pf) * rb..(j + pf + 1) * rb]);
+                        }
+                        // SAFETY: has_avx512() held when `acts` was laid out wide; the rows
+                        // are `cols` long in this matrix's format.
+                        unsafe {
+                            match t {
+                                QType::Q4_0 => avx512::rows_q4_0(wrow, &rp[..g], &mut tmp),
+                                QType::Q4_1 => avx512::rows_q4_1(wrow, &rp[..g], &mut tmp),
+                                QType::Q5_0 => avx512::rows_q5_0(wrow, &rp[..g], &mut tmp),
+                                QType::Q5_1 => avx512::rows_q5_1(wrow, &rp[..g], &mut tmp),
+                                QType::Q8_0 => avx512::rows_q8_0(wrow, &rp[..g], &mut tmp),
+                                QType::Q4K => avx512::rows_q4k(wrow, &rk[..g], &mut tmp),
+                                QType::Q6K => avx512::rows_q6k(wrow, &rk[..g], &mut tmp),
+                                QType::Q5K => unreachable!("Q5_K is not laid out wide"),
+                            }
+                        }
+                        for (k, v) in tmp[..g].iter().enumerate() {
+                            // SAFETY: each chunk writes a disjoint range of output columns.
+                            unsafe { *out_ptr.0.add((i0 + k) * rows + j) = *v };
+                        }
+                    }
+                    i0 += g;
+                }
+            };
+            if rows * m * self.cols < 64 * 1024 {
+                (0..chunks).for_each(job);
+            } else {
+                pool::pool().run_chunks(chunks, &job);
+            }
+        });
+    }
+}
+
 /// How many weight rows ahead `matmul` prefetches (`SAPIENT_PREFETCH_ROWS` overrides; 0 = off).
 const PREFETCH_ROWS_DEFAULT: usize = 4;
 
@@ -452,19 +546,57 @@ thread_local! {
     static SCRATCH_Q8K: RefCell<Vec<BlockQ8K>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Activation rows quantized for one family of weight formats.
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    static SCRATCH_PAIRS: RefCell<Vec<avx512::Pair>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH_BLOCKK: RefCell<Vec<avx512::BlockK>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Take a per-thread scratch vector, cleared and resized to `n`.
+fn take_scratch<T: Clone + Default + 'static>(key: &'static std::thread::LocalKey<RefCell<Vec<T>>>, n: usize) -> Vec<T> {
+    let mut v = key.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    v.clear();
+    v.resize(n, T::default());
+    v
+}
+
+/// Give a scratch vector back to its per-thread slot (the larger one stays).
+fn return_scratch<T: 'static>(key: &'static std::thread::LocalKey<RefCell<Vec<T>>>, v: Vec<T>) {
+    if v.capacity() > 0 {
+        key.with(|c| {
+            let mut c = c.borrow_mut();
+            if c.capacity() < v.capacity() {
+                *c = v;
+            }
+        });
+    }
+}
+
+/// Activation rows quantized for one weight format.
 pub struct QuantizedActs {
     m: usize,
     cols: usize,
     k_quant: bool,
     q8: Vec<BlockQ8>,
     q8k: Vec<BlockQ8K>,
+    /// Laid out for the AVX-512 kernels (`pairs` / `blockk` hold the rows).
+    wide: bool,
+    #[cfg(target_arch = "x86_64")]
+    pairs: Vec<avx512::Pair>,
+    #[cfg(target_arch = "x86_64")]
+    blockk: Vec<avx512::BlockK>,
 }
 
 impl QuantizedActs {
-    /// Quantize `m` rows of `cols` values for weights of format `t`. Reuses a per-thread
-    /// buffer (returned by `Drop`), so the decode loop does not allocate.
+    /// Quantize `m` rows of `cols` values for weights of format `t`. Reuses per-thread
+    /// buffers (returned by `Drop`), so the decode loop does not allocate.
     pub fn new(t: QType, x: &[f32], m: usize, cols: usize) -> Self {
+        Self::with_kernels(t, x, m, cols, has_avx512() && wide_format(t))
+    }
+
+    /// Like [`new`](Self::new), laid out for the AVX-512 kernels when `wide` (which needs
+    /// [`has_avx512`]) or for the AVX2/portable ones.
+    fn with_kernels(t: QType, x: &[f32], m: usize, cols: usize, wide: bool) -> Self {
         assert_eq!(x.len(), m * cols);
         let k_quant = t.k_quant();
         let mut s = Self {
@@ -473,25 +605,55 @@ impl QuantizedActs {
             k_quant,
             q8: Vec::new(),
             q8k: Vec::new(),
+            wide: false,
+            #[cfg(target_arch = "x86_64")]
+            pairs: Vec::new(),
+            #[cfg(target_arch = "x86_64")]
+            blockk: Vec::new(),
         };
         if k_quant {
-            let mut v = SCRATCH_Q8K.with(|c| std::mem::take(&mut *c.borrow_mut()));
-            v.clear();
-            v.resize(m * cols / 256, BlockQ8K::default());
+            let mut v = take_scratch(&SCRATCH_Q8K, m * cols / 256);
             for (xr, br) in x.chunks_exact(cols).zip(v.chunks_exact_mut(cols / 256)) {
                 quant::quantize_q8k(xr, br);
             }
             s.q8k = v;
         } else {
-            let mut v = SCRATCH_Q8.with(|c| std::mem::take(&mut *c.borrow_mut()));
-            v.clear();
-            v.resize(m * cols / 32, BlockQ8::default());
+            let mut v = take_scratch(&SCRATCH_Q8, m * cols / 32);
             for (xr, br) in x.chunks_exact(cols).zip(v.chunks_exact_mut(cols / 32)) {
                 quant::quantize_q8(xr, br);
             }
             s.q8 = v;
         }
+        #[cfg(target_arch = "x86_64")]
+        if wide && has_avx512() && wide_format(t) {
+            s.wide = true;
+            if k_quant {
+                let mut v = take_scratch(&SCRATCH_BLOCKK, s.q8k.len());
+                avx512::blockk_from(&s.q8k, &mut v);
+                s.blockk = v;
+            } else {
+                let per = (cols / 32).div_ceil(2);
+                let mut v = take_scratch(&SCRATCH_PAIRS, m * per);
+                let off = avx512::offset(t);
+                for (br, pr) in s.q8.chunks_exact(cols / 32).zip(v.chunks_exact_mut(per)) {
+                    avx512::pairs_from(br, off, pr);
+                }
+                s.pairs = v;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = wide;
         s
+    }
+    #[cfg(target_arch = "x86_64")]
+    fn row_pairs(&self, i: usize) -> &[avx512::Pair] {
+        let n = (self.cols / 32).div_ceil(2);
+        &self.pairs[i * n..(i + 1) * n]
+    }
+    #[cfg(target_arch = "x86_64")]
+    fn row_k(&self, i: usize) -> &[avx512::BlockK] {
+        let n = self.cols / 256;
+        &self.blockk[i * n..(i + 1) * n]
     }
     fn row_q8(&self, i: usize) -> &[BlockQ8] {
         let n = self.cols / 32;
@@ -505,23 +667,12 @@ impl QuantizedActs {
 
 impl Drop for QuantizedActs {
     fn drop(&mut self) {
-        let q8 = std::mem::take(&mut self.q8);
-        if q8.capacity() > 0 {
-            SCRATCH_Q8.with(|c| {
-                let mut c = c.borrow_mut();
-                if c.capacity() < q8.capacity() {
-                    *c = q8;
-                }
-            });
-        }
-        let q8k = std::mem::take(&mut self.q8k);
-        if q8k.capacity() > 0 {
-            SCRATCH_Q8K.with(|c| {
-                let mut c = c.borrow_mut();
-                if c.capacity() < q8k.capacity() {
-                    *c = q8k;
-                }
-            });
+        return_scratch(&SCRATCH_Q8, std::mem::take(&mut self.q8));
+        return_scratch(&SCRATCH_Q8K, std::mem::take(&mut self.q8k));
+        #[cfg(target_arch = "x86_64")]
+        {
+            return_scratch(&SCRATCH_PAIRS, std::mem::take(&mut self.pairs));
+            return_scratch(&SCRATCH_BLOCKK, std::mem::take(&mut self.blockk));
         }
     }
 }

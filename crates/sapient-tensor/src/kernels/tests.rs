@@ -271,3 +271,37 @@ fn f16_helpers() {
         assert!(close(*zi, xi - 0.25 * yi, 1e-6));
     }
 }
+
+/// The AVX-512 kernels (when this CPU has them) agree with the AVX2/portable ones on every
+/// format they take, for single rows, full groups of eight and remainders, and odd block
+/// counts (a pair with one block).
+#[test]
+fn wide_kernels_match_narrow() {
+    if !has_avx512() {
+        eprintln!("skipped: this CPU has no AVX-512 VNNI");
+        return;
+    }
+    for t in ALL.into_iter().filter(|t| wide_format(*t)) {
+        for cols in cols_for(t) {
+            for (rows, m) in [(3, 1), (37, 9), (130, 17)] {
+                let (w, deq) = quantized(t, rows, cols, 21 + cols as u64);
+                let x = data(m * cols, 8);
+                let narrow = QuantizedActs::with_kernels(t, &x, m, cols, false);
+                let wide = QuantizedActs::with_kernels(t, &x, m, cols, true);
+                assert!(wide.wide && !narrow.wide);
+                let (mut a, mut b) = (vec![0f32; m * rows], vec![0f32; m * rows]);
+                w.matmul_quantized(&narrow, &mut a);
+                w.matmul_quantized(&wide, &mut b);
+                for i in 0..m {
+                    let xa = if t.k_quant() { deq_acts_q8k(narrow.row_q8k(i)) } else { deq_acts_q8(narrow.row_q8(i)) };
+                    for j in 0..rows {
+                        let wr = &deq[j * cols..(j + 1) * cols];
+                        let scale: f32 = wr.iter().zip(&xa).map(|(p, q)| (p * q).abs()).sum::<f32>() + 1e-6;
+                        let (n, v) = (a[i * rows + j], b[i * rows + j]);
+                        assert!((n - v).abs() <= 2e-5 * scale, "{t:?} [{rows}x{cols}] x{m} ({i},{j}): avx-512 {v} vs {n}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,456 @@
+//! AVX-512 (F, BW, VL, VNNI) kernels: one weight row against up to [`MAX_ROWS`] activation
+//! rows, the weights decoded once per block for all of them.
+//!
+//! Activations come in layouts made for these kernels ([`Pair`] for the 32-value formats,
+//! [`BlockK`] for Q4_K and Q6_K), built once per product by `QuantizedActs`, so that the work
+//! per (weight row, activation row) pair is a few instructions per 64 values:
+//!
+//! - 32-value formats: two blocks per 512-bit register. Weights are made unsigned (Q4_0 and
+//!   Q5_0 nibbles as stored, Q8_0 with its sign bit flipped) and `vpdpbusd` starts from a
+//!   correction the activation layout carries (`-offset * sum of each 4 activations`), so the
+//!   integer sum is exact; then one conversion, one scale product and one fused multiply-add.
+//! - k-quants: `vpmaddubsw` then `vpdpwssd` with the sub-block scales, a whole 256-value
+//!   superblock summed in integers before its one scaling.
+//!
+//! Every output is computed by the same instructions in the same order whatever the number
+//! of rows, so batches are bit-identical to single rows (speculative decoding relies on it).
+//!
+//! Safety: every function requires AVX-512 F/BW/VL/VNNI, FMA and F16C (checked once at run
+//! time by the dispatcher) and that `w` holds the row the activation length implies.
+
+#![allow(clippy::missing_safety_doc)]
+
+use super::quant::{BlockQ8, BlockQ8K};
+use std::arch::x86_64::*;
+
+/// Most activation rows a kernel call takes.
+pub const MAX_ROWS: usize = 8;
+
+/// 64 activation values (two 32-value blocks) for the 32-value weight formats.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Pair {
+    pub qs: [i8; 64],
+    /// Block scales: lanes 0..8 the first block's, 8..16 the second's.
+    pub d: [f32; 16],
+    /// Formats without a minimum: `-offset * (sum of 4 consecutive qs)` per i32 lane (the
+    /// start of `vpdpbusd`). Formats with a minimum: f32 bits, lane 0 the first block's
+    /// `s = d * sum(qs)`, lane 8 the second's, zero elsewhere.
+    pub c: [u32; 16],
+}
+
+impl Default for Pair {
+    fn default() -> Self {
+        Self { qs: [0; 64], d: [0.0; 16], c: [0; 16] }
+    }
+}
+
+/// 256 activation values for Q4_K and Q6_K.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct BlockK {
+    pub qs: [i8; 256],
+    /// Sums of each 16 values (Q6_K's offset correction).
+    pub bsums: [i16; 16],
+    /// Sums of each 32 values (Q4_K's minimums).
+    pub bsum32: [i16; 8],
+    pub d: f32,
+}
+
+impl Default for BlockK {
+    fn default() -> Self {
+        Self { qs: [0; 256], bsums: [0; 16], bsum32: [0; 8], d: 0.0 }
+    }
+}
+
+/// The offset that makes a format's weights unsigned (0 for formats with a minimum).
+pub fn offset(t: super::QType) -> i32 {
+    use super::QType::*;
+    match t {
+        Q4_0 => 8,
+        Q5_0 => 16,
+        Q8_0 => 128,
+        _ => 0,
+    }
+}
+
+/// Lay out quantized 32-value blocks as pairs for a format with weight offset `off` (0: the
+/// format has a minimum and `c` carries the block sums `s`).
+pub fn pairs_from(blocks: &[BlockQ8], off: i32, out: &mut [Pair]) {
+    debug_assert_eq!(out.len(), blocks.len().div_ceil(2));
+    for (p, o) in out.iter_mut().enumerate() {
+        *o = Pair::default();
+        for h in 0..2 {
+            let Some(b) = blocks.get(2 * p + h) else { break };
+            o.qs[32 * h..32 * h + 32].copy_from_slice(&b.qs);
+            o.d[8 * h..8 * h + 8].fill(b.d);
+            if off == 0 {
+                o.c[8 * h] = b.s.to_bits();
+            } else {
+                for l in 0..8 {
+                    let s: i32 = b.qs[4 * l..4 * l + 4].iter().map(|&q| q as i32).sum();
+                    o.c[8 * h + l] = (-off * s) as u32;
+                }
+            }
+        }
+    }
+}
+
+/// Lay out quantized 256-value blocks for the k-quant kernels.
+pub fn blockk_from(blocks: &[BlockQ8K], out: &mut [BlockK]) {
+    for (b, o) in blocks.iter().zip(out.iter_mut()) {
+        o.qs = b.qs;
+        o.bsums = b.bsums;
+        for k in 0..8 {
+            o.bsum32[k] = b.bsums[2 * k] + b.bsums[2 * k + 1];
+        }
+        o.d = b.d;
+    }
+}
+
+#[inline(always)]
+unsafe fn rd16(p: *const u8) -> i16 {
+    std::ptr::read_unaligned(p as *const i16)
+}
+
+#[inline(always)]
+unsafe fn rd32(p: *const u8) -> u32 {
+    std::ptr::read_unaligned(p as *const u32)
+}
+
+/// Lanes 0..8 = lane 0 of `v`, lanes 8..16 = lane `1` of `v` (as f32).
+#[inline(always)]
+unsafe fn spread01(v: __m128) -> __m512 {
+    let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v))
+}
+
+/// Lanes 0..8 = lane 2 of `v`, lanes 8..16 = lane 3.
+#[inline(always)]
+unsafe fn spread23(v: __m128) -> __m512 {
+    let idx = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
+    _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v))
+}
+
+/// Two blocks' 16 nibble bytes (`q1` zero for a missing second block) to 64 values: the
+/// first block's low nibbles, its high nibbles, then the second block's.
+#[inline(always)]
+unsafe fn nib_pair(q0: __m128i, q1: __m128i) -> __m512i {
+    let t = _mm512_castsi256_si512(_mm256_set_m128i(q1, q0));
+    let z = _mm512_shuffle_i64x2::<0x50>(t, t); // [q0, q0, q1, q1]
+    let z = _mm512_mask_srli_epi16::<4>(z, 0xFF00_FF00, z);
+    _mm512_and_si512(z, _mm512_set1_epi8(0x0f))
+}
+
+/// A 32-value weight format as the kernels see it: two blocks at once.
+trait Fmt {
+    const BYTES: usize;
+    const HAS_M: bool;
+    /// Unsigned values, scales `d` (spread as in [`Pair::d`]) and minimums `m` (same
+    /// spread; unused without a minimum) of blocks at `p` and `p + BYTES` (`two` false: only
+    /// the first exists).
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512);
+}
+
+struct Q40;
+struct Q41;
+struct Q50;
+struct Q51;
+struct Q80;
+
+#[inline(always)]
+unsafe fn load128_or_zero(p: *const u8, yes: bool) -> __m128i {
+    if yes {
+        _mm_loadu_si128(p as *const __m128i)
+    } else {
+        _mm_setzero_si128()
+    }
+}
+
+/// f16 scales `d0`, `d1` spread.
+#[inline(always)]
+unsafe fn d_pair(p: *const u8, bytes: usize, two: bool) -> __m512 {
+    let d1 = if two { rd16(p.add(bytes)) } else { 0 };
+    spread01(_mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, d1, rd16(p))))
+}
+
+/// f16 `d`, `m` at the start of each block, spread.
+#[inline(always)]
+unsafe fn dm_pair(p: *const u8, bytes: usize, two: bool) -> (__m512, __m512) {
+    let (d1, m1) = if two { (rd16(p.add(bytes)), rd16(p.add(bytes + 2))) } else { (0, 0) };
+    let v = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, m1, rd16(p.add(2)), d1, rd16(p)));
+    (spread01(v), spread23(v))
+}
+
+impl Fmt for Q40 {
+    const BYTES: usize = 18;
+    const HAS_M: bool = false;
+    #[inline(always)]
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512) {
+        let w = nib_pair(_mm_loadu_si128(p.add(2) as *const __m128i), load128_or_zero(p.add(18 + 2), two));
+        (w, d_pair(p, 18, two), _mm512_setzero_ps())
+    }
+}
+
+impl Fmt for Q41 {
+    const BYTES: usize = 20;
+    const HAS_M: bool = true;
+    #[inline(always)]
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512) {
+        let w = nib_pair(_mm_loadu_si128(p.add(4) as *const __m128i), load128_or_zero(p.add(20 + 4), two));
+        let (d, m) = dm_pair(p, 20, two);
+        (w, d, m)
+    }
+}
+
+/// Adds 16 to each value whose high bit (`qh` of the first block in the low 32 mask bits,
+/// of the second in the high 32) is set.
+#[inline(always)]
+unsafe fn with_high_bits(w: __m512i, qh0: u32, qh1: u32) -> __m512i {
+    let k: __mmask64 = qh0 as u64 | (qh1 as u64) << 32;
+    _mm512_mask_add_epi8(w, k, w, _mm512_set1_epi8(0x10))
+}
+
+impl Fmt for Q50 {
+    const BYTES: usize = 22;
+    const HAS_M: bool = false;
+    #[inline(always)]
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512) {
+        let w = nib_pair(_mm_loadu_si128(p.add(6) as *const __m128i), load128_or_zero(p.add(22 + 6), two));
+        let qh1 = if two { rd32(p.add(22 + 2)) } else { 0 };
+        (with_high_bits(w, rd32(p.add(2)), qh1), d_pair(p, 22, two), _mm512_setzero_ps())
+    }
+}
+
+impl Fmt for Q51 {
+    const BYTES: usize = 24;
+    const HAS_M: bool = true;
+    #[inline(always)]
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512) {
+        let w = nib_pair(_mm_loadu_si128(p.add(8) as *const __m128i), load128_or_zero(p.add(24 + 8), two));
+        let qh1 = if two { rd32(p.add(24 + 4)) } else { 0 };
+        let (d, m) = dm_pair(p, 24, two);
+        (with_high_bits(w, rd32(p.add(4)), qh1), d, m)
+    }
+}
+
+impl Fmt for Q80 {
+    const BYTES: usize = 34;
+    const HAS_M: bool = false;
+    #[inline(always)]
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512) {
+        let lo = _mm256_loadu_si256(p.add(2) as *const __m256i);
+        let hi = if two { _mm256_loadu_si256(p.add(34 + 2) as *const __m256i) } else { _mm256_setzero_si256() };
+        let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+        (_mm512_xor_si512(w, _mm512_set1_epi8(-128)), d_pair(p, 34, two), _mm512_setzero_ps())
+    }
+}
+
+/// One weight row of `nblocks` 32-value blocks against `R` activation rows.
+#[inline(always)]
+unsafe fn rows_pairs<F: Fmt, const R: usize>(w: &[u8], acts: [&[Pair]; R], out: &mut [f32]) {
+    let np = acts[0].len();
+    let nblocks = w.len() / F::BYTES;
+    let p = w.as_ptr();
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut accm = [_mm512_setzero_ps(); R];
+    for i in 0..np {
+        let two = 2 * i + 1 < nblocks;
+        let (wu, dw, mw) = F::pair(p.add(2 * i * F::BYTES), two);
+        for r in 0..R {
+            let a = acts[r].get_unchecked(i);
+            let qa = _mm512_load_si512(a.qs.as_ptr() as *const __m512i);
+            let c = _mm512_load_si512(a.c.as_ptr() as *const __m512i);
+            let isum = _mm512_dpbusd_epi32(if F::HAS_M { _mm512_setzero_si512() } else { c }, wu, qa);
+            let dd = _mm512_mul_ps(dw, _mm512_load_ps(a.d.as_ptr()));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[r]);
+            if F::HAS_M {
+                accm[r] = _mm512_fmadd_ps(mw, _mm512_castsi512_ps(c), accm[r]);
+            }
+        }
+    }
+    for r in 0..R {
+        let s = if F::HAS_M { _mm512_add_ps(acc[r], accm[r]) } else { acc[r] };
+        *out.get_unchecked_mut(r) = _mm512_reduce_add_ps(s);
+    }
+}
+
+/// Dispatch on the number of rows (1..=MAX_ROWS) to a const-generic instantiation.
+macro_rules! by_rows {
+    ($f:ident, [$($g:tt),*], $w:expr, $acts:expr, $out:expr) => {{
+        let a = $acts;
+        match a.len() {
+            1 => $f::<$($g,)* 1>($w, [a[0]], $out),
+            2 => $f::<$($g,)* 2>($w, [a[0], a[1]], $out),
+            3 => $f::<$($g,)* 3>($w, [a[0], a[1], a[2]], $out),
+            4 => $f::<$($g,)* 4>($w, [a[0], a[1], a[2], a[3]], $out),
+            5 => $f::<$($g,)* 5>($w, [a[0], a[1], a[2], a[3], a[4]], $out),
+            6 => $f::<$($g,)* 6>($w, [a[0], a[1], a[2], a[3], a[4], a[5]], $out),
+            7 => $f::<$($g,)* 7>($w, [a[0], a[1], a[2], a[3], a[4], a[5], a[6]], $out),
+            _ => $f::<$($g,)* 8>($w, [a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]], $out),
+        }
+    }};
+}
+
+macro_rules! wrappers {
+    ($($name:ident => $fmt:ty;)*) => {$(
+        /// One weight row against 1..=8 activation rows; `out[r]` for row `r`.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        pub unsafe fn $name(w: &[u8], acts: &[&[Pair]], out: &mut [f32]) {
+            by_rows!(rows_pairs, [$fmt], w, acts, out)
+        }
+    )*};
+}
+
+wrappers! {
+    rows_q4_0 => Q40;
+    rows_q4_1 => Q41;
+    rows_q5_0 => Q50;
+    rows_q5_1 => Q51;
+    rows_q8_0 => Q80;
+}
+
+use super::avx2::k4_scales_mins;
+
+#[repr(C, align(64))]
+struct Idx([[i16; 32]; 4]);
+
+/// Q4_K step `j`: i16 lanes 0..16 take scale `2j`, lanes 16..32 scale `2j + 1`.
+static Q4K_IDX: Idx = {
+    let mut t = [[0i16; 32]; 4];
+    let mut j = 0;
+    while j < 4 {
+        let mut e = 0;
+        while e < 32 {
+            t[j][e] = (2 * j + e / 16) as i16;
+            e += 1;
+        }
+        j += 1;
+    }
+    Idx(t)
+};
+
+/// Q6_K step `s` (64 values): i16 lane `e` takes scale `4s + e / 8` (one per 16 values).
+static Q6K_IDX: Idx = {
+    let mut t = [[0i16; 32]; 4];
+    let mut s = 0;
+    while s < 4 {
+        let mut e = 0;
+        while e < 32 {
+            t[s][e] = (4 * s + e / 8) as i16;
+            e += 1;
+        }
+        s += 1;
+    }
+    Idx(t)
+};
+
+#[inline(always)]
+unsafe fn idx(t: &Idx, j: usize) -> __m512i {
+    _mm512_load_si512(t.0[j].as_ptr() as *const __m512i)
+}
+
+#[inline(always)]
+fn f16_bits(p: *const u8) -> f32 {
+    // SAFETY: callers pass a pointer inside the weight row.
+    half::f16::from_bits(unsafe { std::ptr::read_unaligned(p as *const u16) }).to_f32()
+}
+
+#[inline(always)]
+unsafe fn hsum128(v: __m128) -> f32 {
+    let m = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
+}
+
+#[inline(always)]
+unsafe fn q4k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut accm = [_mm_setzero_ps(); R];
+    let p = w.as_ptr();
+    for i in 0..acts[0].len() {
+        let bw = p.add(i * 144);
+        let dw = f16_bits(bw);
+        let dmin = f16_bits(bw.add(2));
+        let ms = k4_scales_mins(bw.add(4));
+        let msz = _mm512_castsi256_si512(ms);
+        let mins = _mm256_extracti128_si256::<1>(ms);
+        let mut sumi = [_mm512_setzero_si512(); R];
+        for j in 0..4 {
+            let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
+            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
+            let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
+            let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
+            for r in 0..R {
+                let a = _mm512_load_si512(acts[r].get_unchecked(i).qs.as_ptr().add(64 * j) as *const __m512i);
+                sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(wq, a), sc);
+            }
+        }
+        for r in 0..R {
+            let b = acts[r].get_unchecked(i);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r]), _mm512_set1_ps(dw * b.d), acc[r]);
+            let md = _mm_madd_epi16(mins, _mm_loadu_si128(b.bsum32.as_ptr() as *const __m128i));
+            accm[r] = _mm_fmadd_ps(_mm_set1_ps(-dmin * b.d), _mm_cvtepi32_ps(md), accm[r]);
+        }
+    }
+    for r in 0..R {
+        *out.get_unchecked_mut(r) = _mm512_reduce_add_ps(acc[r]) + hsum128(accm[r]);
+    }
+}
+
+#[inline(always)]
+unsafe fn q6k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let m2 = _mm512_set1_epi8(0x03);
+    let mut acc = [_mm512_setzero_ps(); R];
+    let p = w.as_ptr();
+    for i in 0..acts[0].len() {
+        let bw = p.add(i * 210);
+        let dw = f16_bits(bw.add(208));
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.add(192) as *const __m128i));
+        let scz = _mm512_castsi256_si512(sc16);
+        let mut sumi = [_mm512_setzero_si512(); R];
+        for h in 0..2 {
+            let b = _mm512_loadu_si512(bw.add(64 * h) as *const __m512i);
+            let bh = _mm256_loadu_si256(bw.add(128 + 32 * h) as *const __m256i);
+            let bhz = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bh), bh);
+            let s2 = _mm512_mask_srli_epi16::<2>(bhz, 0xFFFF_0000, bhz); // [bh, bh >> 2]
+            let h01 = _mm512_slli_epi16::<4>(_mm512_and_si512(s2, m2));
+            let h23 = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m2));
+            let xs = [
+                _mm512_or_si512(_mm512_and_si512(b, m4), h01),
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(b), m4), h23),
+            ];
+            for (k, x) in xs.into_iter().enumerate() {
+                let s = 2 * h + k;
+                let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, s), scz);
+                for r in 0..R {
+                    let a = _mm512_load_si512(acts[r].get_unchecked(i).qs.as_ptr().add(64 * s) as *const __m512i);
+                    sumi[r] = _mm512_dpwssd_epi32(sumi[r], _mm512_maddubs_epi16(x, a), sc);
+                }
+            }
+        }
+        for r in 0..R {
+            let b = acts[r].get_unchecked(i);
+            // The stored values are q + 32: subtract 32 * sum(scale * activation sum).
+            let corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i));
+            let s = _mm512_sub_epi32(sumi[r], _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(dw * b.d), acc[r]);
+        }
+    }
+    for r in 0..R {
+        *out.get_unchecked_mut(r) = _mm512_reduce_add_ps(acc[r]);
+    }
+}
+
+/// One Q4_K weight row against 1..=8 activation rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn rows_q4k(w: &[u8], acts: &[&[BlockK]], out: &mut [f32]) {
+    by_rows!(q4k_rows, [], w, acts, out)
+}
+
+/// One Q6_K weight row against 1..=8 activation rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn rows_q6k(w: &[u8], acts: &[&[BlockK]], out: &mut [f32]) {
+    by_rows!(q6k_rows, [], w, acts, out)
+}
