@@ -47,17 +47,22 @@ fn main() -> anyhow::Result<()> {
         }
         let blocks_per = (rows * cols / m.qtype().block_len()) as f64;
         let ns_block = (cpu_time() - t0) / (it as f64 * blocks_per) * 1e9;
-        // Four activation rows at once (speculative verification, short batches).
-        let x4: Vec<f32> = (0..4 * cols).map(|i| (i as f32 * 0.37).sin()).collect();
-        let mut out4 = vec![0f32; 4 * rows];
-        let t0 = cpu_time();
-        let mut it4 = 0;
-        while cpu_time() - t0 < 0.3 {
-            small.matmul(&x4, 4, &mut out4);
-            it4 += 1;
+        // Several activation rows at once (speculative verification, short batches, prefill).
+        let macs = (rows * cols) as f64;
+        let mut line = format!("{name}: 1 row {:.1} GMAC/s", macs / (ns_block * blocks_per));
+        for mr in [4usize, 8, 64, 512] {
+            let xm: Vec<f32> = (0..mr * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+            let mut outm = vec![0f32; mr * rows];
+            let t0 = cpu_time();
+            let mut itm = 0;
+            while cpu_time() - t0 < 0.3 {
+                small.matmul(&xm, mr, &mut outm);
+                itm += 1;
+            }
+            let per = (cpu_time() - t0) / itm as f64;
+            line += &format!(", {mr} rows {:.1} GMAC/s ({:.2}x the single-row cost per row)", macs * mr as f64 / per / 1e9, per / mr as f64 / (ns_block * blocks_per * 1e-9));
         }
-        let ns_block4 = (cpu_time() - t0) / (it4 as f64 * blocks_per * 4.0) * 1e9;
-        println!("{name}: 4 rows at once: {ns_block4:.2} ns/block/row ({:.2}x the single-row cost)", ns_block4 / ns_block);
+        println!("{line} (thread CPU time; run with SAPIENT_THREADS=1)");
         let start = Instant::now();
         for _ in 0..reps {
             for mm in &mats {
