@@ -10,12 +10,13 @@
 //!
 //! Short batches (decode, speculative verification) use the quantized kernels, whose results
 //! do not depend on how rows are batched; attention also runs row by row. So a batch of
-//! tokens gives bit-identical logits to the same tokens fed one at a time. Long batches
-//! (prefill of 32 tokens or more) use a dequantized f32 GEMM through the layer's `Linear`.
+//! tokens gives bit-identical logits to the same tokens fed one at a time. With the AVX-512
+//! kernels long batches (prefill) use them too; without, batches of 32 tokens or more use a
+//! dequantized f32 GEMM through the layer's `Linear` (`weights::dense_prefill_rows`).
 
 use candle_core::{Device, Module, Tensor};
 use sapient_tensor::kernels::{self, pool, QMatrix};
-use sapient_tensor::weights::DENSE_PREFILL_ROWS;
+use sapient_tensor::weights::{dense_prefill_rows, DENSE_PREFILL_ROWS};
 use sapient_tensor::Linear;
 use std::cell::RefCell;
 
@@ -50,7 +51,7 @@ impl Lin {
     /// `out = x @ W^T + b` for `n` rows.
     fn run(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
         let rows = self.kernel.rows();
-        if n < dense_rows() {
+        if n < dense_prefill_rows() {
             self.kernel.matmul(x, n, &mut out[..n * rows]);
             if let Some(b) = &self.bias {
                 for r in out[..n * rows].chunks_exact_mut(rows) {
@@ -67,13 +68,6 @@ impl Lin {
         }
         Ok(())
     }
-}
-
-/// Batches of at least this many rows use the dense f32 GEMM for linear layers
-/// (`SAPIENT_DENSE_ROWS` overrides).
-fn dense_rows() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| std::env::var("SAPIENT_DENSE_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(DENSE_PREFILL_ROWS))
 }
 
 pub(crate) enum LinQkv {

@@ -209,8 +209,23 @@ pub fn open_weights(path: &Path) -> Result<Box<dyn WeightSource>> {
     }
 }
 
-/// Inputs with at least this many rows use a dequantized weight and the dense GEMM on the CPU.
+/// Without the AVX-512 kernels, inputs with at least this many rows use a dequantized weight
+/// and the dense f32 GEMM on the CPU.
 pub const DENSE_PREFILL_ROWS: usize = 32;
+
+/// From how many rows a product leaves the quantized kernels for the dense f32 GEMM: never
+/// with the AVX-512 kernels (their int8 products beat the GEMM at every batch size),
+/// [`DENSE_PREFILL_ROWS`] otherwise. `SAPIENT_DENSE_ROWS` overrides.
+pub fn dense_prefill_rows() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("SAPIENT_DENSE_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(if crate::kernels::has_avx512() {
+            usize::MAX
+        } else {
+            DENSE_PREFILL_ROWS
+        })
+    })
+}
 
 /// A linear layer over a quantized or dense weight of shape `[out, in]`, with optional bias.
 #[derive(Debug, Clone)]
@@ -291,7 +306,7 @@ impl Linear {
 impl Module for Linear {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         let rows = x.elem_count() / self.in_features.max(1);
-        let fast = self.kernel.as_ref().filter(|_| rows < DENSE_PREFILL_ROWS && x.dtype() == DType::F32);
+        let fast = self.kernel.as_ref().filter(|_| rows < dense_prefill_rows() && x.dtype() == DType::F32);
         let y = if let Some(k) = fast {
             // Decode and short batches: our quantized kernels (row-invariant, threaded).
             let xs = x.flatten_all()?.to_vec1::<f32>()?;
