@@ -149,6 +149,9 @@ struct Bufs {
     g: Vec<f32>,
     u: Vec<f32>,
     gu: Vec<f32>,
+    /// The KV cache in f32 for the prefill attention.
+    k32: Vec<f32>,
+    v32: Vec<f32>,
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) {
@@ -309,7 +312,7 @@ impl CpuModel {
             kernels::f32_to_f16(&b.v[..n * kv_out], &mut layer.v[start * kv_out..(start + n) * kv_out]);
             let layer = &self.layers[li];
             if n >= DENSE_PREFILL_ROWS {
-                attention_dense(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out])?;
+                attention_dense(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out], &mut b.k32, &mut b.v32);
             } else {
                 attention(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out]);
             }
@@ -420,38 +423,99 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
     }
 }
 
-/// Attention for long batches (prefill) as batched matrix products (candle's GEMM): grouped
-/// query heads stacked per kv head, an additive causal (and sliding-window) mask.
-fn attention_dense(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize, out: &mut [f32]) -> Result<()> {
+thread_local! {
+    static PROBS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Query rows per unit of the prefill attention.
+const ATT_BLOCK: usize = 64;
+
+/// Attention for long batches (prefill) as matrix products (the `gemm` crate candle uses,
+/// called on our buffers: no allocation per layer): for each head and block of
+/// [`ATT_BLOCK`] query rows, scores against the keys that block can see (causal, and the
+/// sliding window), a masked softmax, then the products with the values. `k32`/`v32` receive
+/// the cache in f32.
+#[allow(clippy::too_many_arguments)]
+fn attention_dense(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize, out: &mut [f32], k32: &mut Vec<f32>, v32: &mut Vec<f32>) {
     let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
     let n_rep = nh / nkv;
+    let kv_out = nkv * hd;
     let end = start + n;
-    let dev = Device::Cpu;
-    let q = Tensor::from_slice(q, (n, nh, hd), &dev)?
-        .transpose(0, 1)?
-        .contiguous()?
-        .reshape((nkv, n_rep * n, hd))?;
-    let f16s = |c: &[u16]| -> Vec<half::f16> { c[..end * nkv * hd].iter().map(|b| half::f16::from_bits(*b)).collect() };
-    let k = Tensor::from_vec(f16s(kc), (end, nkv, hd), &dev)?.to_dtype(candle_core::DType::F32)?.transpose(0, 1)?.contiguous()?;
-    let v = Tensor::from_vec(f16s(vc), (end, nkv, hd), &dev)?.to_dtype(candle_core::DType::F32)?.transpose(0, 1)?.contiguous()?;
-    let mut mask = vec![0f32; n * end];
-    for i in 0..n {
-        let pos = start + i;
-        for (j, m) in mask[i * end..(i + 1) * end].iter_mut().enumerate() {
-            if !crate::model::visible(j, pos, d.window) {
-                *m = f32::NEG_INFINITY;
-            }
-        }
+    grow(k32, end * kv_out);
+    grow(v32, end * kv_out);
+    for (o, b) in k32[..end * kv_out].iter_mut().zip(&kc[..end * kv_out]) {
+        *o = half::f16::from_bits(*b).to_f32();
     }
-    // [n, end] -> [n_rep * n, end] (the same rows for every query head of a group).
-    let mask = Tensor::from_vec(mask, (1, n, end), &dev)?.repeat((n_rep, 1, 1))?.reshape((1, n_rep * n, end))?;
-    let scale = 1.0 / (hd as f64).sqrt();
-    let att = (q.matmul(&k.t()?)? * scale)?.broadcast_add(&mask)?;
-    let att = candle_nn::ops::softmax_last_dim(&att)?;
-    let y = att.matmul(&v)?; // [nkv, n_rep * n, hd]
-    let y = y.reshape((nh, n, hd))?.transpose(0, 1)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-    out.copy_from_slice(&y);
-    Ok(())
+    for (o, b) in v32[..end * kv_out].iter_mut().zip(&vc[..end * kv_out]) {
+        *o = half::f16::from_bits(*b).to_f32();
+    }
+    let (k32, v32) = (&k32[..], &v32[..]);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let blocks = n.div_ceil(ATT_BLOCK);
+    let units = nh * blocks;
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    let work = |u: usize| {
+        let out_ptr = &out_ptr;
+        let (h, blk) = (u / blocks, u % blocks);
+        let g = h / n_rep;
+        let (i0, i1) = (blk * ATT_BLOCK, ((blk + 1) * ATT_BLOCK).min(n));
+        let rows = i1 - i0;
+        let lo = |pos: usize| d.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let klo = lo(start + i0);
+        let kn = start + i1 - klo;
+        PROBS.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < rows * kn {
+                p.resize(rows * kn, 0.0);
+            }
+            let s = &mut p[..rows * kn];
+            // SAFETY: the operands are in bounds by construction (rows of q from i0, keys
+            // klo..start + i1 of the cache, `s` rows * kn); each unit writes its own rows
+            // of one head of `out`.
+            unsafe {
+                gemm::gemm(
+                    rows, kn, hd,
+                    s.as_mut_ptr(), 1, kn as isize,
+                    false,
+                    q.as_ptr().add(i0 * nh * hd + h * hd), 1, (nh * hd) as isize,
+                    k32.as_ptr().add(klo * kv_out + g * hd), kv_out as isize, 1,
+                    0.0, scale,
+                    false, false, false,
+                    gemm::Parallelism::None,
+                );
+            }
+            for r in 0..rows {
+                let pos = start + i0 + r;
+                let row = &mut s[r * kn..(r + 1) * kn];
+                let (a, b) = (lo(pos) - klo, pos + 1 - klo);
+                let max = row[a..b].iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+                let mut sum = 0f32;
+                for v in &mut row[a..b] {
+                    *v = (*v - max).exp();
+                    sum += *v;
+                }
+                let inv = 1.0 / sum;
+                for v in &mut row[a..b] {
+                    *v *= inv;
+                }
+                row[..a].fill(0.0);
+                row[b..].fill(0.0);
+            }
+            unsafe {
+                gemm::gemm(
+                    rows, hd, kn,
+                    out_ptr.0.add(i0 * nh * hd + h * hd), 1, (nh * hd) as isize,
+                    false,
+                    s.as_ptr(), 1, kn as isize,
+                    v32.as_ptr().add(klo * kv_out + g * hd), 1, kv_out as isize,
+                    0.0, 1.0,
+                    false, false, false,
+                    gemm::Parallelism::None,
+                );
+            }
+        })
+    };
+    pool::pool().run_chunks(units, &work);
 }
 
 struct OutPtr(*mut f32);

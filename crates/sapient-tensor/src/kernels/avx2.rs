@@ -538,3 +538,89 @@ pub unsafe fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
         i += 1;
     }
 }
+
+/// Largest |v| of 8 lanes.
+#[inline(always)]
+unsafe fn hmax_abs(v: __m256) -> f32 {
+    let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
+}
+
+/// 32 rounded values (to nearest, ties to even, as llama.cpp's x86 quantizers) of `p[i] * s`
+/// as i32 x 8 x 4.
+#[inline(always)]
+unsafe fn round32(p: *const f32, s: f32) -> [__m256i; 4] {
+    let m = _mm256_set1_ps(s);
+    let r = |o: usize| _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(_mm256_loadu_ps(p.add(o)), m)));
+    [r(0), r(8), r(16), r(24)]
+}
+
+/// 32 i32 values (each in i8 range) packed to 32 bytes in order.
+#[inline(always)]
+unsafe fn pack32(r: [__m256i; 4]) -> __m256i {
+    let a = _mm256_packs_epi32(r[0], r[1]);
+    let b = _mm256_packs_epi32(r[2], r[3]);
+    let c = _mm256_packs_epi16(a, b);
+    _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+#[inline(always)]
+unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
+}
+
+/// [`super::quant::quantize_q8`] with AVX2 (rounding ties to even).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
+    let sign = _mm256_set1_ps(-0.0);
+    for (chunk, b) in x.chunks_exact(32).zip(out.iter_mut()) {
+        let p = chunk.as_ptr();
+        let mut m = _mm256_andnot_ps(sign, _mm256_loadu_ps(p));
+        for o in [8, 16, 24] {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(o))));
+        }
+        let d = hmax_abs(m) / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let r = round32(p, id);
+        let sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3])));
+        _mm256_storeu_si256(b.qs.as_mut_ptr() as *mut __m256i, pack32(r));
+        b.d = half::f16::from_f32(d).to_f32();
+        b.s = half::f16::from_f32(sum as f32 * d).to_f32();
+    }
+}
+
+/// [`super::quant::quantize_q8k`] with AVX2 (rounding ties to even).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
+    let sign = _mm256_set1_ps(-0.0);
+    for (chunk, b) in x.chunks_exact(256).zip(out.iter_mut()) {
+        let p = chunk.as_ptr();
+        let mut m = _mm256_setzero_ps();
+        for o in (0..256).step_by(8) {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(o))));
+        }
+        let amax = hmax_abs(m);
+        if amax == 0.0 {
+            *b = BlockQ8K::default();
+            continue;
+        }
+        // The first value of largest magnitude, with its sign (as the scalar quantizer).
+        let max = chunk.iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
+        let iscale = -128.0 / max;
+        for (k, o) in (0..256).step_by(32).enumerate() {
+            let mut r = round32(p.add(o), iscale);
+            for v in &mut r {
+                *v = _mm256_min_epi32(*v, _mm256_set1_epi32(127));
+            }
+            let s0 = hsum_epi32(_mm256_add_epi32(r[0], r[1]));
+            let s1 = hsum_epi32(_mm256_add_epi32(r[2], r[3]));
+            b.bsums[2 * k] = s0 as i16;
+            b.bsums[2 * k + 1] = s1 as i16;
+            _mm256_storeu_si256(b.qs.as_mut_ptr().add(o) as *mut __m256i, pack32(r));
+        }
+        b.d = 1.0 / iscale;
+    }
+}

@@ -197,6 +197,27 @@ pub fn rows_q8k(t: QType, w: &[u8], acts: &[&[BlockQ8K]], out: &mut [f32]) {
     }
 }
 
+/// Quantize activations to 32-value blocks (AVX2 where present: ties round to even there,
+/// away from zero in the portable code, as in llama.cpp).
+pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2, FMA and F16C are present.
+        return unsafe { avx2::quantize_q8(x, out) };
+    }
+    quant::quantize_q8(x, out)
+}
+
+/// Quantize activations to 256-value blocks (see [`quantize_q8`]).
+pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2, FMA and F16C are present.
+        return unsafe { avx2::quantize_q8k(x, out) };
+    }
+    quant::quantize_q8k(x, out)
+}
+
 /// Dot product of one weight row with one quantized activation row.
 pub fn dot_row_q8(t: QType, w: &[u8], a: &[BlockQ8]) -> f32 {
     let mut o = [0f32];
@@ -614,13 +635,13 @@ impl QuantizedActs {
         if k_quant {
             let mut v = take_scratch(&SCRATCH_Q8K, m * cols / 256);
             for (xr, br) in x.chunks_exact(cols).zip(v.chunks_exact_mut(cols / 256)) {
-                quant::quantize_q8k(xr, br);
+                quantize_q8k(xr, br);
             }
             s.q8k = v;
         } else {
             let mut v = take_scratch(&SCRATCH_Q8, m * cols / 32);
             for (xr, br) in x.chunks_exact(cols).zip(v.chunks_exact_mut(cols / 32)) {
-                quant::quantize_q8(xr, br);
+                quantize_q8(xr, br);
             }
             s.q8 = v;
         }

@@ -305,3 +305,33 @@ fn wide_kernels_match_narrow() {
         }
     }
 }
+
+/// The dispatched (SIMD) activation quantizers give the portable ones' blocks: the same
+/// scales and values (ties aside, which round to even there and away from zero here), and
+/// sums that match their values. A zero block stays zero.
+#[test]
+fn simd_quantizers_match_portable() {
+    let mut x = data(2048, 17);
+    x[256..512].fill(0.0);
+    x[40] = -9.0; // a negative largest value
+    let mut a = vec![BlockQ8::default(); 64];
+    let mut b = vec![BlockQ8::default(); 64];
+    quant::quantize_q8(&x, &mut a);
+    quantize_q8(&x, &mut b);
+    for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(p.d.to_bits(), q.d.to_bits(), "block {i}");
+        assert_eq!(p.qs, q.qs, "block {i}");
+        let sum: i32 = q.qs.iter().map(|&v| v as i32).sum();
+        assert!(close(q.s, sum as f32 * q.d, 2e-3), "block {i}");
+    }
+    let mut a = vec![BlockQ8K::default(); 8];
+    let mut b = vec![BlockQ8K::default(); 8];
+    quant::quantize_q8k(&x, &mut a);
+    quantize_q8k(&x, &mut b);
+    for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+        assert_eq!(p.d.to_bits(), q.d.to_bits(), "block {i}");
+        assert_eq!(p.qs, q.qs, "block {i}");
+        assert_eq!(p.bsums, q.bsums, "block {i}");
+    }
+    assert!(b[1].qs.iter().all(|&v| v == 0) && b[1].d == 0.0);
+}
