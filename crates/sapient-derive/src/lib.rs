@@ -8,6 +8,9 @@
 //! `#[parse(pattern = "regex")]`, `#[parse(range = 1..=100)]` (or `a..b`, `a..`, `..=b`),
 //! `#[parse(min_len = N, max_len = N)]` (strings), `#[parse(min_items = N, max_items = N)]`
 //! (arrays). Doc comments become `description`s. Variants take `#[parse(rename = "...")]`.
+//! Objects have `"additionalProperties": false` (the grammar never writes other keys, and
+//! `Parse` rejects them). Recursive types (through `Vec`, `Option<Box<_>>`, `Box`) refer to
+//! themselves with `$ref` (see `sapient_sample::typed`).
 
 use proc_macro::TokenStream;
 use proc_macro2::TokenStream as Tokens;
@@ -215,7 +218,7 @@ fn schema_impl(input: &DeriveInput) -> syn::Result<Tokens> {
     Ok(quote! {
         impl #ig ::sapient_sample::Schema for #name #tg #wc {
             fn json_schema() -> ::sapient_sample::typed::__Value {
-                #body
+                ::sapient_sample::typed::__named(::core::any::type_name::<Self>(), || #body)
             }
         }
     })

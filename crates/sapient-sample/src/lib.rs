@@ -48,12 +48,14 @@ mod dfa;
 mod index;
 mod schema;
 pub mod typed;
+mod validate;
 
 pub use constraint::{Constraint, Expr, Frame, Grammar, GrammarError, GrammarState, JsonOptions};
 pub use index::{Matcher, MatcherStats, TokenIndex, TokenMask};
 /// `#[derive(Schema, Parse)]` (the traits of the same names are in [`typed`]).
 pub use sapient_derive::{Parse, Schema};
 pub use typed::{Parse, ParseError, Schema};
+pub use validate::{validate, Invalid};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -752,6 +754,20 @@ mod tests {
                 assert!((got - want).abs() < 0.015, "config {ci}: token {t}: {got} vs {want}");
             }
             assert!(m.stats().masks_computed <= 1, "config {ci}: {:?}", m.stats());
+        }
+    }
+
+    #[test]
+    fn constrained_dead_end_is_an_error_not_a_loop() {
+        // "ab" then "q": the vocabulary has no "q", so after "ab" no token continues.
+        let idx = small_index();
+        let g = std::sync::Arc::new(Grammar::regex("abq").unwrap());
+        for cfg in [SamplerConfig::greedy(), SamplerConfig { temperature: 1.0, top_p: Some(0.9), seed: Some(1), ..Default::default() }] {
+            let mut m = Matcher::new(g.clone(), idx.clone());
+            let mut s = Sampler::new(cfg).unwrap();
+            assert_eq!(s.sample_constrained(&mut vec![0f32; 45], &[], &mut m).unwrap(), 1);
+            assert_eq!(s.sample_constrained(&mut vec![0f32; 45], &[], &mut m).unwrap(), 2);
+            assert!(matches!(s.sample_constrained(&mut vec![0f32; 45], &[], &mut m), Err(Error::DeadEnd)));
         }
     }
 

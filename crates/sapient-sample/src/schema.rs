@@ -19,7 +19,7 @@ use crate::constraint::{Builder, GrammarError, NodeId, JSON_NUMBER};
 use serde_json::Value;
 use std::collections::HashMap;
 
-const UNSUPPORTED: &[&str] = &[
+pub(crate) const UNSUPPORTED: &[&str] = &[
     "not", "if", "then", "else", "patternProperties", "dependentRequired", "dependentSchemas",
     "dependencies", "propertyNames", "contains", "minContains", "maxContains", "multipleOf",
     "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "prefixItems",
@@ -45,7 +45,7 @@ fn json_lit(b: &mut Builder, v: &Value) -> NodeId {
     b.lit(&s)
 }
 
-fn resolve<'v>(root: &'v Value, r: &str) -> Option<&'v Value> {
+pub(crate) fn resolve<'v>(root: &'v Value, r: &str) -> Option<&'v Value> {
     let ptr = r.strip_prefix('#')?;
     if ptr.is_empty() {
         return Some(root);
@@ -258,7 +258,7 @@ const DATE_TIME: &str = concat!(
     r"T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 );
 
-fn format_regex(f: &str) -> Option<&'static str> {
+pub(crate) fn format_regex(f: &str) -> Option<&'static str> {
     Some(match f {
         // Month lengths are respected; February 29 is allowed in every year.
         "date" => DATE,
@@ -273,7 +273,7 @@ fn format_regex(f: &str) -> Option<&'static str> {
 }
 
 /// ECMAScript `\d`/`\D` are ASCII; in the `regex` crate they are Unicode. Rewrite them.
-fn ecma_to_rust(p: &str) -> String {
+pub(crate) fn ecma_to_rust(p: &str) -> String {
     let mut out = String::with_capacity(p.len());
     let mut it = p.chars();
     while let Some(c) = it.next() {

@@ -1,12 +1,18 @@
 //! Typed structured generation: [`Schema`] (a type's JSON Schema) and [`Parse`] (read a
 //! value back from JSON text the schema accepts), derived with `#[derive(Schema, Parse)]`
 //! (see the `sapient-derive` crate for the attributes). `T::grammar()` is the constraint
-//! that makes a model write a `T`; `T::parse(text)` accepts exactly what that grammar accepts
-//! and builds the value.
+//! that makes a model write a `T`; `T::parse(text)` accepts exactly the JSON that `T`'s
+//! schema describes (checked by [`crate::validate`], so in any property order and
+//! formatting; everything the grammar generates is among it) and builds the value.
+//!
+//! Recursive types (`struct Tree { children: Vec<Tree> }`, `Option<Box<T>>`) are written with
+//! `$ref`: a type met again while its own schema is being built becomes `{"$ref": "#"}` (the
+//! outermost type) or `{"$ref": "#/$defs/<type>"}`, collected in the outermost `$defs`.
 
 use crate::constraint::{Constraint, Grammar, GrammarError};
 use serde_json::Value;
 use std::any::TypeId;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -19,8 +25,8 @@ pub type __Map = serde_json::Map<String, Value>;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ParseError {
-    #[error("the text is not valid for the type's schema")]
-    Rejected,
+    #[error("the value does not satisfy the type's schema: {0}")]
+    Invalid(#[from] crate::validate::Invalid),
     #[error(transparent)]
     Grammar(#[from] GrammarError),
     #[error("invalid JSON: {0}")]
@@ -69,20 +75,119 @@ pub trait Parse: Sized {
         }
         Ok(g)
     }
-    /// Parse text that the type's grammar accepts (anything else is `Rejected`).
+    /// Parse JSON text that the type's schema accepts: `Json` if it is not JSON, `Invalid`
+    /// (with where and why) if it does not satisfy the schema.
     fn parse(text: &str) -> Result<Self, ParseError>
     where
         Self: Schema + 'static,
     {
-        if !Self::grammar()?.matches(text.as_bytes())? {
-            return Err(ParseError::Rejected);
-        }
         let v: Value = serde_json::from_str(text).map_err(|e| ParseError::Json(e.to_string()))?;
+        crate::validate::validate(&schema_of::<Self>(), &v)??;
         Self::from_json(&v)
     }
 }
 
+/// `T::json_schema()`, built once per type.
+fn schema_of<T: Schema + 'static>() -> Arc<Value> {
+    static CACHE: OnceLock<Mutex<HashMap<TypeId, Arc<Value>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(s) = cache.lock().ok().and_then(|c| c.get(&TypeId::of::<T>()).cloned()) {
+        return s;
+    }
+    let s = Arc::new(T::json_schema());
+    if let Ok(mut c) = cache.lock() {
+        c.insert(TypeId::of::<T>(), s.clone());
+    }
+    s
+}
+
 // ---- helpers the derive expands to ----
+
+thread_local! {
+    /// Types whose schema is being built on this thread, outermost first (`None`: a
+    /// container), and whether a nested occurrence referred to them.
+    static EXPANDING: RefCell<Vec<(Option<String>, bool)>> = const { RefCell::new(Vec::new()) };
+    /// Definitions of recursive types met below the outermost one.
+    static DEFS: RefCell<__Map> = RefCell::new(__Map::new());
+}
+
+/// A `$defs` name for a Rust type name (`a::b::Tree<u8>` -> `a.b.Tree_u8_`).
+fn def_name(type_name: &str) -> String {
+    type_name.replace("::", ".").chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '_' { c } else { '_' }).collect()
+}
+
+/// The schema of a derived type, `$ref`s for recursion (see the module docs).
+#[doc(hidden)]
+pub fn __named(type_name: &str, build: impl FnOnce() -> Value) -> Value {
+    expand(Some(def_name(type_name)), build)
+}
+
+/// A schema built around others (`Vec<T>`, `Option<T>`): when it is the outermost one, the
+/// `$defs` of recursive types inside go on it, at the document's root.
+fn nest(build: impl FnOnce() -> Value) -> Value {
+    expand(None, build)
+}
+
+fn expand(key: Option<String>, build: impl FnOnce() -> Value) -> Value {
+    let reference = |key: &str, outermost: bool| {
+        serde_json::json!({"$ref": if outermost { "#".to_string() } else { format!("#/$defs/{key}") }})
+    };
+    if let Some(key) = &key {
+        let seen = EXPANDING.with(|e| {
+            let mut e = e.borrow_mut();
+            let i = e.iter().position(|x| x.0.as_ref() == Some(key));
+            if let Some(i) = i {
+                e[i].1 = true;
+            }
+            i
+        });
+        if let Some(i) = seen {
+            return reference(key, i == 0);
+        }
+        if DEFS.with(|d| d.borrow().contains_key(key)) {
+            return reference(key, false);
+        }
+    }
+    /// Leaves the thread-local state clean if `build` panics.
+    struct Pop;
+    impl Drop for Pop {
+        fn drop(&mut self) {
+            let empty = EXPANDING.with(|e| {
+                let mut e = e.borrow_mut();
+                e.pop();
+                e.is_empty()
+            });
+            if empty && std::thread::panicking() {
+                DEFS.with(|d| d.borrow_mut().clear());
+            }
+        }
+    }
+    EXPANDING.with(|e| e.borrow_mut().push((key.clone(), false)));
+    let guard = Pop;
+    let mut schema = build();
+    let referenced = EXPANDING.with(|e| e.borrow().last().is_some_and(|x| x.1));
+    drop(guard);
+    let outermost = EXPANDING.with(|e| e.borrow().is_empty());
+    match key {
+        // Referred to from inside but not the root: its definition goes to `$defs`.
+        Some(key) if referenced && !outermost => {
+            let r = reference(&key, false);
+            DEFS.with(|d| d.borrow_mut().insert(key, schema));
+            r
+        }
+        _ => {
+            if outermost {
+                let defs = DEFS.with(|d| std::mem::take(&mut *d.borrow_mut()));
+                if !defs.is_empty() {
+                    if let Value::Object(m) = &mut schema {
+                        m.insert("$defs".into(), Value::Object(defs));
+                    }
+                }
+            }
+            schema
+        }
+    }
+}
 
 #[doc(hidden)]
 pub fn __json<T: Into<Value>>(v: T) -> Value {
@@ -91,7 +196,7 @@ pub fn __json<T: Into<Value>>(v: T) -> Value {
 
 #[doc(hidden)]
 pub fn __object(props: __Map, required: &[&str]) -> Value {
-    serde_json::json!({"type": "object", "properties": Value::Object(props), "required": required})
+    serde_json::json!({"type": "object", "properties": Value::Object(props), "required": required, "additionalProperties": false})
 }
 
 #[doc(hidden)]
@@ -168,7 +273,9 @@ macro_rules! ints {
         }
         impl Parse for $t {
             fn from_json_at(v: &Value, path: &str) -> Result<Self, ParseError> {
+                // JSON Schema's integers include numbers written with a zero fraction (`3.0`).
                 let n = v.as_i64().map(i128::from).or_else(|| v.as_u64().map(i128::from))
+                    .or_else(|| v.as_f64().filter(|x| x.fract() == 0.0 && x.abs() < 1e38).map(|x| x as i128))
                     .ok_or_else(|| ParseError::Type { path: path.into(), expected: "an integer" })?;
                 <$t>::try_from(n).map_err(|_| ParseError::OutOfRange { path: path.into(), value: n.to_string() })
             }
@@ -185,7 +292,9 @@ impl Schema for u64 {
 }
 impl Parse for u64 {
     fn from_json_at(v: &Value, path: &str) -> Result<Self, ParseError> {
-        v.as_u64().ok_or_else(|| ParseError::Type { path: path.into(), expected: "a non-negative integer" })
+        v.as_u64()
+            .or_else(|| v.as_f64().filter(|x| x.fract() == 0.0 && (0.0..=i64::MAX as f64).contains(x)).map(|x| x as u64))
+            .ok_or_else(|| ParseError::Type { path: path.into(), expected: "a non-negative integer" })
     }
 }
 
@@ -207,7 +316,7 @@ floats!(f32, f64);
 
 impl<T: Schema> Schema for Option<T> {
     fn json_schema() -> Value {
-        serde_json::json!({"anyOf": [T::json_schema(), {"type": "null"}]})
+        nest(|| serde_json::json!({"anyOf": [T::json_schema(), {"type": "null"}]}))
     }
 }
 impl<T: Parse> Parse for Option<T> {
@@ -228,7 +337,7 @@ impl<T: Parse> Parse for Option<T> {
 
 impl<T: Schema> Schema for Vec<T> {
     fn json_schema() -> Value {
-        serde_json::json!({"type": "array", "items": T::json_schema()})
+        nest(|| serde_json::json!({"type": "array", "items": T::json_schema()}))
     }
 }
 impl<T: Parse> Parse for Vec<T> {

@@ -10,6 +10,9 @@ use sapient_sample::{Constraint, Grammar, Matcher, TokenIndex};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+mod common;
+use common::{mutations, valid};
+
 /// End-of-sequence is id 0; then printable ASCII bytes, a newline, some UTF-8 and some
 /// multi-byte tokens like a BPE vocabulary has.
 fn vocab() -> Vec<Vec<u8>> {
@@ -22,112 +25,6 @@ fn vocab() -> Vec<Vec<u8>> {
         v.push(t.as_bytes().to_vec());
     }
     v
-}
-
-fn resolve<'a>(root: &'a Value, r: &str) -> &'a Value {
-    let mut cur = root;
-    for part in r.trim_start_matches("#/").split('/').filter(|p| !p.is_empty() && *p != "#") {
-        cur = &cur[part];
-    }
-    cur
-}
-
-/// A small JSON Schema validator (the subset these schemas use), independent of the grammar.
-fn valid(root: &Value, s: &Value, v: &Value) -> Result<(), String> {
-    let o = match s {
-        Value::Bool(true) => return Ok(()),
-        Value::Object(o) => o,
-        _ => return Err("bad schema".into()),
-    };
-    if let Some(r) = o.get("$ref").and_then(|r| r.as_str()) {
-        return valid(root, resolve(root, r), v);
-    }
-    if let Some(c) = o.get("const") {
-        return if c == v { Ok(()) } else { Err(format!("{v} != const {c}")) };
-    }
-    if let Some(e) = o.get("enum").and_then(|e| e.as_array()) {
-        return if e.contains(v) { Ok(()) } else { Err(format!("{v} not in enum")) };
-    }
-    if let Some(a) = o.get("anyOf").and_then(|a| a.as_array()) {
-        return if a.iter().any(|s| valid(root, s, v).is_ok()) { Ok(()) } else { Err(format!("{v} matches no anyOf branch")) };
-    }
-    if let Some(t) = o.get("type") {
-        let types: Vec<&str> = match t {
-            Value::String(t) => vec![t],
-            Value::Array(a) => a.iter().filter_map(|x| x.as_str()).collect(),
-            _ => vec![],
-        };
-        let ok = types.iter().any(|t| match *t {
-            "null" => v.is_null(),
-            "boolean" => v.is_boolean(),
-            "string" => v.is_string(),
-            "integer" => v.as_i64().is_some() || v.as_u64().is_some(),
-            "number" => v.is_number(),
-            "array" => v.is_array(),
-            "object" => v.is_object(),
-            _ => false,
-        });
-        if !ok {
-            return Err(format!("{v} is not of type {t}"));
-        }
-    }
-    if let Some(x) = v.as_f64() {
-        let f = |k: &str| o.get(k).and_then(|b| b.as_f64());
-        if f("minimum").is_some_and(|m| x < m) || f("maximum").is_some_and(|m| x > m) {
-            return Err(format!("{v} out of range"));
-        }
-        if f("exclusiveMinimum").is_some_and(|m| x <= m) || f("exclusiveMaximum").is_some_and(|m| x >= m) {
-            return Err(format!("{v} out of exclusive range"));
-        }
-    }
-    if let Some(st) = v.as_str() {
-        let n = st.chars().count() as u64;
-        if o.get("minLength").and_then(|m| m.as_u64()).is_some_and(|m| n < m) || o.get("maxLength").and_then(|m| m.as_u64()).is_some_and(|m| n > m) {
-            return Err(format!("{st:?} has the wrong length"));
-        }
-        if let Some(p) = o.get("pattern").and_then(|p| p.as_str()) {
-            let re = regex::Regex::new(&p.replace("\\d", "[0-9]")).map_err(|e| e.to_string())?;
-            if !re.is_match(st) {
-                return Err(format!("{st:?} does not match {p}"));
-            }
-        }
-        if o.get("format").and_then(|f| f.as_str()) == Some("email") {
-            let re = regex::Regex::new(r"^[^@\s]+@[^@\s]+\.[^@\s]+$").map_err(|e| e.to_string())?;
-            if !re.is_match(st) {
-                return Err(format!("{st:?} is not an email"));
-            }
-        }
-    }
-    if let Some(a) = v.as_array() {
-        let n = a.len() as u64;
-        if o.get("minItems").and_then(|m| m.as_u64()).is_some_and(|m| n < m) || o.get("maxItems").and_then(|m| m.as_u64()).is_some_and(|m| n > m) {
-            return Err(format!("array of {n} items"));
-        }
-        if let Some(items) = o.get("items") {
-            for x in a {
-                valid(root, items, x)?;
-            }
-        }
-    }
-    if let Some(m) = v.as_object() {
-        let props = o.get("properties").and_then(|p| p.as_object());
-        for r in o.get("required").and_then(|r| r.as_array()).into_iter().flatten() {
-            if !m.contains_key(r.as_str().unwrap_or("")) {
-                return Err(format!("missing {r}"));
-            }
-        }
-        for (k, x) in m {
-            match props.and_then(|p| p.get(k)) {
-                Some(ps) => valid(root, ps, x)?,
-                None => match o.get("additionalProperties") {
-                    Some(Value::Bool(false)) => return Err(format!("extra property {k}")),
-                    Some(ap) => valid(root, ap, x)?,
-                    None => {}
-                },
-            }
-        }
-    }
-    Ok(())
 }
 
 fn schemas() -> Vec<(&'static str, Value)> {
@@ -195,6 +92,7 @@ fn hundred_random_documents_per_schema_validate() {
     for (name, schema) in schemas() {
         let g = Arc::new(Grammar::json_schema(&schema).unwrap_or_else(|e| panic!("{name}: {e}")));
         let mut lengths = Vec::new();
+        let mut agree = [0usize; 2];
         for i in 0..100 {
             let mut m = Matcher::new(g.clone(), index.clone());
             let mut text = Vec::new();
@@ -227,9 +125,20 @@ fn hundred_random_documents_per_schema_validate() {
                 panic!("{name} #{i}: {e}: {s}");
             }
             lengths.push(s.len());
+            // The crate's validator (what `Parse::parse` uses) accepts what the grammar writes,
+            // and agrees with the independent one on edited copies (keys reordered, removed,
+            // added; values replaced).
+            assert_eq!(sapient_sample::validate(&schema, &v).unwrap(), Ok(()), "{name} #{i}: {s}");
+            for edited in mutations(&v, &mut rng, 5) {
+                let ours = sapient_sample::validate(&schema, &edited).unwrap();
+                let theirs = valid(&schema, &schema, &edited);
+                assert_eq!(ours.is_ok(), theirs.is_ok(), "{name}: {edited}: ours {ours:?}, independent {theirs:?}");
+                agree[ours.is_ok() as usize] += 1;
+            }
         }
         let mean = lengths.iter().sum::<usize>() as f64 / lengths.len() as f64;
-        eprintln!("{name}: 100 documents, mean {mean:.0} bytes");
+        eprintln!("{name}: 100 documents, mean {mean:.0} bytes; edited copies valid/invalid: {}/{}", agree[1], agree[0]);
+        assert!(agree[0] >= 50 && agree[1] >= 50, "{name}: the edits test both answers: {agree:?}");
     }
 }
 
