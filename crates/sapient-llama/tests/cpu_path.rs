@@ -75,7 +75,8 @@ fn kernels_agree_with_candle_ops() -> Result<()> {
 }
 
 /// A batch of new tokens gives bit-identical logits to the same tokens one at a time
-/// (speculative verification reproduces plain decoding exactly).
+/// (speculative verification reproduces plain decoding exactly), and with the AVX-512
+/// kernels a prefill-sized batch does too.
 #[test]
 fn batch_equals_one_at_a_time() -> Result<()> {
     let mut m = model()?;
@@ -96,6 +97,23 @@ fn batch_equals_one_at_a_time() -> Result<()> {
     m.truncate_cache(long.len());
     for (i, &t) in next[..3].iter().enumerate() {
         assert!(rows(m.forward(&[t], Logits::Last)?)?.remove(0) == batched[i], "long context, position {i}");
+    }
+    // A prefill-sized batch (70 tokens, after a 20-token prefix) against the same tokens in
+    // pieces of 1, 5 and the rest: where every batch size runs on the quantized kernels
+    // (AVX-512), the whole forward is row-invariant, so a reused prefix gives the same
+    // logits as a fresh prompt.
+    if sapient_tensor::weights::dense_prefill_rows() > 70 {
+        let toks: Vec<u32> = (0..90u32).map(|i| 77 + i * 29 % 5000).collect();
+        m.clear_cache();
+        m.forward(&toks[..20], Logits::Last)?;
+        let whole = rows(m.forward(&toks[20..], Logits::All)?)?;
+        m.truncate_cache(20);
+        let mut pieces = rows(m.forward(&toks[20..21], Logits::All)?)?;
+        pieces.extend(rows(m.forward(&toks[21..26], Logits::All)?)?);
+        pieces.extend(rows(m.forward(&toks[26..], Logits::All)?)?);
+        for (i, (a, b)) in whole.iter().zip(&pieces).enumerate() {
+            assert!(a == b, "prefill batch vs pieces, position {i}");
+        }
     }
     Ok(())
 }

@@ -498,45 +498,82 @@ pub unsafe fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
     s
 }
 
-/// Dot product of f32 `x` with f16 `y` (raw bits), equal lengths.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_f32_f16(x: &[f32], y: &[u16]) -> f32 {
-    let n = x.len().min(y.len());
-    let (px, py) = (x.as_ptr(), y.as_ptr());
-    let mut a0 = _mm256_setzero_ps();
-    let mut a1 = _mm256_setzero_ps();
+/// Dot products of `R` f32 rows `xs` with one f16 row `y` (raw bits): each row's result is
+/// computed by exactly the instructions a single row would see (attention relies on it).
+#[inline(always)]
+unsafe fn dots_f32_f16<const R: usize>(xs: [&[f32]; R], y: &[u16], out: &mut [f32]) {
+    let n = y.len();
+    let py = y.as_ptr();
+    let mut a0 = [_mm256_setzero_ps(); R];
+    let mut a1 = [_mm256_setzero_ps(); R];
     let mut i = 0;
     while i + 16 <= n {
         let y0 = _mm256_cvtph_ps(_mm_loadu_si128(py.add(i) as *const __m128i));
         let y1 = _mm256_cvtph_ps(_mm_loadu_si128(py.add(i + 8) as *const __m128i));
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(px.add(i)), y0, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(px.add(i + 8)), y1, a1);
+        for r in 0..R {
+            let px = xs[r].as_ptr();
+            a0[r] = _mm256_fmadd_ps(_mm256_loadu_ps(px.add(i)), y0, a0[r]);
+            a1[r] = _mm256_fmadd_ps(_mm256_loadu_ps(px.add(i + 8)), y1, a1[r]);
+        }
         i += 16;
     }
-    let mut s = hsum_ps(_mm256_add_ps(a0, a1));
-    while i < n {
-        s += *px.add(i) * half::f16::from_bits(*py.add(i)).to_f32();
-        i += 1;
+    for r in 0..R {
+        let mut s = hsum_ps(_mm256_add_ps(a0[r], a1[r]));
+        for j in i..n {
+            s += *xs[r].get_unchecked(j) * half::f16::from_bits(*py.add(j)).to_f32();
+        }
+        *out.get_unchecked_mut(r) = s;
     }
-    s
 }
 
-/// `y += a * x` with f16 `x` (raw bits).
+/// Dot product of f32 `x` with f16 `y` (raw bits); `y.len() <= x.len()`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
-    let n = x.len().min(y.len());
-    let (px, py) = (x.as_ptr(), y.as_mut_ptr());
-    let va = _mm256_set1_ps(a);
+pub unsafe fn dot_f32_f16(x: &[f32], y: &[u16]) -> f32 {
+    let mut o = [0f32];
+    dots_f32_f16::<1>([x], y, &mut o);
+    o[0]
+}
+
+/// [`dot_f32_f16`] for four rows at once, each bit-identical to its single-row result.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot4_f32_f16(xs: [&[f32]; 4], y: &[u16], out: &mut [f32; 4]) {
+    dots_f32_f16::<4>(xs, y, out)
+}
+
+/// `ys[r] += a[r] * x` with f16 `x` (raw bits), each row as a single-row call would do it.
+#[inline(always)]
+unsafe fn axpys_f16<const R: usize>(a: [f32; R], x: &[u16], ys: [*mut f32; R]) {
+    let n = x.len();
+    let px = x.as_ptr();
+    let va = a.map(|v| _mm256_set1_ps(v));
     let mut i = 0;
     while i + 8 <= n {
         let xv = _mm256_cvtph_ps(_mm_loadu_si128(px.add(i) as *const __m128i));
-        _mm256_storeu_ps(py.add(i), _mm256_fmadd_ps(va, xv, _mm256_loadu_ps(py.add(i))));
+        for r in 0..R {
+            let py = ys[r].add(i);
+            _mm256_storeu_ps(py, _mm256_fmadd_ps(va[r], xv, _mm256_loadu_ps(py)));
+        }
         i += 8;
     }
-    while i < n {
-        *py.add(i) += a * half::f16::from_bits(*px.add(i)).to_f32();
-        i += 1;
+    for j in i..n {
+        let xv = half::f16::from_bits(*px.add(j)).to_f32();
+        for r in 0..R {
+            *ys[r].add(j) += a[r] * xv;
+        }
     }
+}
+
+/// `y += a * x` with f16 `x` (raw bits); `x.len() <= y.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
+    axpys_f16::<1>([a], x, [y.as_mut_ptr()])
+}
+
+/// [`axpy_f16`] into four rows at once (each as its single-row call); the rows must not
+/// overlap and each must be at least `x.len()` long.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy4_f16(a: [f32; 4], x: &[u16], ys: [*mut f32; 4]) {
+    axpys_f16::<4>(a, x, ys)
 }
 
 /// Largest |v| of 8 lanes.

@@ -253,24 +253,57 @@ pub fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
 /// Dot product of f32 `x` with f16 `y` (raw bits, as in an f16 KV cache).
 #[inline]
 pub fn dot_f32_f16(x: &[f32], y: &[u16]) -> f32 {
+    let n = x.len().min(y.len());
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present.
-        return unsafe { avx2::dot_f32_f16(x, y) };
+        // SAFETY: AVX2, FMA and F16C are present; `y` is cut to `x`'s length.
+        return unsafe { avx2::dot_f32_f16(x, &y[..n]) };
     }
     x.iter().zip(y).map(|(a, b)| a * half::f16::from_bits(*b).to_f32()).sum()
+}
+
+/// [`dot_f32_f16`] of four rows with one f16 row: each result bit-identical to the
+/// single-row call's.
+#[inline]
+pub fn dot4_f32_f16(xs: [&[f32]; 4], y: &[u16]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        let n = xs.iter().map(|x| x.len()).min().unwrap_or(0).min(y.len());
+        let mut out = [0f32; 4];
+        // SAFETY: AVX2, FMA and F16C are present; every row is at least `n` long.
+        unsafe { avx2::dot4_f32_f16(xs, &y[..n], &mut out) };
+        return out;
+    }
+    xs.map(|x| dot_f32_f16(x, y))
 }
 
 /// `y += a * x` with f16 `x` (raw bits).
 #[inline]
 pub fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
+    let n = x.len().min(y.len());
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present.
-        return unsafe { avx2::axpy_f16(a, x, y) };
+        // SAFETY: AVX2, FMA and F16C are present; `x` is cut to `y`'s length.
+        return unsafe { avx2::axpy_f16(a, &x[..n], y) };
     }
     for (yi, xi) in y.iter_mut().zip(x) {
         *yi += a * half::f16::from_bits(*xi).to_f32();
+    }
+}
+
+/// [`axpy_f16`] into four rows at once, each bit-identical to its single-row call.
+#[inline]
+pub fn axpy4_f16(a: [f32; 4], x: &[u16], ys: [&mut [f32]; 4]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        let n = ys.iter().map(|y| y.len()).min().unwrap_or(0).min(x.len());
+        let ptrs = ys.map(|y| y.as_mut_ptr());
+        // SAFETY: AVX2, FMA and F16C are present; the rows are distinct `&mut` slices at
+        // least `n` long.
+        return unsafe { avx2::axpy4_f16(a, &x[..n], ptrs) };
+    }
+    for (ai, y) in a.into_iter().zip(ys) {
+        axpy_f16(ai, x, y);
     }
 }
 

@@ -335,3 +335,26 @@ fn simd_quantizers_match_portable() {
     }
     assert!(b[1].qs.iter().all(|&v| v == 0) && b[1].d == 0.0);
 }
+
+/// The four-row f16 helpers give each row exactly its single-row result.
+#[test]
+fn four_row_f16_helpers_equal_single_rows() {
+    for n in [64, 80, 37] {
+        let xs: Vec<Vec<f32>> = (0..4).map(|r| data(n, 30 + r)).collect();
+        let mut y = vec![0u16; n];
+        f32_to_f16(&data(n, 40), &mut y);
+        let four = dot4_f32_f16([&xs[0], &xs[1], &xs[2], &xs[3]], &y);
+        for r in 0..4 {
+            assert_eq!(four[r].to_bits(), dot_f32_f16(&xs[r], &y).to_bits(), "dot row {r}, n={n}");
+        }
+        let a = [0.5f32, -1.25, 3.0, 0.001];
+        let mut single = xs.clone();
+        for r in 0..4 {
+            axpy_f16(a[r], &y, &mut single[r]);
+        }
+        let mut multi = xs.clone();
+        let [m0, m1, m2, m3] = &mut multi[..] else { unreachable!() };
+        axpy4_f16(a, &y, [m0, m1, m2, m3]);
+        assert_eq!(single, multi, "axpy n={n}");
+    }
+}
