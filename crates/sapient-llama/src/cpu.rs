@@ -18,7 +18,7 @@
 
 use candle_core::{Device, Module, Tensor};
 use sapient_tensor::kernels::{self, pool, QMatrix};
-use sapient_tensor::weights::{dense_prefill_rows, DENSE_PREFILL_ROWS};
+use sapient_tensor::weights::dense_prefill_rows;
 use sapient_tensor::Linear;
 use std::cell::RefCell;
 
@@ -151,9 +151,6 @@ struct Bufs {
     g: Vec<f32>,
     u: Vec<f32>,
     gu: Vec<f32>,
-    /// The KV cache in f32 for the prefill attention.
-    k32: Vec<f32>,
-    v32: Vec<f32>,
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) {
@@ -313,11 +310,7 @@ impl CpuModel {
             kernels::f32_to_f16(&b.k[..n * kv_out], &mut layer.k[start * kv_out..(start + n) * kv_out]);
             kernels::f32_to_f16(&b.v[..n * kv_out], &mut layer.v[start * kv_out..(start + n) * kv_out]);
             let layer = &self.layers[li];
-            if n >= DENSE_PREFILL_ROWS && gemm_attention() {
-                attention_dense(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out], &mut b.k32, &mut b.v32);
-            } else {
-                attention(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out]);
-            }
+            attention(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out]);
             layer.o.run(&b.att[..n * q_out], n, &mut b.y)?;
             for (x, y) in b.x[..n * h].iter_mut().zip(&b.y[..n * h]) {
                 *x += y;
@@ -402,17 +395,23 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
                 let visible = |r: usize, t: usize| r < rows && los[r] <= t && t <= pos[r];
                 let key = |t: usize| &kc[t * kv_out + g * hd..t * kv_out + (g + 1) * hd];
                 let val = |t: usize| &vc[t * kv_out + g * hd..t * kv_out + (g + 1) * hd];
-                for t in first..=last {
-                    if rows == G && (0..G).all(|r| visible(r, t)) {
-                        let v = kernels::dot4_f32_f16(qh, key(t));
-                        for r in 0..G {
-                            s[r * stride + t - los[r]] = v[r] * scale;
-                        }
-                    } else {
-                        for r in (0..rows).filter(|&r| visible(r, t)) {
-                            s[r * stride + t - los[r]] = kernels::dot_f32_f16(qh[r], key(t)) * scale;
-                        }
+                // Keys every row of a full group sees go four rows at a time.
+                let (all0, all1) = if rows == G && los[G - 1] <= pos[0] { (los[G - 1], pos[0] + 1) } else { (first, first) };
+                let one = |s: &mut [f32], t: usize| {
+                    for r in (0..rows).filter(|&r| visible(r, t)) {
+                        s[r * stride + t - los[r]] = kernels::dot_f32_f16(qh[r], key(t)) * scale;
                     }
+                };
+                for t in first..all0.max(first) {
+                    one(&mut s, t);
+                }
+                if all1 > all0 {
+                    let [s0, s1, s2, s3] = split4(&mut s[..G * stride], stride);
+                    let o: [&mut [f32]; G] = [&mut s0[all0 - los[0]..], &mut s1[all0 - los[1]..], &mut s2[all0 - los[2]..], &mut s3[all0 - los[3]..]];
+                    kernels::scores4_f16(qh, kc, kv_out, g * hd, all0, all1, scale, o);
+                }
+                for t in all1.max(first)..=last {
+                    one(&mut s, t);
                 }
                 let mut inv = [0f32; G];
                 for r in 0..rows {
@@ -435,16 +434,21 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
                 for x in o.iter_mut() {
                     x.fill(0.0);
                 }
-                for t in first..=last {
-                    if rows == G && (0..G).all(|r| visible(r, t)) {
-                        let a: [f32; G] = std::array::from_fn(|r| s[r * stride + t - los[r]] * inv[r]);
-                        let [o0, o1, o2, o3] = &mut o;
-                        kernels::axpy4_f16(a, val(t), [&mut **o0, &mut **o1, &mut **o2, &mut **o3]);
-                    } else {
-                        for r in (0..rows).filter(|&r| visible(r, t)) {
-                            kernels::axpy_f16(s[r * stride + t - los[r]] * inv[r], val(t), o[r]);
-                        }
+                let one = |o: &mut [&mut [f32]; G], t: usize| {
+                    for r in (0..rows).filter(|&r| visible(r, t)) {
+                        kernels::axpy_f16(s[r * stride + t - los[r]] * inv[r], val(t), o[r]);
                     }
+                };
+                for t in first..all0.max(first) {
+                    one(&mut o, t);
+                }
+                if all1 > all0 {
+                    let p: [&[f32]; G] = std::array::from_fn(|r| &s[r * stride + all0 - los[r]..(r + 1) * stride]);
+                    let [o0, o1, o2, o3] = &mut o;
+                    kernels::values4_f16(p, inv, vc, kv_out, g * hd, all0, all1, [&mut **o0, &mut **o1, &mut **o2, &mut **o3]);
+                }
+                for t in all1.max(first)..=last {
+                    one(&mut o, t);
                 }
             }
         })
@@ -459,107 +463,12 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
     }
 }
 
-/// Whether prefill batches use [`attention_dense`] (`SAPIENT_GEMM_ATTENTION` set).
-fn gemm_attention() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("SAPIENT_GEMM_ATTENTION").is_some())
-}
-
-thread_local! {
-    static PROBS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Query rows per unit of the prefill attention.
-const ATT_BLOCK: usize = 64;
-
-/// Attention for long batches (prefill) as matrix products, when `SAPIENT_GEMM_ATTENTION`
-/// is set: 10-20% faster prefill than [`attention`], but its sums are ordered differently,
-/// so a prompt's logits then depend on how it was batched (prefix reuse). With the `gemm` crate candle uses,
-/// called on our buffers: no allocation per layer): for each head and block of
-/// [`ATT_BLOCK`] query rows, scores against the keys that block can see (causal, and the
-/// sliding window), a masked softmax, then the products with the values. `k32`/`v32` receive
-/// the cache in f32.
-#[allow(clippy::too_many_arguments)]
-fn attention_dense(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize, out: &mut [f32], k32: &mut Vec<f32>, v32: &mut Vec<f32>) {
-    let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
-    let n_rep = nh / nkv;
-    let kv_out = nkv * hd;
-    let end = start + n;
-    grow(k32, end * kv_out);
-    grow(v32, end * kv_out);
-    for (o, b) in k32[..end * kv_out].iter_mut().zip(&kc[..end * kv_out]) {
-        *o = half::f16::from_bits(*b).to_f32();
-    }
-    for (o, b) in v32[..end * kv_out].iter_mut().zip(&vc[..end * kv_out]) {
-        *o = half::f16::from_bits(*b).to_f32();
-    }
-    let (k32, v32) = (&k32[..], &v32[..]);
-    let scale = 1.0 / (hd as f32).sqrt();
-    let blocks = n.div_ceil(ATT_BLOCK);
-    let units = nh * blocks;
-    let out_ptr = OutPtr(out.as_mut_ptr());
-    let work = |u: usize| {
-        let out_ptr = &out_ptr;
-        let (h, blk) = (u / blocks, u % blocks);
-        let g = h / n_rep;
-        let (i0, i1) = (blk * ATT_BLOCK, ((blk + 1) * ATT_BLOCK).min(n));
-        let rows = i1 - i0;
-        let lo = |pos: usize| d.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let klo = lo(start + i0);
-        let kn = start + i1 - klo;
-        PROBS.with(|p| {
-            let mut p = p.borrow_mut();
-            if p.len() < rows * kn {
-                p.resize(rows * kn, 0.0);
-            }
-            let s = &mut p[..rows * kn];
-            // SAFETY: the operands are in bounds by construction (rows of q from i0, keys
-            // klo..start + i1 of the cache, `s` rows * kn); each unit writes its own rows
-            // of one head of `out`.
-            unsafe {
-                gemm::gemm(
-                    rows, kn, hd,
-                    s.as_mut_ptr(), 1, kn as isize,
-                    false,
-                    q.as_ptr().add(i0 * nh * hd + h * hd), 1, (nh * hd) as isize,
-                    k32.as_ptr().add(klo * kv_out + g * hd), kv_out as isize, 1,
-                    0.0, scale,
-                    false, false, false,
-                    gemm::Parallelism::None,
-                );
-            }
-            for r in 0..rows {
-                let pos = start + i0 + r;
-                let row = &mut s[r * kn..(r + 1) * kn];
-                let (a, b) = (lo(pos) - klo, pos + 1 - klo);
-                let max = row[a..b].iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-                let mut sum = 0f32;
-                for v in &mut row[a..b] {
-                    *v = (*v - max).exp();
-                    sum += *v;
-                }
-                let inv = 1.0 / sum;
-                for v in &mut row[a..b] {
-                    *v *= inv;
-                }
-                row[..a].fill(0.0);
-                row[b..].fill(0.0);
-            }
-            unsafe {
-                gemm::gemm(
-                    rows, hd, kn,
-                    out_ptr.0.add(i0 * nh * hd + h * hd), 1, (nh * hd) as isize,
-                    false,
-                    s.as_ptr(), 1, kn as isize,
-                    v32.as_ptr().add(klo * kv_out + g * hd), 1, kv_out as isize,
-                    0.0, 1.0,
-                    false, false, false,
-                    gemm::Parallelism::None,
-                );
-            }
-        })
-    };
-    pool::pool().run_chunks(units, &work);
+/// Four consecutive rows of `stride` values.
+fn split4(s: &mut [f32], stride: usize) -> [&mut [f32]; 4] {
+    let (a, rest) = s.split_at_mut(stride);
+    let (b, rest) = rest.split_at_mut(stride);
+    let (c, d) = rest.split_at_mut(stride);
+    [a, b, c, d]
 }
 
 struct OutPtr(*mut f32);

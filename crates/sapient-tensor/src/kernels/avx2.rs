@@ -534,12 +534,6 @@ pub unsafe fn dot_f32_f16(x: &[f32], y: &[u16]) -> f32 {
     o[0]
 }
 
-/// [`dot_f32_f16`] for four rows at once, each bit-identical to its single-row result.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot4_f32_f16(xs: [&[f32]; 4], y: &[u16], out: &mut [f32; 4]) {
-    dots_f32_f16::<4>(xs, y, out)
-}
-
 /// `ys[r] += a[r] * x` with f16 `x` (raw bits), each row as a single-row call would do it.
 #[inline(always)]
 unsafe fn axpys_f16<const R: usize>(a: [f32; R], x: &[u16], ys: [*mut f32; R]) {
@@ -567,13 +561,6 @@ unsafe fn axpys_f16<const R: usize>(a: [f32; R], x: &[u16], ys: [*mut f32; R]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
     axpys_f16::<1>([a], x, [y.as_mut_ptr()])
-}
-
-/// [`axpy_f16`] into four rows at once (each as its single-row call); the rows must not
-/// overlap and each must be at least `x.len()` long.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn axpy4_f16(a: [f32; 4], x: &[u16], ys: [*mut f32; 4]) {
-    axpys_f16::<4>(a, x, ys)
 }
 
 /// Largest |v| of 8 lanes.
@@ -659,5 +646,28 @@ pub unsafe fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
             _mm256_storeu_si256(b.qs.as_mut_ptr().add(o) as *mut __m256i, pack32(r));
         }
         b.d = 1.0 / iscale;
+    }
+}
+
+/// For keys `t` in `t0..t1` (key `t` at `kc[t * stride..][..hd]`): `out[r][t - t0] =
+/// dot(qs[r], key) * scale`, each dot exactly as [`dot_f32_f16`] computes it.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn scores4_f16(qs: [&[f32]; 4], kc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, scale: f32, out: [*mut f32; 4]) {
+    let mut v = [0f32; 4];
+    for t in t0..t1 {
+        dots_f32_f16::<4>(qs, kc.get_unchecked(t * stride..t * stride + hd), &mut v);
+        for r in 0..4 {
+            *out[r].add(t - t0) = v[r] * scale;
+        }
+    }
+}
+
+/// For values `t` in `t0..t1` (at `vc[t * stride..][..hd]`): `ys[r] += (p[r][t - t0] *
+/// inv[r]) * value`, each row exactly as [`axpy_f16`] calls in order of `t` would do it.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn values4_f16(p: [*const f32; 4], inv: [f32; 4], vc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, ys: [*mut f32; 4]) {
+    for t in t0..t1 {
+        let a: [f32; 4] = std::array::from_fn(|r| *p[r].add(t - t0) * inv[r]);
+        axpys_f16::<4>(a, vc.get_unchecked(t * stride..t * stride + hd), ys);
     }
 }

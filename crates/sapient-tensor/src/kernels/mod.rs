@@ -262,19 +262,47 @@ pub fn dot_f32_f16(x: &[f32], y: &[u16]) -> f32 {
     x.iter().zip(y).map(|(a, b)| a * half::f16::from_bits(*b).to_f32()).sum()
 }
 
-/// [`dot_f32_f16`] of four rows with one f16 row: each result bit-identical to the
-/// single-row call's.
-#[inline]
-pub fn dot4_f32_f16(xs: [&[f32]; 4], y: &[u16]) -> [f32; 4] {
+/// Attention scores of four query rows against keys `t0..t1` of an f16 cache (key `t` at
+/// `kc[t * stride + off..][..hd]`): `out[r][t - t0] = dot(qs[r], key) * scale`, each exactly
+/// as [`dot_f32_f16`] computes it.
+#[allow(clippy::too_many_arguments)]
+pub fn scores4_f16(qs: [&[f32]; 4], kc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, scale: f32, out: [&mut [f32]; 4]) {
+    let hd = qs.iter().map(|q| q.len()).min().unwrap_or(0);
+    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= kc.len(), "scores4_f16: keys out of range");
+    assert!(out.iter().all(|o| o.len() >= t1.saturating_sub(t0)), "scores4_f16: output rows too short");
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        let n = xs.iter().map(|x| x.len()).min().unwrap_or(0).min(y.len());
-        let mut out = [0f32; 4];
-        // SAFETY: AVX2, FMA and F16C are present; every row is at least `n` long.
-        unsafe { avx2::dot4_f32_f16(xs, &y[..n], &mut out) };
-        return out;
+        // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
+        return unsafe { avx2::scores4_f16(qs, &kc[off.min(kc.len())..], stride, hd, t0, t1, scale, out.map(|o| o.as_mut_ptr())) };
     }
-    xs.map(|x| dot_f32_f16(x, y))
+    for t in t0..t1 {
+        let key = &kc[t * stride + off..t * stride + off + hd];
+        for r in 0..4 {
+            out[r][t - t0] = dot_f32_f16(qs[r], key) * scale;
+        }
+    }
+}
+
+/// Attention outputs of four rows from values `t0..t1` of an f16 cache: `ys[r] +=
+/// (p[r][t - t0] * inv[r]) * value_t` in order of `t`, each row exactly as [`axpy_f16`] calls
+/// would do it.
+#[allow(clippy::too_many_arguments)]
+pub fn values4_f16(p: [&[f32]; 4], inv: [f32; 4], vc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, ys: [&mut [f32]; 4]) {
+    let hd = ys.iter().map(|y| y.len()).min().unwrap_or(0);
+    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= vc.len(), "values4_f16: values out of range");
+    assert!(p.iter().all(|pr| pr.len() >= t1.saturating_sub(t0)), "values4_f16: probability rows too short");
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2, FMA and F16C are present; ranges checked above; the rows are
+        // distinct `&mut` slices at least `hd` long.
+        return unsafe { avx2::values4_f16(p.map(|x| x.as_ptr()), inv, &vc[off.min(vc.len())..], stride, hd, t0, t1, ys.map(|y| y.as_mut_ptr())) };
+    }
+    for t in t0..t1 {
+        let v = &vc[t * stride + off..t * stride + off + hd];
+        for r in 0..4 {
+            axpy_f16(p[r][t - t0] * inv[r], v, ys[r]);
+        }
+    }
 }
 
 /// `y += a * x` with f16 `x` (raw bits).
@@ -288,22 +316,6 @@ pub fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
     }
     for (yi, xi) in y.iter_mut().zip(x) {
         *yi += a * half::f16::from_bits(*xi).to_f32();
-    }
-}
-
-/// [`axpy_f16`] into four rows at once, each bit-identical to its single-row call.
-#[inline]
-pub fn axpy4_f16(a: [f32; 4], x: &[u16], ys: [&mut [f32]; 4]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        let n = ys.iter().map(|y| y.len()).min().unwrap_or(0).min(x.len());
-        let ptrs = ys.map(|y| y.as_mut_ptr());
-        // SAFETY: AVX2, FMA and F16C are present; the rows are distinct `&mut` slices at
-        // least `n` long.
-        return unsafe { avx2::axpy4_f16(a, &x[..n], ptrs) };
-    }
-    for (ai, y) in a.into_iter().zip(ys) {
-        axpy_f16(ai, x, y);
     }
 }
 
