@@ -90,6 +90,44 @@ fn second_turn_reuses_the_cached_prefix() -> Result<()> {
     Ok(())
 }
 
+/// With the AVX-512 kernels the CPU forward is row-invariant at every batch size, so reusing
+/// a cached prefix does not change even a sampled answer: the same seed gives the same tokens
+/// with the cache reused and with a fresh one.
+#[test]
+fn prefix_reuse_keeps_seeded_samples() -> Result<()> {
+    // (With SAPIENT_DENSE_ROWS=32, long batches through the dense GEMM, this fails: the
+    // same seed then wrote two different poems.)
+    if sapient_tensor::weights::dense_prefill_rows() <= 1024 {
+        eprintln!("skipped: long batches take the dense GEMM here, whose sums depend on the batch");
+        return Ok(());
+    }
+    let p = &Pipeline::load(
+        "smollm2-135m-instruct",
+        PipelineOptions { max_seq_len: Some(1024), ..Default::default() },
+        |_| {},
+    )?;
+    let cfg = GenerationConfig {
+        sampling: SamplerConfig { temperature: 0.9, top_p: Some(0.95), seed: Some(11), ..Default::default() },
+        ..Default::default()
+    }
+    .max_tokens(40);
+    let mut msgs = ask("Tell me about the sea.");
+    let first = p.chat(&msgs, &cfg)?;
+    msgs.push(Message::assistant(first.text.clone()));
+    msgs.push(Message::user(
+        "Now write a short poem about it, four lines long, with the waves, the wind, the salt on the rocks, \
+         a lighthouse at night and a small boat coming home, in plain words a child would understand.",
+    ));
+    let reused = p.chat(&msgs, &cfg)?;
+    // More than 32 new tokens: a prefill-sized batch after the reused prefix.
+    assert!(reused.stats.reused_prompt_tokens > 0 && reused.stats.prompt_tokens - reused.stats.reused_prompt_tokens > 32, "{:?}", reused.stats);
+    p.reset_cache();
+    let fresh = p.chat(&msgs, &cfg)?;
+    assert_eq!(fresh.stats.reused_prompt_tokens, 0);
+    assert_eq!(fresh.tokens, reused.tokens, "{:?} vs {:?}", fresh.text, reused.text);
+    Ok(())
+}
+
 #[test]
 fn stop_sequences_and_max_tokens() -> Result<()> {
     let p = pipeline();
