@@ -571,12 +571,24 @@ unsafe fn hmax_abs(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
 }
 
-/// 32 rounded values (to nearest, ties to even, as llama.cpp's x86 quantizers) of `p[i] * s`
-/// as i32 x 8 x 4.
+/// `roundf` in 8 lanes: to nearest, ties away from zero (as the portable quantizers and
+/// ggml's reference ones; real activations do hit ties, and rounding them to even instead
+/// changed SmolLM2's greedy answers).
+#[inline(always)]
+unsafe fn round_away(x: __m256) -> __m256 {
+    let sign = _mm256_set1_ps(-0.0);
+    let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x);
+    let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(x, t)); // exact
+    let up = _mm256_cmp_ps::<_CMP_GE_OQ>(frac, _mm256_set1_ps(0.5));
+    let one = _mm256_or_ps(_mm256_and_ps(x, sign), _mm256_set1_ps(1.0)); // +-1 with x's sign
+    _mm256_add_ps(t, _mm256_and_ps(up, one))
+}
+
+/// 32 rounded values ([`round_away`]) of `p[i] * s` as i32 x 8 x 4.
 #[inline(always)]
 unsafe fn round32(p: *const f32, s: f32) -> [__m256i; 4] {
     let m = _mm256_set1_ps(s);
-    let r = |o: usize| _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(_mm256_loadu_ps(p.add(o)), m)));
+    let r = |o: usize| _mm256_cvtps_epi32(round_away(_mm256_mul_ps(_mm256_loadu_ps(p.add(o)), m)));
     [r(0), r(8), r(16), r(24)]
 }
 
@@ -596,7 +608,7 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
 }
 
-/// [`super::quant::quantize_q8`] with AVX2 (rounding ties to even).
+/// [`super::quant::quantize_q8`] with AVX2, bit-identical to it.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
     let sign = _mm256_set1_ps(-0.0);
@@ -616,7 +628,7 @@ pub unsafe fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
     }
 }
 
-/// [`super::quant::quantize_q8k`] with AVX2 (rounding ties to even).
+/// [`super::quant::quantize_q8k`] with AVX2, bit-identical to it.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     let sign = _mm256_set1_ps(-0.0);

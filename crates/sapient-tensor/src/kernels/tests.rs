@@ -306,14 +306,18 @@ fn wide_kernels_match_narrow() {
     }
 }
 
-/// The dispatched (SIMD) activation quantizers give the portable ones' blocks: the same
-/// scales and values (ties aside, which round to even there and away from zero here), and
-/// sums that match their values. A zero block stays zero.
+/// The dispatched (SIMD) activation quantizers give exactly the portable ones' blocks, ties
+/// included (away from zero), and sums that match their values. A zero block stays zero.
 #[test]
 fn simd_quantizers_match_portable() {
     let mut x = data(2048, 17);
     x[256..512].fill(0.0);
     x[40] = -9.0; // a negative largest value
+    // A block of exact ties: scale 1, values k + 0.5 of both signs.
+    let ties = [127.0f32, -30.5, 2.5, -0.5, 0.5, 1.5, -1.5, 126.5];
+    for (i, v) in x[512..544].iter_mut().enumerate() {
+        *v = ties[i % ties.len()];
+    }
     let mut a = vec![BlockQ8::default(); 64];
     let mut b = vec![BlockQ8::default(); 64];
     quant::quantize_q8(&x, &mut a);
