@@ -14,6 +14,9 @@
 //!
 //! Every output is computed by the same instructions in the same order whatever the number
 //! of rows, so batches are bit-identical to single rows (speculative decoding relies on it).
+//! For the 32-value formats and Q4_K the sums are also reduced in the AVX2 kernels' order,
+//! so results are bit-identical to theirs (the same model gives the same tokens with and
+//! without AVX-512); Q6_K folds its `-32` offset per sub-block and differs by rounding.
 //!
 //! Safety: every function requires AVX-512 F/BW/VL/VNNI, FMA and F16C (checked once at run
 //! time by the dispatcher) and that `w` holds the row the activation length implies.
@@ -265,14 +268,28 @@ unsafe fn rows_pairs<F: Fmt, const R: usize>(w: &[u8], acts: [&[Pair]; R], out: 
             let dd = _mm512_mul_ps(dw, _mm512_load_ps(a.d.as_ptr()));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[r]);
             if F::HAS_M {
-                accm[r] = _mm512_fmadd_ps(mw, _mm512_castsi512_ps(c), accm[r]);
+                accm[r] = _mm512_add_ps(accm[r], _mm512_mul_ps(mw, _mm512_castsi512_ps(c)));
             }
         }
     }
+    // Lanes 0..8 hold the even blocks' sums and 8..16 the odd ones', as the AVX2 kernel's two
+    // accumulators: reduce them in its order, so that the two give bit-identical results.
     for r in 0..R {
-        let s = if F::HAS_M { _mm512_add_ps(acc[r], accm[r]) } else { acc[r] };
-        *out.get_unchecked_mut(r) = _mm512_reduce_add_ps(s);
+        let mut s = hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc[r]), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc[r])))));
+        if F::HAS_M {
+            let m: [f32; 16] = std::mem::transmute(accm[r]);
+            s += m[0] + m[8];
+        }
+        *out.get_unchecked_mut(r) = s;
     }
+}
+
+/// Horizontal sum of 8 lanes in the AVX2 kernels' order.
+#[inline(always)]
+unsafe fn hsum8(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
 /// Dispatch on the number of rows (1..=MAX_ROWS) to a const-generic instantiation.
@@ -365,7 +382,7 @@ unsafe fn hsum128(v: __m128) -> f32 {
 #[inline(always)]
 unsafe fn q4k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
     let m4 = _mm512_set1_epi8(0x0f);
-    let mut acc = [_mm512_setzero_ps(); R];
+    let mut acc = [_mm256_setzero_ps(); R];
     let mut accm = [_mm_setzero_ps(); R];
     let p = w.as_ptr();
     for i in 0..acts[0].len() {
@@ -388,13 +405,16 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f3
         }
         for r in 0..R {
             let b = acts[r].get_unchecked(i);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r]), _mm512_set1_ps(dw * b.d), acc[r]);
+            // Lane k + 8 holds the odd sub-blocks' part of what the AVX2 kernel sums in lane k:
+            // fold them (exact in integers) and go on in its order, bit-identical to it.
+            let s8 = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r]), _mm512_extracti64x4_epi64::<1>(sumi[r]));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * b.d), _mm256_cvtepi32_ps(s8), acc[r]);
             let md = _mm_madd_epi16(mins, _mm_loadu_si128(b.bsum32.as_ptr() as *const __m128i));
-            accm[r] = _mm_fmadd_ps(_mm_set1_ps(-dmin * b.d), _mm_cvtepi32_ps(md), accm[r]);
+            accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin * -b.d), _mm_cvtepi32_ps(md), accm[r]);
         }
     }
     for r in 0..R {
-        *out.get_unchecked_mut(r) = _mm512_reduce_add_ps(acc[r]) + hsum128(accm[r]);
+        *out.get_unchecked_mut(r) = hsum8(acc[r]) + hsum128(accm[r]);
     }
 }
 
