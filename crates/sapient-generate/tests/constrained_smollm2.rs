@@ -192,3 +192,31 @@ fn typed_task_streams_then_parses() -> Result<()> {
     assert_eq!(blocking.description, c.description);
     Ok(())
 }
+
+#[test]
+fn typed_task_with_constraints_uses_the_given_grammar() -> Result<()> {
+    use sapient_generate::Task;
+    // Tighter than Character's own schema: an age in the nineties and a description of at
+    // most 12 characters, which the model would not write unprompted.
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "pattern": "^[A-Z][a-z]{1,10} [A-Z][a-z]{1,10}$"},
+            "age": {"type": "integer", "minimum": 90, "maximum": 99},
+            "description": {"type": "string", "maxLength": 12}
+        },
+        "required": ["name", "age", "description"]
+    });
+    let task = Task::builder_for::<Character>("You are a helpful assistant. You describe characters as JSON.")
+        .with_constraints(Grammar::json_schema(&schema)?)
+        .build()?;
+    let c = task.run_blocking("A young knight.", pipeline())?;
+    eprintln!("{c:?}");
+    assert!(is_name(&c.name) && (90..=99).contains(&c.age) && c.description.chars().count() <= 12, "{c:?}");
+    // Without it, the type's own grammar: the same prompt gives a longer description.
+    let own = Task::builder_for::<Character>("You are a helpful assistant. You describe characters as JSON.").build()?;
+    let d = own.run_blocking("A young knight.", pipeline())?;
+    eprintln!("{d:?}");
+    assert!(d.description.chars().count() > 12 || !(90..=99).contains(&d.age), "the tighter grammar made a difference: {d:?}");
+    Ok(())
+}
