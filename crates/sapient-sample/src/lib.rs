@@ -765,9 +765,9 @@ mod tests {
         for cfg in [SamplerConfig::greedy(), SamplerConfig { temperature: 1.0, top_p: Some(0.9), seed: Some(1), ..Default::default() }] {
             let mut m = Matcher::new(g.clone(), idx.clone());
             let mut s = Sampler::new(cfg).unwrap();
-            assert_eq!(s.sample_constrained(&mut vec![0f32; 45], &[], &mut m).unwrap(), 1);
-            assert_eq!(s.sample_constrained(&mut vec![0f32; 45], &[], &mut m).unwrap(), 2);
-            assert!(matches!(s.sample_constrained(&mut vec![0f32; 45], &[], &mut m), Err(Error::DeadEnd)));
+            assert_eq!(s.sample_constrained(&mut [0f32; 45], &[], &mut m).unwrap(), 1);
+            assert_eq!(s.sample_constrained(&mut [0f32; 45], &[], &mut m).unwrap(), 2);
+            assert!(matches!(s.sample_constrained(&mut [0f32; 45], &[], &mut m), Err(Error::DeadEnd)));
         }
     }
 

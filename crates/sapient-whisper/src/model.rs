@@ -447,7 +447,7 @@ impl Whisper {
     /// Logits [N, vocab] (f32) of hidden rows [N, d].
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         let rows = hidden.dim(0)?;
-        let l = if let Some(p) = self.proj.as_ref().filter(|_| rows < sapient_tensor::weights::dense_prefill_rows()) {
+        let l = if let Some(p) = self.proj.as_ref().filter(|_| rows < sapient_tensor::weights::DENSE_PREFILL_ROWS) {
             p.forward(hidden)?
         } else if rows <= 16 {
             // few rows (decoding steps): the embedding as the row-major left operand, so the
