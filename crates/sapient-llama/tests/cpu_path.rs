@@ -18,8 +18,9 @@ fn argmax(v: &[f32]) -> usize {
     v.iter().enumerate().fold(0, |b, (i, x)| if *x > v[b] { i } else { b })
 }
 
-/// Batches go through our quantized kernels in both paths (candle's ops call them via
-/// `Linear`), or long ones through the same dequantized GEMM without AVX-512. What differs is the rest of the
+/// Short batches go through our quantized kernels in both paths (candle's ops call them via
+/// `Linear`); long ones through the dequantized GEMM in candle's, and in ours too without
+/// AVX-512. What differs is the rest of the
 /// layer (attention, RoPE, norms, SwiGLU, and the f16 KV cache), written out here and done by
 /// candle ops there.
 #[test]
@@ -29,7 +30,8 @@ fn kernels_agree_with_candle_ops() -> Result<()> {
     let mut slow = model()?;
     assert!(!slow.set_cpu_kernels(false)?);
     // 40 prompt tokens. Without the AVX-512 kernels (or with SAPIENT_DENSE_ROWS=32) the
-    // prefill takes the dense f32 GEMM in both paths; with them, our 8-bit kernels in both.
+    // prefill takes the dense f32 GEMM in both paths; with them, our 8-bit kernels here and
+    // the dense GEMM in candle's `Linear` (which keeps it for long batches by default).
     let prompt: Vec<u32> = (0..40u32).map(|i| 100 + i * 37 % 4000).collect();
     let all_a = rows(fast.forward(&prompt, Logits::All)?)?;
     let all_b = rows(slow.forward(&prompt, Logits::All)?)?;
