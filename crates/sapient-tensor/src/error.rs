@@ -58,6 +58,13 @@ pub enum Error {
         expected: &'static str,
         actual: &'static str,
     },
+    #[error("{path}: malformed ONNX: {what} at byte {offset}: {problem}")]
+    Onnx {
+        path: PathBuf,
+        what: String,
+        offset: u64,
+        problem: String,
+    },
     #[error("device '{0}' is not available: {1}")]
     Device(String, String),
     #[error("{path}: {what}")]

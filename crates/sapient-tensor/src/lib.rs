@@ -5,11 +5,13 @@
 //! - [`gguf`]: our own GGUF v2/v3 reader and writer.
 //! - [`weights`]: the [`WeightSource`] trait every model loads through (GGUF, safetensors),
 //!   and a [`Linear`] layer over quantized or dense weights.
+//! - [`onnx`]: a minimal ONNX (protobuf) reader for importing weights from `.onnx` files.
 
 pub mod device;
 mod error;
 pub mod gguf;
 pub mod kernels;
+pub mod onnx;
 pub mod weights;
 
 pub use candle_core;
