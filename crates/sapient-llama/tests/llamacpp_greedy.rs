@@ -1,21 +1,44 @@
 //! Greedy decoding against llama.cpp's greedy output on the same GGUF and prompts
-//! (tests/data/llama/llamacpp_greedy.json, made by scripts/reference/llamacpp_greedy.sh).
+//! (tests/data/llama/llamacpp_greedy.json, made by scripts/reference/llamacpp_greedy.sh:
+//! `llama-simple`, CPU flash attention on as llama.cpp picks by default).
 //!
 //! Both quantize activations to 8 bits per row the same way and keep the KV cache in f16,
-//! but sum in different orders (and llama.cpp's CPU flash attention accumulates V in f16),
-//! so at a near-tie the arg-max can flip and the texts part ways from there. Measured with
-//! our kernels (sapient-tensor `kernels`, the plain-buffer CPU forward): 1 of 6 prompts is
-//! identical for 64 tokens and the others agree for 36, 6, 27, 8 and 19 tokens (mean 26.7;
-//! with an f32 KV cache the mean was 12.2, with candle's kernels 17). Checked against the
-//! exact float64 numpy reference (scripts/reference/llama_numpy.py): at such near-ties
-//! neither side is "the" exact one; both are within 8-bit activation noise. This test pins
-//! the state (no regression below it): every prompt agrees for at least its first 5 tokens,
-//! at least one prompt is identical, and the mean agreement is at least 20 tokens.
+//! but sum in different orders (and llama.cpp's CPU flash attention rounds Q to f16 and
+//! accumulates V in f16), so at a near-tie the arg-max can flip and the texts part ways from
+//! there. Token-for-token equality over 64 free-running tokens is not a property llama.cpp
+//! has with itself: the same binary with `-fa off` (scripts/reference/llamacpp_greedy.sh with
+//! LLAMACPP_FA=off) agrees with its default flash-attention output for only 22, 10, 27, 25, 8
+//! and 8 tokens (mean 16.7, no prompt identical), every divergence a near-tie (its own top-2
+//! gap 0.03-0.15 logits, read from llama-simple's loop made to print its logits); its thread
+//! count (1, 2, 4) changes nothing.
+//!
+//! So the test checks two things, measured at 31ecac6 (AVX2 and AVX-512 kernels give identical
+//! logits there; figures for the portable kernels, SAPIENT_NO_AVX2, in brackets).
+//! (1) Free-running, as the issue asks: how many tokens agree before the first divergence:
+//! 36, 6, 27, 64, 8, 19 (mean 26.7, one prompt identical) [16, 10, 24, 23, 8, 8: mean 14.8].
+//! Every divergence is at a near-tie: our top-2 gap 0.01-0.22 logits, llama.cpp's pick our
+//! runner-up. One flipped near-tie moves these a lot (at 90f099b, before the AVX-512 kernels
+//! reduced in the AVX2 order, they were 36, 6, 27, 26, 42, 19). Against the `-fa off` reference
+//! they are 22, 6, 28, 25, 19, 8 (mean 18.0), so the flash-attention run stays the reference.
+//! (2) Teacher-forced on llama.cpp's own tokens (its text re-tokenizes to exactly the 64 ids it
+//! generated): at each of the 384 steps, is our arg-max llama.cpp's token? It differs at 12
+//! steps, llama.cpp's token our runner-up at 11 and third at one, our margin at most 0.339
+//! logits [21 steps, at most 0.191] (`-fa off` reference: 19 steps, at most 0.497).
+//! Pinned as measured (AVX2/AVX-512): at least one prompt identical, every prompt agrees for at
+//! least 6 tokens, 160 agreeing tokens in all (mean 26.7); at most 12 teacher-forced steps
+//! differ, each by less than 0.34 logits.
 
 use anyhow::Result;
 use candle_core::Device;
 use sapient_llama::Logits;
 use serde_json::Value;
+
+/// Arg-max, the runner-up, and the gap between them (logits).
+fn top2(l: &[f32]) -> (u32, u32, f32) {
+    let (best, &top) = l.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap();
+    let (second, &next) = l.iter().enumerate().filter(|&(i, _)| i != best).max_by(|a, b| a.1.total_cmp(b.1)).unwrap();
+    (best as u32, second as u32, top - next)
+}
 
 #[test]
 fn greedy_matches_llama_cpp() -> Result<()> {
@@ -25,22 +48,27 @@ fn greedy_matches_llama_cpp() -> Result<()> {
     let tok = sapient_tokenizers::Tokenizer::from_gguf(&g)?;
     let cfg = sapient_llama::LlamaConfig::from_gguf(&g)?;
     let mut m = sapient_llama::LlamaModel::load(&g, &cfg, &Device::Cpu, Some(256))?;
-    let data: Value = serde_json::from_str(&std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/llama/llamacpp_greedy.json"),
-    )?)?;
+    // SAPIENT_LLAMACPP_GREEDY_JSON: compare with another reference run (figures above are for the committed one).
+    let file = std::env::var_os("SAPIENT_LLAMACPP_GREEDY_JSON").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/llama/llamacpp_greedy.json")
+    });
+    let data: Value = serde_json::from_str(&std::fs::read_to_string(file)?)?;
     let mut full = 0;
     let mut prefixes = Vec::new();
+    let (mut flips, mut steps, mut worst) = (0, 0, 0f32);
     let cases = data.as_array().unwrap();
     for case in cases {
         let prompt = case["prompt"].as_str().unwrap();
         let want = case["continuation"].as_str().unwrap();
-        m.clear_cache();
         let ids = tok.encode(prompt, true)?;
-        let mut logits = m.forward(&ids, Logits::Last)?;
+
+        // (1) Free-running greedy.
+        m.clear_cache();
+        let mut logits = m.forward(&ids, Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
         let mut out = Vec::new();
         let mut agreed = None;
         for i in 0..64 {
-            let next = logits.squeeze(0)?.argmax(0)?.to_scalar::<u32>()?;
+            let (next, second, gap) = top2(&logits);
             if tok.eos_token_ids().contains(&next) {
                 break;
             }
@@ -48,27 +76,56 @@ fn greedy_matches_llama_cpp() -> Result<()> {
             let text = tok.decode(&out, false)?;
             if agreed.is_none() && !want.starts_with(text.trim_end_matches('\u{FFFD}')) {
                 agreed = Some(i);
+                eprintln!(
+                    "{prompt:?}: agrees for {i} tokens, then ours {:?} over {:?} by {gap:.3}",
+                    tok.decode(&[next], false)?,
+                    tok.decode(&[second], false)?
+                );
             }
-            logits = m.forward(&[next], Logits::Last)?;
+            logits = m.forward(&[next], Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
         }
         let text = tok.decode(&out, false)?;
         match agreed {
             None => {
                 assert_eq!(text, want, "{prompt:?}");
+                eprintln!("{prompt:?}: identical for 64 tokens");
                 full += 1;
             }
             Some(n) => {
-                eprintln!("{prompt:?}: agrees for {n} tokens, then\n  ours:      {:?}\n  llama.cpp: {:?}", text, want);
-                assert!(n >= 5, "{prompt:?}: only {n} tokens agree");
+                eprintln!("  ours:      {text:?}\n  llama.cpp: {want:?}");
+                assert!(n >= 6, "{prompt:?}: only {n} tokens agree");
                 prefixes.push(n);
             }
         }
+
+        // (2) Teacher-forced on llama.cpp's tokens.
+        let theirs = tok.encode(want, false)?;
+        assert_eq!(tok.decode(&theirs, false)?, want, "{prompt:?}: llama.cpp's text does not re-tokenize to itself");
+        m.clear_cache();
+        let mut logits = m.forward(&ids, Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
+        let mut differ = Vec::new();
+        for (i, &t) in theirs.iter().enumerate() {
+            let (best, _, _) = top2(&logits);
+            if best != t {
+                let margin = logits[best as usize] - logits[t as usize];
+                let rank = 1 + logits.iter().filter(|&&x| x > logits[t as usize]).count();
+                worst = worst.max(margin);
+                differ.push((i, rank, margin));
+            }
+            if i + 1 < theirs.len() {
+                logits = m.forward(&[t], Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
+            }
+        }
+        eprintln!("  teacher-forced: our arg-max differs at (step, rank of llama.cpp's token, margin) {differ:.3?}");
+        flips += differ.len();
+        steps += theirs.len();
     }
-    eprintln!("{full} of {} prompts identical to llama.cpp for 64 tokens", cases.len());
-    eprintln!("diverging prompts agree for {prefixes:?} tokens");
     let mean = (prefixes.iter().sum::<usize>() + 64 * full) as f64 / cases.len() as f64;
-    eprintln!("mean agreement {mean:.1} tokens");
-    assert!(mean >= 20.0, "mean agreement {mean:.1} tokens");
+    eprintln!("free-running: {full} of {} prompts identical for 64 tokens, the others agree for {prefixes:?} tokens, mean {mean:.1}", cases.len());
+    eprintln!("teacher-forced: our arg-max differs from llama.cpp's token at {flips} of {steps} steps, margin at most {worst:.3}");
     assert!(full >= 1, "no prompt identical to llama.cpp for 64 tokens");
+    assert!(prefixes.iter().sum::<usize>() + 64 * full >= 160, "mean agreement {mean:.1} tokens");
+    assert!(flips <= 12, "{flips} of {steps} teacher-forced steps differ");
+    assert!(worst < 0.34, "a teacher-forced step differs by {worst:.3} logits");
     Ok(())
 }
