@@ -1,0 +1,161 @@
+//! Kokoro's parameters by `KModel` name, shape-checked against the config: from the
+//! safetensors `cargo xtask convert kokoro-onnx-to-safetensors` writes, from a PyTorch
+//! checkpoint converted to safetensors under the same names (weight-normed convolutions as
+//! `weight_g`/`weight_v`, folded here; a `module.` after the top-level name is accepted), or
+//! straight from the ONNX file.
+
+use crate::config::KokoroConfig;
+use crate::params::{expected_params, ParamSpec};
+use crate::{Error, Result};
+use candle_core::{DType, Device, Tensor};
+use sapient_tensor::WeightSource;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Every inference parameter of Kokoro, dense, on one device.
+pub struct KokoroWeights {
+    path: PathBuf,
+    tensors: HashMap<String, Tensor>,
+}
+
+impl std::fmt::Debug for KokoroWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KokoroWeights")
+            .field("path", &self.path)
+            .field("tensors", &self.tensors.len())
+            .finish()
+    }
+}
+
+impl KokoroWeights {
+    /// Loads every non-optional parameter of `cfg` from `src` (shape-checked), folding
+    /// `weight_g`/`weight_v` pairs into `weight`.
+    pub fn load(src: &dyn WeightSource, cfg: &KokoroConfig, device: &Device, dtype: DType) -> Result<Self> {
+        let path = src.location().to_path_buf();
+        let names = src.names();
+        let mut tensors = HashMap::new();
+        let mut problems = Vec::new();
+        let find = |name: &str| -> Option<String> {
+            if src.contains(name) {
+                return Some(name.to_string());
+            }
+            // `bert.module.embeddings...`: the top-level modules of kokoro-v1_0.pth were saved
+            // from DataParallel wrappers
+            let (top, rest) = name.split_once('.')?;
+            let alt = format!("{top}.module.{rest}");
+            src.contains(&alt).then_some(alt)
+        };
+        for spec in expected_params(cfg).iter().filter(|s| !s.optional) {
+            match load_one(src, spec, &find, device, dtype) {
+                Ok(Some(t)) => {
+                    tensors.insert(spec.name.clone(), t);
+                }
+                Ok(None) => problems.push(format!("missing '{}' {:?}", spec.name, spec.shape)),
+                Err(e) => problems.push(e),
+            }
+        }
+        if !problems.is_empty() {
+            let n = problems.len();
+            problems.truncate(12);
+            return Err(Error::Weights {
+                path,
+                what: format!("{n} problem(s): {}{}", problems.join("; "), if n > 12 { "; ..." } else { "" }),
+            });
+        }
+        let unused = names.len().saturating_sub(tensors.len());
+        if unused > 0 {
+            tracing::debug!("{}: {unused} tensors not used by inference (pooler, weight_g/v pairs, buffers)", path.display());
+        }
+        Ok(Self { path, tensors })
+    }
+
+    /// Imports the ONNX export in memory (see [`crate::onnx_import`]).
+    pub fn from_onnx(onnx: &Path, cfg: &KokoroConfig, device: &Device, dtype: DType) -> Result<Self> {
+        let model = sapient_tensor::onnx::OnnxModel::open(onnx)?;
+        let imported = crate::onnx_import::import(&model, cfg)?;
+        let mut tensors = HashMap::new();
+        for (name, t) in imported.tensors {
+            tensors.insert(name, t.to_device(device)?.to_dtype(dtype)?);
+        }
+        Ok(Self {
+            path: onnx.to_path_buf(),
+            tensors,
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Result<&Tensor> {
+        self.tensors.get(name).ok_or_else(|| Error::Weights {
+            path: self.path.clone(),
+            what: format!("no parameter '{name}'"),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    /// Total number of parameter values.
+    pub fn param_count(&self) -> usize {
+        self.tensors.values().map(|t| t.elem_count()).sum()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+}
+
+/// One parameter: Ok(None) when absent, Err(text) when present but wrong.
+fn load_one(
+    src: &dyn WeightSource,
+    spec: &ParamSpec,
+    find: &dyn Fn(&str) -> Option<String>,
+    device: &Device,
+    dtype: DType,
+) -> Result<Option<Tensor>, String> {
+    if let Some(name) = find(&spec.name) {
+        let t = src.tensor(&name, &spec.shape, device, dtype).map_err(|e| e.to_string())?;
+        return Ok(Some(t));
+    }
+    if !spec.weight_norm {
+        return Ok(None);
+    }
+    let module = spec.name.strip_suffix(".weight").unwrap_or(&spec.name);
+    let (Some(g), Some(v)) = (find(&format!("{module}.weight_g")), find(&format!("{module}.weight_v"))) else {
+        return Ok(None);
+    };
+    let mut g_shape = vec![1; spec.shape.len()];
+    g_shape[0] = spec.shape[0];
+    let g = src.tensor(&g, &g_shape, device, DType::F32).map_err(|e| e.to_string())?;
+    let v = src.tensor(&v, &spec.shape, device, DType::F32).map_err(|e| e.to_string())?;
+    fold_weight_norm(&g, &v)
+        .and_then(|w| w.to_dtype(dtype))
+        .map(Some)
+        .map_err(|e| format!("folding '{module}.weight_g/_v': {e}"))
+}
+
+/// `torch.nn.utils.weight_norm` with `dim=0`: `w = g * v / ||v||`, the norm over every
+/// dimension but the first.
+pub fn fold_weight_norm(g: &Tensor, v: &Tensor) -> candle_core::Result<Tensor> {
+    let dims: Vec<usize> = (1..v.rank()).collect();
+    let norm = v.sqr()?.sum_keepdim(dims)?.sqrt()?;
+    v.broadcast_mul(&g.broadcast_div(&norm)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weight_norm_fold() {
+        let dev = Device::Cpu;
+        let v = Tensor::new(&[[[3f32, 4.0]], [[0.0, 2.0]]], &dev).unwrap(); // [2,1,2]
+        let g = Tensor::new(&[[[10f32]], [[0.5]]], &dev).unwrap();
+        let w = fold_weight_norm(&g, &v).unwrap();
+        let w: Vec<f32> = w.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(w, vec![6.0, 8.0, 0.0, 0.5]);
+    }
+}
