@@ -539,7 +539,10 @@ pub unsafe fn dot_f32_f16(x: &[f32], y: &[u16]) -> f32 {
 unsafe fn axpys_f16<const R: usize>(a: [f32; R], x: &[u16], ys: [*mut f32; R]) {
     let n = x.len();
     let px = x.as_ptr();
-    let va = a.map(|v| _mm256_set1_ps(v));
+    let mut va = [_mm256_setzero_ps(); R];
+    for r in 0..R {
+        va[r] = _mm256_set1_ps(a[r]); // (a loop, not a closure: see `round32`)
+    }
     let mut i = 0;
     while i + 8 <= n {
         let xv = _mm256_cvtph_ps(_mm_loadu_si128(px.add(i) as *const __m128i));
@@ -587,9 +590,14 @@ unsafe fn round_away(x: __m256) -> __m256 {
 /// 32 rounded values ([`round_away`]) of `p[i] * s` as i32 x 8 x 4.
 #[inline(always)]
 unsafe fn round32(p: *const f32, s: f32) -> [__m256i; 4] {
+    // (No closure here: a closure does not inherit the caller's target features, and its
+    // intrinsics would become calls, halving the prefill's speed.)
     let m = _mm256_set1_ps(s);
-    let r = |o: usize| _mm256_cvtps_epi32(round_away(_mm256_mul_ps(_mm256_loadu_ps(p.add(o)), m)));
-    [r(0), r(8), r(16), r(24)]
+    let mut out = [_mm256_setzero_si256(); 4];
+    for (k, o) in out.iter_mut().enumerate() {
+        *o = _mm256_cvtps_epi32(round_away(_mm256_mul_ps(_mm256_loadu_ps(p.add(8 * k)), m)));
+    }
+    out
 }
 
 /// 32 i32 values (each in i8 range) packed to 32 bytes in order.
