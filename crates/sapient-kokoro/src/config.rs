@@ -27,7 +27,7 @@ pub struct PlBertConfig {
     pub max_position_embeddings: usize,
     pub num_hidden_layers: usize,
     #[serde(default)]
-    pub dropout: f32,
+    pub dropout: f64,
     /// Not in Kokoro's file: `AlbertConfig`'s default.
     #[serde(default = "default_embedding_size")]
     pub embedding_size: usize,
@@ -49,7 +49,7 @@ pub struct KokoroConfig {
     pub istftnet: IstftNetConfig,
     pub dim_in: usize,
     #[serde(default)]
-    pub dropout: f32,
+    pub dropout: f64,
     pub hidden_dim: usize,
     pub max_conv_dim: usize,
     pub max_dur: usize,

@@ -631,10 +631,6 @@ pub fn convert_to_safetensors(onnx_path: &Path, cfg: &KokoroConfig, out_dir: &Pa
         let path = path.to_path_buf();
         move |source| Error::Io { path, source }
     };
-    let st = out_dir.join("model.safetensors");
-    let tmp = out_dir.join(".model.safetensors.tmp");
-    candle_core::safetensors::save(&map, &tmp)?;
-    std::fs::rename(&tmp, &st).map_err(io(&st))?;
     let cj = out_dir.join("config.json");
     let tmp = out_dir.join(".config.json.tmp");
     let text = serde_json::to_string_pretty(&cfg.to_json()).map_err(|e| Error::Config {
@@ -643,6 +639,15 @@ pub fn convert_to_safetensors(onnx_path: &Path, cfg: &KokoroConfig, out_dir: &Pa
     })?;
     std::fs::write(&tmp, text).map_err(io(&tmp))?;
     std::fs::rename(&tmp, &cj).map_err(io(&cj))?;
+    let st = out_dir.join("model.safetensors");
+    let tmp = out_dir.join(".model.safetensors.tmp");
+    candle_core::safetensors::save(&map, &tmp)?;
+    // the weights get the permissions an ordinary new file gets here (config.json's), not the
+    // private ones of safetensors' temporary file
+    if let Ok(m) = std::fs::metadata(&cj) {
+        let _ = std::fs::set_permissions(&tmp, m.permissions());
+    }
+    std::fs::rename(&tmp, &st).map_err(io(&st))?;
     Ok(imported.report)
 }
 

@@ -10,9 +10,15 @@
 //!   transformers' layout (fused Q/K/V and cross K/V split, no key bias), `config.json` with
 //!   the alignment heads, suppressed tokens and language ids; `tokenizer.json` is copied.
 //!
+//! - `kokoro-onnx-to-safetensors MODEL OUT_DIR [--dtype f32|f16|bf16] [--report FILE]`: the
+//!   Kokoro-82M int8 ONNX export (a path, a directory holding `kokoro-v1.0.int8.onnx`, or the
+//!   preset `kokoro-82m`) to `KModel`-named safetensors and Kokoro's `config.json` (with the
+//!   `vocab.json` beside the file); names and dequantization in docs/kokoro.md.
+//!
 //! llama.cpp's converter permutes the Q and K rows of arch `llama` so that its interleaved
 //! RoPE matches transformers' rotate-half; we undo that going to HF and apply it coming back.
 
+mod kokoro;
 mod llama;
 
 use anyhow::Result;
@@ -47,6 +53,16 @@ pub enum Cmd {
         #[arg(long, default_value = "f16")]
         dtype: String,
     },
+    /// Kokoro-82M int8 ONNX (path, directory or preset) to KModel-named safetensors + config.json.
+    KokoroOnnxToSafetensors {
+        input: String,
+        out_dir: PathBuf,
+        #[arg(long, default_value = "f32")]
+        dtype: String,
+        /// Also write what became of every initializer (mapped, quantization data, constants) as JSON.
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -60,6 +76,9 @@ pub fn run(args: Args) -> Result<()> {
             println!("wrote {} ({n} tensors, {ty})", output.display());
         }
         Cmd::Ct2ToSafetensors { input, out_dir, dtype } => ct2_to_safetensors(&input, &out_dir, &dtype)?,
+        Cmd::KokoroOnnxToSafetensors { input, out_dir, dtype, report } => {
+            kokoro::onnx_to_safetensors(&input, &out_dir, &dtype, report.as_deref())?
+        }
     }
     Ok(())
 }
