@@ -38,7 +38,11 @@ pub struct TranscribeArgs {
     /// Text that the first window continues (names, spelling, style).
     #[arg(long)]
     initial_prompt: Option<String>,
-    /// Quantize the decoder at load: q8_0 (faster decoding steps) or none.
+    /// Quantize the encoder's and decoder's matrices at load: q8_0 (int8 products, the
+    /// counterpart of faster-whisper's int8) or none (f32).
+    #[arg(long, default_value = "none")]
+    quant: String,
+    /// Quantize only the decoder (and output projection) at load: q8_0 or none.
     #[arg(long, default_value = "none")]
     decoder_quant: String,
     /// Word-level timestamps (in the json output).
@@ -63,12 +67,16 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
     let format: OutputFormat = args.format.parse()?;
     let task: Task = args.task.parse()?;
     let mut bars = crate::Bars::default();
-    let quantize_decoder = match args.decoder_quant.as_str() {
-        "none" | "f32" => None,
-        "q8_0" => Some(candle_core::quantized::GgmlDType::Q8_0),
-        other => anyhow::bail!("--decoder-quant {other}: expected none or q8_0"),
+    let quant = |flag: &str, v: &str| match v {
+        "none" | "f32" => Ok(None),
+        "q8_0" => Ok(Some(candle_core::quantized::GgmlDType::Q8_0)),
+        other => anyhow::bail!("--{flag} {other}: expected none or q8_0"),
     };
-    let load = sapient_whisper::LoadOptions { quantize_decoder };
+    let all = quant("quant", &args.quant)?;
+    let load = sapient_whisper::LoadOptions {
+        quantize_encoder: all,
+        quantize_decoder: all.or(quant("decoder-quant", &args.decoder_quant)?),
+    };
     let t = Transcriber::load_with(&args.model, &candle_core::Device::Cpu, load, &mut |p| bars.update(p))
         .with_context(|| format!("loading {}", args.model))?;
     bars.finish();

@@ -7,6 +7,7 @@
 //! the sequence axis of one matmul per head.
 
 use crate::config::WhisperConfig;
+use crate::cpu;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Module, Tensor, D};
 use sapient_tensor::{Linear, Weight, WeightSource};
@@ -52,25 +53,32 @@ impl WeightSource for TensorMap {
     }
 }
 
-/// A [`WeightSource`] that hands out the decoder's matrices (projections, MLP, and the token
-/// embedding, which is also the output projection) quantized, for sapient-tensor's
-/// quantized kernels in the decoding steps. Everything else passes through.
-pub struct QuantizeDecoder<'a> {
+/// A [`WeightSource`] that hands out the matrices of the encoder layers and / or of the decoder
+/// (projections, MLP, and the token embedding, which is also the output projection)
+/// quantized, for sapient-tensor's quantized kernels. Everything else (convolutions,
+/// positions, norms, biases) passes through.
+pub struct QuantizeWeights<'a> {
     pub inner: &'a dyn WeightSource,
-    pub dtype: candle_core::quantized::GgmlDType,
+    /// For the encoder layers' linear layers.
+    pub encoder: Option<candle_core::quantized::GgmlDType>,
+    /// For the decoder's linear layers and the token embedding / output projection.
+    pub decoder: Option<candle_core::quantized::GgmlDType>,
 }
 
-impl QuantizeDecoder<'_> {
-    fn wants(&self, name: &str, shape: &[usize]) -> bool {
-        name.starts_with("model.decoder.")
-            && name.ends_with(".weight")
-            && !name.contains("embed_positions")
-            && shape.len() == 2
-            && shape[1] % self.dtype.block_size() == 0
+impl QuantizeWeights<'_> {
+    fn wants(&self, name: &str, shape: &[usize]) -> Option<candle_core::quantized::GgmlDType> {
+        let dtype = if name.starts_with("model.decoder.") && !name.contains("embed_positions") {
+            self.decoder?
+        } else if name.starts_with("model.encoder.layers.") {
+            self.encoder?
+        } else {
+            return None;
+        };
+        (name.ends_with(".weight") && shape.len() == 2 && shape[1] % dtype.block_size() == 0).then_some(dtype)
     }
 }
 
-impl WeightSource for QuantizeDecoder<'_> {
+impl WeightSource for QuantizeWeights<'_> {
     fn location(&self) -> &Path {
         self.inner.location()
     }
@@ -83,10 +91,13 @@ impl WeightSource for QuantizeDecoder<'_> {
     fn load(&self, name: &str, device: &Device) -> sapient_tensor::Result<Weight> {
         let w = self.inner.load(name, device)?;
         match w {
-            Weight::Dense(t) if self.wants(name, t.dims()) => {
-                let q = candle_core::quantized::QTensor::quantize(&t.to_dtype(DType::F32)?, self.dtype)?;
-                Ok(Weight::Quantized(std::sync::Arc::new(q)))
-            }
+            Weight::Dense(t) => match self.wants(name, t.dims()) {
+                Some(dtype) => {
+                    let q = candle_core::quantized::QTensor::quantize(&t.to_dtype(DType::F32)?, dtype)?;
+                    Ok(Weight::Quantized(std::sync::Arc::new(q)))
+                }
+                None => Ok(Weight::Dense(t)),
+            },
             w => Ok(w),
         }
     }
@@ -107,6 +118,34 @@ impl Ctx<'_> {
     }
     fn linear(&self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Linear> {
         Ok(Linear::load(self.src, prefix, out, inp, bias, self.device, self.dtype)?)
+    }
+    /// As [`Ctx::linear`], with the weight for the plain-buffer decoder: sapient-tensor's
+    /// kernel matrix when quantized (None for a format it lacks), the f32 tensor otherwise.
+    fn linear_cpu(&self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<(Linear, Option<cpu::Lin>)> {
+        let w = self.src.load_checked(&format!("{prefix}.weight"), &[out, inp], self.device)?;
+        let w = match w {
+            Weight::Dense(t) => Weight::Dense(t.to_dtype(self.dtype)?.contiguous()?),
+            q => q,
+        };
+        let dense = match &w {
+            Weight::Dense(t) if self.device.is_cpu() && self.dtype == DType::F32 => Some(t.clone()),
+            _ => None,
+        };
+        let b = if bias { Some(self.tensor(&format!("{prefix}.bias"), &[out])?) } else { None };
+        let bias_vec = match &b {
+            Some(b) => Some(b.to_dtype(DType::F32)?.to_vec1::<f32>()?),
+            None => None,
+        };
+        let l = Linear::new(w, b)?;
+        let mat = match (l.kernel(), dense) {
+            (Some(k), _) if self.dtype == DType::F32 => Some(cpu::Mat::Q(k.clone())),
+            (None, Some(t)) => Some(cpu::Mat::F(t)),
+            _ => None,
+        };
+        Ok((l, mat.map(|w| cpu::Lin { w, b: bias_vec })))
+    }
+    fn norm_cpu(&self, ln: &LayerNorm) -> Result<cpu::Norm> {
+        Ok(cpu::Norm { w: ln.w.to_dtype(DType::F32)?.to_vec1()?, b: ln.b.to_dtype(DType::F32)?.to_vec1()? })
     }
     fn ln(&self, prefix: &str, d: usize) -> Result<LayerNorm> {
         Ok(LayerNorm {
@@ -148,6 +187,20 @@ impl Attention {
             heads,
             head_dim: d / heads,
         })
+    }
+
+    /// As [`Attention::load`], with the plain-buffer decoder's q, k, v, out (when all have one).
+    fn load_cpu(c: &Ctx, prefix: &str, d: usize, heads: usize) -> Result<(Self, Option<[cpu::Lin; 4]>)> {
+        let k_bias = c.src.contains(&format!("{prefix}.k_proj.bias"));
+        let (q, cq) = c.linear_cpu(&format!("{prefix}.q_proj"), d, d, true)?;
+        let (k, ck) = c.linear_cpu(&format!("{prefix}.k_proj"), d, d, k_bias)?;
+        let (v, cv) = c.linear_cpu(&format!("{prefix}.v_proj"), d, d, true)?;
+        let (out, co) = c.linear_cpu(&format!("{prefix}.out_proj"), d, d, true)?;
+        let lins = match (cq, ck, cv, co) {
+            (Some(a), Some(b), Some(c), Some(d)) => Some([a, b, c, d]),
+            _ => None,
+        };
+        Ok((Self { q, k, v, out, heads, head_dim: d / heads }, lins))
     }
 
     /// [B, T, d] -> [B, H, T, Dh]
@@ -201,6 +254,8 @@ pub struct CrossKv {
 #[derive(Default)]
 pub struct KvCache {
     kv: Vec<Option<(Tensor, Tensor)>>,
+    /// The plain-buffer decoder's cache (a cache is used by one path only).
+    buf: cpu::BufCache,
     len: usize,
 }
 
@@ -217,6 +272,10 @@ impl KvCache {
     }
     /// Reorder (and repeat) the batch rows: row `i` becomes old row `rows[i]` (beam search).
     pub fn reorder(&mut self, rows: &[u32]) -> Result<()> {
+        if self.buf.batch() > 0 {
+            self.buf.reorder(rows);
+            return Ok(());
+        }
         let Some(Some((k0, _))) = self.kv.first() else {
             return Ok(());
         };
@@ -249,6 +308,9 @@ pub struct Whisper {
     dec_pos: Tensor,
     dec_layers: Vec<DecoderLayer>,
     dec_ln: LayerNorm,
+    /// The decoder on plain buffers (CPU, f32 activations), used for decoding steps.
+    plain: Option<cpu::CpuDecoder>,
+    use_plain: bool,
 }
 
 impl Whisper {
@@ -273,18 +335,55 @@ impl Whisper {
             });
         }
         let mut dec_layers = Vec::with_capacity(config.decoder_layers);
+        let mut plain_layers = Some(Vec::with_capacity(config.decoder_layers));
         for i in 0..config.decoder_layers {
             let p = format!("model.decoder.layers.{i}");
-            dec_layers.push(DecoderLayer {
+            let heads = config.decoder_attention_heads;
+            let (attn, sa) = Attention::load_cpu(&c, &format!("{p}.self_attn"), d, heads)?;
+            let (cross, ca) = Attention::load_cpu(&c, &format!("{p}.encoder_attn"), d, heads)?;
+            let (fc1, f1) = c.linear_cpu(&format!("{p}.fc1"), config.decoder_ffn_dim, d, true)?;
+            let (fc2, f2) = c.linear_cpu(&format!("{p}.fc2"), d, config.decoder_ffn_dim, true)?;
+            let l = DecoderLayer {
                 attn_ln: c.ln(&format!("{p}.self_attn_layer_norm"), d)?,
-                attn: Attention::load(&c, &format!("{p}.self_attn"), d, config.decoder_attention_heads)?,
+                attn,
                 cross_ln: c.ln(&format!("{p}.encoder_attn_layer_norm"), d)?,
-                cross: Attention::load(&c, &format!("{p}.encoder_attn"), d, config.decoder_attention_heads)?,
+                cross,
                 mlp_ln: c.ln(&format!("{p}.final_layer_norm"), d)?,
-                fc1: c.linear(&format!("{p}.fc1"), config.decoder_ffn_dim, d, true)?,
-                fc2: c.linear(&format!("{p}.fc2"), d, config.decoder_ffn_dim, true)?,
-            });
+                fc1,
+                fc2,
+            };
+            plain_layers = match (plain_layers, sa, ca, f1, f2) {
+                (Some(mut v), Some([q, k, vv, o]), Some([cq, _, _, co]), Some(fc1), Some(fc2)) => {
+                    v.push(cpu::Layer {
+                        attn_ln: c.norm_cpu(&l.attn_ln)?,
+                        q,
+                        k,
+                        v: vv,
+                        o,
+                        cross_ln: c.norm_cpu(&l.cross_ln)?,
+                        cq,
+                        co,
+                        mlp_ln: c.norm_cpu(&l.mlp_ln)?,
+                        fc1,
+                        fc2,
+                    });
+                    Some(v)
+                }
+                _ => None,
+            };
+            dec_layers.push(l);
         }
+        let dec_ln = c.ln("model.decoder.layer_norm", d)?;
+        let plain = match plain_layers {
+            Some(layers) if device.is_cpu() && dtype == DType::F32 => Some(cpu::CpuDecoder {
+                layers,
+                ln: c.norm_cpu(&dec_ln)?,
+                heads: config.decoder_attention_heads,
+                d,
+            }),
+            _ => None,
+        };
+        let use_plain = std::env::var("SAPIENT_WHISPER_CANDLE_DECODER").map_or(true, |v| v.is_empty() || v == "0");
         let emb_w = src.load_checked("model.decoder.embed_tokens.weight", &[config.vocab_size, d], device)?;
         let embed = emb_w.dequantize(device, dtype)?;
         let proj = match emb_w {
@@ -303,7 +402,9 @@ impl Whisper {
             proj,
             dec_pos: c.tensor("model.decoder.embed_positions.weight", &[config.max_target_positions, d])?,
             dec_layers,
-            dec_ln: c.ln("model.decoder.layer_norm", d)?,
+            dec_ln,
+            plain,
+            use_plain,
             config,
             device: device.clone(),
             dtype,
@@ -312,6 +413,14 @@ impl Whisper {
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// Whether decoding steps run on plain buffers (the CPU default) or as candle ops
+    /// (`SAPIENT_WHISPER_CANDLE_DECODER=1` at load, or this); the results agree to f32
+    /// rounding. Returns whether the plain path is in use (it exists for f32 on the CPU).
+    pub fn set_plain_decoder(&mut self, on: bool) -> bool {
+        self.use_plain = on;
+        self.plain.is_some() && on
     }
     pub fn dtype(&self) -> DType {
         self.dtype
@@ -340,10 +449,11 @@ impl Whisper {
         for l in &self.enc_layers {
             let h = l.attn_ln.forward(&x)?;
             let a = &l.attn;
-            let q = a.split(&a.q.forward(&h)?)?;
+            // the scale on the queries (1500 x d values) rather than on the scores (H x 1500²)
+            let q = a.split(&(a.q.forward(&h)? * a.scale())?)?;
             let k = a.split(&a.k.forward(&h)?)?;
             let v = a.split(&a.v.forward(&h)?)?;
-            let w = (q.matmul(&k.t()?)? * a.scale())?;
+            let w = q.matmul(&k.t()?)?;
             let w = candle_nn::ops::softmax_last_dim(&w)?;
             let o = a.merge(&w.matmul(&v)?)?;
             x = (x + a.out.forward(&o)?)?;
@@ -386,6 +496,15 @@ impl Whisper {
                 offset + t,
                 self.config.max_target_positions
             )));
+        }
+        if let Some(p) = self.plain.as_ref().filter(|_| self.use_plain && alignment.is_none() && cache.kv.is_empty()) {
+            let toks: Vec<u32> = tokens.flatten_all()?.to_vec1()?;
+            let h = p.forward(&toks, b, t, offset, &self.embed, &self.dec_pos, &cross.k, &cross.v, &mut cache.buf)?;
+            cache.len = offset + t;
+            return Ok(Tensor::from_vec(h, (b, t, self.config.d_model), &self.device)?);
+        }
+        if cache.buf.batch() > 0 {
+            return Err(Error::Options("this cache belongs to the plain-buffer decoder".into()));
         }
         if cache.kv.is_empty() {
             cache.kv = vec![None; self.dec_layers.len()];
@@ -447,6 +566,18 @@ impl Whisper {
     /// Logits [N, vocab] (f32) of hidden rows [N, d].
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         let rows = hidden.dim(0)?;
+        if self.plain.is_some() && self.use_plain && hidden.dtype() == DType::F32 {
+            // the quantized projection on the kernels, or the f32 embedding on our threads
+            let w = match self.proj.as_ref().and_then(Linear::kernel) {
+                Some(k) => cpu::Mat::Q(k.clone()),
+                None => cpu::Mat::F(self.embed.clone()),
+            };
+            let x: Vec<f32> = hidden.flatten_all()?.to_vec1()?;
+            let vocab = w.rows();
+            let mut out = vec![0f32; rows * vocab];
+            w.matmul(&x, rows, &mut out)?;
+            return Ok(Tensor::from_vec(out, (rows, vocab), &self.device)?);
+        }
         let l = if let Some(p) = self.proj.as_ref().filter(|_| rows < sapient_tensor::weights::DENSE_PREFILL_ROWS) {
             p.forward(hidden)?
         } else if rows <= 16 {

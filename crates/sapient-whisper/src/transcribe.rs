@@ -5,7 +5,7 @@
 
 use crate::config::WhisperConfig;
 use crate::decode::{decode_window, detect_language, DecodeOptions, DecodeResult, Task};
-use crate::model::{QuantizeDecoder, TensorMap, Whisper};
+use crate::model::{QuantizeWeights, TensorMap, Whisper};
 use crate::timing::{self, Word};
 use crate::tokenizer::WhisperTokenizer;
 use crate::{ct2, Error, Result};
@@ -96,9 +96,19 @@ pub struct Transcript {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LoadOptions {
     /// Quantize the decoder's matrices (and the output projection) to this type at load, for
-    /// sapient-tensor's quantized kernels in the decoding steps (CPU only; the encoder stays
-    /// f32). `Some(GgmlDType::Q8_0)` is the int8 setting.
+    /// sapient-tensor's quantized kernels in the decoding steps (CPU only).
+    /// `Some(GgmlDType::Q8_0)` is the int8 setting.
     pub quantize_decoder: Option<candle_core::quantized::GgmlDType>,
+    /// The same for the encoder layers' matrices (CPU only; the convolutions and the
+    /// attention products stay f32).
+    pub quantize_encoder: Option<candle_core::quantized::GgmlDType>,
+}
+
+impl LoadOptions {
+    /// Encoder and decoder matrices in `dtype` (`sapient transcribe --quant q8_0`).
+    pub fn quantized(dtype: candle_core::quantized::GgmlDType) -> Self {
+        Self { quantize_decoder: Some(dtype), quantize_encoder: Some(dtype) }
+    }
 }
 
 /// A Whisper model with its tokenizer and log-mel front end.
@@ -197,9 +207,11 @@ impl Transcriber {
         let tok = WhisperTokenizer::from_file(tokenizer, &cfg)?;
         let mel = LogMel::new(cfg.num_mel_bins)?;
         let dtype = if device.is_cpu() { DType::F32 } else { sapient_tensor::activation_dtype(device) };
-        let model = match load.quantize_decoder {
-            Some(q) if device.is_cpu() => Whisper::load(cfg, &QuantizeDecoder { inner: src, dtype: q }, device, dtype)?,
-            _ => Whisper::load(cfg, src, device, dtype)?,
+        let model = if device.is_cpu() && (load.quantize_decoder.is_some() || load.quantize_encoder.is_some()) {
+            let q = QuantizeWeights { inner: src, encoder: load.quantize_encoder, decoder: load.quantize_decoder };
+            Whisper::load(cfg, &q, device, dtype)?
+        } else {
+            Whisper::load(cfg, src, device, dtype)?
         };
         tracing::debug!(multilingual = tok.multilingual, "whisper model loaded");
         Ok(Self { model, tokenizer: tok, mel })
@@ -222,6 +234,14 @@ impl Transcriber {
         let audio = self.model.encode(&window)?;
         let cross = self.model.cross_kv(&audio)?;
         detect_language(&self.model, &self.tokenizer, &cross)
+    }
+
+    /// The log-mel window of the first 30 s of 16 kHz audio (zero-padded), as
+    /// [`Whisper::encode`] takes it.
+    pub fn mel_window(&self, samples: &[f32]) -> Result<Tensor> {
+        let n = samples.len().min(N_SAMPLES);
+        let mel = self.mel.log_mel_padded(&samples[..n], N_SAMPLES)?;
+        self.window(&mel, 0, self.model.n_frames())
     }
 
     /// Frames `[seek, seek + len)` of the mel, zero-padded (the normalised floor is not

@@ -161,7 +161,7 @@ fn sampling_is_seeded_and_fallback_thresholds_apply() -> Result<()> {
 #[test]
 fn q8_0_decoder_keeps_the_transcripts() -> Result<()> {
     // decoder matrices and output projection quantized at load (sapient-tensor's kernels)
-    let load = sapient_whisper::LoadOptions { quantize_decoder: Some(candle_core::quantized::GgmlDType::Q8_0) };
+    let load = sapient_whisper::LoadOptions { quantize_decoder: Some(candle_core::quantized::GgmlDType::Q8_0), ..Default::default() };
     let q = Transcriber::load_with("whisper-tiny.en", &candle_core::Device::Cpu, load, &mut |_| {})?;
     let wer = wer_over_clips(&q, &TranscribeOptions::default())?;
     assert!(wer <= WER_BOUND_TINY, "q8_0 decoder WER {wer:.3}");
@@ -170,6 +170,42 @@ fn q8_0_decoder_keeps_the_transcripts() -> Result<()> {
         let a = q.transcribe(&clip(c), &TranscribeOptions::default())?;
         let b = tiny().transcribe(&clip(c), &TranscribeOptions::default())?;
         assert_eq!(normalize(&a.text), normalize(&b.text), "clip {c}");
+    }
+    Ok(())
+}
+
+#[test]
+fn q8_0_encoder_and_decoder_keep_the_transcripts() -> Result<()> {
+    // `--quant q8_0`: the encoder's and decoder's matrices in Q8_0 (int8 products)
+    let load = sapient_whisper::LoadOptions::quantized(candle_core::quantized::GgmlDType::Q8_0);
+    let q = Transcriber::load_with("whisper-tiny.en", &candle_core::Device::Cpu, load, &mut |_| {})?;
+    for beam in [None, Some(5)] {
+        let o = TranscribeOptions { beam_size: beam, ..Default::default() };
+        for c in CLIPS {
+            let a = q.transcribe(&clip(c), &o)?;
+            let b = tiny().transcribe(&clip(c), &o)?;
+            assert_eq!(normalize(&a.text), normalize(&b.text), "clip {c}, beam {beam:?}");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn plain_buffer_decoder_matches_the_candle_decoder() -> Result<()> {
+    // the CPU decoding steps on plain buffers against the same steps as candle ops
+    let mut t = Transcriber::from_pretrained("whisper-tiny.en")?;
+    let audio = clip("0890");
+    let mel = t.mel_window(&audio)?;
+    let cross = t.model.cross_kv(&t.model.encode(&mel)?)?;
+    for beam in [None, Some(5)] {
+        let o = sapient_whisper::DecodeOptions { beam_size: beam, ..Default::default() };
+        assert!(t.model.set_plain_decoder(true));
+        let a = sapient_whisper::decode::decode_window(&t.model, &t.tokenizer, &cross, &o)?;
+        t.model.set_plain_decoder(false);
+        let b = sapient_whisper::decode::decode_window(&t.model, &t.tokenizer, &cross, &o)?;
+        assert_eq!(a.tokens, b.tokens, "beam {beam:?}");
+        assert!((a.avg_logprob - b.avg_logprob).abs() < 1e-3, "{} {}", a.avg_logprob, b.avg_logprob);
+        assert!((a.no_speech_prob - b.no_speech_prob).abs() < 1e-4);
     }
     Ok(())
 }

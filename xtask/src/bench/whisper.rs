@@ -33,6 +33,9 @@ pub struct Args {
     /// How many times the five clips are repeated.
     #[arg(long, default_value_t = 2)]
     pub repeat: usize,
+    /// Our variants: f32, q8_0 (encoder and decoder matrices in Q8_0), q8_0-decoder.
+    #[arg(long, value_delimiter = ',', default_value = "f32,q8_0")]
+    pub variants: Vec<String>,
     #[arg(long, default_value = "target/bench/whisper.json")]
     pub json: PathBuf,
 }
@@ -87,17 +90,26 @@ pub fn run(a: Args) -> Result<()> {
     let duration = audio.len() as f64 / 16_000.0;
     println!("{}: {duration:.1} s of LibriVox speech ({} reference words), {} reps, best time", a.model, normalize(&reference).len(), a.reps);
 
-    let t0 = Instant::now();
-    let t = Transcriber::from_pretrained(&a.model)?;
-    let load_s = t0.elapsed().as_secs_f64();
-    let q8 = Transcriber::load_with(
-        &a.model,
-        &candle_core::Device::Cpu,
-        sapient_whisper::LoadOptions { quantize_decoder: Some(candle_core::quantized::GgmlDType::Q8_0) },
-        &mut |_| {},
-    )?;
+    let mut load_s = f64::NAN;
+    let mut models = Vec::new();
+    for v in &a.variants {
+        let q = Some(candle_core::quantized::GgmlDType::Q8_0);
+        let load = match v.as_str() {
+            "f32" => sapient_whisper::LoadOptions::default(),
+            "q8_0" => sapient_whisper::LoadOptions { quantize_decoder: q, quantize_encoder: q },
+            "q8_0-decoder" => sapient_whisper::LoadOptions { quantize_decoder: q, ..Default::default() },
+            other => anyhow::bail!("--variants {other}: expected f32, q8_0 or q8_0-decoder"),
+        };
+        let t0 = Instant::now();
+        let t = Transcriber::load_with(&a.model, &candle_core::Device::Cpu, load, &mut |_| {})?;
+        if v == "f32" {
+            load_s = t0.elapsed().as_secs_f64();
+        }
+        models.push((v.as_str(), t));
+    }
     let mut ours = Vec::new();
-    for (variant, t) in [("f32", &t), ("f32 + q8_0 decoder", &q8)] {
+    for (variant, t) in &models {
+        let variant = *variant;
         for &beam in &a.beams {
             let opts = TranscribeOptions { beam_size: (beam > 1).then_some(beam), ..Default::default() };
             let mut best = f64::INFINITY;
@@ -135,7 +147,7 @@ pub fn run(a: Args) -> Result<()> {
         }
     };
 
-    println!("{:<34} {:>9} {:>8} {:>10} {:>12}", "", "seconds", "RTF", "WER", "fw / ours f32");
+    println!("{:<34} {:>9} {:>8} {:>10} {:>12} {:>12}", "", "seconds", "RTF", "WER", "fw / ours f32", "fw / ours q8");
     let mut rows = Vec::new();
     for (variant, beam, secs, text) in &ours {
         let (e, n) = wer(&reference, text);
@@ -157,15 +169,16 @@ pub fn run(a: Args) -> Result<()> {
             let text = run["text"].as_str().unwrap_or("");
             let ct = run["compute_type"].as_str().unwrap_or("?");
             let (e, n) = wer(&reference, text);
-            let ratio = ours.iter().find(|o| o.0 == "f32" && o.1 == beam).map(|o| secs / o.2);
+            let ratio = |v: &str| ours.iter().find(|o| o.0 == v && o.1 == beam).map(|o| format!("{:.2}x", secs / o.2)).unwrap_or_default();
             println!(
-                "{:<34} {:>9.2} {:>8.3} {:>4}/{:<5} {:>11}",
+                "{:<34} {:>9.2} {:>8.3} {:>4}/{:<5} {:>12} {:>12}",
                 format!("faster-whisper {ct}, beam {beam}"),
                 secs,
                 secs / duration,
                 e,
                 n,
-                ratio.map(|x| format!("{x:.2}x")).unwrap_or_default()
+                ratio("f32"),
+                ratio("q8_0")
             );
             rows.push(serde_json::json!({"impl": "faster-whisper", "compute_type": ct, "beam": beam, "seconds": secs, "rtf": secs / duration, "word_errors": e, "words": n, "text": text}));
         }

@@ -1,0 +1,433 @@
+//! The decoder on plain buffers for the CPU (f32 activations): the same computation as
+//! [`Whisper::decode`](crate::model::Whisper::decode) on candle, without a candle op per
+//! layer and step. Linear layers run on sapient-tensor's quantized kernels when their weight
+//! is quantized, else on the f32 weight (dot products for a few rows, the `gemm` crate for
+//! more); the self-attention cache is kept per batch row as f32 rows of `d` values; the
+//! cross-attention keys and values are the window's [`CrossKv`](crate::model::CrossKv)
+//! tensors, read in place.
+
+use candle_core::{CpuStorage, Storage, Tensor};
+use sapient_tensor::kernels::{self, pool, QMatrix};
+use std::cell::RefCell;
+
+use crate::{Error, Result};
+
+/// Run `f` on the f32 data of a contiguous CPU tensor.
+pub(crate) fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
+    if !t.is_contiguous() {
+        return Err(Error::Mismatch("plain-buffer decoder: tensor not contiguous".into()));
+    }
+    let (s, l) = t.storage_and_layout();
+    match &*s {
+        Storage::Cpu(CpuStorage::F32(v)) => {
+            let o = l.start_offset();
+            Ok(f(&v[o..o + t.elem_count()]))
+        }
+        _ => Err(Error::Mismatch("plain-buffer decoder: not an f32 CPU tensor".into())),
+    }
+}
+
+/// A weight matrix [out, in]: quantized for the kernels, or f32 (a contiguous CPU tensor).
+#[derive(Clone)]
+pub(crate) enum Mat {
+    Q(QMatrix),
+    F(Tensor),
+}
+
+struct OutPtr(*mut f32);
+// SAFETY: threads write disjoint parts of the output.
+unsafe impl Sync for OutPtr {}
+unsafe impl Send for OutPtr {}
+
+impl Mat {
+    pub fn rows(&self) -> usize {
+        match self {
+            Mat::Q(q) => q.rows(),
+            Mat::F(t) => t.dims()[0],
+        }
+    }
+
+    /// out[m, rows] = x[m, cols] · selfᵀ.
+    pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) -> Result<()> {
+        match self {
+            Mat::Q(q) => {
+                q.matmul(x, m, out);
+                Ok(())
+            }
+            Mat::F(t) => {
+                let (n, k) = (t.dims()[0], t.dims()[1]);
+                with_f32(t, |w| dense_matmul(w, n, k, x, m, out))
+            }
+        }
+    }
+}
+
+/// out[m, n] = x[m, k] · w[n, k]ᵀ, threaded over blocks of output columns.
+fn dense_matmul(w: &[f32], n: usize, k: usize, x: &[f32], m: usize, out: &mut [f32]) {
+    let threads = pool::pool().threads();
+    let chunks = if n * k * m < 64 * 1024 { 1 } else { (threads * 4).min(n.div_ceil(16)) };
+    let per = n.div_ceil(chunks);
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    let work = |c: usize| {
+        let out_ptr = &out_ptr;
+        let (n0, n1) = (c * per, ((c + 1) * per).min(n));
+        if n0 >= n1 {
+            return;
+        }
+        if m <= 8 {
+            // few rows: each weight row read once, against every activation row
+            for j in n0..n1 {
+                let wr = &w[j * k..(j + 1) * k];
+                for i in 0..m {
+                    // SAFETY: element (i, j) belongs to this chunk's columns only.
+                    unsafe { *out_ptr.0.add(i * n + j) = kernels::dot_f32(&x[i * k..(i + 1) * k], wr) };
+                }
+            }
+        } else {
+            // SAFETY: in bounds by construction; this chunk writes columns n0..n1.
+            unsafe {
+                gemm::gemm(
+                    m, n1 - n0, k,
+                    out_ptr.0.add(n0), 1, n as isize,
+                    false,
+                    x.as_ptr(), 1, k as isize,
+                    w.as_ptr().add(n0 * k), k as isize, 1,
+                    0.0, 1.0,
+                    false, false, false,
+                    gemm::Parallelism::None,
+                );
+            }
+        }
+    };
+    if chunks == 1 {
+        work(0);
+    } else {
+        pool::pool().run_chunks(chunks, &work);
+    }
+}
+
+/// A linear layer: weight and optional bias.
+pub(crate) struct Lin {
+    pub w: Mat,
+    pub b: Option<Vec<f32>>,
+}
+
+impl Lin {
+    pub fn forward(&self, x: &[f32], m: usize, out: &mut Vec<f32>) -> Result<()> {
+        let n = self.w.rows();
+        grow(out, m * n);
+        let out = &mut out[..m * n];
+        self.w.matmul(x, m, out)?;
+        if let Some(b) = &self.b {
+            for r in out.chunks_exact_mut(n) {
+                for (o, b) in r.iter_mut().zip(b) {
+                    *o += b;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) struct Norm {
+    pub w: Vec<f32>,
+    pub b: Vec<f32>,
+}
+
+impl Norm {
+    /// LayerNorm (eps 1e-5) of each row of `x` into `out`.
+    fn forward(&self, x: &[f32], d: usize, out: &mut Vec<f32>) {
+        grow(out, x.len());
+        for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+            let mean = xr.iter().sum::<f32>() / d as f32;
+            let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
+            let inv = 1.0 / (var + 1e-5).sqrt();
+            for i in 0..d {
+                or[i] = (xr[i] - mean) * inv * self.w[i] + self.b[i];
+            }
+        }
+    }
+}
+
+pub(crate) struct Layer {
+    pub attn_ln: Norm,
+    pub q: Lin,
+    pub k: Lin,
+    pub v: Lin,
+    pub o: Lin,
+    pub cross_ln: Norm,
+    pub cq: Lin,
+    pub co: Lin,
+    pub mlp_ln: Norm,
+    pub fc1: Lin,
+    pub fc2: Lin,
+}
+
+/// The decoder's weights for the plain-buffer path.
+pub(crate) struct CpuDecoder {
+    pub layers: Vec<Layer>,
+    pub ln: Norm,
+    pub heads: usize,
+    pub d: usize,
+}
+
+/// Self-attention cache of the plain-buffer path: per layer and batch row, keys and values
+/// as rows of `d` values.
+#[derive(Default)]
+pub(crate) struct BufCache {
+    pub k: Vec<Vec<Vec<f32>>>,
+    pub v: Vec<Vec<Vec<f32>>>,
+    spare: Vec<Vec<f32>>,
+}
+
+impl BufCache {
+    pub fn batch(&self) -> usize {
+        self.k.first().map_or(0, Vec::len)
+    }
+
+    /// Row `i` becomes old row `rows[i]`.
+    pub fn reorder(&mut self, rows: &[u32]) {
+        if rows.iter().enumerate().all(|(i, &r)| r as usize == i) && rows.len() == self.batch() {
+            return;
+        }
+        let spare = &mut self.spare;
+        for per_layer in self.k.iter_mut().chain(self.v.iter_mut()) {
+            let old = std::mem::take(per_layer);
+            for &r in rows {
+                let mut v = spare.pop().unwrap_or_default();
+                v.clear();
+                v.extend_from_slice(&old[r as usize]);
+                per_layer.push(v);
+            }
+            spare.extend(old);
+        }
+    }
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+fn gelu_erf(v: f32) -> f32 {
+    (candle_core::cpu::erf::erf_f32(v * std::f32::consts::FRAC_1_SQRT_2) + 1.) * 0.5 * v
+}
+
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    o: Vec<f32>,
+    y: Vec<f32>,
+    f: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+impl CpuDecoder {
+    /// Hidden states [b * t, d] (after the final norm) of `tokens` (b rows of t) after what
+    /// `cache` holds (`offset` tokens). `embed` is the token embedding [vocab, d] and `pos`
+    /// the positions [n_ctx, d]; `cross_k` per layer [H, Dh, S], `cross_v` [H, S, Dh].
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        tokens: &[u32],
+        b: usize,
+        t: usize,
+        offset: usize,
+        embed: &Tensor,
+        pos: &Tensor,
+        cross_k: &[Tensor],
+        cross_v: &[Tensor],
+        cache: &mut BufCache,
+    ) -> Result<Vec<f32>> {
+        let d = self.d;
+        let n = b * t;
+        let nl = self.layers.len();
+        if cache.k.is_empty() {
+            cache.k = vec![vec![Vec::new(); b]; nl];
+            cache.v = vec![vec![Vec::new(); b]; nl];
+        }
+        if cache.batch() != b {
+            return Err(Error::Mismatch(format!("cache holds {} rows, the step has {b}", cache.batch())));
+        }
+        SCRATCH.with(|s| {
+            let s = &mut *s.borrow_mut();
+            grow(&mut s.x, n * d);
+            let vocab = embed.dims()[0];
+            if let Some(&bad) = tokens.iter().find(|&&tok| tok as usize >= vocab) {
+                return Err(Error::Options(format!("token {bad} outside the vocabulary of {vocab}")));
+            }
+            with_f32(embed, |e| {
+                with_f32(pos, |p| {
+                    for (r, &tok) in tokens.iter().enumerate() {
+                        let tok = tok as usize;
+                        let row = &mut s.x[r * d..(r + 1) * d];
+                        let er = &e[tok * d..(tok + 1) * d];
+                        let pr = &p[(offset + r % t) * d..(offset + r % t + 1) * d];
+                        for i in 0..d {
+                            row[i] = er[i] + pr[i];
+                        }
+                    }
+                })
+            })??;
+            for (li, l) in self.layers.iter().enumerate() {
+                // self-attention over the cache
+                l.attn_ln.forward(&s.x[..n * d], d, &mut s.h);
+                l.q.forward(&s.h[..n * d], n, &mut s.q)?;
+                l.k.forward(&s.h[..n * d], n, &mut s.k)?;
+                l.v.forward(&s.h[..n * d], n, &mut s.v)?;
+                for bi in 0..b {
+                    cache.k[li][bi].extend_from_slice(&s.k[bi * t * d..(bi + 1) * t * d]);
+                    cache.v[li][bi].extend_from_slice(&s.v[bi * t * d..(bi + 1) * t * d]);
+                }
+                grow(&mut s.o, n * d);
+                self.self_attention(&s.q[..n * d], &cache.k[li], &cache.v[li], t, offset, &mut s.o[..n * d]);
+                l.o.forward(&s.o[..n * d], n, &mut s.y)?;
+                add(&mut s.x[..n * d], &s.y[..n * d]);
+                // cross-attention
+                l.cross_ln.forward(&s.x[..n * d], d, &mut s.h);
+                l.cq.forward(&s.h[..n * d], n, &mut s.q)?;
+                with_f32(&cross_k[li], |ck| with_f32(&cross_v[li], |cv| self.cross_attention(&s.q[..n * d], n, ck, cv, &mut s.o[..n * d])))??;
+                l.co.forward(&s.o[..n * d], n, &mut s.y)?;
+                add(&mut s.x[..n * d], &s.y[..n * d]);
+                // MLP
+                l.mlp_ln.forward(&s.x[..n * d], d, &mut s.h);
+                l.fc1.forward(&s.h[..n * d], n, &mut s.f)?;
+                let ff = l.fc1.w.rows();
+                for v in &mut s.f[..n * ff] {
+                    *v = gelu_erf(*v);
+                }
+                l.fc2.forward(&s.f[..n * ff], n, &mut s.y)?;
+                add(&mut s.x[..n * d], &s.y[..n * d]);
+            }
+            let mut out = Vec::new();
+            self.ln.forward(&s.x[..n * d], d, &mut out);
+            out.truncate(n * d);
+            Ok(out)
+        })
+    }
+
+    /// Causal self-attention of the step's rows (b rows of t, the row `i` of a batch row at
+    /// position offset + i) over each batch row's cache.
+    fn self_attention(&self, q: &[f32], ck: &[Vec<f32>], cv: &[Vec<f32>], t: usize, offset: usize, out: &mut [f32]) {
+        let (d, nh) = (self.d, self.heads);
+        let hd = d / nh;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let units = q.len() / d * nh;
+        let out_ptr = OutPtr(out.as_mut_ptr());
+        let work = |u0: usize, u1: usize| {
+            let out_ptr = &out_ptr;
+            SCORES.with(|sc| {
+                let mut sc = sc.borrow_mut();
+                for u in u0..u1 {
+                    let (r, h) = (u / nh, u % nh);
+                    let (bi, i) = (r / t, r % t);
+                    let len = offset + i + 1;
+                    grow(&mut sc, len);
+                    let s = &mut sc[..len];
+                    let qh = &q[r * d + h * hd..r * d + (h + 1) * hd];
+                    let (k, v) = (&ck[bi], &cv[bi]);
+                    let mut max = f32::NEG_INFINITY;
+                    for (j, sv) in s.iter_mut().enumerate() {
+                        *sv = kernels::dot_f32(qh, &k[j * d + h * hd..j * d + (h + 1) * hd]) * scale;
+                        max = max.max(*sv);
+                    }
+                    let mut sum = 0f32;
+                    for sv in s.iter_mut() {
+                        *sv = (*sv - max).exp();
+                        sum += *sv;
+                    }
+                    let inv = 1.0 / sum;
+                    // SAFETY: each (row, head) slice of the output is written by one unit.
+                    let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(r * d + h * hd), hd) };
+                    o.fill(0.0);
+                    for (j, &p) in s.iter().enumerate() {
+                        let p = p * inv;
+                        for (ov, vv) in o.iter_mut().zip(&v[j * d + h * hd..j * d + (h + 1) * hd]) {
+                            *ov += p * vv;
+                        }
+                    }
+                }
+            })
+        };
+        let keys: usize = (q.len() / d) * (offset + t) * d;
+        if keys < 64 * 1024 || units == 1 {
+            work(0, units);
+        } else {
+            let threads = pool::pool().threads();
+            let per = units.div_ceil(threads * 2).max(1);
+            pool::pool().run_chunks(units.div_ceil(per), &|c| work(c * per, ((c + 1) * per).min(units)));
+        }
+    }
+
+    /// Attention of `n` query rows over the window's keys [H, Dh, S] and values [H, S, Dh],
+    /// one head per unit, as two matrix products with a softmax between.
+    fn cross_attention(&self, q: &[f32], n: usize, ck: &[f32], cv: &[f32], out: &mut [f32]) {
+        let (d, nh) = (self.d, self.heads);
+        let hd = d / nh;
+        let src = ck.len() / d;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let out_ptr = OutPtr(out.as_mut_ptr());
+        let work = |h: usize| {
+            let out_ptr = &out_ptr;
+            SCORES.with(|sc| {
+                let mut sc = sc.borrow_mut();
+                grow(&mut sc, n * src);
+                let s = &mut sc[..n * src];
+                // SAFETY: operands in bounds by construction ([n, hd] rows of q with stride d,
+                // [hd, src] keys, [src, hd] values); each head writes its own columns of out.
+                unsafe {
+                    gemm::gemm(
+                        n, src, hd,
+                        s.as_mut_ptr(), 1, src as isize,
+                        false,
+                        q.as_ptr().add(h * hd), 1, d as isize,
+                        ck.as_ptr().add(h * hd * src), 1, src as isize,
+                        0.0, scale,
+                        false, false, false,
+                        gemm::Parallelism::None,
+                    );
+                }
+                for row in s.chunks_exact_mut(src) {
+                    let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+                    let mut sum = 0f32;
+                    for v in row.iter_mut() {
+                        *v = (*v - max).exp();
+                        sum += *v;
+                    }
+                    let inv = 1.0 / sum;
+                    for v in row.iter_mut() {
+                        *v *= inv;
+                    }
+                }
+                unsafe {
+                    gemm::gemm(
+                        n, hd, src,
+                        out_ptr.0.add(h * hd), 1, d as isize,
+                        false,
+                        s.as_ptr(), 1, src as isize,
+                        cv.as_ptr().add(h * src * hd), 1, hd as isize,
+                        0.0, 1.0,
+                        false, false, false,
+                        gemm::Parallelism::None,
+                    );
+                }
+            })
+        };
+        pool::pool().run_chunks(nh, &work);
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
