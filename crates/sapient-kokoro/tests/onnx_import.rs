@@ -267,3 +267,46 @@ fn safetensors_round_trip_and_pytorch_form() -> Result<()> {
     assert!(msg.contains("2 problem(s)"), "{msg}");
     Ok(())
 }
+
+/// What the import refuses: a float tensor it cannot place, a PyTorch name that is no
+/// parameter, a quantized weight no known op reads, an op in an unknown module, and a config
+/// the graph does not fit. Each error names the tensor or node.
+#[test]
+fn unplaceable_weights_are_errors() -> Result<()> {
+    let (onnx, _) = preset_dir()?;
+    let cfg = KokoroConfig::v1_0();
+    let fresh = || OnnxModel::open(&onnx).expect("opening");
+    let find = |m: &OnnxModel, n: &str| m.graph.initializers.iter().find(|t| t.name == n).cloned().unwrap();
+
+    let mut m = fresh();
+    let mut t = find(&m, "/decoder/decoder/generator/Mul_output_0");
+    t.name = "/decoder/extra_output_0".into();
+    m.graph.initializers.push(t);
+    let e = import(&m, &cfg).err().context("an extra float tensor was accepted")?.to_string();
+    assert!(e.contains("'/decoder/extra_output_0'") && e.contains("no parameter this importer can place"), "{e}");
+
+    let mut m = fresh();
+    let mut t = find(&m, "encoder.text_encoder.cnn.0.1.gamma");
+    t.name = "encoder.text_encoder.cnn.0.1.delta".into();
+    m.graph.initializers.push(t);
+    let e = import(&m, &cfg).err().context("an unknown PyTorch name was accepted")?.to_string();
+    assert!(e.contains("'text_encoder.cnn.0.1.delta') that is no Kokoro parameter"), "{e}");
+
+    let mut m = fresh();
+    m.graph.nodes.retain(|n| n.name != "/encoder/shared/LSTM_quant");
+    let e = import(&m, &cfg).err().context("an unread quantized weight was accepted")?.to_string();
+    assert!(e.contains("onnx::LSTM_698") && e.contains("consumed by no op"), "{e}");
+
+    let mut m = fresh();
+    let node = m.graph.nodes.iter_mut().find(|n| n.name == "/encoder/F0.1/conv1x1/Conv_quant").unwrap();
+    node.name = "/encoder/F0.1/conv9x9/Conv_quant".into();
+    let e = import(&m, &cfg).err().context("an unknown module was accepted")?.to_string();
+    assert!(e.contains("scope 'F0.1.conv9x9' is no module of Kokoro"), "{e}");
+
+    let m = fresh();
+    let mut small = cfg.clone();
+    small.n_token = 100;
+    let e = import(&m, &small).err().context("a config that does not fit was accepted")?.to_string();
+    assert!(e.contains("'bert.embeddings.word_embeddings.weight' has shape [178, 128], the config gives [100, 128]"), "{e}");
+    Ok(())
+}

@@ -546,7 +546,7 @@ impl<'a> Parser<'a> {
     }
 
     fn fixed(&self, m: &mut Msg, n: usize, what: &str) -> Result<Range<usize>> {
-        let end = m.pos.checked_add(n).unwrap_or(usize::MAX);
+        let end = m.pos.saturating_add(n);
         if end > m.end {
             return Err(self.past_end(what, m.pos, end, m.end));
         }
@@ -559,7 +559,7 @@ impl<'a> Parser<'a> {
         let at = m.pos;
         let len = self.varint(m, what)?;
         let len = usize::try_from(len).map_err(|_| self.err(what, at, format!("length {len} does not fit in memory")))?;
-        let end = m.pos.checked_add(len).unwrap_or(usize::MAX);
+        let end = m.pos.saturating_add(len);
         if end > m.end {
             return Err(self.past_end(what, at, end, m.end));
         }
@@ -768,7 +768,7 @@ impl<'a> Parser<'a> {
                     let mut s = self.sub(m, wire, &w)?;
                     g.initializers.push(self.tensor(&mut s, &w)?);
                 }
-                11 | 12 | 13 => {
+                11..=13 => {
                     let list = match field {
                         11 => ("input", &mut g.inputs),
                         12 => ("output", &mut g.outputs),
@@ -1039,7 +1039,7 @@ impl<'a> Parser<'a> {
             let size = data_type
                 .size()
                 .ok_or_else(|| self.err(&label, start, format!("raw_data for type {data_type:?}, which has no fixed size")))?;
-            let want = count.checked_mul(size).unwrap_or(usize::MAX);
+            let want = count.saturating_mul(size);
             if r.len() != want {
                 return Err(self.err(
                     &label,
