@@ -226,6 +226,8 @@ struct EncoderLayer {
     mlp_ln: LayerNorm,
     fc1: Linear,
     fc2: Linear,
+    /// fc1 and fc2 for the MLP on plain buffers (CPU, f32 activations).
+    plain_mlp: Option<(cpu::Lin, cpu::Lin)>,
 }
 
 struct DecoderLayer {
@@ -326,12 +328,15 @@ impl Whisper {
         let mut enc_layers = Vec::with_capacity(config.encoder_layers);
         for i in 0..config.encoder_layers {
             let p = format!("model.encoder.layers.{i}");
+            let (fc1, f1) = c.linear_cpu(&format!("{p}.fc1"), config.encoder_ffn_dim, d, true)?;
+            let (fc2, f2) = c.linear_cpu(&format!("{p}.fc2"), d, config.encoder_ffn_dim, true)?;
             enc_layers.push(EncoderLayer {
                 attn_ln: c.ln(&format!("{p}.self_attn_layer_norm"), d)?,
                 attn: Attention::load(&c, &format!("{p}.self_attn"), d, config.encoder_attention_heads)?,
                 mlp_ln: c.ln(&format!("{p}.final_layer_norm"), d)?,
-                fc1: c.linear(&format!("{p}.fc1"), config.encoder_ffn_dim, d, true)?,
-                fc2: c.linear(&format!("{p}.fc2"), d, config.encoder_ffn_dim, true)?,
+                fc1,
+                fc2,
+                plain_mlp: f1.zip(f2).filter(|_| device.is_cpu() && dtype == DType::F32),
             });
         }
         let mut dec_layers = Vec::with_capacity(config.decoder_layers);
@@ -450,14 +455,38 @@ impl Whisper {
             let h = l.attn_ln.forward(&x)?;
             let a = &l.attn;
             // the scale on the queries (1500 x d values) rather than on the scores (H x 1500²)
-            let q = a.split(&(a.q.forward(&h)? * a.scale())?)?;
-            let k = a.split(&a.k.forward(&h)?)?;
-            let v = a.split(&a.v.forward(&h)?)?;
-            let w = q.matmul(&k.t()?)?;
-            let w = candle_nn::ops::softmax_last_dim(&w)?;
-            let o = a.merge(&w.matmul(&v)?)?;
+            let q = (a.q.forward(&h)? * a.scale())?;
+            let k = a.k.forward(&h)?;
+            let v = a.v.forward(&h)?;
+            let o = if self.use_plain && self.device.is_cpu() && self.dtype == DType::F32 {
+                // on our buffers: blocks of query rows per head, no [H, S, S] score tensor
+                let (b, s, d) = q.dims3()?;
+                let mut o = vec![0f32; b * s * d];
+                for bi in 0..b {
+                    let (qb, kb, vb) = (q.get(bi)?.contiguous()?, k.get(bi)?.contiguous()?, v.get(bi)?.contiguous()?);
+                    cpu::with_f32(&qb, |qs| {
+                        cpu::with_f32(&kb, |ks| {
+                            cpu::with_f32(&vb, |vs| cpu::encoder_attention(qs, ks, vs, s, d, a.heads, &mut o[bi * s * d..(bi + 1) * s * d]))
+                        })
+                    })???;
+                }
+                Tensor::from_vec(o, (b, s, d), &self.device)?
+            } else {
+                let w = a.split(&q)?.matmul(&a.split(&k)?.t()?)?;
+                let w = candle_nn::ops::softmax_last_dim(&w)?;
+                a.merge(&w.matmul(&a.split(&v)?)?)?
+            };
             x = (x + a.out.forward(&o)?)?;
-            x = (&x + mlp(&l.mlp_ln, &l.fc1, &l.fc2, &x)?)?;
+            match l.plain_mlp.as_ref().filter(|_| self.use_plain) {
+                Some((fc1, fc2)) => {
+                    let h = l.mlp_ln.forward(&x)?;
+                    let (b, s, d) = h.dims3()?;
+                    let hv: Vec<f32> = h.flatten_all()?.to_vec1()?;
+                    let y = cpu::encoder_mlp(fc1, fc2, &hv, b * s)?;
+                    x = (x + Tensor::from_vec(y, (b, s, d), &self.device)?)?;
+                }
+                None => x = (&x + mlp(&l.mlp_ln, &l.fc1, &l.fc2, &x)?)?,
+            }
         }
         self.enc_ln.forward(&x)
     }
