@@ -65,7 +65,8 @@ fn main() -> anyhow::Result<()> {
         println!("  {b} rows: decoder step {:.2} ms, output projection {:.2} ms (d {d})", step * 1e3, proj * 1e3);
     }
     for beam in [None, Some(5)] {
-        let opts = decode::DecodeOptions { beam_size: beam, ..Default::default() };
+        let language = t.tokenizer.multilingual.then(|| "en".to_string());
+        let opts = decode::DecodeOptions { beam_size: beam, language, ..Default::default() };
         let (secs, r) = best(2, || decode::decode_window(m, &t.tokenizer, &cross, &opts).unwrap());
         println!("  window beam {:?}: {:.0} ms, {} tokens, {:.2} ms/token: {}", beam.unwrap_or(1), secs * 1e3, r.tokens.len(), secs * 1e3 / r.tokens.len() as f64, &r.text[..r.text.len().min(60)]);
     }
