@@ -458,17 +458,12 @@ impl QMatrix {
         }
         let out_ptr = SendPtr(out.as_mut_ptr());
         self.with_bytes(|bytes| {
-            // Chunks of weight rows; several per thread so that a descheduled thread delays
-            // little (see `pool::Pool::run_chunks`).
-            let nth = pool::pool().threads();
-            let chunk = if nth == 1 { rows } else { (rows / (nth * 8)).clamp(16, 512).div_ceil(16) * 16 };
-            let chunks = rows.div_ceil(chunk.max(1));
-            let job = |c: usize| {
+            for_row_chunks(rows, rows * m * self.cols, &|range: std::ops::Range<usize>| {
                 let out_ptr = &out_ptr;
                 let mut tmp = [0f32; MAX_ROWS];
                 let pf = prefetch_rows();
-                let end = ((c + 1) * chunk).min(rows);
-                for j in c * chunk..end {
+                let end = range.end;
+                for j in range.start..end {
                     let wrow = &bytes[j * rb..(j + 1) * rb];
                     // Ask for a row a few rows ahead: one core's hardware prefetching alone
                     // does not keep up with the kernels when weights come from DRAM.
@@ -498,12 +493,7 @@ impl QMatrix {
                         i0 += g;
                     }
                 }
-            };
-            if rows * m * self.cols < 64 * 1024 {
-                (0..chunks).for_each(job);
-            } else {
-                pool::pool().run_chunks(chunks, &job);
-            }
+            });
         });
     }
 }
@@ -518,14 +508,11 @@ impl QMatrix {
         let (m, rows, rb, t) = (acts.m, self.rows, self.row_bytes(), self.qtype);
         let out_ptr = SendPtr(out.as_mut_ptr());
         self.with_bytes(|bytes| {
-            let nth = pool::pool().threads();
-            let chunk = if nth == 1 { rows } else { (rows / (nth * 8)).clamp(16, 512).div_ceil(16) * 16 };
-            let chunks = rows.div_ceil(chunk.max(1));
-            let job = |c: usize| {
+            for_row_chunks(rows, rows * m * self.cols, &|range: std::ops::Range<usize>| {
                 let out_ptr = &out_ptr;
                 let mut tmp = [0f32; G];
                 let pf = prefetch_rows();
-                let end = ((c + 1) * chunk).min(rows);
+                let end = range.end;
                 let mut i0 = 0;
                 while i0 < m {
                     let g = (m - i0).min(G);
@@ -538,7 +525,7 @@ impl QMatrix {
                             rp[k] = acts.row_pairs(i0 + k);
                         }
                     }
-                    for j in c * chunk..end {
+                    for j in range.start..end {
                         let wrow = &bytes[j * rb..(j + 1) * rb];
                         if i0 == 0 && pf > 0 && j + pf < end {
                             prefetch(&bytes[(j + pf) * rb..(j + pf + 1) * rb]);
@@ -564,13 +551,23 @@ impl QMatrix {
                     }
                     i0 += g;
                 }
-            };
-            if rows * m * self.cols < 64 * 1024 {
-                (0..chunks).for_each(job);
-            } else {
-                pool::pool().run_chunks(chunks, &job);
-            }
+            });
         });
+    }
+}
+
+/// Split `rows` weight rows into chunks and run `job` on each chunk's range: on the kernel
+/// pool when the product (`work` multiply-adds) is large enough, several chunks per thread so
+/// that a descheduled thread delays little (see `pool::Pool::run_chunks`).
+fn for_row_chunks(rows: usize, work: usize, job: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    let nth = pool::pool().threads();
+    let chunk = if nth == 1 { rows } else { (rows / (nth * 8)).clamp(16, 512).div_ceil(16) * 16 }.max(1);
+    let chunks = rows.div_ceil(chunk);
+    let run = |c: usize| job(c * chunk..((c + 1) * chunk).min(rows));
+    if work < 64 * 1024 {
+        (0..chunks).for_each(run);
+    } else {
+        pool::pool().run_chunks(chunks, &run);
     }
 }
 
