@@ -671,6 +671,7 @@ pub unsafe fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
 
 /// For keys `t` in `t0..t1` (key `t` at `kc[t * stride..][..hd]`): `out[r][t - t0] =
 /// dot(qs[r], key) * scale`, each dot exactly as [`dot_f32_f16`] computes it.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn scores4_f16(qs: [&[f32]; 4], kc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, scale: f32, out: [*mut f32; 4]) {
     let mut v = [0f32; 4];
@@ -684,6 +685,7 @@ pub unsafe fn scores4_f16(qs: [&[f32]; 4], kc: &[u16], stride: usize, hd: usize,
 
 /// For values `t` in `t0..t1` (at `vc[t * stride..][..hd]`): `ys[r] += (p[r][t - t0] *
 /// inv[r]) * value`, each row exactly as [`axpy_f16`] calls in order of `t` would do it.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn values4_f16(p: [*const f32; 4], inv: [f32; 4], vc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, ys: [*mut f32; 4]) {
     for t in t0..t1 {
