@@ -20,6 +20,13 @@ pub enum Error {
     /// Weights do not match the config: missing, unexpected or mis-shaped tensors.
     #[error("{path}: weights: {what}")]
     Weights { path: PathBuf, what: String },
+    /// A voice file or voice spec that cannot be used (unknown name, bad blend, bad shape).
+    #[error("voice: {0}")]
+    Voice(String),
+    /// Input the model cannot take (no phonemes, an id outside the vocabulary, too many
+    /// phonemes, a bad style vector or speed).
+    #[error("kokoro input: {0}")]
+    Input(String),
     #[error(transparent)]
     Tensor(#[from] sapient_tensor::Error),
     #[error(transparent)]

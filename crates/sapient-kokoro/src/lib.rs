@@ -7,13 +7,18 @@
 //!   `cargo xtask convert kokoro-onnx-to-safetensors`.
 //! - [`weights`]: loading those tensors (or a PyTorch checkpoint converted to safetensors)
 //!   by name with shape checks.
+//! - [`voices`]: voice packs (`.npz` / `.npy` / safetensors, `[510, 1, 256]` per voice):
+//!   `Voices::load(path)?.get("jf_alpha:0.6,jm_kumo:0.4")?` (weights normalised to sum to 1)
+//!   then `VoicePack::style_for(n_phonemes)` (row index = number of phonemes).
 
 pub mod config;
 mod error;
 pub mod onnx_import;
 pub mod params;
+pub mod voices;
 pub mod weights;
 
 pub use config::KokoroConfig;
 pub use error::{Error, Result};
+pub use voices::{VoicePack, Voices};
 pub use weights::KokoroWeights;

@@ -1,0 +1,42 @@
+//! The real voice file of the `kokoro-82m` preset (`voices_ja.npz`, five `[510, 1, 256]`
+//! packs) read by `Voices::load`, against values numpy reads from the same file:
+//!
+//! ```python
+//! d = np.load("voices_ja.npz"); a, b = d["jf_alpha"], d["jm_kumo"]
+//! a[12, 0, [0, 100, 255]]; (0.6 * a[12, 0] + 0.4 * b[12, 0])[[0, 100, 255]]; a.astype(np.float64).sum()
+//! ```
+
+use anyhow::Result;
+use sapient_kokoro::Voices;
+
+fn voices() -> Result<Voices> {
+    let r = sapient_hub::Hub::new()?.fetch_preset("kokoro-82m", &mut |_| {})?;
+    Ok(Voices::load(r.file("voices")?)?)
+}
+
+fn close(a: f32, b: f64) -> bool {
+    (f64::from(a) - b).abs() < 1e-6
+}
+
+#[test]
+fn japanese_voices_load_select_and_blend() -> Result<()> {
+    let v = voices()?;
+    assert_eq!(v.names(), ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"]);
+    let a = v.get("jf_alpha")?;
+    assert_eq!((a.rows(), a.dim()), (510, 256));
+    let row = a.style_for(12)?;
+    for (i, want) in [(0, -0.059496860951185226), (100, -0.0374276302754879), (255, -0.14601486921310425)] {
+        assert!(close(row[i], want), "jf_alpha[12][{i}] = {} vs numpy {want}", row[i]);
+    }
+    let sum: f64 = (0..510).flat_map(|r| a.style_for(r).unwrap().to_vec()).map(f64::from).sum();
+    assert!((sum - -1335.385256107933).abs() < 1e-6, "{sum}");
+    let blend = v.get("jf_alpha:0.6,jm_kumo:0.4")?;
+    let row = blend.style_for(12)?;
+    for (i, want) in [(0, -0.08662094175815582), (100, -0.06577432155609131), (255, -0.02181375026702881)] {
+        assert!(close(row[i], want), "blend[12][{i}] = {} vs numpy {want}", row[i]);
+    }
+    let e = v.get("af_heart").unwrap_err().to_string();
+    assert!(e.contains("unknown voice 'af_heart'") && e.contains("jm_kumo"), "{e}");
+    assert!(a.style_for(510).is_err());
+    Ok(())
+}
