@@ -48,10 +48,15 @@ pub struct TranscribeArgs {
     /// Word-level timestamps (in the json output).
     #[arg(long)]
     word_timestamps: bool,
-    /// Read the file as a stream through Silero VAD and transcribe each voiced stretch as
-    /// soon as it closes (what a live source does); segments are printed as they come.
+    /// Read the file as a stream (what a live source does); segments are printed as they
+    /// are decided.
     #[arg(long)]
     stream: bool,
+    /// With --stream: `windows` (the file mode's 30 s windows, decoded as their audio
+    /// arrives: the same text as without --stream) or `vad` (each Silero VAD stretch on its
+    /// own: segments about a second after their speech, not always the same text).
+    #[arg(long, default_value = "windows")]
+    stream_mode: String,
     /// text, srt, vtt or json.
     #[arg(short, long, default_value = "text")]
     format: String,
@@ -65,6 +70,7 @@ pub struct TranscribeArgs {
 
 pub fn run(args: TranscribeArgs) -> Result<()> {
     let format: OutputFormat = args.format.parse()?;
+    let stream_mode: sapient_whisper::StreamMode = args.stream_mode.parse()?;
     let task: Task = args.task.parse()?;
     let mut bars = crate::Bars::default();
     let quant = |flag: &str, v: &str| match v {
@@ -104,7 +110,7 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         let vad_file = sapient_hub::Hub::new()?.fetch_preset("silero-vad", &mut |p| bars.update(p))?.file("onnx")?.to_path_buf();
         let vad = sapient_audio::SileroVad::load(&vad_file, &candle_core::Device::Cpu)?;
         let file = sapient_audio::FileStream::open(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
-        t.transcribe_stream(file, vad, sapient_whisper::default_vad_options(), &opts, &mut print)?
+        t.transcribe_stream_mode(file, vad, sapient_whisper::default_vad_options(), stream_mode, &opts, &mut print)?
     } else {
         let audio = sapient_audio::decode_file(&args.file)
             .with_context(|| format!("reading {}", args.file.display()))?

@@ -73,6 +73,9 @@ fn transcribe_errors_are_reported() {
     let out = Command::new(exe).args(["transcribe", "--format", "doc"]).arg(clip()).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("output format 'doc'"));
+    let out = Command::new(exe).args(["transcribe", "--stream", "--stream-mode", "chunks"]).arg(clip()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stream mode 'chunks'"));
     let out = Command::new(exe).args(["transcribe", "/nonexistent/audio.wav"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/audio.wav"));

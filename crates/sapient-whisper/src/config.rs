@@ -98,7 +98,7 @@ impl WhisperConfig {
         if let Some((k, _)) = nz.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{k} is 0"));
         }
-        if self.d_model % self.encoder_attention_heads != 0 || self.d_model % self.decoder_attention_heads != 0 {
+        if !self.d_model.is_multiple_of(self.encoder_attention_heads) || !self.d_model.is_multiple_of(self.decoder_attention_heads) {
             return Err(format!("d_model {} is not divisible by the number of heads", self.d_model));
         }
         if self.num_mel_bins != 80 && self.num_mel_bins != 128 {

@@ -39,7 +39,7 @@ pub use decode::{compression_ratio, DecodeOptions, DecodeResult, Task};
 pub use error::{Error, Result};
 pub use model::Whisper;
 pub use output::OutputFormat;
-pub use stream::{default_vad_options, StreamingTranscriber};
+pub use stream::{default_vad_options, Backlog, StreamMode, StreamUpdate, StreamingTranscriber};
 pub use timing::Word;
 pub use tokenizer::WhisperTokenizer;
 pub use transcribe::{LoadOptions, Segment, TranscribeOptions, Transcriber, Transcript};

@@ -115,7 +115,7 @@ impl LoadOptions {
 pub struct Transcriber {
     pub model: Whisper,
     pub tokenizer: WhisperTokenizer,
-    mel: LogMel,
+    pub(crate) mel: LogMel,
 }
 
 const INPUT_STRIDE: usize = 2; // mel frames per encoder position
@@ -278,29 +278,11 @@ impl Transcriber {
         previous: Option<&[u32]>,
         on_segment: &mut dyn FnMut(&Segment),
     ) -> Result<Transcript> {
-        if opts.temperatures.is_empty() {
-            return Err(Error::Options("no temperature to decode with".into()));
-        }
-        if let Some(&t) = opts.temperatures.iter().find(|t| t.is_nan() || **t < 0.0) {
-            return Err(Error::Options(format!("temperature {t} must be >= 0")));
-        }
+        self.check_options(opts)?;
         if let Some(i) = samples.iter().position(|x| !x.is_finite()) {
             return Err(Error::Options(format!("sample {i} is not a finite number")));
         }
         let tok = &self.tokenizer;
-        if !tok.multilingual {
-            if let Some(l) = opts.language.as_deref().filter(|l| *l != "en") {
-                return Err(Error::Options(format!("an English-only model cannot take language '{l}'")));
-            }
-            if opts.task == Task::Translate {
-                return Err(Error::Options("an English-only model cannot translate".into()));
-            }
-        } else if let Some(l) = opts.language.as_deref() {
-            tok.language_token(l)?;
-        }
-        if opts.beam_size == Some(0) || opts.best_of == 0 {
-            return Err(Error::Options("beam_size and best_of must be at least 1".into()));
-        }
         let duration = samples.len() as f64 / SAMPLE_RATE as f64;
         let mut out = Transcript {
             duration,
@@ -332,132 +314,167 @@ impl Transcriber {
         }
         out.language = language.clone().unwrap_or_default();
 
-        let mut all_tokens: Vec<u32> = Vec::new();
-        let mut prompt_reset_since = 0usize;
-        match previous {
-            Some(p) => all_tokens.extend_from_slice(p),
-            None => {
-                if let Some(p) = &opts.initial_prompt {
-                    all_tokens.extend(tok.encode(&format!(" {}", p.trim()))?);
-                }
-            }
-        }
-        let mut seek = 0usize;
-        let mut last_speech_timestamp = 0.0f64;
-        while seek < content_frames {
-            let time_offset = (seek * HOP_LENGTH) as f64 / SAMPLE_RATE as f64;
-            let segment_size = n_frames.min(content_frames - seek);
-            let segment_duration = (segment_size * HOP_LENGTH) as f64 / SAMPLE_RATE as f64;
-            let window = self.window(&mel, seek, segment_size)?;
-            let audio = self.model.encode(&window)?;
-            let cross = self.model.cross_kv(&audio)?;
-            let base = DecodeOptions {
-                task: opts.task,
-                language: language.clone(),
-                beam_size: opts.beam_size,
-                best_of: Some(opts.best_of),
-                patience: opts.patience,
-                length_penalty: opts.length_penalty,
-                prompt: all_tokens[prompt_reset_since..].to_vec(),
-                without_timestamps: opts.without_timestamps,
-                seed: opts.seed.wrapping_add(seek as u64),
-                ..DecodeOptions::default()
-            };
-            let result = self.decode_with_fallback(&cross, &base, opts)?;
-
-            if let Some(nst) = opts.no_speech_threshold {
-                let mut skip = result.no_speech_prob > nst;
-                if let Some(lt) = opts.logprob_threshold {
-                    if result.avg_logprob > lt {
-                        skip = false;
-                    }
-                }
-                if skip {
-                    tracing::debug!(seek, no_speech = result.no_speech_prob, "window skipped as silent");
-                    seek += segment_size;
-                    continue;
-                }
-            }
-
-            let tokens = &result.tokens;
-            let is_ts = |t: u32| t >= tok.timestamp_begin;
-            let n = tokens.len();
-            let single_timestamp_ending = n >= 2 && !is_ts(tokens[n - 2]) && is_ts(tokens[n - 1]);
-            let mut consecutive: Vec<usize> = (1..n).filter(|&i| is_ts(tokens[i - 1]) && is_ts(tokens[i])).collect();
-            let mut current: Vec<(f64, f64, Vec<u32>)> = Vec::new();
-            if !consecutive.is_empty() {
-                if single_timestamp_ending {
-                    consecutive.push(n);
-                }
-                let mut last_slice = 0;
-                for &cur in &consecutive {
-                    let sliced = &tokens[last_slice..cur];
-                    let start = tok.timestamp_seconds(sliced[0]);
-                    let end = tok.timestamp_seconds(sliced[sliced.len() - 1]);
-                    current.push((time_offset + start, time_offset + end, sliced.to_vec()));
-                    last_slice = cur;
-                }
-                if single_timestamp_ending {
-                    seek += segment_size;
-                } else {
-                    let last_pos = tokens[last_slice - 1].saturating_sub(tok.timestamp_begin) as usize;
-                    seek += last_pos * INPUT_STRIDE;
-                }
-            } else {
-                let mut dur = segment_duration;
-                if let Some(&last) = tokens.iter().rev().find(|&&t| is_ts(t)) {
-                    if last != tok.timestamp_begin {
-                        dur = (last - tok.timestamp_begin) as f64 * TIME_PRECISION;
-                    }
-                }
-                current.push((time_offset, time_offset + dur, tokens.clone()));
-                seek += segment_size;
-            }
-            let mut segs: Vec<Segment> = Vec::with_capacity(current.len());
-            for (start, end, toks) in current {
-                let text = tok.decode_text(&toks)?;
-                segs.push(Segment {
-                    id: 0,
-                    seek: seek_of(time_offset),
-                    start,
-                    end,
-                    text,
-                    tokens: toks,
-                    temperature: result.temperature,
-                    avg_logprob: result.avg_logprob,
-                    compression_ratio: result.compression_ratio,
-                    no_speech_prob: result.no_speech_prob,
-                    words: Vec::new(),
-                });
-            }
-            if opts.word_timestamps && !segs.is_empty() {
-                self.add_word_timestamps(&mut segs, &cross, &base, time_offset, segment_size, &mut last_speech_timestamp)?;
-                if !single_timestamp_ending {
-                    let last_word_end = segs.iter().rev().flat_map(|s| s.words.last()).map(|w| w.end).next();
-                    if let Some(e) = last_word_end.filter(|&e| e > time_offset) {
-                        seek = (e * 100.0).round() as usize;
-                    }
-                }
-            }
-            for mut seg in segs {
-                if seg.start == seg.end || seg.text.trim().is_empty() {
-                    continue;
-                }
-                all_tokens.extend(seg.tokens.iter().copied());
-                seg.id = out.segments.len();
-                seg.end = seg.end.min(duration.max(seg.start));
-                out.segments.push(seg);
-                if let Some(seg) = out.segments.last() {
-                    on_segment(seg);
-                }
-            }
-            if !opts.condition_on_previous_text || result.temperature > 0.5 {
-                prompt_reset_since = all_tokens.len();
-            }
+        let mut st = LoopState::new(self, opts, previous)?;
+        while st.seek < content_frames {
+            let segment_size = n_frames.min(content_frames - st.seek);
+            let window = self.window(&mel, st.seek, segment_size)?;
+            self.window_step(&window, segment_size, duration, opts, language.as_deref(), &mut st, &mut out.segments, on_segment)?;
         }
         let text_tokens: Vec<u32> = out.segments.iter().flat_map(|s| s.tokens.iter().copied()).collect();
         out.text = tok.decode_text(&text_tokens)?;
         Ok(out)
+    }
+
+    /// The options' own errors (temperatures, language and task for the model, sizes).
+    pub(crate) fn check_options(&self, opts: &TranscribeOptions) -> Result<()> {
+        if opts.temperatures.is_empty() {
+            return Err(Error::Options("no temperature to decode with".into()));
+        }
+        if let Some(&t) = opts.temperatures.iter().find(|t| t.is_nan() || **t < 0.0) {
+            return Err(Error::Options(format!("temperature {t} must be >= 0")));
+        }
+        let tok = &self.tokenizer;
+        if !tok.multilingual {
+            if let Some(l) = opts.language.as_deref().filter(|l| *l != "en") {
+                return Err(Error::Options(format!("an English-only model cannot take language '{l}'")));
+            }
+            if opts.task == Task::Translate {
+                return Err(Error::Options("an English-only model cannot translate".into()));
+            }
+        } else if let Some(l) = opts.language.as_deref() {
+            tok.language_token(l)?;
+        }
+        if opts.beam_size == Some(0) || opts.best_of == 0 {
+            return Err(Error::Options("beam_size and best_of must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// One window of the long-form loop: decode frames `[st.seek, st.seek + segment_size)`
+    /// (already cut and zero-padded into `window`), append its segments to `segments`
+    /// (handing each to `on_segment`) and move `st.seek` on. `duration` (s) bounds the last
+    /// segment's end. The file mode and the streaming mode both run their windows through it.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn window_step(
+        &self,
+        window: &Tensor,
+        segment_size: usize,
+        duration: f64,
+        opts: &TranscribeOptions,
+        language: Option<&str>,
+        st: &mut LoopState,
+        segments: &mut Vec<Segment>,
+        on_segment: &mut dyn FnMut(&Segment),
+    ) -> Result<()> {
+        let tok = &self.tokenizer;
+        let time_offset = (st.seek * HOP_LENGTH) as f64 / SAMPLE_RATE as f64;
+        let segment_duration = (segment_size * HOP_LENGTH) as f64 / SAMPLE_RATE as f64;
+        let audio = self.model.encode(window)?;
+        let cross = self.model.cross_kv(&audio)?;
+        let base = DecodeOptions {
+            task: opts.task,
+            language: language.map(str::to_string),
+            beam_size: opts.beam_size,
+            best_of: Some(opts.best_of),
+            patience: opts.patience,
+            length_penalty: opts.length_penalty,
+            prompt: st.all_tokens[st.prompt_reset_since..].to_vec(),
+            without_timestamps: opts.without_timestamps,
+            seed: opts.seed.wrapping_add(st.seek as u64),
+            ..DecodeOptions::default()
+        };
+        let result = self.decode_with_fallback(&cross, &base, opts)?;
+
+        if let Some(nst) = opts.no_speech_threshold {
+            let mut skip = result.no_speech_prob > nst;
+            if let Some(lt) = opts.logprob_threshold {
+                if result.avg_logprob > lt {
+                    skip = false;
+                }
+            }
+            if skip {
+                tracing::debug!(seek = st.seek, no_speech = result.no_speech_prob, "window skipped as silent");
+                st.seek += segment_size;
+                return Ok(());
+            }
+        }
+
+        let tokens = &result.tokens;
+        let is_ts = |t: u32| t >= tok.timestamp_begin;
+        let n = tokens.len();
+        let single_timestamp_ending = n >= 2 && !is_ts(tokens[n - 2]) && is_ts(tokens[n - 1]);
+        let mut consecutive: Vec<usize> = (1..n).filter(|&i| is_ts(tokens[i - 1]) && is_ts(tokens[i])).collect();
+        let mut current: Vec<(f64, f64, Vec<u32>)> = Vec::new();
+        if !consecutive.is_empty() {
+            if single_timestamp_ending {
+                consecutive.push(n);
+            }
+            let mut last_slice = 0;
+            for &cur in &consecutive {
+                let sliced = &tokens[last_slice..cur];
+                let start = tok.timestamp_seconds(sliced[0]);
+                let end = tok.timestamp_seconds(sliced[sliced.len() - 1]);
+                current.push((time_offset + start, time_offset + end, sliced.to_vec()));
+                last_slice = cur;
+            }
+            if single_timestamp_ending {
+                st.seek += segment_size;
+            } else {
+                let last_pos = tokens[last_slice - 1].saturating_sub(tok.timestamp_begin) as usize;
+                st.seek += last_pos * INPUT_STRIDE;
+            }
+        } else {
+            let mut dur = segment_duration;
+            if let Some(&last) = tokens.iter().rev().find(|&&t| is_ts(t)) {
+                if last != tok.timestamp_begin {
+                    dur = (last - tok.timestamp_begin) as f64 * TIME_PRECISION;
+                }
+            }
+            current.push((time_offset, time_offset + dur, tokens.clone()));
+            st.seek += segment_size;
+        }
+        let mut segs: Vec<Segment> = Vec::with_capacity(current.len());
+        for (start, end, toks) in current {
+            let text = tok.decode_text(&toks)?;
+            segs.push(Segment {
+                id: 0,
+                seek: seek_of(time_offset),
+                start,
+                end,
+                text,
+                tokens: toks,
+                temperature: result.temperature,
+                avg_logprob: result.avg_logprob,
+                compression_ratio: result.compression_ratio,
+                no_speech_prob: result.no_speech_prob,
+                words: Vec::new(),
+            });
+        }
+        if opts.word_timestamps && !segs.is_empty() {
+            self.add_word_timestamps(&mut segs, &cross, &base, time_offset, segment_size, &mut st.last_speech_timestamp)?;
+            if !single_timestamp_ending {
+                let last_word_end = segs.iter().rev().flat_map(|s| s.words.last()).map(|w| w.end).next();
+                if let Some(e) = last_word_end.filter(|&e| e > time_offset) {
+                    st.seek = (e * 100.0).round() as usize;
+                }
+            }
+        }
+        for mut seg in segs {
+            if seg.start == seg.end || seg.text.trim().is_empty() {
+                continue;
+            }
+            st.all_tokens.extend(seg.tokens.iter().copied());
+            seg.id = segments.len();
+            seg.end = seg.end.min(duration.max(seg.start));
+            segments.push(seg);
+            if let Some(seg) = segments.last() {
+                on_segment(seg);
+            }
+        }
+        if !opts.condition_on_previous_text || result.temperature > 0.5 {
+            st.prompt_reset_since = st.all_tokens.len();
+        }
+        Ok(())
     }
 
     /// openai-whisper's `add_word_timestamps` for the segments of one window.
@@ -556,6 +573,33 @@ impl Transcriber {
             }
         }
         last.ok_or_else(|| Error::Options("no temperature to decode with".into()))
+    }
+}
+
+/// The state the long-form loop carries from one window to the next.
+#[derive(Clone, Debug)]
+pub(crate) struct LoopState {
+    /// Text and timestamp tokens of the segments so far (the prompt of the next window).
+    pub all_tokens: Vec<u32>,
+    pub prompt_reset_since: usize,
+    /// Mel frame the next window starts at.
+    pub seek: usize,
+    pub last_speech_timestamp: f64,
+}
+
+impl LoopState {
+    /// `previous` (text tokens that came before this audio) replaces the initial prompt.
+    pub fn new(t: &Transcriber, opts: &TranscribeOptions, previous: Option<&[u32]>) -> Result<Self> {
+        let mut all_tokens = Vec::new();
+        match previous {
+            Some(p) => all_tokens.extend_from_slice(p),
+            None => {
+                if let Some(p) = &opts.initial_prompt {
+                    all_tokens.extend(t.tokenizer.encode(&format!(" {}", p.trim()))?);
+                }
+            }
+        }
+        Ok(Self { all_tokens, prompt_reset_since: 0, seek: 0, last_speech_timestamp: 0.0 })
     }
 }
 
