@@ -72,6 +72,35 @@ impl Lin {
     }
 }
 
+/// Several linear layers of the same input (q, k, v or gate, up) in one dispatch on the
+/// kernel pool; the results are those of separate [`Lin::run`] calls.
+fn run_group(lins: &[&Lin], x: &[f32], n: usize, outs: &mut [&mut [f32]]) -> Result<()> {
+    if n >= dense_prefill_rows() {
+        for (l, o) in lins.iter().zip(outs.iter_mut()) {
+            l.run(x, n, o)?;
+        }
+        return Ok(());
+    }
+    // Fixed arrays: no allocation per token.
+    let k = lins.len().min(kernels::MAX_GROUP);
+    let mats: [&QMatrix; kernels::MAX_GROUP] = std::array::from_fn(|i| &lins[i.min(k - 1)].kernel);
+    let mut parts: [&mut [f32]; kernels::MAX_GROUP] = Default::default();
+    for (p, (o, l)) in parts.iter_mut().zip(outs.iter_mut().zip(lins)) {
+        *p = &mut o[..n * l.out()];
+    }
+    kernels::matmul_group(&mats[..k], x, n, &mut parts[..k]);
+    for (l, o) in lins.iter().zip(parts.iter_mut()) {
+        if let Some(b) = &l.bias {
+            for r in o.chunks_exact_mut(l.out()) {
+                for (o, b) in r.iter_mut().zip(b) {
+                    *o += b;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(crate) enum LinQkv {
     Separate(Lin, Lin, Lin),
     Fused(Lin),
@@ -286,9 +315,7 @@ impl CpuModel {
             rms_norm(&b.x[..n * h], &layer.attn_norm, eps, &mut b.xn[..n * h]);
             match &layer.qkv {
                 LinQkv::Separate(q, k, v) => {
-                    q.run(&b.xn[..n * h], n, &mut b.q)?;
-                    k.run(&b.xn[..n * h], n, &mut b.k)?;
-                    v.run(&b.xn[..n * h], n, &mut b.v)?;
+                    run_group(&[q, k, v], &b.xn[..n * h], n, &mut [&mut b.q, &mut b.k, &mut b.v])?;
                 }
                 LinQkv::Fused(l) => {
                     let w = q_out + 2 * kv_out;
@@ -318,8 +345,7 @@ impl CpuModel {
             rms_norm(&b.x[..n * h], &layer.ffn_norm, eps, &mut b.xn[..n * h]);
             match &layer.gate_up {
                 LinGateUp::Separate(g, u) => {
-                    g.run(&b.xn[..n * h], n, &mut b.g)?;
-                    u.run(&b.xn[..n * h], n, &mut b.u)?;
+                    run_group(&[g, u], &b.xn[..n * h], n, &mut [&mut b.g, &mut b.u])?;
                 }
                 LinGateUp::Fused(l) => {
                     grow(&mut b.gu, n * 2 * inter);

@@ -446,122 +446,214 @@ impl QMatrix {
     /// (several matrices reading the same input share one quantization).
     pub fn matmul_quantized(&self, acts: &QuantizedActs, out: &mut [f32]) {
         let m = acts.m;
-        assert_eq!(acts.k_quant, self.qtype.k_quant(), "activation format does not match");
+        assert!(acts.fits(self.qtype), "activation format does not match");
         assert_eq!(acts.cols, self.cols, "activation width does not match");
         assert_eq!(out.len(), m * self.rows, "QMatrix::matmul: out has the wrong length");
-        let rows = self.rows;
-        let rb = self.row_bytes();
-        let t = self.qtype;
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        let bytes = self.bytes();
+        for_row_chunks(self.rows, m, self.rows * m * self.cols, &|range: std::ops::Range<usize>| {
+            self.product_rows(&bytes, acts, &out_ptr, range)
+        });
+    }
+
+    /// The raw blocks (borrowed: on the CPU candle hands out its buffer without copying).
+    fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        match &self.storage {
+            Storage::Candle(q) => q.data().unwrap_or(std::borrow::Cow::Borrowed(&[])),
+            Storage::Bytes(b) => std::borrow::Cow::Borrowed(&b[..]),
+        }
+    }
+
+    /// Output columns `range` (weight rows) of the product, on the calling thread. `out`
+    /// points at the `[m, rows]` output.
+    fn product_rows(&self, bytes: &[u8], acts: &QuantizedActs, out_ptr: &SendPtr, range: std::ops::Range<usize>) {
         #[cfg(target_arch = "x86_64")]
         if acts.wide {
-            return self.matmul_wide(acts, out);
+            return self.product_rows_wide(bytes, acts, out_ptr, range);
         }
-        let out_ptr = SendPtr(out.as_mut_ptr());
-        self.with_bytes(|bytes| {
-            for_row_chunks(rows, rows * m * self.cols, &|range: std::ops::Range<usize>| {
-                let out_ptr = &out_ptr;
-                let mut tmp = [0f32; MAX_ROWS];
-                let pf = prefetch_rows();
-                let end = range.end;
-                for j in range.start..end {
-                    let wrow = &bytes[j * rb..(j + 1) * rb];
-                    // Ask for a row a few rows ahead: one core's hardware prefetching alone
-                    // does not keep up with the kernels when weights come from DRAM.
-                    if pf > 0 && j + pf < end {
-                        prefetch(&bytes[(j + pf) * rb..(j + pf + 1) * rb]);
+        let (m, rows, rb, t) = (acts.m, self.rows, self.row_bytes(), self.qtype);
+        let mut tmp = [0f32; MAX_ROWS];
+        let pf = prefetch_rows();
+        let end = range.end;
+        prefetch(&bytes[range.start * rb..(range.start + pf).min(end) * rb]);
+        for j in range.start..end {
+            let wrow = &bytes[j * rb..(j + 1) * rb];
+            // Ask for a row a few rows ahead: one core's hardware prefetching alone
+            // does not keep up with the kernels when weights come from DRAM.
+            if pf > 0 && j + pf < end {
+                prefetch(&bytes[(j + pf) * rb..(j + pf + 1) * rb]);
+            }
+            let mut i0 = 0;
+            while i0 < m {
+                let g = (m - i0).min(MAX_ROWS);
+                if acts.k_quant {
+                    let mut rs: [&[BlockQ8K]; MAX_ROWS] = [&[]; MAX_ROWS];
+                    for (k, r) in rs.iter_mut().take(g).enumerate() {
+                        *r = acts.row_q8k(i0 + k);
                     }
-                    let mut i0 = 0;
-                    while i0 < m {
-                        let g = (m - i0).min(MAX_ROWS);
-                        if acts.k_quant {
-                            let mut rs: [&[BlockQ8K]; MAX_ROWS] = [&[]; MAX_ROWS];
-                            for (k, r) in rs.iter_mut().take(g).enumerate() {
-                                *r = acts.row_q8k(i0 + k);
-                            }
-                            rows_q8k(t, wrow, &rs[..g], &mut tmp);
-                        } else {
-                            let mut rs: [&[BlockQ8]; MAX_ROWS] = [&[]; MAX_ROWS];
-                            for (k, r) in rs.iter_mut().take(g).enumerate() {
-                                *r = acts.row_q8(i0 + k);
-                            }
-                            rows_q8(t, wrow, &rs[..g], &mut tmp);
-                        }
-                        for (k, v) in tmp[..g].iter().enumerate() {
-                            // SAFETY: each chunk writes a disjoint range of output columns.
-                            unsafe { *out_ptr.0.add((i0 + k) * rows + j) = *v };
-                        }
-                        i0 += g;
+                    rows_q8k(t, wrow, &rs[..g], &mut tmp);
+                } else {
+                    let mut rs: [&[BlockQ8]; MAX_ROWS] = [&[]; MAX_ROWS];
+                    for (k, r) in rs.iter_mut().take(g).enumerate() {
+                        *r = acts.row_q8(i0 + k);
+                    }
+                    rows_q8(t, wrow, &rs[..g], &mut tmp);
+                }
+                for (k, v) in tmp[..g].iter().enumerate() {
+                    // SAFETY: each chunk writes a disjoint range of output columns.
+                    unsafe { *out_ptr.0.add((i0 + k) * rows + j) = *v };
+                }
+                i0 += g;
+            }
+        }
+    }
+
+    /// [`product_rows`](Self::product_rows) with the AVX-512 kernels: the chunk's weight rows
+    /// go by groups of up to [`avx512::MAX_ROWS`] activation rows (a group stays in L1), or,
+    /// for a single activation row, several weight rows per kernel call.
+    #[cfg(target_arch = "x86_64")]
+    fn product_rows_wide(&self, bytes: &[u8], acts: &QuantizedActs, out_ptr: &SendPtr, range: std::ops::Range<usize>) {
+        const G: usize = avx512::MAX_ROWS;
+        let (m, rows, rb, t) = (acts.m, self.rows, self.row_bytes(), self.qtype);
+        let mut tmp = [0f32; G];
+        let pf = prefetch_rows();
+        let end = range.end;
+        if m == 1 && !acts.k_quant {
+            // One activation row (decode): several weight rows per call, sharing the
+            // activation loads; each output is computed as the loop below would.
+            const W: usize = avx512::MAX_WROWS;
+            let act = acts.row_pairs(0);
+            let mut j = range.start;
+            // The chunk's first rows: their misses overlap instead of coming one by one.
+            prefetch(&bytes[j * rb..(j + pf).min(end) * rb]);
+            while j < end {
+                let n = (end - j).min(W);
+                if pf > 0 && j + pf < end {
+                    prefetch(&bytes[(j + pf) * rb..(j + pf + n).min(end) * rb]);
+                }
+                let w = &bytes[j * rb..(j + n) * rb];
+                // SAFETY: as below.
+                unsafe {
+                    match t {
+                        QType::Q4_0 => avx512::wrows_q4_0(w, rb, act, &mut tmp[..n]),
+                        QType::Q4_1 => avx512::wrows_q4_1(w, rb, act, &mut tmp[..n]),
+                        QType::Q5_0 => avx512::wrows_q5_0(w, rb, act, &mut tmp[..n]),
+                        QType::Q5_1 => avx512::wrows_q5_1(w, rb, act, &mut tmp[..n]),
+                        QType::Q8_0 => avx512::wrows_q8_0(w, rb, act, &mut tmp[..n]),
+                        QType::Q4K | QType::Q6K | QType::Q5K => unreachable!("k-quants take the loop below"),
                     }
                 }
-            });
-        });
+                for (k, v) in tmp[..n].iter().enumerate() {
+                    // SAFETY: each chunk writes a disjoint range of output columns.
+                    unsafe { *out_ptr.0.add(j + k) = *v };
+                }
+                j += n;
+            }
+            return;
+        }
+        prefetch(&bytes[range.start * rb..(range.start + pf).min(end) * rb]);
+        let mut i0 = 0;
+        while i0 < m {
+            let g = (m - i0).min(G);
+            let mut rp: [&[avx512::Pair]; G] = [&[]; G];
+            let mut rk: [&[avx512::BlockK]; G] = [&[]; G];
+            for k in 0..g {
+                if acts.k_quant {
+                    rk[k] = acts.row_k(i0 + k);
+                } else {
+                    rp[k] = acts.row_pairs(i0 + k);
+                }
+            }
+            for j in range.start..end {
+                let wrow = &bytes[j * rb..(j + 1) * rb];
+                if i0 == 0 && pf > 0 && j + pf < end {
+                    prefetch(&bytes[(j + pf) * rb..(j + pf + 1) * rb]);
+                }
+                // SAFETY: has_avx512() held when `acts` was laid out wide; the rows
+                // are `cols` long in this matrix's format.
+                unsafe {
+                    match t {
+                        QType::Q4_0 => avx512::rows_q4_0(wrow, &rp[..g], &mut tmp),
+                        QType::Q4_1 => avx512::rows_q4_1(wrow, &rp[..g], &mut tmp),
+                        QType::Q5_0 => avx512::rows_q5_0(wrow, &rp[..g], &mut tmp),
+                        QType::Q5_1 => avx512::rows_q5_1(wrow, &rp[..g], &mut tmp),
+                        QType::Q8_0 => avx512::rows_q8_0(wrow, &rp[..g], &mut tmp),
+                        QType::Q4K => avx512::rows_q4k(wrow, &rk[..g], &mut tmp),
+                        QType::Q6K => avx512::rows_q6k(wrow, &rk[..g], &mut tmp),
+                        QType::Q5K => unreachable!("Q5_K is not laid out wide"),
+                    }
+                }
+                for (k, v) in tmp[..g].iter().enumerate() {
+                    // SAFETY: each chunk writes a disjoint range of output columns.
+                    unsafe { *out_ptr.0.add((i0 + k) * rows + j) = *v };
+                }
+            }
+            i0 += g;
+        }
     }
 }
 
-impl QMatrix {
-    /// [`matmul_quantized`](Self::matmul_quantized) with the AVX-512 kernels: each thread
-    /// takes chunks of weight rows and runs them against groups of up to
-    /// [`avx512::MAX_ROWS`] activation rows (a group stays in L1 while the chunk's rows go by).
-    #[cfg(target_arch = "x86_64")]
-    fn matmul_wide(&self, acts: &QuantizedActs, out: &mut [f32]) {
-        const G: usize = avx512::MAX_ROWS;
-        let (m, rows, rb, t) = (acts.m, self.rows, self.row_bytes(), self.qtype);
-        let out_ptr = SendPtr(out.as_mut_ptr());
-        self.with_bytes(|bytes| {
-            for_row_chunks(rows, rows * m * self.cols, &|range: std::ops::Range<usize>| {
-                let out_ptr = &out_ptr;
-                let mut tmp = [0f32; G];
-                let pf = prefetch_rows();
-                let end = range.end;
-                let mut i0 = 0;
-                while i0 < m {
-                    let g = (m - i0).min(G);
-                    let mut rp: [&[avx512::Pair]; G] = [&[]; G];
-                    let mut rk: [&[avx512::BlockK]; G] = [&[]; G];
-                    for k in 0..g {
-                        if acts.k_quant {
-                            rk[k] = acts.row_k(i0 + k);
-                        } else {
-                            rp[k] = acts.row_pairs(i0 + k);
-                        }
-                    }
-                    for j in range.start..end {
-                        let wrow = &bytes[j * rb..(j + 1) * rb];
-                        if i0 == 0 && pf > 0 && j + pf < end {
-                            prefetch(&bytes[(j + pf) * rb..(j + pf + 1) * rb]);
-                        }
-                        // SAFETY: has_avx512() held when `acts` was laid out wide; the rows
-                        // are `cols` long in this matrix's format.
-                        unsafe {
-                            match t {
-                                QType::Q4_0 => avx512::rows_q4_0(wrow, &rp[..g], &mut tmp),
-                                QType::Q4_1 => avx512::rows_q4_1(wrow, &rp[..g], &mut tmp),
-                                QType::Q5_0 => avx512::rows_q5_0(wrow, &rp[..g], &mut tmp),
-                                QType::Q5_1 => avx512::rows_q5_1(wrow, &rp[..g], &mut tmp),
-                                QType::Q8_0 => avx512::rows_q8_0(wrow, &rp[..g], &mut tmp),
-                                QType::Q4K => avx512::rows_q4k(wrow, &rk[..g], &mut tmp),
-                                QType::Q6K => avx512::rows_q6k(wrow, &rk[..g], &mut tmp),
-                                QType::Q5K => unreachable!("Q5_K is not laid out wide"),
-                            }
-                        }
-                        for (k, v) in tmp[..g].iter().enumerate() {
-                            // SAFETY: each chunk writes a disjoint range of output columns.
-                            unsafe { *out_ptr.0.add((i0 + k) * rows + j) = *v };
-                        }
-                    }
-                    i0 += g;
-                }
-            });
-        });
+/// Most matrices [`matmul_group`] takes.
+pub const MAX_GROUP: usize = 4;
+
+/// Several products of the same input in one dispatch on the kernel pool (the q, k and v
+/// projections, or gate and up): `outs[i] = x @ mats[i]^T`, `[m, mats[i].rows()]` each.
+/// The input is quantized once per activation format the matrices need, and the results are
+/// exactly those of separate [`QMatrix::matmul`] calls.
+pub fn matmul_group(mats: &[&QMatrix], x: &[f32], m: usize, outs: &mut [&mut [f32]]) {
+    assert!(!mats.is_empty() && mats.len() <= MAX_GROUP, "matmul_group takes 1 to {MAX_GROUP} matrices");
+    assert_eq!(mats.len(), outs.len(), "matmul_group: one output per matrix");
+    let cols = mats[0].cols;
+    assert_eq!(x.len(), m * cols, "matmul_group: x has the wrong length");
+    // Activations: one quantization per distinct format key.
+    let mut acts: [Option<QuantizedActs>; MAX_GROUP] = Default::default();
+    let mut which = [0usize; MAX_GROUP];
+    let mut bytes: [std::borrow::Cow<'_, [u8]>; MAX_GROUP] = Default::default();
+    let mut ptrs: [SendPtr; MAX_GROUP] = std::array::from_fn(|_| SendPtr(std::ptr::null_mut()));
+    let mut first = [0usize; MAX_GROUP + 1];
+    let mut chunk = [0usize; MAX_GROUP];
+    let mut work = 0;
+    for (i, (w, out)) in mats.iter().zip(outs.iter_mut()).enumerate() {
+        assert_eq!(w.cols, cols, "matmul_group: matrices of different widths");
+        assert_eq!(out.len(), m * w.rows, "matmul_group: out has the wrong length");
+        which[i] = match acts.iter().position(|a| a.as_ref().is_some_and(|a| a.fits(w.qtype))) {
+            Some(k) => k,
+            None => {
+                let k = acts.iter().position(Option::is_none).unwrap_or(0);
+                acts[k] = Some(QuantizedActs::new(w.qtype, x, m, cols));
+                k
+            }
+        };
+        bytes[i] = w.bytes();
+        ptrs[i] = SendPtr(out.as_mut_ptr());
+        chunk[i] = chunk_len(w.rows, m);
+        first[i + 1] = first[i] + w.rows.div_ceil(chunk[i]);
+        work += w.rows * m * cols;
+    }
+    let n = mats.len();
+    let job = |c: usize| {
+        let mut i = 0;
+        while c >= first[i + 1] {
+            i += 1;
+        }
+        let r0 = (c - first[i]) * chunk[i];
+        let range = r0..(r0 + chunk[i]).min(mats[i].rows);
+        if let Some(a) = &acts[which[i]] {
+            mats[i].product_rows(&bytes[i], a, &ptrs[i], range);
+        }
+    };
+    if work < 64 * 1024 {
+        (0..first[n]).for_each(job);
+    } else {
+        pool::pool().run_chunks(first[n], &job);
     }
 }
 
 /// Split `rows` weight rows into chunks and run `job` on each chunk's range: on the kernel
 /// pool when the product (`work` multiply-adds) is large enough, several chunks per thread so
 /// that a descheduled thread delays little (see `pool::Pool::run_chunks`).
-fn for_row_chunks(rows: usize, work: usize, job: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
-    let nth = pool::pool().threads();
-    let chunk = if nth == 1 { rows } else { (rows / (nth * 8)).clamp(16, 512).div_ceil(16) * 16 }.max(1);
+fn for_row_chunks(rows: usize, m: usize, work: usize, job: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    let chunk = chunk_len(rows, m);
     let chunks = rows.div_ceil(chunk);
     let run = |c: usize| job(c * chunk..((c + 1) * chunk).min(rows));
     if work < 64 * 1024 {
@@ -571,8 +663,23 @@ fn for_row_chunks(rows: usize, work: usize, job: &(dyn Fn(std::ops::Range<usize>
     }
 }
 
+/// Weight rows per chunk of a product over `rows` weight rows and `m` activation rows.
+fn chunk_len(rows: usize, m: usize) -> usize {
+    let nth = pool::pool().threads();
+    if nth == 1 {
+        return rows.max(1);
+    }
+    if m < 4 {
+        // Decode: memory-bound, so each thread reads one contiguous stretch (the prefetching
+        // runs on without restarting at every chunk; on a quiet 2-core machine this is ~1.3x
+        // the tokens/s of 8 chunks per thread).
+        return rows.div_ceil(nth).div_ceil(16) * 16;
+    }
+    (rows / (nth * 8)).clamp(16, 512).div_ceil(16) * 16
+}
+
 /// How many weight rows ahead `matmul` prefetches (`SAPIENT_PREFETCH_ROWS` overrides; 0 = off).
-const PREFETCH_ROWS_DEFAULT: usize = 4;
+const PREFETCH_ROWS_DEFAULT: usize = 8;
 
 static PREFETCH: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 
@@ -644,6 +751,8 @@ pub struct QuantizedActs {
     q8k: Vec<BlockQ8K>,
     /// Laid out for the AVX-512 kernels (`pairs` / `blockk` hold the rows).
     wide: bool,
+    /// The weight offset the pair layout was made for (`avx512::offset`).
+    off: i32,
     #[cfg(target_arch = "x86_64")]
     pairs: Vec<avx512::Pair>,
     #[cfg(target_arch = "x86_64")]
@@ -669,6 +778,7 @@ impl QuantizedActs {
             q8: Vec::new(),
             q8k: Vec::new(),
             wide: false,
+            off: 0,
             #[cfg(target_arch = "x86_64")]
             pairs: Vec::new(),
             #[cfg(target_arch = "x86_64")]
@@ -698,6 +808,7 @@ impl QuantizedActs {
                 let per = (cols / 32).div_ceil(2);
                 let mut v = take_scratch(&SCRATCH_PAIRS, m * per);
                 let off = avx512::offset(t);
+                s.off = off;
                 for (br, pr) in s.q8.chunks_exact(cols / 32).zip(v.chunks_exact_mut(per)) {
                     avx512::pairs_from(br, off, pr);
                 }
@@ -708,6 +819,22 @@ impl QuantizedActs {
         let _ = wide;
         s
     }
+    /// Whether these activations can be used with weights of format `t`: the AVX2/portable
+    /// layouts serve every format of their kind (32-value or k-quant); the AVX-512 pair
+    /// layout carries the weight offset of its format.
+    pub fn fits(&self, t: QType) -> bool {
+        if t.k_quant() != self.k_quant {
+            return false;
+        }
+        if !self.wide {
+            return true;
+        }
+        #[cfg(target_arch = "x86_64")]
+        return wide_format(t) && (self.k_quant || avx512::offset(t) == self.off);
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
     #[cfg(target_arch = "x86_64")]
     fn row_pairs(&self, i: usize) -> &[avx512::Pair] {
         let n = (self.cols / 32).div_ceil(2);

@@ -35,6 +35,9 @@ struct Shared {
     job: UnsafeCell<Option<*const Job>>,
     sleep: Mutex<()>,
     wake: Condvar,
+    /// Workers parked (or about to park) on `wake`: a dispatch notifies only when one is, as
+    /// `notify_all` is a system call even with nobody waiting.
+    parked: AtomicUsize,
     nthreads: usize,
     panicked: AtomicUsize,
 }
@@ -79,6 +82,7 @@ impl Pool {
                 job: UnsafeCell::new(None),
                 sleep: Mutex::new(()),
                 wake: Condvar::new(),
+                parked: AtomicUsize::new(0),
                 nthreads,
                 panicked: AtomicUsize::new(0),
             }),
@@ -118,8 +122,10 @@ impl Pool {
         s.next.store(0, Ordering::SeqCst);
         s.finished.store(0, Ordering::SeqCst);
         let epoch = s.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-        {
-            // Wake parked workers. Taking the lock orders this with a worker's check-then-wait.
+        // Wake parked workers. A worker counts itself in `parked` before it checks the epoch
+        // and waits (all SeqCst): if we read 0 here, its check comes after our bump and sees
+        // the new job. Taking the lock orders the notification with a check-then-wait.
+        if s.parked.load(Ordering::SeqCst) != 0 {
             let _l = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
@@ -176,9 +182,11 @@ fn worker(s: Arc<Shared>) {
             spins = spins.wrapping_add(1);
             if spins % 1024 == 0 && start.elapsed() > SPIN {
                 let mut g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
-                while s.epoch.load(Ordering::Acquire) == seen {
+                s.parked.fetch_add(1, Ordering::SeqCst);
+                while s.epoch.load(Ordering::SeqCst) == seen {
                     g = s.wake.wait(g).unwrap_or_else(|e| e.into_inner());
                 }
+                s.parked.fetch_sub(1, Ordering::SeqCst);
                 break;
             }
             std::hint::spin_loop();

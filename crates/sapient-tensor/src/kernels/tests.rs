@@ -283,7 +283,7 @@ fn wide_kernels_match_narrow() {
     }
     for t in ALL.into_iter().filter(|t| wide_format(*t)) {
         for cols in cols_for(t) {
-            for (rows, m) in [(3, 1), (37, 9), (130, 17)] {
+            for (rows, m) in [(3, 1), (37, 1), (517, 1), (37, 9), (130, 17)] {
                 let (w, deq) = quantized(t, rows, cols, 21 + cols as u64);
                 let x = data(m * cols, 8);
                 let narrow = QuantizedActs::with_kernels(t, &x, m, cols, false);
@@ -374,5 +374,40 @@ fn four_row_attention_helpers_equal_single_rows() {
         let [m0, m1, m2, m3] = &mut multi[..] else { unreachable!() };
         values4_f16([&sc[0], &sc[1], &sc[2], &sc[3]], inv, &cache, stride, off, t0, t1, [m0, m1, m2, m3]);
         assert_eq!(single, multi, "values hd={hd}");
+    }
+}
+
+/// One dispatch over several matrices of the same input (q/k/v, gate/up) gives exactly the
+/// separate products, with formats that share an activation layout and ones that do not,
+/// for decode-sized and batch inputs, on the pool and inline.
+#[test]
+fn matmul_group_matches_separate_products() {
+    let cols = 512;
+    let groups: [&[(QType, usize)]; 3] = [
+        &[(QType::Q4_1, 37), (QType::Q8_0, 130), (QType::Q4_1, 5)],
+        &[(QType::Q4K, 64), (QType::Q6K, 300), (QType::Q5K, 17), (QType::Q4K, 3)],
+        &[(QType::Q4_0, 600)],
+    ];
+    for (gi, group) in groups.iter().enumerate() {
+        let mats: Vec<QMatrix> = group.iter().enumerate().map(|(k, &(t, rows))| quantized(t, rows, cols, 7 + 31 * gi as u64 + k as u64).0).collect();
+        for m in [1, 3, 9, 40] {
+            let x = data(m * cols, 5 + m as u64);
+            let want: Vec<Vec<f32>> = mats
+                .iter()
+                .map(|w| {
+                    let mut o = vec![0f32; m * w.rows()];
+                    w.matmul(&x, m, &mut o);
+                    o
+                })
+                .collect();
+            let mut got: Vec<Vec<f32>> = mats.iter().map(|w| vec![f32::NAN; m * w.rows()]).collect();
+            let refs: Vec<&QMatrix> = mats.iter().collect();
+            let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|v| v.as_mut_slice()).collect();
+            matmul_group(&refs, &x, m, &mut outs);
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                let same = g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "group {gi}, matrix {k} ({:?}), m = {m}: differs from its own product", group[k].0);
+            }
+        }
     }
 }
