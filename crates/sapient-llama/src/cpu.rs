@@ -428,16 +428,23 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
                         s[r * stride + t - los[r]] = kernels::dot_f32_f16(qh[r], key(t)) * scale;
                     }
                 };
-                for t in first..all0.max(first) {
-                    one(&mut s, t);
+                if rows == 1 {
+                    // One row (a decode step): its keys in one span call.
+                    kernels::scores1_f16(qh[0], kc, kv_out, g * hd, first, last + 1, scale, &mut s[..lens[0]]);
+                } else {
+                    for t in first..all0.max(first) {
+                        one(&mut s, t);
+                    }
                 }
                 if all1 > all0 {
                     let [s0, s1, s2, s3] = split4(&mut s[..G * stride], stride);
                     let o: [&mut [f32]; G] = [&mut s0[all0 - los[0]..], &mut s1[all0 - los[1]..], &mut s2[all0 - los[2]..], &mut s3[all0 - los[3]..]];
                     kernels::scores4_f16(qh, kc, kv_out, g * hd, all0, all1, scale, o);
                 }
-                for t in all1.max(first)..=last {
-                    one(&mut s, t);
+                if rows > 1 {
+                    for t in all1.max(first)..=last {
+                        one(&mut s, t);
+                    }
                 }
                 let mut inv = [0f32; G];
                 for r in 0..rows {
@@ -465,16 +472,22 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
                         kernels::axpy_f16(s[r * stride + t - los[r]] * inv[r], val(t), o[r]);
                     }
                 };
-                for t in first..all0.max(first) {
-                    one(&mut o, t);
+                if rows == 1 {
+                    kernels::values1_f16(&s[..lens[0]], inv[0], vc, kv_out, g * hd, first, last + 1, &mut *o[0]);
+                } else {
+                    for t in first..all0.max(first) {
+                        one(&mut o, t);
+                    }
                 }
                 if all1 > all0 {
                     let p: [&[f32]; G] = std::array::from_fn(|r| &s[r * stride + all0 - los[r]..(r + 1) * stride]);
                     let [o0, o1, o2, o3] = &mut o;
                     kernels::values4_f16(p, inv, vc, kv_out, g * hd, all0, all1, [&mut **o0, &mut **o1, &mut **o2, &mut **o3]);
                 }
-                for t in all1.max(first)..=last {
-                    one(&mut o, t);
+                if rows > 1 {
+                    for t in all1.max(first)..=last {
+                        one(&mut o, t);
+                    }
                 }
             }
         })

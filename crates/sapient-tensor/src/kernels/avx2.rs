@@ -683,6 +683,26 @@ pub unsafe fn scores4_f16(qs: [&[f32]; 4], kc: &[u16], stride: usize, hd: usize,
     }
 }
 
+/// [`scores4_f16`] for one query row.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn scores1_f16(q: &[f32], kc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, scale: f32, out: *mut f32) {
+    let mut v = [0f32; 1];
+    for t in t0..t1 {
+        dots_f32_f16::<1>([q], kc.get_unchecked(t * stride..t * stride + hd), &mut v);
+        *out.add(t - t0) = v[0] * scale;
+    }
+}
+
+/// [`values4_f16`] for one row.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn values1_f16(p: *const f32, inv: f32, vc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, y: *mut f32) {
+    for t in t0..t1 {
+        axpys_f16::<1>([*p.add(t - t0) * inv], vc.get_unchecked(t * stride..t * stride + hd), [y]);
+    }
+}
+
 /// For values `t` in `t0..t1` (at `vc[t * stride..][..hd]`): `ys[r] += (p[r][t - t0] *
 /// inv[r]) * value`, each row exactly as [`axpy_f16`] calls in order of `t` would do it.
 #[allow(clippy::too_many_arguments)]

@@ -305,6 +305,40 @@ pub fn values4_f16(p: [&[f32]; 4], inv: [f32; 4], vc: &[u16], stride: usize, off
     }
 }
 
+/// [`scores4_f16`] for one query row: `out[t - t0] = dot(q, key_t) * scale`, each exactly as
+/// [`dot_f32_f16`] computes it (a decode step's attention, without a call per key).
+#[allow(clippy::too_many_arguments)]
+pub fn scores1_f16(q: &[f32], kc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, scale: f32, out: &mut [f32]) {
+    let hd = q.len();
+    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= kc.len(), "scores1_f16: keys out of range");
+    assert!(out.len() >= t1.saturating_sub(t0), "scores1_f16: output row too short");
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
+        return unsafe { avx2::scores1_f16(q, &kc[off.min(kc.len())..], stride, hd, t0, t1, scale, out.as_mut_ptr()) };
+    }
+    for t in t0..t1 {
+        out[t - t0] = dot_f32_f16(q, &kc[t * stride + off..t * stride + off + hd]) * scale;
+    }
+}
+
+/// [`values4_f16`] for one row: `y += (p[t - t0] * inv) * value_t` in order of `t`, exactly
+/// as [`axpy_f16`] calls would do it.
+#[allow(clippy::too_many_arguments)]
+pub fn values1_f16(p: &[f32], inv: f32, vc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, y: &mut [f32]) {
+    let hd = y.len();
+    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= vc.len(), "values1_f16: values out of range");
+    assert!(p.len() >= t1.saturating_sub(t0), "values1_f16: probability row too short");
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
+        return unsafe { avx2::values1_f16(p.as_ptr(), inv, &vc[off.min(vc.len())..], stride, hd, t0, t1, y.as_mut_ptr()) };
+    }
+    for t in t0..t1 {
+        axpy_f16(p[t - t0] * inv, &vc[t * stride + off..t * stride + off + hd], y);
+    }
+}
+
 /// `y += a * x` with f16 `x` (raw bits).
 #[inline]
 pub fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
