@@ -45,6 +45,9 @@ pub struct TranscribeArgs {
     /// Quantize only the decoder (and output projection) at load: q8_0 or none.
     #[arg(long, default_value = "none")]
     decoder_quant: String,
+    /// Seed of the sampler used by the temperature fallback.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
     /// Word-level timestamps (in the json output).
     #[arg(long)]
     word_timestamps: bool,
@@ -95,6 +98,7 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         condition_on_previous_text: !args.no_condition,
         initial_prompt: args.initial_prompt.clone(),
         word_timestamps: args.word_timestamps,
+        seed: args.seed,
         temperatures: if args.no_fallback { vec![0.0] } else { TranscribeOptions::default().temperatures },
         ..Default::default()
     };

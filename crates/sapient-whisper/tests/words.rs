@@ -1,6 +1,7 @@
-//! Word timestamps (alignment heads + DTW) on the LibriVox clips with tiny.en, against
-//! faster-whisper's on the same CTranslate2 weights (tests/data/whisper/fw_words_tiny_en.json,
-//! made by scripts/whisper/make_word_reference.py).
+//! Word timestamps (alignment heads + DTW) on the LibriVox clips with tiny.en (and base under
+//! `SAPIENT_WHISPER_BASE=1`), against faster-whisper's on the same CTranslate2 weights
+//! (tests/data/whisper/fw_words_{tiny_en,base}.json, made by
+//! scripts/whisper/make_word_reference.py: greedy, float32, English).
 
 mod common;
 use anyhow::Result;
@@ -8,8 +9,8 @@ use common::*;
 use sapient_whisper::timing::dtw;
 use sapient_whisper::{OutputFormat, TranscribeOptions, Transcriber};
 
-fn reference_words() -> serde_json::Value {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/whisper/fw_words_tiny_en.json");
+fn reference_words(file: &str) -> serde_json::Value {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/whisper").join(file);
     serde_json::from_str(&std::fs::read_to_string(&p).expect("reference words")).expect("json")
 }
 
@@ -26,8 +27,33 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[test]
 fn word_timestamps_agree_with_faster_whisper() -> Result<()> {
     let t = Transcriber::from_pretrained("whisper-tiny.en")?;
-    let reference = reference_words();
-    let opts = TranscribeOptions { word_timestamps: true, ..Default::default() };
+    let (med, max) = check_words(&t, "fw_words_tiny_en.json")?;
+    // the criterion is a median within 0.2 s; on these clips every boundary matches
+    // to the 10 ms faster-whisper rounds to, so the largest difference is held to 0.2 s too
+    assert!(med <= 0.2, "median difference {med:.3} s");
+    assert!(max <= 0.2, "largest difference {max:.3} s");
+    Ok(())
+}
+
+#[test]
+fn base_word_timestamps_agree_with_faster_whisper() -> Result<()> {
+    if !std::env::var("SAPIENT_WHISPER_BASE").is_ok_and(|v| v == "1") {
+        eprintln!("skipped: SAPIENT_WHISPER_BASE=1 runs Whisper base");
+        return Ok(());
+    }
+    let t = Transcriber::from_pretrained("whisper-base")?;
+    let (med, max) = check_words(&t, "fw_words_base.json")?;
+    assert!(med <= 0.2, "median difference {med:.3} s");
+    assert!(max <= 0.2, "largest difference {max:.3} s");
+    Ok(())
+}
+
+/// Transcribes the clips with word timestamps (greedy, English) and compares them with
+/// faster-whisper's: same words, monotonic, inside the audio. Returns the median and largest
+/// boundary difference (s).
+fn check_words(t: &Transcriber, reference_file: &str) -> Result<(f64, f64)> {
+    let reference = reference_words(reference_file);
+    let opts = TranscribeOptions { word_timestamps: true, language: Some("en".into()), ..Default::default() };
     let mut diffs = Vec::new();
     for c in CLIPS {
         let audio = clip(c);
@@ -60,12 +86,9 @@ fn word_timestamps_agree_with_faster_whisper() -> Result<()> {
     }
     let med = median(diffs.clone());
     let max = diffs.iter().copied().fold(0.0, f64::max);
-    eprintln!("word boundaries vs faster-whisper: median |diff| {med:.3} s, max {max:.3} s over {}", diffs.len());
-    // the criterion is a median within 0.2 s; on these clips every boundary matches
-    // to the 10 ms faster-whisper rounds to, so the largest difference is held to 0.2 s too
-    assert!(med <= 0.2, "median difference {med:.3} s");
-    assert!(max <= 0.2, "largest difference {max:.3} s");
-    Ok(())
+    let exact = diffs.iter().filter(|&&d| d < 0.005).count();
+    eprintln!("word boundaries vs faster-whisper: median |diff| {med:.3} s, max {max:.3} s, {exact} of {} equal", diffs.len());
+    Ok((med, max))
 }
 
 #[test]
