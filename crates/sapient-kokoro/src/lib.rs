@@ -10,9 +10,16 @@
 //! - [`voices`]: voice packs (`.npz` / `.npy` / safetensors, `[510, 1, 256]` per voice):
 //!   `Voices::load(path)?.get("jf_alpha:0.6,jm_kumo:0.4")?` (weights normalised to sum to 1)
 //!   then `VoicePack::style_for(n_phonemes)` (row index = number of phonemes).
+//! - [`model`]: the forward pass. `KModel::load_preset_dir(dir, &device)` (the fetched
+//!   `kokoro-82m` directory, or a converted safetensors one) or `KModel::new(&weights, &config)`;
+//!   `model.synthesize(ids, style, speed)` with phoneme ids **without** the 0 padding (at
+//!   most [`MAX_PHONEMES`] = 510), `style` = `voice.style_for(ids.len())` (256 floats) and
+//!   speed in 0.25..=4, gives 24 kHz mono f32 samples (`model.sample_rate()`);
+//!   `model.forward(..)` also returns the durations and F0.
 
 pub mod config;
 mod error;
+pub mod model;
 pub mod onnx_import;
 pub mod params;
 pub mod voices;
@@ -20,5 +27,6 @@ pub mod weights;
 
 pub use config::KokoroConfig;
 pub use error::{Error, Result};
+pub use model::{KModel, Synthesis, MAX_PHONEMES};
 pub use voices::{VoicePack, Voices};
 pub use weights::KokoroWeights;

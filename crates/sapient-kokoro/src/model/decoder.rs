@@ -1,0 +1,401 @@
+//! The iSTFTNet decoder: `Decoder` (AdainResBlk1d encode/decode over the aligned text
+//! features, F0 and energy), its `Generator` (harmonic source, STFT of the source, two
+//! transposed-conv upsamplings with AdaIN residual blocks and Snake, spectrum head) and the
+//! inverse STFT, written after the ONNX export (the reference):
+//!
+//! - source: `uv = f0 > 10`; per harmonic h = 1..9 the per-frame phase increment
+//!   `frac(h f0 / 24000)` is summed over frames, times `2 pi * 300`, linearly upsampled x300
+//!   (half-pixel), `0.1 sin(phase) uv`, then `tanh(linear(.))` over the 9 harmonics. The
+//!   export has no noise: PyTorch's `SineGen` adds Gaussian noise (and a random initial phase
+//!   that its linear downsampling drops anyway); the ONNX graph has no random op, so neither
+//!   do we, and synthesis is deterministic.
+//! - STFT: reflect-pad 10, frames of 20 with hop 5, periodic Hann window, magnitude and phase
+//!   (`atan(im/re)` moved by +-pi where re < 0, as the graph does; a zero imaginary part,
+//!   which the DC and Nyquist bins always have, gives 0 or +pi as `torch.angle` does).
+//! - inverse: `exp(mag)`, `sin(phase)` of the head's two halves, the real inverse DFT of each
+//!   frame times the window, overlap-added with hop 5, times `n_fft / hop = 4`, 10 samples cut
+//!   at both ends. Like the export (the `TorchSTFT` of StyleTTS 2 traced with one frame), only
+//!   the first 20 samples are divided by the squared window; the rest is not normalised.
+
+use super::nn::{leaky_relu, AdaIn, AdaInStyle, Conv1d, ConvTranspose1d};
+use super::predictor::AdainResBlk1d;
+use crate::{KokoroConfig, KokoroWeights, Result};
+use candle_core::{Device, Tensor};
+
+/// `AdaINResBlock1`: three (AdaIN, Snake, dilated conv, AdaIN, Snake, conv) residual units.
+pub struct AdaInResBlock1 {
+    units: Vec<ResUnit>,
+}
+
+struct ResUnit {
+    adain1: AdaIn,
+    adain2: AdaIn,
+    conv1: Conv1d,
+    conv2: Conv1d,
+    /// alpha and 1/alpha as `[c, 1]` columns.
+    alpha1: (Tensor, Tensor),
+    alpha2: (Tensor, Tensor),
+}
+
+pub struct AdaInResBlock1Styled<'a> {
+    blk: &'a AdaInResBlock1,
+    styles: Vec<(AdaInStyle, AdaInStyle)>,
+}
+
+fn snake(x: &Tensor, alpha: &(Tensor, Tensor)) -> Result<Tensor> {
+    // x + 1/alpha * sin(alpha x)^2
+    Ok((x + x.broadcast_mul(&alpha.0)?.sin()?.sqr()?.broadcast_mul(&alpha.1)?)?)
+}
+
+impl AdaInResBlock1 {
+    pub fn load(w: &KokoroWeights, m: &str, k: usize, dilations: &[usize]) -> Result<Self> {
+        let alpha = |name: String| -> Result<(Tensor, Tensor)> {
+            let a = w.get(&name)?.squeeze(0)?; // [c, 1]
+            let inv = a.recip()?;
+            Ok((a, inv))
+        };
+        let units = dilations
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| -> Result<ResUnit> {
+                Ok(ResUnit {
+                    adain1: AdaIn::load(w, &format!("{m}.adain1.{i}"))?,
+                    adain2: AdaIn::load(w, &format!("{m}.adain2.{i}"))?,
+                    conv1: Conv1d::load(w, &format!("{m}.convs1.{i}"), true, 1, (k * d - d) / 2, d)?,
+                    conv2: Conv1d::load(w, &format!("{m}.convs2.{i}"), true, 1, (k - 1) / 2, 1)?,
+                    alpha1: alpha(format!("{m}.alpha1.{i}"))?,
+                    alpha2: alpha(format!("{m}.alpha2.{i}"))?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self { units })
+    }
+
+    pub fn styled(&self, s: &Tensor) -> Result<AdaInResBlock1Styled<'_>> {
+        let styles = self
+            .units
+            .iter()
+            .map(|u| -> Result<_> { Ok((u.adain1.prepare(s)?, u.adain2.prepare(s)?)) })
+            .collect::<Result<_>>()?;
+        Ok(AdaInResBlock1Styled { blk: self, styles })
+    }
+}
+
+impl AdaInResBlock1Styled<'_> {
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut x = x.clone();
+        for (u, (n1, n2)) in self.blk.units.iter().zip(&self.styles) {
+            let xt = snake(&n1.forward(&x)?, &u.alpha1)?;
+            let xt = u.conv1.forward(&xt)?;
+            let xt = snake(&n2.forward(&xt)?, &u.alpha2)?;
+            let xt = u.conv2.forward(&xt)?;
+            x = (xt + x)?;
+        }
+        Ok(x)
+    }
+}
+
+pub struct Generator {
+    l_linear_w: Vec<f32>,
+    l_linear_b: f32,
+    noise_convs: Vec<Conv1d>,
+    noise_res: Vec<AdaInResBlock1>,
+    ups: Vec<ConvTranspose1d>,
+    resblocks: Vec<AdaInResBlock1>,
+    conv_post: Conv1d,
+    n_fft: usize,
+    hop: usize,
+    /// Total upsampling from F0 frames to samples (`prod(upsample_rates) * hop` = 300).
+    upp: usize,
+    window: Vec<f32>,
+}
+
+const SAMPLE_RATE: f32 = 24000.0;
+const HARMONICS: usize = 9;
+
+impl Generator {
+    pub fn load(w: &KokoroWeights, cfg: &KokoroConfig) -> Result<Self> {
+        let i = &cfg.istftnet;
+        let g = "decoder.generator";
+        let n_up = i.upsample_rates.len();
+        let mut noise_convs = Vec::new();
+        let mut noise_res = Vec::new();
+        let mut ups = Vec::new();
+        let mut resblocks = Vec::new();
+        for u in 0..n_up {
+            if u + 1 < n_up {
+                let stride: usize = i.upsample_rates[u + 1..].iter().product();
+                noise_convs.push(Conv1d::load(w, &format!("{g}.noise_convs.{u}"), true, stride, stride.div_ceil(2), 1)?);
+                noise_res.push(AdaInResBlock1::load(w, &format!("{g}.noise_res.{u}"), 7, &[1, 3, 5])?);
+            } else {
+                noise_convs.push(Conv1d::load(w, &format!("{g}.noise_convs.{u}"), true, 1, 0, 1)?);
+                noise_res.push(AdaInResBlock1::load(w, &format!("{g}.noise_res.{u}"), 11, &[1, 3, 5])?);
+            }
+            let (r, k) = (i.upsample_rates[u], i.upsample_kernel_sizes[u]);
+            ups.push(ConvTranspose1d::load(w, &format!("{g}.ups.{u}"), r, (k - r) / 2)?);
+            for (k, d) in i.resblock_kernel_sizes.iter().zip(&i.resblock_dilation_sizes) {
+                let idx = resblocks.len();
+                resblocks.push(AdaInResBlock1::load(w, &format!("{g}.resblocks.{idx}"), *k, d)?);
+            }
+        }
+        let n_fft = i.gen_istft_n_fft;
+        let window = (0..n_fft)
+            .map(|n| (0.5 - 0.5 * (2.0 * std::f64::consts::PI * n as f64 / n_fft as f64).cos()) as f32)
+            .collect();
+        Ok(Self {
+            l_linear_w: w.get(&format!("{g}.m_source.l_linear.weight"))?.flatten_all()?.to_vec1()?,
+            l_linear_b: w.get(&format!("{g}.m_source.l_linear.bias"))?.to_vec1::<f32>()?[0],
+            noise_convs,
+            noise_res,
+            ups,
+            resblocks,
+            conv_post: Conv1d::load(w, &format!("{g}.conv_post"), true, 1, 3, 1)?,
+            n_fft,
+            hop: i.gen_istft_hop_size,
+            upp: i.upsample_rates.iter().product::<usize>() * i.gen_istft_hop_size,
+            window,
+        })
+    }
+
+    /// The harmonic source (`tanh(linear(sines))`), `f0.len() * 300` samples.
+    pub fn source(&self, f0: &[f32]) -> Vec<f32> {
+        let n = f0.len();
+        let upp = self.upp;
+        let mut out = vec![self.l_linear_b; n * upp];
+        for h in 0..HARMONICS {
+            let hm = (h + 1) as f32;
+            // per-frame phase (the graph's cumsum over frames, then * 2 * pi * upp)
+            let mut acc = 0f32;
+            let phase: Vec<f32> = f0
+                .iter()
+                .map(|&f| {
+                    let r = f * hm / SAMPLE_RATE;
+                    acc += r - r.floor();
+                    acc * 2.0 * std::f32::consts::PI * upp as f32
+                })
+                .collect();
+            let lw = self.l_linear_w[h];
+            let scale = upp as f32;
+            for (j, o) in out.iter_mut().enumerate() {
+                if f0[j / upp] <= 10.0 {
+                    continue;
+                }
+                // linear, half-pixel, clamped at the ends
+                let x = ((j as f32 + 0.5) / scale - 0.5).max(0.0).min((n - 1) as f32);
+                let x0 = x.floor();
+                let i0 = x0 as usize;
+                let i1 = (i0 + 1).min(n - 1);
+                let w1 = x - x0;
+                let p = (1.0 - w1) * phase[i0] + w1 * phase[i1];
+                *o += p.sin() * 0.1 * lw;
+            }
+        }
+        for o in &mut out {
+            *o = o.tanh();
+        }
+        out
+    }
+
+    /// STFT of the source: `[n_fft + 2, frames]` (magnitudes then phases).
+    fn stft(&self, x: &[f32], dev: &Device) -> Result<Tensor> {
+        let (nfft, hop) = (self.n_fft, self.hop);
+        let pad = nfft / 2;
+        let len = x.len();
+        let padded: Vec<f32> = (0..len + 2 * pad)
+            .map(|i| {
+                // reflect
+                let j = i as isize - pad as isize;
+                let j = if j < 0 {
+                    -j
+                } else if j >= len as isize {
+                    2 * (len as isize - 1) - j
+                } else {
+                    j
+                };
+                x[j.clamp(0, len as isize - 1) as usize]
+            })
+            .collect();
+        let frames = (padded.len() - nfft) / hop + 1;
+        let bins = nfft / 2 + 1;
+        let (cos, sin) = dft_tables(nfft);
+        let mut out = vec![0f32; 2 * bins * frames];
+        let mut buf = vec![0f32; nfft];
+        for f in 0..frames {
+            for (n, b) in buf.iter_mut().enumerate() {
+                *b = padded[f * hop + n] * self.window[n];
+            }
+            for k in 0..bins {
+                let (mut re, mut im) = (0f32, 0f32);
+                for n in 0..nfft {
+                    re += buf[n] * cos[k * nfft + n];
+                    im -= buf[n] * sin[k * nfft + n];
+                }
+                if k == 0 || 2 * k == nfft {
+                    // exactly real: torch.stft gives +0 imaginary parts here (angle pi for a
+                    // negative real part); onnxruntime's FFT leaves +-1e-6 noise that flips
+                    // the angle between +pi and -pi at random
+                    im = 0.0;
+                }
+                out[k * frames + f] = (re * re + im * im).sqrt();
+                let ph = if im == 0.0 {
+                    if re < 0.0 {
+                        std::f32::consts::PI
+                    } else {
+                        0.0
+                    }
+                } else {
+                    let a = (im / re).atan();
+                    if re < 0.0 {
+                        if im > 0.0 {
+                            a + std::f32::consts::PI
+                        } else {
+                            a - std::f32::consts::PI
+                        }
+                    } else {
+                        a
+                    }
+                };
+                out[(bins + k) * frames + f] = ph;
+            }
+        }
+        Ok(Tensor::from_vec(out, (2 * bins, frames), dev)?)
+    }
+
+    /// The head's output `[n_fft + 2, frames]` to samples.
+    fn istft(&self, x: &Tensor) -> Result<Vec<f32>> {
+        let (nfft, hop) = (self.n_fft, self.hop);
+        let bins = nfft / 2 + 1;
+        let frames = x.dims2()?.1;
+        let mag = x.narrow(0, 0, bins)?.exp()?.flatten_all()?.to_vec1::<f32>()?;
+        let ph = x.narrow(0, bins, bins)?.sin()?.flatten_all()?.to_vec1::<f32>()?;
+        let (cos, sin) = dft_tables(nfft);
+        // inverse basis: real row k: c_k cos(2 pi k n / N) / (N * N/hop) * w[n], imag row: -c_k sin(..)
+        let scale = (nfft * (nfft / hop)) as f32;
+        let mut basis_re = vec![0f32; bins * nfft];
+        let mut basis_im = vec![0f32; bins * nfft];
+        for k in 0..bins {
+            let c = if k == 0 || 2 * k == nfft { 1.0 } else { 2.0 };
+            for n in 0..nfft {
+                basis_re[k * nfft + n] = c * cos[k * nfft + n] / scale * self.window[n];
+                basis_im[k * nfft + n] = -c * sin[k * nfft + n] / scale * self.window[n];
+            }
+        }
+        let total = hop * (frames - 1) + nfft;
+        let mut y = vec![0f32; total];
+        for f in 0..frames {
+            let o = &mut y[f * hop..f * hop + nfft];
+            for k in 0..bins {
+                let m = mag[k * frames + f];
+                let p = ph[k * frames + f];
+                let (re, im) = (m * p.cos(), m * p.sin());
+                let (br, bi) = (&basis_re[k * nfft..(k + 1) * nfft], &basis_im[k * nfft..(k + 1) * nfft]);
+                for n in 0..nfft {
+                    o[n] += re * br[n] + im * bi[n];
+                }
+            }
+        }
+        // the export's window_sum: the squared window, over the first n_fft samples only
+        for (n, v) in y.iter_mut().take(nfft).enumerate() {
+            let ws = self.window[n] * self.window[n];
+            if ws > f32::MIN_POSITIVE {
+                *v /= ws;
+            }
+        }
+        let gain = (nfft / hop) as f32;
+        let half = nfft / 2;
+        Ok(y[half..total - half].iter().map(|v| v * gain).collect())
+    }
+
+    /// `x` `[c, 2 frames]`, `s` `[1, style]`, `f0` (`2 frames`) -> samples.
+    pub fn forward(&self, x: &Tensor, s: &Tensor, f0: &[f32]) -> Result<Vec<f32>> {
+        let dev = x.device().clone();
+        let har_src = self.source(f0);
+        let har = self.stft(&har_src, &dev)?;
+        let mut x = x.clone();
+        let nk = self.resblocks.len() / self.ups.len();
+        for u in 0..self.ups.len() {
+            x = leaky_relu(&x, 0.1)?;
+            let xs = self.noise_res[u].styled(s)?.forward(&self.noise_convs[u].forward(&har)?)?;
+            x = self.ups[u].forward(&x)?;
+            if u + 1 == self.ups.len() {
+                // ReflectionPad1d((1, 0))
+                let c = x.dims2()?.0;
+                x = Tensor::cat(&[&x.narrow(1, 1, 1)?, &x], 1)?;
+                debug_assert_eq!(x.dims2()?.0, c);
+            }
+            x = (x + xs)?;
+            let mut acc: Option<Tensor> = None;
+            for r in &self.resblocks[u * nk..(u + 1) * nk] {
+                let y = r.styled(s)?.forward(&x)?;
+                acc = Some(match acc {
+                    Some(a) => (a + y)?,
+                    None => y,
+                });
+            }
+            if let Some(a) = acc {
+                x = (a / nk as f64)?;
+            }
+        }
+        let x = self.conv_post.forward(&leaky_relu(&x, 0.01)?)?;
+        self.istft(&x)
+    }
+}
+
+fn dft_tables(nfft: usize) -> (Vec<f32>, Vec<f32>) {
+    let bins = nfft / 2 + 1;
+    let mut cos = vec![0f32; bins * nfft];
+    let mut sin = vec![0f32; bins * nfft];
+    for k in 0..bins {
+        for n in 0..nfft {
+            let a = 2.0 * std::f64::consts::PI * ((k * n) % nfft) as f64 / nfft as f64;
+            cos[k * nfft + n] = a.cos() as f32;
+            sin[k * nfft + n] = a.sin() as f32;
+        }
+    }
+    (cos, sin)
+}
+
+pub struct Decoder {
+    encode: AdainResBlk1d,
+    decode: Vec<AdainResBlk1d>,
+    f0_conv: Conv1d,
+    n_conv: Conv1d,
+    asr_res: Conv1d,
+    pub generator: Generator,
+}
+
+impl Decoder {
+    pub fn load(w: &KokoroWeights, cfg: &KokoroConfig) -> Result<Self> {
+        Ok(Self {
+            encode: AdainResBlk1d::load(w, "decoder.encode", true, false)?,
+            decode: (0..4)
+                .map(|k| AdainResBlk1d::load(w, &format!("decoder.decode.{k}"), true, k == 3))
+                .collect::<Result<_>>()?,
+            f0_conv: Conv1d::load(w, "decoder.F0_conv", true, 2, 1, 1)?,
+            n_conv: Conv1d::load(w, "decoder.N_conv", true, 2, 1, 1)?,
+            asr_res: Conv1d::load(w, "decoder.asr_res.0", true, 1, 0, 1)?,
+            generator: Generator::load(w, cfg)?,
+        })
+    }
+
+    /// `asr` `[hidden, frames]`, `f0`/`n` `[2 frames]`, `s` `[1, style]` -> samples.
+    pub fn forward(&self, asr: &Tensor, f0: &Tensor, n: &Tensor, s: &Tensor) -> Result<Vec<f32>> {
+        let f0c = self.f0_conv.forward(&f0.unsqueeze(0)?)?;
+        let nc = self.n_conv.forward(&n.unsqueeze(0)?)?;
+        let x = Tensor::cat(&[asr, &f0c, &nc], 0)?;
+        let mut x = self.encode.styled(s)?.forward(&x)?;
+        let asr_res = self.asr_res.forward(asr)?;
+        let mut res = true;
+        for b in &self.decode {
+            if res {
+                x = Tensor::cat(&[&x, &asr_res, &f0c, &nc], 0)?;
+            }
+            x = b.styled(s)?.forward(&x)?;
+            if b.upsamples() {
+                res = false;
+            }
+        }
+        let f0v = f0.to_vec1::<f32>()?;
+        self.generator.forward(&x, s, &f0v)
+    }
+}

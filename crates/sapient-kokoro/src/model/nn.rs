@@ -1,0 +1,282 @@
+//! The layers Kokoro is built from, on `[channels, time]` tensors (batch 1, no batch axis):
+//! linear, convolutions, layer/instance norms, AdaIN, the bidirectional LSTM.
+
+use crate::{KokoroWeights, Result};
+use candle_core::{Tensor, D};
+
+/// `nn.Linear`: the weight kept transposed (`[in, out]`) for `x @ w`.
+pub struct Linear {
+    wt: Tensor,
+    b: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn load(w: &KokoroWeights, name: &str, bias: bool) -> Result<Self> {
+        let wt = w.get(&format!("{name}.weight"))?.t()?.contiguous()?;
+        let b = if bias { Some(w.get(&format!("{name}.bias"))?.clone()) } else { None };
+        Ok(Self { wt, b })
+    }
+
+    /// `x`: `[n, in]` -> `[n, out]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = x.matmul(&self.wt)?;
+        Ok(match &self.b {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// `nn.Conv1d` (weight norm already folded).
+pub struct Conv1d {
+    w: Tensor,
+    b: Option<Tensor>,
+    stride: usize,
+    pad: usize,
+    dilation: usize,
+}
+
+impl Conv1d {
+    pub fn load(w: &KokoroWeights, name: &str, bias: bool, stride: usize, pad: usize, dilation: usize) -> Result<Self> {
+        let weight = w.get(&format!("{name}.weight"))?.contiguous()?;
+        let b = if bias {
+            Some(w.get(&format!("{name}.bias"))?.unsqueeze(1)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            w: weight,
+            b,
+            stride,
+            pad,
+            dilation,
+        })
+    }
+
+
+    /// `x`: `[in, t]` -> `[out, t']`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = x
+            .unsqueeze(0)?
+            .conv1d(&self.w, self.pad, self.stride, self.dilation, 1)?
+            .squeeze(0)?;
+        Ok(match &self.b {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// `nn.ConvTranspose1d` with one group.
+pub struct ConvTranspose1d {
+    w: Tensor,
+    b: Tensor,
+    stride: usize,
+    pad: usize,
+}
+
+impl ConvTranspose1d {
+    pub fn load(w: &KokoroWeights, name: &str, stride: usize, pad: usize) -> Result<Self> {
+        Ok(Self {
+            w: w.get(&format!("{name}.weight"))?.contiguous()?,
+            b: w.get(&format!("{name}.bias"))?.unsqueeze(1)?,
+            stride,
+            pad,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = x
+            .unsqueeze(0)?
+            .conv_transpose1d(&self.w, self.pad, 0, self.stride, 1, 1)?
+            .squeeze(0)?;
+        Ok(y.broadcast_add(&self.b)?)
+    }
+}
+
+/// The depthwise `ConvTranspose1d(c, c, 3, stride 2, padding 1, output_padding 1, groups c)`
+/// of an upsampling `AdainResBlk1d` (`pool`): `[c, t]` -> `[c, 2t]`.
+pub struct DepthwiseUp2 {
+    w: Vec<f32>,
+    b: Vec<f32>,
+}
+
+impl DepthwiseUp2 {
+    pub fn load(w: &KokoroWeights, name: &str) -> Result<Self> {
+        Ok(Self {
+            w: w.get(&format!("{name}.weight"))?.flatten_all()?.to_vec1()?,
+            b: w.get(&format!("{name}.bias"))?.to_vec1()?,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let (c, t) = x.dims2()?;
+        let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        let mut out = vec![0f32; c * 2 * t];
+        for ch in 0..c {
+            let (w, b) = (&self.w[3 * ch..3 * ch + 3], self.b[ch]);
+            let xr = &xs[ch * t..(ch + 1) * t];
+            let o = &mut out[ch * 2 * t..(ch + 1) * 2 * t];
+            o.fill(b);
+            // out[2i + k - 1] += x[i] * w[k]
+            for (i, &v) in xr.iter().enumerate() {
+                if i > 0 {
+                    o[2 * i - 1] += v * w[0];
+                }
+                o[2 * i] += v * w[1];
+                o[2 * i + 1] += v * w[2];
+            }
+        }
+        Ok(Tensor::from_vec(out, (c, 2 * t), x.device())?)
+    }
+}
+
+/// Layer norm over the last axis without affine parameters.
+pub fn layer_norm_plain(x: &Tensor, eps: f64) -> Result<Tensor> {
+    let mean = x.mean_keepdim(D::Minus1)?;
+    let xc = x.broadcast_sub(&mean)?;
+    let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
+    Ok(xc.broadcast_div(&(var + eps)?.sqrt()?)?)
+}
+
+/// `nn.LayerNorm` over the last axis.
+pub struct LayerNorm {
+    w: Tensor,
+    b: Tensor,
+    eps: f64,
+}
+
+impl LayerNorm {
+    pub fn load(w: &KokoroWeights, weight: &str, bias: &str, eps: f64) -> Result<Self> {
+        Ok(Self {
+            w: w.get(weight)?.clone(),
+            b: w.get(bias)?.clone(),
+            eps,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(layer_norm_plain(x, self.eps)?.broadcast_mul(&self.w)?.broadcast_add(&self.b)?)
+    }
+}
+
+/// `AdaIN1d`: `(1 + gamma) * InstanceNorm1d(x) + beta`, gamma and beta from `fc(style)`.
+/// The (gamma, beta) of a given style are computed once per utterance by [`AdaIn::prepare`].
+pub struct AdaIn {
+    fc: Linear,
+}
+
+/// `(1 + gamma)` and `beta` as `[c, 1]` columns.
+pub struct AdaInStyle {
+    scale: Tensor,
+    beta: Tensor,
+}
+
+impl AdaIn {
+    pub fn load(w: &KokoroWeights, name: &str) -> Result<Self> {
+        Ok(Self {
+            fc: Linear::load(w, &format!("{name}.fc"), true)?,
+        })
+    }
+
+    /// `s`: `[1, style_dim]`.
+    pub fn prepare(&self, s: &Tensor) -> Result<AdaInStyle> {
+        let h = self.fc.forward(s)?.squeeze(0)?;
+        let c = h.dims1()? / 2;
+        Ok(AdaInStyle {
+            scale: (h.narrow(0, 0, c)? + 1.0)?.unsqueeze(1)?,
+            beta: h.narrow(0, c, c)?.unsqueeze(1)?,
+        })
+    }
+}
+
+impl AdaInStyle {
+    /// Instance norm over time (eps 1e-5) then the style affine: `x` `[c, t]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(layer_norm_plain(x, 1e-5)?.broadcast_mul(&self.scale)?.broadcast_add(&self.beta)?)
+    }
+
+    /// The AdaLayerNorm form: layer norm over channels of `x` `[t, c]`, then the affine.
+    pub fn forward_layer(&self, x: &Tensor) -> Result<Tensor> {
+        let n = layer_norm_plain(x, 1e-5)?;
+        Ok(n.broadcast_mul(&self.scale.t()?)?.broadcast_add(&self.beta.t()?)?)
+    }
+}
+
+pub fn leaky_relu(x: &Tensor, slope: f64) -> Result<Tensor> {
+    Ok(x.maximum(&(x * slope)?)?)
+}
+
+/// One direction of an LSTM: input weights applied to the whole sequence by one product,
+/// the recurrent product per step on plain buffers (`w_hh^T` laid out `[hidden, 4 hidden]`
+/// so a step is `hidden` axpys of length `4 hidden`).
+struct LstmDir {
+    w_ih_t: Tensor,
+    bias: Tensor,
+    w_hh_t: Vec<f32>,
+}
+
+/// `nn.LSTM(input, hidden, bidirectional=True, batch_first=True)`, gate order (i, f, g, o).
+pub struct BiLstm {
+    dirs: [LstmDir; 2],
+    hidden: usize,
+}
+
+impl BiLstm {
+    pub fn load(w: &KokoroWeights, name: &str) -> Result<Self> {
+        let dir = |sfx: &str| -> Result<LstmDir> {
+            let w_ih = w.get(&format!("{name}.weight_ih_l0{sfx}"))?;
+            let w_hh = w.get(&format!("{name}.weight_hh_l0{sfx}"))?;
+            let bias = (w.get(&format!("{name}.bias_ih_l0{sfx}"))? + w.get(&format!("{name}.bias_hh_l0{sfx}"))?)?;
+            Ok(LstmDir {
+                w_ih_t: w_ih.t()?.contiguous()?,
+                bias,
+                w_hh_t: w_hh.t()?.contiguous()?.flatten_all()?.to_vec1()?,
+            })
+        };
+        let d = [dir("")?, dir("_reverse")?];
+        let hidden = d[0].w_hh_t.len() / d[0].bias.dims1()?;
+        Ok(Self { dirs: d, hidden })
+    }
+
+    /// `x`: `[t, in]` -> `[t, 2 hidden]` (forward then backward halves).
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let t = x.dims2()?.0;
+        let h = self.hidden;
+        let mut out = vec![0f32; t * 2 * h];
+        for (di, d) in self.dirs.iter().enumerate() {
+            let xw = x.matmul(&d.w_ih_t)?.broadcast_add(&d.bias)?.flatten_all()?.to_vec1::<f32>()?;
+            let mut hs = vec![0f32; h];
+            let mut cs = vec![0f32; h];
+            let mut g = vec![0f32; 4 * h];
+            for step in 0..t {
+                let ti = if di == 0 { step } else { t - 1 - step };
+                g.copy_from_slice(&xw[ti * 4 * h..(ti + 1) * 4 * h]);
+                for (j, &hj) in hs.iter().enumerate() {
+                    if hj != 0.0 {
+                        let row = &d.w_hh_t[j * 4 * h..(j + 1) * 4 * h];
+                        for (gv, wv) in g.iter_mut().zip(row) {
+                            *gv += hj * wv;
+                        }
+                    }
+                }
+                let o = &mut out[ti * 2 * h + di * h..ti * 2 * h + di * h + h];
+                for k in 0..h {
+                    let i = sigmoid(g[k]);
+                    let f = sigmoid(g[h + k]);
+                    let gg = g[2 * h + k].tanh();
+                    let og = sigmoid(g[3 * h + k]);
+                    cs[k] = f * cs[k] + i * gg;
+                    hs[k] = og * cs[k].tanh();
+                    o[k] = hs[k];
+                }
+            }
+        }
+        Ok(Tensor::from_vec(out, (t, 2 * h), x.device())?)
+    }
+}
+
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
