@@ -54,8 +54,14 @@ fn sum_prefetched(c: &[u64]) -> u64 {
     acc
 }
 
-/// Read bandwidth with all cores: sum a 1 GiB buffer a few times.
-fn bandwidth_gbs() -> f64 {
+/// Sum of `c` with no software prefetching (a plain read: the hardware prefetchers only).
+fn sum_plain(c: &[u64]) -> u64 {
+    c.iter().fold(0u64, |a, &x| a.wrapping_add(x))
+}
+
+/// Read bandwidth with all cores: sum a 1 GiB buffer a few times, with software prefetching
+/// (`prefetch`, as the kernels read weights) or as a plain read.
+fn bandwidth_gbs(prefetch: bool) -> f64 {
     let n = (1usize << 30) / 8;
     let buf: Vec<u64> = (0..n as u64).collect();
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -66,7 +72,7 @@ fn bandwidth_gbs() -> f64 {
             let chunk = n.div_ceil(threads);
             let hs: Vec<_> = buf
                 .chunks(chunk)
-                .map(|c| s.spawn(move || sum_prefetched(c)))
+                .map(|c| s.spawn(move || if prefetch { sum_prefetched(c) } else { sum_plain(c) }))
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap_or(0)).fold(0u64, |a, x| a.wrapping_add(x))
         });
@@ -169,13 +175,22 @@ pub fn run(a: Args) -> Result<()> {
         measured.push((tg, size));
         results.push(entry);
     }
-    let bw = bandwidth_gbs();
-    println!("memory read bandwidth (all cores, prefetching, best of 5 x 1 GiB): {bw:.1} GB/s");
+    let bw = bandwidth_gbs(true);
+    let plain = bandwidth_gbs(false);
+    println!("memory read bandwidth (all cores, best of 5 x 1 GiB): {bw:.1} GB/s with software prefetching, {plain:.1} GB/s plain");
     for (entry, (tg, size)) in results.iter_mut().zip(measured) {
         let ceiling = bw * 1e9 / size;
-        println!("  {}: decode at {:.0}% of the {ceiling:.0} tok/s bandwidth ceiling", entry["preset"], 100.0 * tg / ceiling);
+        let plain_ceiling = plain * 1e9 / size;
+        println!(
+            "  {}: decode at {:.0}% of the {ceiling:.0} tok/s ceiling (prefetching read), {:.0}% of {plain_ceiling:.0} (plain read)",
+            entry["preset"],
+            100.0 * tg / ceiling,
+            100.0 * tg / plain_ceiling
+        );
         entry["bandwidth_gbs"] = bw.into();
         entry["tg_ceiling_tok_s"] = ceiling.into();
+        entry["plain_bandwidth_gbs"] = plain.into();
+        entry["tg_plain_ceiling_tok_s"] = plain_ceiling.into();
     }
     if let Some(parent) = a.json.parent() {
         std::fs::create_dir_all(parent)?;
