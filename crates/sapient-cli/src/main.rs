@@ -12,6 +12,8 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::ops::ControlFlow;
 
+#[cfg(feature = "microphone")]
+mod listen;
 mod transcribe;
 
 #[derive(Parser)]
@@ -43,6 +45,9 @@ enum Cmd {
     Pull { names: Vec<String> },
     /// Speech to text with Whisper (text, srt, vtt or json).
     Transcribe(transcribe::TranscribeArgs),
+    /// Live speech to text from a microphone (built with the `microphone` feature).
+    #[cfg(feature = "microphone")]
+    Listen(listen::ListenArgs),
 }
 
 #[derive(Args, Clone)]
@@ -256,6 +261,8 @@ fn main() -> Result<()> {
         }
         Cmd::Chat { opts } => chat(&opts)?,
         Cmd::Transcribe(args) => transcribe::run(args)?,
+        #[cfg(feature = "microphone")]
+        Cmd::Listen(args) => listen::run(args)?,
         Cmd::Models => {
             let hub = Hub::new()?;
             println!("{:32} {:10} {:7} description", "preset", "kind", "cached");

@@ -74,7 +74,7 @@ impl QuantizeWeights<'_> {
         } else {
             return None;
         };
-        (name.ends_with(".weight") && shape.len() == 2 && shape[1] % dtype.block_size() == 0).then_some(dtype)
+        (name.ends_with(".weight") && shape.len() == 2 && shape[1].is_multiple_of(dtype.block_size())).then_some(dtype)
     }
 }
 
