@@ -37,8 +37,9 @@ pub struct Pair {
     /// Block scales: lanes 0..8 the first block's, 8..16 the second's.
     pub d: [f32; 16],
     /// Formats without a minimum: `-offset * (sum of 4 consecutive qs)` per i32 lane (the
-    /// start of `vpdpbusd`). Formats with a minimum: f32 bits, lane 0 the first block's
-    /// `s = d * sum(qs)`, lane 8 the second's, zero elsewhere.
+    /// start of `vpdpbusd`). Formats with a minimum: f32 bits, lane 1 the first block's
+    /// `s = d * sum(qs)`, lane 3 the second's, zero elsewhere (lined up with the
+    /// `[d0, m0, d1, m1]` the weights' block headers convert to).
     pub c: [u32; 16],
 }
 
@@ -88,7 +89,7 @@ pub fn pairs_from(blocks: &[BlockQ8], off: i32, out: &mut [Pair]) {
             o.qs[32 * h..32 * h + 32].copy_from_slice(&b.qs);
             o.d[8 * h..8 * h + 8].fill(b.d);
             if off == 0 {
-                o.c[8 * h] = b.s.to_bits();
+                o.c[1 + 2 * h] = b.s.to_bits();
             } else {
                 for l in 0..8 {
                     let s: i32 = b.qs[4 * l..4 * l + 4].iter().map(|&q| q as i32).sum();
@@ -128,13 +129,6 @@ unsafe fn spread01(v: __m128) -> __m512 {
     _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v))
 }
 
-/// Lanes 0..8 = lane 2 of `v`, lanes 8..16 = lane 3.
-#[inline(always)]
-unsafe fn spread23(v: __m128) -> __m512 {
-    let idx = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2);
-    _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v))
-}
-
 /// Two blocks' 16 nibble bytes (`q1` zero for a missing second block) to 64 values: the
 /// first block's low nibbles, its high nibbles, then the second block's.
 #[inline(always)]
@@ -149,10 +143,10 @@ unsafe fn nib_pair(q0: __m128i, q1: __m128i) -> __m512i {
 trait Fmt {
     const BYTES: usize;
     const HAS_M: bool;
-    /// Unsigned values, scales `d` (spread as in [`Pair::d`]) and minimums `m` (same
-    /// spread; unused without a minimum) of blocks at `p` and `p + BYTES` (`two` false: only
-    /// the first exists).
-    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512);
+    /// Unsigned values, scales `d` (spread as in [`Pair::d`]) and minimums (lanes 1 and 3 of
+    /// the last value, the first and second block's; unused without a minimum) of blocks at
+    /// `p` and `p + BYTES` (`two` false: only the first exists).
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m128);
 }
 
 struct Q40;
@@ -177,21 +171,22 @@ unsafe fn d_pair(p: *const u8, bytes: usize, two: bool) -> __m512 {
     spread01(_mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, 0, 0, d1, rd16(p))))
 }
 
-/// f16 `d`, `m` at the start of each block, spread.
+/// f16 `d`, `m` at the start of each block: `d` spread, and `[d0, m0, d1, m1]`.
 #[inline(always)]
-unsafe fn dm_pair(p: *const u8, bytes: usize, two: bool) -> (__m512, __m512) {
-    let (d1, m1) = if two { (rd16(p.add(bytes)), rd16(p.add(bytes + 2))) } else { (0, 0) };
-    let v = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, m1, rd16(p.add(2)), d1, rd16(p)));
-    (spread01(v), spread23(v))
+unsafe fn dm_pair(p: *const u8, bytes: usize, two: bool) -> (__m512, __m128) {
+    let dm1 = if two { rd32(p.add(bytes)) } else { 0 };
+    let v = _mm_cvtph_ps(_mm_set_epi32(0, 0, dm1 as i32, rd32(p) as i32));
+    let idx = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    (_mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v)), v)
 }
 
 impl Fmt for Q40 {
     const BYTES: usize = 18;
     const HAS_M: bool = false;
     #[inline(always)]
-    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512) {
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m128) {
         let w = nib_pair(_mm_loadu_si128(p.add(2) as *const __m128i), load128_or_zero(p.add(18 + 2), two));
-        (w, d_pair(p, 18, two), _mm512_setzero_ps())
+        (w, d_pair(p, 18, two), _mm_setzero_ps())
     }
 }
 
@@ -199,7 +194,7 @@ impl Fmt for Q41 {
     const BYTES: usize = 20;
     const HAS_M: bool = true;
     #[inline(always)]
-    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512) {
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m128) {
         let w = nib_pair(_mm_loadu_si128(p.add(4) as *const __m128i), load128_or_zero(p.add(20 + 4), two));
         let (d, m) = dm_pair(p, 20, two);
         (w, d, m)
@@ -218,10 +213,10 @@ impl Fmt for Q50 {
     const BYTES: usize = 22;
     const HAS_M: bool = false;
     #[inline(always)]
-    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512) {
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m128) {
         let w = nib_pair(_mm_loadu_si128(p.add(6) as *const __m128i), load128_or_zero(p.add(22 + 6), two));
         let qh1 = if two { rd32(p.add(22 + 2)) } else { 0 };
-        (with_high_bits(w, rd32(p.add(2)), qh1), d_pair(p, 22, two), _mm512_setzero_ps())
+        (with_high_bits(w, rd32(p.add(2)), qh1), d_pair(p, 22, two), _mm_setzero_ps())
     }
 }
 
@@ -229,7 +224,7 @@ impl Fmt for Q51 {
     const BYTES: usize = 24;
     const HAS_M: bool = true;
     #[inline(always)]
-    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512) {
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m128) {
         let w = nib_pair(_mm_loadu_si128(p.add(8) as *const __m128i), load128_or_zero(p.add(24 + 8), two));
         let qh1 = if two { rd32(p.add(24 + 4)) } else { 0 };
         let (d, m) = dm_pair(p, 24, two);
@@ -241,11 +236,11 @@ impl Fmt for Q80 {
     const BYTES: usize = 34;
     const HAS_M: bool = false;
     #[inline(always)]
-    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m512) {
+    unsafe fn pair(p: *const u8, two: bool) -> (__m512i, __m512, __m128) {
         let lo = _mm256_loadu_si256(p.add(2) as *const __m256i);
         let hi = if two { _mm256_loadu_si256(p.add(34 + 2) as *const __m256i) } else { _mm256_setzero_si256() };
         let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-        (_mm512_xor_si512(w, _mm512_set1_epi8(-128)), d_pair(p, 34, two), _mm512_setzero_ps())
+        (_mm512_xor_si512(w, _mm512_set1_epi8(-128)), d_pair(p, 34, two), _mm_setzero_ps())
     }
 }
 
@@ -256,7 +251,7 @@ unsafe fn rows_pairs<F: Fmt, const R: usize>(w: &[u8], acts: [&[Pair]; R], out: 
     let nblocks = w.len() / F::BYTES;
     let p = w.as_ptr();
     let mut acc = [_mm512_setzero_ps(); R];
-    let mut accm = [_mm512_setzero_ps(); R];
+    let mut accm = [_mm_setzero_ps(); R];
     for i in 0..np {
         let two = 2 * i + 1 < nblocks;
         let (wu, dw, mw) = F::pair(p.add(2 * i * F::BYTES), two);
@@ -268,7 +263,7 @@ unsafe fn rows_pairs<F: Fmt, const R: usize>(w: &[u8], acts: [&[Pair]; R], out: 
             let dd = _mm512_mul_ps(dw, _mm512_load_ps(a.d.as_ptr()));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[r]);
             if F::HAS_M {
-                accm[r] = _mm512_add_ps(accm[r], _mm512_mul_ps(mw, _mm512_castsi512_ps(c)));
+                accm[r] = _mm_add_ps(accm[r], _mm_mul_ps(mw, _mm_castsi128_ps(_mm512_castsi512_si128(c))));
             }
         }
     }
@@ -287,7 +282,7 @@ unsafe fn wrows_pairs<F: Fmt, const W: usize>(w: &[u8], rb: usize, act: &[Pair],
     let nblocks = rb / F::BYTES;
     let p = w.as_ptr();
     let mut acc = [_mm512_setzero_ps(); W];
-    let mut accm = [_mm512_setzero_ps(); W];
+    let mut accm = [_mm_setzero_ps(); W];
     for i in 0..np {
         let two = 2 * i + 1 < nblocks;
         let a = act.get_unchecked(i);
@@ -300,7 +295,7 @@ unsafe fn wrows_pairs<F: Fmt, const W: usize>(w: &[u8], rb: usize, act: &[Pair],
             let dd = _mm512_mul_ps(dw, da);
             acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[k]);
             if F::HAS_M {
-                accm[k] = _mm512_add_ps(accm[k], _mm512_mul_ps(mw, _mm512_castsi512_ps(c)));
+                accm[k] = _mm_add_ps(accm[k], _mm_mul_ps(mw, _mm_castsi128_ps(_mm512_castsi512_si128(c))));
             }
         }
     }
@@ -313,11 +308,11 @@ unsafe fn wrows_pairs<F: Fmt, const W: usize>(w: &[u8], rb: usize, act: &[Pair],
 /// and 8..16 the odd ones', as the AVX2 kernel's two accumulators: reduce them in its order,
 /// so that the two give bit-identical results.
 #[inline(always)]
-unsafe fn finish_pairs<F: Fmt>(acc: __m512, accm: __m512) -> f32 {
+unsafe fn finish_pairs<F: Fmt>(acc: __m512, accm: __m128) -> f32 {
     let mut s = hsum8(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(acc)))));
     if F::HAS_M {
-        let m: [f32; 16] = std::mem::transmute(accm);
-        s += m[0] + m[8];
+        let m: [f32; 4] = std::mem::transmute(accm);
+        s += m[1] + m[3];
     }
     s
 }
