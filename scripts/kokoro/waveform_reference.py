@@ -21,9 +21,7 @@ import onnxruntime as ort
 
 SHORT = "kˈonnitʃiwa, kokˈoɾo dˈesu."
 LONG = ("ʃˈiɾoi kɯmˈo ɡa, aˈoi soɾˈa no nˈaka o jˈɯkkɯɾi to nˈaɡaɾete ikimˈasɯ. "
-        "kˈjoː wa tˈotemo ii tˈeŋki de, kˈoːeŋ ni wa takˈusaŋ no hˈito ɡa imˈasɯ. "
-        "kodˈomotachi wa sˈakkaː o ʃite, otˈona wa bˈeɲtʃi de hˈoŋ o jˈonde imˈasɯ. "
-        "wataʃi mo sˈampo o ʃinaɡaɾa, kiɾˈei na hˈana o mimˈaʃita.")
+        "kˈjoː wa tˈotemo ii tˈeŋki de, kˈoːeŋ ni wa takˈusaŋ no hˈito ɡa imˈasɯ.")
 OUTS = ["/encoder/Div_output_0", "/encoder/Clip_output_0", "/encoder/Squeeze_output_0"]
 
 
@@ -92,13 +90,15 @@ def main():
         ids = ids_of(LONG, vocab)
         style = voices["jf_alpha"][len(ids), 0]
         run(sess, ids, style, extra=False)  # warm-up
-        best = 1e9
+        best, best_cpu = 1e9, 1e9
         for _ in range(3):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             a = run(sess, ids, style, extra=False)["audio"]
             best = min(best, time.perf_counter() - t)
+            best_cpu = min(best_cpu, time.process_time() - c)
         secs = a.size / 24000
-        print(f"onnxruntime 2 threads: {len(ids)} ids, {secs:.2f} s audio, {best:.3f} s compute, {best / secs:.3f} s per s of audio")
+        print(f"onnxruntime 2 threads: {len(ids)} ids, {secs:.2f} s audio, {best:.3f} s compute, {best / secs:.3f} s per s of audio; "
+              f"CPU time {best_cpu:.2f} s ({best_cpu / secs:.3f} CPU-s per s of audio)")
 
 
 if __name__ == "__main__":

@@ -32,9 +32,9 @@ struct ResUnit {
     adain2: AdaIn,
     conv1: Conv1d,
     conv2: Conv1d,
-    /// alpha and 1/alpha as `[c, 1]` columns.
-    alpha1: (Tensor, Tensor),
-    alpha2: (Tensor, Tensor),
+    /// alpha and 1/alpha of the Snakes.
+    alpha1: (Vec<f32>, Vec<f32>),
+    alpha2: (Vec<f32>, Vec<f32>),
 }
 
 pub struct AdaInResBlock1Styled<'a> {
@@ -42,17 +42,11 @@ pub struct AdaInResBlock1Styled<'a> {
     styles: Vec<(AdaInStyle, AdaInStyle)>,
 }
 
-fn snake(x: &Tensor, alpha: &(Tensor, Tensor)) -> Result<Tensor> {
-    // x + 1/alpha * sin(alpha x)^2
-    Ok((x + x.broadcast_mul(&alpha.0)?.sin()?.sqr()?.broadcast_mul(&alpha.1)?)?)
-}
-
 impl AdaInResBlock1 {
     pub fn load(w: &KokoroWeights, m: &str, k: usize, dilations: &[usize]) -> Result<Self> {
-        let alpha = |name: String| -> Result<(Tensor, Tensor)> {
-            let a = w.get(&name)?.squeeze(0)?; // [c, 1]
-            let inv = a.recip()?;
-            Ok((a, inv))
+        let alpha = |name: String| -> Result<(Vec<f32>, Vec<f32>)> {
+            let a = w.get(&name)?.flatten_all()?;
+            Ok((a.to_vec1()?, a.recip()?.to_vec1()?))
         };
         let units = dilations
             .iter()
@@ -83,15 +77,21 @@ impl AdaInResBlock1 {
 
 impl AdaInResBlock1Styled<'_> {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mut x = x.clone();
+        let (c, t) = x.dims2()?;
+        let mut xs = x.flatten_all()?.to_vec1::<f32>()?;
         for (u, (n1, n2)) in self.blk.units.iter().zip(&self.styles) {
-            let xt = snake(&n1.forward(&x)?, &u.alpha1)?;
-            let xt = u.conv1.forward(&xt)?;
-            let xt = snake(&n2.forward(&xt)?, &u.alpha2)?;
-            let xt = u.conv2.forward(&xt)?;
-            x = (xt + x)?;
+            let xt = n1.forward_snake(&xs, t, &u.alpha1.0, &u.alpha1.1);
+            let (xt, c1, t1) = u.conv1.forward_vec(xt, c, t)?;
+            let xt = n2.forward_snake(&xt, t1, &u.alpha2.0, &u.alpha2.1);
+            let (xt, c2, t2) = u.conv2.forward_vec(xt, c1, t1)?;
+            if (c2, t2) != (c, t) {
+                return Err(candle_core::Error::Msg(format!("resblock: [{c2}, {t2}] out of [{c}, {t}]")).into());
+            }
+            for (a, b) in xs.iter_mut().zip(&xt) {
+                *a += b;
+            }
         }
-        Ok(x)
+        Ok(Tensor::from_vec(xs, (c, t), x.device())?)
     }
 }
 

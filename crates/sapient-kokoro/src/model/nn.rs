@@ -27,13 +27,19 @@ impl Linear {
     }
 }
 
-/// `nn.Conv1d` (weight norm already folded).
+/// `nn.Conv1d` (weight norm already folded). Stride-1 convolutions on the CPU run as one
+/// GEMM per kernel tap accumulated into the output (`y += W_k x[:, k d ..]`), with no
+/// im2col buffer (the generator's 11-tap convolutions over 12,000 frames a second would
+/// need 67 MB each); the others go through candle.
 pub struct Conv1d {
     w: Tensor,
     b: Option<Tensor>,
     stride: usize,
     pad: usize,
     dilation: usize,
+    /// `[k][out][in]` for the tap GEMMs.
+    taps: Vec<f32>,
+    bias: Vec<f32>,
 }
 
 impl Conv1d {
@@ -44,18 +50,102 @@ impl Conv1d {
         } else {
             None
         };
+        let (taps, bias) = if stride == 1 && weight.device().is_cpu() {
+            (
+                weight.permute((2, 0, 1))?.contiguous()?.flatten_all()?.to_vec1()?,
+                match &b {
+                    Some(b) => b.flatten_all()?.to_vec1()?,
+                    None => vec![0.0; weight.dims()[0]],
+                },
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
         Ok(Self {
             w: weight,
             b,
             stride,
             pad,
             dilation,
+            taps,
+            bias,
         })
+    }
+
+    fn forward_taps(&self, x: &Tensor) -> Result<Tensor> {
+        let (c, t) = x.dims2()?;
+        let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        let (y, cout, tout) = self.forward_vec(xs, c, t)?;
+        Ok(Tensor::from_vec(y, (cout, tout), x.device())?)
+    }
+
+    /// Stride-1 CPU convolution on a plain `[c, t]` buffer: (`[out, t']`, out, t').
+    pub fn forward_vec(&self, xs: Vec<f32>, c: usize, t: usize) -> Result<(Vec<f32>, usize, usize)> {
+        let (cout, cin, k) = self.w.dims3()?;
+        if self.taps.is_empty() {
+            let dev = self.w.device();
+            let y = self.forward(&Tensor::from_vec(xs, (c, t), dev)?)?;
+            let (co, to) = y.dims2()?;
+            return Ok((y.flatten_all()?.to_vec1()?, co, to));
+        }
+        if c != cin {
+            return Err(candle_core::Error::Msg(format!("conv1d: {c} input channels, weight takes {cin}")).into());
+        }
+        let tp = t + 2 * self.pad;
+        let span = self.dilation * (k - 1);
+        if tp <= span {
+            return Err(candle_core::Error::Msg(format!("conv1d: input of {t} frames is shorter than the kernel")).into());
+        }
+        let tout = tp - span;
+        let xp: Vec<f32> = if self.pad == 0 {
+            xs
+        } else {
+            let mut v = vec![0f32; cin * tp];
+            for (dst, src) in v.chunks_exact_mut(tp).zip(xs.chunks_exact(t)) {
+                dst[self.pad..self.pad + t].copy_from_slice(src);
+            }
+            v
+        };
+        let mut y = vec![0f32; cout * tout];
+        for (row, &b) in y.chunks_exact_mut(tout).zip(&self.bias) {
+            row.fill(b);
+        }
+        for kk in 0..k {
+            // SAFETY: W_k is [cout, cin] contiguous at kk * cout * cin; x shifted by kk * d is
+            // [cin, tout] with row stride tp inside xp; y is [cout, tout].
+            unsafe {
+                gemm::gemm(
+                    cout,
+                    tout,
+                    cin,
+                    y.as_mut_ptr(),
+                    1,
+                    tout as isize,
+                    true,
+                    self.taps.as_ptr().add(kk * cout * cin),
+                    1,
+                    cin as isize,
+                    xp.as_ptr().add(kk * self.dilation),
+                    1,
+                    tp as isize,
+                    1.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    gemm::Parallelism::Rayon(0),
+                );
+            }
+        }
+        Ok((y, cout, tout))
     }
 
 
     /// `x`: `[in, t]` -> `[out, t']`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if !self.taps.is_empty() {
+            return self.forward_taps(x);
+        }
         let y = x
             .unsqueeze(0)?
             .conv1d(&self.w, self.pad, self.stride, self.dilation, 1)?
@@ -166,10 +256,12 @@ pub struct AdaIn {
     fc: Linear,
 }
 
-/// `(1 + gamma)` and `beta` as `[c, 1]` columns.
+/// `(1 + gamma)` and `beta` as `[c, 1]` columns (and as plain vectors).
 pub struct AdaInStyle {
     scale: Tensor,
     beta: Tensor,
+    scale_v: Vec<f32>,
+    beta_v: Vec<f32>,
 }
 
 impl AdaIn {
@@ -183,9 +275,13 @@ impl AdaIn {
     pub fn prepare(&self, s: &Tensor) -> Result<AdaInStyle> {
         let h = self.fc.forward(s)?.squeeze(0)?;
         let c = h.dims1()? / 2;
+        let scale = (h.narrow(0, 0, c)? + 1.0)?;
+        let beta = h.narrow(0, c, c)?;
         Ok(AdaInStyle {
-            scale: (h.narrow(0, 0, c)? + 1.0)?.unsqueeze(1)?,
-            beta: h.narrow(0, c, c)?.unsqueeze(1)?,
+            scale_v: scale.to_vec1()?,
+            beta_v: beta.to_vec1()?,
+            scale: scale.unsqueeze(1)?,
+            beta: beta.unsqueeze(1)?,
         })
     }
 }
@@ -194,6 +290,28 @@ impl AdaInStyle {
     /// Instance norm over time (eps 1e-5) then the style affine: `x` `[c, t]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         Ok(layer_norm_plain(x, 1e-5)?.broadcast_mul(&self.scale)?.broadcast_add(&self.beta)?)
+    }
+
+    /// Instance norm + style affine + Snake (`y + 1/alpha sin(alpha y)^2`) in one pass per
+    /// channel over a plain `[c, t]` buffer, channels in parallel.
+    pub fn forward_snake(&self, x: &[f32], t: usize, alpha: &[f32], inv_alpha: &[f32]) -> Vec<f32> {
+        use rayon::prelude::*;
+        let mut out = vec![0f32; x.len()];
+        out.par_chunks_mut(t).zip(x.par_chunks(t)).enumerate().for_each(|(c, (o, xr))| {
+            let n = t as f64;
+            let mean = xr.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+            let var = xr.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n;
+            let inv = 1.0 / (var + 1e-5).sqrt();
+            let a = (self.scale_v[c] as f64 * inv) as f32;
+            let b = (f64::from(self.beta_v[c]) - mean * self.scale_v[c] as f64 * inv) as f32;
+            let (al, ia) = (alpha[c], inv_alpha[c]);
+            for (ov, &xv) in o.iter_mut().zip(xr) {
+                let y = xv * a + b;
+                let s = (al * y).sin();
+                *ov = y + ia * s * s;
+            }
+        });
+        out
     }
 
     /// The AdaLayerNorm form: layer norm over channels of `x` `[t, c]`, then the affine.
