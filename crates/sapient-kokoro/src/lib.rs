@@ -16,17 +16,26 @@
 //!   most [`MAX_PHONEMES`] = 510), `style` = `voice.style_for(ids.len())` (256 floats) and
 //!   speed in 0.25..=4, gives 24 kHz mono f32 samples (`model.sample_rate()`);
 //!   `model.forward(..)` also returns the durations and F0.
+//! - [`g2p`]: English text -> phonemes (misaki's lexicons and rules, a letter-to-sound
+//!   fallback), [`PhonemeVocab`] phonemes -> ids.
+//! - [`text`]: sentence splitting and the 510-phoneme limit.
+//! - [`tts`]: [`KokoroTts`], text -> speech whole or sentence by sentence ([`SpeechStream`]).
 
 pub mod config;
 mod error;
+pub mod g2p;
 pub mod model;
 pub mod onnx_import;
 pub mod params;
+pub mod text;
+pub mod tts;
 pub mod voices;
 pub mod weights;
 
 pub use config::KokoroConfig;
 pub use error::{Error, Result};
+pub use g2p::{G2p, PhonemeVocab};
 pub use model::{KModel, Synthesis, MAX_PHONEMES};
+pub use tts::{AudioChunk, KokoroTts, Speech, SpeechStream};
 pub use voices::{VoicePack, Voices};
 pub use weights::KokoroWeights;
