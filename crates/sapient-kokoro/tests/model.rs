@@ -3,7 +3,7 @@
 //! same phoneme ids, voice `jf_alpha` (row = number of phonemes), speed 1.
 //!
 //! - durations: ours (f32 weights) against onnxruntime's (int8 weights and activations),
-//!   rounded, token by token, and the raw values;
+//!   rounded, token by token, and the raw values; at speed 2 the raw durations halve;
 //! - audio: ours, with onnxruntime's durations (so both have the same length and alignment),
 //!   against onnxruntime's waveform, as the relative L2 error of log-mel spectrograms;
 //! - bad input: empty ids, ids outside the vocabulary, too many ids, a bad style or speed.
@@ -150,6 +150,16 @@ fn durations_and_audio_match_onnxruntime() -> Result<()> {
     );
     assert!(max_raw < 0.3, "raw durations differ by {max_raw}");
     assert!(max_step <= 1 && differ.len() * 5 <= r.durations.len(), "{differ:?}");
+
+    // speed divides the predicted durations before rounding
+    let fast = fx.model.forward(&r.ids, &style, 2.0, None)?;
+    for (a, b) in fast.raw_durations.iter().zip(&ours.raw_durations) {
+        assert!((a * 2.0 - b).abs() <= 1e-4 * b.abs().max(1.0), "{a} at speed 2 vs {b} at speed 1");
+    }
+    for (&d, &raw) in fast.durations.iter().zip(&fast.raw_durations) {
+        assert_eq!(d, (raw.round_ties_even() as u32).max(1));
+    }
+    assert_eq!(fast.audio.len(), 600 * fast.durations.iter().sum::<u32>() as usize);
 
     // audio with onnxruntime's durations
     let same = fx.model.forward(&r.ids, &style, r.speed, Some(&r.durations))?;
