@@ -452,6 +452,47 @@ pub fn convert_to_safetensors(model_bin: &Path, ct2_config: Option<&Path>, out_d
     Ok(n)
 }
 
+/// A CTranslate2 Whisper `model.bin` to a directory holding `model.gguf` (transformers
+/// tensor names; the encoder layers' and the decoder's matrices in `quant`, as
+/// [`crate::LoadOptions::quantized`] makes them at load, everything else f32) and
+/// `config.json`. [`crate::Transcriber::load`] reads such a directory (with a
+/// `tokenizer.json` beside) without quantizing anything at load. Returns the tensor count.
+pub fn convert_to_gguf(model_bin: &Path, ct2_config: Option<&Path>, out_dir: &Path, quant: candle_core::quantized::GgmlDType) -> Result<usize> {
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use sapient_tensor::gguf::TensorData;
+    let (cfg, tensors) = import(model_bin, ct2_config)?;
+    std::fs::create_dir_all(out_dir).map_err(|source| Error::Io {
+        path: out_dir.to_path_buf(),
+        source,
+    })?;
+    let n = tensors.len();
+    let mut w = sapient_tensor::GgufWriter::new();
+    w.set("general.architecture", sapient_tensor::Value::String("whisper".into()));
+    w.set("general.file_type", sapient_tensor::Value::String(format!("{quant:?}").to_lowercase()));
+    for (name, t) in tensors {
+        let t = t.to_dtype(DType::F32)?;
+        let dtype = crate::model::quantized_type(&name, t.dims(), Some(quant), Some(quant)).unwrap_or(GgmlDType::F32);
+        let q = QTensor::quantize(&t, dtype)?;
+        w.add_tensor(TensorData::from_qtensor(name, &q)?);
+    }
+    let json = serde_json::to_string_pretty(&cfg.to_hf_json(DType::F32)).map_err(|e| Error::Config {
+        path: out_dir.join("config.json"),
+        what: e.to_string(),
+    })?;
+    let cj = out_dir.join("config.json");
+    let tmp = out_dir.join(".config.json.tmp");
+    std::fs::write(&tmp, json).map_err(|source| Error::Io { path: tmp.clone(), source })?;
+    rename(&tmp, &cj)?;
+    let out = out_dir.join("model.gguf");
+    let tmp = out_dir.join(".model.gguf.tmp");
+    w.write(&tmp)?;
+    if let Ok(m) = std::fs::metadata(&cj) {
+        let _ = std::fs::set_permissions(&tmp, m.permissions());
+    }
+    rename(&tmp, &out)?;
+    Ok(n)
+}
+
 fn rename(from: &Path, to: &Path) -> Result<()> {
     std::fs::rename(from, to).map_err(|source| Error::Io {
         path: to.to_path_buf(),

@@ -67,15 +67,27 @@ pub struct QuantizeWeights<'a> {
 
 impl QuantizeWeights<'_> {
     fn wants(&self, name: &str, shape: &[usize]) -> Option<candle_core::quantized::GgmlDType> {
-        let dtype = if name.starts_with("model.decoder.") && !name.contains("embed_positions") {
-            self.decoder?
-        } else if name.starts_with("model.encoder.layers.") {
-            self.encoder?
-        } else {
-            return None;
-        };
-        (name.ends_with(".weight") && shape.len() == 2 && shape[1].is_multiple_of(dtype.block_size())).then_some(dtype)
+        quantized_type(name, shape, self.encoder, self.decoder)
     }
+}
+
+/// The type a tensor (transformers name, row-major shape) is quantized to with these encoder /
+/// decoder settings: the encoder layers' and the decoder's matrices (not the positions) whose
+/// rows fill whole blocks; `None` for what stays f32.
+pub fn quantized_type(
+    name: &str,
+    shape: &[usize],
+    encoder: Option<candle_core::quantized::GgmlDType>,
+    decoder: Option<candle_core::quantized::GgmlDType>,
+) -> Option<candle_core::quantized::GgmlDType> {
+    let dtype = if name.starts_with("model.decoder.") && !name.contains("embed_positions") {
+        decoder?
+    } else if name.starts_with("model.encoder.layers.") {
+        encoder?
+    } else {
+        return None;
+    };
+    (name.ends_with(".weight") && shape.len() == 2 && shape[1].is_multiple_of(dtype.block_size())).then_some(dtype)
 }
 
 impl WeightSource for QuantizeWeights<'_> {

@@ -130,8 +130,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 impl Transcriber {
     /// A preset (`whisper-tiny.en`, `whisper-base`), a directory (CTranslate2: `model.bin`,
-    /// `config.json`, `tokenizer.json`; or transformers: `*.safetensors`, `config.json`,
-    /// `tokenizer.json`) or a `model.bin` path, on the CPU.
+    /// `config.json`, `tokenizer.json`; or transformers: `*.safetensors` or one `model.gguf`
+    /// from `cargo xtask convert ct2-to-gguf`, `config.json`, `tokenizer.json`) or a
+    /// `model.bin` path, on the CPU.
     pub fn from_pretrained(reference: &str) -> Result<Self> {
         Self::load(reference, &Device::Cpu, &mut |_| {})
     }
@@ -146,14 +147,15 @@ impl Transcriber {
         if path.exists() {
             let dir = if path.is_dir() { path.to_path_buf() } else { path.parent().map(Path::to_path_buf).unwrap_or_default() };
             let tokenizer = dir.join("tokenizer.json");
-            if path.is_file() && path.extension().is_some_and(|e| e == "safetensors") || has_safetensors(&dir)? && !path.is_file() {
+            let weights_file = path.is_file() && path.extension().is_some_and(|e| e == "safetensors" || e == "gguf");
+            if weights_file || (has_ext(&dir, "safetensors")? || has_ext(&dir, "gguf")?) && !path.is_file() {
                 return Self::from_hf_dir_with(&dir, &tokenizer, device, load);
             }
             let bin = if path.is_file() { path.to_path_buf() } else { dir.join("model.bin") };
             if !bin.is_file() {
                 return Err(Error::Model {
                     reference: reference.to_string(),
-                    what: "no model.bin (CTranslate2) or *.safetensors (transformers) here".into(),
+                    what: "no model.bin (CTranslate2), *.safetensors or model.gguf (transformers names) here".into(),
                 });
             }
             let cfg = dir.join("config.json");
@@ -607,10 +609,10 @@ fn seek_of(time_offset: f64) -> usize {
     (time_offset * SAMPLE_RATE as f64 / HOP_LENGTH as f64).round() as usize
 }
 
-fn has_safetensors(dir: &Path) -> Result<bool> {
+fn has_ext(dir: &Path, ext: &str) -> Result<bool> {
     if !dir.is_dir() {
         return Ok(false);
     }
     let rd = std::fs::read_dir(dir).map_err(io(dir))?;
-    Ok(rd.filter_map(|e| e.ok()).any(|e| e.path().extension().is_some_and(|x| x == "safetensors")))
+    Ok(rd.filter_map(|e| e.ok()).any(|e| e.path().extension().is_some_and(|x| x == ext)))
 }

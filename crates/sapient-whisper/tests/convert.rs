@@ -178,3 +178,38 @@ fn non_speech_tokens_equal_the_models_suppress_list() -> Result<()> {
     assert_eq!((t.eot, t.sot, t.no_timestamps, t.timestamp_begin), (50256, 50257, 50362, 50363));
     Ok(())
 }
+
+#[test]
+fn q8_0_gguf_loads_to_the_same_model_as_quantizing_at_load() -> Result<()> {
+    // ct2 -> model.gguf (matrices Q8_0, the rest f32) + config.json; loaded from the
+    // directory, it transcribes as LoadOptions::quantized(Q8_0) on the model.bin does
+    let (bin, cfg, tok) = tiny();
+    let dir = tempfile::tempdir()?;
+    let n = ct2::convert_to_gguf(&bin, Some(&cfg), dir.path(), candle_core::quantized::GgmlDType::Q8_0)?;
+    std::fs::copy(&tok, dir.path().join("tokenizer.json"))?;
+    let gguf = sapient_tensor::GgufFile::open(dir.path().join("model.gguf"))?;
+    assert_eq!(gguf.tensors().len(), n);
+    let ty = |name: &str| gguf.tensor_info(name).map(|t| t.ggml_type);
+    assert_eq!(ty("model.encoder.layers.0.self_attn.q_proj.weight"), Some(sapient_tensor::GgmlType::Q8_0));
+    assert_eq!(ty("model.decoder.layers.3.fc2.weight"), Some(sapient_tensor::GgmlType::Q8_0));
+    assert_eq!(ty("model.decoder.embed_tokens.weight"), Some(sapient_tensor::GgmlType::Q8_0));
+    assert_eq!(ty("model.encoder.conv1.weight"), Some(sapient_tensor::GgmlType::F32));
+    assert_eq!(ty("model.decoder.embed_positions.weight"), Some(sapient_tensor::GgmlType::F32));
+    let size = std::fs::metadata(dir.path().join("model.gguf"))?.len();
+    let f32_size: u64 = gguf.tensors().iter().map(|t| 4 * t.shape.iter().product::<usize>() as u64).sum();
+    eprintln!("model.gguf {size} bytes, {f32_size} in f32");
+    // Q8_0 is 34 bytes per 32 values
+    assert!(size * 10 < f32_size * 3, "the Q8_0 file is not much smaller: {size} vs {f32_size} in f32");
+
+    let from_gguf = Transcriber::from_pretrained(dir.path().to_str().unwrap())?;
+    let q = sapient_whisper::LoadOptions::quantized(candle_core::quantized::GgmlDType::Q8_0);
+    let at_load = Transcriber::load_with("whisper-tiny.en", &Device::Cpu, q, &mut |_| {})?;
+    let audio = clip("0880");
+    let a = from_gguf.transcribe(&audio, &TranscribeOptions::default())?;
+    let b = at_load.transcribe(&audio, &TranscribeOptions::default())?;
+    assert_eq!(a.segments, b.segments);
+    // tiny.en hears "ill-disposed" as "old-sposed" in this clip (f32 too): 2 of 8 words
+    let (e, n) = wer_counts(&reference("0880"), &a.text);
+    assert!(e <= 2, "{}: {e}/{n}", a.text);
+    Ok(())
+}

@@ -10,6 +10,10 @@
 //!   transformers' layout (fused Q/K/V and cross K/V split, no key bias), `config.json` with
 //!   the alignment heads, suppressed tokens and language ids; `tokenizer.json` is copied.
 //!
+//! - `ct2-to-gguf MODEL OUT_DIR [--type q8_0]`: the same Whisper weights as `model.gguf`
+//!   with the encoder layers' and decoder's matrices quantized (the rest f32) and
+//!   `config.json`; `Transcriber::load` reads the directory without quantizing at load.
+//!
 //! - `kokoro-onnx-to-safetensors MODEL OUT_DIR [--dtype f32|f16|bf16] [--report FILE]`: the
 //!   Kokoro-82M int8 ONNX export (a path, a directory holding `kokoro-v1.0.int8.onnx`, or the
 //!   preset `kokoro-82m`) to `KModel`-named safetensors and Kokoro's `config.json` (with the
@@ -53,6 +57,14 @@ pub enum Cmd {
         #[arg(long, default_value = "f16")]
         dtype: String,
     },
+    /// CTranslate2 Whisper model.bin (path, directory or preset) to model.gguf (quantized
+    /// matrices) + config.json + tokenizer.json.
+    Ct2ToGguf {
+        input: String,
+        out_dir: PathBuf,
+        #[arg(long = "type", default_value = "q8_0")]
+        ty: String,
+    },
     /// Kokoro-82M int8 ONNX (path, directory or preset) to KModel-named safetensors + config.json.
     KokoroOnnxToSafetensors {
         input: String,
@@ -76,6 +88,7 @@ pub fn run(args: Args) -> Result<()> {
             println!("wrote {} ({n} tensors, {ty})", output.display());
         }
         Cmd::Ct2ToSafetensors { input, out_dir, dtype } => ct2_to_safetensors(&input, &out_dir, &dtype)?,
+        Cmd::Ct2ToGguf { input, out_dir, ty } => ct2_to_gguf(&input, &out_dir, &ty)?,
         Cmd::KokoroOnnxToSafetensors { input, out_dir, dtype, report } => {
             kokoro::onnx_to_safetensors(&input, &out_dir, &dtype, report.as_deref())?
         }
@@ -83,14 +96,9 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-fn ct2_to_safetensors(input: &str, out_dir: &std::path::Path, dtype: &str) -> Result<()> {
-    use anyhow::{bail, Context};
-    let dtype = match dtype {
-        "f16" => candle_core::DType::F16,
-        "f32" => candle_core::DType::F32,
-        "bf16" => candle_core::DType::BF16,
-        other => bail!("--dtype {other}: expected f16, f32 or bf16"),
-    };
+/// The CTranslate2 `model.bin` of a path, a directory or a preset, and its directory.
+fn ct2_input(input: &str) -> Result<(PathBuf, PathBuf)> {
+    use anyhow::Context;
     let path = std::path::Path::new(input);
     let (bin, dir) = if path.is_file() {
         (path.to_path_buf(), path.parent().map(|p| p.to_path_buf()).unwrap_or_default())
@@ -102,6 +110,36 @@ fn ct2_to_safetensors(input: &str, out_dir: &std::path::Path, dtype: &str) -> Re
             .with_context(|| format!("'{input}' is neither a file, a directory nor a preset"))?;
         (m.file("model")?.to_path_buf(), m.dir.clone())
     };
+    Ok((bin, dir))
+}
+
+fn ct2_to_gguf(input: &str, out_dir: &std::path::Path, ty: &str) -> Result<()> {
+    use anyhow::{bail, Context};
+    let quant = match ty {
+        "q8_0" => candle_core::quantized::GgmlDType::Q8_0,
+        other => bail!("--type {other}: expected q8_0"),
+    };
+    let (bin, dir) = ct2_input(input)?;
+    let config = dir.join("config.json");
+    let config = config.is_file().then_some(config);
+    let n = sapient_whisper::ct2::convert_to_gguf(&bin, config.as_deref(), out_dir, quant)
+        .with_context(|| format!("converting {}", bin.display()))?;
+    let tok = dir.join("tokenizer.json");
+    anyhow::ensure!(tok.is_file(), "no tokenizer.json beside {}", bin.display());
+    std::fs::copy(&tok, out_dir.join("tokenizer.json")).with_context(|| format!("copying {}", tok.display()))?;
+    println!("wrote model.gguf ({n} tensors, {ty}), config.json, tokenizer.json to {}", out_dir.display());
+    Ok(())
+}
+
+fn ct2_to_safetensors(input: &str, out_dir: &std::path::Path, dtype: &str) -> Result<()> {
+    use anyhow::{bail, Context};
+    let dtype = match dtype {
+        "f16" => candle_core::DType::F16,
+        "f32" => candle_core::DType::F32,
+        "bf16" => candle_core::DType::BF16,
+        other => bail!("--dtype {other}: expected f16, f32 or bf16"),
+    };
+    let (bin, dir) = ct2_input(input)?;
     let config = dir.join("config.json");
     let config = config.is_file().then_some(config);
     let n = sapient_whisper::ct2::convert_to_safetensors(&bin, config.as_deref(), out_dir, dtype)
