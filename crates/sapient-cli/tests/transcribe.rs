@@ -68,6 +68,33 @@ fn transcribe_stream_through_the_vad() {
 }
 
 #[test]
+fn stream_output_equals_file_output_at_another_rate() {
+    // the clip at 22.05 kHz (Float32 WAV): the stream is resampled chunk by chunk, the file
+    // mode resamples it whole; the windows mode gives the same json either way
+    let exe = env!("CARGO_BIN_EXE_sapient");
+    let a = sapient_audio::decode_file(clip()).expect("decode clip");
+    let up = sapient_audio::resample(&a.samples, a.sample_rate, 22_050).expect("resample");
+    let dir = tempfile::tempdir().unwrap();
+    let wav = dir.path().join("clip-22k.wav");
+    sapient_audio::write_wav(&wav, &up, 22_050, sapient_audio::WavFormat::Float32).expect("write wav");
+    let run = |extra: &[&str]| {
+        let out = Command::new(exe)
+            .args(["transcribe", "--beam", "1", "--format", "json"])
+            .args(extra)
+            .arg(&wav)
+            .output()
+            .expect("run sapient");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let file = run(&[]);
+    let stream = run(&["--stream"]);
+    assert_eq!(stream, file);
+    let j: serde_json::Value = serde_json::from_str(&file).expect("json");
+    assert_eq!(words(j["text"].as_str().unwrap_or("")), words("he might even have been made amiable himself"), "{file}");
+}
+
+#[test]
 fn transcribe_errors_are_reported() {
     let exe = env!("CARGO_BIN_EXE_sapient");
     let out = Command::new(exe).args(["transcribe", "--format", "doc"]).arg(clip()).output().unwrap();
