@@ -14,6 +14,7 @@ use std::ops::ControlFlow;
 
 #[cfg(feature = "microphone")]
 mod listen;
+mod speak;
 mod transcribe;
 
 #[derive(Parser)]
@@ -45,6 +46,8 @@ enum Cmd {
     Pull { names: Vec<String> },
     /// Speech to text with Whisper (text, srt, vtt or json).
     Transcribe(transcribe::TranscribeArgs),
+    /// Text to speech with Kokoro-82M (English; WAV out, --phonemes to print the phonemes).
+    Speak(speak::SpeakArgs),
     /// Live speech to text from a microphone (built with the `microphone` feature).
     #[cfg(feature = "microphone")]
     Listen(listen::ListenArgs),
@@ -261,6 +264,7 @@ fn main() -> Result<()> {
         }
         Cmd::Chat { opts } => chat(&opts)?,
         Cmd::Transcribe(args) => transcribe::run(args)?,
+        Cmd::Speak(args) => speak::run(args)?,
         #[cfg(feature = "microphone")]
         Cmd::Listen(args) => listen::run(args)?,
         Cmd::Models => {

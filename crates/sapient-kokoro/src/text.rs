@@ -6,7 +6,7 @@
 use crate::g2p::G2p;
 
 /// Titles and abbreviations whose final dot does not end a sentence.
-const ABBREVIATIONS: &[&str] = &[
+pub(crate) const ABBREVIATIONS: &[&str] = &[
     "mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "vs", "etc", "e.g", "i.e", "inc", "ltd", "co", "no", "fig",
     "approx", "dept", "est", "mt", "gen", "col", "lt", "sgt", "capt", "rev", "hon", "u.s", "u.k", "a.m", "p.m",
 ];

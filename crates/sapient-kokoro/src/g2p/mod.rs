@@ -303,7 +303,9 @@ fn punct_phonemes(c: char, open_quote: &mut bool) -> String {
 fn tokenize(text: &str) -> Vec<Token> {
     let mut out: Vec<Token> = Vec::new();
     let mut open_quote = false;
-    for chunk in text.split(' ').filter(|c| !c.is_empty()) {
+    let all: Vec<&str> = text.split(' ').filter(|c| !c.is_empty()).collect();
+    for (ci, chunk) in all.iter().enumerate() {
+        let last_chunk = ci + 1 == all.len();
         let start = out.len();
         let chars: Vec<char> = chunk.chars().collect();
         let (mut a, mut b) = (0usize, chars.len());
@@ -323,6 +325,14 @@ fn tokenize(text: &str) -> Vec<Token> {
             // keep the final dot of an abbreviation with dots inside ("U.S.")
             if chars[b - 1] == '.' && chars[a..b - 1].contains(&'.') && chars[a..b - 1].iter().all(|c| c.is_alphabetic() || *c == '.') {
                 break;
+            }
+            // "Dr." / "Mr." inside a sentence: the dot is not a pause
+            if chars[b - 1] == '.' && !last_chunk && trail.is_empty() {
+                let core: String = chars[a..b - 1].iter().collect::<String>().to_lowercase();
+                if crate::text::ABBREVIATIONS.contains(&core.as_str()) {
+                    b -= 1;
+                    continue;
+                }
             }
             trail.push(chars[b - 1]);
             b -= 1;
