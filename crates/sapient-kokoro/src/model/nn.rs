@@ -381,41 +381,56 @@ impl BiLstm {
         Ok(Self { dirs: d, hidden })
     }
 
-    /// `x`: `[t, in]` -> `[t, 2 hidden]` (forward then backward halves).
+    /// `x`: `[t, in]` -> `[t, 2 hidden]` (forward then backward halves); the two directions
+    /// run on two threads.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let t = x.dims2()?.0;
         let h = self.hidden;
+        let xw0 = x.matmul(&self.dirs[0].w_ih_t)?.broadcast_add(&self.dirs[0].bias)?.flatten_all()?.to_vec1::<f32>()?;
+        let xw1 = x.matmul(&self.dirs[1].w_ih_t)?.broadcast_add(&self.dirs[1].bias)?.flatten_all()?.to_vec1::<f32>()?;
+        let (fw, bw) = rayon::join(
+            || recur(&xw0, &self.dirs[0].w_hh_t, t, h, false),
+            || recur(&xw1, &self.dirs[1].w_hh_t, t, h, true),
+        );
         let mut out = vec![0f32; t * 2 * h];
-        for (di, d) in self.dirs.iter().enumerate() {
-            let xw = x.matmul(&d.w_ih_t)?.broadcast_add(&d.bias)?.flatten_all()?.to_vec1::<f32>()?;
-            let mut hs = vec![0f32; h];
-            let mut cs = vec![0f32; h];
-            let mut g = vec![0f32; 4 * h];
-            for step in 0..t {
-                let ti = if di == 0 { step } else { t - 1 - step };
-                g.copy_from_slice(&xw[ti * 4 * h..(ti + 1) * 4 * h]);
-                for (j, &hj) in hs.iter().enumerate() {
-                    if hj != 0.0 {
-                        let row = &d.w_hh_t[j * 4 * h..(j + 1) * 4 * h];
-                        for (gv, wv) in g.iter_mut().zip(row) {
-                            *gv += hj * wv;
-                        }
-                    }
-                }
-                let o = &mut out[ti * 2 * h + di * h..ti * 2 * h + di * h + h];
-                for k in 0..h {
-                    let i = sigmoid(g[k]);
-                    let f = sigmoid(g[h + k]);
-                    let gg = g[2 * h + k].tanh();
-                    let og = sigmoid(g[3 * h + k]);
-                    cs[k] = f * cs[k] + i * gg;
-                    hs[k] = og * cs[k].tanh();
-                    o[k] = hs[k];
-                }
-            }
+        for (i, row) in out.chunks_exact_mut(2 * h).enumerate() {
+            row[..h].copy_from_slice(&fw[i * h..(i + 1) * h]);
+            row[h..].copy_from_slice(&bw[i * h..(i + 1) * h]);
         }
         Ok(Tensor::from_vec(out, (t, 2 * h), x.device())?)
     }
+}
+
+/// One LSTM direction over precomputed input products `xw` (`[t, 4h]`, biases added):
+/// `[t, h]` hidden states, in time order.
+fn recur(xw: &[f32], w_hh_t: &[f32], t: usize, h: usize, reverse: bool) -> Vec<f32> {
+    let mut out = vec![0f32; t * h];
+    let mut hs = vec![0f32; h];
+    let mut cs = vec![0f32; h];
+    let mut g = vec![0f32; 4 * h];
+    for step in 0..t {
+        let ti = if reverse { t - 1 - step } else { step };
+        g.copy_from_slice(&xw[ti * 4 * h..(ti + 1) * 4 * h]);
+        for (j, &hj) in hs.iter().enumerate() {
+            if hj != 0.0 {
+                let row = &w_hh_t[j * 4 * h..(j + 1) * 4 * h];
+                for (gv, wv) in g.iter_mut().zip(row) {
+                    *gv += hj * wv;
+                }
+            }
+        }
+        let o = &mut out[ti * h..(ti + 1) * h];
+        for k in 0..h {
+            let i = sigmoid(g[k]);
+            let f = sigmoid(g[h + k]);
+            let gg = g[2 * h + k].tanh();
+            let og = sigmoid(g[3 * h + k]);
+            cs[k] = f * cs[k] + i * gg;
+            hs[k] = og * cs[k].tanh();
+            o[k] = hs[k];
+        }
+    }
+    out
 }
 
 #[inline]
