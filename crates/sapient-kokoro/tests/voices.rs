@@ -40,3 +40,30 @@ fn japanese_voices_load_select_and_blend() -> Result<()> {
     assert!(a.style_for(510).is_err());
     Ok(())
 }
+
+/// The same pack written as a `.npy` and as safetensors (by candle) loads to the same values,
+/// named after the file / the tensor.
+#[test]
+fn npy_and_safetensors_voice_files() -> Result<()> {
+    let v = voices()?;
+    let a = v.get("jf_alpha")?;
+    let rows: Vec<f32> = (0..a.rows()).flat_map(|r| a.style_for(r).unwrap().to_vec()).collect();
+    let t = candle_core::Tensor::from_vec(rows, (a.rows(), 1, a.dim()), &candle_core::Device::Cpu)?;
+    let dir = tempfile::tempdir()?;
+    let npy = dir.path().join("my_voice.npy");
+    t.write_npy(&npy)?;
+    let st = dir.path().join("voices.safetensors");
+    candle_core::safetensors::save(&std::collections::HashMap::from([("jf_alpha".to_string(), t.squeeze(1)?)]), &st)?;
+    let from_npy = Voices::load(&npy)?;
+    assert_eq!(from_npy.names(), ["my_voice"]);
+    let from_st = Voices::load(&st)?;
+    assert_eq!(from_st.names(), ["jf_alpha"]);
+    for n in [0, 27, 509] {
+        assert_eq!(from_npy.get("my_voice")?.style_for(n)?, a.style_for(n)?);
+        assert_eq!(from_st.get("jf_alpha")?.style_for(n)?, a.style_for(n)?);
+    }
+    let bad = dir.path().join("voices.txt");
+    std::fs::write(&bad, "x")?;
+    assert!(Voices::load(&bad).is_err());
+    Ok(())
+}
