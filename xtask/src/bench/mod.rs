@@ -7,6 +7,7 @@ mod audio;
 mod llm;
 mod sample;
 mod spec;
+mod tts;
 mod whisper;
 
 #[derive(clap::Args)]
@@ -26,6 +27,9 @@ pub enum Suite {
     Sample(sample::Args),
     /// Plain vs speculative vs prompt-lookup decoding (Qwen2.5-Coder 1.5B with the 0.5B draft).
     Spec(spec::Args),
+    /// Kokoro-82M real-time factor and time to first audio against onnxruntime on the same
+    /// int8 ONNX file, phoneme ids and styles.
+    Tts(tts::Args),
     /// Whisper real-time factor and WER against faster-whisper on the same CTranslate2 weights.
     Whisper(whisper::Args),
 }
@@ -36,6 +40,7 @@ pub fn run(args: Args) -> Result<()> {
         Suite::Llm(a) => llm::run(a),
         Suite::Sample(a) => sample::run(a),
         Suite::Spec(a) => spec::run(a),
+        Suite::Tts(a) => tts::run(a),
         Suite::Whisper(a) => whisper::run(a),
     }
 }
