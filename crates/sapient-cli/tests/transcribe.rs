@@ -70,7 +70,7 @@ fn transcribe_stream_through_the_vad() {
 #[test]
 fn stream_output_equals_file_output_at_another_rate() {
     // the clip at 22.05 kHz (Float32 WAV): the stream is resampled chunk by chunk, the file
-    // mode resamples it whole; the windows mode gives the same json either way
+    // mode resamples it whole; the windows mode gives the same json (words included)
     let exe = env!("CARGO_BIN_EXE_sapient");
     let a = sapient_audio::decode_file(clip()).expect("decode clip");
     let up = sapient_audio::resample(&a.samples, a.sample_rate, 22_050).expect("resample");
@@ -87,11 +87,12 @@ fn stream_output_equals_file_output_at_another_rate() {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let file = run(&[]);
-    let stream = run(&["--stream"]);
+    let file = run(&["--word-timestamps"]);
+    let stream = run(&["--stream", "--word-timestamps"]);
     assert_eq!(stream, file);
     let j: serde_json::Value = serde_json::from_str(&file).expect("json");
     assert_eq!(words(j["text"].as_str().unwrap_or("")), words("he might even have been made amiable himself"), "{file}");
+    assert!(j["segments"][0]["words"].as_array().is_some_and(|w| w.len() == 8), "{file}");
 }
 
 #[test]
