@@ -111,3 +111,30 @@ fn all_output_is_in_kokoro_vocabulary() {
     assert!(ids.len() > 150, "{ps}");
     assert_eq!(f.vocab.len(), 114);
 }
+
+#[test]
+fn arbitrary_text_never_panics_and_stays_in_the_vocabulary() {
+    let f = fixture();
+    // a fixed pseudo-random mix of letters, accented and foreign letters, digits, number
+    // punctuation, apostrophes, symbols, emoji and whitespace
+    let pool: Vec<char> = "aAbBeEiIoOsStTyYzZ éÉñßøœæÆ漢字ひらがなКирилл 0123456789 ,.'’‘-_/:;!?…—–\"“”()[]$£€%&+@#*~^|\\<>=`´ \n\t🙂"
+        .chars()
+        .collect();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..2000 {
+        let len = (next() % 40) as usize;
+        let text: String = (0..len).map(|_| pool[(next() % pool.len() as u64) as usize]).collect();
+        let ps = f.g2p.phonemize(&text);
+        let (_, skipped) = f.vocab.encode(&ps);
+        assert!(skipped.is_empty(), "{text:?} -> {ps:?}: {skipped:?}");
+        for chunk in sapient_kokoro::text::chunks(&f.g2p, &text, sapient_kokoro::MAX_PHONEMES) {
+            assert!(!chunk.phonemes.is_empty() && chunk.phonemes.chars().count() <= sapient_kokoro::MAX_PHONEMES);
+        }
+    }
+}
