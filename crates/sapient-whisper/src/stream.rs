@@ -286,6 +286,10 @@ impl<'a> StreamingTranscriber<'a> {
             StreamMode::VadStretches => self.transcribe_voiced(voiced)?,
         };
         let mut t = self.transcript;
+        if t.language.is_empty() && self.mode == StreamMode::Windows {
+            // nothing decoded (under one mel frame): "en", as the file mode says
+            t.language = "en".into();
+        }
         t.duration = self.samples_seen as f64 / self.rate as f64;
         let tokens: Vec<u32> = t.segments.iter().flat_map(|s| s.tokens.iter().copied()).collect();
         t.text = self.t.tokenizer.decode_text(&tokens)?;
