@@ -15,6 +15,12 @@ use super::lexicon::{is_vowel, Lexicon, PRIMARY, SECONDARY};
 
 /// A word's phonemes when the lexicons have none; `None` only when it has no letters.
 pub(crate) fn fallback(lex: &Lexicon, word: &str) -> Option<String> {
+    // an unknown word's possessive: the word, then the -s rule ("Kokoro's" -> ...z)
+    for apos in ["'s", "’s"] {
+        if let Some(stem) = word.strip_suffix(apos).filter(|s| !s.is_empty()) {
+            return fallback(lex, stem).and_then(|ps| Lexicon::suffix_s(&ps));
+        }
+    }
     let letters: String = word.chars().filter_map(base_letter).collect();
     if letters.is_empty() {
         return None;

@@ -273,7 +273,7 @@ impl Lexicon {
         }
     }
 
-    fn suffix_s(stem: &str) -> Option<String> {
+    pub(crate) fn suffix_s(stem: &str) -> Option<String> {
         let last = stem.chars().last()?;
         Some(if "ptkfθ".contains(last) {
             format!("{stem}s")
