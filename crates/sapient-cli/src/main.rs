@@ -18,7 +18,7 @@ mod speak;
 mod transcribe;
 
 #[derive(Parser)]
-#[command(name = "sapient", version, about = "On-device inference: chat with LLMs and transcribe speech from the command line")]
+#[command(name = "sapient", version, about = "On-device inference: chat with LLMs, transcribe speech and speak text from the command line")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
