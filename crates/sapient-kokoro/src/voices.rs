@@ -3,8 +3,10 @@
 //!
 //! - [`Voices::load`] reads a `.npz` (one `<name>.npy` per voice, stored uncompressed as
 //!   `numpy.savez` writes it: kokoro-onnx's `voices-v1.0.bin` and our `voices_ja.npz`), a
-//!   single `.npy` (the voice is named after the file stem) or a `.safetensors` file (one
-//!   tensor per voice).
+//!   single `.npy` (the voice is named after the file stem), a `.safetensors` file (one
+//!   tensor per voice) or a PyTorch `.pt`/`.pth` archive: a bare tensor as `torch.save(pack)`
+//!   writes hexgrad/Kokoro-82M's `voices/*.pt` (named after the file stem), or a dict of
+//!   named tensors.
 //! - [`Voices::get`] takes a voice name or a blend `"jf_alpha:0.6,jm_kumo:0.4"`: the weighted
 //!   sum of the packs with the weights **normalised to sum to 1** (`"a,b"` without weights is
 //!   the plain average, as kokoro's `KPipeline` does for `"a,b"`). An unknown name is an error
@@ -94,8 +96,57 @@ pub struct Voices {
     packs: BTreeMap<String, VoicePack>,
 }
 
+/// The tensors of a PyTorch archive (`torch.save`): a dict of named tensors (candle's reader),
+/// or one bare tensor, named after the file stem.
+fn read_pt(path: &Path) -> std::result::Result<Vec<(String, Tensor)>, String> {
+    use candle_core::pickle::{Object, Stack};
+    use std::io::Read;
+    let dict = candle_core::pickle::read_all(path).map_err(|e| e.to_string())?;
+    if !dict.is_empty() {
+        return Ok(dict);
+    }
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| e.to_string())?;
+    let pkl = zip
+        .file_names()
+        .filter_map(|n| n.ok().map(|n| n.into_owned()))
+        .find(|n| n.ends_with("data.pkl"))
+        .ok_or("no data.pkl in the archive")?;
+    let mut stack = Stack::empty();
+    {
+        let entry = zip.by_name(&pkl).map_err(|e| e.to_string())?;
+        stack.read_loop(&mut std::io::BufReader::new(entry)).map_err(|e| e.to_string())?;
+    }
+    let obj = stack.finalize().map_err(|e| e.to_string())?;
+    let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("voice").to_string();
+    let dir = PathBuf::from(pkl.strip_suffix(".pkl").unwrap_or(&pkl));
+    let info = obj
+        .into_tensor_info(Object::Unicode(name.clone()), &dir)
+        .map_err(|e| e.to_string())?
+        .ok_or("the archive holds neither a tensor nor a dict of tensors")?;
+    if !info.layout.is_contiguous() {
+        return Err(format!("the tensor is not contiguous ({:?})", info.layout));
+    }
+    let mut entry = zip.by_name(&info.path).map_err(|e| format!("{}: {e}", info.path))?;
+    let skip = (info.layout.start_offset() * info.dtype.size_in_bytes()) as u64;
+    std::io::copy(&mut entry.by_ref().take(skip), &mut std::io::sink()).map_err(|e| e.to_string())?;
+    let shape = info.layout.shape().clone();
+    let n = shape.elem_count();
+    let mut raw = vec![0u8; n * info.dtype.size_in_bytes()];
+    entry.read_exact(&mut raw).map_err(|e| format!("{} values of {:?} expected: {e}", n, info.dtype))?;
+    let values: Vec<f32> = match info.dtype {
+        DType::F32 => raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+        DType::F64 => raw.chunks_exact(8).map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32).collect(),
+        DType::F16 => raw.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        DType::BF16 => raw.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        other => return Err(format!("a {other:?} tensor; voices are floating point")),
+    };
+    let t = Tensor::from_vec(values, shape, &Device::Cpu).map_err(|e| e.to_string())?;
+    Ok(vec![(name, t)])
+}
+
 impl Voices {
-    /// Reads a `.npz`, `.npy` or `.safetensors` voice file (see the module docs).
+    /// Reads a `.npz`, `.npy`, `.safetensors` or `.pt` voice file (see the module docs).
     pub fn load(path: &Path) -> Result<Self> {
         let bad = |what: String| Error::Voice(format!("{}: {what}", path.display()));
         if !path.is_file() {
@@ -117,7 +168,8 @@ impl Voices {
                 .map_err(|e| bad(format!("not a readable safetensors file: {e}")))?
                 .into_iter()
                 .collect(),
-            _ => return Err(bad("unknown voice file type (expected .npz, .npy or .safetensors)".into())),
+            "pt" | "pth" => read_pt(path).map_err(|e| bad(format!("not a readable PyTorch archive: {e}")))?,
+            _ => return Err(bad("unknown voice file type (expected .npz, .npy, .safetensors or .pt)".into())),
         };
         let mut packs = BTreeMap::new();
         for (name, t) in named {

@@ -67,3 +67,31 @@ fn npy_and_safetensors_voice_files() -> Result<()> {
     assert!(Voices::load(&bad).is_err());
     Ok(())
 }
+
+/// PyTorch archives (`tests/data/pt_bare.pt`, `pt_dict.pt`, written by
+/// `scripts/kokoro/write_pt_voices.py` in torch.save's layout): a bare tensor is one voice named
+/// after the file, a dict gives its names; value `i` of a pack is `base + i / 8`. A truncated
+/// archive is an error that names the file.
+#[test]
+fn pytorch_voice_files() -> Result<()> {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let want = |base: f32, row: usize| -> Vec<f32> { (0..4).map(|k| base + (row * 4 + k) as f32 / 8.0).collect() };
+    let bare = Voices::load(&data.join("pt_bare.pt"))?;
+    assert_eq!(bare.names(), ["pt_bare"]);
+    let p = bare.get("pt_bare")?;
+    assert_eq!((p.rows(), p.dim()), (5, 4));
+    for r in 0..5 {
+        assert_eq!(p.style_for(r)?, want(0.0, r).as_slice());
+    }
+    let dict = Voices::load(&data.join("pt_dict.pt"))?;
+    assert_eq!(dict.names(), ["af_one", "am_two"]);
+    assert_eq!(dict.get("am_two")?.style_for(3)?, want(100.0, 3).as_slice());
+    assert_eq!(dict.get("af_one:1,am_two:1")?.style_for(2)?, want(50.0, 2).as_slice());
+    let dir = tempfile::tempdir()?;
+    let cut = dir.path().join("cut.pt");
+    let bytes = std::fs::read(data.join("pt_bare.pt"))?;
+    std::fs::write(&cut, &bytes[..bytes.len() / 2])?;
+    let e = Voices::load(&cut).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("cut.pt"), "{e}");
+    Ok(())
+}
