@@ -542,10 +542,15 @@ impl Transcriber {
     }
 
     fn decode_with_fallback(&self, cross: &crate::model::CrossKv, base: &DecodeOptions, opts: &TranscribeOptions) -> Result<DecodeResult> {
-        let mut last: Option<DecodeResult> = None;
-        for &t in &opts.temperatures {
+        // Every temperature's result, and whether its compression ratio passed.
+        let mut tried: Vec<(DecodeResult, bool)> = Vec::new();
+        for (i, &t) in opts.temperatures.iter().enumerate() {
             let mut o = base.clone();
             o.temperature = t;
+            // A generator of its own for each temperature: with one seed for all, every
+            // temperature drew the same uniforms, so the retries were not independent tries
+            // (faster-whisper's sampler runs on between them).
+            o.seed = base.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
             if t > 0.0 {
                 o.beam_size = None;
             } else {
@@ -553,9 +558,11 @@ impl Transcriber {
             }
             let r = decode_window(&self.model, &self.tokenizer, cross, &o)?;
             let mut fallback = false;
+            let mut compression_ok = true;
             if let Some(c) = opts.compression_ratio_threshold {
                 if r.compression_ratio > c {
                     fallback = true;
+                    compression_ok = false;
                 }
             }
             if let Some(l) = opts.logprob_threshold {
@@ -569,13 +576,32 @@ impl Transcriber {
                 }
             }
             tracing::debug!(temperature = t, avg_logprob = r.avg_logprob, compression = r.compression_ratio, fallback, "window decoded");
-            last = Some(r);
             if !fallback {
-                break;
+                return Ok(r);
             }
+            tried.push((r, compression_ok));
         }
-        last.ok_or_else(|| Error::Options("no temperature to decode with".into()))
+        pick_after_fallback(tried).ok_or_else(|| Error::Options("no temperature to decode with".into()))
     }
+}
+
+/// When every temperature failed, the result faster-whisper keeps: the best average log
+/// probability among those whose compression ratio passed (a looping text only when all
+/// loop), reported at the last temperature tried (which decides the prompt reset).
+fn pick_after_fallback(tried: Vec<(DecodeResult, bool)>) -> Option<DecodeResult> {
+    let last_t = tried.last().map(|(r, _)| r.temperature)?;
+    let any_ok = tried.iter().any(|(_, ok)| *ok);
+    let mut best: Option<DecodeResult> = None;
+    for (r, ok) in tried {
+        // `max` in Python keeps the first of equal values.
+        if (ok || !any_ok) && best.as_ref().is_none_or(|b| r.avg_logprob > b.avg_logprob) {
+            best = Some(r);
+        }
+    }
+    best.map(|mut r| {
+        r.temperature = last_t;
+        r
+    })
 }
 
 /// The state the long-form loop carries from one window to the next.
@@ -615,4 +641,31 @@ fn has_ext(dir: &Path, ext: &str) -> Result<bool> {
     }
     let rd = std::fs::read_dir(dir).map_err(io(dir))?;
     Ok(rd.filter_map(|e| e.ok()).any(|e| e.path().extension().is_some_and(|x| x == ext)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(t: f32, avg_logprob: f32, compression_ratio: f32) -> DecodeResult {
+        DecodeResult { tokens: vec![], text: format!("t={t}"), avg_logprob, no_speech_prob: 0.0, temperature: t, compression_ratio }
+    }
+
+    /// faster-whisper's choice when every temperature fails: the best average log probability
+    /// among the results whose compression ratio passed, else among all; at the last temperature.
+    #[test]
+    fn all_failed_keeps_the_best_non_repetitive_result() {
+        let tried = vec![
+            (result(0.0, -0.3, 3.1), false), // a loop with a good log probability
+            (result(0.2, -1.4, 1.6), true),
+            (result(0.4, -1.2, 1.7), true),
+            (result(0.6, -1.9, 1.5), true),
+        ];
+        let r = pick_after_fallback(tried).unwrap();
+        assert_eq!((r.text.as_str(), r.temperature), ("t=0.4", 0.6));
+        let loops = vec![(result(0.0, -0.5, 2.9), false), (result(0.2, -0.2, 2.6), false), (result(0.4, -0.9, 3.0), false)];
+        let r = pick_after_fallback(loops).unwrap();
+        assert_eq!((r.text.as_str(), r.temperature), ("t=0.2", 0.4));
+        assert!(pick_after_fallback(vec![]).is_none());
+    }
 }
