@@ -50,18 +50,23 @@ impl Lin {
         self.kernel.rows()
     }
 
+    /// Add the bias (if any) to every `out()`-wide row of `out`.
+    fn add_bias(&self, out: &mut [f32]) {
+        if let Some(b) = &self.bias {
+            for r in out.chunks_exact_mut(self.out()) {
+                for (o, b) in r.iter_mut().zip(b) {
+                    *o += b;
+                }
+            }
+        }
+    }
+
     /// `out = x @ W^T + b` for `n` rows.
     fn run(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
         let rows = self.kernel.rows();
         if n < dense_prefill_rows() {
             self.kernel.matmul(x, n, &mut out[..n * rows]);
-            if let Some(b) = &self.bias {
-                for r in out[..n * rows].chunks_exact_mut(rows) {
-                    for (o, b) in r.iter_mut().zip(b) {
-                        *o += b;
-                    }
-                }
-            }
+            self.add_bias(&mut out[..n * rows]);
         } else {
             // Prefill: the Linear's dense GEMM path (dequantized weight), bias included.
             let t = Tensor::from_slice(x, (n, self.kernel.cols()), &Device::Cpu)?;
@@ -90,13 +95,7 @@ fn run_group(lins: &[&Lin], x: &[f32], n: usize, outs: &mut [&mut [f32]]) -> Res
     }
     kernels::matmul_group(&mats[..k], x, n, &mut parts[..k]);
     for (l, o) in lins.iter().zip(parts.iter_mut()) {
-        if let Some(b) = &l.bias {
-            for r in o.chunks_exact_mut(l.out()) {
-                for (o, b) in r.iter_mut().zip(b) {
-                    *o += b;
-                }
-            }
-        }
+        l.add_bias(o);
     }
     Ok(())
 }

@@ -676,11 +676,7 @@ pub fn matmul_group(mats: &[&QMatrix], x: &[f32], m: usize, outs: &mut [&mut [f3
             mats[i].product_rows(&bytes[i], a, &ptrs[i], range);
         }
     };
-    if work < 64 * 1024 {
-        (0..first[n]).for_each(job);
-    } else {
-        pool::pool().run_chunks(first[n], &job);
-    }
+    run_chunks(first[n], work, &job);
 }
 
 /// Split `rows` weight rows into chunks and run `job` on each chunk's range: on the kernel
@@ -689,11 +685,16 @@ pub fn matmul_group(mats: &[&QMatrix], x: &[f32], m: usize, outs: &mut [&mut [f3
 fn for_row_chunks(rows: usize, m: usize, work: usize, job: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
     let chunk = chunk_len(rows, m);
     let chunks = rows.div_ceil(chunk);
-    let run = |c: usize| job(c * chunk..((c + 1) * chunk).min(rows));
+    run_chunks(chunks, work, &|c: usize| job(c * chunk..((c + 1) * chunk).min(rows)));
+}
+
+/// Run `job` on chunks `0..chunks`: on the kernel pool when the product (`work`
+/// multiply-adds) is large enough to pay for it, else inline.
+fn run_chunks(chunks: usize, work: usize, job: &(dyn Fn(usize) + Sync)) {
     if work < 64 * 1024 {
-        (0..chunks).for_each(run);
+        (0..chunks).for_each(job);
     } else {
-        pool::pool().run_chunks(chunks, &run);
+        pool::pool().run_chunks(chunks, job);
     }
 }
 
