@@ -38,18 +38,10 @@ fn words(s: &str) -> Vec<String> {
         .collect()
 }
 
-/// (word errors, reference words): Levenshtein distance over words.
+/// (word errors, reference words).
 fn wer(reference: &str, hypothesis: &str) -> (usize, usize) {
     let (r, h) = (words(reference), words(hypothesis));
-    let mut prev: Vec<usize> = (0..=h.len()).collect();
-    for (i, rw) in r.iter().enumerate() {
-        let mut cur = vec![i + 1; h.len() + 1];
-        for (j, hw) in h.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(rw != hw)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    (prev[h.len()], r.len())
+    (sapient_whisper::eval::word_errors(&r, &h), r.len())
 }
 
 #[test]

@@ -433,22 +433,7 @@ pub fn convert_to_safetensors(model_bin: &Path, ct2_config: Option<&Path>, out_d
         map.insert(name, t.to_dtype(dtype)?);
     }
     let n = map.len();
-    let json = serde_json::to_string_pretty(&cfg.to_hf_json(dtype)).map_err(|e| Error::Config {
-        path: out_dir.join("config.json"),
-        what: e.to_string(),
-    })?;
-    let cj = out_dir.join("config.json");
-    let tmp = out_dir.join(".config.json.tmp");
-    std::fs::write(&tmp, json).map_err(|source| Error::Io { path: tmp.clone(), source })?;
-    rename(&tmp, &cj)?;
-    let st = out_dir.join("model.safetensors");
-    let tmp = out_dir.join(".model.safetensors.tmp");
-    candle_core::safetensors::save(&map, &tmp)?;
-    // the weights get the permissions an ordinary file gets here (the umask's), as config.json
-    if let Ok(m) = std::fs::metadata(&cj) {
-        let _ = std::fs::set_permissions(&tmp, m.permissions());
-    }
-    rename(&tmp, &st)?;
+    write_converted(&cfg, dtype, out_dir, "model.safetensors", |tmp| Ok(candle_core::safetensors::save(&map, tmp)?))?;
     Ok(n)
 }
 
@@ -475,22 +460,30 @@ pub fn convert_to_gguf(model_bin: &Path, ct2_config: Option<&Path>, out_dir: &Pa
         let q = QTensor::quantize(&t, dtype)?;
         w.add_tensor(TensorData::from_qtensor(name, &q)?);
     }
-    let json = serde_json::to_string_pretty(&cfg.to_hf_json(DType::F32)).map_err(|e| Error::Config {
-        path: out_dir.join("config.json"),
+    write_converted(&cfg, DType::F32, out_dir, "model.gguf", |tmp| Ok(w.write(tmp)?))?;
+    Ok(n)
+}
+
+/// Write a converter's `config.json` (transformers names, `dtype`) and then its weights file
+/// `weights` in `out_dir`, each through a temporary file renamed into place; `write` writes
+/// the weights to the path it is given. The weights get the permissions an ordinary file
+/// gets here (the umask's), as config.json.
+fn write_converted(cfg: &WhisperConfig, dtype: DType, out_dir: &Path, weights: &str, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let cj = out_dir.join("config.json");
+    let json = serde_json::to_string_pretty(&cfg.to_hf_json(dtype)).map_err(|e| Error::Config {
+        path: cj.clone(),
         what: e.to_string(),
     })?;
-    let cj = out_dir.join("config.json");
     let tmp = out_dir.join(".config.json.tmp");
     std::fs::write(&tmp, json).map_err(|source| Error::Io { path: tmp.clone(), source })?;
     rename(&tmp, &cj)?;
-    let out = out_dir.join("model.gguf");
-    let tmp = out_dir.join(".model.gguf.tmp");
-    w.write(&tmp)?;
+    let out = out_dir.join(weights);
+    let tmp = out_dir.join(format!(".{weights}.tmp"));
+    write(&tmp)?;
     if let Ok(m) = std::fs::metadata(&cj) {
         let _ = std::fs::set_permissions(&tmp, m.permissions());
     }
-    rename(&tmp, &out)?;
-    Ok(n)
+    rename(&tmp, &out)
 }
 
 fn rename(from: &Path, to: &Path) -> Result<()> {

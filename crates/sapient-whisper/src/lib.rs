@@ -25,6 +25,7 @@
 pub mod config;
 pub mod ct2;
 pub mod decode;
+pub mod eval;
 mod cpu;
 mod error;
 pub mod model;

@@ -6,6 +6,7 @@
 //! (`--repeat`, default 2: about 55 s, two 30 s windows and a third partial one).
 
 use anyhow::{Context, Result};
+use sapient_whisper::eval::{normalize, wer_counts as wer};
 use sapient_whisper::{TranscribeOptions, Transcriber};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -38,30 +39,6 @@ pub struct Args {
     pub variants: Vec<String>,
     #[arg(long, default_value = "target/bench/whisper.json")]
     pub json: PathBuf,
-}
-
-fn normalize(s: &str) -> Vec<String> {
-    let cleaned: String = s.to_lowercase().chars().map(|c| if c.is_alphanumeric() || c == '\'' { c } else { ' ' }).collect();
-    cleaned
-        .split_whitespace()
-        .map(|w| w.trim_matches('\'').to_string())
-        .filter(|w| !w.is_empty())
-        .map(|w| if w == "mr" { "mister".into() } else { w })
-        .collect()
-}
-
-/// (word errors, reference words).
-fn wer(reference: &str, hypothesis: &str) -> (usize, usize) {
-    let (r, h) = (normalize(reference), normalize(hypothesis));
-    let mut prev: Vec<usize> = (0..=h.len()).collect();
-    for (i, rw) in r.iter().enumerate() {
-        let mut cur = vec![i + 1; h.len() + 1];
-        for (j, hw) in h.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(rw != hw)).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    (prev[h.len()], r.len())
 }
 
 pub fn run(a: Args) -> Result<()> {

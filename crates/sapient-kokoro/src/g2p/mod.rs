@@ -477,18 +477,7 @@ impl PhonemeVocab {
 
     /// From a `vocab.json` file (`{"vocab": {...}}` or a bare map).
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let bad = |e: serde_json::Error| Error::Config {
-            path: path.to_path_buf(),
-            what: format!("vocab.json: {e}"),
-        };
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(bad)?;
-        let map = v.get("vocab").cloned().unwrap_or(v);
-        let m: std::collections::BTreeMap<String, u32> = serde_json::from_value(map).map_err(bad)?;
-        Self::new(&m)
+        Self::new(&crate::model::read_vocab(path)?)
     }
 
     pub fn len(&self) -> usize {

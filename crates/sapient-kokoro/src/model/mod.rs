@@ -203,7 +203,8 @@ impl KModel {
     }
 }
 
-fn read_vocab(path: &Path) -> Result<std::collections::BTreeMap<String, u32>> {
+/// A `vocab.json` (symbol -> id), as the model config and the G2P's `PhonemeVocab` read it.
+pub(crate) fn read_vocab(path: &Path) -> Result<std::collections::BTreeMap<String, u32>> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,

@@ -36,39 +36,5 @@ pub fn reference(c: &str) -> String {
     line.replace(&key, "").replace("<s>", "").replace("</s>", "").trim().to_string()
 }
 
-/// Lowercase, punctuation removed (apostrophes inside words kept), split on whitespace;
-/// "mr" is written "mister" as the LibriVox transcripts do.
-pub fn normalize(s: &str) -> Vec<String> {
-    let cleaned: String = s
-        .to_lowercase()
-        .chars()
-        .map(|c| if c.is_alphanumeric() || c == '\'' { c } else { ' ' })
-        .collect();
-    cleaned
-        .split_whitespace()
-        .map(|w| w.trim_matches('\'').to_string())
-        .filter(|w| !w.is_empty())
-        .map(|w| if w == "mr" { "mister".to_string() } else { w })
-        .collect()
-}
-
-/// Word-level edit distance (substitutions + deletions + insertions).
-pub fn word_errors(reference: &[String], hypothesis: &[String]) -> usize {
-    let mut prev: Vec<usize> = (0..=hypothesis.len()).collect();
-    for (i, r) in reference.iter().enumerate() {
-        let mut cur = vec![i + 1; hypothesis.len() + 1];
-        for (j, h) in hypothesis.iter().enumerate() {
-            let sub = prev[j] + usize::from(r != h);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[hypothesis.len()]
-}
-
-/// (errors, reference words) of a hypothesis against a reference, both normalised.
-pub fn wer_counts(reference: &str, hypothesis: &str) -> (usize, usize) {
-    let r = normalize(reference);
-    let h = normalize(hypothesis);
-    (word_errors(&r, &h), r.len())
-}
+#[allow(unused_imports)] // each test binary uses some of them
+pub use sapient_whisper::eval::{normalize, wer_counts};
