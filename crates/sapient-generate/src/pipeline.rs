@@ -142,6 +142,8 @@ struct Inner {
     model: LlamaModel,
     /// Tokens whose keys/values are in the model's cache, in order.
     cached: Vec<u32>,
+    /// The newest logits, one buffer reused by every forward (no allocation per token).
+    logits: Vec<f32>,
 }
 
 /// A loaded language model with its tokenizer. Clone to share.
@@ -242,7 +244,7 @@ impl Pipeline {
             has_chat_template: tokenizer.chat_template().is_some(),
         };
         Ok(Self {
-            inner: Arc::new(Mutex::new(Inner { model, cached: Vec::new() })),
+            inner: Arc::new(Mutex::new(Inner { model, cached: Vec::new(), logits: Vec::new() })),
             tokenizer,
             info: Arc::new(info),
             token_index: Arc::default(),
@@ -381,14 +383,15 @@ impl Pipeline {
         // so this keeps the sampled logits independent of how the prompt was split (prefix
         // reuse, speculative decoding verify with the same kernels as plain decoding).
         let last = prompt.len() - 1;
-        let prefill = (|| -> sapient_llama::Result<candle_core::Tensor> {
+        let mut logits = std::mem::take(&mut inner.logits);
+        let prefill = (|| -> sapient_llama::Result<usize> {
             if last > common {
-                inner.model.forward(&prompt[common..last], Logits::Last)?;
+                inner.model.forward_into(&prompt[common..last], Logits::Last, &mut logits)?;
             }
-            inner.model.forward(&prompt[last..], Logits::Last)
+            inner.model.forward_into(&prompt[last..], Logits::Last, &mut logits)
         })();
-        let mut logits = match prefill {
-            Ok(l) => l,
+        match prefill {
+            Ok(_) => {}
             Err(e) => {
                 inner.model.clear_cache();
                 inner.cached.clear();
@@ -410,11 +413,12 @@ impl Pipeline {
             on_text(piece)
         };
         while generated.len() < cfg.max_tokens {
-            let mut l = logits.flatten_all()?.to_vec1::<f32>()?;
+            // The sampler may change the logits in place: the next forward overwrites them.
+            let l = &mut logits;
             let ts = Instant::now();
             let next = match matcher.as_mut() {
-                Some(m) => sampler.sample_constrained(&mut l, &history, m)?,
-                None => sampler.sample(&mut l, &history)?,
+                Some(m) => sampler.sample_constrained(l, &history, m)?,
+                None => sampler.sample(l, &history)?,
             };
             stats.sampling += ts.elapsed();
             if generated.is_empty() {
@@ -474,13 +478,14 @@ impl Pipeline {
                 finish = FinishReason::ContextFull;
                 break;
             }
-            logits = inner.model.forward(&feed, Logits::Last)?;
+            inner.model.forward_into(&feed, Logits::Last, &mut logits)?;
             inner.cached.extend_from_slice(&feed);
         }
         let rest = flush_tail(&mut detok, &mut stops, &mut finish)?;
         let _ = emit(&rest, &mut text);
         stats.generated_tokens = generated.len();
         stats.decode = t1.elapsed();
+        inner.logits = logits;
         Ok(Generation { text, tokens: generated, finish, stats })
     }
 }
@@ -643,7 +648,7 @@ impl Pipeline {
                 draft.model.truncate_cache(dc);
                 let r = generate(
                     &mut target.model,
-                    &mut DraftModel { model: &mut draft.model },
+                    &mut DraftModel::new(&mut draft.model),
                     &prompt,
                     &cfg.sampling,
                     spec,

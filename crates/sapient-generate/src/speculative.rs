@@ -19,21 +19,31 @@ use std::ops::ControlFlow;
 /// What speculative decoding needs from a model: feed tokens after what the cache holds and
 /// get logits for every fed position; roll the cache back.
 pub trait CausalLm {
-    fn forward_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>>;
-    fn forward_last(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        let mut all = self.forward_all(tokens)?;
-        all.pop().ok_or(crate::Error::EmptyPrompt)
+    /// Feed `tokens`; `out` receives the logits of every fed position, row after row
+    /// (`tokens.len()` rows of the vocabulary), reusing its allocation.
+    fn forward_all(&mut self, tokens: &[u32], out: &mut Vec<f32>) -> Result<()>;
+    /// Feed `tokens`; `out` receives the last position's logits.
+    fn forward_last(&mut self, tokens: &[u32], out: &mut Vec<f32>) -> Result<()> {
+        self.forward_all(tokens, out)?;
+        if tokens.is_empty() {
+            return Err(crate::Error::EmptyPrompt);
+        }
+        let vocab = out.len() / tokens.len();
+        out.drain(..(tokens.len() - 1) * vocab);
+        Ok(())
     }
     fn cache_len(&self) -> usize;
     fn truncate(&mut self, len: usize);
 }
 
 impl CausalLm for LlamaModel {
-    fn forward_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
-        Ok(self.forward(tokens, Logits::All)?.to_vec2::<f32>()?)
+    fn forward_all(&mut self, tokens: &[u32], out: &mut Vec<f32>) -> Result<()> {
+        self.forward_into(tokens, Logits::All, out)?;
+        Ok(())
     }
-    fn forward_last(&mut self, tokens: &[u32]) -> Result<Vec<f32>> {
-        Ok(self.forward(tokens, Logits::Last)?.flatten_all()?.to_vec1::<f32>()?)
+    fn forward_last(&mut self, tokens: &[u32], out: &mut Vec<f32>) -> Result<()> {
+        self.forward_into(tokens, Logits::Last, out)?;
+        Ok(())
     }
     fn cache_len(&self) -> usize {
         LlamaModel::cache_len(self)
@@ -59,44 +69,53 @@ pub trait Proposer {
 
 /// A smaller model sharing the target's vocabulary.
 pub struct DraftModel<'a, M: CausalLm> {
-    pub model: &'a mut M,
+    model: &'a mut M,
+    logits: Vec<f32>,
 }
+
+impl<'a, M: CausalLm> DraftModel<'a, M> {
+    pub fn new(model: &'a mut M) -> Self {
+        Self { model, logits: Vec::new() }
+    }
+}
+
+/// Most tokens the draft catches up on in one forward (a few rows take the same per-row
+/// kernels as single tokens; a longer stretch, i.e. the prompt, goes in as a prefill).
+const CATCH_UP_ROWS: usize = 8;
 
 impl<M: CausalLm> Proposer for DraftModel<'_, M> {
     fn propose(&mut self, seq: &[u32], k: usize, sampling: &SamplerConfig, rng: &mut StdRng) -> Result<Proposal> {
-        // Catch up on everything the draft has not seen (all but nothing: we feed the last token too).
+        // Catch up on everything the draft has not seen (we feed the last token too).
         let have = self.model.cache_len().min(seq.len().saturating_sub(1));
         self.model.truncate(have);
-        // Feed all but the last token as one batch and the last alone, as the Pipeline
-        // prefills the target: a long batch runs a dense GEMM whose rounding differs from
-        // the single-row kernels, and the draft should see what the target sees.
-        let last = seq.len().saturating_sub(1).max(have);
+        // After a fully accepted step that is two tokens (the last proposal and the bonus
+        // token): one forward. A prompt goes in as all but its last token and then that one
+        // alone, as the Pipeline prefills the target: a long batch runs a dense GEMM whose
+        // rounding differs from the single-row kernels, and the draft should see what the
+        // target sees.
+        let last = if seq.len() - have <= CATCH_UP_ROWS { have } else { seq.len().saturating_sub(1).max(have) };
         if last > have {
-            self.model.forward_last(&seq[have..last])?;
+            self.model.forward_last(&seq[have..last], &mut self.logits)?;
         }
-        let mut logits = self.model.forward_last(&seq[last..])?;
+        self.model.forward_last(&seq[last..], &mut self.logits)?;
         let mut hist = seq.to_vec();
         let mut tokens = Vec::with_capacity(k);
         let mut dists = Vec::with_capacity(k);
         for i in 0..k {
-            let mut l = logits;
-            apply_penalties(&mut l, &hist, sampling);
+            apply_penalties(&mut self.logits, &hist, sampling);
             let (tok, dist) = if sampling.is_greedy() {
-                (argmax(&l)?, Vec::new())
+                (argmax(&self.logits)?, Vec::new())
             } else {
-                let d = filtered_distribution(&l, sampling)?;
+                let d = filtered_distribution(&self.logits, sampling)?;
                 (draw(&d, rng), d)
             };
             tokens.push(tok);
             dists.push(dist);
             hist.push(tok);
             if i + 1 < k {
-                logits = self.model.forward_last(&[tok])?;
-            } else {
-                logits = Vec::new();
+                self.model.forward_last(&[tok], &mut self.logits)?;
             }
         }
-        let _ = logits;
         Ok(Proposal { tokens, dists: if sampling.is_greedy() { None } else { Some(dists) } })
     }
     fn accepted(&mut self, seq: &[u32]) {
@@ -234,8 +253,11 @@ pub fn generate<T: CausalLm, P: Proposer>(
     // Prefill all but the last prompt token; that one is fed with each step's proposals.
     let have = target.cache_len().min(prompt.len().saturating_sub(1));
     target.truncate(have);
+    // Logits of the verification forward and one row of them, both reused every step.
+    let mut rows = Vec::new();
+    let mut l = Vec::new();
     if prompt.len() - 1 > have {
-        target.forward_last(&prompt[have..prompt.len() - 1])?;
+        target.forward_last(&prompt[have..prompt.len() - 1], &mut rows)?;
         stats.target_forwards += 1;
     }
     let mut k = spec.k.max(1);
@@ -246,14 +268,16 @@ pub fn generate<T: CausalLm, P: Proposer>(
         let base = seq.len() - 1; // cache length before this step's feed
         let mut feed = vec![seq[seq.len() - 1]];
         feed.extend_from_slice(&proposal.tokens);
-        let rows = target.forward_all(&feed)?;
+        target.forward_all(&feed, &mut rows)?;
+        let vocab = rows.len() / feed.len();
         stats.target_forwards += 1;
         stats.proposed += proposal.tokens.len();
         let mut hist = seq.clone();
         let mut accepted = 0;
         let mut next: Option<u32> = None;
-        for (i, row) in rows.iter().enumerate() {
-            let mut l = row.clone();
+        for (i, row) in rows.chunks_exact(vocab).enumerate() {
+            l.clear();
+            l.extend_from_slice(row);
             apply_penalties(&mut l, &hist, sampling);
             let proposed = proposal.tokens.get(i).copied();
             if sampling.is_greedy() {

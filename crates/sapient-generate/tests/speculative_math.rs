@@ -21,10 +21,14 @@ impl TableLm {
 }
 
 impl CausalLm for TableLm {
-    fn forward_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+    fn forward_all(&mut self, tokens: &[u32], out: &mut Vec<f32>) -> Result<()> {
         self.forwards += 1;
         self.cache.extend_from_slice(tokens);
-        Ok(tokens.iter().map(|&t| self.table[t as usize].clone()).collect())
+        out.clear();
+        for &t in tokens {
+            out.extend_from_slice(&self.table[t as usize]);
+        }
+        Ok(())
     }
     fn cache_len(&self) -> usize {
         self.cache.len()
@@ -40,13 +44,14 @@ const Q: [&[f32]; 3] = [&[0.2, 0.5, 0.3], &[0.5, 0.4, 0.1], &[0.3, 0.3, 0.4]];
 fn plain_greedy(prompt: &[u32], n: usize) -> Vec<u32> {
     let mut m = TableLm::new(&P);
     let mut seq = prompt.to_vec();
-    let mut l = m.forward_last(prompt).unwrap();
+    let mut l = Vec::new();
+    m.forward_last(prompt, &mut l).unwrap();
     let mut out = vec![];
     for _ in 0..n {
         let t = sapient_sample::argmax(&l).unwrap();
         out.push(t);
         seq.push(t);
-        l = m.forward_last(&[t]).unwrap();
+        m.forward_last(&[t], &mut l).unwrap();
     }
     out
 }
@@ -60,7 +65,7 @@ fn greedy_output_equals_plain_greedy_and_uses_fewer_target_forwards() {
     let mut draft_model = TableLm::new(&P);
     let (out, stats) = generate(
         &mut target,
-        &mut DraftModel { model: &mut draft_model },
+        &mut DraftModel::new(&mut draft_model),
         &prompt,
         &SamplerConfig::greedy(),
         &SpecConfig { k: 4, adaptive: false, ..Default::default() },
@@ -75,7 +80,7 @@ fn greedy_output_equals_plain_greedy_and_uses_fewer_target_forwards() {
     // A poor draft still gives exactly the target's greedy output.
     let mut target = TableLm::new(&P);
     let mut bad = TableLm::new(&Q);
-    let (out, stats) = generate(&mut target, &mut DraftModel { model: &mut bad }, &prompt, &SamplerConfig::greedy(), &SpecConfig::default(), 12, &[], |_| ControlFlow::Continue(())).unwrap();
+    let (out, stats) = generate(&mut target, &mut DraftModel::new(&mut bad), &prompt, &SamplerConfig::greedy(), &SpecConfig::default(), 12, &[], |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(out, want);
     assert!(stats.acceptance_rate() < 1.0);
     // Prompt lookup too.
@@ -115,7 +120,7 @@ fn empirical(n_runs: u64, use_lookup: bool) -> HashMap<Vec<u32>, f64> {
             generate(&mut target, &mut PromptLookup::default(), &prompt, &sampling, &spec, 3, &[], |_| ControlFlow::Continue(())).unwrap()
         } else {
             let mut d = TableLm::new(&Q);
-            generate(&mut target, &mut DraftModel { model: &mut d }, &prompt, &sampling, &spec, 3, &[], |_| ControlFlow::Continue(())).unwrap()
+            generate(&mut target, &mut DraftModel::new(&mut d), &prompt, &sampling, &spec, 3, &[], |_| ControlFlow::Continue(())).unwrap()
         };
         *counts.entry(out).or_insert(0.0) += 1.0 / n_runs as f64;
     }

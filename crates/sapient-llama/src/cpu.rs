@@ -260,7 +260,8 @@ impl CpuModel {
         max_seq: usize,
         all_logits: bool,
         embed_fallback: &dyn Fn(&[u32]) -> Result<Vec<f32>>,
-    ) -> Result<Vec<f32>> {
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
         let n = tokens.len();
         self.ensure_capacity(start + n, max_seq);
         let (h, nh, nkv, hd) = (self.dims.hidden, self.dims.heads, self.dims.kv_heads, self.dims.head_dim);
@@ -297,11 +298,13 @@ impl CpuModel {
         // Final norm and logits.
         let (first, rows) = if all_logits { (0, n) } else { (n - 1, 1) };
         rms_norm(&b.x[first * h..(first + rows) * h], &self.norm, eps, &mut b.xn[..rows * h]);
-        let mut logits = vec![0f32; rows * self.dims.vocab];
-        let r = self.output.run(&b.xn[..rows * h], rows, &mut logits);
+        // The caller's buffer, reused call after call: a fresh vector of this size (0.6 MB a
+        // row for a 152k vocabulary) comes from new zeroed pages every time, which cost a
+        // decode step of Qwen2.5-1.5B 7% and a 5-row verification 18%.
+        logits.resize(rows * self.dims.vocab, 0.0);
+        let r = self.output.run(&b.xn[..rows * h], rows, logits);
         self.buf = b;
-        r?;
-        Ok(logits)
+        r
     }
 
     fn layers_forward(&mut self, b: &mut Bufs, n: usize, start: usize) -> Result<()> {

@@ -431,12 +431,52 @@ impl LlamaModel {
     /// Run `tokens` (the next positions after what the cache holds) and return logits as a
     /// `[n, vocab]` f32 tensor: n = 1 for [`Logits::Last`], the number of tokens for [`Logits::All`].
     pub fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Tensor> {
+        if self.cpu.is_some() {
+            let mut out = Vec::new();
+            let rows = self.forward_into(tokens, logits, &mut out)?;
+            return Ok(Tensor::from_vec(out, (rows, self.cfg.vocab_size), &Device::Cpu)?);
+        }
+        self.forward_tensor(tokens, logits)
+    }
+
+    /// [`forward`](Self::forward) into `out` (row-major, `rows x vocab`, resized as needed),
+    /// reusing its allocation: a decode loop that keeps one buffer allocates nothing per
+    /// token. Returns the number of rows.
+    pub fn forward_into(&mut self, tokens: &[u32], logits: Logits, out: &mut Vec<f32>) -> Result<usize> {
+        let rows = if logits == Logits::All { tokens.len() } else { 1 };
+        if self.cpu.is_none() {
+            let t = self.forward_tensor(tokens, logits)?;
+            out.clear();
+            out.extend_from_slice(&t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?);
+            return Ok(rows);
+        }
+        self.check_input(tokens)?;
+        let start = self.pos;
+        let Some(cpu) = &mut self.cpu else {
+            return Err(Error::Internal("the CPU path vanished"));
+        };
+        let embed = &self.embed;
+        let h = self.cfg.hidden_size;
+        let fallback = |t: &[u32]| -> Result<Vec<f32>> {
+            let ids = Tensor::new(t, &Device::Cpu)?;
+            let rows = embed.embedding(&ids)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            if rows.len() != t.len() * h {
+                return Err(Error::Internal("embedding rows have the wrong width"));
+            }
+            Ok(rows)
+        };
+        cpu.forward(tokens, start, self.max_seq_len, logits == Logits::All, &fallback, out)?;
+        self.pos = start + tokens.len();
+        Ok(rows)
+    }
+
+    /// Empty input, context overflow and out-of-range tokens, before anything runs.
+    fn check_input(&self, tokens: &[u32]) -> Result<()> {
         let seq = tokens.len();
         if seq == 0 {
             return Err(Error::EmptyInput);
         }
-        let start = self.pos;
-        let end = start + seq;
+        let end = self.pos + seq;
         if end > self.max_seq_len {
             return Err(Error::ContextOverflow {
                 needed: end,
@@ -449,23 +489,15 @@ impl LlamaModel {
                 vocab: self.cfg.vocab_size,
             });
         }
-        if let Some(cpu) = &mut self.cpu {
-            let embed = &self.embed;
-            let h = self.cfg.hidden_size;
-            let fallback = |t: &[u32]| -> Result<Vec<f32>> {
-                let ids = Tensor::new(t, &Device::Cpu)?;
-                let rows = embed.embedding(&ids)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-                if rows.len() != t.len() * h {
-                    return Err(Error::Internal("embedding rows have the wrong width"));
-                }
-                Ok(rows)
-            };
-            let all = logits == Logits::All;
-            let out = cpu.forward(tokens, start, self.max_seq_len, all, &fallback)?;
-            self.pos = end;
-            let rows = if all { seq } else { 1 };
-            return Ok(Tensor::from_vec(out, (rows, self.cfg.vocab_size), &Device::Cpu)?);
-        }
+        Ok(())
+    }
+
+    /// The candle path (GPU, dense dtypes).
+    fn forward_tensor(&mut self, tokens: &[u32], logits: Logits) -> Result<Tensor> {
+        self.check_input(tokens)?;
+        let seq = tokens.len();
+        let start = self.pos;
+        let end = start + seq;
         self.ensure_capacity(end)?;
         let ids = Tensor::new(tokens, &self.device)?;
         let mut x = match &self.embed_dense {
