@@ -129,11 +129,14 @@ pub fn run(a: Args) -> Result<()> {
         let mut pp = Vec::new();
         let mut tg = Vec::new();
         let mut ttft = Vec::new();
+        // One logits buffer for every step, as the Pipeline keeps.
+        let mut logits = Vec::new();
+        let argmax = |l: &[f32]| sapient_sample::argmax(l).map_err(anyhow::Error::from);
         for _ in 0..a.reps {
             m.clear_cache();
             let t = Instant::now();
-            let l = m.forward(&prompt, Logits::Last)?;
-            let _first = l.squeeze(0)?.argmax(0)?.to_scalar::<u32>()?;
+            m.forward_into(&prompt, Logits::Last, &mut logits)?;
+            let _first = argmax(&logits)?;
             let dt = t.elapsed().as_secs_f64();
             pp.push(a.pp as f64 / dt);
             ttft.push(dt);
@@ -141,8 +144,8 @@ pub fn run(a: Args) -> Result<()> {
             let mut tok = 1u32;
             let t = Instant::now();
             for _ in 0..a.tg {
-                let l = m.forward(&[tok], Logits::Last)?;
-                tok = l.squeeze(0)?.argmax(0)?.to_scalar::<u32>()?;
+                m.forward_into(&[tok], Logits::Last, &mut logits)?;
+                tok = argmax(&logits)?;
             }
             tg.push(a.tg as f64 / t.elapsed().as_secs_f64());
         }

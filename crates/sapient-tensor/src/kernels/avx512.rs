@@ -14,9 +14,10 @@
 //!
 //! Every output is computed by the same instructions in the same order whatever the number
 //! of rows, so batches are bit-identical to single rows (speculative decoding relies on it).
-//! For the 32-value formats and Q4_K the sums are also reduced in the AVX2 kernels' order,
-//! so results are bit-identical to theirs (the same model gives the same tokens with and
-//! without AVX-512); Q6_K folds its `-32` offset per sub-block and differs by rounding.
+//! For the 32-value formats the sums are also reduced in the AVX2 kernels' order, so results
+//! are bit-identical to theirs (the same model gives the same tokens with and without
+//! AVX-512); the k-quants reduce in their own order (fewer instructions per activation row)
+//! and differ from the AVX2 kernels by rounding.
 //!
 //! Safety: every function requires AVX-512 F/BW/VL/VNNI, FMA and F16C (checked once at run
 //! time by the dispatcher) and that `w` holds the row the activation length implies.
@@ -56,14 +57,14 @@ pub struct BlockK {
     pub qs: [i8; 256],
     /// Sums of each 16 values (Q6_K's offset correction).
     pub bsums: [i16; 16],
-    /// Sums of each 32 values (Q4_K's minimums).
-    pub bsum32: [i16; 8],
+    /// `-d * (sum of each 32 values)` (Q4_K's minimums, one product per sub-block).
+    pub mb: [f32; 8],
     pub d: f32,
 }
 
 impl Default for BlockK {
     fn default() -> Self {
-        Self { qs: [0; 256], bsums: [0; 16], bsum32: [0; 8], d: 0.0 }
+        Self { qs: [0; 256], bsums: [0; 16], mb: [0.0; 8], d: 0.0 }
     }
 }
 
@@ -106,7 +107,7 @@ pub fn blockk_from(blocks: &[BlockQ8K], out: &mut [BlockK]) {
         o.qs = b.qs;
         o.bsums = b.bsums;
         for k in 0..8 {
-            o.bsum32[k] = b.bsums[2 * k] + b.bsums[2 * k + 1];
+            o.mb[k] = -b.d * (b.bsums[2 * k] as i32 + b.bsums[2 * k + 1] as i32) as f32;
         }
         o.d = b.d;
     }
@@ -433,25 +434,26 @@ fn f16_bits(p: *const u8) -> f32 {
     half::f16::from_bits(unsafe { std::ptr::read_unaligned(p as *const u16) }).to_f32()
 }
 
-#[inline(always)]
-unsafe fn hsum128(v: __m128) -> f32 {
-    let m = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)))
-}
 
+/// Per superblock and activation row: four `vpmaddubsw` + `vpdpwssd` (64 values each) into
+/// sixteen i32 lanes, then one conversion and one fused multiply-add by `dw * d` into a
+/// 512-bit sum; the minimums take one fused multiply-add of eight floats (the weights'
+/// `dmin * min` by the activations' `-d * sum`, both made once). Reduced at the end.
 #[inline(always)]
 unsafe fn q4k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
     let m4 = _mm512_set1_epi8(0x0f);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut accm = [_mm_setzero_ps(); R];
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut accm = [_mm256_setzero_ps(); R];
     let p = w.as_ptr();
     for i in 0..acts[0].len() {
         let bw = p.add(i * 144);
-        let dw = f16_bits(bw);
-        let dmin = f16_bits(bw.add(2));
+        // [dw, dmin] from the two f16 at the block's start.
+        let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(bw) as i32));
+        let dwv = _mm512_broadcastss_ps(dd);
+        let dminv = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
         let ms = k4_scales_mins(bw.add(4));
         let msz = _mm512_castsi256_si512(ms);
-        let mins = _mm256_extracti128_si256::<1>(ms);
+        let wm = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256::<1>(ms))), dminv);
         let mut sumi = [_mm512_setzero_si512(); R];
         for j in 0..4 {
             let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
@@ -465,16 +467,13 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f3
         }
         for r in 0..R {
             let b = acts[r].get_unchecked(i);
-            // Lane k + 8 holds the odd sub-blocks' part of what the AVX2 kernel sums in lane k:
-            // fold them (exact in integers) and go on in its order, bit-identical to it.
-            let s8 = _mm256_add_epi32(_mm512_castsi512_si256(sumi[r]), _mm512_extracti64x4_epi64::<1>(sumi[r]));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * b.d), _mm256_cvtepi32_ps(s8), acc[r]);
-            let md = _mm_madd_epi16(mins, _mm_loadu_si128(b.bsum32.as_ptr() as *const __m128i));
-            accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin * -b.d), _mm_cvtepi32_ps(md), accm[r]);
+            let d = _mm512_mul_ps(dwv, _mm512_set1_ps(b.d));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r]), d, acc[r]);
+            accm[r] = _mm256_fmadd_ps(wm, _mm256_loadu_ps(b.mb.as_ptr()), accm[r]);
         }
     }
     for r in 0..R {
-        *out.get_unchecked_mut(r) = hsum8(acc[r]) + hsum128(accm[r]);
+        *out.get_unchecked_mut(r) = _mm512_reduce_add_ps(acc[r]) + hsum8(accm[r]);
     }
 }
 
