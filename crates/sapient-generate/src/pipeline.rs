@@ -646,9 +646,10 @@ impl Pipeline {
                 let draft = &mut *dguard;
                 let dc = common_prefix(&draft.cached, &prompt).min(prompt.len() - 1);
                 draft.model.truncate_cache(dc);
+                let eos_ids = self.tokenizer.eos_token_ids().to_vec();
                 let r = generate(
                     &mut target.model,
-                    &mut DraftModel::new(&mut draft.model),
+                    &mut DraftModel::new(&mut draft.model).with_vocab(spec.draft_vocab, &eos_ids),
                     &prompt,
                     &cfg.sampling,
                     spec,
@@ -656,6 +657,8 @@ impl Pipeline {
                     &eos,
                     &mut on_token,
                 );
+                // The draft pipeline answers plain requests with every logit again.
+                draft.model.restrict_logits(None)?;
                 let seq: Vec<u32> = prompt.iter().copied().chain(r.as_ref().map(|r| r.0.clone()).unwrap_or_default()).collect();
                 let keep = draft.model.cache_len().min(seq.len());
                 draft.cached = seq[..keep].to_vec();

@@ -34,6 +34,11 @@ pub trait CausalLm {
     }
     fn cache_len(&self) -> usize;
     fn truncate(&mut self, len: usize);
+    /// Compute logits only for ids below `first` and those in `extra` (the rest `-inf`), or
+    /// all with `None`; returns whether the model can. For draft models.
+    fn restrict_logits(&mut self, _keep: Option<(usize, &[u32])>) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 impl CausalLm for LlamaModel {
@@ -50,6 +55,9 @@ impl CausalLm for LlamaModel {
     }
     fn truncate(&mut self, len: usize) {
         self.truncate_cache(len)
+    }
+    fn restrict_logits(&mut self, keep: Option<(usize, &[u32])>) -> Result<bool> {
+        Ok(LlamaModel::restrict_logits(self, keep)?)
     }
 }
 
@@ -71,11 +79,48 @@ pub trait Proposer {
 pub struct DraftModel<'a, M: CausalLm> {
     model: &'a mut M,
     logits: Vec<f32>,
+    /// With [`with_vocab`](Self::with_vocab): ids below this, plus `extra`.
+    first: Option<usize>,
+    /// Sorted: the always-kept ids and every id at or above `first` seen in the sequence.
+    extra: Vec<u32>,
+    /// How much of the sequence `extra` has taken in; `None` until the model is restricted.
+    seen: Option<usize>,
 }
 
 impl<'a, M: CausalLm> DraftModel<'a, M> {
     pub fn new(model: &'a mut M) -> Self {
-        Self { model, logits: Vec::new() }
+        Self { model, logits: Vec::new(), first: None, extra: Vec::new(), seen: None }
+    }
+
+    /// Let the draft compute logits only for ids below `first`, `always` (end of sequence)
+    /// and every token of the prompt and the output so far (identifiers repeat; rare tokens
+    /// the draft could not propose once become proposable). See `SpecConfig::draft_vocab`.
+    pub fn with_vocab(mut self, first: Option<usize>, always: &[u32]) -> Self {
+        self.first = first;
+        self.extra = always.to_vec();
+        self.extra.sort_unstable();
+        self.extra.dedup();
+        self
+    }
+
+    /// Take in the sequence's new rare tokens and restrict the model to the vocabulary.
+    fn update_vocab(&mut self, seq: &[u32]) -> Result<()> {
+        let Some(first) = self.first else { return Ok(()) };
+        let from = self.seen.unwrap_or(0).min(seq.len());
+        let mut changed = self.seen.is_none();
+        for &t in &seq[from..] {
+            if t as usize >= first {
+                if let Err(i) = self.extra.binary_search(&t) {
+                    self.extra.insert(i, t);
+                    changed = true;
+                }
+            }
+        }
+        self.seen = Some(seq.len());
+        if changed && !self.model.restrict_logits(Some((first, &self.extra)))? {
+            self.first = None;
+        }
+        Ok(())
     }
 }
 
@@ -85,6 +130,7 @@ const CATCH_UP_ROWS: usize = 8;
 
 impl<M: CausalLm> Proposer for DraftModel<'_, M> {
     fn propose(&mut self, seq: &[u32], k: usize, sampling: &SamplerConfig, rng: &mut StdRng) -> Result<Proposal> {
+        self.update_vocab(seq)?;
         // Catch up on everything the draft has not seen (we feed the last token too).
         let have = self.model.cache_len().min(seq.len().saturating_sub(1));
         self.model.truncate(have);
@@ -203,11 +249,17 @@ pub struct SpecConfig {
     pub adaptive: bool,
     pub k_min: usize,
     pub k_max: usize,
+    /// A draft model computes logits only for token ids below this (and the end-of-sequence
+    /// tokens): the frequent ones in a byte-level BPE vocabulary. The target still verifies
+    /// every proposal against its full distribution, so the output is unchanged (identical
+    /// under greedy decoding, the target's distribution under sampling: the draft's `q` is
+    /// the distribution it actually drew from); only acceptance can change. `None`: all.
+    pub draft_vocab: Option<usize>,
 }
 
 impl Default for SpecConfig {
     fn default() -> Self {
-        Self { k: 4, adaptive: true, k_min: 1, k_max: 8 }
+        Self { k: 4, adaptive: true, k_min: 1, k_max: 8, draft_vocab: None }
     }
 }
 
@@ -217,6 +269,10 @@ pub struct SpecStats {
     pub proposed: usize,
     pub accepted: usize,
     pub generated: usize,
+    /// Time spent proposing (draft model forwards or n-gram lookup).
+    pub propose_time: std::time::Duration,
+    /// Time spent in the target's forwards (the prompt's prefill and the verifications).
+    pub verify_time: std::time::Duration,
 }
 
 impl SpecStats {
@@ -257,18 +313,24 @@ pub fn generate<T: CausalLm, P: Proposer>(
     let mut rows = Vec::new();
     let mut l = Vec::new();
     if prompt.len() - 1 > have {
+        let t = std::time::Instant::now();
         target.forward_last(&prompt[have..prompt.len() - 1], &mut rows)?;
+        stats.verify_time += t.elapsed();
         stats.target_forwards += 1;
     }
     let mut k = spec.k.max(1);
     'outer: while out.len() < max_tokens {
         // Propose k tokens (fewer near max_tokens: the verification adds one more).
         let want = k.min(max_tokens - out.len() - 1);
+        let t = std::time::Instant::now();
         let proposal = if want > 0 { proposer.propose(&seq, want, sampling, &mut rng)? } else { Proposal { tokens: vec![], dists: None } };
+        stats.propose_time += t.elapsed();
         let base = seq.len() - 1; // cache length before this step's feed
         let mut feed = vec![seq[seq.len() - 1]];
         feed.extend_from_slice(&proposal.tokens);
+        let t = std::time::Instant::now();
         target.forward_all(&feed, &mut rows)?;
+        stats.verify_time += t.elapsed();
         let vocab = rows.len() / feed.len();
         stats.target_forwards += 1;
         stats.proposed += proposal.tokens.len();

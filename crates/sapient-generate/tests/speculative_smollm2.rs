@@ -36,6 +36,18 @@ fn prompt_lookup_and_draft_model_match_plain_greedy() -> Result<()> {
     let (g3, _) = target.chat_speculative(&msgs, &cfg, &Drafter::Model(&draft), &SpecConfig::default(), |_| ControlFlow::Continue(()))?;
     assert_eq!(g3.tokens, plain.tokens);
     assert!(g3.stats.reused_prompt_tokens > 0);
+    // A draft restricted to the first 2000 token ids (and the rare ones the text brings):
+    // the output is still the target's own; proposals still get accepted.
+    target.reset_cache();
+    draft.reset_cache();
+    let small = SpecConfig { draft_vocab: Some(2000), ..Default::default() };
+    let (g5, s5) = target.chat_speculative(&msgs, &cfg, &Drafter::Model(&draft), &small, |_| ControlFlow::Continue(()))?;
+    assert_eq!(g5.tokens, plain.tokens);
+    assert!(s5.acceptance_rate() > 0.5, "{s5:?}");
+    assert!(plain.tokens.iter().any(|&t| t >= 2000), "the answer has a rare token, so the extra ids matter");
+    // The draft pipeline answers plain requests with every logit again.
+    draft.reset_cache();
+    assert_eq!(draft.chat(&msgs, &cfg)?.tokens, plain.tokens);
     // Max tokens and stop strings behave as in plain decoding.
     let (g4, _) = target.chat_speculative(&msgs, &GenerationConfig::default().max_tokens(7), &Drafter::PromptLookup { max_ngram: 3 }, &SpecConfig::default(), |_| ControlFlow::Continue(()))?;
     assert_eq!(g4.tokens, plain.tokens[..7]);

@@ -164,6 +164,17 @@ pub(crate) struct CpuModel {
     /// Positions the caches have room for.
     capacity: usize,
     buf: Bufs,
+    /// Logits for only some tokens (see [`CpuModel::restrict_output`]).
+    restricted: Option<Restricted>,
+}
+
+/// An output layer computing the logits of the first `head.rows()` tokens and of `extra`
+/// (the others are `-inf`).
+struct Restricted {
+    head: QMatrix,
+    extra_ids: Vec<usize>,
+    extra: Option<QMatrix>,
+    tmp: Vec<f32>,
 }
 
 #[derive(Default)]
@@ -210,7 +221,26 @@ impl CpuModel {
             sin,
             capacity: 0,
             buf: Bufs::default(),
+            restricted: None,
         }
+    }
+
+    /// Compute logits only for tokens `0..first` and `extra` (the rest come out `-inf`), or
+    /// for all again with `None`: a draft model for speculative decoding spends a third of its
+    /// time on a 152k-token output layer, most of whose tokens are rare.
+    pub(crate) fn restrict_output(&mut self, keep: Option<(usize, &[u32])>) -> Result<()> {
+        self.restricted = match keep {
+            Some((first, extra)) if first < self.output.out() => {
+                let k = &self.output.kernel;
+                let mut ids: Vec<usize> = extra.iter().map(|&t| t as usize).filter(|&t| t >= first && t < k.rows()).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                let extra = if ids.is_empty() { None } else { Some(k.gather_rows(&ids)?) };
+                Some(Restricted { head: k.head(first), extra_ids: ids, extra, tmp: Vec::new() })
+            }
+            _ => None,
+        };
+        Ok(())
     }
 
     fn ensure_capacity(&mut self, needed: usize, max: usize) {
@@ -302,7 +332,38 @@ impl CpuModel {
         // row for a 152k vocabulary) comes from new zeroed pages every time, which cost a
         // decode step of Qwen2.5-1.5B 7% and a 5-row verification 18%.
         logits.resize(rows * self.dims.vocab, 0.0);
-        let r = self.output.run(&b.xn[..rows * h], rows, logits);
+        let vocab = self.dims.vocab;
+        let r = match &mut self.restricted {
+            None => self.output.run(&b.xn[..rows * h], rows, logits),
+            Some(rs) => {
+                logits.fill(f32::NEG_INFINITY);
+                let x = &b.xn[..rows * h];
+                let n = rs.head.rows();
+                grow(&mut rs.tmp, rows * n);
+                rs.head.matmul(x, rows, &mut rs.tmp[..rows * n]);
+                for (dst, src) in logits.chunks_exact_mut(vocab).zip(rs.tmp.chunks_exact(n)) {
+                    dst[..n].copy_from_slice(src);
+                }
+                if let Some(e) = &rs.extra {
+                    let ne = e.rows();
+                    grow(&mut rs.tmp, rows * ne);
+                    e.matmul(x, rows, &mut rs.tmp[..rows * ne]);
+                    for (dst, src) in logits.chunks_exact_mut(vocab).zip(rs.tmp.chunks_exact(ne)) {
+                        for (&id, &v) in rs.extra_ids.iter().zip(src) {
+                            dst[id] = v;
+                        }
+                    }
+                }
+                if let Some(bias) = &self.output.bias {
+                    for dst in logits.chunks_exact_mut(vocab) {
+                        for (o, b) in dst.iter_mut().zip(bias) {
+                            *o += b;
+                        }
+                    }
+                }
+                Ok(())
+            }
+        };
         self.buf = b;
         r
     }

@@ -381,6 +381,21 @@ impl LlamaModel {
     pub fn clear_cache(&mut self) {
         self.pos = 0;
     }
+    /// Compute logits only for token ids `0..first` and the ids in `extra` (the others come
+    /// out as `-inf`, so arg-max and sampling never pick them), or for every token again with
+    /// `None`. For a draft model in speculative decoding: byte-level BPE vocabularies number
+    /// tokens roughly by merge order, so low ids are the frequent ones. Only the CPU path
+    /// restricts; returns whether it did.
+    pub fn restrict_logits(&mut self, keep: Option<(usize, &[u32])>) -> Result<bool> {
+        match &mut self.cpu {
+            Some(cpu) => {
+                cpu.restrict_output(keep)?;
+                Ok(keep.is_some())
+            }
+            None => Ok(false),
+        }
+    }
+
     /// Keep only the first `len` positions of the KV cache (prefix reuse, speculative rollback).
     pub fn truncate_cache(&mut self, len: usize) {
         self.pos = self.pos.min(len);

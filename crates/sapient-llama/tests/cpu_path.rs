@@ -120,3 +120,34 @@ fn batch_equals_one_at_a_time() -> Result<()> {
     Ok(())
 }
 
+
+/// A restricted output layer (speculative drafts) gives exactly the full layer's logits for
+/// the kept ids and `-inf` for the others, and lifting it brings every logit back.
+#[test]
+fn restricted_logits_equal_the_full_ones_where_kept() -> Result<()> {
+    let mut m = model()?;
+    let prompt: Vec<u32> = (0..12u32).map(|i| 100 + i * 37 % 4000).collect();
+    let (first, extra) = (3000usize, [40000u32, 2, 49151]);
+    let mut full = Vec::new();
+    let mut part = Vec::new();
+    m.forward_into(&prompt, Logits::All, &mut full)?;
+    m.clear_cache();
+    assert!(m.restrict_logits(Some((first, &extra)))?);
+    m.forward_into(&prompt, Logits::All, &mut part)?;
+    assert_eq!(full.len(), part.len());
+    let vocab = m.config().vocab_size;
+    for (r, (f, p)) in full.chunks_exact(vocab).zip(part.chunks_exact(vocab)).enumerate() {
+        for id in 0..vocab {
+            if id < first || extra.contains(&(id as u32)) {
+                assert_eq!(f[id].to_bits(), p[id].to_bits(), "row {r} id {id}");
+            } else {
+                assert_eq!(p[id], f32::NEG_INFINITY, "row {r} id {id}");
+            }
+        }
+    }
+    m.clear_cache();
+    assert!(!m.restrict_logits(None)?);
+    m.forward_into(&prompt, Logits::All, &mut part)?;
+    assert_eq!(full, part);
+    Ok(())
+}

@@ -22,6 +22,9 @@ pub struct Args {
     pub k: usize,
     #[arg(long, default_value_t = 8)]
     pub k_max: usize,
+    /// The draft computes logits only for token ids below this (and end of sequence).
+    #[arg(long)]
+    pub draft_vocab: Option<usize>,
     #[arg(long, default_value = "target/bench/spec.json")]
     pub json: PathBuf,
 }
@@ -37,9 +40,10 @@ pub fn run(a: Args) -> Result<()> {
     let target = Pipeline::load(&a.target, opts(), |_| {})?;
     let draft = Pipeline::load(&a.draft, opts(), |_| {})?;
     let cfg = GenerationConfig::default().max_tokens(a.max_tokens);
-    let spec = SpecConfig { k: a.k, k_max: a.k_max, ..Default::default() };
+    let spec = SpecConfig { k: a.k, k_max: a.k_max, draft_vocab: a.draft_vocab, ..Default::default() };
     let (mut t_plain, mut t_spec, mut t_lookup) = (0f64, 0f64, 0f64);
     let (mut n_tokens, mut proposed, mut accepted, mut fwd) = (0usize, 0usize, 0usize, 0usize);
+    let (mut t_draft, mut t_verify) = (0f64, 0f64);
     let (mut lk_prop, mut lk_acc) = (0usize, 0usize);
     let mut identical = true;
     for p in PROMPTS {
@@ -62,6 +66,8 @@ pub fn run(a: Args) -> Result<()> {
         proposed += st.proposed;
         accepted += st.accepted;
         fwd += st.target_forwards;
+        t_draft += st.propose_time.as_secs_f64();
+        t_verify += st.verify_time.as_secs_f64();
         lk_prop += lt.proposed;
         lk_acc += lt.accepted;
         println!("{p:?}: {} tokens; draft acceptance {:.0}%, lookup acceptance {:.0}%", plain.tokens.len(), 100.0 * st.acceptance_rate(), 100.0 * lt.acceptance_rate());
@@ -78,6 +84,13 @@ pub fn run(a: Args) -> Result<()> {
         t_plain / t_lookup,
         100.0 * lk_acc as f64 / lk_prop.max(1) as f64,
     );
+    println!(
+        "  speculative time: drafting {:.0}%, target forwards {:.0}% ({:.1} ms per target forward; plain decoding {:.1} ms per token)",
+        100.0 * t_draft / t_spec,
+        100.0 * t_verify / t_spec,
+        1e3 * t_verify / fwd.max(1) as f64,
+        1e3 * t_plain / n_tokens.max(1) as f64
+    );
     if let Some(parent) = a.json.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -88,7 +101,8 @@ pub fn run(a: Args) -> Result<()> {
             "plain_tok_s": tps(t_plain), "speculative_tok_s": tps(t_spec), "lookup_tok_s": tps(t_lookup),
             "draft_acceptance": accepted as f64 / proposed.max(1) as f64,
             "lookup_acceptance": lk_acc as f64 / lk_prop.max(1) as f64,
-            "identical": identical,
+            "identical": identical, "draft_vocab": a.draft_vocab,
+            "speculative_drafting_s": t_draft, "speculative_target_s": t_verify, "target_forwards": fwd,
         }))?,
     )?;
     anyhow::ensure!(identical, "speculative output differs from plain greedy decoding");

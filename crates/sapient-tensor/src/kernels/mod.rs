@@ -461,6 +461,33 @@ impl QMatrix {
         }
     }
 
+    /// The first `n` rows (at most all of them) as a matrix of their own, sharing the storage.
+    pub fn head(&self, n: usize) -> QMatrix {
+        QMatrix {
+            qtype: self.qtype,
+            rows: n.min(self.rows),
+            cols: self.cols,
+            storage: match &self.storage {
+                Storage::Candle(q) => Storage::Candle(q.clone()),
+                Storage::Bytes(b) => Storage::Bytes(b.clone()),
+            },
+        }
+    }
+
+    /// Rows `ids` (each `< rows()`) copied into a matrix of their own, in that order.
+    pub fn gather_rows(&self, ids: &[usize]) -> Result<QMatrix> {
+        let rb = self.row_bytes();
+        let mut out = Vec::with_capacity(ids.len() * rb);
+        self.with_bytes(|b| {
+            for &r in ids {
+                if let Some(row) = b.get(r * rb..(r + 1) * rb) {
+                    out.extend_from_slice(row);
+                }
+            }
+        });
+        QMatrix::from_bytes(self.qtype, ids.len(), self.cols, out)
+    }
+
     /// Dequantize row `r` into `out` (`cols` long).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         let rb = self.row_bytes();
