@@ -3,9 +3,10 @@
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use sapient_generate::speculative::SpecConfig;
 use sapient_generate::{
-    DeviceRequest, FinishReason, Generation, GenerationConfig, Grammar, Message, Pipeline, PipelineOptions, Progress,
-    SamplerConfig,
+    DeviceRequest, Drafter, FinishReason, Generation, GenerationConfig, Grammar, Message, Pipeline, PipelineOptions,
+    Progress, SamplerConfig,
 };
 use sapient_hub::Hub;
 use std::collections::HashMap;
@@ -34,6 +35,8 @@ enum Cmd {
         /// Complete the prompt as raw text instead of as a chat message.
         #[arg(long)]
         raw: bool,
+        #[command(flatten)]
+        spec: SpecOpts,
     },
     /// Interactive chat with history (type /reset to start over, /exit or Ctrl-D to quit).
     Chat {
@@ -104,6 +107,24 @@ struct GenOpts {
     /// Constrain the answer to be JSON (any value).
     #[arg(long)]
     json: bool,
+}
+
+/// Speculative decoding (`generate` only): the answer is the one plain decoding gives.
+#[derive(Args, Clone)]
+struct SpecOpts {
+    /// Draft model (preset id or file) sharing the model's vocabulary: it proposes tokens
+    /// that the model verifies several at a time.
+    #[arg(long, conflicts_with = "lookup")]
+    draft: Option<String>,
+    /// Draft-free speculation: propose continuations of n-grams already in the prompt/answer.
+    #[arg(long)]
+    lookup: bool,
+    /// Most tokens proposed per step (K adapts between 1 and this).
+    #[arg(long, default_value_t = 8)]
+    spec_k: usize,
+    /// The draft computes logits only for token ids below this (and end of sequence).
+    #[arg(long, requires = "draft")]
+    draft_vocab: Option<usize>,
 }
 
 impl GenOpts {
@@ -247,7 +268,40 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().cmd {
-        Cmd::Generate { prompt, opts, raw } => {
+        Cmd::Generate { prompt, opts, raw, spec } if spec.draft.is_some() || spec.lookup => {
+            let pipe = opts.load()?;
+            let cfg = opts.generation_config()?;
+            let draft = match &spec.draft {
+                Some(d) => Some(GenOpts { model: d.clone(), ..opts.clone() }.load()?),
+                None => None,
+            };
+            let drafter = match &draft {
+                Some(d) => Drafter::Model(d),
+                None => Drafter::PromptLookup { max_ngram: 3 },
+            };
+            let sc = SpecConfig { k: spec.spec_k.clamp(1, 4), k_max: spec.spec_k.max(1), draft_vocab: spec.draft_vocab, ..SpecConfig::default() };
+            let (g, st) = if raw || !pipe.info().has_chat_template {
+                pipe.generate_speculative(&prompt, &cfg, &drafter, &sc, stream_to_stdout)?
+            } else {
+                let mut msgs = messages_with_system(&opts.system);
+                msgs.push(Message::user(prompt));
+                pipe.chat_speculative(&msgs, &cfg, &drafter, &sc, stream_to_stdout)?
+            };
+            println!();
+            if opts.stats {
+                print_stats(&g);
+                eprintln!(
+                    "[speculative: {} of {} proposed tokens accepted ({:.0}%), {:.2} tokens per forward of the model, drafting {:.2}s, model forwards {:.2}s]",
+                    st.accepted,
+                    st.proposed,
+                    100.0 * st.acceptance_rate(),
+                    st.tokens_per_target_forward(),
+                    st.propose_time.as_secs_f64(),
+                    st.verify_time.as_secs_f64()
+                );
+            }
+        }
+        Cmd::Generate { prompt, opts, raw, spec: _ } => {
             let pipe = opts.load()?;
             let cfg = opts.generation_config()?;
             let g = if raw || !pipe.info().has_chat_template {
