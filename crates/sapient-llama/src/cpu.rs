@@ -228,7 +228,8 @@ impl CpuModel {
     /// Compute logits only for tokens `0..first` and `extra` (the rest come out `-inf`), or
     /// for all again with `None`: a draft model for speculative decoding spends a third of its
     /// time on a 152k-token output layer, most of whose tokens are rare.
-    pub(crate) fn restrict_output(&mut self, keep: Option<(usize, &[u32])>) -> Result<()> {
+    /// Returns whether the output is restricted now.
+    pub(crate) fn restrict_output(&mut self, keep: Option<(usize, &[u32])>) -> Result<bool> {
         self.restricted = match keep {
             Some((first, extra)) if first < self.output.out() => {
                 let k = &self.output.kernel;
@@ -240,7 +241,7 @@ impl CpuModel {
             }
             _ => None,
         };
-        Ok(())
+        Ok(self.restricted.is_some())
     }
 
     fn ensure_capacity(&mut self, needed: usize, max: usize) {

@@ -385,13 +385,11 @@ impl LlamaModel {
     /// out as `-inf`, so arg-max and sampling never pick them), or for every token again with
     /// `None`. For a draft model in speculative decoding: byte-level BPE vocabularies number
     /// tokens roughly by merge order, so low ids are the frequent ones. Only the CPU path
-    /// restricts; returns whether it did.
+    /// restricts; returns whether the logits are restricted now (not when `first` covers
+    /// the whole vocabulary).
     pub fn restrict_logits(&mut self, keep: Option<(usize, &[u32])>) -> Result<bool> {
         match &mut self.cpu {
-            Some(cpu) => {
-                cpu.restrict_output(keep)?;
-                Ok(keep.is_some())
-            }
+            Some(cpu) => cpu.restrict_output(keep),
             None => Ok(false),
         }
     }

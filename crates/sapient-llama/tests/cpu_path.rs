@@ -146,6 +146,7 @@ fn restricted_logits_equal_the_full_ones_where_kept() -> Result<()> {
         }
     }
     m.clear_cache();
+    assert!(!m.restrict_logits(Some((vocab, &[])))?, "a limit past the vocabulary restricts nothing");
     assert!(!m.restrict_logits(None)?);
     m.forward_into(&prompt, Logits::All, &mut part)?;
     assert_eq!(full, part);
