@@ -35,7 +35,7 @@ fn main() -> Result<()> {
         if n == 1 {
             base = sum / reps as f64;
         }
-        println!("n={n}: mean {:.1} ms, best {:.1} ms, {:.2}x one token", sum / reps as f64 * 1e3, best * 1e3, sum / reps as f64 / base);
+        println!("n={n}: mean {:.2} ms, best {:.2} ms, {:.2}x one token", sum / reps as f64 * 1e3, best * 1e3, sum / reps as f64 / base);
     }
     Ok(())
 }

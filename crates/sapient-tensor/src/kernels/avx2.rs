@@ -687,10 +687,45 @@ pub unsafe fn scores4_f16(qs: [&[f32]; 4], kc: &[u16], stride: usize, hd: usize,
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn scores1_f16(q: &[f32], kc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, scale: f32, out: *mut f32) {
+    let mut t = t0;
+    if hd % 16 == 0 {
+        // Four keys at a time: the query is loaded once for all four, and the four sums are
+        // reduced together in exactly `hsum_ps`'s order (so each score is bit-identical to
+        // `dot_f32_f16`'s: the same products, accumulators and additions).
+        let pq = q.as_ptr();
+        let sc = _mm_set1_ps(scale);
+        while t + 4 <= t1 {
+            let pk: [*const u16; 4] = std::array::from_fn(|k| kc.as_ptr().add((t + k) * stride));
+            let mut a0 = [_mm256_setzero_ps(); 4];
+            let mut a1 = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i < hd {
+                let q0 = _mm256_loadu_ps(pq.add(i));
+                let q1 = _mm256_loadu_ps(pq.add(i + 8));
+                for k in 0..4 {
+                    let y0 = _mm256_cvtph_ps(_mm_loadu_si128(pk[k].add(i) as *const __m128i));
+                    let y1 = _mm256_cvtph_ps(_mm_loadu_si128(pk[k].add(i + 8) as *const __m128i));
+                    a0[k] = _mm256_fmadd_ps(q0, y0, a0[k]);
+                    a1[k] = _mm256_fmadd_ps(q1, y1, a1[k]);
+                }
+                i += 16;
+            }
+            let h: [__m128; 4] = std::array::from_fn(|k| {
+                let v = _mm256_add_ps(a0[k], a1[k]);
+                _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
+            });
+            let u = _mm_add_ps(_mm_unpacklo_ps(h[0], h[1]), _mm_unpackhi_ps(h[0], h[1]));
+            let w = _mm_add_ps(_mm_unpacklo_ps(h[2], h[3]), _mm_unpackhi_ps(h[2], h[3]));
+            let sums = _mm_add_ps(_mm_movelh_ps(u, w), _mm_movehl_ps(w, u));
+            _mm_storeu_ps(out.add(t - t0), _mm_mul_ps(sums, sc));
+            t += 4;
+        }
+    }
     let mut v = [0f32; 1];
-    for t in t0..t1 {
+    while t < t1 {
         dots_f32_f16::<1>([q], kc.get_unchecked(t * stride..t * stride + hd), &mut v);
         *out.add(t - t0) = v[0] * scale;
+        t += 1;
     }
 }
 
@@ -698,8 +733,33 @@ pub unsafe fn scores1_f16(q: &[f32], kc: &[u16], stride: usize, hd: usize, t0: u
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn values1_f16(p: *const f32, inv: f32, vc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, y: *mut f32) {
-    for t in t0..t1 {
-        axpys_f16::<1>([*p.add(t - t0) * inv], vc.get_unchecked(t * stride..t * stride + hd), [y]);
+    if hd % 8 != 0 {
+        for t in t0..t1 {
+            axpys_f16::<1>([*p.add(t - t0) * inv], vc.get_unchecked(t * stride..t * stride + hd), [y]);
+        }
+        return;
+    }
+    // Up to 64 output values stay in registers over all the keys (the same fused
+    // multiply-adds per value and in the same order as `axpy_f16` calls, without the
+    // loads and stores of `y` at every key).
+    let mut d0 = 0;
+    while d0 < hd {
+        let nb = ((hd - d0) / 8).min(8);
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for (b, a) in acc.iter_mut().enumerate().take(nb) {
+            *a = _mm256_loadu_ps(y.add(d0 + 8 * b));
+        }
+        for t in t0..t1 {
+            let va = _mm256_set1_ps(*p.add(t - t0) * inv);
+            let px = vc.as_ptr().add(t * stride + d0);
+            for (b, a) in acc.iter_mut().enumerate().take(nb) {
+                *a = _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128(px.add(8 * b) as *const __m128i)), *a);
+            }
+        }
+        for (b, a) in acc.iter().enumerate().take(nb) {
+            _mm256_storeu_ps(y.add(d0 + 8 * b), *a);
+        }
+        d0 += 8 * nb;
     }
 }
 

@@ -377,6 +377,34 @@ fn four_row_attention_helpers_equal_single_rows() {
     }
 }
 
+/// The one-row span helpers of a decode step (keys four at a time, values kept in registers)
+/// give exactly what per-key `dot_f32_f16` / `axpy_f16` calls give, for head sizes that take
+/// the fast paths (64, 128, 96) and ones that do not (80, 37), and spans of every length mod 4.
+#[test]
+fn one_row_attention_spans_equal_per_key_calls() {
+    for hd in [64, 128, 96, 80, 37] {
+        let (stride, off, keys) = (3 * hd, hd, 23);
+        let q = data(hd, 50);
+        let mut cache = vec![0u16; keys * stride];
+        f32_to_f16(&data(keys * stride, 41), &mut cache);
+        for (t0, t1) in [(0, 23), (3, 10), (5, 6), (2, 2), (1, 20)] {
+            let mut sc = vec![0f32; t1 - t0];
+            scores1_f16(&q, &cache, stride, off, t0, t1, 0.125, &mut sc);
+            for t in t0..t1 {
+                let want = dot_f32_f16(&q, &cache[t * stride + off..t * stride + off + hd]) * 0.125;
+                assert_eq!(sc[t - t0].to_bits(), want.to_bits(), "score key {t}, hd={hd}, span {t0}..{t1}");
+            }
+            let mut single = data(hd, 60);
+            let mut span = single.clone();
+            for t in t0..t1 {
+                axpy_f16(sc[t - t0] * 0.3, &cache[t * stride + off..t * stride + off + hd], &mut single);
+            }
+            values1_f16(&sc, 0.3, &cache, stride, off, t0, t1, &mut span);
+            assert_eq!(single, span, "values hd={hd}, span {t0}..{t1}");
+        }
+    }
+}
+
 /// One dispatch over several matrices of the same input (q/k/v, gate/up) gives exactly the
 /// separate products, with formats that share an activation layout and ones that do not,
 /// for decode-sized and batch inputs, on the pool and inline.
