@@ -28,7 +28,7 @@ pub struct Args {
 }
 
 /// Resident memory now (after the model ran: weights, KV cache, scratch). The process-wide
-/// high-water mark would include the bandwidth probe's buffer, which runs last for that reason.
+/// high-water mark would include the bandwidth probe's buffer (freed after each probe).
 fn rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -132,6 +132,10 @@ pub fn run(a: Args) -> Result<()> {
         // One logits buffer for every step, as the Pipeline keeps.
         let mut logits = Vec::new();
         let argmax = |l: &[f32]| sapient_sample::argmax(l).map_err(anyhow::Error::from);
+        // The bandwidth probe right before and right after this model's runs: the memory
+        // bandwidth of a shared machine moves by a third within a minute, so the ceiling is
+        // taken from the probes next to the decode it is compared with.
+        let before = (bandwidth_gbs(true), bandwidth_gbs(false));
         for _ in 0..a.reps {
             m.clear_cache();
             let t = Instant::now();
@@ -151,6 +155,7 @@ pub fn run(a: Args) -> Result<()> {
         }
         let (pp, tg, ttft) = (median(pp), median(tg), median(ttft));
         let rss = rss_mb();
+        let after = (bandwidth_gbs(true), bandwidth_gbs(false));
         drop(m);
         println!(
             "{preset}: pp{} {pp:.1} tok/s | tg{} {tg:.1} tok/s | ttft({} tokens) {ttft:.3}s | load {load_s:.2}s | RSS {rss:.0} MB (file {:.0} MB)",
@@ -175,24 +180,28 @@ pub fn run(a: Args) -> Result<()> {
             entry["llamacpp_pp_tok_s"] = lpp.into();
             entry["llamacpp_tg_tok_s"] = ltg.into();
         }
-        measured.push((tg, size));
+        measured.push((tg, size, before, after));
         results.push(entry);
     }
-    let bw = bandwidth_gbs(true);
-    let plain = bandwidth_gbs(false);
-    println!("memory read bandwidth (all cores, best of 5 x 1 GiB): {bw:.1} GB/s with software prefetching, {plain:.1} GB/s plain");
-    for (entry, (tg, size)) in results.iter_mut().zip(measured) {
+    for (entry, (tg, size, before, after)) in results.iter_mut().zip(measured) {
+        let (bw, plain) = ((before.0 + after.0) / 2.0, (before.1 + after.1) / 2.0);
         let ceiling = bw * 1e9 / size;
         let plain_ceiling = plain * 1e9 / size;
         println!(
-            "  {}: decode at {:.0}% of the {ceiling:.0} tok/s ceiling (prefetching read), {:.0}% of {plain_ceiling:.0} (plain read)",
+            "  {}: memory read bandwidth (all cores, best of 5 x 1 GiB, mean of the probes before and after its runs) {bw:.1} GB/s with software prefetching ({:.1}, {:.1}), {plain:.1} GB/s plain ({:.1}, {:.1}): decode at {:.0}% of the {ceiling:.0} tok/s ceiling (prefetching read), {:.0}% of {plain_ceiling:.0} (plain read)",
             entry["preset"],
+            before.0,
+            after.0,
+            before.1,
+            after.1,
             100.0 * tg / ceiling,
             100.0 * tg / plain_ceiling
         );
         entry["bandwidth_gbs"] = bw.into();
+        entry["bandwidth_gbs_before_after"] = serde_json::json!([before.0, after.0]);
         entry["tg_ceiling_tok_s"] = ceiling.into();
         entry["plain_bandwidth_gbs"] = plain.into();
+        entry["plain_bandwidth_gbs_before_after"] = serde_json::json!([before.1, after.1]);
         entry["tg_plain_ceiling_tok_s"] = plain_ceiling.into();
     }
     if let Some(parent) = a.json.parent() {
