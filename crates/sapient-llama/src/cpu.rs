@@ -475,7 +475,9 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
                 let lens: [usize; G] = std::array::from_fn(|r| pos[r] + 1 - los[r]);
                 let stride = lens[rows - 1].max(lens[0]);
                 if s.len() < G * stride {
-                    s.resize(G * stride, 0.0);
+                    // Room for every position the cache holds: growing a key at a time would
+                    // reallocate now and then during decode.
+                    s.resize(G * stride.max(kc.len() / kv_out), 0.0);
                 }
                 let qh: [&[f32]; G] = std::array::from_fn(|r| {
                     let i = i0 + r.min(rows - 1);
