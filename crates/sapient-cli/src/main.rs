@@ -122,9 +122,10 @@ struct SpecOpts {
     /// Most tokens proposed per step (K adapts between 1 and this).
     #[arg(long, default_value_t = 8)]
     spec_k: usize,
-    /// The draft computes logits only for token ids below this (and end of sequence).
-    #[arg(long, requires = "draft")]
-    draft_vocab: Option<usize>,
+    /// The draft computes logits only for token ids below this, end of sequence and the
+    /// rarer ids already seen (0: every logit). The answer does not change.
+    #[arg(long, requires = "draft", default_value_t = sapient_generate::speculative::DEFAULT_DRAFT_VOCAB)]
+    draft_vocab: usize,
 }
 
 impl GenOpts {
@@ -279,7 +280,7 @@ fn main() -> Result<()> {
                 Some(d) => Drafter::Model(d),
                 None => Drafter::PromptLookup { max_ngram: 3 },
             };
-            let sc = SpecConfig { k: spec.spec_k.clamp(1, 4), k_max: spec.spec_k.max(1), draft_vocab: spec.draft_vocab, ..SpecConfig::default() };
+            let sc = SpecConfig { k: spec.spec_k.clamp(1, 4), k_max: spec.spec_k.max(1), draft_vocab: (spec.draft_vocab > 0).then_some(spec.draft_vocab), ..SpecConfig::default() };
             let (g, st) = if raw || !pipe.info().has_chat_template {
                 pipe.generate_speculative(&prompt, &cfg, &drafter, &sc, stream_to_stdout)?
             } else {

@@ -14,7 +14,7 @@ fn draft_and_lookup_print_the_plain_answer() {
     let plain = run(&["generate", PROMPT, "-n", "48"]);
     assert!(plain.status.success(), "{}", String::from_utf8_lossy(&plain.stderr));
     assert!(plain.stdout.len() > 20, "{}", String::from_utf8_lossy(&plain.stdout));
-    for extra in [&["--lookup"][..], &["--draft", "smollm2-135m-instruct", "--spec-k", "4"], &["--draft", "smollm2-135m-instruct", "--draft-vocab", "3000"]] {
+    for extra in [&["--lookup"][..], &["--draft", "smollm2-135m-instruct", "--spec-k", "4"], &["--draft", "smollm2-135m-instruct", "--draft-vocab", "3000"], &["--draft", "smollm2-135m-instruct", "--draft-vocab", "0"]] {
         let mut args = vec!["generate", PROMPT, "-n", "48", "--stats"];
         args.extend_from_slice(extra);
         let out = run(&args);

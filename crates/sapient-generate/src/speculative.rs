@@ -249,17 +249,23 @@ pub struct SpecConfig {
     pub adaptive: bool,
     pub k_min: usize,
     pub k_max: usize,
-    /// A draft model computes logits only for token ids below this (and the end-of-sequence
-    /// tokens): the frequent ones in a byte-level BPE vocabulary. The target still verifies
-    /// every proposal against its full distribution, so the output is unchanged (identical
-    /// under greedy decoding, the target's distribution under sampling: the draft's `q` is
-    /// the distribution it actually drew from); only acceptance can change. `None`: all.
+    /// A draft model computes logits only for token ids below this, the end-of-sequence
+    /// tokens and the rarer ids the prompt and output have shown: byte-level BPE vocabularies
+    /// number tokens roughly by merge order, so low ids are the frequent ones. The target
+    /// still verifies every proposal against its full distribution, so the output is
+    /// unchanged (identical under greedy decoding, the target's distribution under sampling:
+    /// the draft's `q` is the distribution it actually drew from); only acceptance and
+    /// speed change. Default 32768 (Qwen2.5 pair: +8.6% speculative tokens/s over 3
+    /// alternating runs, acceptance 90% -> 87%); `None`: every logit.
     pub draft_vocab: Option<usize>,
 }
 
+/// [`SpecConfig::draft_vocab`]'s default.
+pub const DEFAULT_DRAFT_VOCAB: usize = 32768;
+
 impl Default for SpecConfig {
     fn default() -> Self {
-        Self { k: 4, adaptive: true, k_min: 1, k_max: 8, draft_vocab: None }
+        Self { k: 4, adaptive: true, k_min: 1, k_max: 8, draft_vocab: Some(DEFAULT_DRAFT_VOCAB) }
     }
 }
 

@@ -12,11 +12,13 @@ struct TableLm {
     table: Vec<Vec<f32>>,
     cache: Vec<u32>,
     forwards: usize,
+    /// Logits kept: ids below `.0` and those in `.1` (the rest `-inf`), as a restricted draft.
+    keep: Option<(usize, Vec<u32>)>,
 }
 
 impl TableLm {
     fn new(probs: &[&[f32]]) -> Self {
-        Self { table: probs.iter().map(|r| r.iter().map(|p| p.ln()).collect()).collect(), cache: vec![], forwards: 0 }
+        Self { table: probs.iter().map(|r| r.iter().map(|p| p.ln()).collect()).collect(), cache: vec![], forwards: 0, keep: None }
     }
 }
 
@@ -26,9 +28,17 @@ impl CausalLm for TableLm {
         self.cache.extend_from_slice(tokens);
         out.clear();
         for &t in tokens {
-            out.extend_from_slice(&self.table[t as usize]);
+            let row = self.table[t as usize].iter().enumerate().map(|(id, &l)| match &self.keep {
+                Some((first, extra)) if id >= *first && !extra.contains(&(id as u32)) => f32::NEG_INFINITY,
+                _ => l,
+            });
+            out.extend(row);
         }
         Ok(())
+    }
+    fn restrict_logits(&mut self, keep: Option<(usize, &[u32])>) -> Result<bool> {
+        self.keep = keep.map(|(f, e)| (f, e.to_vec()));
+        Ok(self.keep.is_some())
     }
     fn cache_len(&self) -> usize {
         self.cache.len()
@@ -109,18 +119,37 @@ fn exact_target_probs(prompt_last: u32, n: usize) -> HashMap<Vec<u32>, f64> {
     m
 }
 
-fn empirical(n_runs: u64, use_lookup: bool) -> HashMap<Vec<u32>, f64> {
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Draft,
+    Lookup,
+    /// A draft whose logits cover only id 0 and the ids seen so far (id 2 is not in the
+    /// prompt, so it cannot be proposed until the target itself produces it).
+    RestrictedDraft,
+}
+
+fn empirical(n_runs: u64, mode: Mode) -> HashMap<Vec<u32>, f64> {
     let mut counts: HashMap<Vec<u32>, f64> = HashMap::new();
     for seed in 0..n_runs {
         let mut target = TableLm::new(&P);
         let sampling = SamplerConfig { temperature: 1.0, seed: Some(seed), ..Default::default() };
         let spec = SpecConfig { k: 3, adaptive: false, ..Default::default() };
-        let prompt = [2u32, 0, 1, 0];
-        let (out, _) = if use_lookup {
-            generate(&mut target, &mut PromptLookup::default(), &prompt, &sampling, &spec, 3, &[], |_| ControlFlow::Continue(())).unwrap()
-        } else {
-            let mut d = TableLm::new(&Q);
-            generate(&mut target, &mut DraftModel::new(&mut d), &prompt, &sampling, &spec, 3, &[], |_| ControlFlow::Continue(())).unwrap()
+        let (out, _) = match mode {
+            Mode::Lookup => {
+                let prompt = [2u32, 0, 1, 0];
+                generate(&mut target, &mut PromptLookup::default(), &prompt, &sampling, &spec, 3, &[], |_| ControlFlow::Continue(())).unwrap()
+            }
+            Mode::Draft => {
+                let prompt = [2u32, 0, 1, 0];
+                let mut d = TableLm::new(&Q);
+                generate(&mut target, &mut DraftModel::new(&mut d), &prompt, &sampling, &spec, 3, &[], |_| ControlFlow::Continue(())).unwrap()
+            }
+            Mode::RestrictedDraft => {
+                let prompt = [0u32, 1, 0];
+                let mut d = TableLm::new(&Q);
+                let mut proposer = DraftModel::new(&mut d).with_vocab(Some(1), &[]);
+                generate(&mut target, &mut proposer, &prompt, &sampling, &spec, 3, &[], |_| ControlFlow::Continue(())).unwrap()
+            }
         };
         *counts.entry(out).or_insert(0.0) += 1.0 / n_runs as f64;
     }
@@ -130,14 +159,14 @@ fn empirical(n_runs: u64, use_lookup: bool) -> HashMap<Vec<u32>, f64> {
 #[test]
 fn rejection_sampling_preserves_the_target_distribution() {
     let exact = exact_target_probs(0, 3);
-    for lookup in [false, true] {
+    for mode in [Mode::Draft, Mode::Lookup, Mode::RestrictedDraft] {
         let n = 30_000;
-        let emp = empirical(n, lookup);
+        let emp = empirical(n, mode);
         // Each of the 27 three-token sequences: |f - p| within 4.5 standard errors.
         for (s, &p) in &exact {
             let f = emp.get(s).copied().unwrap_or(0.0);
             let se = (p * (1.0 - p) / n as f64).sqrt();
-            assert!((f - p).abs() < 4.5 * se + 1e-4, "lookup={lookup} seq {s:?}: empirical {f:.4} vs exact {p:.4}");
+            assert!((f - p).abs() < 4.5 * se + 1e-4, "{mode:?} seq {s:?}: empirical {f:.4} vs exact {p:.4}");
         }
         assert!(emp.keys().all(|k| exact.contains_key(k)));
     }

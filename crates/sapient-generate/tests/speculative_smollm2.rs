@@ -28,7 +28,8 @@ fn prompt_lookup_and_draft_model_match_plain_greedy() -> Result<()> {
     // The same model as its own draft: everything is accepted.
     let draft = load()?;
     target.reset_cache();
-    let (g2, s2) = target.chat_speculative(&msgs, &cfg, &Drafter::Model(&draft), &SpecConfig::default(), |_| ControlFlow::Continue(()))?;
+    let full = SpecConfig { draft_vocab: None, ..Default::default() };
+    let (g2, s2) = target.chat_speculative(&msgs, &cfg, &Drafter::Model(&draft), &full, |_| ControlFlow::Continue(()))?;
     assert_eq!(g2.tokens, plain.tokens);
     assert!(s2.acceptance_rate() > 0.9, "{s2:?}");
     assert!(s2.tokens_per_target_forward() > 2.0, "{s2:?}");

@@ -22,9 +22,10 @@ pub struct Args {
     pub k: usize,
     #[arg(long, default_value_t = 8)]
     pub k_max: usize,
-    /// The draft computes logits only for token ids below this (and end of sequence).
-    #[arg(long)]
-    pub draft_vocab: Option<usize>,
+    /// The draft computes logits only for token ids below this, end of sequence and the
+    /// rarer ids already seen (0: every logit).
+    #[arg(long, default_value_t = sapient_generate::speculative::DEFAULT_DRAFT_VOCAB)]
+    pub draft_vocab: usize,
     #[arg(long, default_value = "target/bench/spec.json")]
     pub json: PathBuf,
 }
@@ -40,7 +41,7 @@ pub fn run(a: Args) -> Result<()> {
     let target = Pipeline::load(&a.target, opts(), |_| {})?;
     let draft = Pipeline::load(&a.draft, opts(), |_| {})?;
     let cfg = GenerationConfig::default().max_tokens(a.max_tokens);
-    let spec = SpecConfig { k: a.k, k_max: a.k_max, draft_vocab: a.draft_vocab, ..Default::default() };
+    let spec = SpecConfig { k: a.k, k_max: a.k_max, draft_vocab: (a.draft_vocab > 0).then_some(a.draft_vocab), ..Default::default() };
     let (mut t_plain, mut t_spec, mut t_lookup) = (0f64, 0f64, 0f64);
     let (mut n_tokens, mut proposed, mut accepted, mut fwd) = (0usize, 0usize, 0usize, 0usize);
     let (mut t_draft, mut t_verify) = (0f64, 0f64);
