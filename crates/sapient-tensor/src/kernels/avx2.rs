@@ -768,8 +768,31 @@ pub unsafe fn values1_f16(p: *const f32, inv: f32, vc: &[u16], stride: usize, hd
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn values4_f16(p: [*const f32; 4], inv: [f32; 4], vc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, ys: [*mut f32; 4]) {
-    for t in t0..t1 {
-        let a: [f32; 4] = std::array::from_fn(|r| *p[r].add(t - t0) * inv[r]);
-        axpys_f16::<4>(a, vc.get_unchecked(t * stride..t * stride + hd), ys);
+    if hd % 16 != 0 {
+        for t in t0..t1 {
+            let a: [f32; 4] = std::array::from_fn(|r| *p[r].add(t - t0) * inv[r]);
+            axpys_f16::<4>(a, vc.get_unchecked(t * stride..t * stride + hd), ys);
+        }
+        return;
+    }
+    // 16 output values of each of the four rows stay in registers over all the values (the
+    // same fused multiply-adds per output, in the same order of `t`, as `axpy_f16` calls,
+    // without loading and storing the outputs at every value).
+    for d0 in (0..hd).step_by(16) {
+        let mut acc: [[__m256; 2]; 4] = std::array::from_fn(|r| [_mm256_loadu_ps(ys[r].add(d0)), _mm256_loadu_ps(ys[r].add(d0 + 8))]);
+        for t in t0..t1 {
+            let px = vc.as_ptr().add(t * stride + d0);
+            let x0 = _mm256_cvtph_ps(_mm_loadu_si128(px as *const __m128i));
+            let x1 = _mm256_cvtph_ps(_mm_loadu_si128(px.add(8) as *const __m128i));
+            for (r, a) in acc.iter_mut().enumerate() {
+                let va = _mm256_set1_ps(*p[r].add(t - t0) * inv[r]);
+                a[0] = _mm256_fmadd_ps(va, x0, a[0]);
+                a[1] = _mm256_fmadd_ps(va, x1, a[1]);
+            }
+        }
+        for (r, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(ys[r].add(d0), a[0]);
+            _mm256_storeu_ps(ys[r].add(d0 + 8), a[1]);
+        }
     }
 }
