@@ -289,22 +289,11 @@ pub(crate) fn get_number(lex: &Lexicon, word: &str, currency: Option<char>, is_h
     }
     let ps = r.parts.join(" ");
     match suffix {
-        "s" | "'s" => suffix_s(&ps),
+        "s" | "'s" => Lexicon::suffix_s(&ps),
         "ed" | "'d" => Lexicon::suffix_ed(&ps),
         "ing" => Lexicon::suffix_ing(&ps),
         _ => Some(ps),
     }
-}
-
-fn suffix_s(stem: &str) -> Option<String> {
-    let last = stem.chars().last()?;
-    Some(if "ptkfθ".contains(last) {
-        format!("{stem}s")
-    } else if "szʃʒʧʤ".contains(last) {
-        format!("{stem}ᵻz")
-    } else {
-        format!("{stem}z")
-    })
 }
 
 fn is_currency(word: &str) -> bool {
