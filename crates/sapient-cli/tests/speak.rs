@@ -12,18 +12,8 @@ use sapient_kokoro::KokoroTts;
 use sapient_whisper::{TranscribeOptions, Transcriber};
 use std::process::Command;
 
-pub const SENTENCES: [&str; 10] = [
-    "The weather is nice today.",
-    "Please open the window.",
-    "I would like a cup of coffee.",
-    "The train leaves at seven in the morning.",
-    "She reads a book every night.",
-    "We walked along the river after dinner.",
-    "Can you help me find my keys?",
-    "The children are playing in the park.",
-    "This computer is very fast.",
-    "Thank you for your time.",
-];
+/// The ten round-trip sentences, one per line (shared with `cargo xtask bench tts`).
+const SENTENCES: &str = include_str!("../../../tests/data/kokoro/sentences.txt");
 
 /// Lower-case words; Whisper writes small numbers as digits ("at 7"), read as words here.
 fn words(s: &str) -> Vec<String> {
@@ -54,7 +44,9 @@ fn whisper_understands_kokoro_english() -> Result<()> {
     let voice = std::env::var("SAPIENT_ROUNDTRIP_VOICE").unwrap_or_else(|_| "jf_alpha".into());
     let (mut errors, mut total) = (0, 0);
     let mut report = Vec::new();
-    for s in SENTENCES {
+    let sentences: Vec<&str> = SENTENCES.lines().collect();
+    assert_eq!(sentences.len(), 10, "tests/data/kokoro/sentences.txt holds the ten sentences");
+    for s in sentences {
         let speech = tts.synthesize(s, &voice, 1.0)?;
         let audio16 = sapient_audio::resample(&speech.samples, speech.sample_rate, 16_000)?;
         let heard = whisper.transcribe(&audio16, &opts)?.text;

@@ -12,18 +12,8 @@ use sapient_kokoro::KokoroTts;
 use std::path::PathBuf;
 use std::time::Instant;
 
-const SENTENCES: [&str; 10] = [
-    "The weather is nice today.",
-    "Please open the window.",
-    "I would like a cup of coffee.",
-    "The train leaves at seven in the morning.",
-    "She reads a book every night.",
-    "We walked along the river after dinner.",
-    "Can you help me find my keys?",
-    "The children are playing in the park.",
-    "This computer is very fast.",
-    "Thank you for your time.",
-];
+/// The speak round-trip test's ten sentences, one per line.
+const SENTENCES: &str = include_str!("../../../tests/data/kokoro/sentences.txt");
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -51,7 +41,7 @@ pub fn run(a: Args) -> Result<()> {
     let t_load = Instant::now();
     let tts = KokoroTts::from_dir(&preset.dir, &candle_core::Device::Cpu)?;
     let load_s = t_load.elapsed().as_secs_f64();
-    let text = SENTENCES.join(" ");
+    let text = SENTENCES.lines().collect::<Vec<_>>().join(" ");
     let voice = tts.voices().get(&a.voice)?;
     let t_g2p = Instant::now();
     let chunks = tts.chunks(&text)?;
