@@ -1,28 +1,17 @@
 //! Multi-row products streaming weights from memory (speculative verification's case):
 //! wall time per matrix for m = 1..9 activation rows, weights not in cache.
 //! `cargo run --release -p sapient-tensor --example gemm_stream [rows cols]`
-use candle_core::quantized::{GgmlDType, QTensor};
-use candle_core::{Device, Tensor};
-use sapient_tensor::kernels::QMatrix;
-use std::sync::Arc;
+mod common;
+
+use candle_core::quantized::GgmlDType;
 use std::time::Instant;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let (rows, cols) = (args.first().copied().unwrap_or(8960), args.get(1).copied().unwrap_or(1536));
     for (name, dt) in [("Q4_K", GgmlDType::Q4K), ("Q6_K", GgmlDType::Q6K)] {
-        let t = Tensor::randn(0f32, 1.0, (rows, cols), &Device::Cpu)?;
-        let q = Arc::new(QTensor::quantize(&t, dt)?);
-        let m = QMatrix::from_qtensor(&q).expect("kernel");
-        let bytes = m.rows() * m.row_bytes();
-        let copies = (512 << 20) / bytes + 1;
-        let mats: Vec<QMatrix> = (0..copies)
-            .map(|_| {
-                let mut b = vec![0u8; bytes];
-                m.with_bytes(|s| b.copy_from_slice(s));
-                QMatrix::from_bytes(m.qtype(), rows, cols, b).unwrap()
-            })
-            .collect();
+        let (_, mats) = common::quantized_copies(dt, rows, cols, 512 << 20)?;
+        let copies = mats.len();
         let mut line = format!("{name} {rows}x{cols}:");
         let mut base = 0.0;
         for mr in [1usize, 2, 3, 4, 5, 6, 8, 9] {

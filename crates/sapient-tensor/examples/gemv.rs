@@ -1,9 +1,9 @@
 //! Matrix-vector throughput of the quantized kernels, in GB/s of weights read.
 //! `cargo run --release -p sapient-tensor --example gemv [rows cols]`
-use candle_core::quantized::{GgmlDType, QTensor};
+mod common;
+
+use candle_core::quantized::GgmlDType;
 use candle_core::{Device, Tensor};
-use sapient_tensor::kernels::QMatrix;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// CPU time of this thread (immune to other processes' load, unlike wall time).
@@ -19,18 +19,10 @@ fn main() -> anyhow::Result<()> {
     let (rows, cols) = (args.first().copied().unwrap_or(4864), args.get(1).copied().unwrap_or(1536));
     // Enough distinct matrices to exceed the caches (~256 MB of f32 source is too much; use 64 MB of weights).
     for (name, dt) in [("Q4_0", GgmlDType::Q4_0), ("Q4_1", GgmlDType::Q4_1), ("Q5_0", GgmlDType::Q5_0), ("Q8_0", GgmlDType::Q8_0), ("Q4_K", GgmlDType::Q4K), ("Q5_K", GgmlDType::Q5K), ("Q6_K", GgmlDType::Q6K)] {
-        let t = Tensor::randn(0f32, 1.0, (rows, cols), &Device::Cpu)?;
-        let q = Arc::new(QTensor::quantize(&t, dt)?);
-        let m = QMatrix::from_qtensor(&q).expect("kernel");
+        let (q, mats) = common::quantized_copies(dt, rows, cols, 256 << 20)?;
+        let m = &mats[0];
         let bytes = m.rows() * m.row_bytes();
-        let copies = (256 << 20) / bytes + 1;
-        let mats: Vec<QMatrix> = (0..copies)
-            .map(|_| {
-                let mut b = vec![0u8; bytes];
-                m.with_bytes(|s| b.copy_from_slice(s));
-                QMatrix::from_bytes(m.qtype(), rows, cols, b).unwrap()
-            })
-            .collect();
+        let copies = mats.len();
         let x: Vec<f32> = (0..cols).map(|i| (i as f32).sin()).collect();
         let mut out = vec![0f32; rows];
         for mm in &mats {
