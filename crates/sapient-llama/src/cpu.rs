@@ -355,13 +355,7 @@ impl CpuModel {
                         }
                     }
                 }
-                if let Some(bias) = &self.output.bias {
-                    for dst in logits.chunks_exact_mut(vocab) {
-                        for (o, b) in dst.iter_mut().zip(bias) {
-                            *o += b;
-                        }
-                    }
-                }
+                self.output.add_bias(logits);
                 Ok(())
             }
         };

@@ -459,8 +459,7 @@ impl LlamaModel {
         let rows = if logits == Logits::All { tokens.len() } else { 1 };
         if self.cpu.is_none() {
             let t = self.forward_tensor(tokens, logits)?;
-            out.clear();
-            out.extend_from_slice(&t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?);
+            *out = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
             return Ok(rows);
         }
         self.check_input(tokens)?;
