@@ -340,10 +340,12 @@ impl CpuModel {
                 logits.fill(f32::NEG_INFINITY);
                 let x = &b.xn[..rows * h];
                 let n = rs.head.rows();
-                grow(&mut rs.tmp, rows * n);
-                rs.head.matmul(x, rows, &mut rs.tmp[..rows * n]);
-                for (dst, src) in logits.chunks_exact_mut(vocab).zip(rs.tmp.chunks_exact(n)) {
-                    dst[..n].copy_from_slice(src);
+                if n > 0 {
+                    grow(&mut rs.tmp, rows * n);
+                    rs.head.matmul(x, rows, &mut rs.tmp[..rows * n]);
+                    for (dst, src) in logits.chunks_exact_mut(vocab).zip(rs.tmp.chunks_exact(n)) {
+                        dst[..n].copy_from_slice(src);
+                    }
                 }
                 if let Some(e) = &rs.extra {
                     let ne = e.rows();

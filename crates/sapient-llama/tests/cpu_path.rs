@@ -147,6 +147,15 @@ fn restricted_logits_equal_the_full_ones_where_kept() -> Result<()> {
     }
     m.clear_cache();
     assert!(!m.restrict_logits(Some((vocab, &[])))?, "a limit past the vocabulary restricts nothing");
+    // No head at all: only the listed ids get logits (no panic on the empty product).
+    assert!(m.restrict_logits(Some((0, &extra)))?);
+    m.forward_into(&prompt, Logits::Last, &mut part)?;
+    let last = &full[(prompt.len() - 1) * vocab..];
+    for id in 0..vocab {
+        let want = if extra.contains(&(id as u32)) { last[id] } else { f32::NEG_INFINITY };
+        assert_eq!(part[id].to_bits(), want.to_bits(), "id {id} with an empty head");
+    }
+    m.clear_cache();
     assert!(!m.restrict_logits(None)?);
     m.forward_into(&prompt, Logits::All, &mut part)?;
     assert_eq!(full, part);

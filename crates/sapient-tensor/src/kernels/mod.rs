@@ -735,7 +735,9 @@ fn chunk_len(rows: usize, m: usize) -> usize {
         // Decode: memory-bound, so each thread reads one contiguous stretch (the prefetching
         // runs on without restarting at every chunk; on a quiet 2-core machine this is ~1.3x
         // the tokens/s of 8 chunks per thread).
-        return rows.div_ceil(nth).div_ceil(16) * 16;
+        // (At least 16: a matrix of no rows, a restricted output layer's empty head, is
+        // then zero chunks rather than a division by zero.)
+        return (rows.div_ceil(nth).div_ceil(16) * 16).max(16);
     }
     (rows / (nth * 8)).clamp(16, 512).div_ceil(16) * 16
 }

@@ -243,6 +243,11 @@ fn from_bytes_checks_sizes() {
     let e = QMatrix::from_bytes(QType::Q8_0, 2, 32, vec![0; 67]).unwrap_err();
     assert!(e.to_string().contains("needs 68 bytes"), "{e}");
     assert!(QMatrix::from_bytes(QType::Q4K, 1, 100, vec![]).is_err());
+    // A matrix of no rows (a restricted output layer's empty head) multiplies to nothing.
+    let empty = QMatrix::from_bytes(QType::Q8_0, 0, 64, vec![]).unwrap();
+    for m in [1, 3, 9] {
+        empty.matmul(&data(m * 64, 3), m, &mut []);
+    }
 }
 
 #[test]
