@@ -283,38 +283,6 @@ unsafe fn rows_pairs<F: Fmt, const R: usize>(w: &[u8], acts: [&[Pair]; R], out: 
     }
 }
 
-/// `W` consecutive weight rows (`rb` bytes apart, starting at `w`) against one activation
-/// row: the activation is loaded once per pair for all of them and the rows' sums are
-/// independent dependency chains (a single row is latency-bound). Every output is computed
-/// by exactly the instructions [`rows_pairs`] uses for it, so results do not depend on `W`.
-#[inline(always)]
-unsafe fn wrows_pairs<F: Fmt, const W: usize>(w: &[u8], rb: usize, act: &[Pair], out: &mut [f32]) {
-    let np = act.len();
-    let nblocks = rb / F::BYTES;
-    let p = w.as_ptr();
-    let mut acc = [_mm512_setzero_ps(); W];
-    let mut accm = [_mm_setzero_ps(); W];
-    for i in 0..np {
-        let two = 2 * i + 1 < nblocks;
-        let a = act.get_unchecked(i);
-        let qa = _mm512_load_si512(a.qs.as_ptr() as *const __m512i);
-        let c = _mm512_load_si512(a.c.as_ptr() as *const __m512i);
-        let da = _mm512_load_ps(a.d.as_ptr());
-        for k in 0..W {
-            let (wu, dw, mw) = F::pair(p.add(k * rb + 2 * i * F::BYTES), two);
-            let isum = _mm512_dpbusd_epi32(if F::HAS_M { _mm512_setzero_si512() } else { c }, wu, qa);
-            let dd = _mm512_mul_ps(dw, da);
-            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dd, acc[k]);
-            if F::HAS_M {
-                accm[k] = _mm_add_ps(accm[k], _mm_mul_ps(mw, _mm_castsi128_ps(_mm512_castsi512_si128(c))));
-            }
-        }
-    }
-    for k in 0..W {
-        *out.get_unchecked_mut(k) = finish_pairs::<F>(acc[k], accm[k]);
-    }
-}
-
 /// The final sum of one output of the pair kernels. Lanes 0..8 hold the even blocks' sums
 /// and 8..16 the odd ones', as the AVX2 kernel's two accumulators: reduce them in its order,
 /// so that the two give bit-identical results.
@@ -327,9 +295,6 @@ unsafe fn finish_pairs<F: Fmt>(acc: __m512, accm: __m128) -> f32 {
     }
     s
 }
-
-/// Most weight rows a one-activation-row kernel call takes.
-pub const MAX_WROWS: usize = 4;
 
 /// Horizontal sum of 8 lanes in the AVX2 kernels' order.
 #[inline(always)]
@@ -364,30 +329,6 @@ macro_rules! wrappers {
             by_rows!(rows_pairs, [$fmt], w, acts, out)
         }
     )*};
-}
-
-macro_rules! wide_wrappers {
-    ($($name:ident => $fmt:ty;)*) => {$(
-        /// `out.len()` (1..=[`MAX_WROWS`]) consecutive weight rows of `rb` bytes each (`w`
-        /// holds them all) against one activation row; `out[k]` for weight row `k`.
-        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        pub unsafe fn $name(w: &[u8], rb: usize, act: &[Pair], out: &mut [f32]) {
-            match out.len() {
-                1 => wrows_pairs::<$fmt, 1>(w, rb, act, out),
-                2 => wrows_pairs::<$fmt, 2>(w, rb, act, out),
-                3 => wrows_pairs::<$fmt, 3>(w, rb, act, out),
-                _ => wrows_pairs::<$fmt, 4>(w, rb, act, out),
-            }
-        }
-    )*};
-}
-
-wide_wrappers! {
-    wrows_q4_0 => Q40;
-    wrows_q4_1 => Q41;
-    wrows_q5_0 => Q50;
-    wrows_q5_1 => Q51;
-    wrows_q8_0 => Q80;
 }
 
 wrappers! {

@@ -570,8 +570,7 @@ impl QMatrix {
     }
 
     /// [`product_rows`](Self::product_rows) with the AVX-512 kernels: the chunk's weight rows
-    /// go by groups of up to [`avx512::MAX_ROWS`] activation rows (a group stays in L1), or,
-    /// for a single activation row, several weight rows per kernel call.
+    /// go by groups of up to [`avx512::MAX_ROWS`] activation rows (a group stays in L1).
     #[cfg(target_arch = "x86_64")]
     fn product_rows_wide(&self, bytes: &[u8], acts: &QuantizedActs, out_ptr: &SendPtr, range: std::ops::Range<usize>) {
         const G: usize = avx512::MAX_ROWS;
@@ -579,39 +578,10 @@ impl QMatrix {
         let mut tmp = [0f32; G];
         let pf = prefetch_rows();
         let end = range.end;
-        if m == 1 && !acts.k_quant {
-            // One activation row (decode): several weight rows per call, sharing the
-            // activation loads; each output is computed as the loop below would.
-            const W: usize = avx512::MAX_WROWS;
-            let act = acts.row_pairs(0);
-            let mut j = range.start;
-            // The chunk's first rows: their misses overlap instead of coming one by one.
-            prefetch(&bytes[j * rb..(j + pf).min(end) * rb]);
-            while j < end {
-                let n = (end - j).min(W);
-                if pf > 0 && j + pf < end {
-                    prefetch(&bytes[(j + pf) * rb..(j + pf + n).min(end) * rb]);
-                }
-                let w = &bytes[j * rb..(j + n) * rb];
-                // SAFETY: as below.
-                unsafe {
-                    match t {
-                        QType::Q4_0 => avx512::wrows_q4_0(w, rb, act, &mut tmp[..n]),
-                        QType::Q4_1 => avx512::wrows_q4_1(w, rb, act, &mut tmp[..n]),
-                        QType::Q5_0 => avx512::wrows_q5_0(w, rb, act, &mut tmp[..n]),
-                        QType::Q5_1 => avx512::wrows_q5_1(w, rb, act, &mut tmp[..n]),
-                        QType::Q8_0 => avx512::wrows_q8_0(w, rb, act, &mut tmp[..n]),
-                        QType::Q4K | QType::Q6K | QType::Q5K => unreachable!("k-quants take the loop below"),
-                    }
-                }
-                for (k, v) in tmp[..n].iter().enumerate() {
-                    // SAFETY: each chunk writes a disjoint range of output columns.
-                    unsafe { *out_ptr.0.add(j + k) = *v };
-                }
-                j += n;
-            }
-            return;
-        }
+        // One activation row goes through the same loop: a kernel taking four weight rows per
+        // call for it (sharing the activation loads) was within the noise on a Zen 5 VM and
+        // 1.3-2.4x slower than this loop on a Zen 4 one (examples/gemm_stream, Q4_0/Q5_0/Q8_0
+        // 4864x896 from memory; Qwen2.5-0.5B decode step 21-25 -> 15-16 ms), so it is gone.
         prefetch(&bytes[range.start * rb..(range.start + pf).min(end) * rb]);
         let mut i0 = 0;
         while i0 < m {
