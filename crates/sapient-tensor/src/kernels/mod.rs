@@ -578,11 +578,30 @@ impl QMatrix {
         let mut tmp = [0f32; G];
         let pf = prefetch_rows();
         let end = range.end;
-        // One activation row goes through the same loop: a kernel taking four weight rows per
-        // call for it (sharing the activation loads) was within the noise on a Zen 5 VM and
-        // 1.3-2.4x slower than this loop on a Zen 4 one (examples/gemm_stream, Q4_0/Q5_0/Q8_0
-        // 4864x896 from memory; Qwen2.5-0.5B decode step 21-25 -> 15-16 ms), so it is gone.
+        // One activation row (decode): one kernel call per stretch of weight rows, each row
+        // computed exactly as the loop below computes it. (A kernel taking four weight rows
+        // per call, sharing the activation loads, was within the noise on a Zen 5 VM and
+        // 1.3-2.4x slower than one row at a time on a Zen 4 one: examples/gemm_stream,
+        // Q4_0/Q5_0/Q8_0 4864x896 from memory; Qwen2.5-0.5B decode step 21-25 -> 15-16 ms.)
         prefetch(&bytes[range.start * rb..(range.start + pf).min(end) * rb]);
+        if m == 1 {
+            let (r0, o) = (range.start, out_ptr.0);
+            // SAFETY: as below; the range kernels write outputs r0..end of the one row, a
+            // range no other chunk writes.
+            unsafe {
+                match t {
+                    QType::Q4_0 => avx512::range_q4_0(bytes, rb, r0, end, acts.row_pairs(0), o, pf),
+                    QType::Q4_1 => avx512::range_q4_1(bytes, rb, r0, end, acts.row_pairs(0), o, pf),
+                    QType::Q5_0 => avx512::range_q5_0(bytes, rb, r0, end, acts.row_pairs(0), o, pf),
+                    QType::Q5_1 => avx512::range_q5_1(bytes, rb, r0, end, acts.row_pairs(0), o, pf),
+                    QType::Q8_0 => avx512::range_q8_0(bytes, rb, r0, end, acts.row_pairs(0), o, pf),
+                    QType::Q4K => avx512::range_q4k(bytes, rb, r0, end, acts.row_k(0), o, pf),
+                    QType::Q6K => avx512::range_q6k(bytes, rb, r0, end, acts.row_k(0), o, pf),
+                    QType::Q5K => unreachable!("Q5_K is not laid out wide"),
+                }
+            }
+            return;
+        }
         let mut i0 = 0;
         while i0 < m {
             let g = (m - i0).min(G);
