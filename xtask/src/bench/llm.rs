@@ -197,6 +197,7 @@ pub fn run(a: Args) -> Result<()> {
             100.0 * tg / ceiling,
             100.0 * tg / plain_ceiling
         );
+        entry["machine"] = super::machine().into();
         entry["bandwidth_gbs"] = bw.into();
         entry["bandwidth_gbs_before_after"] = serde_json::json!([before.0, after.0]);
         entry["tg_ceiling_tok_s"] = ceiling.into();

@@ -34,7 +34,27 @@ pub enum Suite {
     Whisper(whisper::Args),
 }
 
+/// The machine the figures come from, as a line: the CPU model, its family and model
+/// numbers (two VMs of the same name can be different generations: "AMD EPYC" family 25
+/// model 17 is a Zen 4, family 26 a Zen 5, and their figures differ) and the threads.
+pub fn machine() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |k: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|n| n.trim() == k))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    match (field("model name"), field("cpu family"), field("model")) {
+        (Some(name), Some(fam), Some(model)) => format!("{name} (cpu family {fam}, model {model}), {threads} threads"),
+        (Some(name), _, _) => format!("{name}, {threads} threads"),
+        _ => format!("{} ({threads} threads)", std::env::consts::ARCH),
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
+    println!("machine: {}", machine());
     match args.suite {
         Suite::Audio(a) => audio::run(a),
         Suite::Llm(a) => llm::run(a),
