@@ -13,8 +13,8 @@ fn main() -> anyhow::Result<()> {
     let (rows, cols) = (args.first().copied().unwrap_or(8960), args.get(1).copied().unwrap_or(1536));
     let all = [("Q4_0", GgmlDType::Q4_0), ("Q4_1", GgmlDType::Q4_1), ("Q5_0", GgmlDType::Q5_0), ("Q8_0", GgmlDType::Q8_0), ("Q4_K", GgmlDType::Q4K), ("Q6_K", GgmlDType::Q6K)];
     let want = std::env::var("GEMM_FORMATS").unwrap_or_else(|_| "Q4_K,Q6_K".into());
+    let total = std::env::var("GEMM_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(512usize << 20);
     for (name, dt) in all.into_iter().filter(|(n, _)| want.split(',').any(|w| w == *n)) {
-        let total = std::env::var("GEMM_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(512usize << 20);
         let (_, mats) = common::quantized_copies(dt, rows, cols, total)?;
         let copies = mats.len();
         let mut line = format!("{name} {rows}x{cols}:");

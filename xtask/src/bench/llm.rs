@@ -183,6 +183,7 @@ pub fn run(a: Args) -> Result<()> {
         measured.push((tg, size, before, after));
         results.push(entry);
     }
+    let machine = super::machine();
     for (entry, (tg, size, before, after)) in results.iter_mut().zip(measured) {
         let (bw, plain) = ((before.0 + after.0) / 2.0, (before.1 + after.1) / 2.0);
         let ceiling = bw * 1e9 / size;
@@ -197,7 +198,7 @@ pub fn run(a: Args) -> Result<()> {
             100.0 * tg / ceiling,
             100.0 * tg / plain_ceiling
         );
-        entry["machine"] = super::machine().into();
+        entry["machine"] = machine.clone().into();
         entry["bandwidth_gbs"] = bw.into();
         entry["bandwidth_gbs_before_after"] = serde_json::json!([before.0, after.0]);
         entry["tg_ceiling_tok_s"] = ceiling.into();

@@ -485,16 +485,6 @@ pub unsafe fn rows_q6k(w: &[u8], acts: &[&[BlockK]], out: &mut [f32]) {
     by_rows!(q6k_rows, [], w, acts, out)
 }
 
-/// Prefetch weight row `j` (`rb` bytes at `p + j * rb`), a cache line at a time.
-#[inline(always)]
-unsafe fn prefetch_row(p: *const u8, rb: usize, j: usize) {
-    let mut off = 0;
-    while off < rb {
-        _mm_prefetch::<_MM_HINT_T0>(p.add(j * rb + off) as *const i8);
-        off += 64;
-    }
-}
-
 /// Weight rows `r0..r1` (`rb` bytes each, from `w`) against ONE activation row, `out[j]` for
 /// row `j`, prefetching `pf` rows ahead; each output is computed exactly as the one-row call
 /// of the multi-row kernel computes it. One call per stretch of rows instead of one per row:
@@ -508,7 +498,7 @@ macro_rules! range_wrappers {
             let p = w.as_ptr();
             for j in r0..r1 {
                 if pf > 0 && j + pf < r1 {
-                    prefetch_row(p, rb, j + pf);
+                    super::prefetch(&w[(j + pf) * rb..(j + pf + 1) * rb]);
                 }
                 let mut o = [0f32; 1];
                 $body::<$($fmt,)? 1>(std::slice::from_raw_parts(p.add(j * rb), rb), [act], &mut o);
