@@ -339,7 +339,7 @@ wrappers! {
     rows_q8_0 => Q80;
 }
 
-use super::avx2::k4_scales_mins;
+use super::avx2::{k4_mins_dot, k4_scales_mins};
 
 #[repr(C, align(64))]
 struct Idx([[i16; 32]; 4]);
@@ -483,6 +483,91 @@ pub unsafe fn rows_q4k(w: &[u8], acts: &[&[BlockK]], out: &mut [f32]) {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn rows_q6k(w: &[u8], acts: &[&[BlockK]], out: &mut [f32]) {
     by_rows!(q6k_rows, [], w, acts, out)
+}
+
+/// One Q4_K weight row against one activation row in the AMX kernels' arithmetic: per
+/// superblock the exact integer sums (scaled products, mins) and two fused multiply-adds,
+/// `acc = fma(isum, dw * da, acc)`, `acc = fma(imin, -dmin * da, acc)`, so that the result
+/// is bit-identical to `amx::product`'s for the same row in any batch.
+#[inline(always)]
+unsafe fn q4k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let p = w.as_ptr();
+    let mut acc = 0f32;
+    for (i, b) in a.iter().enumerate() {
+        let bw = p.add(i * 144);
+        let ms = k4_scales_mins(bw.add(4));
+        let msz = _mm512_castsi256_si512(ms);
+        let mut sumi = _mm512_setzero_si512();
+        for j in 0..4 {
+            let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
+            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
+            let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
+            let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
+            let qa = _mm512_load_si512(b.qs.as_ptr().add(64 * j) as *const __m512i);
+            sumi = dpwssd(sumi, _mm512_maddubs_epi16(wq, qa), sc);
+        }
+        let isum = _mm512_reduce_add_epi32(sumi);
+        let mins = k4_mins_dot(ms, b.bsums.as_ptr());
+        let imin = _mm512_reduce_add_epi32(_mm512_zextsi128_si512(mins));
+        acc = (isum as f32).mul_add(f16_bits(bw) * b.d, acc);
+        acc = (imin as f32).mul_add(-f16_bits(bw.add(2)) * b.d, acc);
+    }
+    acc
+}
+
+/// Like [`q4k_row_x`] for Q6_K: `acc = fma(isum, dw * da, acc)` per superblock.
+#[inline(always)]
+unsafe fn q6k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let m2 = _mm512_set1_epi8(0x03);
+    let p = w.as_ptr();
+    let mut acc = 0f32;
+    for (i, b) in a.iter().enumerate() {
+        let bw = p.add(i * 210);
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.add(192) as *const __m128i));
+        let scz = _mm512_castsi256_si512(sc16);
+        let mut sumi = _mm512_setzero_si512();
+        for h in 0..2 {
+            let bl = _mm512_loadu_si512(bw.add(64 * h) as *const __m512i);
+            let bh = _mm256_loadu_si256(bw.add(128 + 32 * h) as *const __m256i);
+            let bhz = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bh), bh);
+            let s2 = _mm512_mask_srli_epi16::<2>(bhz, 0xFFFF_0000, bhz);
+            let h01 = _mm512_slli_epi16::<4>(_mm512_and_si512(s2, m2));
+            let h23 = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m2));
+            let xs = [
+                _mm512_or_si512(_mm512_and_si512(bl, m4), h01),
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(bl), m4), h23),
+            ];
+            for (k, x) in xs.into_iter().enumerate() {
+                let s = 2 * h + k;
+                let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, s), scz);
+                let qa = _mm512_load_si512(b.qs.as_ptr().add(64 * s) as *const __m512i);
+                sumi = dpwssd(sumi, _mm512_maddubs_epi16(x, qa), sc);
+            }
+        }
+        let corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i));
+        let s = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)));
+        let isum = _mm512_reduce_add_epi32(s);
+        acc = (isum as f32).mul_add(f16_bits(bw.add(208)) * b.d, acc);
+    }
+    acc
+}
+
+/// Weight rows `r0..r1` against one activation row with [`q4k_row_x`] / [`q6k_row_x`]:
+/// decode on machines whose batches go through the AMX kernels.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn range_k_x(q6: bool, w: &[u8], rb: usize, r0: usize, r1: usize, act: &[BlockK], out: *mut f32, pf: usize) {
+    debug_assert!(w.len() >= r1 * rb);
+    let p = w.as_ptr();
+    for j in r0..r1 {
+        if pf > 0 && j + pf < r1 {
+            super::prefetch(&w[(j + pf) * rb..(j + pf + 1) * rb]);
+        }
+        let row = std::slice::from_raw_parts(p.add(j * rb), rb);
+        *out.add(j) = if q6 { q6k_row_x(row, act) } else { q4k_row_x(row, act) };
+    }
 }
 
 /// Weight rows `r0..r1` (`rb` bytes each, from `w`) against ONE activation row, `out[j]` for

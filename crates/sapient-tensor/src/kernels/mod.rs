@@ -12,6 +12,8 @@
 //! (speculative decoding relies on that).
 
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -110,6 +112,20 @@ pub fn has_avx512() -> bool {
             && std::is_x86_feature_detected!("avx512vl")
             && std::is_x86_feature_detected!("avx512vnni")
             && std::env::var_os("SAPIENT_NO_AVX512").is_none();
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
+/// Whether the AMX kernels are in use for Q4_K and Q6_K products of two or more activation
+/// rows (AVX-512 as above plus AMX-TILE/AMX-INT8 with the tile state granted by the OS;
+/// `SAPIENT_NO_AMX` turns them off). One-row products of those formats then use kernels
+/// with the same arithmetic, so batches stay bit-identical to single rows.
+pub fn has_amx() -> bool {
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    cached(&STATE, || {
+        #[cfg(target_arch = "x86_64")]
+        return has_avx512() && std::env::var_os("SAPIENT_NO_AMX").is_none() && amx::available();
         #[cfg(not(target_arch = "x86_64"))]
         false
     })
@@ -529,6 +545,10 @@ impl QMatrix {
     /// points at the `[m, rows]` output.
     fn product_rows(&self, bytes: &[u8], acts: &QuantizedActs, out_ptr: &SendPtr, range: std::ops::Range<usize>) {
         #[cfg(target_arch = "x86_64")]
+        if acts.amx_g != 0 {
+            return self.product_rows_amx(bytes, acts, out_ptr, range);
+        }
+        #[cfg(target_arch = "x86_64")]
         if acts.wide {
             return self.product_rows_wide(bytes, acts, out_ptr, range);
         }
@@ -569,6 +589,20 @@ impl QMatrix {
         }
     }
 
+    /// [`product_rows`](Self::product_rows) with the AMX kernels (Q4_K, Q6_K; two or more
+    /// activation rows).
+    #[cfg(target_arch = "x86_64")]
+    fn product_rows_amx(&self, bytes: &[u8], acts: &QuantizedActs, out_ptr: &SendPtr, range: std::ops::Range<usize>) {
+        let chunks = acts.m.div_ceil(16 / acts.amx_g);
+        let mut acc = take_scratch(&SCRATCH_AMX_ACC, chunks);
+        // SAFETY: has_amx() held when `acts` was laid out for AMX, for this format (`fits`);
+        // the weight rows are `cols` long; each chunk writes a disjoint range of columns.
+        unsafe {
+            amx::product(self.qtype, bytes, self.row_bytes(), range.start, range.end, &acts.amx_tiles, &acts.amx_sbs, acts.m, out_ptr.0, self.rows, &mut acc);
+        }
+        return_scratch(&SCRATCH_AMX_ACC, acc);
+    }
+
     /// [`product_rows`](Self::product_rows) with the AVX-512 kernels: the chunk's weight rows
     /// go by groups of up to [`avx512::MAX_ROWS`] activation rows (a group stays in L1).
     #[cfg(target_arch = "x86_64")]
@@ -595,6 +629,7 @@ impl QMatrix {
                     QType::Q5_0 => avx512::range_q5_0(bytes, rb, r0, end, acts.row_pairs(0), o, pf),
                     QType::Q5_1 => avx512::range_q5_1(bytes, rb, r0, end, acts.row_pairs(0), o, pf),
                     QType::Q8_0 => avx512::range_q8_0(bytes, rb, r0, end, acts.row_pairs(0), o, pf),
+                    QType::Q4K | QType::Q6K if has_amx() => avx512::range_k_x(t == QType::Q6K, bytes, rb, r0, end, acts.row_k(0), o, pf),
                     QType::Q4K => avx512::range_q4k(bytes, rb, r0, end, acts.row_k(0), o, pf),
                     QType::Q6K => avx512::range_q6k(bytes, rb, r0, end, acts.row_k(0), o, pf),
                     QType::Q5K => unreachable!("Q5_K is not laid out wide"),
@@ -775,6 +810,9 @@ thread_local! {
 thread_local! {
     static SCRATCH_PAIRS: RefCell<Vec<avx512::Pair>> = const { RefCell::new(Vec::new()) };
     static SCRATCH_BLOCKK: RefCell<Vec<avx512::BlockK>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH_AMX_TILES: RefCell<Vec<amx::Tile>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH_AMX_SBS: RefCell<Vec<amx::SbActs>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH_AMX_ACC: RefCell<Vec<[[f32; 16]; 16]>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Take a per-thread scratch vector, cleared and resized to `n`.
@@ -812,6 +850,13 @@ pub struct QuantizedActs {
     pairs: Vec<avx512::Pair>,
     #[cfg(target_arch = "x86_64")]
     blockk: Vec<avx512::BlockK>,
+    /// Laid out for the AMX kernels: sub-blocks per step of the format (`amx::groups`), 0 if
+    /// not.
+    amx_g: usize,
+    #[cfg(target_arch = "x86_64")]
+    amx_tiles: Vec<amx::Tile>,
+    #[cfg(target_arch = "x86_64")]
+    amx_sbs: Vec<amx::SbActs>,
 }
 
 impl QuantizedActs {
@@ -838,6 +883,11 @@ impl QuantizedActs {
             pairs: Vec::new(),
             #[cfg(target_arch = "x86_64")]
             blockk: Vec::new(),
+            amx_g: 0,
+            #[cfg(target_arch = "x86_64")]
+            amx_tiles: Vec::new(),
+            #[cfg(target_arch = "x86_64")]
+            amx_sbs: Vec::new(),
         };
         if k_quant {
             let mut v = take_scratch(&SCRATCH_Q8K, m * cols / 256);
@@ -851,6 +901,18 @@ impl QuantizedActs {
                 quantize_q8(xr, br);
             }
             s.q8 = v;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if wide && m >= 2 && amx::handles(t) && has_amx() {
+            let nsb = cols / 256;
+            let chunks = m.div_ceil(16 / amx::groups(t));
+            let mut tiles = take_scratch(&SCRATCH_AMX_TILES, chunks * nsb * 4);
+            let mut sbs = take_scratch(&SCRATCH_AMX_SBS, chunks * nsb);
+            amx::acts_from(t, &s.q8k, m, nsb, &mut tiles, &mut sbs);
+            s.amx_g = amx::groups(t);
+            s.amx_tiles = tiles;
+            s.amx_sbs = sbs;
+            return s;
         }
         #[cfg(target_arch = "x86_64")]
         if wide && has_avx512() && wide_format(t) {
@@ -880,6 +942,10 @@ impl QuantizedActs {
     pub fn fits(&self, t: QType) -> bool {
         if t.k_quant() != self.k_quant {
             return false;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.amx_g != 0 {
+            return amx::handles(t) && amx::groups(t) == self.amx_g;
         }
         if !self.wide {
             return true;
@@ -918,6 +984,8 @@ impl Drop for QuantizedActs {
         {
             return_scratch(&SCRATCH_PAIRS, std::mem::take(&mut self.pairs));
             return_scratch(&SCRATCH_BLOCKK, std::mem::take(&mut self.blockk));
+            return_scratch(&SCRATCH_AMX_TILES, std::mem::take(&mut self.amx_tiles));
+            return_scratch(&SCRATCH_AMX_SBS, std::mem::take(&mut self.amx_sbs));
         }
     }
 }

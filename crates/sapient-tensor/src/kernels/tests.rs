@@ -293,7 +293,7 @@ fn wide_kernels_match_narrow() {
                 let x = data(m * cols, 8);
                 let narrow = QuantizedActs::with_kernels(t, &x, m, cols, false);
                 let wide = QuantizedActs::with_kernels(t, &x, m, cols, true);
-                assert!(wide.wide && !narrow.wide);
+                assert!((wide.wide || wide.amx_g != 0) && !narrow.wide && narrow.amx_g == 0);
                 let (mut a, mut b) = (vec![0f32; m * rows], vec![0f32; m * rows]);
                 w.matmul_quantized(&narrow, &mut a);
                 w.matmul_quantized(&wide, &mut b);
@@ -310,6 +310,44 @@ fn wide_kernels_match_narrow() {
                             assert_eq!(n.to_bits(), v.to_bits(), "{t:?} [{rows}x{cols}] x{m} ({i},{j}): avx-512 {v} vs {n}");
                         }
                     }
+                }
+            }
+        }
+    }
+}
+
+/// The AMX kernels (when this machine grants them): batches of every size class against the
+/// portable dot of each (weight row, activation row), and bit-identical to the one-row
+/// products; row counts that are not a multiple of the 16-row tile.
+#[test]
+fn amx_kernels_match_reference_and_single_rows() {
+    if !has_amx() {
+        eprintln!("skipped: no AMX tile state on this machine");
+        return;
+    }
+    for t in [QType::Q4K, QType::Q6K] {
+        for cols in [256, 1536] {
+            for (rows, m) in [(16, 2), (37, 5), (130, 8), (45, 9), (33, 17)] {
+                let (w, _) = quantized(t, rows, cols, 31 + cols as u64 + m as u64);
+                let x = data(m * cols, 12 + m as u64);
+                let acts = QuantizedActs::new(t, &x, m, cols);
+                assert_eq!(acts.amx_g, super::amx::groups(t));
+                let mut all = vec![0f32; m * rows];
+                w.matmul_quantized(&acts, &mut all);
+                let rb = w.row_bytes();
+                for i in 0..m {
+                    let mut one = vec![0f32; rows];
+                    w.matmul(&x[i * cols..(i + 1) * cols], 1, &mut one);
+                    let a = acts.row_q8k(i);
+                    w.with_bytes(|bytes| {
+                        for j in 0..rows {
+                            let wr = &bytes[j * rb..(j + 1) * rb];
+                            let want = if t == QType::Q4K { quant::dot_q4k(wr, a) } else { quant::dot_q6k(wr, a) };
+                            let got = all[i * rows + j];
+                            assert!(close(got, want, 1e-5), "{t:?} [{rows}x{cols}] x{m} ({i},{j}): amx {got} vs {want}");
+                            assert_eq!(got.to_bits(), one[j].to_bits(), "{t:?} [{rows}x{cols}] x{m} ({i},{j}): batch {got} vs one row {}", one[j]);
+                        }
+                    });
                 }
             }
         }

@@ -1,0 +1,449 @@
+//! Intel AMX (AMX-TILE + AMX-INT8) kernels for Q4_K and Q6_K products with two or more
+//! activation rows: prefill and speculative verification.
+//!
+//! `tdpbusd` multiplies a 16 x 64 tile of unsigned bytes by a 64 x 16 tile of signed bytes
+//! into 16 x 16 i32 sums, about a thousand multiply-adds per cycle: on a 2-core Xeon the
+//! AVX-512 VNNI kernels made each further verified row of the 1.5B model cost about as much
+//! as a sixth of a decode step, and AMX takes that integer work off the vector units.
+//!
+//! Layout. The A tile is 16 weight rows x 64 values of one superblock step (the weights'
+//! nibbles unpacked to bytes, no transposition). The B tile holds the activations of up to
+//! 8 (Q4_K) or 4 (Q6_K) rows in 16 columns, one column per (activation row, sub-block)
+//! pair, the other sub-block's bytes zeroed, so each output column is the integer dot
+//! product of one sub-block: C[n][(m, g)]. The sub-block scales are then applied in
+//! integers (`vpmulld`), the mins / offsets too (`vpdpwssd`), and per superblock the exact
+//! integer sum is scaled once: `acc = fma(isum, dw * da, acc)` (and, for Q4_K, `acc =
+//! fma(imin, -dmin * da, acc)`).
+//!
+//! One activation row (decode) does not come here: on a machine that uses these kernels the
+//! one-row k-quant kernels (`avx512::range_q4k_x`, `range_q6k_x`) compute the same exact
+//! integer sums and the same two fused multiply-adds per superblock, so a batch of rows is
+//! bit-identical to the rows one at a time (speculative decoding relies on it), and a
+//! prompt's logits do not depend on how it was batched.
+//!
+//! Safety: the functions require AVX-512 F/BW/VL/VNNI, FMA, F16C and AMX with the tile
+//! state granted to the process ([`available`] checks all of it once).
+
+#![allow(clippy::missing_safety_doc, clippy::needless_range_loop)]
+
+use super::avx2::k4_scales_mins;
+use super::quant::{BlockQ8K, QType};
+use std::arch::asm;
+use std::arch::x86_64::*;
+
+/// Whether the CPU has AMX-TILE and AMX-INT8, the OS enables the tile state (XCR0 bits 17
+/// and 18), and Linux grants it to this process (`arch_prctl(ARCH_REQ_XCOMP_PERM)`). Some
+/// VMs list the CPU flags without the state; then this is false and nothing here runs.
+pub fn available() -> bool {
+    // SAFETY: cpuid is always available on x86_64; xgetbv only after the OSXSAVE bit says so.
+    unsafe {
+        let l7 = __cpuid_count(7, 0);
+        let tile = l7.edx & (1 << 24) != 0;
+        let int8 = l7.edx & (1 << 25) != 0;
+        if !(tile && int8) {
+            return false;
+        }
+        let l1 = __cpuid(1);
+        if l1.ecx & (1 << 27) == 0 {
+            return false;
+        }
+        let xcr0 = xgetbv0();
+        if xcr0 & (0b11 << 17) != 0b11 << 17 {
+            return false;
+        }
+    }
+    request_tile_state()
+}
+
+#[target_feature(enable = "xsave")]
+unsafe fn xgetbv0() -> u64 {
+    _xgetbv(0)
+}
+
+#[cfg(target_os = "linux")]
+fn request_tile_state() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: a plain system call with integer arguments.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn request_tile_state() -> bool {
+    false
+}
+
+/// Whether format `t` has AMX kernels here.
+pub fn handles(t: QType) -> bool {
+    matches!(t, QType::Q4K | QType::Q6K)
+}
+
+/// Sub-blocks per 64-value step of format `t` (the columns one activation row takes in a B
+/// tile): Q4_K's sub-blocks are 32 values, Q6_K's 16.
+pub fn groups(t: QType) -> usize {
+    match t {
+        QType::Q6K => 4,
+        _ => 2,
+    }
+}
+
+/// One 16 x 64-byte tile.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Tile(pub [u8; 1024]);
+
+impl Default for Tile {
+    fn default() -> Self {
+        Tile([0; 1024])
+    }
+}
+
+/// Per (chunk of activation rows, superblock): the rows' scales and the integer vectors the
+/// mins (Q4_K) or offsets (Q6_K) need, laid out in the B tile's columns.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct SbActs {
+    /// Lane (m, g): row m's scale `d`.
+    pub d: [f32; 16],
+    /// Q4_K, step j: lane (m, 0) the i16 pair (sum of sub-block 2j, of 2j + 1) of row m,
+    /// lane (m, 1) zero. Q6_K, half t < 2: lane (m, q) the i16 pair (sum of 16-value group
+    /// 8t + 2q, of 8t + 2q + 1).
+    pub v: [[i32; 16]; 4],
+}
+
+impl Default for SbActs {
+    fn default() -> Self {
+        Self { d: [0.0; 16], v: [[0; 16]; 4] }
+    }
+}
+
+/// Lay out `m` quantized activation rows (`nsb` superblocks each, row-major in `q8k`) for
+/// weights of format `t`: tiles `[chunk][superblock][step]`, side data `[chunk][superblock]`.
+pub fn acts_from(t: QType, q8k: &[BlockQ8K], m: usize, nsb: usize, tiles: &mut [Tile], sbs: &mut [SbActs]) {
+    let g = groups(t);
+    let r = 16 / g;
+    let chunks = m.div_ceil(r);
+    debug_assert_eq!(tiles.len(), chunks * nsb * 4);
+    debug_assert_eq!(sbs.len(), chunks * nsb);
+    let k4_per_group = 16 / g;
+    for c in 0..chunks {
+        for sb in 0..nsb {
+            let side = &mut sbs[c * nsb + sb];
+            *side = SbActs::default();
+            for j in 0..4 {
+                tiles[(c * nsb + sb) * 4 + j] = Tile::default();
+            }
+            for mi in 0..r {
+                let row = c * r + mi;
+                if row >= m {
+                    break;
+                }
+                let b = &q8k[row * nsb + sb];
+                for j in 0..4 {
+                    let tile = &mut tiles[(c * nsb + sb) * 4 + j].0;
+                    for k4 in 0..16 {
+                        let col = mi * g + k4 / k4_per_group;
+                        let src = 64 * j + 4 * k4;
+                        for e in 0..4 {
+                            tile[64 * k4 + 4 * col + e] = b.qs[src + e] as u8;
+                        }
+                    }
+                }
+                for gi in 0..g {
+                    side.d[mi * g + gi] = b.d;
+                }
+                let pair = |lo: i32, hi: i32| (lo as i16 as u16 as u32 | (hi as i16 as u16 as u32) << 16) as i32;
+                if g == 2 {
+                    for j in 0..4 {
+                        let s = |k: usize| b.bsums[2 * k] as i32 + b.bsums[2 * k + 1] as i32;
+                        side.v[j][mi * 2] = pair(s(2 * j), s(2 * j + 1));
+                    }
+                } else {
+                    for t2 in 0..2 {
+                        for q in 0..4 {
+                            let k = 8 * t2 + 2 * q;
+                            side.v[t2][mi * 4 + q] = pair(b.bsums[k] as i32, b.bsums[k + 1] as i32);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[repr(C, align(64))]
+struct TileCfg([u8; 64]);
+
+/// Eight 16 x 64-byte tiles: tmm0..3 the sums of the four steps, tmm4/tmm6 weights,
+/// tmm5/tmm7 activations.
+#[inline(always)]
+unsafe fn configure() {
+    let mut c = TileCfg([0; 64]);
+    c.0[0] = 1;
+    for t in 0..8 {
+        c.0[16 + 2 * t] = 64;
+        c.0[48 + t] = 16;
+    }
+    asm!("ldtilecfg [{}]", in(reg) c.0.as_ptr(), options(nostack, readonly));
+}
+
+#[inline(always)]
+unsafe fn release() {
+    asm!("tilerelease", options(nostack, nomem));
+}
+
+/// The four steps of one superblock: C_j = A_j (at `a + 1024 j`) x B_j (at `b + 1024 j`),
+/// stored to `c + 1024 j`.
+#[inline(always)]
+unsafe fn four_steps(a: *const u8, b: *const u8, c: *mut u8) {
+    asm!(
+        "tileloadd tmm4, [{a} + {s}*1]",
+        "tileloadd tmm5, [{b} + {s}*1]",
+        "tilezero tmm0",
+        "tdpbusd tmm0, tmm4, tmm5",
+        "tileloadd tmm6, [{a} + {s}*1 + 1024]",
+        "tileloadd tmm7, [{b} + {s}*1 + 1024]",
+        "tilezero tmm1",
+        "tdpbusd tmm1, tmm6, tmm7",
+        "tileloadd tmm4, [{a} + {s}*1 + 2048]",
+        "tileloadd tmm5, [{b} + {s}*1 + 2048]",
+        "tilezero tmm2",
+        "tdpbusd tmm2, tmm4, tmm5",
+        "tileloadd tmm6, [{a} + {s}*1 + 3072]",
+        "tileloadd tmm7, [{b} + {s}*1 + 3072]",
+        "tilezero tmm3",
+        "tdpbusd tmm3, tmm6, tmm7",
+        "tilestored [{c} + {s}*1], tmm0",
+        "tilestored [{c} + {s}*1 + 1024], tmm1",
+        "tilestored [{c} + {s}*1 + 2048], tmm2",
+        "tilestored [{c} + {s}*1 + 3072], tmm3",
+        a = in(reg) a,
+        b = in(reg) b,
+        c = in(reg) c,
+        s = in(reg) 64usize,
+        options(nostack),
+    );
+}
+
+/// 16 weight rows of one superblock, unpacked, with their scales.
+#[repr(C, align(64))]
+struct Unpacked {
+    /// `a[j][n]`: row n's 64 values of step j (unsigned).
+    a: [[[u8; 64]; 16]; 4],
+    /// Q4_K: row n's sub-block scales as i32 (8 of them). Q6_K: its 16 scales as i32.
+    sc: [[i32; 16]; 16],
+    /// Q4_K: row n's mins as i16 (8). Q6_K: its 16 scales as i16.
+    pairs: [[i16; 16]; 16],
+    dw: [f32; 16],
+    /// Q4_K: `-dmin`.
+    ndmin: [f32; 16],
+}
+
+#[inline(always)]
+fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: callers pass a pointer inside the weight row.
+    half::f16::from_bits(unsafe { std::ptr::read_unaligned(p as *const u16) }).to_f32()
+}
+
+#[inline(always)]
+unsafe fn unpack_q4k(bw: *const u8, n: usize, u: &mut Unpacked) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    for j in 0..4 {
+        let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
+        let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
+        let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
+        _mm512_store_si512(u.a[j][n].as_mut_ptr() as *mut __m512i, wq);
+    }
+    let ms = k4_scales_mins(bw.add(4));
+    _mm256_storeu_si256(u.sc[n].as_mut_ptr() as *mut __m256i, _mm256_cvtepu16_epi32(_mm256_castsi256_si128(ms)));
+    _mm_storeu_si128(u.pairs[n].as_mut_ptr() as *mut __m128i, _mm256_extracti128_si256::<1>(ms));
+    u.dw[n] = f16_at(bw);
+    u.ndmin[n] = -f16_at(bw.add(2));
+}
+
+#[inline(always)]
+unsafe fn unpack_q6k(bw: *const u8, n: usize, u: &mut Unpacked) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let m2 = _mm512_set1_epi8(0x03);
+    for h in 0..2 {
+        let b = _mm512_loadu_si512(bw.add(64 * h) as *const __m512i);
+        let bh = _mm256_loadu_si256(bw.add(128 + 32 * h) as *const __m256i);
+        let bhz = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bh), bh);
+        let s2 = _mm512_mask_srli_epi16::<2>(bhz, 0xFFFF_0000, bhz);
+        let h01 = _mm512_slli_epi16::<4>(_mm512_and_si512(s2, m2));
+        let h23 = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m2));
+        let x0 = _mm512_or_si512(_mm512_and_si512(b, m4), h01);
+        let x1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(b), m4), h23);
+        _mm512_store_si512(u.a[2 * h][n].as_mut_ptr() as *mut __m512i, x0);
+        _mm512_store_si512(u.a[2 * h + 1][n].as_mut_ptr() as *mut __m512i, x1);
+    }
+    let sc = _mm_loadu_si128(bw.add(192) as *const __m128i);
+    _mm512_storeu_si512(u.sc[n].as_mut_ptr() as *mut __m512i, _mm512_cvtepi8_epi32(sc));
+    _mm256_storeu_si256(u.pairs[n].as_mut_ptr() as *mut __m256i, _mm256_cvtepi8_epi16(sc));
+    u.dw[n] = f16_at(bw.add(208));
+}
+
+/// `vpdpwssd` itself (see `avx512::dpwssd`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    let mut r = acc;
+    asm!("vpdpwssd {r}, {a}, {b}", r = inout(zmm_reg) r, a = in(zmm_reg) a, b = in(zmm_reg) b, options(pure, nomem, nostack));
+    r
+}
+
+/// Fold one chunk's step sums (`cbuf`, as C tiles) of one superblock into `acc[n]`.
+#[inline(always)]
+unsafe fn drain_q4k(cbuf: &[Tile; 4], u: &Unpacked, side: &SbActs, acc: &mut [[f32; 16]; 16], nn: usize) {
+    let dvec = _mm512_load_ps(side.d.as_ptr());
+    let v: [__m512i; 4] = std::array::from_fn(|j| _mm512_load_si512(side.v[j].as_ptr() as *const __m512i));
+    for n in 0..nn {
+        let c = |j: usize| _mm512_load_si512(cbuf[j].0.as_ptr().add(64 * n) as *const __m512i);
+        let sc = u.sc[n].as_ptr() as *const i64;
+        let mut isum = _mm512_mullo_epi32(c(0), _mm512_set1_epi64(*sc));
+        for j in 1..4 {
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(c(j), _mm512_set1_epi64(*sc.add(j))));
+        }
+        let tot = _mm512_add_epi32(isum, _mm512_shuffle_epi32::<0xB1>(isum));
+        let mp = u.pairs[n].as_ptr() as *const i32;
+        let mut im = _mm512_setzero_si512();
+        for (j, vj) in v.iter().enumerate() {
+            im = dpwssd(im, _mm512_set1_epi32(*mp.add(j)), *vj);
+        }
+        let dd = _mm512_mul_ps(_mm512_set1_ps(u.dw[n]), dvec);
+        let ndm = _mm512_mul_ps(_mm512_set1_ps(u.ndmin[n]), dvec);
+        let mut a = _mm512_loadu_ps(acc[n].as_ptr());
+        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), dd, a);
+        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), ndm, a);
+        _mm512_storeu_ps(acc[n].as_mut_ptr(), a);
+    }
+}
+
+#[inline(always)]
+unsafe fn drain_q6k(cbuf: &[Tile; 4], u: &Unpacked, side: &SbActs, acc: &mut [[f32; 16]; 16], nn: usize) {
+    let dvec = _mm512_load_ps(side.d.as_ptr());
+    let v0 = _mm512_load_si512(side.v[0].as_ptr() as *const __m512i);
+    let v1 = _mm512_load_si512(side.v[1].as_ptr() as *const __m512i);
+    for n in 0..nn {
+        let c = |j: usize| _mm512_load_si512(cbuf[j].0.as_ptr().add(64 * n) as *const __m512i);
+        let sc = u.sc[n].as_ptr();
+        let b4 = |s: usize| _mm512_broadcast_i32x4(_mm_loadu_si128(sc.add(4 * s) as *const __m128i));
+        let mut isum = _mm512_mullo_epi32(c(0), b4(0));
+        for s in 1..4 {
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(c(s), b4(s)));
+        }
+        let p = u.pairs[n].as_ptr();
+        let p0 = _mm512_broadcast_i32x4(_mm_loadu_si128(p as *const __m128i));
+        let p1 = _mm512_broadcast_i32x4(_mm_loadu_si128(p.add(8) as *const __m128i));
+        let corr = dpwssd(dpwssd(_mm512_setzero_si512(), p0, v0), p1, v1);
+        let x = _mm512_sub_epi32(isum, _mm512_slli_epi32::<5>(corr));
+        let x = _mm512_add_epi32(x, _mm512_shuffle_epi32::<0xB1>(x));
+        let x = _mm512_add_epi32(x, _mm512_shuffle_epi32::<0x4E>(x));
+        let dd = _mm512_mul_ps(_mm512_set1_ps(u.dw[n]), dvec);
+        let a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x), dd, _mm512_loadu_ps(acc[n].as_ptr()));
+        _mm512_storeu_ps(acc[n].as_mut_ptr(), a);
+    }
+}
+
+/// Weight rows `r0..r1` of a Q4_K or Q6_K matrix (`rb` bytes a row, `nsb` superblocks)
+/// against `m` activation rows laid out by [`acts_from`]; `out[i * rows + j]` for activation
+/// row i and weight row j. `acc` is scratch of `m.div_ceil(16 / groups(t)) * 16` rows.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn product(
+    t: QType,
+    w: &[u8],
+    rb: usize,
+    r0: usize,
+    r1: usize,
+    tiles: &[Tile],
+    sbs: &[SbActs],
+    m: usize,
+    out: *mut f32,
+    rows: usize,
+    acc: &mut [[[f32; 16]; 16]],
+) {
+    let g = groups(t);
+    let per = 16 / g;
+    let chunks = m.div_ceil(per);
+    let bb = t.block_bytes();
+    let nsb = rb / bb;
+    debug_assert!(acc.len() >= chunks && tiles.len() >= chunks * nsb * 4 && w.len() >= r1 * rb);
+    if r0 >= r1 || nsb == 0 {
+        return;
+    }
+    // A software pipeline over tasks (16-row group, superblock, chunk of activation rows):
+    // while the tile unit multiplies task k, the vector units fold task k - 1's sums and
+    // unpack the next superblock. Each superblock and each task's sums have two buffers, so
+    // a step never waits on the stores of the step just before it.
+    let mut u: [Unpacked; 2] = std::mem::zeroed();
+    let mut cbuf = [[Tile::default(); 4]; 2];
+    let groups_n = (r1 - r0).div_ceil(16);
+    let steps = groups_n * nsb;
+    let tasks = steps * chunks;
+    let unpack = |step: usize, u: &mut Unpacked| {
+        let (grp, sb) = (step / nsb, step % nsb);
+        let n0 = r0 + 16 * grp;
+        let nn = (r1 - n0).min(16);
+        for n in 0..16 {
+            // Rows past the end repeat the last row (read, never written out).
+            let row = n0 + n.min(nn - 1);
+            let bw = w.as_ptr().add(row * rb + sb * bb);
+            // Two superblocks ahead in the same row, or the next group's row: sixteen
+            // interleaved streams are more than the hardware prefetchers follow.
+            let ahead = if sb + 2 < nsb { row * rb + (sb + 2) * bb } else { (row + 16) * rb + (sb + 2 - nsb) * bb };
+            if let Some(b) = w.get(ahead..ahead + bb) {
+                super::prefetch(b);
+            }
+            match t {
+                QType::Q6K => unpack_q6k(bw, n, u),
+                _ => unpack_q4k(bw, n, u),
+            }
+        }
+    };
+    for a in acc[..chunks].iter_mut() {
+        *a = [[0.0; 16]; 16];
+    }
+    configure();
+    unpack(0, &mut u[0]);
+    for k in 0..=tasks {
+        if k < tasks {
+            let (step, c) = (k / chunks, k % chunks);
+            let sb = step % nsb;
+            let bt = tiles.as_ptr().add((c * nsb + sb) * 4) as *const u8;
+            four_steps(u[step % 2].a.as_ptr() as *const u8, bt, cbuf[k % 2].as_mut_ptr() as *mut u8);
+        }
+        if k > 0 {
+            let kp = k - 1;
+            let (step, c) = (kp / chunks, kp % chunks);
+            let (grp, sb) = (step / nsb, step % nsb);
+            let n0 = r0 + 16 * grp;
+            let nn = (r1 - n0).min(16);
+            let side = &sbs[c * nsb + sb];
+            match t {
+                QType::Q6K => drain_q6k(&cbuf[kp % 2], &u[step % 2], side, &mut acc[c], nn),
+                _ => drain_q4k(&cbuf[kp % 2], &u[step % 2], side, &mut acc[c], nn),
+            }
+            if sb == nsb - 1 && c == chunks - 1 {
+                for (c, a) in acc[..chunks].iter_mut().enumerate() {
+                    for mi in 0..per {
+                        let i = c * per + mi;
+                        if i >= m {
+                            break;
+                        }
+                        for (n, an) in a.iter().enumerate().take(nn) {
+                            *out.add(i * rows + n0 + n) = an[mi * g];
+                        }
+                    }
+                    *a = [[0.0; 16]; 16];
+                }
+            }
+        }
+        // The next superblock, after task k - 1 no longer needs the buffer it reuses.
+        if k < tasks && k % chunks == chunks - 1 && k / chunks + 1 < steps {
+            let next = k / chunks + 1;
+            unpack(next, &mut u[next % 2]);
+        }
+    }
+    release();
+}
