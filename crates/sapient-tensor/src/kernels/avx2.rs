@@ -318,7 +318,7 @@ unsafe fn bcast16(v: __m128i, i: usize) -> __m256i {
 
 /// Sum over a k-quant block's mins: `sum_j mins[j] * (bsums[2j] + bsums[2j+1])` as i32 x 4.
 #[inline(always)]
-pub(super) unsafe fn k4_mins_dot(ms: __m256i, bsums: *const i16) -> __m128i {
+unsafe fn k4_mins_dot(ms: __m256i, bsums: *const i16) -> __m128i {
     let q8sums = _mm256_loadu_si256(bsums as *const __m256i);
     let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8sums), _mm256_extracti128_si256(q8sums, 1));
     _mm_madd_epi16(_mm256_extracti128_si256(ms, 1), q8s)

@@ -59,12 +59,14 @@ pub struct BlockK {
     pub bsums: [i16; 16],
     /// `-d * (sum of each 32 values)` (Q4_K's minimums, one product per sub-block).
     pub mb: [f32; 8],
+    /// Sums of each 32 values (Q4_K's minimums in integers, for the exact kernels).
+    pub bs32: [i16; 8],
     pub d: f32,
 }
 
 impl Default for BlockK {
     fn default() -> Self {
-        Self { qs: [0; 256], bsums: [0; 16], mb: [0.0; 8], d: 0.0 }
+        Self { qs: [0; 256], bsums: [0; 16], mb: [0.0; 8], bs32: [0; 8], d: 0.0 }
     }
 }
 
@@ -107,7 +109,10 @@ pub fn blockk_from(blocks: &[BlockQ8K], out: &mut [BlockK]) {
         o.qs = b.qs;
         o.bsums = b.bsums;
         for k in 0..8 {
-            o.mb[k] = -b.d * (b.bsums[2 * k] as i32 + b.bsums[2 * k + 1] as i32) as f32;
+            let s32 = b.bsums[2 * k] as i32 + b.bsums[2 * k + 1] as i32;
+            o.mb[k] = -b.d * s32 as f32;
+            // At most 32 * 128 in magnitude.
+            o.bs32[k] = s32 as i16;
         }
         o.d = b.d;
     }
@@ -339,7 +344,7 @@ wrappers! {
     rows_q8_0 => Q80;
 }
 
-use super::avx2::{k4_mins_dot, k4_scales_mins};
+use super::avx2::k4_scales_mins;
 
 #[repr(C, align(64))]
 struct Idx([[i16; 32]; 4]);
@@ -485,71 +490,132 @@ pub unsafe fn rows_q6k(w: &[u8], acts: &[&[BlockK]], out: &mut [f32]) {
     by_rows!(q6k_rows, [], w, acts, out)
 }
 
+/// Lane 0 and lane 8 of `x` + `y` arrangement: the sums of `a`'s and `b`'s 16 lanes.
+#[inline(always)]
+unsafe fn reduce2_epi32(a: __m512i, b: __m512i) -> (i32, i32) {
+    // [a.lo256 + a.hi256 | b.lo256 + b.hi256]
+    let t = _mm512_add_epi32(_mm512_shuffle_i64x2::<0x44>(a, b), _mm512_shuffle_i64x2::<0xEE>(a, b));
+    let t = _mm512_add_epi32(t, _mm512_shuffle_i64x2::<0xB1>(t, t));
+    let t = _mm512_add_epi32(t, _mm512_shuffle_epi32::<0x4E>(t));
+    let t = _mm512_add_epi32(t, _mm512_shuffle_epi32::<0xB1>(t));
+    (_mm512_cvtsi512_si32(t), _mm_cvtsi128_si32(_mm512_extracti32x4_epi32::<2>(t)))
+}
+
+/// One Q4_K superblock's integer sum of scaled products (16 lanes) and of mins x 32-value
+/// sums (4 lanes).
+#[inline(always)]
+unsafe fn q4k_sb_ints(bw: *const u8, b: &BlockK) -> (__m512i, __m128i) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let ms = k4_scales_mins(bw.add(4));
+    let msz = _mm512_castsi256_si512(ms);
+    let mut sumi = _mm512_setzero_si512();
+    for j in 0..4 {
+        let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
+        let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
+        let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
+        let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
+        let qa = _mm512_load_si512(b.qs.as_ptr().add(64 * j) as *const __m512i);
+        sumi = dpwssd(sumi, _mm512_maddubs_epi16(wq, qa), sc);
+    }
+    let mins = _mm_madd_epi16(_mm256_extracti128_si256::<1>(ms), _mm_loadu_si128(b.bs32.as_ptr() as *const __m128i));
+    (sumi, mins)
+}
+
 /// One Q4_K weight row against one activation row in the AMX kernels' arithmetic: per
 /// superblock the exact integer sums (scaled products, mins) and two fused multiply-adds,
 /// `acc = fma(isum, dw * da, acc)`, `acc = fma(imin, -dmin * da, acc)`, so that the result
-/// is bit-identical to `amx::product`'s for the same row in any batch.
+/// is bit-identical to `amx::product`'s for the same row in any batch. Superblocks go in
+/// pairs to share the horizontal sums.
 #[inline(always)]
 unsafe fn q4k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
-    let m4 = _mm512_set1_epi8(0x0f);
     let p = w.as_ptr();
     let mut acc = 0f32;
-    for (i, b) in a.iter().enumerate() {
+    let dm = |bw: *const u8| {
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(bw) as i32));
+        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+    };
+    let mut i = 0;
+    while i + 2 <= a.len() {
+        let (b0, b1) = (&a[i], &a[i + 1]);
+        let (bw0, bw1) = (p.add(i * 144), p.add((i + 1) * 144));
+        let (s0, m0) = q4k_sb_ints(bw0, b0);
+        let (s1, m1) = q4k_sb_ints(bw1, b1);
+        let (is0, is1) = reduce2_epi32(s0, s1);
+        // Both mins sums: [m0 | m1] -> lanes 0 and 4.
+        let mm = _mm256_set_m128i(m1, m0);
+        let mm = _mm256_add_epi32(mm, _mm256_shuffle_epi32::<0x4E>(mm));
+        let mm = _mm256_add_epi32(mm, _mm256_shuffle_epi32::<0xB1>(mm));
+        let (im0, im1) = (_mm256_cvtsi256_si32(mm), _mm_cvtsi128_si32(_mm256_extracti128_si256::<1>(mm)));
+        let (d0, n0) = dm(bw0);
+        let (d1, n1) = dm(bw1);
+        acc = (is0 as f32).mul_add(d0 * b0.d, acc);
+        acc = (im0 as f32).mul_add(-n0 * b0.d, acc);
+        acc = (is1 as f32).mul_add(d1 * b1.d, acc);
+        acc = (im1 as f32).mul_add(-n1 * b1.d, acc);
+        i += 2;
+    }
+    if i < a.len() {
+        let b = &a[i];
         let bw = p.add(i * 144);
-        let ms = k4_scales_mins(bw.add(4));
-        let msz = _mm512_castsi256_si512(ms);
-        let mut sumi = _mm512_setzero_si512();
-        for j in 0..4 {
-            let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
-            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
-            let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
-            let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
-            let qa = _mm512_load_si512(b.qs.as_ptr().add(64 * j) as *const __m512i);
-            sumi = dpwssd(sumi, _mm512_maddubs_epi16(wq, qa), sc);
-        }
-        let isum = _mm512_reduce_add_epi32(sumi);
-        let mins = k4_mins_dot(ms, b.bsums.as_ptr());
-        let imin = _mm512_reduce_add_epi32(_mm512_zextsi128_si512(mins));
-        acc = (isum as f32).mul_add(f16_bits(bw) * b.d, acc);
-        acc = (imin as f32).mul_add(-f16_bits(bw.add(2)) * b.d, acc);
+        let (s, m) = q4k_sb_ints(bw, b);
+        let is = _mm512_reduce_add_epi32(s);
+        let im = _mm512_reduce_add_epi32(_mm512_zextsi128_si512(m));
+        let (d, n) = dm(bw);
+        acc = (is as f32).mul_add(d * b.d, acc);
+        acc = (im as f32).mul_add(-n * b.d, acc);
     }
     acc
+}
+
+/// One Q6_K superblock's integer sum less the offset correction (16 lanes).
+#[inline(always)]
+unsafe fn q6k_sb_ints(bw: *const u8, b: &BlockK) -> __m512i {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let m2 = _mm512_set1_epi8(0x03);
+    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.add(192) as *const __m128i));
+    let scz = _mm512_castsi256_si512(sc16);
+    let mut sumi = _mm512_setzero_si512();
+    for h in 0..2 {
+        let bl = _mm512_loadu_si512(bw.add(64 * h) as *const __m512i);
+        let bh = _mm256_loadu_si256(bw.add(128 + 32 * h) as *const __m256i);
+        let bhz = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bh), bh);
+        let s2 = _mm512_mask_srli_epi16::<2>(bhz, 0xFFFF_0000, bhz);
+        let h01 = _mm512_slli_epi16::<4>(_mm512_and_si512(s2, m2));
+        let h23 = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m2));
+        let xs = [
+            _mm512_or_si512(_mm512_and_si512(bl, m4), h01),
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(bl), m4), h23),
+        ];
+        for (k, x) in xs.into_iter().enumerate() {
+            let s = 2 * h + k;
+            let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, s), scz);
+            let qa = _mm512_load_si512(b.qs.as_ptr().add(64 * s) as *const __m512i);
+            sumi = dpwssd(sumi, _mm512_maddubs_epi16(x, qa), sc);
+        }
+    }
+    let corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i));
+    _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)))
 }
 
 /// Like [`q4k_row_x`] for Q6_K: `acc = fma(isum, dw * da, acc)` per superblock.
 #[inline(always)]
 unsafe fn q6k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
-    let m4 = _mm512_set1_epi8(0x0f);
-    let m2 = _mm512_set1_epi8(0x03);
     let p = w.as_ptr();
     let mut acc = 0f32;
-    for (i, b) in a.iter().enumerate() {
+    let mut i = 0;
+    while i + 2 <= a.len() {
+        let (b0, b1) = (&a[i], &a[i + 1]);
+        let (bw0, bw1) = (p.add(i * 210), p.add((i + 1) * 210));
+        let (is0, is1) = reduce2_epi32(q6k_sb_ints(bw0, b0), q6k_sb_ints(bw1, b1));
+        acc = (is0 as f32).mul_add(f16_bits(bw0.add(208)) * b0.d, acc);
+        acc = (is1 as f32).mul_add(f16_bits(bw1.add(208)) * b1.d, acc);
+        i += 2;
+    }
+    if i < a.len() {
+        let b = &a[i];
         let bw = p.add(i * 210);
-        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.add(192) as *const __m128i));
-        let scz = _mm512_castsi256_si512(sc16);
-        let mut sumi = _mm512_setzero_si512();
-        for h in 0..2 {
-            let bl = _mm512_loadu_si512(bw.add(64 * h) as *const __m512i);
-            let bh = _mm256_loadu_si256(bw.add(128 + 32 * h) as *const __m256i);
-            let bhz = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bh), bh);
-            let s2 = _mm512_mask_srli_epi16::<2>(bhz, 0xFFFF_0000, bhz);
-            let h01 = _mm512_slli_epi16::<4>(_mm512_and_si512(s2, m2));
-            let h23 = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m2));
-            let xs = [
-                _mm512_or_si512(_mm512_and_si512(bl, m4), h01),
-                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(bl), m4), h23),
-            ];
-            for (k, x) in xs.into_iter().enumerate() {
-                let s = 2 * h + k;
-                let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, s), scz);
-                let qa = _mm512_load_si512(b.qs.as_ptr().add(64 * s) as *const __m512i);
-                sumi = dpwssd(sumi, _mm512_maddubs_epi16(x, qa), sc);
-            }
-        }
-        let corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i));
-        let s = _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)));
-        let isum = _mm512_reduce_add_epi32(s);
-        acc = (isum as f32).mul_add(f16_bits(bw.add(208)) * b.d, acc);
+        let is = _mm512_reduce_add_epi32(q6k_sb_ints(bw, b));
+        acc = (is as f32).mul_add(f16_bits(bw.add(208)) * b.d, acc);
     }
     acc
 }
