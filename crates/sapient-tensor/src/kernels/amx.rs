@@ -26,7 +26,6 @@
 
 #![allow(clippy::missing_safety_doc, clippy::needless_range_loop)]
 
-use super::avx2::k4_scales_mins;
 use super::quant::{BlockQ8K, QType};
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -234,9 +233,8 @@ struct Unpacked {
     sc: [[i32; 16]; 16],
     /// Q4_K: row n's mins as i16 (8). Q6_K: its 16 scales as i16.
     pairs: [[i16; 16]; 16],
-    dw: [f32; 16],
-    /// Q4_K: `-dmin`.
-    ndmin: [f32; 16],
+    /// Row n's `[d, dmin]` (Q6_K: `d` only).
+    dm: [[f32; 2]; 16],
 }
 
 #[inline(always)]
@@ -245,20 +243,76 @@ fn f16_at(p: *const u8) -> f32 {
     half::f16::from_bits(unsafe { std::ptr::read_unaligned(p as *const u16) }).to_f32()
 }
 
-#[inline(always)]
-unsafe fn unpack_q4k(bw: *const u8, n: usize, u: &mut Unpacked) {
-    let m4 = _mm512_set1_epi8(0x0f);
-    for j in 0..4 {
-        let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
-        let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
-        let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
-        _mm512_store_si512(u.a[j][n].as_mut_ptr() as *mut __m512i, wq);
+/// Byte indices of the scale unpacking (per 128-bit lane: one row's 12 scale bytes).
+#[repr(C, align(64))]
+struct Shuf([i8; 64]);
+
+static K4_A: Shuf = Shuf({
+    let l = [0i8, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11];
+    let mut t = [0i8; 64];
+    let mut i = 0;
+    while i < 64 {
+        t[i] = l[i % 16];
+        i += 1;
     }
-    let ms = k4_scales_mins(bw.add(4));
-    _mm256_storeu_si256(u.sc[n].as_mut_ptr() as *mut __m256i, _mm256_cvtepu16_epi32(_mm256_castsi256_si128(ms)));
-    _mm_storeu_si128(u.pairs[n].as_mut_ptr() as *mut __m128i, _mm256_extracti128_si256::<1>(ms));
-    u.dw[n] = f16_at(bw);
-    u.ndmin[n] = -f16_at(bw.add(2));
+    t
+});
+static K4_B: Shuf = Shuf({
+    let l = [-128i8, -128, -128, -128, 0, 1, 2, 3, -128, -128, -128, -128, 4, 5, 6, 7];
+    let mut t = [0i8; 64];
+    let mut i = 0;
+    while i < 64 {
+        t[i] = l[i % 16];
+        i += 1;
+    }
+    t
+});
+
+/// Four Q4_K rows' 6-bit scales and mins (12 bytes at `p[r]` each), as in `k4_scales_mins`:
+/// per 128-bit lane r, bytes `[sc0..8, mn0..8]` of row r.
+#[inline(always)]
+unsafe fn k4_scales_mins_x4(p: [*const u8; 4]) -> __m512i {
+    let s = _mm512_castsi128_si512(_mm_loadu_si128(p[0] as *const __m128i));
+    let s = _mm512_inserti32x4::<1>(s, _mm_loadu_si128(p[1] as *const __m128i));
+    let s = _mm512_inserti32x4::<2>(s, _mm_loadu_si128(p[2] as *const __m128i));
+    let s = _mm512_inserti32x4::<3>(s, _mm_loadu_si128(p[3] as *const __m128i));
+    let a = _mm512_shuffle_epi8(s, _mm512_load_si512(K4_A.0.as_ptr() as *const __m512i));
+    let b = _mm512_shuffle_epi8(s, _mm512_load_si512(K4_B.0.as_ptr() as *const __m512i));
+    let hib = _mm512_and_si512(_mm512_srli_epi16::<2>(b), _mm512_set1_epi8(0x30));
+    let m4 = _mm512_set1_epi8(0x0f);
+    let t1 = _mm512_and_si512(a, _mm512_set1_epi8(63));
+    let t2 = _mm512_or_si512(_mm512_and_si512(a, m4), hib);
+    let t3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(a), m4), hib);
+    // Per lane: bytes 0..4 and 8..12 from t1, 4..8 from t2, 12..16 from t3.
+    let r = _mm512_mask_blend_epi8(0x00F0_00F0_00F0_00F0, t1, t2);
+    _mm512_mask_blend_epi8(0xF000_F000_F000_F000, r, t3)
+}
+
+/// Four Q4_K rows (`bw[r]` at their superblock) into rows `n..n + 4` of `u`.
+#[inline(always)]
+unsafe fn unpack_q4k_x4(bw: [*const u8; 4], n: usize, u: &mut Unpacked) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    for (r, &p) in bw.iter().enumerate() {
+        for j in 0..4 {
+            let bits = _mm256_loadu_si256(p.add(16 + 32 * j) as *const __m256i);
+            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
+            let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
+            _mm512_store_si512(u.a[j][n + r].as_mut_ptr() as *mut __m512i, wq);
+        }
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+        _mm_storel_epi64(u.dm[n + r].as_mut_ptr() as *mut __m128i, _mm_castps_si128(v));
+    }
+    let ms = k4_scales_mins_x4([bw[0].add(4), bw[1].add(4), bw[2].add(4), bw[3].add(4)]);
+    let lanes = [
+        _mm512_castsi512_si128(ms),
+        _mm512_extracti32x4_epi32::<1>(ms),
+        _mm512_extracti32x4_epi32::<2>(ms),
+        _mm512_extracti32x4_epi32::<3>(ms),
+    ];
+    for (r, x) in lanes.into_iter().enumerate() {
+        _mm256_storeu_si256(u.sc[n + r].as_mut_ptr() as *mut __m256i, _mm256_cvtepu8_epi32(x));
+        _mm_storeu_si128(u.pairs[n + r].as_mut_ptr() as *mut __m128i, _mm_cvtepu8_epi16(_mm_srli_si128::<8>(x)));
+    }
 }
 
 #[inline(always)]
@@ -280,7 +334,7 @@ unsafe fn unpack_q6k(bw: *const u8, n: usize, u: &mut Unpacked) {
     let sc = _mm_loadu_si128(bw.add(192) as *const __m128i);
     _mm512_storeu_si512(u.sc[n].as_mut_ptr() as *mut __m512i, _mm512_cvtepi8_epi32(sc));
     _mm256_storeu_si256(u.pairs[n].as_mut_ptr() as *mut __m256i, _mm256_cvtepi8_epi16(sc));
-    u.dw[n] = f16_at(bw.add(208));
+    u.dm[n][0] = f16_at(bw.add(208));
 }
 
 /// `vpdpwssd` itself (see `avx512::dpwssd`).
@@ -310,11 +364,12 @@ unsafe fn drain_q4k(cbuf: &[Tile; 4], u: &Unpacked, side: &SbActs, acc: &mut [[f
         for (j, vj) in v.iter().enumerate() {
             im = dpwssd(im, _mm512_set1_epi32(*mp.add(j)), *vj);
         }
-        let dd = _mm512_mul_ps(_mm512_set1_ps(u.dw[n]), dvec);
-        let ndm = _mm512_mul_ps(_mm512_set1_ps(u.ndmin[n]), dvec);
+        let dd = _mm512_mul_ps(_mm512_set1_ps(u.dm[n][0]), dvec);
+        let dmn = _mm512_mul_ps(_mm512_set1_ps(u.dm[n][1]), dvec);
         let mut a = _mm512_loadu_ps(acc[n].as_ptr());
         a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot), dd, a);
-        a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), ndm, a);
+        // acc - imin * (dmin * da): the one-row kernel's fma(imin, -dmin * da, acc).
+        a = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(im), dmn, a);
         _mm512_storeu_ps(acc[n].as_mut_ptr(), a);
     }
 }
@@ -339,7 +394,7 @@ unsafe fn drain_q6k(cbuf: &[Tile; 4], u: &Unpacked, side: &SbActs, acc: &mut [[f
         let x = _mm512_sub_epi32(isum, _mm512_slli_epi32::<5>(corr));
         let x = _mm512_add_epi32(x, _mm512_shuffle_epi32::<0xB1>(x));
         let x = _mm512_add_epi32(x, _mm512_shuffle_epi32::<0x4E>(x));
-        let dd = _mm512_mul_ps(_mm512_set1_ps(u.dw[n]), dvec);
+        let dd = _mm512_mul_ps(_mm512_set1_ps(u.dm[n][0]), dvec);
         let a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(x), dd, _mm512_loadu_ps(acc[n].as_ptr()));
         _mm512_storeu_ps(acc[n].as_mut_ptr(), a);
     }
@@ -385,19 +440,26 @@ pub unsafe fn product(
         let (grp, sb) = (step / nsb, step % nsb);
         let n0 = r0 + 16 * grp;
         let nn = (r1 - n0).min(16);
-        for n in 0..16 {
-            // Rows past the end repeat the last row (read, never written out).
-            let row = n0 + n.min(nn - 1);
-            let bw = w.as_ptr().add(row * rb + sb * bb);
-            // Two superblocks ahead in the same row, or the next group's row: sixteen
-            // interleaved streams are more than the hardware prefetchers follow.
-            let ahead = if sb + 2 < nsb { row * rb + (sb + 2) * bb } else { (row + 16) * rb + (sb + 2 - nsb) * bb };
-            if let Some(b) = w.get(ahead..ahead + bb) {
-                super::prefetch(b);
+        for n4 in (0..16).step_by(4) {
+            let mut bw = [std::ptr::null(); 4];
+            for (r, p) in bw.iter_mut().enumerate() {
+                // Rows past the end repeat the last row (read, never written out).
+                let row = n0 + (n4 + r).min(nn - 1);
+                *p = w.as_ptr().add(row * rb + sb * bb);
+                // Two superblocks ahead in the same row, or the next group's row: sixteen
+                // interleaved streams are more than the hardware prefetchers follow.
+                let ahead = if sb + 2 < nsb { row * rb + (sb + 2) * bb } else { (row + 16) * rb + (sb + 2 - nsb) * bb };
+                if let Some(b) = w.get(ahead..ahead + bb) {
+                    super::prefetch(b);
+                }
             }
             match t {
-                QType::Q6K => unpack_q6k(bw, n, u),
-                _ => unpack_q4k(bw, n, u),
+                QType::Q6K => {
+                    for (r, p) in bw.into_iter().enumerate() {
+                        unpack_q6k(p, n4 + r, u);
+                    }
+                }
+                _ => unpack_q4k_x4(bw, n4, u),
             }
         }
     };
