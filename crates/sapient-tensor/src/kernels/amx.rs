@@ -72,6 +72,26 @@ fn request_tile_state() -> bool {
     false
 }
 
+/// Whether a product of `m` activation rows with weights of format `t` goes to the AMX
+/// kernels; the others, on a machine with AMX, go to the AVX-512 kernels with the same exact
+/// arithmetic (`avx512::rows_q4k_x`, `rows_q6k_x`), so the choice never changes a result.
+/// Q6_K takes 4 activation rows per tile, and 5 to 8 rows (two passes) were slower than the
+/// AVX-512 kernels on a 2-core Xeon: a 5-token forward of Qwen2.5-1.5B 75.3-75.7 ms against
+/// 77-79 ms with AMX for all (`examples/step_cost`). `SAPIENT_AMX_Q6K=all|never` overrides.
+pub fn use_for(t: QType, m: usize) -> bool {
+    static Q6: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    let q6 = *Q6.get_or_init(|| match std::env::var("SAPIENT_AMX_Q6K").as_deref() {
+        Ok("all") => 1,
+        Ok("never") => 2,
+        _ => 0,
+    });
+    match t {
+        QType::Q4K => m >= 2,
+        QType::Q6K => m >= 2 && (q6 == 1 || (q6 == 0 && !(5..=8).contains(&m))),
+        _ => false,
+    }
+}
+
 /// Whether format `t` has AMX kernels here.
 pub fn handles(t: QType) -> bool {
     matches!(t, QType::Q4K | QType::Q6K)
@@ -448,6 +468,7 @@ pub unsafe fn product(
                 *p = w.as_ptr().add(row * rb + sb * bb);
                 // Two superblocks ahead in the same row, or the next group's row: sixteen
                 // interleaved streams are more than the hardware prefetchers follow.
+                // (1, 2 or 4 superblocks ahead: within the noise in the model.)
                 let ahead = if sb + 2 < nsb { row * rb + (sb + 2) * bb } else { (row + 16) * rb + (sb + 2 - nsb) * bb };
                 if let Some(b) = w.get(ahead..ahead + bb) {
                     super::prefetch(b);

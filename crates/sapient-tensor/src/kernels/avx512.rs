@@ -620,6 +620,128 @@ unsafe fn q6k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
     acc
 }
 
+/// [`q4k_row_x`] for one weight row against `R` activation rows: each output computed by
+/// exactly the one-row arithmetic (so also equal to `amx::product`'s), the weights decoded
+/// once for all rows.
+#[inline(always)]
+unsafe fn q4k_rows_x<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let p = w.as_ptr();
+    let mut acc = [0f32; R];
+    for i in 0..acts[0].len() {
+        let bw = p.add(i * 144);
+        let ms = k4_scales_mins(bw.add(4));
+        let msz = _mm512_castsi256_si512(ms);
+        let mut sumi = [_mm512_setzero_si512(); R];
+        for j in 0..4 {
+            let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
+            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
+            let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
+            let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
+            for r in 0..R {
+                let qa = _mm512_load_si512(acts[r].get_unchecked(i).qs.as_ptr().add(64 * j) as *const __m512i);
+                sumi[r] = dpwssd(sumi[r], _mm512_maddubs_epi16(wq, qa), sc);
+            }
+        }
+        let mins16 = _mm256_extracti128_si256::<1>(ms);
+        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(bw) as i32));
+        let (d, dmin) = (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)));
+        let mut r = 0;
+        while r < R {
+            let b0 = acts[r].get_unchecked(i);
+            let m0 = _mm_madd_epi16(mins16, _mm_loadu_si128(b0.bs32.as_ptr() as *const __m128i));
+            if r + 1 < R {
+                let b1 = acts[r + 1].get_unchecked(i);
+                let m1 = _mm_madd_epi16(mins16, _mm_loadu_si128(b1.bs32.as_ptr() as *const __m128i));
+                let (is0, is1) = reduce2_epi32(sumi[r], sumi[r + 1]);
+                let mm = _mm256_set_m128i(m1, m0);
+                let mm = _mm256_add_epi32(mm, _mm256_shuffle_epi32::<0x4E>(mm));
+                let mm = _mm256_add_epi32(mm, _mm256_shuffle_epi32::<0xB1>(mm));
+                let (im0, im1) = (_mm256_cvtsi256_si32(mm), _mm_cvtsi128_si32(_mm256_extracti128_si256::<1>(mm)));
+                acc[r] = (is0 as f32).mul_add(d * b0.d, acc[r]);
+                acc[r] = (im0 as f32).mul_add(-dmin * b0.d, acc[r]);
+                acc[r + 1] = (is1 as f32).mul_add(d * b1.d, acc[r + 1]);
+                acc[r + 1] = (im1 as f32).mul_add(-dmin * b1.d, acc[r + 1]);
+                r += 2;
+            } else {
+                let is = _mm512_reduce_add_epi32(sumi[r]);
+                let im = _mm512_reduce_add_epi32(_mm512_zextsi128_si512(m0));
+                acc[r] = (is as f32).mul_add(d * b0.d, acc[r]);
+                acc[r] = (im as f32).mul_add(-dmin * b0.d, acc[r]);
+                r += 1;
+            }
+        }
+    }
+    out[..R].copy_from_slice(&acc);
+}
+
+/// [`q6k_row_x`] for `R` activation rows (see [`q4k_rows_x`]).
+#[inline(always)]
+unsafe fn q6k_rows_x<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let m2 = _mm512_set1_epi8(0x03);
+    let p = w.as_ptr();
+    let mut acc = [0f32; R];
+    for i in 0..acts[0].len() {
+        let bw = p.add(i * 210);
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.add(192) as *const __m128i));
+        let scz = _mm512_castsi256_si512(sc16);
+        let mut sumi = [_mm512_setzero_si512(); R];
+        for h in 0..2 {
+            let bl = _mm512_loadu_si512(bw.add(64 * h) as *const __m512i);
+            let bh = _mm256_loadu_si256(bw.add(128 + 32 * h) as *const __m256i);
+            let bhz = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bh), bh);
+            let s2 = _mm512_mask_srli_epi16::<2>(bhz, 0xFFFF_0000, bhz);
+            let h01 = _mm512_slli_epi16::<4>(_mm512_and_si512(s2, m2));
+            let h23 = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m2));
+            let xs = [
+                _mm512_or_si512(_mm512_and_si512(bl, m4), h01),
+                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(bl), m4), h23),
+            ];
+            for (k, x) in xs.into_iter().enumerate() {
+                let st = 2 * h + k;
+                let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, st), scz);
+                for r in 0..R {
+                    let qa = _mm512_load_si512(acts[r].get_unchecked(i).qs.as_ptr().add(64 * st) as *const __m512i);
+                    sumi[r] = dpwssd(sumi[r], _mm512_maddubs_epi16(x, qa), sc);
+                }
+            }
+        }
+        let dw = f16_bits(bw.add(208));
+        for r in 0..R {
+            let b = acts[r].get_unchecked(i);
+            let corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i));
+            sumi[r] = _mm512_sub_epi32(sumi[r], _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)));
+        }
+        let mut r = 0;
+        while r < R {
+            if r + 1 < R {
+                let (is0, is1) = reduce2_epi32(sumi[r], sumi[r + 1]);
+                acc[r] = (is0 as f32).mul_add(dw * acts[r].get_unchecked(i).d, acc[r]);
+                acc[r + 1] = (is1 as f32).mul_add(dw * acts[r + 1].get_unchecked(i).d, acc[r + 1]);
+                r += 2;
+            } else {
+                let is = _mm512_reduce_add_epi32(sumi[r]);
+                acc[r] = (is as f32).mul_add(dw * acts[r].get_unchecked(i).d, acc[r]);
+                r += 1;
+            }
+        }
+    }
+    out[..R].copy_from_slice(&acc);
+}
+
+/// One Q4_K weight row against 1..=8 activation rows, [`q4k_rows_x`]'s exact arithmetic.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn rows_q4k_x(w: &[u8], acts: &[&[BlockK]], out: &mut [f32]) {
+    by_rows!(q4k_rows_x, [], w, acts, out)
+}
+
+/// One Q6_K weight row against 1..=8 activation rows, [`q6k_rows_x`]'s exact arithmetic.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn rows_q6k_x(w: &[u8], acts: &[&[BlockK]], out: &mut [f32]) {
+    by_rows!(q6k_rows_x, [], w, acts, out)
+}
+
 /// Weight rows `r0..r1` against one activation row with [`q4k_row_x`] / [`q6k_row_x`]:
 /// decode on machines whose batches go through the AMX kernels.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]

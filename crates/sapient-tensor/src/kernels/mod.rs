@@ -637,6 +637,9 @@ impl QMatrix {
             }
             return;
         }
+        // On machines with AMX, k-quant products of any number of rows use the exact
+        // arithmetic of the AMX kernels (whichever kernel runs them).
+        let exact = has_amx();
         let mut i0 = 0;
         while i0 < m {
             let g = (m - i0).min(G);
@@ -663,6 +666,8 @@ impl QMatrix {
                         QType::Q5_0 => avx512::rows_q5_0(wrow, &rp[..g], &mut tmp),
                         QType::Q5_1 => avx512::rows_q5_1(wrow, &rp[..g], &mut tmp),
                         QType::Q8_0 => avx512::rows_q8_0(wrow, &rp[..g], &mut tmp),
+                        QType::Q4K if exact => avx512::rows_q4k_x(wrow, &rk[..g], &mut tmp),
+                        QType::Q6K if exact => avx512::rows_q6k_x(wrow, &rk[..g], &mut tmp),
                         QType::Q4K => avx512::rows_q4k(wrow, &rk[..g], &mut tmp),
                         QType::Q6K => avx512::rows_q6k(wrow, &rk[..g], &mut tmp),
                         QType::Q5K => unreachable!("Q5_K is not laid out wide"),
@@ -903,7 +908,7 @@ impl QuantizedActs {
             s.q8 = v;
         }
         #[cfg(target_arch = "x86_64")]
-        if wide && m >= 2 && amx::handles(t) && has_amx() {
+        if wide && amx::use_for(t, m) && has_amx() {
             let nsb = cols / 256;
             let chunks = m.div_ceil(16 / amx::groups(t));
             let mut tiles = take_scratch(&SCRATCH_AMX_TILES, chunks * nsb * 4);

@@ -327,11 +327,12 @@ fn amx_kernels_match_reference_and_single_rows() {
     }
     for t in [QType::Q4K, QType::Q6K] {
         for cols in [256, 1536] {
-            for (rows, m) in [(16, 2), (37, 5), (130, 8), (45, 9), (33, 17)] {
+            for (rows, m) in [(16, 2), (37, 5), (130, 8), (45, 9), (33, 17), (20, 3)] {
                 let (w, _) = quantized(t, rows, cols, 31 + cols as u64 + m as u64);
                 let x = data(m * cols, 12 + m as u64);
                 let acts = QuantizedActs::new(t, &x, m, cols);
-                assert_eq!(acts.amx_g, super::amx::groups(t));
+                let want_amx = super::amx::use_for(t, m);
+                assert_eq!(acts.amx_g, if want_amx { super::amx::groups(t) } else { 0 });
                 let mut all = vec![0f32; m * rows];
                 w.matmul_quantized(&acts, &mut all);
                 let rb = w.row_bytes();
@@ -349,6 +350,35 @@ fn amx_kernels_match_reference_and_single_rows() {
                         }
                     });
                 }
+                // The AVX-512 kernels with the same arithmetic (used where AMX is slower), in
+                // groups of up to 8 rows: bit-identical too.
+                let nsb = cols / 256;
+                let mut bk = vec![super::avx512::BlockK::default(); m * nsb];
+                for i in 0..m {
+                    super::avx512::blockk_from(acts.row_q8k(i), &mut bk[i * nsb..(i + 1) * nsb]);
+                }
+                w.with_bytes(|bytes| {
+                    for j in 0..rows {
+                        let wr = &bytes[j * rb..(j + 1) * rb];
+                        for i0 in (0..m).step_by(8) {
+                            let g = (m - i0).min(8);
+                            let rs: Vec<&[super::avx512::BlockK]> = (i0..i0 + g).map(|i| &bk[i * nsb..(i + 1) * nsb]).collect();
+                            let mut o = [0f32; 8];
+                            // SAFETY: has_amx() implies the AVX-512 features; rows are `cols` long.
+                            unsafe {
+                                if t == QType::Q4K {
+                                    super::avx512::rows_q4k_x(wr, &rs, &mut o)
+                                } else {
+                                    super::avx512::rows_q6k_x(wr, &rs, &mut o)
+                                }
+                            }
+                            for k in 0..g {
+                                let want = all[(i0 + k) * rows + j];
+                                assert_eq!(o[k].to_bits(), want.to_bits(), "{t:?} [{rows}x{cols}] x{m} ({},{j}): avx-512 exact {} vs amx {want}", i0 + k, o[k]);
+                            }
+                        }
+                    }
+                });
             }
         }
     }
