@@ -9,7 +9,8 @@
 //!
 //! Every output element is computed by the same function whatever the number of activation
 //! rows, so a batch of rows gives bit-identical results to the same rows one at a time
-//! (speculative decoding relies on that).
+//! (speculative decoding relies on that). On machines with AMX ([`has_amx`]) Q4_K and Q6_K
+//! products follow the AMX kernels' arithmetic whichever kernel runs them (`amx.rs`).
 
 #[cfg(target_arch = "x86_64")]
 mod amx;
