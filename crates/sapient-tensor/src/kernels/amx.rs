@@ -161,8 +161,12 @@ pub fn acts_from(t: QType, q8k: &[BlockQ8K], m: usize, nsb: usize, tiles: &mut [
                 for j in 0..4 {
                     let tile = &mut tiles[(c * nsb + sb) * 4 + j].0;
                     for k4 in 0..16 {
-                        let col = mi * g + k4 / k4_per_group;
-                        let src = 64 * j + 4 * k4;
+                        let gi = k4 / k4_per_group;
+                        let col = mi * g + gi;
+                        // Q6_K: step j holds values 64 j .. 64 j + 64 in order. Q4_K: step j
+                        // holds sub-blocks (S, S + 2) with S = 4 (j / 2) + j % 2, the low or
+                        // high nibbles of 64 stored bytes (`unpack_q4k_x4`).
+                        let src = if g == 2 { 32 * (4 * (j / 2) + j % 2 + 2 * gi) + 4 * (k4 % 8) } else { 64 * j + 4 * k4 };
                         for e in 0..4 {
                             tile[64 * k4 + 4 * col + e] = b.qs[src + e] as u8;
                         }
@@ -268,7 +272,8 @@ fn f16_at(p: *const u8) -> f32 {
 struct Shuf([i8; 64]);
 
 static K4_A: Shuf = Shuf({
-    let l = [0i8, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11];
+    // Scales in the order the tile steps pair them: (0, 2), (1, 3), (4, 6), (5, 7).
+    let l = [0i8, 2, 1, 3, 8, 10, 9, 11, 4, 5, 6, 7, 8, 9, 10, 11];
     let mut t = [0i8; 64];
     let mut i = 0;
     while i < 64 {
@@ -278,7 +283,7 @@ static K4_A: Shuf = Shuf({
     t
 });
 static K4_B: Shuf = Shuf({
-    let l = [-128i8, -128, -128, -128, 0, 1, 2, 3, -128, -128, -128, -128, 4, 5, 6, 7];
+    let l = [-128i8, -128, -128, -128, 0, 2, 1, 3, -128, -128, -128, -128, 4, 5, 6, 7];
     let mut t = [0i8; 64];
     let mut i = 0;
     while i < 64 {
@@ -289,7 +294,8 @@ static K4_B: Shuf = Shuf({
 });
 
 /// Four Q4_K rows' 6-bit scales and mins (12 bytes at `p[r]` each), as in `k4_scales_mins`:
-/// per 128-bit lane r, bytes `[sc0..8, mn0..8]` of row r.
+/// per 128-bit lane r, bytes `[sc0, sc2, sc1, sc3, sc4, sc6, sc5, sc7, mn0..8]` of row r
+/// (the scales in the order of the tile steps' sub-block pairs).
 #[inline(always)]
 unsafe fn k4_scales_mins_x4(p: [*const u8; 4]) -> __m512i {
     let s = _mm512_castsi128_si512(_mm_loadu_si128(p[0] as *const __m128i));
@@ -313,11 +319,13 @@ unsafe fn k4_scales_mins_x4(p: [*const u8; 4]) -> __m512i {
 unsafe fn unpack_q4k_x4(bw: [*const u8; 4], n: usize, u: &mut Unpacked) {
     let m4 = _mm512_set1_epi8(0x0f);
     for (r, &p) in bw.iter().enumerate() {
-        for j in 0..4 {
-            let bits = _mm256_loadu_si256(p.add(16 + 32 * j) as *const __m256i);
-            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
-            let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
-            _mm512_store_si512(u.a[j][n + r].as_mut_ptr() as *mut __m512i, wq);
+        // Steps 2h and 2h + 1: the low and the high nibbles of stored bytes 64 h .. 64 h + 64,
+        // i.e. sub-blocks (4h, 4h + 2) and (4h + 1, 4h + 3); the activations are laid out to
+        // match (`acts_from`), and the scales paired the same way.
+        for h in 0..2 {
+            let v = _mm512_loadu_si512(p.add(16 + 64 * h) as *const __m512i);
+            _mm512_store_si512(u.a[2 * h][n + r].as_mut_ptr() as *mut __m512i, _mm512_and_si512(v, m4));
+            _mm512_store_si512(u.a[2 * h + 1][n + r].as_mut_ptr() as *mut __m512i, _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
         }
         let v = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
         _mm_storel_epi64(u.dm[n + r].as_mut_ptr() as *mut __m128i, _mm_castps_si128(v));
