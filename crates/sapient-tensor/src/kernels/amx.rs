@@ -1,10 +1,10 @@
 //! Intel AMX (AMX-TILE + AMX-INT8) kernels for Q4_K and Q6_K products with two or more
-//! activation rows: prefill and speculative verification.
+//! activation rows: speculative verification and prefill.
 //!
 //! `tdpbusd` multiplies a 16 x 64 tile of unsigned bytes by a 64 x 16 tile of signed bytes
-//! into 16 x 16 i32 sums, about a thousand multiply-adds per cycle: on a 2-core Xeon the
-//! AVX-512 VNNI kernels made each further verified row of the 1.5B model cost about as much
-//! as a sixth of a decode step, and AMX takes that integer work off the vector units.
+//! into 16 x 16 i32 sums (~1.1 TMAC/s on one core of a 2-core Xeon VM, ~10x its AVX-512
+//! VNNI kernels' peak), which takes the integer work of every further activation row off the
+//! vector units.
 //!
 //! Layout. The A tile is 16 weight rows x 64 values of one superblock step (the weights'
 //! nibbles unpacked to bytes, no transposition). The B tile holds the activations of up to
@@ -13,13 +13,17 @@
 //! product of one sub-block: C[n][(m, g)]. The sub-block scales are then applied in
 //! integers (`vpmulld`), the mins / offsets too (`vpdpwssd`), and per superblock the exact
 //! integer sum is scaled once: `acc = fma(isum, dw * da, acc)` (and, for Q4_K, `acc =
-//! fma(imin, -dmin * da, acc)`).
+//! fma(imin, -dmin * da, acc)`). That folding of the sums, ~34 vector instructions per
+//! weight row and superblock, and the unpacking cost more than the tiles (~560 cycles a
+//! step against 90 for its tile instructions alone): a 5-row verification of Qwen2.5-1.5B
+//! takes 75 ms against 82-84 ms with the same arithmetic on AVX-512 (docs/benchmarks.md).
 //!
-//! One activation row (decode) does not come here: on a machine that uses these kernels the
-//! one-row k-quant kernels (`avx512::range_q4k_x`, `range_q6k_x`) compute the same exact
-//! integer sums and the same two fused multiply-adds per superblock, so a batch of rows is
-//! bit-identical to the rows one at a time (speculative decoding relies on it), and a
-//! prompt's logits do not depend on how it was batched.
+//! On a machine that uses these kernels, every other Q4_K/Q6_K product computes the same
+//! exact integer sums and the same fused multiply-adds per superblock: one activation row
+//! through `avx512::range_k_x`, batches that [`use_for`] leaves to AVX-512 through
+//! `avx512::rows_q4k_x` / `rows_q6k_x`. So a batch of rows is bit-identical to the rows one
+//! at a time (speculative decoding relies on it), and a prompt's logits do not depend on how
+//! it was batched.
 //!
 //! Safety: the functions require AVX-512 F/BW/VL/VNNI, FMA, F16C and AMX with the tile
 //! state granted to the process ([`available`] checks all of it once).
