@@ -263,13 +263,20 @@ impl Fmt for Q80 {
 /// One weight row of `nblocks` 32-value blocks against `R` activation rows.
 #[inline(always)]
 unsafe fn rows_pairs<F: Fmt, const R: usize>(w: &[u8], acts: [&[Pair]; R], out: &mut [f32]) {
+    rows_pairs_of::<F, R, false>(w, acts, out)
+}
+
+/// [`rows_pairs`]; `EVEN`: the row has an even number of blocks (every pair is whole, no
+/// check per pair; the same instructions otherwise).
+#[inline(always)]
+unsafe fn rows_pairs_of<F: Fmt, const R: usize, const EVEN: bool>(w: &[u8], acts: [&[Pair]; R], out: &mut [f32]) {
     let np = acts[0].len();
     let nblocks = w.len() / F::BYTES;
     let p = w.as_ptr();
     let mut acc = [_mm512_setzero_ps(); R];
     let mut accm = [_mm_setzero_ps(); R];
     for i in 0..np {
-        let two = 2 * i + 1 < nblocks;
+        let two = EVEN || 2 * i + 1 < nblocks;
         let (wu, dw, mw) = F::pair(p.add(2 * i * F::BYTES), two);
         for r in 0..R {
             let a = acts[r].get_unchecked(i);
@@ -781,12 +788,46 @@ macro_rules! range_wrappers {
     )*};
 }
 
+/// The range kernels of the 32-value formats: rows with an even number of blocks (every
+/// matrix of the models here) skip the per-pair check for a missing second block.
+#[inline(always)]
+unsafe fn range_pairs<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[Pair], out: *mut f32, pf: usize) {
+    debug_assert!(w.len() >= r1 * rb);
+    let p = w.as_ptr();
+    let even = (rb / F::BYTES) % 2 == 0;
+    for j in r0..r1 {
+        if pf > 0 && j + pf < r1 {
+            super::prefetch(&w[(j + pf) * rb..(j + pf + 1) * rb]);
+        }
+        let mut o = [0f32; 1];
+        let row = std::slice::from_raw_parts(p.add(j * rb), rb);
+        if even {
+            rows_pairs_of::<F, 1, true>(row, [act], &mut o);
+        } else {
+            rows_pairs_of::<F, 1, false>(row, [act], &mut o);
+        }
+        *out.add(j) = o[0];
+    }
+}
+
+macro_rules! range_pair_wrappers {
+    ($($name:ident => $fmt:ty;)*) => {$(
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        pub unsafe fn $name(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[Pair], out: *mut f32, pf: usize) {
+            range_pairs::<$fmt>(w, rb, r0, r1, act, out, pf)
+        }
+    )*};
+}
+
+range_pair_wrappers! {
+    range_q4_0 => Q40;
+    range_q4_1 => Q41;
+    range_q5_0 => Q50;
+    range_q5_1 => Q51;
+    range_q8_0 => Q80;
+}
+
 range_wrappers! {
-    range_q4_0 => rows_pairs, Pair, Q40;
-    range_q4_1 => rows_pairs, Pair, Q41;
-    range_q5_0 => rows_pairs, Pair, Q50;
-    range_q5_1 => rows_pairs, Pair, Q51;
-    range_q8_0 => rows_pairs, Pair, Q80;
     range_q4k => q4k_rows, BlockK;
     range_q6k => q6k_rows, BlockK;
 }
