@@ -30,6 +30,7 @@
 
 #![allow(clippy::missing_safety_doc, clippy::needless_range_loop)]
 
+use super::avx512::{dpwssd, f16_bits};
 use super::quant::{BlockQ8K, QType};
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -257,7 +258,8 @@ unsafe fn four_steps(a: *const u8, b: *const u8, c: *mut u8) {
 struct Unpacked {
     /// `a[j][n]`: row n's 64 values of step j (unsigned).
     a: [[[u8; 64]; 16]; 4],
-    /// Q4_K: row n's sub-block scales as i32 (8 of them). Q6_K: its 16 scales as i32.
+    /// Q4_K: row n's 8 sub-block scales as i32, in the steps' pair order (0, 2, 1, 3, 4, 6,
+    /// 5, 7). Q6_K: its 16 scales as i32.
     sc: [[i32; 16]; 16],
     /// Q4_K: row n's mins as i16 (8). Q6_K: its 16 scales as i16.
     pairs: [[i16; 16]; 16],
@@ -265,37 +267,24 @@ struct Unpacked {
     dm: [[f32; 2]; 16],
 }
 
-#[inline(always)]
-fn f16_at(p: *const u8) -> f32 {
-    // SAFETY: callers pass a pointer inside the weight row.
-    half::f16::from_bits(unsafe { std::ptr::read_unaligned(p as *const u16) }).to_f32()
-}
-
 /// Byte indices of the scale unpacking (per 128-bit lane: one row's 12 scale bytes).
 #[repr(C, align(64))]
 struct Shuf([i8; 64]);
 
-static K4_A: Shuf = Shuf({
-    // Scales in the order the tile steps pair them: (0, 2), (1, 3), (4, 6), (5, 7).
-    let l = [0i8, 2, 1, 3, 8, 10, 9, 11, 4, 5, 6, 7, 8, 9, 10, 11];
+/// A 16-byte pattern repeated in each 128-bit lane.
+const fn per_lane(l: [i8; 16]) -> Shuf {
     let mut t = [0i8; 64];
     let mut i = 0;
     while i < 64 {
         t[i] = l[i % 16];
         i += 1;
     }
-    t
-});
-static K4_B: Shuf = Shuf({
-    let l = [-128i8, -128, -128, -128, 0, 2, 1, 3, -128, -128, -128, -128, 4, 5, 6, 7];
-    let mut t = [0i8; 64];
-    let mut i = 0;
-    while i < 64 {
-        t[i] = l[i % 16];
-        i += 1;
-    }
-    t
-});
+    Shuf(t)
+}
+
+// Scales in the order the tile steps pair them: (0, 2), (1, 3), (4, 6), (5, 7).
+static K4_A: Shuf = per_lane([0, 2, 1, 3, 8, 10, 9, 11, 4, 5, 6, 7, 8, 9, 10, 11]);
+static K4_B: Shuf = per_lane([-128, -128, -128, -128, 0, 2, 1, 3, -128, -128, -128, -128, 4, 5, 6, 7]);
 
 /// Four Q4_K rows' 6-bit scales and mins (12 bytes at `p[r]` each), as in `k4_scales_mins`:
 /// per 128-bit lane r, bytes `[sc0, sc2, sc1, sc3, sc4, sc6, sc5, sc7, mn0..8]` of row r
@@ -349,33 +338,15 @@ unsafe fn unpack_q4k_x4(bw: [*const u8; 4], n: usize, u: &mut Unpacked) {
 
 #[inline(always)]
 unsafe fn unpack_q6k(bw: *const u8, n: usize, u: &mut Unpacked) {
-    let m4 = _mm512_set1_epi8(0x0f);
-    let m2 = _mm512_set1_epi8(0x03);
     for h in 0..2 {
-        let b = _mm512_loadu_si512(bw.add(64 * h) as *const __m512i);
-        let bh = _mm256_loadu_si256(bw.add(128 + 32 * h) as *const __m256i);
-        let bhz = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bh), bh);
-        let s2 = _mm512_mask_srli_epi16::<2>(bhz, 0xFFFF_0000, bhz);
-        let h01 = _mm512_slli_epi16::<4>(_mm512_and_si512(s2, m2));
-        let h23 = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m2));
-        let x0 = _mm512_or_si512(_mm512_and_si512(b, m4), h01);
-        let x1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(b), m4), h23);
+        let [x0, x1] = super::avx512::q6k_half(bw, h);
         _mm512_store_si512(u.a[2 * h][n].as_mut_ptr() as *mut __m512i, x0);
         _mm512_store_si512(u.a[2 * h + 1][n].as_mut_ptr() as *mut __m512i, x1);
     }
     let sc = _mm_loadu_si128(bw.add(192) as *const __m128i);
     _mm512_storeu_si512(u.sc[n].as_mut_ptr() as *mut __m512i, _mm512_cvtepi8_epi32(sc));
     _mm256_storeu_si256(u.pairs[n].as_mut_ptr() as *mut __m256i, _mm256_cvtepi8_epi16(sc));
-    u.dm[n][0] = f16_at(bw.add(208));
-}
-
-/// `vpdpwssd` itself (see `avx512::dpwssd`).
-#[inline]
-#[target_feature(enable = "avx512f,avx512vnni")]
-unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
-    let mut r = acc;
-    asm!("vpdpwssd {r}, {a}, {b}", r = inout(zmm_reg) r, a = in(zmm_reg) a, b = in(zmm_reg) b, options(pure, nomem, nostack));
-    r
+    u.dm[n][0] = f16_bits(bw.add(208));
 }
 
 /// Fold one chunk's step sums (`cbuf`, as C tiles) of one superblock into `acc[n]`.

@@ -122,7 +122,7 @@ pub fn blockk_from(blocks: &[BlockQ8K], out: &mut [BlockK]) {
 /// generic x86-64 tuning, one more instruction per 32 products.
 #[inline]
 #[target_feature(enable = "avx512f,avx512vnni")]
-unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+pub(super) unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     let mut r = acc;
     std::arch::asm!("vpdpwssd {r}, {a}, {b}", r = inout(zmm_reg) r, a = in(zmm_reg) a, b = in(zmm_reg) b, options(pure, nomem, nostack));
     r
@@ -392,11 +392,62 @@ unsafe fn idx(t: &Idx, j: usize) -> __m512i {
 }
 
 #[inline(always)]
-fn f16_bits(p: *const u8) -> f32 {
+pub(super) fn f16_bits(p: *const u8) -> f32 {
     // SAFETY: callers pass a pointer inside the weight row.
     half::f16::from_bits(unsafe { std::ptr::read_unaligned(p as *const u16) }).to_f32()
 }
 
+
+/// Q4_K step `j` (0..4) of the superblock at `bw`: its 64 unsigned values, the low nibbles
+/// of stored bytes 32 j .. 32 j + 32 then their high nibbles.
+#[inline(always)]
+unsafe fn q4k_step(bw: *const u8, j: usize) -> __m512i {
+    let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
+    let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
+    _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), _mm512_set1_epi8(0x0f))
+}
+
+/// Q4_K `[d, dmin]` of the superblock at `bw`.
+#[inline(always)]
+unsafe fn q4k_d_dmin(bw: *const u8) -> (f32, f32) {
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(bw) as i32));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// Q6_K half `h` (0..2) of the superblock at `bw`: values 128 h .. 128 h + 64 and
+/// 128 h + 64 .. 128 h + 128, unsigned (q + 32).
+#[inline(always)]
+pub(super) unsafe fn q6k_half(bw: *const u8, h: usize) -> [__m512i; 2] {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let m2 = _mm512_set1_epi8(0x03);
+    let b = _mm512_loadu_si512(bw.add(64 * h) as *const __m512i);
+    let bh = _mm256_loadu_si256(bw.add(128 + 32 * h) as *const __m256i);
+    let bhz = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bh), bh);
+    let s2 = _mm512_mask_srli_epi16::<2>(bhz, 0xFFFF_0000, bhz); // [bh, bh >> 2]
+    let h01 = _mm512_slli_epi16::<4>(_mm512_and_si512(s2, m2));
+    let h23 = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m2));
+    [
+        _mm512_or_si512(_mm512_and_si512(b, m4), h01),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(b), m4), h23),
+    ]
+}
+
+/// One Q4_K superblock folded into a row's sum in the exact arithmetic the AMX kernels share
+/// (`amx::drain_q4k`): `fma(isum, d * da, acc)`, then `fma(imin, -dmin * da, acc)`.
+#[inline(always)]
+fn q4k_fold(acc: f32, isum: i32, imin: i32, d: f32, dmin: f32, da: f32) -> f32 {
+    let acc = (isum as f32).mul_add(d * da, acc);
+    (imin as f32).mul_add(-dmin * da, acc)
+}
+
+/// The sums of the 4 lanes of `a` and of `b`.
+#[inline(always)]
+unsafe fn reduce2_epi32x4(a: __m128i, b: __m128i) -> (i32, i32) {
+    let mm = _mm256_set_m128i(b, a);
+    let mm = _mm256_add_epi32(mm, _mm256_shuffle_epi32::<0x4E>(mm));
+    let mm = _mm256_add_epi32(mm, _mm256_shuffle_epi32::<0xB1>(mm));
+    (_mm256_cvtsi256_si32(mm), _mm_cvtsi128_si32(_mm256_extracti128_si256::<1>(mm)))
+}
 
 /// Per superblock and activation row: four `vpmaddubsw` + `vpdpwssd` (64 values each) into
 /// sixteen i32 lanes, then one conversion and one fused multiply-add by `dw * d` into a
@@ -404,7 +455,6 @@ fn f16_bits(p: *const u8) -> f32 {
 /// `dmin * min` by the activations' `-d * sum`, both made once). Reduced at the end.
 #[inline(always)]
 unsafe fn q4k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
-    let m4 = _mm512_set1_epi8(0x0f);
     let mut acc = [_mm512_setzero_ps(); R];
     let mut accm = [_mm256_setzero_ps(); R];
     let p = w.as_ptr();
@@ -419,9 +469,7 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f3
         let wm = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256::<1>(ms))), dminv);
         let mut sumi = [_mm512_setzero_si512(); R];
         for j in 0..4 {
-            let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
-            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
-            let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
+            let wq = q4k_step(bw, j);
             let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
             for r in 0..R {
                 let a = _mm512_load_si512(acts[r].get_unchecked(i).qs.as_ptr().add(64 * j) as *const __m512i);
@@ -442,8 +490,6 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f3
 
 #[inline(always)]
 unsafe fn q6k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
-    let m4 = _mm512_set1_epi8(0x0f);
-    let m2 = _mm512_set1_epi8(0x03);
     let mut acc = [_mm512_setzero_ps(); R];
     let p = w.as_ptr();
     for i in 0..acts[0].len() {
@@ -453,16 +499,7 @@ unsafe fn q6k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f3
         let scz = _mm512_castsi256_si512(sc16);
         let mut sumi = [_mm512_setzero_si512(); R];
         for h in 0..2 {
-            let b = _mm512_loadu_si512(bw.add(64 * h) as *const __m512i);
-            let bh = _mm256_loadu_si256(bw.add(128 + 32 * h) as *const __m256i);
-            let bhz = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bh), bh);
-            let s2 = _mm512_mask_srli_epi16::<2>(bhz, 0xFFFF_0000, bhz); // [bh, bh >> 2]
-            let h01 = _mm512_slli_epi16::<4>(_mm512_and_si512(s2, m2));
-            let h23 = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m2));
-            let xs = [
-                _mm512_or_si512(_mm512_and_si512(b, m4), h01),
-                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(b), m4), h23),
-            ];
+            let xs = q6k_half(bw, h);
             for (k, x) in xs.into_iter().enumerate() {
                 let s = 2 * h + k;
                 let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, s), scz);
@@ -512,14 +549,11 @@ unsafe fn reduce2_epi32(a: __m512i, b: __m512i) -> (i32, i32) {
 /// sums (4 lanes).
 #[inline(always)]
 unsafe fn q4k_sb_ints(bw: *const u8, b: &BlockK) -> (__m512i, __m128i) {
-    let m4 = _mm512_set1_epi8(0x0f);
     let ms = k4_scales_mins(bw.add(4));
     let msz = _mm512_castsi256_si512(ms);
     let mut sumi = _mm512_setzero_si512();
     for j in 0..4 {
-        let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
-        let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
-        let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
+        let wq = q4k_step(bw, j);
         let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
         let qa = _mm512_load_si512(b.qs.as_ptr().add(64 * j) as *const __m512i);
         sumi = dpwssd(sumi, _mm512_maddubs_epi16(wq, qa), sc);
@@ -537,10 +571,6 @@ unsafe fn q4k_sb_ints(bw: *const u8, b: &BlockK) -> (__m512i, __m128i) {
 unsafe fn q4k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
     let p = w.as_ptr();
     let mut acc = 0f32;
-    let dm = |bw: *const u8| {
-        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(bw) as i32));
-        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
-    };
     let mut i = 0;
     while i + 2 <= a.len() {
         let (b0, b1) = (&a[i], &a[i + 1]);
@@ -548,17 +578,11 @@ unsafe fn q4k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
         let (s0, m0) = q4k_sb_ints(bw0, b0);
         let (s1, m1) = q4k_sb_ints(bw1, b1);
         let (is0, is1) = reduce2_epi32(s0, s1);
-        // Both mins sums: [m0 | m1] -> lanes 0 and 4.
-        let mm = _mm256_set_m128i(m1, m0);
-        let mm = _mm256_add_epi32(mm, _mm256_shuffle_epi32::<0x4E>(mm));
-        let mm = _mm256_add_epi32(mm, _mm256_shuffle_epi32::<0xB1>(mm));
-        let (im0, im1) = (_mm256_cvtsi256_si32(mm), _mm_cvtsi128_si32(_mm256_extracti128_si256::<1>(mm)));
-        let (d0, n0) = dm(bw0);
-        let (d1, n1) = dm(bw1);
-        acc = (is0 as f32).mul_add(d0 * b0.d, acc);
-        acc = (im0 as f32).mul_add(-n0 * b0.d, acc);
-        acc = (is1 as f32).mul_add(d1 * b1.d, acc);
-        acc = (im1 as f32).mul_add(-n1 * b1.d, acc);
+        let (im0, im1) = reduce2_epi32x4(m0, m1);
+        let (d0, n0) = q4k_d_dmin(bw0);
+        let (d1, n1) = q4k_d_dmin(bw1);
+        acc = q4k_fold(acc, is0, im0, d0, n0, b0.d);
+        acc = q4k_fold(acc, is1, im1, d1, n1, b1.d);
         i += 2;
     }
     if i < a.len() {
@@ -567,9 +591,8 @@ unsafe fn q4k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
         let (s, m) = q4k_sb_ints(bw, b);
         let is = _mm512_reduce_add_epi32(s);
         let im = _mm512_reduce_add_epi32(_mm512_zextsi128_si512(m));
-        let (d, n) = dm(bw);
-        acc = (is as f32).mul_add(d * b.d, acc);
-        acc = (im as f32).mul_add(-n * b.d, acc);
+        let (d, n) = q4k_d_dmin(bw);
+        acc = q4k_fold(acc, is, im, d, n, b.d);
     }
     acc
 }
@@ -577,22 +600,11 @@ unsafe fn q4k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
 /// One Q6_K superblock's integer sum less the offset correction (16 lanes).
 #[inline(always)]
 unsafe fn q6k_sb_ints(bw: *const u8, b: &BlockK) -> __m512i {
-    let m4 = _mm512_set1_epi8(0x0f);
-    let m2 = _mm512_set1_epi8(0x03);
     let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.add(192) as *const __m128i));
     let scz = _mm512_castsi256_si512(sc16);
     let mut sumi = _mm512_setzero_si512();
     for h in 0..2 {
-        let bl = _mm512_loadu_si512(bw.add(64 * h) as *const __m512i);
-        let bh = _mm256_loadu_si256(bw.add(128 + 32 * h) as *const __m256i);
-        let bhz = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bh), bh);
-        let s2 = _mm512_mask_srli_epi16::<2>(bhz, 0xFFFF_0000, bhz);
-        let h01 = _mm512_slli_epi16::<4>(_mm512_and_si512(s2, m2));
-        let h23 = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m2));
-        let xs = [
-            _mm512_or_si512(_mm512_and_si512(bl, m4), h01),
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(bl), m4), h23),
-        ];
+        let xs = q6k_half(bw, h);
         for (k, x) in xs.into_iter().enumerate() {
             let s = 2 * h + k;
             let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, s), scz);
@@ -632,7 +644,6 @@ unsafe fn q6k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
 /// once for all rows.
 #[inline(always)]
 unsafe fn q4k_rows_x<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
-    let m4 = _mm512_set1_epi8(0x0f);
     let p = w.as_ptr();
     let mut acc = [0f32; R];
     for i in 0..acts[0].len() {
@@ -641,9 +652,7 @@ unsafe fn q4k_rows_x<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [
         let msz = _mm512_castsi256_si512(ms);
         let mut sumi = [_mm512_setzero_si512(); R];
         for j in 0..4 {
-            let bits = _mm256_loadu_si256(bw.add(16 + 32 * j) as *const __m256i);
-            let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bits), bits);
-            let wq = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(z, 0xFFFF_0000, z), m4);
+            let wq = q4k_step(bw, j);
             let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
             for r in 0..R {
                 let qa = _mm512_load_si512(acts[r].get_unchecked(i).qs.as_ptr().add(64 * j) as *const __m512i);
@@ -651,8 +660,7 @@ unsafe fn q4k_rows_x<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [
             }
         }
         let mins16 = _mm256_extracti128_si256::<1>(ms);
-        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(bw) as i32));
-        let (d, dmin) = (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)));
+        let (d, dmin) = q4k_d_dmin(bw);
         let mut r = 0;
         while r < R {
             let b0 = acts[r].get_unchecked(i);
@@ -661,20 +669,14 @@ unsafe fn q4k_rows_x<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [
                 let b1 = acts[r + 1].get_unchecked(i);
                 let m1 = _mm_madd_epi16(mins16, _mm_loadu_si128(b1.bs32.as_ptr() as *const __m128i));
                 let (is0, is1) = reduce2_epi32(sumi[r], sumi[r + 1]);
-                let mm = _mm256_set_m128i(m1, m0);
-                let mm = _mm256_add_epi32(mm, _mm256_shuffle_epi32::<0x4E>(mm));
-                let mm = _mm256_add_epi32(mm, _mm256_shuffle_epi32::<0xB1>(mm));
-                let (im0, im1) = (_mm256_cvtsi256_si32(mm), _mm_cvtsi128_si32(_mm256_extracti128_si256::<1>(mm)));
-                acc[r] = (is0 as f32).mul_add(d * b0.d, acc[r]);
-                acc[r] = (im0 as f32).mul_add(-dmin * b0.d, acc[r]);
-                acc[r + 1] = (is1 as f32).mul_add(d * b1.d, acc[r + 1]);
-                acc[r + 1] = (im1 as f32).mul_add(-dmin * b1.d, acc[r + 1]);
+                let (im0, im1) = reduce2_epi32x4(m0, m1);
+                acc[r] = q4k_fold(acc[r], is0, im0, d, dmin, b0.d);
+                acc[r + 1] = q4k_fold(acc[r + 1], is1, im1, d, dmin, b1.d);
                 r += 2;
             } else {
                 let is = _mm512_reduce_add_epi32(sumi[r]);
                 let im = _mm512_reduce_add_epi32(_mm512_zextsi128_si512(m0));
-                acc[r] = (is as f32).mul_add(d * b0.d, acc[r]);
-                acc[r] = (im as f32).mul_add(-dmin * b0.d, acc[r]);
+                acc[r] = q4k_fold(acc[r], is, im, d, dmin, b0.d);
                 r += 1;
             }
         }
@@ -685,8 +687,6 @@ unsafe fn q4k_rows_x<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [
 /// [`q6k_row_x`] for `R` activation rows (see [`q4k_rows_x`]).
 #[inline(always)]
 unsafe fn q6k_rows_x<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
-    let m4 = _mm512_set1_epi8(0x0f);
-    let m2 = _mm512_set1_epi8(0x03);
     let p = w.as_ptr();
     let mut acc = [0f32; R];
     for i in 0..acts[0].len() {
@@ -695,16 +695,7 @@ unsafe fn q6k_rows_x<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [
         let scz = _mm512_castsi256_si512(sc16);
         let mut sumi = [_mm512_setzero_si512(); R];
         for h in 0..2 {
-            let bl = _mm512_loadu_si512(bw.add(64 * h) as *const __m512i);
-            let bh = _mm256_loadu_si256(bw.add(128 + 32 * h) as *const __m256i);
-            let bhz = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(bh), bh);
-            let s2 = _mm512_mask_srli_epi16::<2>(bhz, 0xFFFF_0000, bhz);
-            let h01 = _mm512_slli_epi16::<4>(_mm512_and_si512(s2, m2));
-            let h23 = _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(s2), m2));
-            let xs = [
-                _mm512_or_si512(_mm512_and_si512(bl, m4), h01),
-                _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<4>(bl), m4), h23),
-            ];
+            let xs = q6k_half(bw, h);
             for (k, x) in xs.into_iter().enumerate() {
                 let st = 2 * h + k;
                 let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, st), scz);
@@ -794,7 +785,7 @@ macro_rules! range_wrappers {
 unsafe fn range_pairs<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[Pair], out: *mut f32, pf: usize) {
     debug_assert!(w.len() >= r1 * rb);
     let p = w.as_ptr();
-    let even = (rb / F::BYTES) % 2 == 0;
+    let even = (rb / F::BYTES).is_multiple_of(2);
     for j in r0..r1 {
         if pf > 0 && j + pf < r1 {
             super::prefetch(&w[(j + pf) * rb..(j + pf + 1) * rb]);
