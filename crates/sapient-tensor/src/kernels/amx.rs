@@ -111,6 +111,17 @@ pub fn groups(t: QType) -> usize {
     }
 }
 
+/// Activation rows per B tile for format `t` (16 columns, `groups(t)` a row).
+pub fn rows_per_chunk(t: QType) -> usize {
+    16 / groups(t)
+}
+
+/// B tiles' chunks of activation rows a product of `m` rows takes ([`acts_from`]'s layout,
+/// `product`'s accumulators).
+pub fn chunks(t: QType, m: usize) -> usize {
+    m.div_ceil(rows_per_chunk(t))
+}
+
 /// One 16 x 64-byte tile.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
@@ -145,8 +156,8 @@ impl Default for SbActs {
 /// weights of format `t`: tiles `[chunk][superblock][step]`, side data `[chunk][superblock]`.
 pub fn acts_from(t: QType, q8k: &[BlockQ8K], m: usize, nsb: usize, tiles: &mut [Tile], sbs: &mut [SbActs]) {
     let g = groups(t);
-    let r = 16 / g;
-    let chunks = m.div_ceil(r);
+    let r = rows_per_chunk(t);
+    let chunks = chunks(t, m);
     debug_assert_eq!(tiles.len(), chunks * nsb * 4);
     debug_assert_eq!(sbs.len(), chunks * nsb);
     let k4_per_group = 16 / g;
@@ -405,7 +416,7 @@ unsafe fn drain_q6k(cbuf: &[Tile; 4], u: &Unpacked, side: &SbActs, acc: &mut [[f
 
 /// Weight rows `r0..r1` of a Q4_K or Q6_K matrix (`rb` bytes a row, `nsb` superblocks)
 /// against `m` activation rows laid out by [`acts_from`]; `out[i * rows + j]` for activation
-/// row i and weight row j. `acc` is scratch of `m.div_ceil(16 / groups(t)) * 16` rows.
+/// row i and weight row j. `acc` is scratch of [`chunks`]`(t, m)` blocks.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn product(
@@ -422,8 +433,8 @@ pub unsafe fn product(
     acc: &mut [[[f32; 16]; 16]],
 ) {
     let g = groups(t);
-    let per = 16 / g;
-    let chunks = m.div_ceil(per);
+    let per = rows_per_chunk(t);
+    let chunks = chunks(t, m);
     let bb = t.block_bytes();
     let nsb = rb / bb;
     debug_assert!(acc.len() >= chunks && tiles.len() >= chunks * nsb * 4 && w.len() >= r1 * rb);

@@ -594,8 +594,7 @@ impl QMatrix {
     /// activation rows).
     #[cfg(target_arch = "x86_64")]
     fn product_rows_amx(&self, bytes: &[u8], acts: &QuantizedActs, out_ptr: &SendPtr, range: std::ops::Range<usize>) {
-        let chunks = acts.m.div_ceil(16 / acts.amx_g);
-        let mut acc = take_scratch(&SCRATCH_AMX_ACC, chunks);
+        let mut acc = take_scratch(&SCRATCH_AMX_ACC, amx::chunks(self.qtype, acts.m));
         // SAFETY: has_amx() held when `acts` was laid out for AMX, for this format (`fits`);
         // the weight rows are `cols` long; each chunk writes a disjoint range of columns.
         unsafe {
@@ -911,7 +910,7 @@ impl QuantizedActs {
         #[cfg(target_arch = "x86_64")]
         if wide && amx::use_for(t, m) && has_amx() {
             let nsb = cols / 256;
-            let chunks = m.div_ceil(16 / amx::groups(t));
+            let chunks = amx::chunks(t, m);
             let mut tiles = take_scratch(&SCRATCH_AMX_TILES, chunks * nsb * 4);
             let mut sbs = take_scratch(&SCRATCH_AMX_SBS, chunks * nsb);
             amx::acts_from(t, &s.q8k, m, nsb, &mut tiles, &mut sbs);
