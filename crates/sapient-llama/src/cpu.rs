@@ -428,6 +428,26 @@ impl CpuModel {
         Ok(())
     }
 
+    /// Every weight matrix of the kernel path, in layer order.
+    pub(crate) fn weights(&self) -> Vec<&QMatrix> {
+        let mut w = Vec::new();
+        for l in &self.layers {
+            match &l.qkv {
+                LinQkv::Separate(q, k, v) => w.extend([&q.kernel, &k.kernel, &v.kernel]),
+                LinQkv::Fused(x) => w.push(&x.kernel),
+            }
+            w.push(&l.o.kernel);
+            match &l.gate_up {
+                LinGateUp::Separate(g, u) => w.extend([&g.kernel, &u.kernel]),
+                LinGateUp::Fused(x) => w.push(&x.kernel),
+            }
+            w.push(&l.down.kernel);
+        }
+        w.push(&self.output.kernel);
+        w.extend(self.embed.as_ref());
+        w
+    }
+
     pub(crate) fn check(&self) -> Result<()> {
         let d = &self.dims;
         let half = d.rope_dim / 2;

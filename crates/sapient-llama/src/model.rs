@@ -5,7 +5,7 @@ use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Module, Tensor, D};
 use crate::cpu::{CpuLayer, CpuModel, Dims, Lin, LinGateUp, LinQkv};
-use sapient_tensor::kernels::QMatrix;
+use sapient_tensor::kernels::{self, QMatrix};
 use sapient_tensor::{Linear, Weight, WeightSource};
 use std::sync::Arc;
 
@@ -346,6 +346,7 @@ impl LlamaModel {
             vec(&self.sin)?,
         );
         cpu.check()?;
+        kernels::huge_pages_for(&cpu.weights());
         Ok(Some(cpu))
     }
 

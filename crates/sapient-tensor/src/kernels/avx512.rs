@@ -744,13 +744,11 @@ pub unsafe fn rows_q6k_x(w: &[u8], acts: &[&[BlockK]], out: &mut [f32]) {
 /// decode on machines whose batches go through the AMX kernels.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn range_k_x(q6: bool, w: &[u8], rb: usize, r0: usize, r1: usize, act: &[BlockK], out: *mut f32, pf: usize) {
+pub unsafe fn range_k_x(q6: bool, w: &[u8], rb: usize, r0: usize, r1: usize, act: &[BlockK], out: *mut f32, pf: super::Ahead) {
     debug_assert!(w.len() >= r1 * rb);
     let p = w.as_ptr();
     for j in r0..r1 {
-        if pf > 0 && j + pf < r1 {
-            super::prefetch(&w[(j + pf) * rb..(j + pf + 1) * rb]);
-        }
+        pf.at(w, rb, j, r1);
         let row = std::slice::from_raw_parts(p.add(j * rb), rb);
         *out.add(j) = if q6 { q6k_row_x(row, act) } else { q4k_row_x(row, act) };
     }
@@ -764,13 +762,11 @@ pub unsafe fn range_k_x(q6: bool, w: &[u8], rb: usize, r0: usize, r1: usize, act
 macro_rules! range_wrappers {
     ($($name:ident => $body:ident, $act:ty $(, $fmt:ty)?;)*) => {$(
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        pub unsafe fn $name(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[$act], out: *mut f32, pf: usize) {
+        pub unsafe fn $name(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[$act], out: *mut f32, pf: super::Ahead) {
             debug_assert!(w.len() >= r1 * rb);
             let p = w.as_ptr();
             for j in r0..r1 {
-                if pf > 0 && j + pf < r1 {
-                    super::prefetch(&w[(j + pf) * rb..(j + pf + 1) * rb]);
-                }
+                pf.at(w, rb, j, r1);
                 let mut o = [0f32; 1];
                 $body::<$($fmt,)? 1>(std::slice::from_raw_parts(p.add(j * rb), rb), [act], &mut o);
                 *out.add(j) = o[0];
@@ -782,14 +778,12 @@ macro_rules! range_wrappers {
 /// The range kernels of the 32-value formats: rows with an even number of blocks (every
 /// matrix of the models here) skip the per-pair check for a missing second block.
 #[inline(always)]
-unsafe fn range_pairs<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[Pair], out: *mut f32, pf: usize) {
+unsafe fn range_pairs<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[Pair], out: *mut f32, pf: super::Ahead) {
     debug_assert!(w.len() >= r1 * rb);
     let p = w.as_ptr();
     let even = (rb / F::BYTES).is_multiple_of(2);
     for j in r0..r1 {
-        if pf > 0 && j + pf < r1 {
-            super::prefetch(&w[(j + pf) * rb..(j + pf + 1) * rb]);
-        }
+        pf.at(w, rb, j, r1);
         let mut o = [0f32; 1];
         let row = std::slice::from_raw_parts(p.add(j * rb), rb);
         if even {
@@ -804,7 +798,7 @@ unsafe fn range_pairs<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[
 macro_rules! range_pair_wrappers {
     ($($name:ident => $fmt:ty;)*) => {$(
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        pub unsafe fn $name(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[Pair], out: *mut f32, pf: usize) {
+        pub unsafe fn $name(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[Pair], out: *mut f32, pf: super::Ahead) {
             range_pairs::<$fmt>(w, rb, r0, r1, act, out, pf)
         }
     )*};

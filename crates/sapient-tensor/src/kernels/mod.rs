@@ -421,7 +421,11 @@ impl QMatrix {
             storage: Storage::Candle(q.clone()),
         };
         // Must be borrowable as bytes of the expected size.
-        (m.bytes_len() == rows * m.row_bytes()).then_some(m)
+        if m.bytes_len() != rows * m.row_bytes() {
+            return None;
+        }
+        m.with_bytes(huge_pages);
+        Some(m)
     }
 
     /// A matrix from raw GGML blocks (`rows * cols / block_len * block_bytes` bytes).
@@ -439,6 +443,7 @@ impl QMatrix {
                 bytes.len()
             ))));
         }
+        huge_pages(&bytes);
         Ok(Self {
             qtype,
             rows,
@@ -555,16 +560,14 @@ impl QMatrix {
         }
         let (m, rows, rb, t) = (acts.m, self.rows, self.row_bytes(), self.qtype);
         let mut tmp = [0f32; MAX_ROWS];
-        let pf = prefetch_rows();
+        let pf = Ahead::of(rb);
         let end = range.end;
-        prefetch(&bytes[range.start * rb..(range.start + pf).min(end) * rb]);
+        pf.begin(bytes, rb, range.start, end);
         for j in range.start..end {
             let wrow = &bytes[j * rb..(j + 1) * rb];
-            // Ask for a row a few rows ahead: one core's hardware prefetching alone
-            // does not keep up with the kernels when weights come from DRAM.
-            if pf > 0 && j + pf < end {
-                prefetch(&bytes[(j + pf) * rb..(j + pf + 1) * rb]);
-            }
+            // Ask for rows ahead: one core's hardware prefetching alone does not keep up
+            // with the kernels when weights come from DRAM.
+            pf.at(bytes, rb, j, end);
             let mut i0 = 0;
             while i0 < m {
                 let g = (m - i0).min(MAX_ROWS);
@@ -610,14 +613,14 @@ impl QMatrix {
         const G: usize = avx512::MAX_ROWS;
         let (m, rows, rb, t) = (acts.m, self.rows, self.row_bytes(), self.qtype);
         let mut tmp = [0f32; G];
-        let pf = prefetch_rows();
+        let pf = Ahead::of(rb);
         let end = range.end;
         // One activation row (decode): one kernel call per stretch of weight rows, each row
         // computed exactly as the loop below computes it. (A kernel taking four weight rows
         // per call, sharing the activation loads, was within the noise on a Zen 5 VM and
         // 1.3-2.4x slower than one row at a time on a Zen 4 one: examples/gemm_stream,
         // Q4_0/Q5_0/Q8_0 4864x896 from memory; Qwen2.5-0.5B decode step 21-25 -> 15-16 ms.)
-        prefetch(&bytes[range.start * rb..(range.start + pf).min(end) * rb]);
+        pf.begin(bytes, rb, range.start, end);
         if m == 1 {
             let (r0, o) = (range.start, out_ptr.0);
             // SAFETY: as below; the range kernels write outputs r0..end of the one row, a
@@ -654,8 +657,8 @@ impl QMatrix {
             }
             for j in range.start..end {
                 let wrow = &bytes[j * rb..(j + 1) * rb];
-                if i0 == 0 && pf > 0 && j + pf < end {
-                    prefetch(&bytes[(j + pf) * rb..(j + pf + 1) * rb]);
+                if i0 == 0 {
+                    pf.at(bytes, rb, j, end);
                 }
                 // SAFETY: has_avx512() held when `acts` was laid out wide; the rows
                 // are `cols` long in this matrix's format.
@@ -771,29 +774,150 @@ fn chunk_len(rows: usize, m: usize) -> usize {
     (rows / (nth * 8)).clamp(16, 512).div_ceil(16) * 16
 }
 
-/// How many weight rows ahead `matmul` prefetches (`SAPIENT_PREFETCH_ROWS` overrides; 0 = off).
-/// 16 rather than 8: SmolLM2 decode step 2.69 -> 2.43 ms (8 alternating runs on the Zen 5
-/// VM), Qwen 0.5B 9.02 -> 8.78 ms; 4 and 32 were slower.
-const PREFETCH_ROWS_DEFAULT: usize = 16;
+/// Back the weights of `mats` with 2 MiB pages where Linux allows it ([`huge_pages`]), the
+/// stretches between matrices included: a model's matrices are allocated one after another at
+/// load, most of them smaller than 2 MiB or straddling page boundaries, so page-by-page advice
+/// per matrix would leave most of them in 4 KiB pages. Call once the model is loaded.
+pub fn huge_pages_for(mats: &[&QMatrix]) {
+    let mut spans: Vec<(usize, usize)> = mats
+        .iter()
+        .map(|m| m.with_bytes(|b| (b.as_ptr() as usize, b.as_ptr() as usize + b.len())))
+        .filter(|(a, b)| b > a)
+        .collect();
+    spans.sort_unstable();
+    // Matrices less than a huge page apart (allocator headers, small tensors between them)
+    // form one stretch.
+    let mut merged: Vec<(usize, usize)> = Vec::new();
+    for (a, b) in spans {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 + HUGE_PAGE => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    for (a, b) in merged {
+        huge_pages_range(a, b);
+    }
+}
 
-static PREFETCH: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+const HUGE_PAGE: usize = 2 << 20;
 
-fn prefetch_rows() -> usize {
-    *PREFETCH.get_or_init(|| {
-        std::env::var("SAPIENT_PREFETCH_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(PREFETCH_ROWS_DEFAULT)
+/// Ask Linux to back the whole 2 MiB pages inside `b` with huge pages ([`huge_pages_range`]);
+/// public for the bandwidth probe of `cargo xtask bench`, which reads memory backed as the
+/// weights are.
+pub fn huge_pages(b: &[u8]) {
+    huge_pages_range(b.as_ptr() as usize, b.as_ptr() as usize + b.len())
+}
+
+/// Ask Linux to back the whole 2 MiB pages of addresses `start..end` (weights in anonymous
+/// memory: candle copies GGUF tensors out of the file) with huge pages, now (`MADV_COLLAPSE`,
+/// Linux 6.1+) and for later faults (`MADV_HUGEPAGE`). Decode streams every weight once per
+/// token; with 4 KiB pages every page is a TLB miss and the hardware prefetchers stop at each
+/// page boundary. On the 2-core Intel VM a Q8_0 [48640, 896] product from memory went from
+/// 1.9-2.2 ms to 1.66-1.70 ms. Contents are unchanged; where it fails (old kernels, THP
+/// disabled, other systems) the pages stay as they were. `SAPIENT_HUGE_PAGES=0` turns it off.
+fn huge_pages_range(start: usize, end: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *OFF.get_or_init(|| std::env::var("SAPIENT_HUGE_PAGES").is_ok_and(|v| v == "0")) {
+            return;
+        }
+        let (a, b) = (start.next_multiple_of(HUGE_PAGE), end / HUGE_PAGE * HUGE_PAGE);
+        if b <= a {
+            return;
+        }
+        // SAFETY: madvise only changes how the pages are backed, never their contents (the
+        // collapse copies them into a huge page), so it is sound on any mapped memory; on
+        // unmapped addresses it fails and changes nothing.
+        unsafe {
+            let p = a as *mut libc::c_void;
+            libc::madvise(p, b - a, libc::MADV_HUGEPAGE);
+            libc::madvise(p, b - a, libc::MADV_COLLAPSE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (start, end);
+}
+
+/// How far ahead of the row being multiplied a product prefetches its weight rows, for each
+/// of two prefetch hints: `t0` rows into L1 and `t1` rows into L2 (0 = no such prefetch).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Ahead {
+    t0: usize,
+    t1: usize,
+}
+
+/// Prefetch distances in bytes (`SAPIENT_PREFETCH="t0:BYTES,t1:BYTES"` overrides).
+static PREFETCH_BYTES: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+
+fn prefetch_bytes() -> (usize, usize) {
+    *PREFETCH_BYTES.get_or_init(|| {
+        let mut v = (1024, 4096);
+        if let Ok(e) = std::env::var("SAPIENT_PREFETCH") {
+            v = (0, 0);
+            for part in e.split(',') {
+                match part.split_once(':') {
+                    Some(("t0", b)) => v.0 = b.trim().parse().unwrap_or(0),
+                    Some(("t1", b)) => v.1 = b.trim().parse().unwrap_or(0),
+                    _ => {}
+                }
+            }
+        }
+        v
     })
 }
 
-/// Prefetch `b` into the caches, a line at a time.
+impl Ahead {
+    /// The distances for rows of `rb` bytes.
+    pub(crate) fn of(rb: usize) -> Self {
+        let (b0, b1) = prefetch_bytes();
+        let rows = |b: usize| if b == 0 { 0 } else { b.div_ceil(rb.max(1)) };
+        Self { t0: rows(b0), t1: rows(b1) }
+    }
+
+    /// Before row `start` of rows `..end` (`rb` bytes each, from `w`): the rows the loop's
+    /// own prefetches will not ask for.
+    #[inline]
+    pub(crate) fn begin(self, w: &[u8], rb: usize, start: usize, end: usize) {
+        let far = start + self.t0.max(self.t1);
+        prefetch_hint::<0>(w.get(start * rb..far.min(end) * rb).unwrap_or(&[]));
+    }
+
+    /// At row `j` of rows `..end`: the rows `t0` and `t1` ahead.
+    #[inline(always)]
+    pub(crate) fn at(self, w: &[u8], rb: usize, j: usize, end: usize) {
+        if self.t0 > 0 && j + self.t0 < end {
+            prefetch_hint::<0>(&w[(j + self.t0) * rb..(j + self.t0 + 1) * rb]);
+        }
+        if self.t1 > 0 && j + self.t1 < end {
+            prefetch_hint::<1>(&w[(j + self.t1) * rb..(j + self.t1 + 1) * rb]);
+        }
+    }
+}
+
+/// Prefetch `b` into L1, a line at a time.
 #[inline]
 fn prefetch(b: &[u8]) {
+    prefetch_hint::<0>(b)
+}
+
+/// Prefetch `b` a line at a time, into L1 (`H` = 0) or L2 (`H` = 1).
+#[inline(always)]
+fn prefetch_hint<const H: u8>(b: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
         let mut off = 0;
         while off < b.len() {
             // SAFETY: prefetching never faults; the address is inside `b`.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().add(off) as *const i8) };
+            unsafe {
+                let a = b.as_ptr().add(off) as *const i8;
+                if H == 0 {
+                    _mm_prefetch::<_MM_HINT_T0>(a)
+                } else {
+                    _mm_prefetch::<_MM_HINT_T1>(a)
+                }
+            };
             off += 64;
         }
     }
