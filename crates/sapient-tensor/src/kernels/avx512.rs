@@ -263,19 +263,23 @@ impl Fmt for Q80 {
 /// One weight row of `nblocks` 32-value blocks against `R` activation rows.
 #[inline(always)]
 unsafe fn rows_pairs<F: Fmt, const R: usize>(w: &[u8], acts: [&[Pair]; R], out: &mut [f32]) {
-    rows_pairs_of::<F, R, false>(w, acts, out)
+    rows_pairs_of::<F, R, false, false>(w, acts, out, super::Ahead::NONE)
 }
 
 /// [`rows_pairs`]; `EVEN`: the row has an even number of blocks (every pair is whole, no
 /// check per pair; the same instructions otherwise).
 #[inline(always)]
-unsafe fn rows_pairs_of<F: Fmt, const R: usize, const EVEN: bool>(w: &[u8], acts: [&[Pair]; R], out: &mut [f32]) {
+unsafe fn rows_pairs_of<F: Fmt, const R: usize, const EVEN: bool, const STREAM: bool>(w: &[u8], acts: [&[Pair]; R], out: &mut [f32], pf: super::Ahead) {
     let np = acts[0].len();
     let nblocks = w.len() / F::BYTES;
     let p = w.as_ptr();
     let mut acc = [_mm512_setzero_ps(); R];
     let mut accm = [_mm_setzero_ps(); R];
     for i in 0..np {
+        if STREAM {
+            // The bytes `pf`'s distances ahead of this pair (past the row: the next rows).
+            pf.stream(p.wrapping_add(2 * i * F::BYTES), 2 * F::BYTES);
+        }
         let two = EVEN || 2 * i + 1 < nblocks;
         let (wu, dw, mw) = F::pair(p.add(2 * i * F::BYTES), two);
         for r in 0..R {
@@ -455,11 +459,18 @@ unsafe fn reduce2_epi32x4(a: __m128i, b: __m128i) -> (i32, i32) {
 /// `dmin * min` by the activations' `-d * sum`, both made once). Reduced at the end.
 #[inline(always)]
 unsafe fn q4k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
+    q4k_rows_pf(w, acts, out, super::Ahead::NONE)
+}
+
+/// [`q4k_rows`], prefetching as it goes along the row (see [`super::Ahead::stream`]).
+#[inline(always)]
+unsafe fn q4k_rows_pf<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32], pf: super::Ahead) {
     let mut acc = [_mm512_setzero_ps(); R];
     let mut accm = [_mm256_setzero_ps(); R];
     let p = w.as_ptr();
     for i in 0..acts[0].len() {
         let bw = p.add(i * 144);
+        pf.stream(bw, 144);
         // [dw, dmin] from the two f16 at the block's start.
         let dd = _mm_cvtph_ps(_mm_cvtsi32_si128(rd32(bw) as i32));
         let dwv = _mm512_broadcastss_ps(dd);
@@ -490,10 +501,17 @@ unsafe fn q4k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f3
 
 #[inline(always)]
 unsafe fn q6k_rows<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32]) {
+    q6k_rows_pf(w, acts, out, super::Ahead::NONE)
+}
+
+/// [`q6k_rows`], prefetching as it goes along the row (see [`super::Ahead::stream`]).
+#[inline(always)]
+unsafe fn q6k_rows_pf<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [f32], pf: super::Ahead) {
     let mut acc = [_mm512_setzero_ps(); R];
     let p = w.as_ptr();
     for i in 0..acts[0].len() {
         let bw = p.add(i * 210);
+        pf.stream(bw, 210);
         let dw = f16_bits(bw.add(208));
         let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.add(192) as *const __m128i));
         let scz = _mm512_castsi256_si512(sc16);
@@ -568,13 +586,14 @@ unsafe fn q4k_sb_ints(bw: *const u8, b: &BlockK) -> (__m512i, __m128i) {
 /// is bit-identical to `amx::product`'s for the same row in any batch. Superblocks go in
 /// pairs to share the horizontal sums.
 #[inline(always)]
-unsafe fn q4k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
+unsafe fn q4k_row_x(w: &[u8], a: &[BlockK], pf: super::Ahead) -> f32 {
     let p = w.as_ptr();
     let mut acc = 0f32;
     let mut i = 0;
     while i + 2 <= a.len() {
         let (b0, b1) = (&a[i], &a[i + 1]);
         let (bw0, bw1) = (p.add(i * 144), p.add((i + 1) * 144));
+        pf.stream(bw0, 2 * 144);
         let (s0, m0) = q4k_sb_ints(bw0, b0);
         let (s1, m1) = q4k_sb_ints(bw1, b1);
         let (is0, is1) = reduce2_epi32(s0, s1);
@@ -588,6 +607,7 @@ unsafe fn q4k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
     if i < a.len() {
         let b = &a[i];
         let bw = p.add(i * 144);
+        pf.stream(bw, 144);
         let (s, m) = q4k_sb_ints(bw, b);
         let is = _mm512_reduce_add_epi32(s);
         let im = _mm512_reduce_add_epi32(_mm512_zextsi128_si512(m));
@@ -618,13 +638,14 @@ unsafe fn q6k_sb_ints(bw: *const u8, b: &BlockK) -> __m512i {
 
 /// Like [`q4k_row_x`] for Q6_K: `acc = fma(isum, dw * da, acc)` per superblock.
 #[inline(always)]
-unsafe fn q6k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
+unsafe fn q6k_row_x(w: &[u8], a: &[BlockK], pf: super::Ahead) -> f32 {
     let p = w.as_ptr();
     let mut acc = 0f32;
     let mut i = 0;
     while i + 2 <= a.len() {
         let (b0, b1) = (&a[i], &a[i + 1]);
         let (bw0, bw1) = (p.add(i * 210), p.add((i + 1) * 210));
+        pf.stream(bw0, 2 * 210);
         let (is0, is1) = reduce2_epi32(q6k_sb_ints(bw0, b0), q6k_sb_ints(bw1, b1));
         acc = (is0 as f32).mul_add(f16_bits(bw0.add(208)) * b0.d, acc);
         acc = (is1 as f32).mul_add(f16_bits(bw1.add(208)) * b1.d, acc);
@@ -633,6 +654,7 @@ unsafe fn q6k_row_x(w: &[u8], a: &[BlockK]) -> f32 {
     if i < a.len() {
         let b = &a[i];
         let bw = p.add(i * 210);
+        pf.stream(bw, 210);
         let is = _mm512_reduce_add_epi32(q6k_sb_ints(bw, b));
         acc = (is as f32).mul_add(f16_bits(bw.add(208)) * b.d, acc);
     }
@@ -748,27 +770,25 @@ pub unsafe fn range_k_x(q6: bool, w: &[u8], rb: usize, r0: usize, r1: usize, act
     debug_assert!(w.len() >= r1 * rb);
     let p = w.as_ptr();
     for j in r0..r1 {
-        pf.at(w, rb, j, r1);
         let row = std::slice::from_raw_parts(p.add(j * rb), rb);
-        *out.add(j) = if q6 { q6k_row_x(row, act) } else { q4k_row_x(row, act) };
+        *out.add(j) = if q6 { q6k_row_x(row, act, pf) } else { q4k_row_x(row, act, pf) };
     }
 }
 
 /// Weight rows `r0..r1` (`rb` bytes each, from `w`) against ONE activation row, `out[j]` for
-/// row `j`, prefetching `pf` rows ahead; each output is computed exactly as the one-row call
-/// of the multi-row kernel computes it. One call per stretch of rows instead of one per row:
-/// a decode product of a small model (SmolLM2's rows are 360 bytes) spent a sixth of its time
-/// in the per-row dispatch around the kernel.
-macro_rules! range_wrappers {
-    ($($name:ident => $body:ident, $act:ty $(, $fmt:ty)?;)*) => {$(
+/// row `j`, prefetching as it goes ([`super::Ahead::stream`]); each output is computed exactly
+/// as the one-row call of the multi-row kernel computes it. One call per stretch of rows
+/// instead of one per row: a decode product of a small model (SmolLM2's rows are 360 bytes)
+/// spent a sixth of its time in the per-row dispatch around the kernel.
+macro_rules! range_k_wrappers {
+    ($($name:ident => $body:ident;)*) => {$(
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-        pub unsafe fn $name(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[$act], out: *mut f32, pf: super::Ahead) {
+        pub unsafe fn $name(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[BlockK], out: *mut f32, pf: super::Ahead) {
             debug_assert!(w.len() >= r1 * rb);
             let p = w.as_ptr();
             for j in r0..r1 {
-                pf.at(w, rb, j, r1);
                 let mut o = [0f32; 1];
-                $body::<$($fmt,)? 1>(std::slice::from_raw_parts(p.add(j * rb), rb), [act], &mut o);
+                $body::<1>(std::slice::from_raw_parts(p.add(j * rb), rb), [act], &mut o, pf);
                 *out.add(j) = o[0];
             }
         }
@@ -783,13 +803,12 @@ unsafe fn range_pairs<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, act: &[
     let p = w.as_ptr();
     let even = (rb / F::BYTES).is_multiple_of(2);
     for j in r0..r1 {
-        pf.at(w, rb, j, r1);
         let mut o = [0f32; 1];
         let row = std::slice::from_raw_parts(p.add(j * rb), rb);
         if even {
-            rows_pairs_of::<F, 1, true>(row, [act], &mut o);
+            rows_pairs_of::<F, 1, true, true>(row, [act], &mut o, pf);
         } else {
-            rows_pairs_of::<F, 1, false>(row, [act], &mut o);
+            rows_pairs_of::<F, 1, false, true>(row, [act], &mut o, pf);
         }
         *out.add(j) = o[0];
     }
@@ -812,7 +831,7 @@ range_pair_wrappers! {
     range_q8_0 => Q80;
 }
 
-range_wrappers! {
-    range_q4k => q4k_rows, BlockK;
-    range_q6k => q6k_rows, BlockK;
+range_k_wrappers! {
+    range_q4k => q4k_rows_pf;
+    range_q6k => q6k_rows_pf;
 }

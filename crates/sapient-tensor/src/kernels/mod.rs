@@ -620,8 +620,8 @@ impl QMatrix {
         // per call, sharing the activation loads, was within the noise on a Zen 5 VM and
         // 1.3-2.4x slower than one row at a time on a Zen 4 one: examples/gemm_stream,
         // Q4_0/Q5_0/Q8_0 4864x896 from memory; Qwen2.5-0.5B decode step 21-25 -> 15-16 ms.)
-        pf.begin(bytes, rb, range.start, end);
         if m == 1 {
+            pf.begin_stream(bytes, range.start * rb);
             let (r0, o) = (range.start, out_ptr.0);
             // SAFETY: as below; the range kernels write outputs r0..end of the one row, a
             // range no other chunk writes.
@@ -640,6 +640,7 @@ impl QMatrix {
             }
             return;
         }
+        pf.begin(bytes, rb, range.start, end);
         // On machines with AMX, k-quant products of any number of rows use the exact
         // arithmetic of the AMX kernels (whichever kernel runs them).
         let exact = has_amx();
@@ -845,14 +846,24 @@ fn huge_pages_range(start: usize, end: usize) {
 pub(crate) struct Ahead {
     t0: usize,
     t1: usize,
+    /// The same distances in bytes, for kernels that prefetch as they go along a row.
+    b0: usize,
+    b1: usize,
 }
 
-/// Prefetch distances in bytes (`SAPIENT_PREFETCH="t0:BYTES,t1:BYTES"` overrides).
+/// Prefetch distances in bytes (`SAPIENT_PREFETCH="t0:BYTES,t1:BYTES"` overrides; a hint
+/// left out is not used). 2 KiB into L1 and 8 KiB into L2, asked for line by line as a
+/// decode kernel moves along its rows: on the 2-core Intel VM (session 8) Qwen2.5-0.5B's
+/// decode step went 21-25 ms (16 rows ahead into L1, a row at a time) -> 16-18 ms (two
+/// levels, a row at a time) -> 13.8-14.6 ms (two levels, streamed), SmolLM2's 3.2-3.9 ->
+/// 3.3-3.4 ms. Alone, far L1 prefetches starve DRAM-bound products (the fill buffers) and
+/// near ones starve the cache-resident SmolLM2; 1/4, 1.5/6 and 2/16 KiB were within the
+/// noise of 2/8, 0.5/2 and 3/12 slower.
 static PREFETCH_BYTES: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
 
 fn prefetch_bytes() -> (usize, usize) {
     *PREFETCH_BYTES.get_or_init(|| {
-        let mut v = (1024, 4096);
+        let mut v = (2048, 8192);
         if let Ok(e) = std::env::var("SAPIENT_PREFETCH") {
             v = (0, 0);
             for part in e.split(',') {
@@ -872,7 +883,44 @@ impl Ahead {
     pub(crate) fn of(rb: usize) -> Self {
         let (b0, b1) = prefetch_bytes();
         let rows = |b: usize| if b == 0 { 0 } else { b.div_ceil(rb.max(1)) };
-        Self { t0: rows(b0), t1: rows(b1) }
+        Self { t0: rows(b0), t1: rows(b1), b0, b1 }
+    }
+
+    pub(crate) const NONE: Ahead = Ahead { t0: 0, t1: 0, b0: 0, b1: 0 };
+
+    /// At `p`, `len` bytes into a stretch of rows being read: the lines `b0` (into L1) and
+    /// `b1` (into L2) bytes ahead, one line per 64 bytes of `len`. The addresses may lie
+    /// past the weights (prefetches never fault).
+    #[inline(always)]
+    pub(crate) fn stream(self, p: *const u8, len: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+            let mut off = 0;
+            while off < len {
+                // SAFETY: prefetching never faults, whatever the address.
+                unsafe {
+                    if self.b0 > 0 {
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(self.b0 + off) as *const i8);
+                    }
+                    if self.b1 > 0 {
+                        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(self.b1 + off) as *const i8);
+                    }
+                }
+                off += 64;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (p, len);
+    }
+
+    /// Before reading bytes `start..` of `w` as a stream ([`stream`](Self::stream)): the
+    /// first `b1` bytes, the first `b0` of them into L1.
+    #[inline]
+    pub(crate) fn begin_stream(self, w: &[u8], start: usize) {
+        let at = |n: usize| w.get(start..(start + n).min(w.len())).unwrap_or(&[]);
+        prefetch_hint::<0>(at(self.b0));
+        prefetch_hint::<1>(at(self.b1).get(self.b0.min(at(self.b1).len())..).unwrap_or(&[]));
     }
 
     /// Before row `start` of rows `..end` (`rb` bytes each, from `w`): the rows the loop's

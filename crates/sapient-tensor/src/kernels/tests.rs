@@ -512,3 +512,41 @@ fn matmul_group_matches_separate_products() {
         }
     }
 }
+
+#[test]
+fn huge_pages_keep_weights_and_products() {
+    // Several matrices of a few MiB, as a model's are, then the advice over the stretch they
+    // span: the bytes and the products must come out the same (Linux copies the pages into
+    // huge pages where it can; elsewhere nothing happens).
+    let mats: Vec<(QMatrix, Vec<u8>)> = [(QType::Q5_0, 2304usize, 1024usize), (QType::Q8_0, 3072, 1024), (QType::Q6K, 1024, 2048)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (t, rows, cols))| {
+            let (m, _) = quantized(t, rows, cols, 40 + i as u64);
+            let b = m.with_bytes(|b| b.to_vec());
+            (m, b)
+        })
+        .collect();
+    let x = data(4 * 2048, 9);
+    let before: Vec<Vec<f32>> = mats
+        .iter()
+        .map(|(m, _)| {
+            let mut out = vec![0f32; 4 * m.rows()];
+            m.matmul(&x[..4 * m.cols()], 4, &mut out);
+            out
+        })
+        .collect();
+    huge_pages_for(&mats.iter().map(|(m, _)| m).collect::<Vec<_>>());
+    for ((m, bytes), want) in mats.iter().zip(&before) {
+        assert!(m.with_bytes(|b| b == &bytes[..]), "{:?} weights changed", m.qtype());
+        let mut out = vec![0f32; 4 * m.rows()];
+        m.matmul(&x[..4 * m.cols()], 4, &mut out);
+        assert_eq!(&out, want, "{:?} product changed", m.qtype());
+        for r in [1, 3] {
+            // One row (the streaming-prefetch range kernels) equals that row of the batch.
+            let mut one = vec![0f32; m.rows()];
+            m.matmul(&x[(r - 1) * m.cols()..r * m.cols()], 1, &mut one);
+            assert_eq!(&one[..], &want[(r - 1) * m.rows()..r * m.rows()], "{:?} row {r}", m.qtype());
+        }
+    }
+}
