@@ -835,3 +835,33 @@ range_k_wrappers! {
     range_q4k => q4k_rows_pf;
     range_q6k => q6k_rows_pf;
 }
+
+/// [`super::silu_mul`] on whole vectors of 16; returns how many values it did.
+#[target_feature(enable = "avx512f")]
+pub unsafe fn silu_mul(g: &mut [f32], u: &[f32]) -> usize {
+    // e^x of 8 f32 lanes as super::exp_approx computes it.
+    let exp8 = |x: __m256| -> __m256 {
+        let x = _mm512_min_pd(_mm512_max_pd(_mm512_cvtps_pd(x), _mm512_set1_pd(-110.0)), _mm512_set1_pd(100.0));
+        let n = _mm512_roundscale_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_pd(x, _mm512_set1_pd(std::f64::consts::LOG2_E)));
+        let r = _mm512_fmadd_pd(n, _mm512_set1_pd(-std::f64::consts::LN_2), x);
+        let mut p = _mm512_set1_pd(super::EXP_TAYLOR[0]);
+        for c in &super::EXP_TAYLOR[1..] {
+            p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(*c));
+        }
+        _mm512_cvtpd_ps(_mm512_scalef_pd(p, n))
+    };
+    let one = _mm512_set1_ps(1.0);
+    let n_all = g.len().min(u.len()) / 16 * 16;
+    let mut i = 0;
+    while i < n_all {
+        let gv = _mm512_loadu_ps(g.as_ptr().add(i));
+        let x = _mm512_sub_ps(_mm512_setzero_ps(), gv);
+        let lo = exp8(_mm512_castps512_ps256(x));
+        let hi = exp8(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x))));
+        let e = _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi)));
+        let s = _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), _mm512_loadu_ps(u.as_ptr().add(i)));
+        _mm512_storeu_ps(g.as_mut_ptr().add(i), s);
+        i += 16;
+    }
+    n_all
+}
