@@ -453,6 +453,62 @@ unsafe fn reduce2_epi32x4(a: __m128i, b: __m128i) -> (i32, i32) {
     (_mm256_cvtsi256_si32(mm), _mm_cvtsi128_si32(_mm256_extracti128_si256::<1>(mm)))
 }
 
+/// Superblock `bw` of a Q4_K row against the matching superblock of `R` activation rows:
+/// each row's 16 i32 lanes of scaled products (`ms`: the superblock's unpacked scales and
+/// mins, [`k4_scales_mins`]), the weights decoded once for all rows.
+#[inline(always)]
+unsafe fn q4k_sb_sums<const R: usize>(bw: *const u8, ms: __m256i, acts: [&BlockK; R]) -> [__m512i; R] {
+    let msz = _mm512_castsi256_si512(ms);
+    let mut sumi = [_mm512_setzero_si512(); R];
+    for j in 0..4 {
+        let wq = q4k_step(bw, j);
+        let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
+        for r in 0..R {
+            let qa = _mm512_load_si512(acts[r].qs.as_ptr().add(64 * j) as *const __m512i);
+            sumi[r] = dpwssd(sumi[r], _mm512_maddubs_epi16(wq, qa), sc);
+        }
+    }
+    sumi
+}
+
+/// A Q4_K superblock's mins times an activation row's 32-value sums, in 4 i32 lanes.
+#[inline(always)]
+unsafe fn q4k_mins(ms: __m256i, b: &BlockK) -> __m128i {
+    _mm_madd_epi16(_mm256_extracti128_si256::<1>(ms), _mm_loadu_si128(b.bs32.as_ptr() as *const __m128i))
+}
+
+/// Superblock `bw` of a Q6_K row against the matching superblock of `R` activation rows:
+/// each row's 16 i32 lanes of scaled products less the offset correction (the stored values
+/// are q + 32: 32 * the sum of scale x activation sums), the weights decoded once.
+#[inline(always)]
+unsafe fn q6k_sb_sums<const R: usize>(bw: *const u8, acts: [&BlockK; R]) -> [__m512i; R] {
+    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.add(192) as *const __m128i));
+    let scz = _mm512_castsi256_si512(sc16);
+    let mut sumi = [_mm512_setzero_si512(); R];
+    for h in 0..2 {
+        let xs = q6k_half(bw, h);
+        for (k, x) in xs.into_iter().enumerate() {
+            let s = 2 * h + k;
+            let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, s), scz);
+            for r in 0..R {
+                let qa = _mm512_load_si512(acts[r].qs.as_ptr().add(64 * s) as *const __m512i);
+                sumi[r] = dpwssd(sumi[r], _mm512_maddubs_epi16(x, qa), sc);
+            }
+        }
+    }
+    for r in 0..R {
+        let corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256(acts[r].bsums.as_ptr() as *const __m256i));
+        sumi[r] = _mm512_sub_epi32(sumi[r], _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)));
+    }
+    sumi
+}
+
+/// The activation rows' superblock `i`.
+#[inline(always)]
+unsafe fn blocks_at<'a, const R: usize>(acts: &[&'a [BlockK]; R], i: usize) -> [&'a BlockK; R] {
+    std::array::from_fn(|r| acts[r].get_unchecked(i))
+}
+
 /// Per superblock and activation row: four `vpmaddubsw` + `vpdpwssd` (64 values each) into
 /// sixteen i32 lanes, then one conversion and one fused multiply-add by `dw * d` into a
 /// 512-bit sum; the minimums take one fused multiply-add of eight floats (the weights'
@@ -476,17 +532,8 @@ unsafe fn q4k_rows_pf<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut 
         let dwv = _mm512_broadcastss_ps(dd);
         let dminv = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
         let ms = k4_scales_mins(bw.add(4));
-        let msz = _mm512_castsi256_si512(ms);
         let wm = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm256_extracti128_si256::<1>(ms))), dminv);
-        let mut sumi = [_mm512_setzero_si512(); R];
-        for j in 0..4 {
-            let wq = q4k_step(bw, j);
-            let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
-            for r in 0..R {
-                let a = _mm512_load_si512(acts[r].get_unchecked(i).qs.as_ptr().add(64 * j) as *const __m512i);
-                sumi[r] = dpwssd(sumi[r], _mm512_maddubs_epi16(wq, a), sc);
-            }
-        }
+        let sumi = q4k_sb_sums(bw, ms, blocks_at(&acts, i));
         for r in 0..R {
             let b = acts[r].get_unchecked(i);
             let d = _mm512_mul_ps(dwv, _mm512_set1_ps(b.d));
@@ -513,26 +560,10 @@ unsafe fn q6k_rows_pf<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut 
         let bw = p.add(i * 210);
         pf.stream(bw, 210);
         let dw = f16_bits(bw.add(208));
-        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.add(192) as *const __m128i));
-        let scz = _mm512_castsi256_si512(sc16);
-        let mut sumi = [_mm512_setzero_si512(); R];
-        for h in 0..2 {
-            let xs = q6k_half(bw, h);
-            for (k, x) in xs.into_iter().enumerate() {
-                let s = 2 * h + k;
-                let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, s), scz);
-                for r in 0..R {
-                    let a = _mm512_load_si512(acts[r].get_unchecked(i).qs.as_ptr().add(64 * s) as *const __m512i);
-                    sumi[r] = dpwssd(sumi[r], _mm512_maddubs_epi16(x, a), sc);
-                }
-            }
-        }
+        let blocks = blocks_at(&acts, i);
+        let sumi = q6k_sb_sums(bw, blocks);
         for r in 0..R {
-            let b = acts[r].get_unchecked(i);
-            // The stored values are q + 32: subtract 32 * sum(scale * activation sum).
-            let corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i));
-            let s = _mm512_sub_epi32(sumi[r], _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(dw * b.d), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[r]), _mm512_set1_ps(dw * blocks[r].d), acc[r]);
         }
     }
     for r in 0..R {
@@ -568,16 +599,8 @@ unsafe fn reduce2_epi32(a: __m512i, b: __m512i) -> (i32, i32) {
 #[inline(always)]
 unsafe fn q4k_sb_ints(bw: *const u8, b: &BlockK) -> (__m512i, __m128i) {
     let ms = k4_scales_mins(bw.add(4));
-    let msz = _mm512_castsi256_si512(ms);
-    let mut sumi = _mm512_setzero_si512();
-    for j in 0..4 {
-        let wq = q4k_step(bw, j);
-        let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
-        let qa = _mm512_load_si512(b.qs.as_ptr().add(64 * j) as *const __m512i);
-        sumi = dpwssd(sumi, _mm512_maddubs_epi16(wq, qa), sc);
-    }
-    let mins = _mm_madd_epi16(_mm256_extracti128_si256::<1>(ms), _mm_loadu_si128(b.bs32.as_ptr() as *const __m128i));
-    (sumi, mins)
+    let [sumi] = q4k_sb_sums(bw, ms, [b]);
+    (sumi, q4k_mins(ms, b))
 }
 
 /// One Q4_K weight row against one activation row in the AMX kernels' arithmetic: per
@@ -617,25 +640,6 @@ unsafe fn q4k_row_x(w: &[u8], a: &[BlockK], pf: super::Ahead) -> f32 {
     acc
 }
 
-/// One Q6_K superblock's integer sum less the offset correction (16 lanes).
-#[inline(always)]
-unsafe fn q6k_sb_ints(bw: *const u8, b: &BlockK) -> __m512i {
-    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.add(192) as *const __m128i));
-    let scz = _mm512_castsi256_si512(sc16);
-    let mut sumi = _mm512_setzero_si512();
-    for h in 0..2 {
-        let xs = q6k_half(bw, h);
-        for (k, x) in xs.into_iter().enumerate() {
-            let s = 2 * h + k;
-            let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, s), scz);
-            let qa = _mm512_load_si512(b.qs.as_ptr().add(64 * s) as *const __m512i);
-            sumi = dpwssd(sumi, _mm512_maddubs_epi16(x, qa), sc);
-        }
-    }
-    let corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i));
-    _mm512_sub_epi32(sumi, _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)))
-}
-
 /// Like [`q4k_row_x`] for Q6_K: `acc = fma(isum, dw * da, acc)` per superblock.
 #[inline(always)]
 unsafe fn q6k_row_x(w: &[u8], a: &[BlockK], pf: super::Ahead) -> f32 {
@@ -646,7 +650,8 @@ unsafe fn q6k_row_x(w: &[u8], a: &[BlockK], pf: super::Ahead) -> f32 {
         let (b0, b1) = (&a[i], &a[i + 1]);
         let (bw0, bw1) = (p.add(i * 210), p.add((i + 1) * 210));
         pf.stream(bw0, 2 * 210);
-        let (is0, is1) = reduce2_epi32(q6k_sb_ints(bw0, b0), q6k_sb_ints(bw1, b1));
+        let ([s0], [s1]) = (q6k_sb_sums(bw0, [b0]), q6k_sb_sums(bw1, [b1]));
+        let (is0, is1) = reduce2_epi32(s0, s1);
         acc = (is0 as f32).mul_add(f16_bits(bw0.add(208)) * b0.d, acc);
         acc = (is1 as f32).mul_add(f16_bits(bw1.add(208)) * b1.d, acc);
         i += 2;
@@ -655,7 +660,8 @@ unsafe fn q6k_row_x(w: &[u8], a: &[BlockK], pf: super::Ahead) -> f32 {
         let b = &a[i];
         let bw = p.add(i * 210);
         pf.stream(bw, 210);
-        let is = _mm512_reduce_add_epi32(q6k_sb_ints(bw, b));
+        let [s] = q6k_sb_sums(bw, [b]);
+        let is = _mm512_reduce_add_epi32(s);
         acc = (is as f32).mul_add(f16_bits(bw.add(208)) * b.d, acc);
     }
     acc
@@ -671,25 +677,16 @@ unsafe fn q4k_rows_x<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [
     for i in 0..acts[0].len() {
         let bw = p.add(i * 144);
         let ms = k4_scales_mins(bw.add(4));
-        let msz = _mm512_castsi256_si512(ms);
-        let mut sumi = [_mm512_setzero_si512(); R];
-        for j in 0..4 {
-            let wq = q4k_step(bw, j);
-            let sc = _mm512_permutexvar_epi16(idx(&Q4K_IDX, j), msz);
-            for r in 0..R {
-                let qa = _mm512_load_si512(acts[r].get_unchecked(i).qs.as_ptr().add(64 * j) as *const __m512i);
-                sumi[r] = dpwssd(sumi[r], _mm512_maddubs_epi16(wq, qa), sc);
-            }
-        }
-        let mins16 = _mm256_extracti128_si256::<1>(ms);
+        let blocks = blocks_at(&acts, i);
+        let sumi = q4k_sb_sums(bw, ms, blocks);
         let (d, dmin) = q4k_d_dmin(bw);
         let mut r = 0;
         while r < R {
-            let b0 = acts[r].get_unchecked(i);
-            let m0 = _mm_madd_epi16(mins16, _mm_loadu_si128(b0.bs32.as_ptr() as *const __m128i));
+            let b0 = blocks[r];
+            let m0 = q4k_mins(ms, b0);
             if r + 1 < R {
-                let b1 = acts[r + 1].get_unchecked(i);
-                let m1 = _mm_madd_epi16(mins16, _mm_loadu_si128(b1.bs32.as_ptr() as *const __m128i));
+                let b1 = blocks[r + 1];
+                let m1 = q4k_mins(ms, b1);
                 let (is0, is1) = reduce2_epi32(sumi[r], sumi[r + 1]);
                 let (im0, im1) = reduce2_epi32x4(m0, m1);
                 acc[r] = q4k_fold(acc[r], is0, im0, d, dmin, b0.d);
@@ -713,36 +710,19 @@ unsafe fn q6k_rows_x<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut [
     let mut acc = [0f32; R];
     for i in 0..acts[0].len() {
         let bw = p.add(i * 210);
-        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bw.add(192) as *const __m128i));
-        let scz = _mm512_castsi256_si512(sc16);
-        let mut sumi = [_mm512_setzero_si512(); R];
-        for h in 0..2 {
-            let xs = q6k_half(bw, h);
-            for (k, x) in xs.into_iter().enumerate() {
-                let st = 2 * h + k;
-                let sc = _mm512_permutexvar_epi16(idx(&Q6K_IDX, st), scz);
-                for r in 0..R {
-                    let qa = _mm512_load_si512(acts[r].get_unchecked(i).qs.as_ptr().add(64 * st) as *const __m512i);
-                    sumi[r] = dpwssd(sumi[r], _mm512_maddubs_epi16(x, qa), sc);
-                }
-            }
-        }
+        let blocks = blocks_at(&acts, i);
+        let sumi = q6k_sb_sums(bw, blocks);
         let dw = f16_bits(bw.add(208));
-        for r in 0..R {
-            let b = acts[r].get_unchecked(i);
-            let corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256(b.bsums.as_ptr() as *const __m256i));
-            sumi[r] = _mm512_sub_epi32(sumi[r], _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)));
-        }
         let mut r = 0;
         while r < R {
             if r + 1 < R {
                 let (is0, is1) = reduce2_epi32(sumi[r], sumi[r + 1]);
-                acc[r] = (is0 as f32).mul_add(dw * acts[r].get_unchecked(i).d, acc[r]);
-                acc[r + 1] = (is1 as f32).mul_add(dw * acts[r + 1].get_unchecked(i).d, acc[r + 1]);
+                acc[r] = (is0 as f32).mul_add(dw * blocks[r].d, acc[r]);
+                acc[r + 1] = (is1 as f32).mul_add(dw * blocks[r + 1].d, acc[r + 1]);
                 r += 2;
             } else {
                 let is = _mm512_reduce_add_epi32(sumi[r]);
-                acc[r] = (is as f32).mul_add(dw * acts[r].get_unchecked(i).d, acc[r]);
+                acc[r] = (is as f32).mul_add(dw * blocks[r].d, acc[r]);
                 r += 1;
             }
         }
