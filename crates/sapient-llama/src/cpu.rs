@@ -198,32 +198,6 @@ fn grow(v: &mut Vec<f32>, n: usize) {
     }
 }
 
-/// [`kernels::silu_mul`], on the kernel pool when there is enough of it (prefill).
-fn silu_mul_par(g: &mut [f32], u: &[f32]) {
-    const CHUNK: usize = 16 * 1024;
-    if g.len() < 4 * CHUNK {
-        return kernels::silu_mul(g, u);
-    }
-    let gp = SendMut(g.as_mut_ptr());
-    let len = g.len().min(u.len());
-    pool::pool().run_chunks(len.div_ceil(CHUNK), &|c| {
-        let r = c * CHUNK..((c + 1) * CHUNK).min(len);
-        // SAFETY: chunks are disjoint ranges of `g`, which outlives the call.
-        let gs = unsafe { std::slice::from_raw_parts_mut(gp.ptr().add(r.start), r.len()) };
-        kernels::silu_mul(gs, &u[r]);
-    });
-}
-
-struct SendMut(*mut f32);
-// SAFETY: only used to hand disjoint ranges of one slice to the pool's threads.
-unsafe impl Sync for SendMut {}
-
-impl SendMut {
-    fn ptr(&self) -> *mut f32 {
-        self.0
-    }
-}
-
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let n = w.len();
     for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
@@ -443,7 +417,7 @@ impl CpuModel {
                     }
                 }
             }
-            silu_mul_par(&mut b.g[..n * inter], &b.u[..n * inter]);
+            kernels::silu_mul(&mut b.g[..n * inter], &b.u[..n * inter]);
             layer.down.run(&b.g[..n * inter], n, &mut b.y)?;
             for (x, y) in b.x[..n * h].iter_mut().zip(&b.y[..n * h]) {
                 *x += y;

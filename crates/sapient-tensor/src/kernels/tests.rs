@@ -568,6 +568,14 @@ fn silu_mul_matches_portable_and_f64() {
         let tol = (4.0 * f32::EPSILON * exact.abs()).max(1e-37);
         assert!((got - exact).abs() <= tol, "value {i}: x {x}: {got} vs {exact}");
     }
+    // A prefill-sized input (split over the kernel pool): the same bits per value.
+    let long_g: Vec<f32> = data(3 * 65536 + 5, 23).iter().map(|v| v * 12.0).collect();
+    let long_u = data(long_g.len(), 24);
+    let mut long = long_g.clone();
+    silu_mul(&mut long, &long_u);
+    for (i, ((&x, &uv), &got)) in long_g.iter().zip(&long_u).zip(&long).enumerate() {
+        assert_eq!(got.to_bits(), (x / (1.0 + exp_approx(-x)) * uv).to_bits(), "long input, value {i}");
+    }
     // The AVX2 kernel too where the dispatcher picked AVX-512: the same bits.
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
