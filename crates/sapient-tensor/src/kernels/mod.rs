@@ -937,10 +937,14 @@ fn prefetch_bytes() -> (usize, usize) {
         if let Ok(e) = std::env::var("SAPIENT_PREFETCH") {
             v = (0, 0);
             for part in e.split(',') {
-                match part.split_once(':') {
-                    Some(("t0", b)) => v.0 = b.trim().parse().unwrap_or(0),
-                    Some(("t1", b)) => v.1 = b.trim().parse().unwrap_or(0),
-                    _ => {}
+                let slot = match part.split_once(':') {
+                    Some(("t0", b)) => Some((&mut v.0, b)),
+                    Some(("t1", b)) => Some((&mut v.1, b)),
+                    _ => None,
+                };
+                match slot.map(|(at, b)| b.trim().parse().map(|n| *at = n)) {
+                    Some(Ok(())) => {}
+                    _ => tracing::warn!("SAPIENT_PREFETCH: ignoring {part:?} (expected t0:BYTES or t1:BYTES)"),
                 }
             }
         }
