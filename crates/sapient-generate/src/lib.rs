@@ -13,6 +13,7 @@
 //! a time. Each generation reuses the longest prefix of the previous one already in the KV
 //! cache, so a chat only processes each turn's new tokens.
 
+pub mod engine;
 mod pipeline;
 pub mod speculative;
 mod stream;
@@ -25,6 +26,8 @@ pub use sapient_hub::Progress;
 pub use sapient_sample::{Expr, Grammar, JsonOptions, SamplerConfig};
 pub use sapient_tensor::DeviceRequest;
 pub use sapient_tokenizers::Message;
+pub use engine::{Engine, EngineMetrics, EngineOptions, Event, RequestHandle};
+pub use sapient_llama::{KvBudget, KvOptions};
 pub use stream::TextStream;
 pub use task::{Task, TaskBuilder, TaskStream};
 
@@ -59,6 +62,8 @@ pub enum Error {
     Unsupported(&'static str),
     #[error(transparent)]
     Parse(#[from] sapient_sample::ParseError),
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
     #[error("the generation worker stopped unexpectedly: {0}")]
     Worker(String),
 }

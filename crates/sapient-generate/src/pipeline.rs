@@ -138,8 +138,8 @@ pub struct ModelInfo {
     pub has_chat_template: bool,
 }
 
-struct Inner {
-    model: LlamaModel,
+pub(crate) struct Inner {
+    pub(crate) model: LlamaModel,
     /// Tokens whose keys/values are in the model's cache, in order.
     cached: Vec<u32>,
     /// The newest logits, one buffer reused by every forward (no allocation per token).
@@ -335,6 +335,11 @@ impl Pipeline {
         TextStream::spawn(move |on_text| this.chat_with(&messages, &cfg, on_text))
     }
 
+    /// The model, for one step (waits for a running generation to finish).
+    pub(crate) fn lock_inner(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
+        self.inner.lock().map_err(|_| Error::Worker("a previous generation panicked".into()))
+    }
+
     /// Tokens held in the KV cache (waits for a running generation to finish).
     pub fn cache_len(&self) -> usize {
         self.inner.lock().map(|i| i.cached.len()).unwrap_or(0)
@@ -492,7 +497,7 @@ impl Pipeline {
 
 /// The text still held back at the end of a generation: an incomplete character in the
 /// detokenizer and a possible stop-string prefix. Nothing when it stopped or was cancelled.
-fn flush_tail(detok: &mut TokenStream, stops: &mut StopMatcher, finish: &mut FinishReason) -> Result<String> {
+pub(crate) fn flush_tail(detok: &mut TokenStream, stops: &mut StopMatcher, finish: &mut FinishReason) -> Result<String> {
     if matches!(finish, FinishReason::Stop | FinishReason::Cancelled) {
         return Ok(String::new());
     }

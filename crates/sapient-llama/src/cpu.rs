@@ -22,7 +22,8 @@ use sapient_tensor::weights::dense_prefill_rows;
 use sapient_tensor::Linear;
 use std::cell::RefCell;
 
-use crate::{Error, Result};
+use crate::kv::KvCache;
+use crate::{BatchSeq, Error, Logits, Result};
 
 /// One linear layer as the CPU path uses it.
 pub(crate) struct Lin {
@@ -61,10 +62,11 @@ impl Lin {
         }
     }
 
-    /// `out = x @ W^T + b` for `n` rows.
-    fn run(&self, x: &[f32], n: usize, out: &mut [f32]) -> Result<()> {
+    /// `out = x @ W^T + b` for `n` rows. `exact`: always the quantized kernels, whose rows
+    /// do not depend on the batch (else long batches may take the dense GEMM).
+    fn run(&self, x: &[f32], n: usize, exact: bool, out: &mut [f32]) -> Result<()> {
         let rows = self.kernel.rows();
-        if n < dense_prefill_rows() {
+        if exact || n < dense_prefill_rows() {
             self.kernel.matmul(x, n, &mut out[..n * rows]);
             self.add_bias(&mut out[..n * rows]);
         } else {
@@ -79,10 +81,10 @@ impl Lin {
 
 /// Several linear layers of the same input (q, k, v or gate, up) in one dispatch on the
 /// kernel pool; the results are those of separate [`Lin::run`] calls.
-fn run_group(lins: &[&Lin], x: &[f32], n: usize, outs: &mut [&mut [f32]]) -> Result<()> {
-    if n >= dense_prefill_rows() {
+fn run_group(lins: &[&Lin], x: &[f32], n: usize, exact: bool, outs: &mut [&mut [f32]]) -> Result<()> {
+    if !exact && n >= dense_prefill_rows() {
         for (l, o) in lins.iter().zip(outs.iter_mut()) {
-            l.run(x, n, o)?;
+            l.run(x, n, false, o)?;
         }
         return Ok(());
     }
@@ -117,9 +119,6 @@ pub(crate) struct CpuLayer {
     pub(crate) o: Lin,
     pub(crate) gate_up: LinGateUp,
     pub(crate) down: Lin,
-    /// KV cache, f16 bits (as llama.cpp keeps it): half the memory and bandwidth of f32.
-    k: Vec<u16>,
-    v: Vec<u16>,
 }
 
 impl CpuLayer {
@@ -131,8 +130,6 @@ impl CpuLayer {
             o,
             gate_up,
             down,
-            k: Vec::new(),
-            v: Vec::new(),
         }
     }
 }
@@ -161,8 +158,6 @@ pub(crate) struct CpuModel {
     /// `[max_seq][rope_dim / 2]`
     pub(crate) cos: Vec<f32>,
     pub(crate) sin: Vec<f32>,
-    /// Positions the caches have room for.
-    capacity: usize,
     buf: Bufs,
     /// Logits for only some tokens (see [`CpuModel::restrict_output`]).
     restricted: Option<Restricted>,
@@ -190,6 +185,26 @@ struct Bufs {
     g: Vec<f32>,
     u: Vec<f32>,
     gu: Vec<f32>,
+    /// Per row: position and cache slot.
+    pos: Vec<usize>,
+    slot: Vec<usize>,
+    /// Per sequence of the batch, and their block tables one after another.
+    segs: Vec<Seg>,
+    tabs: Vec<u32>,
+    /// Rows whose logits are wanted.
+    out_rows: Vec<usize>,
+    units: Vec<usize>,
+}
+
+/// One sequence's rows in a batch: rows `row0..row0 + n` at positions `start..start + n`,
+/// its block table at `tabs[tab0..tab0 + tabn]`.
+#[derive(Clone, Copy)]
+struct Seg {
+    row0: usize,
+    n: usize,
+    start: usize,
+    tab0: usize,
+    tabn: usize,
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) {
@@ -219,7 +234,6 @@ impl CpuModel {
             embed,
             cos,
             sin,
-            capacity: 0,
             buf: Bufs::default(),
             restricted: None,
         }
@@ -244,23 +258,6 @@ impl CpuModel {
         Ok(self.restricted.is_some())
     }
 
-    fn ensure_capacity(&mut self, needed: usize, max: usize) {
-        if needed <= self.capacity {
-            return;
-        }
-        let mut cap = self.capacity.max(256);
-        while cap < needed {
-            cap *= 2;
-        }
-        let cap = cap.min(max).max(needed);
-        let per = self.dims.kv_heads * self.dims.head_dim;
-        for l in &mut self.layers {
-            l.k.resize(cap * per, 0);
-            l.v.resize(cap * per, 0);
-        }
-        self.capacity = cap;
-    }
-
     fn rope(&self, x: &mut [f32], pos: usize) {
         let d = &self.dims;
         let half = d.rope_dim / 2;
@@ -283,20 +280,25 @@ impl CpuModel {
         }
     }
 
-    /// Run `tokens` at positions `start..`, returning logits for the last row or all rows.
-    pub(crate) fn forward(
+    /// Run a batch: for each sequence, its `tokens` at the positions after what `kv` holds
+    /// for it (the caller has reserved the slots). Writes the logits of the rows each
+    /// sequence asks for, in order, into `logits` (`rows x vocab`) and returns the number of
+    /// rows. `exact` keeps every linear layer on the quantized kernels, so each row's result
+    /// does not depend on the rest of the batch.
+    pub(crate) fn forward_batch(
         &mut self,
-        tokens: &[u32],
-        start: usize,
-        max_seq: usize,
-        all_logits: bool,
+        kv: &mut KvCache,
+        batch: &[BatchSeq<'_>],
+        exact: bool,
         embed_fallback: &dyn Fn(&[u32]) -> Result<Vec<f32>>,
         logits: &mut Vec<f32>,
-    ) -> Result<()> {
-        let n = tokens.len();
-        self.ensure_capacity(start + n, max_seq);
+    ) -> Result<usize> {
+        let n: usize = batch.iter().map(|s| s.tokens.len()).sum();
         let (h, nh, nkv, hd) = (self.dims.hidden, self.dims.heads, self.dims.kv_heads, self.dims.head_dim);
         let (q_out, kv_out) = (nh * hd, nkv * hd);
+        if kv.width() != kv_out || kv.num_layers() != self.layers.len() {
+            return Err(Error::Internal("the KV cache was made for another model"));
+        }
         let inter = self.dims.inter;
         let eps = self.dims.eps;
         let mut b = std::mem::take(&mut self.buf);
@@ -309,33 +311,85 @@ impl CpuModel {
         grow(&mut b.y, n * h);
         grow(&mut b.g, n * inter);
         grow(&mut b.u, n * inter);
-        // Embeddings.
-        match &self.embed {
-            Some(e) => {
-                for (i, &t) in tokens.iter().enumerate() {
-                    e.dequantize_row(t as usize, &mut b.x[i * h..(i + 1) * h]);
+        b.pos.clear();
+        b.slot.clear();
+        b.segs.clear();
+        b.tabs.clear();
+        b.out_rows.clear();
+        let mut filled = Ok(());
+        for s in batch {
+            let (start, blocks) = match (kv.len(s.seq), kv.blocks(s.seq)) {
+                (Ok(l), Ok(bl)) => (l, bl),
+                (Err(e), _) | (_, Err(e)) => {
+                    filled = Err(e);
+                    break;
                 }
+            };
+            let row0 = b.pos.len();
+            let m = s.tokens.len();
+            if (start + m).div_ceil(kv.block_size()) > blocks.len() {
+                filled = Err(Error::Internal("forward_batch on positions that were not reserved"));
+                break;
             }
-            None => {
-                let rows = embed_fallback(tokens)?;
-                b.x[..n * h].copy_from_slice(&rows);
+            b.segs.push(Seg { row0, n: m, start, tab0: b.tabs.len(), tabn: blocks.len() });
+            b.tabs.extend_from_slice(blocks);
+            for i in 0..m {
+                b.pos.push(start + i);
+                b.slot.push(kv.slot(blocks, start + i));
+            }
+            match s.logits {
+                None => {}
+                Some(Logits::Last) => b.out_rows.push(row0 + m - 1),
+                Some(Logits::All) => b.out_rows.extend(row0..row0 + m),
             }
         }
-        let result = self.layers_forward(&mut b, n, start);
+        if let Err(e) = filled {
+            self.buf = b;
+            return Err(e);
+        }
+        // Embeddings.
+        let mut row = 0;
+        for s in batch {
+            match &self.embed {
+                Some(e) => {
+                    for &t in s.tokens {
+                        e.dequantize_row(t as usize, &mut b.x[row * h..(row + 1) * h]);
+                        row += 1;
+                    }
+                }
+                None => match embed_fallback(s.tokens) {
+                    Ok(rows) => {
+                        b.x[row * h..(row + s.tokens.len()) * h].copy_from_slice(&rows);
+                        row += s.tokens.len();
+                    }
+                    Err(e) => {
+                        self.buf = b;
+                        return Err(e);
+                    }
+                },
+            }
+        }
+        let result = self.layers_forward(&mut b, n, kv, exact);
         if let Err(e) = result {
             self.buf = b;
             return Err(e);
         }
-        // Final norm and logits.
-        let (first, rows) = if all_logits { (0, n) } else { (n - 1, 1) };
-        rms_norm(&b.x[first * h..(first + rows) * h], &self.norm, eps, &mut b.xn[..rows * h]);
+        // Final norm (of the rows whose logits are wanted) and logits.
+        let rows = b.out_rows.len();
+        for (j, &r) in b.out_rows.iter().enumerate() {
+            rms_norm(&b.x[r * h..(r + 1) * h], &self.norm, eps, &mut b.xn[j * h..(j + 1) * h]);
+        }
         // The caller's buffer, reused call after call: a fresh vector of this size (0.6 MB a
         // row for a 152k vocabulary) comes from new zeroed pages every time, which cost a
         // decode step of Qwen2.5-1.5B 7% and a 5-row verification 18%.
         logits.resize(rows * self.dims.vocab, 0.0);
+        if rows == 0 {
+            self.buf = b;
+            return Ok(0);
+        }
         let vocab = self.dims.vocab;
         let r = match &mut self.restricted {
-            None => self.output.run(&b.xn[..rows * h], rows, logits),
+            None => self.output.run(&b.xn[..rows * h], rows, exact, logits),
             Some(rs) => {
                 logits.fill(f32::NEG_INFINITY);
                 let x = &b.xn[..rows * h];
@@ -362,25 +416,26 @@ impl CpuModel {
             }
         };
         self.buf = b;
-        r
+        r.map(|_| rows)
     }
 
-    fn layers_forward(&mut self, b: &mut Bufs, n: usize, start: usize) -> Result<()> {
+    fn layers_forward(&mut self, b: &mut Bufs, n: usize, kv: &mut KvCache, exact: bool) -> Result<()> {
         let (h, nh, nkv, hd) = (self.dims.hidden, self.dims.heads, self.dims.kv_heads, self.dims.head_dim);
         let (q_out, kv_out) = (nh * hd, nkv * hd);
         let inter = self.dims.inter;
         let eps = self.dims.eps;
+        let bs = kv.block_size();
         for li in 0..self.layers.len() {
             let layer = &self.layers[li];
             rms_norm(&b.x[..n * h], &layer.attn_norm, eps, &mut b.xn[..n * h]);
             match &layer.qkv {
                 LinQkv::Separate(q, k, v) => {
-                    run_group(&[q, k, v], &b.xn[..n * h], n, &mut [&mut b.q, &mut b.k, &mut b.v])?;
+                    run_group(&[q, k, v], &b.xn[..n * h], n, exact, &mut [&mut b.q, &mut b.k, &mut b.v])?;
                 }
                 LinQkv::Fused(l) => {
                     let w = q_out + 2 * kv_out;
                     grow(&mut b.qkv, n * w);
-                    l.run(&b.xn[..n * h], n, &mut b.qkv)?;
+                    l.run(&b.xn[..n * h], n, exact, &mut b.qkv)?;
                     for i in 0..n {
                         let r = &b.qkv[i * w..(i + 1) * w];
                         b.q[i * q_out..(i + 1) * q_out].copy_from_slice(&r[..q_out]);
@@ -390,26 +445,31 @@ impl CpuModel {
                 }
             }
             for i in 0..n {
-                self.rope(&mut b.q[i * q_out..(i + 1) * q_out], start + i);
-                self.rope(&mut b.k[i * kv_out..(i + 1) * kv_out], start + i);
+                self.rope(&mut b.q[i * q_out..(i + 1) * q_out], b.pos[i]);
+                self.rope(&mut b.k[i * kv_out..(i + 1) * kv_out], b.pos[i]);
             }
-            let layer = &mut self.layers[li];
-            kernels::f32_to_f16(&b.k[..n * kv_out], &mut layer.k[start * kv_out..(start + n) * kv_out]);
-            kernels::f32_to_f16(&b.v[..n * kv_out], &mut layer.v[start * kv_out..(start + n) * kv_out]);
+            {
+                let (kc, vc) = kv.layer_mut(li);
+                for (i, &slot) in b.slot.iter().enumerate() {
+                    kernels::f32_to_f16(&b.k[i * kv_out..(i + 1) * kv_out], &mut kc[slot * kv_out..(slot + 1) * kv_out]);
+                    kernels::f32_to_f16(&b.v[i * kv_out..(i + 1) * kv_out], &mut vc[slot * kv_out..(slot + 1) * kv_out]);
+                }
+            }
+            let (kc, vc) = kv.layer(li);
+            attention(&self.dims, &b.q[..n * q_out], kc, vc, &b.segs, &b.tabs, bs, &mut b.units, &mut b.att[..n * q_out]);
             let layer = &self.layers[li];
-            attention(&self.dims, &b.q[..n * q_out], &layer.k, &layer.v, start, n, &mut b.att[..n * q_out]);
-            layer.o.run(&b.att[..n * q_out], n, &mut b.y)?;
+            layer.o.run(&b.att[..n * q_out], n, exact, &mut b.y)?;
             for (x, y) in b.x[..n * h].iter_mut().zip(&b.y[..n * h]) {
                 *x += y;
             }
             rms_norm(&b.x[..n * h], &layer.ffn_norm, eps, &mut b.xn[..n * h]);
             match &layer.gate_up {
                 LinGateUp::Separate(g, u) => {
-                    run_group(&[g, u], &b.xn[..n * h], n, &mut [&mut b.g, &mut b.u])?;
+                    run_group(&[g, u], &b.xn[..n * h], n, exact, &mut [&mut b.g, &mut b.u])?;
                 }
                 LinGateUp::Fused(l) => {
                     grow(&mut b.gu, n * 2 * inter);
-                    l.run(&b.xn[..n * h], n, &mut b.gu)?;
+                    l.run(&b.xn[..n * h], n, exact, &mut b.gu)?;
                     for i in 0..n {
                         let r = &b.gu[i * 2 * inter..(i + 1) * 2 * inter];
                         b.g[i * inter..(i + 1) * inter].copy_from_slice(&r[..inter]);
@@ -418,7 +478,7 @@ impl CpuModel {
                 }
             }
             kernels::silu_mul(&mut b.g[..n * inter], &b.u[..n * inter]);
-            layer.down.run(&b.g[..n * inter], n, &mut b.y)?;
+            layer.down.run(&b.g[..n * inter], n, exact, &mut b.y)?;
             for (x, y) in b.x[..n * h].iter_mut().zip(&b.y[..n * h]) {
                 *x += y;
             }
@@ -460,19 +520,46 @@ thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Causal (and sliding-window) grouped-query attention of `n` query rows at positions
-/// `start..start + n` over the cache. Each row's result is computed exactly as a decode step
-/// computes it alone (the same dot products, softmax and accumulation order), so results do
-/// not depend on how tokens were batched; up to four consecutive rows of a head go together
-/// so that each key and value is read and converted once for all of them.
-fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize, out: &mut [f32]) {
+/// Calls `f(slot, t, len)` for each stretch `t..t + len` of positions `a..b` of a sequence
+/// whose cache slots are consecutive (`slot..slot + len`): a block, or several blocks that
+/// follow each other in the pool.
+#[inline]
+fn runs(tab: &[u32], bs: usize, a: usize, b: usize, mut f: impl FnMut(usize, usize, usize)) {
+    let mut t = a;
+    while t < b {
+        let s0 = tab[t / bs] as usize * bs + t % bs;
+        let mut end = (t / bs + 1) * bs;
+        while end < b && tab[end / bs] == tab[end / bs - 1] + 1 {
+            end += bs;
+        }
+        let end = end.min(b);
+        f(s0, t, end - t);
+        t = end;
+    }
+}
+
+/// Causal (and sliding-window) grouped-query attention of every sequence of a batch: the
+/// rows of `seg` at positions `seg.start..seg.start + seg.n` over that sequence's cached
+/// keys and values (its block table in `tabs`). Each row's result is computed exactly as a
+/// decode step computes it alone (the same dot products, softmax and accumulation order), so
+/// results do not depend on how tokens were batched, nor on where the blocks lie; up to four
+/// consecutive rows of a head go together so that each key and value is read and converted
+/// once for all of them.
+#[allow(clippy::too_many_arguments)]
+fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], segs: &[Seg], tabs: &[u32], bs: usize, units_at: &mut Vec<usize>, out: &mut [f32]) {
     const G: usize = 4;
     let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
     let n_rep = nh / nkv;
     let kv_out = nkv * hd;
     let scale = 1.0 / (hd as f32).sqrt();
-    let groups = n.div_ceil(G);
-    let units = groups * nh;
+    units_at.clear();
+    units_at.push(0);
+    for s in segs {
+        let last = units_at[units_at.len() - 1];
+        units_at.push(last + s.n.div_ceil(G) * nh);
+    }
+    let units = units_at[units_at.len() - 1];
+    let units_at = &units_at[..];
     let out_ptr = OutPtr(out.as_mut_ptr());
     let lo = |pos: usize| d.window.map_or(0, |w| (pos + 1).saturating_sub(w));
     let work = |u0: usize, u1: usize| {
@@ -480,6 +567,11 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
         SCORES.with(|s| {
             let mut s = s.borrow_mut();
             for u in u0..u1 {
+                let si = units_at.partition_point(|&x| x <= u) - 1;
+                let seg = &segs[si];
+                let tab = &tabs[seg.tab0..seg.tab0 + seg.tabn];
+                let (n, start) = (seg.n, seg.start);
+                let u = u - units_at[si];
                 let (grp, head) = (u / nh, u % nh);
                 let g = head / n_rep;
                 let i0 = grp * G;
@@ -494,13 +586,14 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
                     s.resize(G * stride.max(kc.len() / kv_out), 0.0);
                 }
                 let qh: [&[f32]; G] = std::array::from_fn(|r| {
-                    let i = i0 + r.min(rows - 1);
+                    let i = seg.row0 + i0 + r.min(rows - 1);
                     &q[i * nh * hd + head * hd..i * nh * hd + (head + 1) * hd]
                 });
                 let (first, last) = (los[0], pos[rows - 1]);
                 let visible = |r: usize, t: usize| r < rows && los[r] <= t && t <= pos[r];
-                let key = |t: usize| &kc[t * kv_out + g * hd..t * kv_out + (g + 1) * hd];
-                let val = |t: usize| &vc[t * kv_out + g * hd..t * kv_out + (g + 1) * hd];
+                let slot = |t: usize| tab[t / bs] as usize * bs + t % bs;
+                let key = |t: usize| &kc[slot(t) * kv_out + g * hd..slot(t) * kv_out + (g + 1) * hd];
+                let val = |t: usize| &vc[slot(t) * kv_out + g * hd..slot(t) * kv_out + (g + 1) * hd];
                 // Keys every row of a full group sees go four rows at a time.
                 let (all0, all1) = if rows == G && los[G - 1] <= pos[0] { (los[G - 1], pos[0] + 1) } else { (first, first) };
                 let one = |s: &mut [f32], t: usize| {
@@ -509,8 +602,11 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
                     }
                 };
                 if rows == 1 {
-                    // One row (a decode step): its keys in one span call.
-                    kernels::scores1_f16(qh[0], kc, kv_out, g * hd, first, last + 1, scale, &mut s[..lens[0]]);
+                    // One row (a decode step): its keys a stretch of slots at a time.
+                    let s0 = &mut s[..lens[0]];
+                    runs(tab, bs, first, last + 1, |sl, t, len| {
+                        kernels::scores1_f16(qh[0], kc, kv_out, g * hd, sl, sl + len, scale, &mut s0[t - first..]);
+                    });
                 } else {
                     for t in first..all0.max(first) {
                         one(&mut s, t);
@@ -518,8 +614,10 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
                 }
                 if all1 > all0 {
                     let [s0, s1, s2, s3] = split4(&mut s[..G * stride], stride);
-                    let o: [&mut [f32]; G] = [&mut s0[all0 - los[0]..], &mut s1[all0 - los[1]..], &mut s2[all0 - los[2]..], &mut s3[all0 - los[3]..]];
-                    kernels::scores4_f16(qh, kc, kv_out, g * hd, all0, all1, scale, o);
+                    runs(tab, bs, all0, all1, |sl, t, len| {
+                        let o: [&mut [f32]; G] = [&mut s0[t - los[0]..], &mut s1[t - los[1]..], &mut s2[t - los[2]..], &mut s3[t - los[3]..]];
+                        kernels::scores4_f16(qh, kc, kv_out, g * hd, sl, sl + len, scale, o);
+                    });
                 }
                 if rows > 1 {
                     for t in all1.max(first)..=last {
@@ -540,7 +638,7 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
                 // SAFETY: each (row, head) output slice is written by exactly one unit, and
                 // the rows of a group are distinct.
                 let mut o: [&mut [f32]; G] = std::array::from_fn(|r| unsafe {
-                    let i = i0 + r.min(rows - 1);
+                    let i = seg.row0 + i0 + r.min(rows - 1);
                     let ptr = if r < rows { out_ptr.0.add(i * nh * hd + head * hd) } else { std::ptr::NonNull::<f32>::dangling().as_ptr() };
                     std::slice::from_raw_parts_mut(ptr, if r < rows { hd } else { 0 })
                 });
@@ -553,16 +651,21 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
                     }
                 };
                 if rows == 1 {
-                    kernels::values1_f16(&s[..lens[0]], inv[0], vc, kv_out, g * hd, first, last + 1, &mut *o[0]);
+                    let y = &mut *o[0];
+                    runs(tab, bs, first, last + 1, |sl, t, len| {
+                        kernels::values1_f16(&s[t - first..lens[0]], inv[0], vc, kv_out, g * hd, sl, sl + len, y);
+                    });
                 } else {
                     for t in first..all0.max(first) {
                         one(&mut o, t);
                     }
                 }
                 if all1 > all0 {
-                    let p: [&[f32]; G] = std::array::from_fn(|r| &s[r * stride + all0 - los[r]..(r + 1) * stride]);
                     let [o0, o1, o2, o3] = &mut o;
-                    kernels::values4_f16(p, inv, vc, kv_out, g * hd, all0, all1, [&mut **o0, &mut **o1, &mut **o2, &mut **o3]);
+                    runs(tab, bs, all0, all1, |sl, t, len| {
+                        let p: [&[f32]; G] = std::array::from_fn(|r| &s[r * stride + t - los[r]..(r + 1) * stride]);
+                        kernels::values4_f16(p, inv, vc, kv_out, g * hd, sl, sl + len, [&mut **o0, &mut **o1, &mut **o2, &mut **o3]);
+                    });
                 }
                 if rows > 1 {
                     for t in all1.max(first)..=last {
@@ -573,7 +676,11 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], start: usize, n: usize
         })
     };
     // Threads only pay when there is enough work.
-    let total_keys: usize = (0..n).map(|i| start + i + 1 - lo(start + i)).sum::<usize>() * nh;
+    let total_keys: usize = segs
+        .iter()
+        .map(|sg| (0..sg.n).map(|i| sg.start + i + 1 - lo(sg.start + i)).sum::<usize>())
+        .sum::<usize>()
+        * nh;
     if total_keys * hd < 32 * 1024 || units == 1 {
         work(0, units);
     } else {

@@ -11,10 +11,12 @@
 
 mod config;
 mod cpu;
+pub mod kv;
 mod model;
 
 pub use config::{Arch, LlamaConfig, RopeScaling, WeightLayout};
-pub use model::{LlamaModel, Logits};
+pub use kv::{KvBudget, KvCache, KvOptions, KvUsage, SeqId};
+pub use model::{BatchSeq, LlamaModel, Logits};
 
 use candle_core::Device;
 use std::path::{Path, PathBuf};
@@ -32,6 +34,12 @@ pub enum Error {
     TokenOutOfRange { token: u32, vocab: usize },
     #[error("forward called with no tokens")]
     EmptyInput,
+    #[error("the KV cache has no room: {needed} more blocks needed, {available} available")]
+    KvFull { needed: usize, available: usize },
+    #[error("sequence {0} is not in the KV cache")]
+    UnknownSequence(u32),
+    #[error("batched forward passes need the CPU kernel path (every weight in a quantized kernel format, f32 activations on the CPU); this model runs on candle ops")]
+    NoBatchedForward,
     #[error("internal error: {0}")]
     Internal(&'static str),
     #[error(transparent)]

@@ -4,6 +4,7 @@
 use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Module, Tensor, D};
+use crate::kv::{KvBudget, KvCache, KvOptions, SeqId};
 use crate::cpu::{CpuLayer, CpuModel, Dims, Lin, LinGateUp, LinQkv};
 use sapient_tensor::kernels::{self, QMatrix};
 use sapient_tensor::{Linear, Weight, WeightSource};
@@ -123,6 +124,18 @@ pub struct LlamaModel {
     pos: usize,
     /// The plain-buffer CPU forward pass (see `cpu.rs`), when every weight has a kernel.
     cpu: Option<CpuModel>,
+    /// The single sequence of [`forward`](Self::forward) on the CPU path, made on first use.
+    kv: Option<(KvCache, SeqId)>,
+}
+
+/// One sequence's part of a batched forward ([`LlamaModel::forward_batch`]): `tokens` at the
+/// positions after what the cache holds for `seq`, and which logits to return (`None`: none,
+/// e.g. a prompt chunk that does not end the prompt).
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSeq<'a> {
+    pub seq: SeqId,
+    pub tokens: &'a [u32],
+    pub logits: Option<Logits>,
 }
 
 fn rope_tables(cfg: &LlamaConfig, max_len: usize, device: &Device, dtype: DType) -> Result<(Tensor, Tensor)> {
@@ -277,6 +290,7 @@ impl LlamaModel {
             cache_capacity: 0,
             pos: 0,
             cpu: None,
+            kv: None,
         };
         let use_cpu = device.is_cpu() && dtype == DType::F32 && std::env::var_os("SAPIENT_CANDLE_FORWARD").is_none();
         if use_cpu {
@@ -360,6 +374,7 @@ impl LlamaModel {
     /// the CPU path is now in use.
     pub fn set_cpu_kernels(&mut self, enabled: bool) -> Result<bool> {
         self.pos = 0;
+        self.kv = None;
         self.cpu = if enabled && self.device.is_cpu() && self.dtype == DType::F32 { self.build_cpu()? } else { None };
         Ok(self.cpu.is_some())
     }
@@ -380,7 +395,7 @@ impl LlamaModel {
     }
     /// Forget everything in the KV cache (keeps its memory).
     pub fn clear_cache(&mut self) {
-        self.pos = 0;
+        self.truncate_cache(0);
     }
     /// Compute logits only for token ids `0..first` and the ids in `extra` (the others come
     /// out as `-inf`, so arg-max and sampling never pick them), or for every token again with
@@ -398,6 +413,73 @@ impl LlamaModel {
     /// Keep only the first `len` positions of the KV cache (prefix reuse, speculative rollback).
     pub fn truncate_cache(&mut self, len: usize) {
         self.pos = self.pos.min(len);
+        if let Some((kv, seq)) = &mut self.kv {
+            // The sequence exists for as long as the cache does.
+            let _ = kv.truncate(*seq, self.pos);
+        }
+    }
+
+    /// A paged KV cache for this model, for [`forward_batch`](Self::forward_batch).
+    pub fn new_kv_cache(&self, opts: KvOptions) -> Result<KvCache> {
+        KvCache::new(self.cfg.num_layers, self.cfg.num_kv_heads * self.cfg.head_dim, opts)
+    }
+
+    /// Whether [`forward_batch`](Self::forward_batch) is available (the CPU kernel path).
+    pub fn supports_batches(&self) -> bool {
+        self.cpu.is_some()
+    }
+
+    /// One forward pass over rows of many sequences of `kv` (a cache from
+    /// [`new_kv_cache`](Self::new_kv_cache)): every linear layer takes all rows at once (the
+    /// weights are read once per step), attention runs per sequence over its own blocks.
+    /// Each sequence's `tokens` go at the positions after what `kv` holds for it; slots are
+    /// reserved here, and on success the sequences' lengths advance. Logits of the rows each
+    /// sequence asks for go into `out`, row-major in batch order; returns their number.
+    ///
+    /// Every row's result is bit-identical to what it gives in any other batch, alone
+    /// included (the linear layers always use the quantized kernels here).
+    pub fn forward_batch(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> Result<usize> {
+        self.forward_cache(kv, batch, true, out)
+    }
+
+    fn forward_cache(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], exact: bool, out: &mut Vec<f32>) -> Result<usize> {
+        if batch.is_empty() || batch.iter().any(|s| s.tokens.is_empty()) {
+            return Err(Error::EmptyInput);
+        }
+        for s in batch {
+            let end = kv.len(s.seq)? + s.tokens.len();
+            if end > self.max_seq_len {
+                return Err(Error::ContextOverflow { needed: end, max: self.max_seq_len });
+            }
+            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= self.cfg.vocab_size) {
+                return Err(Error::TokenOutOfRange { token: bad, vocab: self.cfg.vocab_size });
+            }
+        }
+        for (i, s) in batch.iter().enumerate() {
+            if batch[..i].iter().any(|o| o.seq == s.seq) {
+                return Err(Error::Config("a sequence appears twice in one batch".into()));
+            }
+            kv.reserve(s.seq, s.tokens.len())?;
+        }
+        let Some(cpu) = &mut self.cpu else {
+            return Err(Error::NoBatchedForward);
+        };
+        let embed = &self.embed;
+        let h = self.cfg.hidden_size;
+        let fallback = |t: &[u32]| -> Result<Vec<f32>> {
+            let ids = Tensor::new(t, &Device::Cpu)?;
+            let rows = embed.embedding(&ids)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            if rows.len() != t.len() * h {
+                return Err(Error::Internal("embedding rows have the wrong width"));
+            }
+            Ok(rows)
+        };
+        let rows = cpu.forward_batch(kv, batch, exact, &fallback, out)?;
+        for s in batch {
+            let len = kv.len(s.seq)? + s.tokens.len();
+            kv.set_len(s.seq, len)?;
+        }
+        Ok(rows)
     }
 
     fn ensure_capacity(&mut self, needed: usize) -> Result<()> {
@@ -464,22 +546,23 @@ impl LlamaModel {
             return Ok(rows);
         }
         self.check_input(tokens)?;
-        let start = self.pos;
-        let Some(cpu) = &mut self.cpu else {
-            return Err(Error::Internal("the CPU path vanished"));
+        if self.kv.is_none() {
+            // Blocks of 256 positions: one sequence, so sharing is moot and long stretches of
+            // consecutive slots keep the attention kernels' calls few.
+            let mut kv = self.new_kv_cache(KvOptions { block_size: 256, budget: KvBudget::Tokens(self.max_seq_len) })?;
+            let seq = kv.new_seq_with_capacity(self.max_seq_len);
+            self.kv = Some((kv, seq));
+        }
+        let Some((mut kv, seq)) = self.kv.take() else {
+            return Err(Error::Internal("the KV cache vanished"));
         };
-        let embed = &self.embed;
-        let h = self.cfg.hidden_size;
-        let fallback = |t: &[u32]| -> Result<Vec<f32>> {
-            let ids = Tensor::new(t, &Device::Cpu)?;
-            let rows = embed.embedding(&ids)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-            if rows.len() != t.len() * h {
-                return Err(Error::Internal("embedding rows have the wrong width"));
-            }
-            Ok(rows)
-        };
-        cpu.forward(tokens, start, self.max_seq_len, logits == Logits::All, &fallback, out)?;
-        self.pos = start + tokens.len();
+        let r = kv.truncate(seq, self.pos).and_then(|_| {
+            let batch = [BatchSeq { seq, tokens, logits: Some(logits) }];
+            self.forward_cache(&mut kv, &batch, false, out)
+        });
+        self.pos = kv.len(seq).unwrap_or(0);
+        self.kv = Some((kv, seq));
+        r?;
         Ok(rows)
     }
 

@@ -1,0 +1,719 @@
+//! The engine: many requests decoded together, one batched forward per step.
+//!
+//! An [`Engine`] owns a paged KV cache ([`sapient_llama::KvCache`]) for a [`Pipeline`]'s
+//! model and runs a scheduler on its own thread. Requests wait in a queue; each step
+//!
+//! 1. drops requests whose receiver is gone (cancellation frees their blocks at once),
+//! 2. admits waiting requests while there are sequence slots and KV blocks for their
+//!    prompts, taking the blocks of a cached prefix (another request's system prompt, an
+//!    earlier turn) instead of recomputing them,
+//! 3. builds one batch: a token for every decoding sequence (or the run of tokens a
+//!    constraint forces), then prompt chunks of at most `prefill_chunk` tokens within the
+//!    step's `max_step_tokens` (chunked prefill: a long prompt does not stall the others),
+//! 4. when the cache runs out, preempts the newest sequence: its finished blocks go to the
+//!    prefix cache and it waits to be recomputed (nothing it streamed is lost or repeated),
+//! 5. runs [`LlamaModel::forward_batch`](sapient_llama::LlamaModel::forward_batch): every
+//!    linear layer over all rows at once, so the weights are read once per step, with logits
+//!    only for the rows that end what a sequence had to feed,
+//! 6. samples each of those sequences with its own sampler chain, seed, constraint and stop
+//!    strings, and streams its text to its own channel.
+//!
+//! Every row's logits are bit-identical to what the sequence would get alone, so a greedy
+//! request gives the same tokens whatever else runs beside it.
+
+use crate::pipeline::{flush_tail, FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline};
+use crate::{Error, Result};
+use sapient_llama::{BatchSeq, KvBudget, KvCache, KvOptions, KvUsage, Logits, SeqId};
+use sapient_sample::{Matcher, Sampler};
+use sapient_tokenizers::{Message, StopMatcher, TokenStream};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// How an [`Engine`] schedules and how much memory it takes.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// The KV cache: block size and budget (in positions or bytes) over all sequences.
+    pub kv: KvOptions,
+    /// Sequences decoded at once; more requests wait.
+    pub max_seqs: usize,
+    /// Rows (tokens) in one forward pass: every decoding sequence's token first, then prompt
+    /// chunks up to this.
+    pub max_step_tokens: usize,
+    /// Prompt tokens of one sequence in one step.
+    pub prefill_chunk: usize,
+    /// Share full KV blocks across requests with the same prefix.
+    pub prefix_cache: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(32 * 1024) },
+            max_seqs: 64,
+            max_step_tokens: 512,
+            prefill_chunk: 256,
+            prefix_cache: true,
+        }
+    }
+}
+
+/// What a request's receiver gets.
+#[derive(Debug)]
+pub enum Event {
+    /// A piece of text (stop strings held back until they cannot match).
+    Text(String),
+    /// The end, with the whole generation (or why it failed).
+    Done(Result<Generation>),
+}
+
+/// A request in flight: receive its text as it comes, or wait for the end. Dropping it
+/// cancels the request at the next step and frees its KV blocks.
+pub struct RequestHandle {
+    rx: mpsc::UnboundedReceiver<Event>,
+    id: u64,
+}
+
+impl RequestHandle {
+    /// The engine's id for this request.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+    /// The next event, blocking (outside an async runtime).
+    pub fn blocking_next(&mut self) -> Option<Event> {
+        self.rx.blocking_recv()
+    }
+    /// The next event.
+    pub async fn next(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+    /// Wait for the end (outside an async runtime), discarding the streamed pieces (the
+    /// result's text holds them all).
+    pub fn wait(mut self) -> Result<Generation> {
+        while let Some(e) = self.rx.blocking_recv() {
+            if let Event::Done(r) = e {
+                return r;
+            }
+        }
+        Err(Error::Worker("the engine stopped before the request ended".into()))
+    }
+    /// [`wait`](Self::wait) for async callers.
+    pub async fn finish(mut self) -> Result<Generation> {
+        while let Some(e) = self.rx.recv().await {
+            if let Event::Done(r) = e {
+                return r;
+            }
+        }
+        Err(Error::Worker("the engine stopped before the request ended".into()))
+    }
+}
+
+/// Counters of a running engine (for metrics).
+#[derive(Debug, Clone, Default)]
+pub struct EngineMetrics {
+    pub waiting: usize,
+    pub running: usize,
+    pub kv: KvUsage,
+    pub steps: u64,
+    pub generated_tokens: u64,
+    pub prompt_tokens: u64,
+    /// Prompt tokens taken from the prefix cache.
+    pub cached_prompt_tokens: u64,
+    pub preemptions: u64,
+    pub finished: u64,
+    pub cancelled: u64,
+}
+
+#[derive(Default)]
+struct Shared {
+    waiting: AtomicUsize,
+    running: AtomicUsize,
+    kv: Mutex<KvUsage>,
+    steps: AtomicU64,
+    generated: AtomicU64,
+    prompt: AtomicU64,
+    cached: AtomicU64,
+    preemptions: AtomicU64,
+    finished: AtomicU64,
+    cancelled: AtomicU64,
+    stop: AtomicBool,
+}
+
+struct NewRequest {
+    id: u64,
+    prompt: Vec<u32>,
+    cfg: GenerationConfig,
+    tx: mpsc::UnboundedSender<Event>,
+    submitted: Instant,
+}
+
+/// Many requests on one model, decoded together (see the module docs). Cheap to share
+/// behind an `Arc`; dropping the last handle stops the scheduler once its requests end.
+pub struct Engine {
+    pipeline: Pipeline,
+    tx: Option<std::sync::mpsc::Sender<NewRequest>>,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    worker: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Engine {
+    /// An engine over `pipeline`'s model (the weights are shared, not copied; the engine has
+    /// its own KV cache). Fails when the model has no batched forward (see
+    /// [`sapient_llama::LlamaModel::supports_batches`]) or the options make no sense.
+    pub fn new(pipeline: &Pipeline, opts: EngineOptions) -> Result<Self> {
+        if opts.max_seqs == 0 || opts.max_step_tokens == 0 || opts.prefill_chunk == 0 {
+            return Err(Error::InvalidOptions("max_seqs, max_step_tokens and prefill_chunk must be at least 1".into()));
+        }
+        let kv = {
+            let inner = pipeline.lock_inner()?;
+            if !inner.model.supports_batches() {
+                return Err(sapient_llama::Error::NoBatchedForward.into());
+            }
+            inner.model.new_kv_cache(opts.kv)?
+        };
+        let shared = Arc::new(Shared::default());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut sched = Scheduler::new(pipeline.clone(), opts, kv, shared.clone());
+        let worker = std::thread::Builder::new()
+            .name("sapient-engine".into())
+            .spawn(move || sched.run(rx))
+            .map_err(|e| Error::Worker(format!("cannot start the engine thread: {e}")))?;
+        Ok(Self { pipeline: pipeline.clone(), tx: Some(tx), shared, next_id: AtomicU64::new(1), worker: Some(worker) })
+    }
+
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// Queue a request for `prompt` (token ids).
+    pub fn submit(&self, prompt: Vec<u32>, cfg: GenerationConfig) -> Result<RequestHandle> {
+        if prompt.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        let max = self.pipeline.info().max_seq_len;
+        if prompt.len() >= max {
+            return Err(Error::PromptTooLong { tokens: prompt.len(), max });
+        }
+        cfg.sampling.validate()?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let req = NewRequest { id, prompt, cfg, tx, submitted: Instant::now() };
+        self.shared.waiting.fetch_add(1, Ordering::Relaxed);
+        let sent = self.tx.as_ref().map(|t| t.send(req).is_ok()).unwrap_or(false);
+        if !sent {
+            self.shared.waiting.fetch_sub(1, Ordering::Relaxed);
+            return Err(Error::Worker("the engine has stopped".into()));
+        }
+        Ok(RequestHandle { rx, id })
+    }
+
+    /// Queue a raw-prompt completion (no chat template).
+    pub fn submit_text(&self, prompt: &str, cfg: GenerationConfig) -> Result<RequestHandle> {
+        if prompt.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        let ids = self.pipeline.tokenizer().encode(prompt, true)?;
+        self.submit(ids, cfg)
+    }
+
+    /// Queue a chat answer (the model's chat template).
+    pub fn submit_chat(&self, messages: &[Message], cfg: GenerationConfig) -> Result<RequestHandle> {
+        let prompt = self.pipeline.render_chat(messages)?;
+        let ids = self.pipeline.tokenizer().encode(&prompt, false)?;
+        self.submit(ids, cfg)
+    }
+
+    pub fn metrics(&self) -> EngineMetrics {
+        let s = &self.shared;
+        EngineMetrics {
+            waiting: s.waiting.load(Ordering::Relaxed),
+            running: s.running.load(Ordering::Relaxed),
+            kv: s.kv.lock().map(|k| *k).unwrap_or_default(),
+            steps: s.steps.load(Ordering::Relaxed),
+            generated_tokens: s.generated.load(Ordering::Relaxed),
+            prompt_tokens: s.prompt.load(Ordering::Relaxed),
+            cached_prompt_tokens: s.cached.load(Ordering::Relaxed),
+            preemptions: s.preemptions.load(Ordering::Relaxed),
+            finished: s.finished.load(Ordering::Relaxed),
+            cancelled: s.cancelled.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.tx = None;
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// A request with a sequence in the cache (or preempted, waiting to get one back).
+struct Active {
+    id: u64,
+    seq: Option<SeqId>,
+    /// Prompt and generated tokens: everything that belongs in the cache.
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    /// Tokens whose keys and values are in the cache.
+    computed: usize,
+    cfg: GenerationConfig,
+    sampler: Sampler,
+    matcher: Option<Matcher<sapient_sample::Grammar>>,
+    detok: TokenStream,
+    stops: StopMatcher,
+    text: String,
+    tx: mpsc::UnboundedSender<Event>,
+    submitted: Instant,
+    started: Option<Instant>,
+    first_token: Option<Instant>,
+    stats: GenerationStats,
+}
+
+impl Active {
+    fn generated(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+}
+
+struct Scheduler {
+    pipeline: Pipeline,
+    opts: EngineOptions,
+    kv: KvCache,
+    shared: Arc<Shared>,
+    waiting: VecDeque<NewRequest>,
+    /// Preempted sequences, resumed before new requests.
+    preempted: VecDeque<Active>,
+    running: Vec<Active>,
+    logits: Vec<f32>,
+    eos: Vec<u32>,
+}
+
+/// What one sequence feeds in a step.
+struct Plan {
+    idx: usize,
+    n: usize,
+    logits: bool,
+}
+
+impl Scheduler {
+    fn new(pipeline: Pipeline, opts: EngineOptions, kv: KvCache, shared: Arc<Shared>) -> Self {
+        let eos = pipeline.tokenizer().eos_token_ids().to_vec();
+        Self {
+            pipeline,
+            opts,
+            kv,
+            shared,
+            waiting: VecDeque::new(),
+            preempted: VecDeque::new(),
+            running: Vec::new(),
+            logits: Vec::new(),
+            eos,
+        }
+    }
+
+    fn run(&mut self, rx: std::sync::mpsc::Receiver<NewRequest>) {
+        loop {
+            let idle = self.running.is_empty() && self.preempted.is_empty() && self.waiting.is_empty();
+            if idle {
+                match rx.recv() {
+                    Ok(r) => self.waiting.push_back(r),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(r) = rx.try_recv() {
+                self.waiting.push_back(r);
+            }
+            if self.shared.stop.load(Ordering::Relaxed) && self.running.is_empty() && self.waiting.is_empty() && self.preempted.is_empty() {
+                return;
+            }
+            self.step();
+            self.publish();
+        }
+    }
+
+    fn publish(&self) {
+        self.shared.waiting.store(self.waiting.len() + self.preempted.len(), Ordering::Relaxed);
+        self.shared.running.store(self.running.len(), Ordering::Relaxed);
+        if let Ok(mut k) = self.shared.kv.lock() {
+            *k = self.kv.usage();
+        }
+    }
+
+    fn step(&mut self) {
+        self.drop_cancelled();
+        self.admit();
+        if self.running.is_empty() {
+            return;
+        }
+        let plans = self.plan();
+        if plans.is_empty() {
+            return;
+        }
+        let batch: Vec<BatchSeq<'_>> = plans
+            .iter()
+            .filter_map(|p| {
+                let a = &self.running[p.idx];
+                Some(BatchSeq {
+                    seq: a.seq?,
+                    tokens: &a.tokens[a.computed..a.computed + p.n],
+                    logits: p.logits.then_some(Logits::Last),
+                })
+            })
+            .collect();
+        let result = match self.pipeline.lock_inner() {
+            Ok(mut inner) => inner.model.forward_batch(&mut self.kv, &batch, &mut self.logits).map_err(Error::from),
+            Err(e) => Err(e),
+        };
+        drop(batch);
+        self.shared.steps.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = result {
+            // A failed step fails its sequences (their state is unknown); others wait.
+            let msg = e.to_string();
+            let mut idxs: Vec<usize> = plans.iter().map(|p| p.idx).collect();
+            idxs.sort_unstable();
+            for &i in idxs.iter().rev() {
+                let a = self.running.swap_remove(i);
+                self.finish(a, Err(Error::Worker(format!("forward pass failed: {msg}"))));
+            }
+            return;
+        }
+        let vocab = self.pipeline.info().vocab_size;
+        let mut row = 0;
+        let mut done: Vec<(usize, Result<FinishReason>)> = Vec::new();
+        for p in &plans {
+            let a = &mut self.running[p.idx];
+            a.computed += p.n;
+            if a.computed <= a.prompt_len || p.logits {
+                // Prompt blocks become shareable as soon as they are full.
+                if self.opts.prefix_cache {
+                    if let Some(seq) = a.seq {
+                        let _ = self.kv.commit(seq, &a.tokens[..a.computed]);
+                    }
+                }
+            }
+            if !p.logits {
+                continue;
+            }
+            let logits = &mut self.logits[row * vocab..(row + 1) * vocab];
+            row += 1;
+            match Self::advance(a, logits, &self.eos, &self.shared) {
+                Ok(None) => {}
+                Ok(Some(reason)) => done.push((p.idx, Ok(reason))),
+                Err(e) => done.push((p.idx, Err(e))),
+            }
+        }
+        done.sort_by_key(|d| std::cmp::Reverse(d.0));
+        for (i, reason) in done {
+            let mut a = self.running.swap_remove(i);
+            a.stats.generated_tokens = a.generated().len();
+            let r = reason.and_then(|reason| Self::result(&mut a, reason));
+            self.finish(a, r);
+        }
+    }
+
+    /// Sample the next token(s) of `a` from its logits; `Some` when it is done.
+    fn advance(a: &mut Active, logits: &mut [f32], eos: &[u32], shared: &Shared) -> Result<Option<FinishReason>> {
+        let ts = Instant::now();
+        let next = match a.matcher.as_mut() {
+            Some(m) => a.sampler.sample_constrained(logits, &a.tokens, m)?,
+            None => a.sampler.sample(logits, &a.tokens)?,
+        };
+        let now = Instant::now();
+        if a.first_token.is_none() {
+            a.first_token = Some(now);
+            a.stats.time_to_first_token = now - a.submitted;
+            a.stats.prefill = now - a.started.unwrap_or(a.submitted);
+        }
+        if (!a.cfg.ignore_eos || a.matcher.is_some()) && eos.contains(&next) {
+            a.stats.sampling += ts.elapsed();
+            return Ok(Some(FinishReason::Eos));
+        }
+        let mut feed = vec![next];
+        if let (Some(m), true) = (a.matcher.as_mut(), a.cfg.fast_forward) {
+            while feed.len() < 16 && a.tokens.len() - a.prompt_len + feed.len() < a.cfg.max_tokens {
+                match m.forced_token() {
+                    Ok(Some(t)) if !eos.contains(&t) => {
+                        if m.consume(t).is_err() {
+                            break;
+                        }
+                        feed.push(t);
+                    }
+                    _ => break,
+                }
+            }
+            a.stats.forced_tokens += feed.len() - 1;
+        }
+        a.stats.sampling += ts.elapsed();
+        for &t in &feed {
+            a.tokens.push(t);
+            shared.generated.fetch_add(1, Ordering::Relaxed);
+            let piece = match a.detok.push(t) {
+                Ok(p) => p.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            let out = a.stops.push(&piece);
+            if !out.emit.is_empty() {
+                a.text.push_str(&out.emit);
+                if a.tx.send(Event::Text(out.emit)).is_err() {
+                    return Ok(Some(FinishReason::Cancelled));
+                }
+            }
+            if out.stopped {
+                return Ok(Some(FinishReason::Stop));
+            }
+        }
+        if a.generated().len() >= a.cfg.max_tokens {
+            return Ok(Some(FinishReason::MaxTokens));
+        }
+        if let Some(m) = a.matcher.as_mut() {
+            if m.is_accepting() && m.mask().map(|mk| mk.iter().all(|t| eos.contains(&t))).unwrap_or(false) {
+                return Ok(Some(FinishReason::Eos));
+            }
+        }
+        Ok(None)
+    }
+
+    fn result(a: &mut Active, mut finish: FinishReason) -> Result<Generation> {
+        let rest = flush_tail(&mut a.detok, &mut a.stops, &mut finish)?;
+        if !rest.is_empty() {
+            a.text.push_str(&rest);
+            let _ = a.tx.send(Event::Text(rest));
+        }
+        let now = Instant::now();
+        a.stats.decode = a.first_token.map_or(Duration::ZERO, |f| now - f);
+        Ok(Generation { text: std::mem::take(&mut a.text), tokens: a.generated().to_vec(), finish, stats: a.stats.clone() })
+    }
+
+    /// End a request: its blocks go (full ones to the prefix cache), its receiver gets the result.
+    fn finish(&mut self, a: Active, r: Result<Generation>) {
+        if let Some(seq) = a.seq {
+            if self.opts.prefix_cache {
+                let _ = self.kv.commit(seq, &a.tokens[..a.computed.min(a.tokens.len())]);
+            }
+            let _ = self.kv.free(seq);
+        }
+        let cancelled = matches!(&r, Ok(g) if g.finish == FinishReason::Cancelled);
+        if cancelled {
+            self.shared.cancelled.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.shared.finished.fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = a.tx.send(Event::Done(r));
+    }
+
+    fn drop_cancelled(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].tx.is_closed() {
+                let mut a = self.running.swap_remove(i);
+                let r = Self::result(&mut a, FinishReason::Cancelled);
+                self.finish(a, r);
+            } else {
+                i += 1;
+            }
+        }
+        self.waiting.retain(|r| !r.tx.is_closed());
+        let before = self.preempted.len();
+        self.preempted.retain(|a| !a.tx.is_closed());
+        let gone = before - self.preempted.len();
+        self.shared.cancelled.fetch_add(gone as u64, Ordering::Relaxed);
+    }
+
+    /// Blocks a sequence needs to hold `tokens` positions.
+    fn blocks_for(&self, tokens: usize) -> usize {
+        tokens.div_ceil(self.kv.block_size())
+    }
+
+    fn admit(&mut self) {
+        // Headroom: every running sequence may need a new block in the next step.
+        let headroom = self.running.len();
+        while self.running.len() < self.opts.max_seqs {
+            let resume = !self.preempted.is_empty();
+            let tokens_needed = match (resume, self.waiting.front()) {
+                (true, _) => self.preempted.front().map_or(0, |a| a.tokens.len() + 1),
+                (false, Some(r)) => r.prompt.len() + 1,
+                (false, None) => break,
+            };
+            let need = self.blocks_for(tokens_needed);
+            if need > self.kv.total_blocks() {
+                // Alone it can never fit.
+                let msg = format!(
+                    "the request needs {tokens_needed} KV positions but the engine's cache holds {}",
+                    self.kv.capacity_tokens()
+                );
+                if resume {
+                    if let Some(mut a) = self.preempted.pop_front() {
+                        let r = Self::result(&mut a, FinishReason::ContextFull);
+                        self.finish(a, r);
+                    }
+                } else if let Some(r) = self.waiting.pop_front() {
+                    let _ = r.tx.send(Event::Done(Err(Error::Worker(msg))));
+                }
+                continue;
+            }
+            if need + headroom > self.kv.available_blocks() && !self.running.is_empty() {
+                break;
+            }
+            let mut a = if resume {
+                match self.preempted.pop_front() {
+                    Some(a) => a,
+                    None => break,
+                }
+            } else {
+                let Some(r) = self.waiting.pop_front() else { break };
+                match self.activate(r) {
+                    Some(a) => a,
+                    None => continue,
+                }
+            };
+            let seq = self.kv.new_seq();
+            let reused = if self.opts.prefix_cache { self.kv.attach_prefix(seq, &a.tokens).unwrap_or(0) } else { 0 };
+            a.seq = Some(seq);
+            a.computed = reused;
+            if !resume {
+                a.stats.reused_prompt_tokens = reused;
+                self.shared.prompt.fetch_add(a.prompt_len as u64, Ordering::Relaxed);
+                self.shared.cached.fetch_add(reused as u64, Ordering::Relaxed);
+            }
+            a.started.get_or_insert_with(Instant::now);
+            self.running.push(a);
+        }
+    }
+
+    fn activate(&mut self, r: NewRequest) -> Option<Active> {
+        let made = (|| -> Result<Active> {
+            let sampler = Sampler::new(r.cfg.sampling.clone())?;
+            let matcher = r.cfg.constraint.as_ref().map(|g| Matcher::new(g.clone(), self.pipeline.token_index()));
+            Ok(Active {
+                id: r.id,
+                seq: None,
+                prompt_len: r.prompt.len(),
+                stats: GenerationStats { prompt_tokens: r.prompt.len(), ..Default::default() },
+                tokens: r.prompt,
+                computed: 0,
+                detok: TokenStream::new(self.pipeline.tokenizer().clone(), r.cfg.skip_special_tokens),
+                stops: StopMatcher::new(r.cfg.stop.clone()),
+                cfg: r.cfg,
+                sampler,
+                matcher,
+                text: String::new(),
+                tx: r.tx.clone(),
+                submitted: r.submitted,
+                started: None,
+                first_token: None,
+            })
+        })();
+        match made {
+            Ok(a) => Some(a),
+            Err(e) => {
+                let _ = r.tx.send(Event::Done(Err(e)));
+                None
+            }
+        }
+    }
+
+    /// This step's rows, with their blocks reserved (preempting when the cache is full).
+    fn plan(&mut self) -> Vec<Plan> {
+        let max_seq = self.pipeline.info().max_seq_len;
+        // Decoding sequences first (one token, or a forced run), oldest first; then prompts.
+        let mut order: Vec<usize> = (0..self.running.len()).collect();
+        order.sort_by_key(|&i| {
+            let a = &self.running[i];
+            (a.computed < a.prompt_len, a.id)
+        });
+        let mut plans = Vec::new();
+        let mut budget = self.opts.max_step_tokens;
+        let mut context_full = Vec::new();
+        for i in order {
+            let a = &self.running[i];
+            let pending = a.tokens.len() - a.computed;
+            if pending == 0 {
+                continue;
+            }
+            let n = if pending == 1 { 1 } else { pending.min(self.opts.prefill_chunk).min(budget) };
+            if n == 0 {
+                continue;
+            }
+            if a.computed + n > max_seq {
+                context_full.push(a.id);
+                continue;
+            }
+            plans.push(Plan { idx: i, n, logits: a.computed + n == a.tokens.len() });
+            budget = budget.saturating_sub(n);
+        }
+        // Reserve; when the cache is full, preempt the newest sequence and try again.
+        let mut k = 0;
+        while k < plans.len() {
+            let (idx, n) = (plans[k].idx, plans[k].n);
+            let Some(seq) = self.running[idx].seq else {
+                k += 1;
+                continue;
+            };
+            match self.kv.reserve(seq, n) {
+                Ok(()) => k += 1,
+                Err(_) => {
+                    // The newest running sequence other than those already reserved goes first.
+                    let victim = (0..self.running.len())
+                        .filter(|&j| !plans[..k].iter().any(|p| p.idx == j))
+                        .max_by_key(|&j| self.running[j].id);
+                    match victim {
+                        Some(v) if v != idx || self.running.len() > 1 => {
+                            self.preempt(v, &mut plans);
+                            if v == idx {
+                                continue;
+                            }
+                        }
+                        _ => {
+                            // Alone and still no room.
+                            context_full.push(self.running[idx].id);
+                            plans.remove(k);
+                        }
+                    }
+                }
+            }
+        }
+        for id in context_full {
+            // Indices shift as sequences leave: fix the plans.
+            if let Some(i) = self.running.iter().position(|a| a.id == id) {
+                plans.retain(|p| p.idx != i);
+                let mut a = self.running.swap_remove(i);
+                let last = self.running.len();
+                for p in plans.iter_mut() {
+                    if p.idx == last {
+                        p.idx = i;
+                    }
+                }
+                let r = Self::result(&mut a, FinishReason::ContextFull);
+                self.finish(a, r);
+            }
+        }
+        plans
+    }
+
+    /// Free `v`'s blocks (full ones stay in the prefix cache) and queue it for recomputation.
+    fn preempt(&mut self, v: usize, plans: &mut Vec<Plan>) {
+        plans.retain(|p| p.idx != v);
+        let mut a = self.running.swap_remove(v);
+        let last = self.running.len();
+        for p in plans.iter_mut() {
+            if p.idx == last {
+                p.idx = v;
+            }
+        }
+        if let Some(seq) = a.seq.take() {
+            if self.opts.prefix_cache {
+                let _ = self.kv.commit(seq, &a.tokens[..a.computed.min(a.tokens.len())]);
+            }
+            let _ = self.kv.free(seq);
+        }
+        a.computed = 0;
+        self.shared.preemptions.fetch_add(1, Ordering::Relaxed);
+        self.preempted.push_back(a);
+    }
+}

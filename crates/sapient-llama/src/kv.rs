@@ -1,0 +1,591 @@
+//! The paged KV cache: a pool of fixed-size blocks shared by many sequences.
+//!
+//! Every layer's keys and values live in one f16 buffer each, cut into blocks of
+//! `block_size` positions laid out `[block][position in block][kv head][head dim]`. A sequence
+//! is a list of blocks (its block table) and a length; position `p` of a sequence is slot
+//! `blocks[p / block_size] * block_size + p % block_size` of the pool. So the attention
+//! kernels, which read keys at `slot * stride + offset`, walk a sequence block by block
+//! (consecutive blocks in one go).
+//!
+//! - Blocks are reference-counted: [`KvCache::fork`] shares a sequence's blocks with a new
+//!   one, and a shared block is copied before it is written (copy on write).
+//! - **Prefix cache**: a full block can be registered under the hash of its tokens and of
+//!   everything before them ([`KvCache::commit`]); a new sequence whose tokens start with
+//!   registered blocks takes them ([`KvCache::attach_prefix`]) instead of recomputing them.
+//!   A registered block nobody uses stays cached until its room is needed, least recently
+//!   used first.
+//! - The pool has a fixed number of blocks (the budget, in tokens or bytes). Its memory is
+//!   allocated zeroed up front, so the operating system commits pages only as they are
+//!   written. [`KvCache::reserve`] fails with [`Error::KvFull`] instead of growing; the
+//!   engine preempts a sequence then.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+
+use crate::{Error, Result};
+
+/// How much memory the cache may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvBudget {
+    /// Room for this many positions (over all sequences).
+    Tokens(usize),
+    /// At most this many bytes of keys and values.
+    Bytes(usize),
+}
+
+/// Shape of a KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvOptions {
+    /// Positions per block.
+    pub block_size: usize,
+    pub budget: KvBudget,
+}
+
+impl Default for KvOptions {
+    fn default() -> Self {
+        Self { block_size: 32, budget: KvBudget::Tokens(16 * 1024) }
+    }
+}
+
+/// A sequence in a [`KvCache`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeqId(u32);
+
+#[derive(Debug, Default)]
+struct Seq {
+    blocks: Vec<u32>,
+    len: usize,
+    /// Chain hashes of the first `hashes.len()` full blocks (see [`KvCache::commit`]).
+    hashes: Vec<u64>,
+}
+
+/// Counters for monitoring.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KvUsage {
+    pub total_blocks: usize,
+    /// Blocks held by at least one sequence.
+    pub used_blocks: usize,
+    /// Blocks held by no sequence but kept for the prefix cache.
+    pub cached_blocks: usize,
+    pub block_size: usize,
+    pub bytes: usize,
+}
+
+impl KvUsage {
+    /// Share of the blocks held by sequences, 0..=1.
+    pub fn utilisation(&self) -> f64 {
+        self.used_blocks as f64 / self.total_blocks.max(1) as f64
+    }
+}
+
+/// The paged KV cache of one model (see the module docs).
+pub struct KvCache {
+    block_size: usize,
+    /// `kv heads * head dim`: values per position per layer for keys (and for values).
+    width: usize,
+    /// Per layer: keys and values, f16 bits.
+    k: Vec<Vec<u16>>,
+    v: Vec<Vec<u16>>,
+    refs: Vec<u32>,
+    hash: Vec<Option<u64>>,
+    /// Blocks with no reference and no hash, popped from the end (low ids first).
+    free: Vec<u32>,
+    /// Registered full blocks by chain hash.
+    by_hash: HashMap<u64, u32>,
+    /// Registered blocks nobody holds, by last use.
+    lru: BTreeMap<u64, u32>,
+    last_use: Vec<u64>,
+    tick: u64,
+    seqs: Vec<Option<Seq>>,
+    spare_ids: Vec<u32>,
+}
+
+impl KvCache {
+    /// A cache for `layers` layers of `width` (= kv heads x head dim) values per position.
+    pub fn new(layers: usize, width: usize, opts: KvOptions) -> Result<Self> {
+        let bs = opts.block_size;
+        if bs == 0 || width == 0 || layers == 0 {
+            return Err(Error::Config(format!(
+                "KV cache needs a block size, layers and a width (got {bs}, {layers}, {width})"
+            )));
+        }
+        let per_block_bytes = 2 * layers * bs * width * 2;
+        let blocks = match opts.budget {
+            KvBudget::Tokens(t) => t.div_ceil(bs),
+            KvBudget::Bytes(b) => b / per_block_bytes,
+        };
+        if blocks == 0 {
+            return Err(Error::Config(format!(
+                "the KV budget {:?} holds no block of {bs} positions ({per_block_bytes} bytes)",
+                opts.budget
+            )));
+        }
+        if blocks > u32::MAX as usize / 2 {
+            return Err(Error::Config(format!("KV budget of {blocks} blocks is too large")));
+        }
+        let per_layer = blocks.checked_mul(bs * width).ok_or_else(|| Error::Config("KV budget overflows".into()))?;
+        // Zeroed allocations: pages are committed only once written.
+        let k = (0..layers).map(|_| vec![0u16; per_layer]).collect();
+        let v = (0..layers).map(|_| vec![0u16; per_layer]).collect();
+        Ok(Self {
+            block_size: bs,
+            width,
+            k,
+            v,
+            refs: vec![0; blocks],
+            hash: vec![None; blocks],
+            free: (0..blocks as u32).rev().collect(),
+            by_hash: HashMap::new(),
+            lru: BTreeMap::new(),
+            last_use: vec![0; blocks],
+            tick: 0,
+            seqs: Vec::new(),
+            spare_ids: Vec::new(),
+        })
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+    pub fn total_blocks(&self) -> usize {
+        self.refs.len()
+    }
+    /// Positions the whole pool holds.
+    pub fn capacity_tokens(&self) -> usize {
+        self.refs.len() * self.block_size
+    }
+    /// Blocks a new sequence could get now (free, or cached and evictable).
+    pub fn available_blocks(&self) -> usize {
+        self.free.len() + self.lru.len()
+    }
+    pub fn usage(&self) -> KvUsage {
+        let total = self.refs.len();
+        let used = self.refs.iter().filter(|&&r| r > 0).count();
+        KvUsage {
+            total_blocks: total,
+            used_blocks: used,
+            cached_blocks: self.lru.len(),
+            block_size: self.block_size,
+            bytes: 2 * self.k.len() * total * self.block_size * self.width * 2,
+        }
+    }
+    /// Sequences alive.
+    pub fn num_seqs(&self) -> usize {
+        self.seqs.iter().filter(|s| s.is_some()).count()
+    }
+
+    fn seq(&self, id: SeqId) -> Result<&Seq> {
+        self.seqs.get(id.0 as usize).and_then(|s| s.as_ref()).ok_or(Error::UnknownSequence(id.0))
+    }
+    fn seq_mut(&mut self, id: SeqId) -> Result<&mut Seq> {
+        self.seqs.get_mut(id.0 as usize).and_then(|s| s.as_mut()).ok_or(Error::UnknownSequence(id.0))
+    }
+
+    /// A new, empty sequence.
+    pub fn new_seq(&mut self) -> SeqId {
+        self.new_seq_with_capacity(0)
+    }
+
+    /// A new, empty sequence whose block table has room for `tokens` positions without
+    /// reallocating.
+    pub fn new_seq_with_capacity(&mut self, tokens: usize) -> SeqId {
+        let seq = Seq { blocks: Vec::with_capacity(tokens.div_ceil(self.block_size)), ..Default::default() };
+        match self.spare_ids.pop() {
+            Some(id) => {
+                self.seqs[id as usize] = Some(seq);
+                SeqId(id)
+            }
+            None => {
+                self.seqs.push(Some(seq));
+                SeqId(self.seqs.len() as u32 - 1)
+            }
+        }
+    }
+
+    /// Positions held for `id`.
+    pub fn len(&self, id: SeqId) -> Result<usize> {
+        Ok(self.seq(id)?.len)
+    }
+
+    /// The block table of `id` (blocks past its length may be reserved already).
+    pub fn blocks(&self, id: SeqId) -> Result<&[u32]> {
+        Ok(&self.seq(id)?.blocks)
+    }
+
+    /// The pool slot of position `pos` of a sequence with block table `blocks`.
+    #[inline]
+    pub fn slot(&self, blocks: &[u32], pos: usize) -> usize {
+        blocks[pos / self.block_size] as usize * self.block_size + pos % self.block_size
+    }
+
+    /// A new sequence sharing every block of `id` (copied when either writes into a shared one).
+    pub fn fork(&mut self, id: SeqId) -> Result<SeqId> {
+        let s = self.seq(id)?;
+        let (blocks, len, hashes) = (s.blocks.clone(), s.len, s.hashes.clone());
+        for &b in &blocks {
+            self.refs[b as usize] += 1;
+        }
+        let new = self.new_seq();
+        *self.seq_mut(new)? = Seq { blocks, len, hashes };
+        Ok(new)
+    }
+
+    /// Keep the first `len` positions of `id` (speculative rollback, prefix reuse); blocks
+    /// past them go back to the pool.
+    pub fn truncate(&mut self, id: SeqId, len: usize) -> Result<()> {
+        let bs = self.block_size;
+        let s = self.seq_mut(id)?;
+        s.len = s.len.min(len);
+        let keep = s.len.div_ceil(bs);
+        let dropped: Vec<u32> = s.blocks.drain(keep.min(s.blocks.len())..).collect();
+        s.hashes.truncate(s.len / bs);
+        for b in dropped {
+            self.release(b);
+        }
+        Ok(())
+    }
+
+    /// Free `id` and its blocks (registered ones stay in the prefix cache).
+    pub fn free(&mut self, id: SeqId) -> Result<()> {
+        self.truncate(id, 0)?;
+        self.seqs[id.0 as usize] = None;
+        self.spare_ids.push(id.0);
+        Ok(())
+    }
+
+    fn release(&mut self, b: u32) {
+        let r = &mut self.refs[b as usize];
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            if self.hash[b as usize].is_some() {
+                self.tick += 1;
+                self.last_use[b as usize] = self.tick;
+                self.lru.insert(self.tick, b);
+            } else {
+                self.free.push(b);
+            }
+        }
+    }
+
+    fn unregister(&mut self, b: u32) {
+        if let Some(h) = self.hash[b as usize].take() {
+            if self.by_hash.get(&h) == Some(&b) {
+                self.by_hash.remove(&h);
+            }
+        }
+    }
+
+    /// A block with one reference: a free one, else the least recently used cached one.
+    fn take_block(&mut self) -> Option<u32> {
+        let b = match self.free.pop() {
+            Some(b) => b,
+            None => {
+                let (_, b) = self.lru.pop_first()?;
+                self.unregister(b);
+                b
+            }
+        };
+        self.refs[b as usize] = 1;
+        Some(b)
+    }
+
+    /// Blocks [`reserve`](Self::reserve) would need to take for `n` more positions of `id`.
+    pub fn blocks_needed(&self, id: SeqId, n: usize) -> Result<usize> {
+        let s = self.seq(id)?;
+        let bs = self.block_size;
+        if n == 0 {
+            return Ok(0);
+        }
+        let (first, last) = (s.len / bs, (s.len + n - 1) / bs);
+        let mut need = 0;
+        for bi in first..=last {
+            match s.blocks.get(bi) {
+                None => need += 1,
+                Some(&b) if self.refs[b as usize] > 1 => need += 1,
+                Some(_) => {}
+            }
+        }
+        Ok(need)
+    }
+
+    /// Make positions `len..len + n` of `id` writable: take blocks for them, copy shared
+    /// blocks that will be written, and drop the prefix-cache entry of a block about to
+    /// change. Takes nothing when the pool cannot supply every block.
+    pub fn reserve(&mut self, id: SeqId, n: usize) -> Result<()> {
+        let need = self.blocks_needed(id, n)?;
+        if need > self.available_blocks() {
+            return Err(Error::KvFull { needed: need, available: self.available_blocks() });
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let bs = self.block_size;
+        let s = self.seq(id)?;
+        let (first, last) = (s.len / bs, (s.len + n - 1) / bs);
+        for bi in first..=last {
+            let cur = self.seq(id)?.blocks.get(bi).copied();
+            match cur {
+                None => {
+                    let b = self.take_block().ok_or(Error::Internal("KV pool ran dry after its check"))?;
+                    self.seq_mut(id)?.blocks.push(b);
+                }
+                Some(b) if self.refs[b as usize] > 1 => {
+                    let nb = self.take_block().ok_or(Error::Internal("KV pool ran dry after its check"))?;
+                    self.copy_block(b, nb);
+                    self.refs[b as usize] -= 1;
+                    self.seq_mut(id)?.blocks[bi] = nb;
+                }
+                Some(b) => self.unregister(b),
+            }
+        }
+        // A block written from here on no longer matches a registered hash.
+        let s = self.seq_mut(id)?;
+        s.hashes.truncate(s.len / bs);
+        Ok(())
+    }
+
+    fn copy_block(&mut self, from: u32, to: u32) {
+        let n = self.block_size * self.width;
+        let (f, t) = (from as usize * n, to as usize * n);
+        for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
+            layer.copy_within(f..f + n, t);
+        }
+    }
+
+    /// Record that positions up to `len` of `id` are written (after a forward).
+    pub fn set_len(&mut self, id: SeqId, len: usize) -> Result<()> {
+        let bs = self.block_size;
+        let s = self.seq_mut(id)?;
+        if len > s.blocks.len() * bs {
+            return Err(Error::Internal("sequence length past its reserved blocks"));
+        }
+        s.len = len;
+        s.hashes.truncate(len / bs);
+        Ok(())
+    }
+
+    fn chain_hash(prev: u64, tokens: &[u32]) -> u64 {
+        let mut h = std::hash::DefaultHasher::new();
+        prev.hash(&mut h);
+        tokens.hash(&mut h);
+        h.finish()
+    }
+
+    /// Give the empty sequence `id` the registered blocks that hold a prefix of `tokens`,
+    /// leaving at least one token to compute (its logits are needed). Returns the number of
+    /// positions taken.
+    pub fn attach_prefix(&mut self, id: SeqId, tokens: &[u32]) -> Result<usize> {
+        let bs = self.block_size;
+        if self.seq(id)?.len != 0 {
+            return Err(Error::Internal("attach_prefix on a sequence that holds positions"));
+        }
+        let mut prev = 0u64;
+        let mut taken = Vec::new();
+        let mut hashes = Vec::new();
+        for chunk in tokens[..tokens.len().saturating_sub(1)].chunks_exact(bs) {
+            let h = Self::chain_hash(prev, chunk);
+            let Some(&b) = self.by_hash.get(&h) else { break };
+            if self.refs[b as usize] == 0 {
+                self.lru.remove(&self.last_use[b as usize]);
+            }
+            self.refs[b as usize] += 1;
+            taken.push(b);
+            hashes.push(h);
+            prev = h;
+        }
+        // The blocks a sequence held before (reserved, empty) go back.
+        let old: Vec<u32> = std::mem::take(&mut self.seq_mut(id)?.blocks);
+        for b in old {
+            self.release(b);
+        }
+        let n = taken.len() * bs;
+        let s = self.seq_mut(id)?;
+        s.blocks = taken;
+        s.hashes = hashes;
+        s.len = n;
+        Ok(n)
+    }
+
+    /// Register the full blocks of `id` under the hashes of `tokens` (the sequence's tokens
+    /// so far, at least its length), so later sequences can share them.
+    pub fn commit(&mut self, id: SeqId, tokens: &[u32]) -> Result<()> {
+        let bs = self.block_size;
+        let s = self.seq(id)?;
+        let full = s.len.min(tokens.len()) / bs;
+        let done = s.hashes.len();
+        if full <= done {
+            return Ok(());
+        }
+        let mut prev = s.hashes.last().copied().unwrap_or(0);
+        let blocks: Vec<u32> = s.blocks[done..full].to_vec();
+        let mut new = Vec::with_capacity(full - done);
+        for (i, b) in (done..full).zip(blocks) {
+            let h = Self::chain_hash(prev, &tokens[i * bs..(i + 1) * bs]);
+            if self.hash[b as usize].is_none() && !self.by_hash.contains_key(&h) {
+                self.hash[b as usize] = Some(h);
+                self.by_hash.insert(h, b);
+            }
+            new.push(h);
+            prev = h;
+        }
+        self.seq_mut(id)?.hashes.extend(new);
+        Ok(())
+    }
+
+    /// Forget every registered block (the prefix cache); sequences keep theirs.
+    pub fn clear_prefix_cache(&mut self) {
+        while let Some((_, b)) = self.lru.pop_first() {
+            self.unregister(b);
+            self.free.push(b);
+        }
+        for b in 0..self.hash.len() as u32 {
+            self.unregister(b);
+        }
+        for s in self.seqs.iter_mut().flatten() {
+            s.hashes.clear();
+        }
+    }
+
+    /// Keys and values of layer `li`, f16 bits, `[slot][width]`.
+    pub(crate) fn layer(&self, li: usize) -> (&[u16], &[u16]) {
+        (&self.k[li], &self.v[li])
+    }
+    pub(crate) fn layer_mut(&mut self, li: usize) -> (&mut [u16], &mut [u16]) {
+        (&mut self.k[li], &mut self.v[li])
+    }
+    pub(crate) fn width(&self) -> usize {
+        self.width
+    }
+    pub(crate) fn num_layers(&self) -> usize {
+        self.k.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(blocks: usize) -> KvCache {
+        KvCache::new(2, 4, KvOptions { block_size: 4, budget: KvBudget::Tokens(blocks * 4) }).unwrap()
+    }
+
+    fn write(c: &mut KvCache, id: SeqId, vals: &[u16]) {
+        let len = c.len(id).unwrap();
+        c.reserve(id, vals.len()).unwrap();
+        let blocks = c.blocks(id).unwrap().to_vec();
+        for (i, &x) in vals.iter().enumerate() {
+            let slot = c.slot(&blocks, len + i);
+            for li in 0..2 {
+                let (k, v) = c.layer_mut(li);
+                k[slot * 4..slot * 4 + 4].fill(x);
+                v[slot * 4..slot * 4 + 4].fill(x + 1);
+            }
+        }
+        c.set_len(id, len + vals.len()).unwrap();
+    }
+
+    fn read(c: &KvCache, id: SeqId) -> Vec<u16> {
+        let blocks = c.blocks(id).unwrap();
+        (0..c.len(id).unwrap()).map(|p| c.layer(1).0[c.slot(blocks, p) * 4]).collect()
+    }
+
+    #[test]
+    fn grow_truncate_free_return_blocks() {
+        let mut c = cache(4);
+        let a = c.new_seq();
+        write(&mut c, a, &[1, 2, 3, 4, 5, 6]);
+        assert_eq!(read(&c, a), [1, 2, 3, 4, 5, 6]);
+        assert_eq!(c.usage().used_blocks, 2);
+        c.truncate(a, 3).unwrap();
+        assert_eq!(c.usage().used_blocks, 1);
+        write(&mut c, a, &[9, 9]);
+        assert_eq!(read(&c, a), [1, 2, 3, 9, 9]);
+        c.free(a).unwrap();
+        assert_eq!(c.usage().used_blocks, 0);
+        assert_eq!(c.available_blocks(), 4);
+        assert!(matches!(c.len(a), Err(Error::UnknownSequence(_))));
+    }
+
+    #[test]
+    fn budget_is_a_hard_limit_and_reserve_takes_nothing_on_failure() {
+        let mut c = cache(2);
+        let a = c.new_seq();
+        write(&mut c, a, &[1, 2, 3, 4, 5]);
+        let b = c.new_seq();
+        let err = c.reserve(b, 5).unwrap_err();
+        assert!(matches!(err, Error::KvFull { needed: 2, available: 0 }), "{err}");
+        assert_eq!(c.blocks(b).unwrap().len(), 0);
+        // Room in a's second block.
+        write(&mut c, a, &[6, 7, 8]);
+        assert!(matches!(c.reserve(a, 1), Err(Error::KvFull { .. })));
+        assert_eq!(KvCache::new(1, 4, KvOptions { block_size: 4, budget: KvBudget::Bytes(10) }).err().map(|e| e.to_string()).unwrap_or_default().contains("holds no block"), true);
+    }
+
+    #[test]
+    fn fork_shares_blocks_and_copies_on_write() {
+        let mut c = cache(8);
+        let a = c.new_seq();
+        write(&mut c, a, &[1, 2, 3, 4, 5, 6]);
+        let b = c.fork(a).unwrap();
+        assert_eq!(c.usage().used_blocks, 2);
+        write(&mut c, b, &[70, 80]);
+        write(&mut c, a, &[7]);
+        assert_eq!(read(&c, a), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(read(&c, b), [1, 2, 3, 4, 5, 6, 70, 80]);
+        // The first block stays shared, the second was copied.
+        assert_eq!(c.blocks(a).unwrap()[0], c.blocks(b).unwrap()[0]);
+        assert_ne!(c.blocks(a).unwrap()[1], c.blocks(b).unwrap()[1]);
+        assert_eq!(c.usage().used_blocks, 3);
+    }
+
+    #[test]
+    fn prefix_cache_reuses_full_blocks_and_evicts_least_recent() {
+        let mut c = cache(4);
+        let toks: Vec<u32> = (0..10).collect();
+        let a = c.new_seq();
+        write(&mut c, a, &[10, 11, 12, 13, 14, 15, 16, 17, 18, 19]);
+        c.commit(a, &toks).unwrap();
+        c.free(a).unwrap();
+        assert_eq!(c.usage().cached_blocks, 2);
+        // Same first 8 tokens: both full blocks come back; one token must stay to compute.
+        let b = c.new_seq();
+        let mut other = toks[..8].to_vec();
+        other.extend([99, 98]);
+        assert_eq!(c.attach_prefix(b, &other).unwrap(), 8);
+        assert_eq!(read(&c, b), [10, 11, 12, 13, 14, 15, 16, 17]);
+        c.free(b).unwrap();
+        // Exactly 8 tokens: only the first block (the last token is recomputed).
+        let d = c.new_seq();
+        assert_eq!(c.attach_prefix(d, &toks[..8]).unwrap(), 4);
+        // A different first block matches nothing, even with the same second block.
+        let e = c.new_seq();
+        let mut diff = toks.clone();
+        diff[0] = 77;
+        assert_eq!(c.attach_prefix(e, &diff).unwrap(), 0);
+        c.free(d).unwrap();
+        c.free(e).unwrap();
+        // Filling the pool evicts the cached blocks.
+        let f = c.new_seq();
+        write(&mut c, f, &[0; 16]);
+        assert_eq!(c.usage().cached_blocks, 0);
+        let g = c.new_seq();
+        assert_eq!(c.attach_prefix(g, &toks).unwrap(), 0);
+    }
+
+    #[test]
+    fn writing_into_a_registered_block_unregisters_it() {
+        let mut c = cache(4);
+        let toks: Vec<u32> = (0..8).collect();
+        let a = c.new_seq();
+        write(&mut c, a, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        c.commit(a, &toks).unwrap();
+        // Roll back into the second block and write something else.
+        c.truncate(a, 6).unwrap();
+        write(&mut c, a, &[60, 70]);
+        let b = c.new_seq();
+        let mut probe = toks.clone();
+        probe.push(100);
+        // Only the first block still matches.
+        assert_eq!(c.attach_prefix(b, &probe).unwrap(), 4);
+    }
+}
