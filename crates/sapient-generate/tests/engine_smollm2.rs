@@ -1,0 +1,188 @@
+//! The Engine on the real SmolLM2-135M-Instruct: concurrent requests give what they give
+//! alone, cancellation frees blocks, the KV budget holds through preemption, the prefix cache
+//! serves a shared system prompt, and requests that cannot fit are errors.
+
+use anyhow::Result;
+use sapient_generate::{
+    Engine, EngineOptions, Event, FinishReason, Generation, GenerationConfig, KvBudget, KvOptions, Message, Pipeline,
+    PipelineOptions, SamplerConfig,
+};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn pipeline() -> &'static Pipeline {
+    static P: OnceLock<Pipeline> = OnceLock::new();
+    P.get_or_init(|| {
+        Pipeline::load("smollm2-135m-instruct", PipelineOptions { max_seq_len: Some(1024), ..Default::default() }, |_| {})
+            .expect("SmolLM2 loads")
+    })
+}
+
+fn questions() -> Vec<Vec<Message>> {
+    [
+        "What is the capital of France?",
+        "Name three colors.",
+        "Write a haiku about the sea.",
+        "Hi",
+        "Explain in two sentences why the sky is blue, and mention Rayleigh scattering by name.",
+        "What is 12 times 12?",
+        "Give me a short list of fruits that are red, and say which one is your favourite and why.",
+        "Translate 'good morning' into Spanish.",
+    ]
+    .iter()
+    .map(|q| vec![Message::system("You are a helpful assistant."), Message::user(*q)])
+    .collect()
+}
+
+fn small(opts: EngineOptions) -> EngineOptions {
+    EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(4096) }, ..opts }
+}
+
+fn wait_idle(engine: &Engine) -> Result<()> {
+    let t = Instant::now();
+    while engine.metrics().running > 0 || engine.metrics().waiting > 0 || engine.metrics().kv.used_blocks > 0 {
+        anyhow::ensure!(t.elapsed() < Duration::from_secs(60), "engine did not go idle: {:?}", engine.metrics());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+#[test]
+fn concurrent_requests_give_what_they_give_alone() -> Result<()> {
+    let p = pipeline();
+    let qs = questions();
+    // Different seeds and temperatures too: a sampled request's draws are its own.
+    let cfg = |i: usize| {
+        let c = GenerationConfig::default().max_tokens(24);
+        if i % 3 == 2 {
+            c.sampling(SamplerConfig { temperature: 0.8, top_p: Some(0.9), seed: Some(i as u64), ..Default::default() })
+        } else {
+            c
+        }
+    };
+    let alone: Vec<Generation> = {
+        let e = Engine::new(p, small(EngineOptions::default()))?;
+        qs.iter().enumerate().map(|(i, q)| e.submit_chat(q, cfg(i))?.wait()).collect::<Result<_, _>>()?
+    };
+    // The greedy ones equal the Pipeline's own answers.
+    for (i, q) in qs.iter().enumerate().filter(|(i, _)| i % 3 != 2) {
+        let g = p.chat(q, &cfg(i))?;
+        assert_eq!(g.tokens, alone[i].tokens, "request {i}: engine alone vs Pipeline");
+    }
+    // Small prompt chunks and steps: prompts are split and mixed with decode rows.
+    let e = Engine::new(p, small(EngineOptions { prefill_chunk: 8, max_step_tokens: 24, ..Default::default() }))?;
+    let mut handles = Vec::new();
+    for (i, q) in qs.iter().enumerate().take(4) {
+        handles.push((i, e.submit_chat(q, cfg(i))?));
+    }
+    // Wait until the first streams text, then the rest join mid-way.
+    let (i0, mut h0) = handles.remove(0);
+    let mut first_text = String::new();
+    loop {
+        match h0.blocking_next() {
+            Some(Event::Text(t)) => {
+                first_text.push_str(&t);
+                break;
+            }
+            Some(Event::Done(r)) => anyhow::bail!("request 0 ended before streaming: {:?}", r.map(|g| g.text)),
+            None => anyhow::bail!("request 0 vanished"),
+        }
+    }
+    for (i, q) in qs.iter().enumerate().skip(4) {
+        handles.push((i, e.submit_chat(q, cfg(i))?));
+    }
+    let g0 = h0.wait()?;
+    assert!(alone[i0].text.starts_with(&first_text));
+    assert_eq!(g0.tokens, alone[i0].tokens, "request {i0}");
+    for (i, h) in handles {
+        let g = h.wait()?;
+        assert_eq!(g.tokens, alone[i].tokens, "request {i}: concurrent vs alone");
+        assert_eq!(g.text, alone[i].text, "request {i}");
+    }
+    let m = e.metrics();
+    assert!(m.steps > 0 && m.finished == 8, "{m:?}");
+    wait_idle(&e)?;
+    Ok(())
+}
+
+#[test]
+fn a_dropped_receiver_cancels_and_frees_its_blocks() -> Result<()> {
+    let e = Engine::new(pipeline(), small(EngineOptions::default()))?;
+    let cfg = GenerationConfig { ignore_eos: true, ..GenerationConfig::default().max_tokens(400) };
+    let mut h = e.submit_chat(&questions()[2], cfg)?;
+    let mut got = 0;
+    while got < 3 {
+        match h.blocking_next() {
+            Some(Event::Text(_)) => got += 1,
+            other => anyhow::bail!("unexpected {other:?}"),
+        }
+    }
+    assert!(e.metrics().kv.used_blocks > 0);
+    drop(h);
+    wait_idle(&e)?;
+    let m = e.metrics();
+    assert_eq!(m.cancelled, 1, "{m:?}");
+    assert!(m.generated_tokens < 400, "generation stopped early: {m:?}");
+    Ok(())
+}
+
+#[test]
+fn the_budget_holds_through_preemption() -> Result<()> {
+    let p = pipeline();
+    let qs = questions();
+    let cfg = GenerationConfig { ignore_eos: true, ..GenerationConfig::default().max_tokens(48) };
+    let alone: Vec<Generation> = {
+        let e = Engine::new(p, small(EngineOptions::default()))?;
+        qs.iter().map(|q| e.submit_chat(q, cfg.clone())?.wait()).collect::<Result<_, _>>()?
+    };
+    // Room for about three of these sequences at a time, no prefix cache to lean on.
+    let longest = alone.iter().map(|g| g.stats.prompt_tokens + 48).max().unwrap_or(0);
+    let budget = 3 * longest + 16;
+    let e = Engine::new(
+        p,
+        EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(budget) }, prefix_cache: false, ..Default::default() },
+    )?;
+    let handles: Vec<_> = qs.iter().map(|q| e.submit_chat(q, cfg.clone())).collect::<Result<_, _>>()?;
+    let mut peak = 0;
+    for (i, h) in handles.into_iter().enumerate() {
+        let g = h.wait()?;
+        peak = peak.max(e.metrics().kv.used_blocks);
+        assert_eq!(g.tokens, alone[i].tokens, "request {i} under preemption");
+        assert_eq!(g.finish, FinishReason::MaxTokens);
+    }
+    let m = e.metrics();
+    assert!(m.kv.total_blocks * 16 <= budget + 16, "{m:?}");
+    assert!(m.preemptions > 0 && m.finished == 8, "admission alone should not be enough here: {m:?}");
+    assert!(peak <= m.kv.total_blocks);
+    Ok(())
+}
+
+#[test]
+fn a_shared_system_prompt_comes_from_the_prefix_cache() -> Result<()> {
+    let p = pipeline();
+    let e = Engine::new(p, small(EngineOptions::default()))?;
+    let system = "You are a meticulous assistant for a hardware store. ".repeat(12);
+    let ask = |q: &str| vec![Message::system(system.clone()), Message::user(q)];
+    let cfg = GenerationConfig::default().max_tokens(8);
+    let a = e.submit_chat(&ask("Do you sell hammers?"), cfg.clone())?.wait()?;
+    let b = e.submit_chat(&ask("Where are the nails?"), cfg)?.wait()?;
+    assert_eq!(a.stats.reused_prompt_tokens, 0);
+    assert!(b.stats.reused_prompt_tokens >= 100, "reused {} of {}", b.stats.reused_prompt_tokens, b.stats.prompt_tokens);
+    assert!(b.stats.prompt_tokens - b.stats.reused_prompt_tokens < 32);
+    Ok(())
+}
+
+#[test]
+fn requests_that_cannot_fit_are_errors() -> Result<()> {
+    let p = pipeline();
+    let e = Engine::new(p, EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(64) }, ..Default::default() })?;
+    let long = vec![Message::user("word ".repeat(100))];
+    let err = e.submit_chat(&long, GenerationConfig::default())?.wait().unwrap_err();
+    assert!(err.to_string().contains("KV positions"), "{err}");
+    // The engine keeps serving.
+    let ok = e.submit_chat(&[Message::user("Hi")], GenerationConfig::default().max_tokens(4))?.wait()?;
+    assert!(!ok.tokens.is_empty());
+    assert!(e.submit(Vec::new(), GenerationConfig::default()).is_err());
+    assert!(Engine::new(p, EngineOptions { max_seqs: 0, ..Default::default() }).is_err());
+    Ok(())
+}

@@ -1,0 +1,149 @@
+//! Batched forward passes over the paged KV cache give every sequence exactly what it gets
+//! alone: eight prompts of mixed lengths, some joining while others decode, prompts fed in
+//! chunks beside decode rows, blocks scattered over the pool, one prompt taking another's
+//! cached prefix. Logits are compared bit for bit, and greedy tokens follow from them.
+
+use anyhow::Result;
+use candle_core::Device;
+use sapient_llama::{BatchSeq, KvBudget, KvCache, KvOptions, LlamaModel, Logits, SeqId};
+
+const STEPS: usize = 10;
+
+fn argmax(l: &[f32]) -> u32 {
+    l.iter().enumerate().fold(0, |b, (i, x)| if *x > l[b] { i } else { b }) as u32
+}
+
+fn bits(l: &[f32]) -> Vec<u32> {
+    l.iter().map(|x| x.to_bits()).collect()
+}
+
+fn prompts(tok: &sapient_tokenizers::Tokenizer) -> Result<Vec<Vec<u32>>> {
+    let texts = [
+        "The capital of France is",
+        "def fibonacci(n):\n    if n < 2:\n        return n\n",
+        "Once upon a time, in a small village at the edge of a great forest, there lived an old woodcutter and his three daughters. Every morning he",
+        "Hi",
+        "List three prime numbers:",
+        "In 1969, the Apollo 11 mission landed the first humans on the Moon. The astronauts were Neil Armstrong, Buzz Aldrin and Michael Collins, who stayed in orbit. After the landing,",
+        "Water boils at",
+        // Shares its first 40+ tokens with the third prompt (a cached prefix).
+        "Once upon a time, in a small village at the edge of a great forest, there lived an old woodcutter and his three daughters. The youngest",
+    ];
+    texts.iter().map(|t| Ok(tok.encode(t, true)?)).collect()
+}
+
+/// Greedy decoding of `prompt` alone: the logits of each step.
+fn alone(model: &mut LlamaModel, prompt: &[u32]) -> Result<Vec<Vec<u32>>> {
+    let mut kv = model.new_kv_cache(KvOptions { block_size: 64, budget: KvBudget::Tokens(1024) })?;
+    let seq = kv.new_seq();
+    let mut out = Vec::new();
+    let mut logits = Vec::new();
+    model.forward_batch(&mut kv, &[BatchSeq { seq, tokens: prompt, logits: Some(Logits::Last) }], &mut logits)?;
+    for _ in 0..STEPS {
+        out.push(bits(&logits));
+        let t = argmax(&logits);
+        model.forward_batch(&mut kv, &[BatchSeq { seq, tokens: &[t], logits: Some(Logits::Last) }], &mut logits)?;
+    }
+    Ok(out)
+}
+
+struct Running {
+    seq: SeqId,
+    prompt: Vec<u32>,
+    fed: usize,
+    next: Option<u32>,
+    got: Vec<Vec<u32>>,
+}
+
+#[test]
+fn every_sequence_in_a_batch_gets_what_it_gets_alone() -> Result<()> {
+    let r = sapient_hub::Hub::new()?.fetch_preset("smollm2-135m-instruct", &mut |_| {})?;
+    let g = sapient_tensor::GgufFile::open(r.file("gguf")?)?;
+    let tok = sapient_tokenizers::Tokenizer::from_gguf(&g)?;
+    let mut model = sapient_llama::load(r.file("gguf")?, &Device::Cpu, Some(1024))?;
+    assert!(model.supports_batches());
+    let prompts = prompts(&tok)?;
+    let lens: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
+    assert!(lens.iter().min() < Some(&4) && lens.iter().max() > Some(&30), "mixed lengths: {lens:?}");
+    let reference: Vec<Vec<Vec<u32>>> = prompts.iter().map(|p| alone(&mut model, p)).collect::<Result<_>>()?;
+
+    // Small blocks, a pool shared by all: sequences' blocks interleave.
+    let mut kv: KvCache = model.new_kv_cache(KvOptions { block_size: 8, budget: KvBudget::Tokens(2048) })?;
+    let joins = [0, 0, 1, 2, 4, 4, 6, 9];
+    let chunk = 16;
+    let mut running: Vec<Option<Running>> = (0..prompts.len()).map(|_| None).collect();
+    let mut logits = Vec::new();
+    let mut reused = 0;
+    let mut step = 0;
+    loop {
+        for (i, &j) in joins.iter().enumerate() {
+            if j == step {
+                let seq = kv.new_seq();
+                // The last prompt may start from the third one's blocks (once they are full).
+                let fed = kv.attach_prefix(seq, &prompts[i])?;
+                reused += fed;
+                running[i] = Some(Running { seq, prompt: prompts[i].clone(), fed, next: None, got: Vec::new() });
+            }
+        }
+        let mut batch = Vec::new();
+        let mut who = Vec::new();
+        let mut feeds: Vec<(usize, Vec<u32>, bool)> = Vec::new();
+        for (i, r) in running.iter().enumerate() {
+            let Some(r) = r else { continue };
+            if r.got.len() == STEPS {
+                continue;
+            }
+            if r.fed < r.prompt.len() {
+                let n = (r.prompt.len() - r.fed).min(chunk);
+                let last = r.fed + n == r.prompt.len();
+                feeds.push((i, r.prompt[r.fed..r.fed + n].to_vec(), last));
+            } else if let Some(t) = r.next {
+                feeds.push((i, vec![t], true));
+            }
+        }
+        if feeds.is_empty() && step > *joins.iter().max().unwrap_or(&0) {
+            break;
+        }
+        for (i, toks, want) in &feeds {
+            let r = running[*i].as_ref().map(|r| r.seq).ok_or_else(|| anyhow::anyhow!("no sequence"))?;
+            batch.push(BatchSeq { seq: r, tokens: toks, logits: want.then_some(Logits::Last) });
+            if *want {
+                who.push(*i);
+            }
+        }
+        if !batch.is_empty() {
+            let rows = model.forward_batch(&mut kv, &batch, &mut logits)?;
+            assert_eq!(rows, who.len());
+        }
+        let vocab = model.config().vocab_size;
+        for (i, toks, _) in &feeds {
+            let r = running[*i].as_mut().ok_or_else(|| anyhow::anyhow!("no sequence"))?;
+            if r.fed < r.prompt.len() {
+                r.fed += toks.len();
+                if r.fed == r.prompt.len() {
+                    kv.commit(r.seq, &r.prompt)?;
+                }
+            }
+        }
+        for (row, &i) in who.iter().enumerate() {
+            let r = running[i].as_mut().ok_or_else(|| anyhow::anyhow!("no sequence"))?;
+            let l = &logits[row * vocab..(row + 1) * vocab];
+            r.got.push(bits(l));
+            r.next = Some(argmax(l));
+        }
+        step += 1;
+        assert!(step < 200, "the schedule did not finish");
+    }
+    // The last prompt takes the third's full blocks of their common prefix.
+    let common = prompts[2].iter().zip(&prompts[7]).take_while(|(a, b)| a == b).count();
+    assert!(common >= 16, "the prompts share {common} tokens");
+    assert_eq!(reused, common / 8 * 8, "positions taken from the prefix cache");
+    for (i, r) in running.iter().enumerate() {
+        let r = r.as_ref().ok_or_else(|| anyhow::anyhow!("prompt {i} never ran"))?;
+        assert_eq!(r.got.len(), STEPS, "prompt {i}");
+        for (s, (a, b)) in reference[i].iter().zip(&r.got).enumerate() {
+            assert!(a == b, "prompt {i} (length {}), step {s}: batched logits differ from alone", lens[i]);
+        }
+    }
+    Ok(())
+}
