@@ -37,6 +37,13 @@ fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Kernel options come from the environment here (SAPIENT_THREADS, SAPIENT_NO_AVX512, ...);
+    // the libraries take them as values.
+    let (kernels, warnings) = sapient_tensor::kernels::KernelOptions::from_env();
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    sapient_tensor::kernels::configure(kernels)?;
     match Cli::parse().cmd {
         Cmd::Fetch(args) => fetch::run(args),
         Cmd::Bench(args) => bench::run(args),

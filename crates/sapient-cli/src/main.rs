@@ -27,9 +27,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Answer one prompt (through the model's chat template unless --raw), streaming the text.
+    /// Answer one prompt (through the model's chat template unless --raw), streaming the text;
+    /// or, with --batch FILE, every line of FILE as its own prompt, all at once.
     Generate {
-        prompt: String,
+        #[arg(required_unless_present = "batch")]
+        prompt: Option<String>,
+        /// Answer every non-empty line of FILE as its own prompt, concurrently through the
+        /// engine (one batched forward per step), printing the answers in input order with a
+        /// blank line between them.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "draft", "lookup"])]
+        batch: Option<std::path::PathBuf>,
+        /// With --batch: KV cache budget in positions over all sequences.
+        #[arg(long, default_value_t = 32768, requires = "batch")]
+        kv_tokens: usize,
         #[command(flatten)]
         opts: GenOpts,
         /// Complete the prompt as raw text instead of as a chat message.
@@ -169,7 +179,9 @@ impl GenOpts {
             Some("f16") => Some(candle_core::DType::F16),
             Some(other) => anyhow::bail!("unknown dtype '{other}' (f32, bf16, f16)"),
         };
-        let opts = PipelineOptions { device, max_seq_len: self.ctx, dtype };
+        // SAPIENT_CANDLE_FORWARD: the candle-op forward pass, for comparisons.
+        let candle_forward = std::env::var_os("SAPIENT_CANDLE_FORWARD").is_some();
+        let opts = PipelineOptions { device, max_seq_len: self.ctx, dtype, kernels: None, candle_forward };
         let mut bars = Bars::default();
         let pipe = Pipeline::load(&self.model, opts, |p| bars.update(p))
             .with_context(|| format!("loading model '{}'", self.model))?;
@@ -256,6 +268,84 @@ fn stream_to_stdout(piece: &str) -> ControlFlow<()> {
     ControlFlow::Continue(())
 }
 
+/// `sapient generate --batch FILE`: every line its own request, all through one engine.
+fn generate_batch(file: &std::path::Path, opts: &GenOpts, raw: bool, kv_tokens: usize) -> Result<()> {
+    use sapient_generate::{Engine, EngineOptions, KvBudget, KvOptions};
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let prompts: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    anyhow::ensure!(!prompts.is_empty(), "{} has no prompts (one per line)", file.display());
+    let pipe = opts.load()?;
+    let cfg = opts.generation_config()?;
+    let engine = Engine::new(&pipe, EngineOptions { kv: KvOptions { budget: KvBudget::Tokens(kv_tokens), ..KvOptions::default() }, ..EngineOptions::default() })
+        .context("starting the engine")?;
+    let t0 = std::time::Instant::now();
+    let handles = prompts
+        .iter()
+        .map(|p| {
+            if raw || !pipe.info().has_chat_template {
+                engine.submit_text(p, cfg.clone())
+            } else {
+                let mut msgs = messages_with_system(&opts.system);
+                msgs.push(Message::user(*p));
+                engine.submit_chat(&msgs, cfg.clone())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let bar = ProgressBar::new(prompts.len() as u64);
+    bar.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} answers, {elapsed}").unwrap_or_else(|_| ProgressStyle::default_bar()).progress_chars("=> "));
+    bar.set_message("generating");
+    let mut answers = Vec::with_capacity(handles.len());
+    for h in handles {
+        answers.push(h.wait());
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let wall = t0.elapsed();
+    let mut out = std::io::stdout().lock();
+    for (i, a) in answers.iter().enumerate() {
+        if i > 0 {
+            writeln!(out)?;
+        }
+        match a {
+            Ok(g) => writeln!(out, "{}", g.text)?,
+            Err(e) => writeln!(out, "[error: {e}]")?,
+        }
+    }
+    drop(out);
+    if opts.stats {
+        let ok: Vec<&Generation> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
+        let generated: usize = ok.iter().map(|g| g.stats.generated_tokens).sum();
+        let prompt_tokens: usize = ok.iter().map(|g| g.stats.prompt_tokens).sum();
+        let m = engine.metrics();
+        eprintln!(
+            "\n[{} requests, {} prompt tokens, {} generated in {:.2}s: {:.1} tok/s aggregate | {} engine steps, {} preemptions, {} prompt tokens from the prefix cache]",
+            answers.len(),
+            prompt_tokens,
+            generated,
+            wall.as_secs_f64(),
+            generated as f64 / wall.as_secs_f64().max(1e-9),
+            m.steps,
+            m.preemptions,
+            m.cached_prompt_tokens
+        );
+        for (i, a) in answers.iter().enumerate() {
+            match a {
+                Ok(g) => eprintln!(
+                    "[{i}: {} prompt + {} tokens, first token after {:.2}s, {:?}]",
+                    g.stats.prompt_tokens,
+                    g.stats.generated_tokens,
+                    g.stats.time_to_first_token.as_secs_f64(),
+                    g.finish
+                ),
+                Err(e) => eprintln!("[{i}: error: {e}]"),
+            }
+        }
+    }
+    let failed = answers.iter().filter(|a| a.is_err()).count();
+    anyhow::ensure!(failed == 0, "{failed} of {} prompts failed", answers.len());
+    Ok(())
+}
+
 fn messages_with_system(system: &Option<String>) -> Vec<Message> {
     system.iter().map(|s| Message::system(s.clone())).collect()
 }
@@ -268,8 +358,17 @@ fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    // Kernel options from the environment (SAPIENT_THREADS, SAPIENT_NO_AVX512, SAPIENT_PREFETCH,
+    // SAPIENT_HUGE_PAGES, ...); the libraries take them as values.
+    let (kernels, warnings) = sapient_tensor::kernels::KernelOptions::from_env();
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    sapient_tensor::kernels::configure(kernels)?;
     match Cli::parse().cmd {
-        Cmd::Generate { prompt, opts, raw, spec } if spec.draft.is_some() || spec.lookup => {
+        Cmd::Generate { batch: Some(file), opts, raw, kv_tokens, .. } => generate_batch(&file, &opts, raw, kv_tokens)?,
+        Cmd::Generate { prompt, opts, raw, spec, .. } if spec.draft.is_some() || spec.lookup => {
+            let prompt = prompt.unwrap_or_default();
             let pipe = opts.load()?;
             let cfg = opts.generation_config()?;
             let draft = match &spec.draft {
@@ -302,7 +401,8 @@ fn main() -> Result<()> {
                 );
             }
         }
-        Cmd::Generate { prompt, opts, raw, spec: _ } => {
+        Cmd::Generate { prompt, opts, raw, .. } => {
+            let prompt = prompt.unwrap_or_default();
             let pipe = opts.load()?;
             let cfg = opts.generation_config()?;
             let g = if raw || !pipe.info().has_chat_template {

@@ -20,6 +20,20 @@
 //!
 //! Every row's logits are bit-identical to what the sequence would get alone, so a greedy
 //! request gives the same tokens whatever else runs beside it.
+//!
+//! ```no_run
+//! use sapient_generate::{Engine, EngineOptions, Event, GenerationConfig, Message, Pipeline};
+//! # fn main() -> Result<(), sapient_generate::Error> {
+//! let pipe = Pipeline::from_pretrained("smollm2-135m-instruct")?;
+//! let engine = Engine::new(&pipe, EngineOptions::default())?;
+//! let mut a = engine.submit_chat(&[Message::user("Name a color.")], GenerationConfig::default())?;
+//! let b = engine.submit_chat(&[Message::user("Name a fruit.")], GenerationConfig::default())?;
+//! while let Some(Event::Text(piece)) = a.blocking_next() {
+//!     print!("{piece}"); // the last event is Event::Done with the whole Generation
+//! }
+//! println!("\n{}", b.wait()?.text);
+//! # Ok(()) }
+//! ```
 
 use crate::pipeline::{flush_tail, FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline};
 use crate::{Error, Result};

@@ -18,6 +18,13 @@ pub struct PipelineOptions {
     pub max_seq_len: Option<usize>,
     /// Activation dtype; `None`: the device's default (f32 on CPU, bf16 on CUDA, f16 on Metal).
     pub dtype: Option<candle_core::DType>,
+    /// The CPU kernels' options (threads, instruction sets, prefetching, huge pages). They
+    /// are process-wide: the first model loaded (or the first product) fixes them, and a
+    /// different set later is an error. `None`: whatever is in force (the defaults).
+    pub kernels: Option<sapient_tensor::kernels::KernelOptions>,
+    /// Run the candle-op forward pass even where the plain-buffer CPU path could (for
+    /// comparisons; it has no batched forward, so no engine).
+    pub candle_forward: bool,
 }
 
 /// What to generate.
@@ -212,6 +219,9 @@ impl Pipeline {
                 Err(_) => classify(reference, &resolved.dir)?,
             }
         };
+        if let Some(k) = &opts.kernels {
+            sapient_tensor::kernels::configure(k.clone())?;
+        }
         progress(Progress::Loading { progress: 0.0 });
         let device = opts.device.open()?;
         let dtype = opts.dtype.unwrap_or_else(|| sapient_tensor::activation_dtype(&device));
@@ -233,6 +243,10 @@ impl Pipeline {
                 (model, tokenizer, dir, cfg)
             }
         };
+        let mut model = model;
+        if opts.candle_forward {
+            model.set_cpu_kernels(false)?;
+        }
         progress(Progress::Loading { progress: 1.0 });
         let info = ModelInfo {
             id: reference.to_string(),

@@ -292,7 +292,7 @@ impl LlamaModel {
             cpu: None,
             kv: None,
         };
-        let use_cpu = device.is_cpu() && dtype == DType::F32 && std::env::var_os("SAPIENT_CANDLE_FORWARD").is_none();
+        let use_cpu = device.is_cpu() && dtype == DType::F32;
         if use_cpu {
             model.cpu = model.build_cpu()?;
             if model.cpu.is_none() {

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    #[error("kernel options: {0}")]
+    KernelOptions(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

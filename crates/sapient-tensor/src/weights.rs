@@ -215,15 +215,11 @@ pub const DENSE_PREFILL_ROWS: usize = 32;
 
 /// From how many rows a product leaves the quantized kernels for the dense f32 GEMM: never
 /// with the AVX-512 kernels (their int8 products beat the GEMM at every batch size),
-/// [`DENSE_PREFILL_ROWS`] otherwise. `SAPIENT_DENSE_ROWS` overrides.
+/// [`DENSE_PREFILL_ROWS`] otherwise. [`KernelOptions::dense_rows`](crate::kernels::KernelOptions::dense_rows) overrides.
 pub fn dense_prefill_rows() -> usize {
     static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *N.get_or_init(|| {
-        std::env::var("SAPIENT_DENSE_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(if crate::kernels::has_avx512() {
-            usize::MAX
-        } else {
-            DENSE_PREFILL_ROWS
-        })
+        crate::kernels::options().dense_rows.unwrap_or(if crate::kernels::has_avx512() { usize::MAX } else { DENSE_PREFILL_ROWS })
     })
 }
 

@@ -4,6 +4,7 @@
 use anyhow::Result;
 
 mod audio;
+mod batch;
 mod llm;
 mod sample;
 mod spec;
@@ -20,6 +21,9 @@ pub struct Args {
 pub enum Suite {
     /// Log-mel and Silero VAD against numpy / onnxruntime.
     Audio(audio::Args),
+    /// Many sequences through the engine at 1..16 at once (aggregate decode tokens/s, time to
+    /// first token), prefix cache, KV budget; `--vs-llamacpp DIR` runs llama-batched-bench too.
+    Batch(batch::Args),
     /// LLM prefill/decode tokens/s, TTFT, peak RSS; `--vs-llamacpp DIR` runs llama-bench too.
     Llm(llm::Args),
     /// Constrained-generation mask time per token (JSON schema, regex, free JSON) on the
@@ -57,6 +61,7 @@ pub fn run(args: Args) -> Result<()> {
     println!("machine: {}", machine());
     match args.suite {
         Suite::Audio(a) => audio::run(a),
+        Suite::Batch(a) => batch::run(a),
         Suite::Llm(a) => llm::run(a),
         Suite::Sample(a) => sample::run(a),
         Suite::Spec(a) => spec::run(a),

@@ -82,17 +82,19 @@ fn request_tile_state() -> bool {
 /// arithmetic (`avx512::rows_q4k_x`, `rows_q6k_x`), so the choice never changes a result.
 /// Q6_K takes 4 activation rows per tile, and 5 to 8 rows (two passes) were slower than the
 /// AVX-512 kernels on a 2-core Xeon: a 5-token forward of Qwen2.5-1.5B 75.3-75.7 ms against
-/// 77-79 ms with AMX for all (`examples/step_cost`). `SAPIENT_AMX_Q6K=all|never` overrides.
+/// 77-79 ms with AMX for all (`examples/step_cost`). [`super::KernelOptions::amx_q6k`] overrides.
 pub fn use_for(t: QType, m: usize) -> bool {
-    static Q6: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
-    let q6 = *Q6.get_or_init(|| match std::env::var("SAPIENT_AMX_Q6K").as_deref() {
-        Ok("all") => 1,
-        Ok("never") => 2,
-        _ => 0,
-    });
+    use super::AmxQ6k;
     match t {
         QType::Q4K => m >= 2,
-        QType::Q6K => m >= 2 && (q6 == 1 || (q6 == 0 && !(5..=8).contains(&m))),
+        QType::Q6K => {
+            m >= 2
+                && match super::options().amx_q6k {
+                    AmxQ6k::All => true,
+                    AmxQ6k::Never => false,
+                    AmxQ6k::Auto => !(5..=8).contains(&m),
+                }
+        }
         _ => false,
     }
 }

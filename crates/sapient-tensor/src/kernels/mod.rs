@@ -18,8 +18,11 @@ mod amx;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod options;
 pub mod pool;
 pub mod quant;
+
+pub use options::{configure, options, AmxQ6k, KernelOptions};
 
 use crate::gguf::GgmlType;
 use crate::{Error, Result};
@@ -75,8 +78,8 @@ fn cached(state: &AtomicU8, probe: impl FnOnce() -> bool) -> bool {
     }
 }
 
-/// Whether the AVX2 kernels are in use (x86_64 with AVX2, FMA and F16C; `SAPIENT_NO_AVX2`
-/// turns them off).
+/// Whether the AVX2 kernels are in use (x86_64 with AVX2, FMA and F16C; the option
+/// [`KernelOptions::avx2`] turns them off).
 pub fn has_avx2() -> bool {
     static STATE: AtomicU8 = AtomicU8::new(0);
     cached(&STATE, || {
@@ -84,25 +87,25 @@ pub fn has_avx2() -> bool {
         return std::is_x86_feature_detected!("avx2")
             && std::is_x86_feature_detected!("fma")
             && std::is_x86_feature_detected!("f16c")
-            && std::env::var_os("SAPIENT_NO_AVX2").is_none();
+            && options().avx2;
         #[cfg(not(target_arch = "x86_64"))]
         false
     })
 }
 
-/// Whether the AVX-VNNI variants are in use (on top of AVX2; `SAPIENT_NO_VNNI` turns them off).
+/// Whether the AVX-VNNI variants are in use (on top of AVX2; [`KernelOptions::vnni`]).
 pub fn has_vnni() -> bool {
     static STATE: AtomicU8 = AtomicU8::new(0);
     cached(&STATE, || {
         #[cfg(target_arch = "x86_64")]
-        return has_avx2() && std::is_x86_feature_detected!("avxvnni") && std::env::var_os("SAPIENT_NO_VNNI").is_none();
+        return has_avx2() && std::is_x86_feature_detected!("avxvnni") && options().vnni;
         #[cfg(not(target_arch = "x86_64"))]
         false
     })
 }
 
 /// Whether the AVX-512 kernels are in use (AVX-512 F/BW/VL/VNNI with FMA and F16C;
-/// `SAPIENT_NO_AVX512` turns them off).
+/// [`KernelOptions::avx512`]).
 pub fn has_avx512() -> bool {
     static STATE: AtomicU8 = AtomicU8::new(0);
     cached(&STATE, || {
@@ -112,7 +115,7 @@ pub fn has_avx512() -> bool {
             && std::is_x86_feature_detected!("avx512bw")
             && std::is_x86_feature_detected!("avx512vl")
             && std::is_x86_feature_detected!("avx512vnni")
-            && std::env::var_os("SAPIENT_NO_AVX512").is_none();
+            && options().avx512;
         #[cfg(not(target_arch = "x86_64"))]
         false
     })
@@ -120,13 +123,13 @@ pub fn has_avx512() -> bool {
 
 /// Whether the AMX kernels are in use for Q4_K and Q6_K products of two or more activation
 /// rows (AVX-512 as above plus AMX-TILE/AMX-INT8 with the tile state granted by the OS;
-/// `SAPIENT_NO_AMX` turns them off). One-row products of those formats then use kernels
+/// [`KernelOptions::amx`]). One-row products of those formats then use kernels
 /// with the same arithmetic, so batches stay bit-identical to single rows.
 pub fn has_amx() -> bool {
     static STATE: AtomicU8 = AtomicU8::new(0);
     cached(&STATE, || {
         #[cfg(target_arch = "x86_64")]
-        return has_avx512() && std::env::var_os("SAPIENT_NO_AMX").is_none() && amx::available();
+        return has_avx512() && options().amx && amx::available();
         #[cfg(not(target_arch = "x86_64"))]
         false
     })
@@ -885,12 +888,11 @@ pub fn huge_pages(b: &[u8]) {
 /// token; with 4 KiB pages every page is a TLB miss and the hardware prefetchers stop at each
 /// page boundary. On the 2-core Intel VM a Q8_0 [48640, 896] product from memory went from
 /// 1.9-2.2 ms to 1.66-1.70 ms. Contents are unchanged; where it fails (old kernels, THP
-/// disabled, other systems) the pages stay as they were. `SAPIENT_HUGE_PAGES=0` turns it off.
+/// disabled, other systems) the pages stay as they were. [`KernelOptions::huge_pages`].
 fn huge_pages_range(start: usize, end: usize) {
     #[cfg(target_os = "linux")]
     {
-        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if *OFF.get_or_init(|| std::env::var("SAPIENT_HUGE_PAGES").is_ok_and(|v| v == "0")) {
+        if !options().huge_pages {
             return;
         }
         let (a, b) = (start.next_multiple_of(HUGE_PAGE), end / HUGE_PAGE * HUGE_PAGE);
@@ -921,35 +923,16 @@ pub(crate) struct Ahead {
     b1: usize,
 }
 
-/// Prefetch distances in bytes (`SAPIENT_PREFETCH="t0:BYTES,t1:BYTES"` overrides; a hint
-/// left out is not used). 2 KiB into L1 and 8 KiB into L2, asked for line by line as a
-/// decode kernel moves along its rows: on the 2-core Intel VM (session 8) Qwen2.5-0.5B's
-/// decode step went 21-25 ms (16 rows ahead into L1, a row at a time) -> 16-18 ms (two
-/// levels, a row at a time) -> 13.8-14.6 ms (two levels, streamed), SmolLM2's 3.2-3.9 ->
-/// 3.3-3.4 ms. Alone, far L1 prefetches starve DRAM-bound products (the fill buffers) and
-/// near ones starve the cache-resident SmolLM2; 1/4, 1.5/6 and 2/16 KiB were within the
-/// noise of 2/8, 0.5/2 and 3/12 slower.
-static PREFETCH_BYTES: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
-
+/// Prefetch distances in bytes ([`KernelOptions::prefetch_l1`] and `prefetch_l2`). 2 KiB
+/// into L1 and 8 KiB into L2, asked for line by line as a decode kernel moves along its rows:
+/// on a 2-core Intel Xeon VM Qwen2.5-0.5B's decode step went 21-25 ms (16 rows ahead into
+/// L1, a row at a time) -> 16-18 ms (two levels, a row at a time) -> 13.8-14.6 ms (two
+/// levels, streamed), SmolLM2's 3.2-3.9 -> 3.3-3.4 ms. Alone, far L1 prefetches starve
+/// DRAM-bound products (the fill buffers) and near ones starve the cache-resident SmolLM2;
+/// 1/4, 1.5/6 and 2/16 KiB were within the noise of 2/8, 0.5/2 and 3/12 slower.
 fn prefetch_bytes() -> (usize, usize) {
-    *PREFETCH_BYTES.get_or_init(|| {
-        let mut v = (2048, 8192);
-        if let Ok(e) = std::env::var("SAPIENT_PREFETCH") {
-            v = (0, 0);
-            for part in e.split(',') {
-                let slot = match part.split_once(':') {
-                    Some(("t0", b)) => Some((&mut v.0, b)),
-                    Some(("t1", b)) => Some((&mut v.1, b)),
-                    _ => None,
-                };
-                match slot.map(|(at, b)| b.trim().parse().map(|n| *at = n)) {
-                    Some(Ok(())) => {}
-                    _ => tracing::warn!("SAPIENT_PREFETCH: ignoring {part:?} (expected t0:BYTES or t1:BYTES)"),
-                }
-            }
-        }
-        v
-    })
+    let o = options();
+    (o.prefetch_l1, o.prefetch_l2)
 }
 
 impl Ahead {

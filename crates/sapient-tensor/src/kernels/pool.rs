@@ -209,13 +209,12 @@ fn worker(s: Arc<Shared>) {
     }
 }
 
-/// The process-wide kernel pool.
+/// The process-wide kernel pool ([`super::KernelOptions::threads`] threads).
 pub fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
     POOL.get_or_init(|| {
-        let n = std::env::var("SAPIENT_THREADS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
+        let n = super::options()
+            .threads
             .filter(|&n| n > 0)
             .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
         Pool::new(n.min(256))

@@ -1,0 +1,136 @@
+//! Kernel options: threads, instruction sets, prefetch distances, huge pages.
+//!
+//! The kernels' dispatch and their thread pool are process-wide, so these options are too:
+//! a model loader passes its [`KernelOptions`] to [`configure`] before the first product, and
+//! every later product follows them. Library code never reads the environment; the `sapient`
+//! command line and `cargo xtask` build their options with [`KernelOptions::from_env`].
+
+use std::sync::OnceLock;
+
+/// Which AMX path Q6_K products take (the choice never changes a result, only the speed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AmxQ6k {
+    /// AMX except for 5 to 8 activation rows (two tile passes), where AVX-512 was faster.
+    #[default]
+    Auto,
+    All,
+    Never,
+}
+
+/// Options for the quantized kernels and the memory of model weights.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelOptions {
+    /// Threads of the kernel pool; `None`: one per core.
+    pub threads: Option<usize>,
+    /// Allow the AVX2/FMA/F16C kernels (when the CPU has them).
+    pub avx2: bool,
+    /// Allow the AVX-VNNI variants.
+    pub vnni: bool,
+    /// Allow the AVX-512 VNNI kernels.
+    pub avx512: bool,
+    /// Allow the AMX kernels for Q4_K/Q6_K batches.
+    pub amx: bool,
+    pub amx_q6k: AmxQ6k,
+    /// Prefetch distance into L1, in bytes ahead of the weights being read (0: none).
+    pub prefetch_l1: usize,
+    /// Prefetch distance into L2, in bytes (0: none).
+    pub prefetch_l2: usize,
+    /// Back model weights with 2 MiB pages where Linux allows.
+    pub huge_pages: bool,
+    /// From how many activation rows a product leaves the quantized kernels for a dense f32
+    /// GEMM on the dequantized weight; `None`: never with AVX-512, 32 rows otherwise.
+    pub dense_rows: Option<usize>,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        Self {
+            threads: None,
+            avx2: true,
+            vnni: true,
+            avx512: true,
+            amx: true,
+            amx_q6k: AmxQ6k::Auto,
+            prefetch_l1: 2048,
+            prefetch_l2: 8192,
+            huge_pages: true,
+            dense_rows: None,
+        }
+    }
+}
+
+impl KernelOptions {
+    /// Options from the environment, for binaries (`sapient`, `cargo xtask`):
+    /// `SAPIENT_THREADS=N`, `SAPIENT_NO_AVX2`, `SAPIENT_NO_VNNI`, `SAPIENT_NO_AVX512`,
+    /// `SAPIENT_NO_AMX` (set = off), `SAPIENT_AMX_Q6K=all|never`,
+    /// `SAPIENT_PREFETCH="t0:BYTES,t1:BYTES"` (a hint left out is not used),
+    /// `SAPIENT_HUGE_PAGES=0`, `SAPIENT_DENSE_ROWS=N`. Values that do not parse are named
+    /// in the returned warnings and left at their defaults.
+    pub fn from_env() -> (Self, Vec<String>) {
+        let mut o = Self::default();
+        let mut warnings = Vec::new();
+        let var = |k: &str| std::env::var(k).ok();
+        let set = |k: &str| std::env::var_os(k).is_some();
+        if let Some(v) = var("SAPIENT_THREADS") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if n > 0 => o.threads = Some(n),
+                _ => warnings.push(format!("SAPIENT_THREADS: ignoring {v:?} (expected a number of threads)")),
+            }
+        }
+        o.avx2 = !set("SAPIENT_NO_AVX2");
+        o.vnni = !set("SAPIENT_NO_VNNI");
+        o.avx512 = !set("SAPIENT_NO_AVX512");
+        o.amx = !set("SAPIENT_NO_AMX");
+        match var("SAPIENT_AMX_Q6K").as_deref() {
+            None => {}
+            Some("all") => o.amx_q6k = AmxQ6k::All,
+            Some("never") => o.amx_q6k = AmxQ6k::Never,
+            Some(v) => warnings.push(format!("SAPIENT_AMX_Q6K: ignoring {v:?} (expected all or never)")),
+        }
+        if let Some(e) = var("SAPIENT_PREFETCH") {
+            o.prefetch_l1 = 0;
+            o.prefetch_l2 = 0;
+            for part in e.split(',') {
+                let slot = match part.split_once(':') {
+                    Some(("t0", b)) => Some((&mut o.prefetch_l1, b)),
+                    Some(("t1", b)) => Some((&mut o.prefetch_l2, b)),
+                    _ => None,
+                };
+                match slot.map(|(at, b)| b.trim().parse().map(|n| *at = n)) {
+                    Some(Ok(())) => {}
+                    _ => warnings.push(format!("SAPIENT_PREFETCH: ignoring {part:?} (expected t0:BYTES or t1:BYTES)")),
+                }
+            }
+        }
+        if var("SAPIENT_HUGE_PAGES").is_some_and(|v| v == "0") {
+            o.huge_pages = false;
+        }
+        if let Some(v) = var("SAPIENT_DENSE_ROWS") {
+            match v.trim().parse::<usize>() {
+                Ok(n) => o.dense_rows = Some(n),
+                Err(_) => warnings.push(format!("SAPIENT_DENSE_ROWS: ignoring {v:?} (expected a number of rows)")),
+            }
+        }
+        (o, warnings)
+    }
+}
+
+static OPTIONS: OnceLock<KernelOptions> = OnceLock::new();
+
+/// Set the kernel options for this process. The first call (or the first product, which
+/// takes the defaults) fixes them: a later call with the same options is fine, one with
+/// different options is an error naming both, and changes nothing.
+pub fn configure(opts: KernelOptions) -> crate::Result<()> {
+    let now = OPTIONS.get_or_init(|| opts.clone());
+    if *now != opts {
+        return Err(crate::Error::KernelOptions(format!(
+            "the kernels already run with {now:?}; cannot switch to {opts:?} in the same process"
+        )));
+    }
+    Ok(())
+}
+
+/// The options in force (the defaults unless [`configure`] came first).
+pub fn options() -> &'static KernelOptions {
+    OPTIONS.get_or_init(KernelOptions::default)
+}
