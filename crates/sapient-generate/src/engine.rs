@@ -60,6 +60,23 @@ pub struct EngineOptions {
     pub prefill_chunk: usize,
     /// Share full KV blocks across requests with the same prefix.
     pub prefix_cache: bool,
+    /// What happens when a sequence reaches the context length.
+    pub context: ContextPolicy,
+}
+
+/// What a sequence does when it reaches the model's context length (the pipeline's
+/// `max_seq_len`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContextPolicy {
+    /// Finish with [`FinishReason::ContextFull`].
+    #[default]
+    Stop,
+    /// Keep going, as llama.cpp's context shift does: keep the first `keep` tokens (the
+    /// system prompt, or a few attention-sink tokens) and the newer half of the rest, drop
+    /// the older half, and recompute the kept tokens at their new positions (exact keys,
+    /// no re-rotation of cached ones). The output continues where it was; the model no
+    /// longer sees the dropped stretch.
+    Shift { keep: usize },
 }
 
 impl Default for EngineOptions {
@@ -70,6 +87,7 @@ impl Default for EngineOptions {
             max_step_tokens: 512,
             prefill_chunk: 256,
             prefix_cache: true,
+            context: ContextPolicy::Stop,
         }
     }
 }
@@ -136,6 +154,8 @@ pub struct EngineMetrics {
     /// Prompt tokens taken from the prefix cache.
     pub cached_prompt_tokens: u64,
     pub preemptions: u64,
+    /// Context shifts ([`ContextPolicy::Shift`]).
+    pub context_shifts: u64,
     pub finished: u64,
     pub cancelled: u64,
 }
@@ -150,6 +170,7 @@ struct Shared {
     prompt: AtomicU64,
     cached: AtomicU64,
     preemptions: AtomicU64,
+    context_shifts: AtomicU64,
     finished: AtomicU64,
     cancelled: AtomicU64,
     stop: AtomicBool,
@@ -251,6 +272,7 @@ impl Engine {
             prompt_tokens: s.prompt.load(Ordering::Relaxed),
             cached_prompt_tokens: s.cached.load(Ordering::Relaxed),
             preemptions: s.preemptions.load(Ordering::Relaxed),
+            context_shifts: s.context_shifts.load(Ordering::Relaxed),
             finished: s.finished.load(Ordering::Relaxed),
             cancelled: s.cancelled.load(Ordering::Relaxed),
         }
@@ -271,8 +293,10 @@ impl Drop for Engine {
 struct Active {
     id: u64,
     seq: Option<SeqId>,
-    /// Prompt and generated tokens: everything that belongs in the cache.
+    /// Prompt and generated tokens (the output and the penalties' history).
     tokens: Vec<u32>,
+    /// What belongs in the cache: `tokens`, unless a context shift dropped a stretch.
+    kv_tokens: Vec<u32>,
     prompt_len: usize,
     /// Tokens whose keys and values are in the cache.
     computed: usize,
@@ -375,7 +399,7 @@ impl Scheduler {
                 let a = &self.running[p.idx];
                 Some(BatchSeq {
                     seq: a.seq?,
-                    tokens: &a.tokens[a.computed..a.computed + p.n],
+                    tokens: &a.kv_tokens[a.computed..a.computed + p.n],
                     logits: p.logits.then_some(Logits::Last),
                 })
             })
@@ -407,7 +431,7 @@ impl Scheduler {
                 // Prompt blocks become shareable as soon as they are full.
                 if self.opts.prefix_cache {
                     if let Some(seq) = a.seq {
-                        let _ = self.kv.commit(seq, &a.tokens[..a.computed]);
+                        let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed]);
                     }
                 }
             }
@@ -466,6 +490,7 @@ impl Scheduler {
         a.stats.sampling += ts.elapsed();
         for &t in &feed {
             a.tokens.push(t);
+            a.kv_tokens.push(t);
             shared.generated.fetch_add(1, Ordering::Relaxed);
             let piece = match a.detok.push(t) {
                 Ok(p) => p.unwrap_or_default(),
@@ -508,7 +533,7 @@ impl Scheduler {
     fn finish(&mut self, a: Active, r: Result<Generation>) {
         if let Some(seq) = a.seq {
             if self.opts.prefix_cache {
-                let _ = self.kv.commit(seq, &a.tokens[..a.computed.min(a.tokens.len())]);
+                let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed.min(a.kv_tokens.len())]);
             }
             let _ = self.kv.free(seq);
         }
@@ -550,7 +575,7 @@ impl Scheduler {
         while self.running.len() < self.opts.max_seqs {
             let resume = !self.preempted.is_empty();
             let tokens_needed = match (resume, self.waiting.front()) {
-                (true, _) => self.preempted.front().map_or(0, |a| a.tokens.len() + 1),
+                (true, _) => self.preempted.front().map_or(0, |a| a.kv_tokens.len() + 1),
                 (false, Some(r)) => r.prompt.len() + 1,
                 (false, None) => break,
             };
@@ -587,7 +612,7 @@ impl Scheduler {
                 }
             };
             let seq = self.kv.new_seq();
-            let reused = if self.opts.prefix_cache { self.kv.attach_prefix(seq, &a.tokens).unwrap_or(0) } else { 0 };
+            let reused = if self.opts.prefix_cache { self.kv.attach_prefix(seq, &a.kv_tokens).unwrap_or(0) } else { 0 };
             a.seq = Some(seq);
             a.computed = reused;
             if !resume {
@@ -609,6 +634,7 @@ impl Scheduler {
                 seq: None,
                 prompt_len: r.prompt.len(),
                 stats: GenerationStats { prompt_tokens: r.prompt.len(), ..Default::default() },
+                kv_tokens: r.prompt.clone(),
                 tokens: r.prompt,
                 computed: 0,
                 detok: TokenStream::new(self.pipeline.tokenizer().clone(), r.cfg.skip_special_tokens),
@@ -644,9 +670,10 @@ impl Scheduler {
         let mut plans = Vec::new();
         let mut budget = self.opts.max_step_tokens;
         let mut context_full = Vec::new();
+        let mut shift = Vec::new();
         for i in order {
             let a = &self.running[i];
-            let pending = a.tokens.len() - a.computed;
+            let pending = a.kv_tokens.len() - a.computed;
             if pending == 0 {
                 continue;
             }
@@ -655,11 +682,27 @@ impl Scheduler {
                 continue;
             }
             if a.computed + n > max_seq {
-                context_full.push(a.id);
+                match self.opts.context {
+                    ContextPolicy::Shift { keep } if a.kv_tokens.len() > keep + 2 => shift.push((i, keep)),
+                    _ => context_full.push(a.id),
+                }
                 continue;
             }
-            plans.push(Plan { idx: i, n, logits: a.computed + n == a.tokens.len() });
+            plans.push(Plan { idx: i, n, logits: a.computed + n == a.kv_tokens.len() });
             budget = budget.saturating_sub(n);
+        }
+        for (i, keep) in shift {
+            // Recomputed from the next step on, as prompt chunks.
+            let a = &mut self.running[i];
+            let len = a.kv_tokens.len();
+            let keep = keep.min(len / 2);
+            let drop = (len - keep) / 2;
+            a.kv_tokens.drain(keep..keep + drop);
+            a.computed = a.computed.min(keep);
+            if let Some(seq) = a.seq {
+                let _ = self.kv.truncate(seq, a.computed);
+            }
+            self.shared.context_shifts.fetch_add(1, Ordering::Relaxed);
         }
         // Reserve; when the cache is full, preempt the newest sequence and try again.
         let mut k = 0;
@@ -722,7 +765,7 @@ impl Scheduler {
         }
         if let Some(seq) = a.seq.take() {
             if self.opts.prefix_cache {
-                let _ = self.kv.commit(seq, &a.tokens[..a.computed.min(a.tokens.len())]);
+                let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed.min(a.kv_tokens.len())]);
             }
             let _ = self.kv.free(seq);
         }

@@ -26,7 +26,7 @@ pub use sapient_hub::Progress;
 pub use sapient_sample::{Expr, Grammar, JsonOptions, SamplerConfig};
 pub use sapient_tensor::DeviceRequest;
 pub use sapient_tokenizers::Message;
-pub use engine::{Engine, EngineMetrics, EngineOptions, Event, RequestHandle};
+pub use engine::{ContextPolicy, Engine, EngineMetrics, EngineOptions, Event, RequestHandle};
 pub use sapient_llama::{KvBudget, KvOptions};
 pub use stream::TextStream;
 pub use task::{Task, TaskBuilder, TaskStream};

@@ -186,3 +186,22 @@ fn requests_that_cannot_fit_are_errors() -> Result<()> {
     assert!(Engine::new(p, EngineOptions { max_seqs: 0, ..Default::default() }).is_err());
     Ok(())
 }
+
+#[test]
+fn a_context_shift_keeps_a_long_generation_going() -> Result<()> {
+    use sapient_generate::ContextPolicy;
+    let p = Pipeline::load("smollm2-135m-instruct", PipelineOptions { max_seq_len: Some(128), ..Default::default() }, |_| {})?;
+    let cfg = GenerationConfig { ignore_eos: true, ..GenerationConfig::default().max_tokens(300) };
+    let q = &questions()[2];
+    let stop = Engine::new(&p, small(EngineOptions::default()))?.submit_chat(q, cfg.clone())?.wait()?;
+    assert_eq!(stop.finish, FinishReason::ContextFull);
+    assert_eq!(stop.stats.prompt_tokens + stop.tokens.len(), 129, "the context holds 128 positions and the last token needs none");
+    let e = Engine::new(&p, small(EngineOptions { context: ContextPolicy::Shift { keep: 16 }, ..Default::default() }))?;
+    let shifted = e.submit_chat(q, cfg)?.wait()?;
+    assert_eq!(shifted.finish, FinishReason::MaxTokens);
+    assert_eq!(shifted.tokens.len(), 300);
+    // The same tokens up to the first shift.
+    assert_eq!(shifted.tokens[..stop.tokens.len()], stop.tokens[..]);
+    assert!(e.metrics().context_shifts >= 2, "{:?}", e.metrics());
+    Ok(())
+}
