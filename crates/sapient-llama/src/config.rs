@@ -177,7 +177,7 @@ impl LlamaConfig {
             path,
         )?;
         let num_kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
-        if c.num_attention_heads == 0 || num_kv_heads == 0 || c.num_attention_heads % num_kv_heads != 0 {
+        if c.num_attention_heads == 0 || num_kv_heads == 0 || !c.num_attention_heads.is_multiple_of(num_kv_heads) {
             return Err(Error::Config(format!("{}: bad head counts", path.display())));
         }
         let head_dim = c.head_dim.unwrap_or(c.hidden_size / c.num_attention_heads);

@@ -102,6 +102,8 @@ fn run_group(lins: &[&Lin], x: &[f32], n: usize, exact: bool, outs: &mut [&mut [
     Ok(())
 }
 
+// One per layer, built at load: the size of the separate variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum LinQkv {
     Separate(Lin, Lin, Lin),
     Fused(Lin),
@@ -509,7 +511,7 @@ impl CpuModel {
     pub(crate) fn check(&self) -> Result<()> {
         let d = &self.dims;
         let half = d.rope_dim / 2;
-        if self.cos.len() != self.sin.len() || half == 0 || self.cos.len() % half != 0 {
+        if self.cos.len() != self.sin.len() || half == 0 || !self.cos.len().is_multiple_of(half) {
             return Err(Error::Internal("rope tables do not match the rope dimension"));
         }
         Ok(())

@@ -456,7 +456,7 @@ impl GgufFile {
         let raw = self.tensor_bytes(name)?;
         // candle reinterprets the bytes as blocks: the start must be aligned for f32 / f16.
         // Data in a mapped file is aligned by construction; a misaligned buffer is copied.
-        if (raw.as_ptr() as usize) % 8 == 0 {
+        if (raw.as_ptr() as usize).is_multiple_of(8) {
             Ok(qtensor_from_ggml(dtype, raw, t.shape.clone(), device)?)
         } else {
             let mut aligned = vec![0u64; raw.len().div_ceil(8)];

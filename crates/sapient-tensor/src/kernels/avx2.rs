@@ -688,7 +688,7 @@ pub unsafe fn scores4_f16(qs: [&[f32]; 4], kc: &[u16], stride: usize, hd: usize,
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn scores1_f16(q: &[f32], kc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, scale: f32, out: *mut f32) {
     let mut t = t0;
-    if hd % 16 == 0 {
+    if hd.is_multiple_of(16) {
         // Four keys at a time: the query is loaded once for all four, and the four sums are
         // reduced together in exactly `hsum_ps`'s order (so each score is bit-identical to
         // `dot_f32_f16`'s: the same products, accumulators and additions).
@@ -733,7 +733,7 @@ pub unsafe fn scores1_f16(q: &[f32], kc: &[u16], stride: usize, hd: usize, t0: u
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn values1_f16(p: *const f32, inv: f32, vc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, y: *mut f32) {
-    if hd % 8 != 0 {
+    if !hd.is_multiple_of(8) {
         for t in t0..t1 {
             axpys_f16::<1>([*p.add(t - t0) * inv], vc.get_unchecked(t * stride..t * stride + hd), [y]);
         }
@@ -768,7 +768,7 @@ pub unsafe fn values1_f16(p: *const f32, inv: f32, vc: &[u16], stride: usize, hd
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn values4_f16(p: [*const f32; 4], inv: [f32; 4], vc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, ys: [*mut f32; 4]) {
-    if hd % 16 != 0 {
+    if !hd.is_multiple_of(16) {
         for t in t0..t1 {
             let a: [f32; 4] = std::array::from_fn(|r| *p[r].add(t - t0) * inv[r]);
             axpys_f16::<4>(a, vc.get_unchecked(t * stride..t * stride + hd), ys);

@@ -22,7 +22,7 @@
 //! Safety: every function requires AVX-512 F/BW/VL/VNNI, FMA and F16C (checked once at run
 //! time by the dispatcher) and that `w` holds the row the activation length implies.
 
-#![allow(clippy::missing_safety_doc)]
+#![allow(clippy::missing_safety_doc, clippy::needless_range_loop)]
 
 use super::quant::{BlockQ8, BlockQ8K};
 use std::arch::x86_64::*;

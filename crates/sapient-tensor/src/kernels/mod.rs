@@ -503,7 +503,7 @@ impl QMatrix {
 
     /// A matrix from raw GGML blocks (`rows * cols / block_len * block_bytes` bytes).
     pub fn from_bytes(qtype: QType, rows: usize, cols: usize, bytes: Vec<u8>) -> Result<Self> {
-        if cols % qtype.block_len() != 0 {
+        if !cols.is_multiple_of(qtype.block_len()) {
             return Err(Error::Candle(candle_core::Error::Msg(format!(
                 "{qtype:?} matrix: {cols} columns is not a multiple of the block length {}",
                 qtype.block_len()

@@ -133,7 +133,7 @@ impl Pool {
         let mut spins = 0u32;
         while s.finished.load(Ordering::Acquire) < chunks {
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -180,7 +180,7 @@ fn worker(s: Arc<Shared>) {
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 && start.elapsed() > SPIN {
+            if spins.is_multiple_of(1024) && start.elapsed() > SPIN {
                 let mut g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
                 s.parked.fetch_add(1, Ordering::SeqCst);
                 while s.epoch.load(Ordering::SeqCst) == seen {

@@ -6,6 +6,10 @@
 //! 32-element weight formats, 256-element blocks ([`BlockQ8K`]) for the k-quants. A dot
 //! product is then an integer sum per block, scaled once.
 
+// The reference dot products and dequantizers follow GGML's C code index for index (`qs[j]`
+// beside `ba.qs[j + 16]`), which iterators would obscure.
+#![allow(clippy::needless_range_loop)]
+
 use half::f16;
 
 /// A weight format the kernels handle.
