@@ -582,17 +582,14 @@ impl Scheduler {
             let need = self.blocks_for(tokens_needed);
             if need > self.kv.total_blocks() {
                 // Alone it can never fit.
-                let msg = format!(
-                    "the request needs {tokens_needed} KV positions but the engine's cache holds {}",
-                    self.kv.capacity_tokens()
-                );
+                let err = Error::TooLargeForCache { needed: tokens_needed, capacity: self.kv.capacity_tokens() };
                 if resume {
                     if let Some(mut a) = self.preempted.pop_front() {
                         let r = Self::result(&mut a, FinishReason::ContextFull);
                         self.finish(a, r);
                     }
                 } else if let Some(r) = self.waiting.pop_front() {
-                    let _ = r.tx.send(Event::Done(Err(Error::Worker(msg))));
+                    let _ = r.tx.send(Event::Done(Err(err)));
                 }
                 continue;
             }

@@ -62,6 +62,8 @@ pub enum Error {
     Unsupported(&'static str),
     #[error(transparent)]
     Parse(#[from] sapient_sample::ParseError),
+    #[error("the request needs {needed} KV positions but the engine's cache holds {capacity} (raise the engine's KV budget)")]
+    TooLargeForCache { needed: usize, capacity: usize },
     #[error("invalid options: {0}")]
     InvalidOptions(String),
     #[error("the generation worker stopped unexpectedly: {0}")]
