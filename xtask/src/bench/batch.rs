@@ -75,6 +75,7 @@ fn engine_point(pipe: &Pipeline, npl: usize, a: &Args) -> Result<Point> {
         max_step_tokens: npl * a.npp,
         prefill_chunk: a.npp,
         prefix_cache: false,
+        ..Default::default()
     };
     let engine = Engine::new(pipe, opts)?;
     // Warm-up: first touch of the weights and the engine's scratch.

@@ -13,10 +13,15 @@ pub struct Args {
     /// Presets to measure.
     #[arg(long = "preset", default_values_t = vec!["smollm2-135m-instruct".to_string()])]
     pub presets: Vec<String>,
-    #[arg(long, default_value_t = 512)]
-    pub pp: usize,
+    /// Prompt lengths to measure prefill at (comma-separated; the first is the headline).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![512])]
+    pub pp: Vec<usize>,
     #[arg(long, default_value_t = 128)]
     pub tg: usize,
+    /// Context depths to measure decode at besides 0 (comma-separated): `tg` tokens decoded
+    /// after a prefix of that many tokens (llama-bench's `-d`).
+    #[arg(long, value_delimiter = ',', default_values_t = Vec::<usize>::new())]
+    pub depth: Vec<usize>,
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
     /// Directory holding llama.cpp's `llama-bench` (see scripts/build-llamacpp.sh).
@@ -104,28 +109,47 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn llama_bench(dir: &std::path::Path, model: &std::path::Path, a: &Args) -> Result<(f64, f64)> {
+/// llama-bench's figures: prefill tokens/s per prompt length, decode tokens/s per depth.
+struct LlamaBench {
+    pp: Vec<(usize, f64)>,
+    tg: Vec<(usize, f64)>,
+}
+
+fn llama_bench(dir: &std::path::Path, model: &std::path::Path, a: &Args) -> Result<LlamaBench> {
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let out = std::process::Command::new(dir.join("llama-bench"))
-        .arg("-m")
-        .arg(model)
-        .args(["-p", &a.pp.to_string(), "-n", &a.tg.to_string(), "-r", &a.reps.to_string(), "-t", &threads.to_string(), "-o", "json"])
-        .output()
-        .with_context(|| format!("running {}/llama-bench", dir.display()))?;
-    anyhow::ensure!(out.status.success(), "llama-bench failed: {}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("llama-bench JSON")?;
-    let mut pp = 0.0;
-    let mut tg = 0.0;
-    for r in v.as_array().into_iter().flatten() {
-        let ts = r["avg_ts"].as_f64().unwrap_or(0.0);
-        if r["n_prompt"].as_u64() == Some(a.pp as u64) && r["n_gen"].as_u64() == Some(0) {
-            pp = ts;
-        }
-        if r["n_gen"].as_u64() == Some(a.tg as u64) && r["n_prompt"].as_u64() == Some(0) {
-            tg = ts;
+    let list = |v: &[usize]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+    let run = |args: &[String]| -> Result<serde_json::Value> {
+        let out = std::process::Command::new(dir.join("llama-bench"))
+            .arg("-m")
+            .arg(model)
+            .args(args)
+            .args(["-r", &a.reps.to_string(), "-t", &threads.to_string(), "-o", "json"])
+            .output()
+            .with_context(|| format!("running {}/llama-bench", dir.display()))?;
+        anyhow::ensure!(out.status.success(), "llama-bench failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).context("llama-bench JSON")
+    };
+    let mut r = LlamaBench { pp: Vec::new(), tg: Vec::new() };
+    let v = run(&["-p".into(), list(&a.pp), "-n".into(), "0".into()])?;
+    for row in v.as_array().into_iter().flatten() {
+        if let (Some(p), Some(0)) = (row["n_prompt"].as_u64(), row["n_gen"].as_u64()) {
+            r.pp.push((p as usize, row["avg_ts"].as_f64().unwrap_or(0.0)));
         }
     }
-    Ok((pp, tg))
+    let depths: Vec<usize> = std::iter::once(0).chain(a.depth.iter().copied()).collect();
+    let v = run(&["-p".into(), "0".into(), "-n".into(), a.tg.to_string(), "-d".into(), list(&depths)])?;
+    for row in v.as_array().into_iter().flatten() {
+        if let (Some(0), Some(g)) = (row["n_prompt"].as_u64(), row["n_gen"].as_u64()) {
+            if g as usize == a.tg {
+                r.tg.push((row["n_depth"].as_u64().unwrap_or(0) as usize, row["avg_ts"].as_f64().unwrap_or(0.0)));
+            }
+        }
+    }
+    Ok(r)
+}
+
+fn lookup(v: &[(usize, f64)], k: usize) -> f64 {
+    v.iter().find(|x| x.0 == k).map_or(0.0, |x| x.1)
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -138,10 +162,12 @@ pub fn run(a: Args) -> Result<()> {
         let file_size = std::fs::metadata(&path)?.len() as f64;
         let size = decode_bytes(&path)?;
         let t0 = Instant::now();
-        let mut m = sapient_llama::load(&path, &Device::Cpu, Some(a.pp + a.tg + 8))?;
+        let max_pp = a.pp.iter().copied().max().unwrap_or(1).max(1);
+        let max_depth = a.depth.iter().copied().max().unwrap_or(0);
+        let mut m = sapient_llama::load(&path, &Device::Cpu, Some(max_pp.max(max_depth) + a.tg + 8))?;
         let load_s = t0.elapsed().as_secs_f64();
         let vocab = m.config().vocab_size as u32;
-        let prompt: Vec<u32> = (0..a.pp as u32).map(|i| (i * 7919 + 13) % vocab).collect();
+        let prompt: Vec<u32> = (0..max_pp.max(max_depth) as u32).map(|i| (i * 7919 + 13) % vocab).collect();
         // Warm-up (first-touch of weights and caches).
         m.forward(&prompt[..16.min(prompt.len())], Logits::Last)?;
         let mut pp = Vec::new();
@@ -154,22 +180,47 @@ pub fn run(a: Args) -> Result<()> {
         // bandwidth of a shared machine moves by a third within a minute, so the ceiling is
         // taken from the probes next to the decode it is compared with.
         let before = (bandwidth_gbs(true), bandwidth_gbs(false));
-        for _ in 0..a.reps {
-            m.clear_cache();
-            let t = Instant::now();
-            m.forward_into(&prompt, Logits::Last, &mut logits)?;
-            let _first = argmax(&logits)?;
-            let dt = t.elapsed().as_secs_f64();
-            pp.push(a.pp as f64 / dt);
-            ttft.push(dt);
-            m.clear_cache();
-            let mut tok = 1u32;
-            let t = Instant::now();
-            for _ in 0..a.tg {
-                m.forward_into(&[tok], Logits::Last, &mut logits)?;
-                tok = argmax(&logits)?;
+        // Prefill at every prompt length; the first is the headline (with time to first token).
+        let mut pp_at = Vec::new();
+        for (k, &n) in a.pp.iter().enumerate() {
+            let mut rates = Vec::new();
+            for _ in 0..a.reps {
+                m.clear_cache();
+                let t = Instant::now();
+                m.forward_into(&prompt[..n], Logits::Last, &mut logits)?;
+                let _first = argmax(&logits)?;
+                let dt = t.elapsed().as_secs_f64();
+                rates.push(n as f64 / dt);
+                if k == 0 {
+                    ttft.push(dt);
+                }
             }
-            tg.push(a.tg as f64 / t.elapsed().as_secs_f64());
+            if k == 0 {
+                pp = rates.clone();
+            }
+            pp_at.push((n, median(rates)));
+        }
+        // Decode from an empty context and after each depth.
+        let mut tg_at = Vec::new();
+        for &d in std::iter::once(&0).chain(a.depth.iter()) {
+            let mut rates = Vec::new();
+            for _ in 0..a.reps {
+                m.clear_cache();
+                if d > 0 {
+                    m.forward_into(&prompt[..d], Logits::Last, &mut logits)?;
+                }
+                let mut tok = 1u32;
+                let t = Instant::now();
+                for _ in 0..a.tg {
+                    m.forward_into(&[tok], Logits::Last, &mut logits)?;
+                    tok = argmax(&logits)?;
+                }
+                rates.push(a.tg as f64 / t.elapsed().as_secs_f64());
+            }
+            if d == 0 {
+                tg = rates.clone();
+            }
+            tg_at.push((d, median(rates)));
         }
         let (pp, tg, ttft) = (median(pp), median(tg), median(ttft));
         let rss = rss_mb();
@@ -177,27 +228,45 @@ pub fn run(a: Args) -> Result<()> {
         drop(m);
         println!(
             "{preset}: pp{} {pp:.1} tok/s | tg{} {tg:.1} tok/s | ttft({} tokens) {ttft:.3}s | load {load_s:.2}s | RSS {rss:.0} MB (file {:.0} MB, {:.0} MB read per decoded token)",
-            a.pp,
+            a.pp[0],
             a.tg,
-            a.pp,
+            a.pp[0],
             file_size / 1e6,
             size / 1e6
         );
         let mut entry = serde_json::json!({
-            "preset": preset, "file_bytes": file_size, "decode_bytes_per_token": size, "pp": a.pp, "tg": a.tg,
+            "preset": preset, "file_bytes": file_size, "decode_bytes_per_token": size, "pp": a.pp[0], "tg": a.tg,
             "pp_tok_s": pp, "tg_tok_s": tg, "ttft_s": ttft, "load_s": load_s, "rss_mb": rss,
+            "pp_at": pp_at, "tg_at_depth": tg_at,
         });
+        for &(n, r) in pp_at.iter().skip(1) {
+            println!("  pp{n} {r:.1} tok/s");
+        }
+        for &(d, r) in tg_at.iter().skip(1) {
+            println!("  tg{} after {d} tokens {r:.1} tok/s", a.tg);
+        }
         if let Some(dir) = &a.vs_llamacpp {
-            let (lpp, ltg) = llama_bench(dir, &path, &a)?;
+            let l = llama_bench(dir, &path, &a)?;
+            let (lpp, ltg) = (lookup(&l.pp, a.pp[0]), lookup(&l.tg, 0));
             println!(
                 "  llama.cpp: pp{} {lpp:.1} tok/s | tg{} {ltg:.1} tok/s  => sapient/llama.cpp: pp {:.2}x, tg {:.2}x",
-                a.pp,
+                a.pp[0],
                 a.tg,
                 pp / lpp.max(1e-9),
                 tg / ltg.max(1e-9)
             );
+            for &(n, r) in pp_at.iter().skip(1) {
+                let lr = lookup(&l.pp, n);
+                println!("  llama.cpp pp{n} {lr:.1} tok/s => {:.2}x", r / lr.max(1e-9));
+            }
+            for &(d, r) in tg_at.iter().skip(1) {
+                let lr = lookup(&l.tg, d);
+                println!("  llama.cpp tg{} after {d} tokens {lr:.1} tok/s => {:.2}x", a.tg, r / lr.max(1e-9));
+            }
             entry["llamacpp_pp_tok_s"] = lpp.into();
             entry["llamacpp_tg_tok_s"] = ltg.into();
+            entry["llamacpp_pp_at"] = serde_json::json!(l.pp);
+            entry["llamacpp_tg_at_depth"] = serde_json::json!(l.tg);
         }
         measured.push((tg, size, before, after));
         results.push(entry);
