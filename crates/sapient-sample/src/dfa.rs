@@ -6,7 +6,7 @@
 //! complete"), and record which states accept at end of input. The table is what the
 //! grammar engine and the token walk use: one array load per byte.
 
-use crate::constraint::GrammarError;
+use crate::error::GrammarError;
 use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::util::start;
 use regex_automata::{Anchored, MatchKind};

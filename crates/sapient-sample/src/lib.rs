@@ -43,15 +43,24 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod constraint;
+// Modules from the bottom layer up; each uses only the ones listed before it.
+mod error;
 mod dfa;
-mod index;
+mod vocab;
+mod constraint;
+mod builder;
 mod schema;
-pub mod typed;
+mod grammar;
+mod matcher;
 mod validate;
+pub mod typed;
 
-pub use constraint::{Constraint, Expr, Frame, Grammar, GrammarError, GrammarState, JsonOptions};
-pub use index::{Matcher, MatcherStats, TokenIndex, TokenMask};
+pub use builder::JsonOptions;
+pub use constraint::Constraint;
+pub use error::GrammarError;
+pub use grammar::{Expr, Frame, Grammar, GrammarState};
+pub use matcher::{Matcher, MatcherStats};
+pub use vocab::{TokenIndex, TokenMask};
 /// `#[derive(Schema, Parse)]` (the traits of the same names are in [`typed`]).
 pub use sapient_derive::{Parse, Schema};
 pub use typed::{Parse, ParseError, Schema};

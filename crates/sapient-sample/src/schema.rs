@@ -15,7 +15,8 @@
 //! `multipleOf`, ...) are an error, so a grammar never silently accepts less than its
 //! schema promises... except `uniqueItems`, which is common and only warned about.
 
-use crate::constraint::{Builder, GrammarError, NodeId, JSON_NUMBER};
+use crate::builder::{Builder, NodeId, JSON_NUMBER};
+use crate::error::GrammarError;
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -78,7 +79,7 @@ fn node(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, 
         let placeholder = b.choice(vec![]);
         cx.refs.insert(r.to_string(), placeholder);
         let inner = node(b, cx, target, r)?;
-        b.nodes[placeholder as usize] = crate::constraint::Node::Choice(vec![inner].into());
+        b.nodes[placeholder as usize] = crate::builder::Node::Choice(vec![inner].into());
         return Ok(placeholder);
     }
     for k in UNSUPPORTED {
@@ -249,7 +250,7 @@ fn number(b: &mut Builder, obj: &serde_json::Map<String, Value>, path: &str) -> 
 }
 
 fn json_char() -> String {
-    format!(r#"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]|{})"#, crate::constraint::JSON_UNICODE_ESCAPE)
+    format!(r#"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]|{})"#, crate::builder::JSON_UNICODE_ESCAPE)
 }
 
 const DATE: &str = r"[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-9]))";
@@ -438,7 +439,7 @@ fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String, Value>, p
 
 #[cfg(test)]
 mod tests {
-    use crate::constraint::{Constraint, Grammar, GrammarError};
+    use crate::{Constraint, Grammar, GrammarError};
     use serde_json::json;
 
     fn ok(g: &Grammar, v: &serde_json::Value) -> bool {

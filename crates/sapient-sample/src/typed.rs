@@ -9,7 +9,9 @@
 //! `$ref`: a type met again while its own schema is being built becomes `{"$ref": "#"}` (the
 //! outermost type) or `{"$ref": "#/$defs/<type>"}`, collected in the outermost `$defs`.
 
-use crate::constraint::{Constraint, Grammar, GrammarError};
+use crate::constraint::Constraint;
+use crate::error::GrammarError;
+use crate::grammar::Grammar;
 use serde_json::Value;
 use std::any::TypeId;
 use std::cell::RefCell;

@@ -11,7 +11,7 @@
 //! needs exactly one branch, `uniqueItems` is checked, and `format` (`date`, `time`,
 //! `date-time`, `uuid`, `email`, `ipv4`, as bounded as the grammar's) is asserted.
 
-use crate::constraint::GrammarError;
+use crate::error::GrammarError;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

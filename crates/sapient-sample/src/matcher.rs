@@ -1,173 +1,20 @@
-//! Token masks against a model vocabulary.
+//! Token masks for a constraint's state, and [`Matcher`], which follows a generation.
 //!
-//! [`TokenIndex`] holds the vocabulary as a byte trie laid out in pre-order (each node knows
-//! where its subtree ends), built once per tokenizer. A mask is one walk over the trie with
-//! the constraint's state advanced one byte per trie edge: a rejected byte skips the whole
-//! subtree, so tokens sharing a prefix are checked together and nothing is re-parsed from
-//! the start. [`Matcher`] tracks a generation: it caches masks by parser state (grammar
-//! states repeat a lot, e.g. inside a string), checks single tokens cheaply (used by the
-//! sampler-aware path in [`crate::Sampler::sample_constrained`]), rolls back, and reports
-//! forced continuations.
+//! A mask is one walk over the vocabulary trie with the constraint's state advanced one byte
+//! per trie edge: a rejected byte skips the whole subtree, so tokens sharing a prefix are
+//! checked together and nothing is re-parsed from the start. [`Matcher`] tracks a
+//! generation: it caches masks by parser state (grammar states repeat a lot, e.g. inside a
+//! string), checks single tokens cheaply (used by the sampler-aware path in
+//! [`crate::Sampler::sample_constrained`]), rolls back, and reports forced continuations.
 
-use crate::constraint::{Constraint, GrammarError};
+use crate::constraint::Constraint;
+use crate::error::GrammarError;
+use crate::vocab::{TokenIndex, TokenMask};
 use crate::Error;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-#[derive(Debug, Clone, Copy)]
-struct TrieNode {
-    byte: u8,
-    depth: u16,
-    /// Index one past this node's subtree.
-    end: u32,
-    tok_start: u32,
-    tok_end: u32,
-}
-
-/// A model vocabulary prepared for mask computation.
-#[derive(Debug, Clone)]
-pub struct TokenIndex {
-    nodes: Vec<TrieNode>,
-    tok_ids: Vec<u32>,
-    bytes: Vec<Vec<u8>>,
-    /// In the trie (not special, not empty).
-    in_trie: Vec<bool>,
-    eos: Vec<u32>,
-    max_depth: usize,
-    /// Unique per index (keys the per-grammar lexeme caches).
-    pub(crate) uid: u64,
-    /// Whether each byte on its own is a token (in the trie).
-    single_byte: [bool; 256],
-}
-
-static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-/// Tokens that leave a lexeme at the same place: (DFA state before the boundary byte, the
-/// byte, [(rest of the token after the byte, token ids)]).
-pub(crate) type BoundaryGroup = (u32, u8, Vec<(Vec<u8>, Vec<u32>)>);
-
-/// For one DFA state: the tokens that stay inside the lexeme (allowed whatever the parse
-/// stack below holds) and, grouped by where they leave it, the tokens that complete the
-/// lexeme part-way (checked against the full state at mask time).
-#[derive(Debug)]
-pub(crate) struct LexemeTokens {
-    pub inner: TokenMask,
-    pub groups: Vec<BoundaryGroup>,
-    /// Distinct rests over all groups (the parser checks per mask).
-    pub num_rests: usize,
-}
-
 impl TokenIndex {
-    /// `token_bytes[id]` is what token `id` decodes to (see
-    /// `sapient_tokenizers::Tokenizer::token_bytes`). `eos` ids are allowed exactly when the
-    /// constraint is complete; `special` ids (and tokens with no bytes) are never allowed.
-    pub fn new(token_bytes: Vec<Vec<u8>>, eos: &[u32], special: &[u32]) -> Self {
-        let n = token_bytes.len();
-        let mut in_trie = vec![true; n];
-        for &s in special.iter().chain(eos) {
-            if let Some(x) = in_trie.get_mut(s as usize) {
-                *x = false;
-            }
-        }
-        for (i, b) in token_bytes.iter().enumerate() {
-            if b.is_empty() {
-                in_trie[i] = false;
-            }
-        }
-        let mut order: Vec<u32> = (0..n as u32).filter(|&i| in_trie[i as usize]).collect();
-        order.sort_unstable_by(|&a, &b| token_bytes[a as usize].cmp(&token_bytes[b as usize]).then(a.cmp(&b)));
-        let mut nodes = vec![TrieNode { byte: 0, depth: 0, end: 0, tok_start: 0, tok_end: 0 }];
-        let mut tok_ids = Vec::with_capacity(order.len());
-        let mut path: Vec<usize> = vec![0]; // node index per depth
-        let mut prev: &[u8] = &[];
-        let mut max_depth = 0;
-        for &id in &order {
-            let bytes = &token_bytes[id as usize];
-            let lcp = prev.iter().zip(bytes.iter()).take_while(|(a, b)| a == b).count();
-            // Close the nodes below the common prefix.
-            while path.len() > lcp + 1 {
-                if let Some(ix) = path.pop() {
-                    nodes[ix].end = nodes.len() as u32;
-                }
-            }
-            for (d, &byte) in bytes.iter().enumerate().skip(lcp) {
-                let t = tok_ids.len() as u32;
-                nodes.push(TrieNode { byte, depth: (d + 1) as u16, end: 0, tok_start: t, tok_end: t });
-                path.push(nodes.len() - 1);
-            }
-            tok_ids.push(id);
-            if let Some(&last) = path.last() {
-                nodes[last].tok_end = tok_ids.len() as u32;
-            }
-            max_depth = max_depth.max(bytes.len());
-            prev = bytes;
-        }
-        while let Some(ix) = path.pop() {
-            nodes[ix].end = nodes.len() as u32;
-        }
-        tracing::debug!(tokens = order.len(), nodes = nodes.len(), max_depth, "token index built");
-        let uid = NEXT_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut single_byte = [false; 256];
-        for (i, b) in token_bytes.iter().enumerate() {
-            if b.len() == 1 && in_trie[i] {
-                single_byte[b[0] as usize] = true;
-            }
-        }
-        Self { nodes, tok_ids, bytes: token_bytes, in_trie, eos: eos.to_vec(), max_depth, uid, single_byte }
-    }
-
-    pub fn vocab_size(&self) -> usize {
-        self.bytes.len()
-    }
-    pub fn eos(&self) -> &[u32] {
-        &self.eos
-    }
-    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
-        self.bytes.get(id as usize).map(|b| b.as_slice())
-    }
-    /// Trie nodes (for diagnostics and benchmarks).
-    pub fn num_nodes(&self) -> usize {
-        self.nodes.len()
-    }
-
-    /// Walk the trie with a DFA alone from state `s` (see [`LexemeTokens`]).
-    pub(crate) fn lexeme_tokens(&self, dfa: &crate::dfa::DfaTable, s: u32) -> LexemeTokens {
-        use crate::dfa::DEAD;
-        let mut inner = TokenMask::empty(self.bytes.len());
-        let mut groups: HashMap<(u32, u8), HashMap<Vec<u8>, Vec<u32>>> = HashMap::new();
-        let mut st = vec![0u32; self.max_depth + 1];
-        st[0] = s;
-        let mut i = 1;
-        while i < self.nodes.len() {
-            let n = self.nodes[i];
-            let d = n.depth as usize;
-            let p = st[d - 1];
-            let t = dfa.next(p, n.byte);
-            if t == DEAD {
-                i = n.end as usize;
-            } else if dfa.accepting[t as usize] || !dfa.can_consume[t as usize] {
-                let g = groups.entry((p, n.byte)).or_default();
-                for j in i..n.end as usize {
-                    let m = self.nodes[j];
-                    for &tok in &self.tok_ids[m.tok_start as usize..m.tok_end as usize] {
-                        g.entry(self.bytes[tok as usize][d..].to_vec()).or_default().push(tok);
-                    }
-                }
-                i = n.end as usize;
-            } else {
-                st[d] = t;
-                for &tok in &self.tok_ids[n.tok_start as usize..n.tok_end as usize] {
-                    inner.set(tok);
-                }
-                i += 1;
-            }
-        }
-        let mut groups: Vec<_> = groups.into_iter().map(|((p, b), m)| (p, b, m.into_iter().collect::<Vec<_>>())).collect();
-        groups.sort_unstable_by_key(|g| (g.0, g.1));
-        let num_rests = groups.iter().map(|g| g.2.len()).sum();
-        LexemeTokens { inner, groups, num_rests }
-    }
-
     /// Compute the allowed tokens for `state` (EOS included when the state is complete).
     /// Uses the constraint's accelerated path when it has one ([`Constraint::fast_mask`]).
     pub fn mask<C: Constraint>(&self, c: &C, state: &C::State) -> Result<TokenMask, GrammarError> {
@@ -213,62 +60,6 @@ impl TokenIndex {
             return Ok(None);
         }
         c.advance_bytes(state, &self.bytes[token as usize])
-    }
-}
-
-/// A set of allowed token ids (a bitset over the vocabulary).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenMask {
-    bits: Vec<u64>,
-    len: usize,
-}
-
-impl TokenMask {
-    pub fn empty(len: usize) -> Self {
-        Self { bits: vec![0; len.div_ceil(64)], len }
-    }
-    #[inline]
-    pub fn set(&mut self, id: u32) {
-        if (id as usize) < self.len {
-            self.bits[id as usize / 64] |= 1 << (id % 64);
-        }
-    }
-    #[inline]
-    pub fn is_allowed(&self, id: u32) -> bool {
-        (id as usize) < self.len && self.bits[id as usize / 64] >> (id % 64) & 1 == 1
-    }
-    pub fn count(&self) -> usize {
-        self.bits.iter().map(|w| w.count_ones() as usize).sum()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.bits.iter().all(|&w| w == 0)
-    }
-    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.bits.iter().enumerate().flat_map(|(i, &w)| {
-            let mut w = w;
-            std::iter::from_fn(move || {
-                if w == 0 {
-                    return None;
-                }
-                let b = w.trailing_zeros();
-                w &= w - 1;
-                Some(i as u32 * 64 + b)
-            })
-        })
-    }
-    /// Add the tokens of `other` (same vocabulary size).
-    pub fn union_with(&mut self, other: &TokenMask) {
-        for (a, b) in self.bits.iter_mut().zip(&other.bits) {
-            *a |= *b;
-        }
-    }
-    /// Set the logits of disallowed tokens to -inf.
-    pub fn apply(&self, logits: &mut [f32]) {
-        for (i, l) in logits.iter_mut().enumerate() {
-            if !self.is_allowed(i as u32) {
-                *l = f32::NEG_INFINITY;
-            }
-        }
     }
 }
 
@@ -476,7 +267,7 @@ impl<C: Constraint> Matcher<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::constraint::{Expr, Grammar};
+    use crate::grammar::{Expr, Grammar};
 
     /// A small vocabulary: single bytes for digits and punctuation, some multi-byte pieces.
     fn vocab() -> (Vec<Vec<u8>>, Vec<&'static str>) {
@@ -572,7 +363,7 @@ mod tests {
         m.consume(id("{")).unwrap();
         // After '{' optional whitespace or the key: the key is forced only with compact JSON.
         assert_eq!(m.forced_bytes(64).unwrap(), b"");
-        let compact = crate::constraint::JsonOptions { max_whitespace: 0 };
+        let compact = crate::builder::JsonOptions { max_whitespace: 0 };
         let gc = Arc::new(Grammar::with_options(&Expr::JsonSchema(schema), compact).unwrap());
         let mc = Matcher::new(gc, m.index.clone());
         assert_eq!(mc.forced_bytes(64).unwrap(), b"{\"name\":\"");

@@ -1,0 +1,984 @@
+//! The built-in constraint: an [`Expr`] (literals, regexes, choices, sequences,
+//! repetitions with separators, ranged integers and floats, stop-on-string, free JSON, JSON
+//! Schema) compiled into an arena of nodes (`builder.rs`) and run as a small pushdown
+//! automaton. Its state is a set of stacks (alternatives still alive, so ambiguous grammars
+//! such as `"a" | "ab"` work); the top frame of every stack is a node that consumes bytes (a
+//! literal, a DFA lexeme, a number, a stop string). Regex lexemes run on a byte table
+//! (`dfa.rs`), one load per byte.
+//!
+//! Building fails with a [`GrammarError`] for invalid or unsatisfiable regexes and
+//! schemas; at run time an expansion that would loop (a grammar recursing without
+//! consuming input) is reported as [`GrammarError::Loop`] instead of looping.
+
+use crate::builder::{kmp_failure, Builder, JsonOptions, Node, NodeId, MAX_FRAC_DIGITS, MAX_INT_DIGITS};
+use crate::constraint::Constraint;
+use crate::dfa::{DfaTable, DEAD};
+use crate::error::GrammarError;
+use crate::vocab::{LexemeTokens, TokenIndex, TokenMask};
+
+/// A constraint expression. Build with the constructors and combinators, then compile with
+/// [`Grammar::new`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    /// Exactly this text.
+    Literal(String),
+    /// A regular expression (`regex` crate syntax) that the whole text must match.
+    Regex(String),
+    /// One of the alternatives.
+    Choice(Vec<Expr>),
+    /// Each in turn.
+    Seq(Vec<Expr>),
+    /// `item (separator item)*`, between `min` and `max` items.
+    Repeat { item: Box<Expr>, separator: Option<Box<Expr>>, min: usize, max: Option<usize> },
+    /// A decimal integer (`-?(0|[1-9][0-9]*)`) in `[min, max]`.
+    Integer { min: Option<i64>, max: Option<i64> },
+    /// A decimal number (`-?(0|[1-9][0-9]*)(\.[0-9]+)?`, at most 15 integer and 12
+    /// fractional digits) in `[min, max]`.
+    Float { min: Option<f64>, max: Option<f64> },
+    /// Any text up to and including the first occurrence of this string.
+    StopAt(String),
+    /// Any JSON value.
+    Json,
+    /// JSON text valid against this JSON Schema (see `schema.rs` for what is supported).
+    JsonSchema(serde_json::Value),
+}
+
+impl Expr {
+    pub fn literal(s: impl Into<String>) -> Self {
+        Expr::Literal(s.into())
+    }
+    pub fn regex(p: impl Into<String>) -> Self {
+        Expr::Regex(p.into())
+    }
+    pub fn choice<I: IntoIterator<Item = Expr>>(alts: I) -> Self {
+        Expr::Choice(alts.into_iter().collect())
+    }
+    /// One of these strings.
+    pub fn one_of<S: AsRef<str>, I: IntoIterator<Item = S>>(strings: I) -> Self {
+        Expr::Choice(strings.into_iter().map(|s| Expr::literal(s.as_ref())).collect())
+    }
+    pub fn seq<I: IntoIterator<Item = Expr>>(parts: I) -> Self {
+        Expr::Seq(parts.into_iter().collect())
+    }
+    pub fn integer(min: Option<i64>, max: Option<i64>) -> Self {
+        Expr::Integer { min, max }
+    }
+    pub fn float(min: Option<f64>, max: Option<f64>) -> Self {
+        Expr::Float { min, max }
+    }
+    pub fn stop_at(s: impl Into<String>) -> Self {
+        Expr::StopAt(s.into())
+    }
+    pub fn json() -> Self {
+        Expr::Json
+    }
+    pub fn json_schema(schema: serde_json::Value) -> Self {
+        Expr::JsonSchema(schema)
+    }
+    /// `self` then `next`.
+    pub fn then(self, next: Expr) -> Self {
+        match self {
+            Expr::Seq(mut v) => {
+                v.push(next);
+                Expr::Seq(v)
+            }
+            e => Expr::Seq(vec![e, next]),
+        }
+    }
+    /// `self` or `other`.
+    pub fn or(self, other: Expr) -> Self {
+        match self {
+            Expr::Choice(mut v) => {
+                v.push(other);
+                Expr::Choice(v)
+            }
+            e => Expr::Choice(vec![e, other]),
+        }
+    }
+    /// `self` repeated `min..=max` times (unbounded if `max` is `None`).
+    pub fn repeat(self, min: usize, max: Option<usize>) -> Self {
+        Expr::Repeat { item: Box::new(self), separator: None, min, max }
+    }
+    /// `self (sep self)*`, `min..=max` items.
+    pub fn separated_by(self, sep: Expr, min: usize, max: Option<usize>) -> Self {
+        Expr::Repeat { item: Box::new(self), separator: Some(Box::new(sep)), min, max }
+    }
+    /// `self` or nothing.
+    pub fn optional(self) -> Self {
+        Expr::Choice(vec![self, Expr::Seq(vec![])])
+    }
+}
+
+pub(crate) fn build(b: &mut Builder, e: &Expr) -> Result<NodeId, GrammarError> {
+    Ok(match e {
+        Expr::Literal(s) => b.lit(s),
+        Expr::Regex(p) => b.regex(p, false)?,
+        Expr::Choice(v) => {
+            if v.is_empty() {
+                return Err(GrammarError::Unsatisfiable("empty choice".into()));
+            }
+            let ids = v.iter().map(|x| build(b, x)).collect::<Result<Vec<_>, _>>()?;
+            b.choice(ids)
+        }
+        Expr::Seq(v) => {
+            let ids = v.iter().map(|x| build(b, x)).collect::<Result<Vec<_>, _>>()?;
+            b.seq(ids)
+        }
+        Expr::Repeat { item, separator, min, max } => {
+            let max = max.map_or(u32::MAX, |m| m.min(u32::MAX as usize - 1) as u32);
+            let min = (*min).min(u32::MAX as usize - 1) as u32;
+            if min > max {
+                return Err(GrammarError::Unsatisfiable(format!("repetition between {min} and {max} times")));
+            }
+            let item = build(b, item)?;
+            let sep = separator.as_ref().map(|s| build(b, s)).transpose()?;
+            b.add(Node::Repeat { item, sep, min, max })
+        }
+        Expr::Integer { min, max } => b.int(min.unwrap_or(i64::MIN), max.unwrap_or(i64::MAX))?,
+        Expr::Float { min, max } => {
+            b.float(min.unwrap_or(f64::NEG_INFINITY), max.unwrap_or(f64::INFINITY), false, false)?
+        }
+        Expr::StopAt(s) => {
+            let stop: Vec<u8> = s.as_bytes().to_vec();
+            let fail = kmp_failure(&stop);
+            b.add(Node::StopAt { stop: stop.into(), fail: fail.into() })
+        }
+        Expr::Json => b.json_value()?,
+        Expr::JsonSchema(v) => crate::schema::compile(b, v)?,
+    })
+}
+
+
+/// One frame of a parse stack. `pos` and `aux` mean different things per node kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Frame {
+    node: u32,
+    pos: u32,
+    aux: u64,
+}
+
+/// A [`Grammar`]'s parse state: the stacks still alive, stored flat (`frames`, split by
+/// `ends`). An empty stack means the input so far is complete. Stacks are kept sorted and
+/// deduplicated, so equal states compare and hash equal (masks are cached by state).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct GrammarState {
+    frames: Vec<Frame>,
+    ends: Vec<u32>,
+}
+
+impl GrammarState {
+    fn stacks(&self) -> impl Iterator<Item = &[Frame]> {
+        let mut start = 0usize;
+        self.ends.iter().map(move |&e| {
+            let s = &self.frames[start..e as usize];
+            start = e as usize;
+            s
+        })
+    }
+    fn push_stack(&mut self, s: &[Frame]) {
+        self.frames.extend_from_slice(s);
+        self.ends.push(self.frames.len() as u32);
+    }
+    fn clear(&mut self) {
+        self.frames.clear();
+        self.ends.clear();
+    }
+    /// How many parses are alive (0 = dead).
+    pub fn num_stacks(&self) -> usize {
+        self.ends.len()
+    }
+    fn normalize(&mut self) {
+        if self.ends.len() < 2 {
+            return;
+        }
+        // Usually already sorted and unique: check before copying.
+        let mut prev: Option<&[Frame]> = None;
+        let mut sorted = true;
+        for s in self.stacks() {
+            if prev.is_some_and(|p| p >= s) {
+                sorted = false;
+                break;
+            }
+            prev = Some(s);
+        }
+        if sorted {
+            return;
+        }
+        let mut stacks: Vec<Vec<Frame>> = self.stacks().map(|s| s.to_vec()).collect();
+        stacks.sort_unstable();
+        stacks.dedup();
+        self.clear();
+        for s in &stacks {
+            self.push_stack(s);
+        }
+    }
+}
+
+/// Reused buffers for expansion (one set per thread, so `advance` does not allocate).
+#[derive(Default)]
+struct Scratch {
+    st: Vec<Frame>,
+    work: Vec<Frame>,
+    work_ends: Vec<usize>,
+    copy: Vec<Frame>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// Most stacks alive at once before `TooAmbiguous`.
+const MAX_STACKS: usize = 512;
+/// Deepest stack; deeper nesting is rejected (a byte that would need it is not allowed).
+const MAX_DEPTH: usize = 2048;
+/// Distinct token rests leaving a lexeme above which its precomputed set is not used.
+const MAX_LEXEME_RESTS: usize = 4096;
+/// Expansion steps for one byte before `Loop`.
+const EXPAND_BUDGET: usize = 100_000;
+
+/// A compiled [`Expr`].
+#[derive(Debug, Clone)]
+pub struct Grammar {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) dfas: Vec<DfaTable>,
+    start: GrammarState,
+    /// Per (token index, DFA, DFA state): tokens inside the lexeme and boundary groups.
+    lexemes: LexemeCache,
+}
+
+type LexemeKey = (u64, u32, u32);
+#[derive(Debug, Clone, Default)]
+struct LexemeCache(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<LexemeKey, std::sync::Arc<LexemeTokens>>>>);
+
+
+impl Grammar {
+    /// Compile an expression.
+    pub fn new(e: &Expr) -> Result<Self, GrammarError> {
+        Self::with_options(e, JsonOptions::default())
+    }
+    pub fn with_options(e: &Expr, json: JsonOptions) -> Result<Self, GrammarError> {
+        let mut b = Builder::new(json);
+        let root = build(&mut b, e)?;
+        Self::from_parts(b.nodes, b.dfas, root)
+    }
+    /// A regex constraint.
+    pub fn regex(pattern: &str) -> Result<Self, GrammarError> {
+        Self::new(&Expr::regex(pattern))
+    }
+    /// Any JSON value.
+    pub fn json() -> Result<Self, GrammarError> {
+        Self::new(&Expr::Json)
+    }
+    /// JSON valid against `schema`.
+    pub fn json_schema(schema: &serde_json::Value) -> Result<Self, GrammarError> {
+        Self::new(&Expr::JsonSchema(schema.clone()))
+    }
+
+    pub(crate) fn from_parts(nodes: Vec<Node>, dfas: Vec<DfaTable>, root: NodeId) -> Result<Self, GrammarError> {
+        check_grammar(&nodes, &dfas)?;
+        let mut g = Self { nodes, dfas, start: GrammarState::default(), lexemes: LexemeCache::default() };
+        let mut st = GrammarState::default();
+        g.expand(&[g.enter(root)], &mut st)?;
+        st.normalize();
+        if st.num_stacks() == 0 {
+            return Err(GrammarError::Unsatisfiable("the grammar accepts nothing".into()));
+        }
+        g.start = st;
+        Ok(g)
+    }
+
+    /// Number of nodes (for diagnostics).
+    pub fn num_nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn enter(&self, node: NodeId) -> Frame {
+        let pos = match &self.nodes[node as usize] {
+            Node::Dfa(d) => self.dfas[*d as usize].start,
+            _ => 0,
+        };
+        Frame { node, pos, aux: 0 }
+    }
+
+    fn is_consuming(&self, f: &Frame) -> bool {
+        matches!(
+            self.nodes[f.node as usize],
+            Node::Bytes(_) | Node::Dfa(_) | Node::Int { .. } | Node::Float { .. } | Node::StopAt { .. }
+        )
+    }
+
+    /// For a consuming frame: (complete here, can take another byte).
+    fn frame_status(&self, f: &Frame) -> (bool, bool) {
+        match &self.nodes[f.node as usize] {
+            Node::Bytes(b) => {
+                let done = f.pos as usize == b.len();
+                (done, !done)
+            }
+            Node::Dfa(d) => {
+                let t = &self.dfas[*d as usize];
+                (t.accepting[f.pos as usize], t.can_consume[f.pos as usize])
+            }
+            Node::StopAt { stop, .. } => {
+                let done = f.pos as usize == stop.len();
+                (done, !done)
+            }
+            Node::Int { lo, hi } => {
+                let acc = int_accepting(f, *lo, *hi);
+                let can = b"-0123456789".iter().any(|&b| int_consume(f, b, *lo, *hi).is_some());
+                (acc, can)
+            }
+            Node::Float { lo, hi, lo_excl, hi_excl } => {
+                let r = FRange { lo: *lo, hi: *hi, lo_excl: *lo_excl, hi_excl: *hi_excl };
+                let acc = float_accepting(f, &r);
+                let can = b"-.0123456789".iter().any(|&b| float_consume(f, b, &r).is_some());
+                (acc, can)
+            }
+            _ => (false, false),
+        }
+    }
+
+    /// A consuming frame takes one byte.
+    #[inline]
+    fn consume(&self, f: &Frame, b: u8) -> Option<Frame> {
+        match &self.nodes[f.node as usize] {
+            Node::Dfa(d) => {
+                let t = self.dfas[*d as usize].next(f.pos, b);
+                (t != DEAD).then_some(Frame { pos: t, ..*f })
+            }
+            Node::Bytes(lit) => (lit.get(f.pos as usize) == Some(&b)).then_some(Frame { pos: f.pos + 1, ..*f }),
+            Node::StopAt { stop, fail } => {
+                let mut k = f.pos as usize;
+                if k == stop.len() {
+                    return None;
+                }
+                while k > 0 && stop[k] != b {
+                    k = fail[k - 1] as usize;
+                }
+                if stop[k] == b {
+                    k += 1;
+                }
+                Some(Frame { pos: k as u32, ..*f })
+            }
+            Node::Int { lo, hi } => int_consume(f, b, *lo, *hi),
+            Node::Float { lo, hi, lo_excl, hi_excl } => {
+                float_consume(f, b, &FRange { lo: *lo, hi: *hi, lo_excl: *lo_excl, hi_excl: *hi_excl })
+            }
+            _ => None,
+        }
+    }
+
+    /// Expand `stack` until every resulting stack has a consuming top that can take a byte
+    /// (or is empty = complete); append them to `out`.
+    fn expand(&self, stack: &[Frame], out: &mut GrammarState) -> Result<(), GrammarError> {
+        SCRATCH.with(|c| match c.try_borrow_mut() {
+            Ok(mut sc) => self.expand_with(stack, out, &mut sc),
+            Err(_) => self.expand_with(stack, out, &mut Scratch::default()),
+        })
+    }
+
+    fn expand_with(&self, stack: &[Frame], out: &mut GrammarState, sc: &mut Scratch) -> Result<(), GrammarError> {
+        let Scratch { st, work, work_ends, .. } = sc;
+        work.clear();
+        work_ends.clear();
+        work.extend_from_slice(stack);
+        work_ends.push(work.len());
+        let mut budget = EXPAND_BUDGET;
+        while let Some(end) = work_ends.pop() {
+            let start = work_ends.last().copied().unwrap_or(0);
+            st.clear();
+            st.extend_from_slice(&work[start..end]);
+            work.truncate(start);
+            loop {
+                budget = budget.checked_sub(1).ok_or(GrammarError::Loop)?;
+                if st.len() > MAX_DEPTH {
+                    break; // too deep: this parse is dropped
+                }
+                let Some(top) = st.last().copied() else {
+                    out.push_stack(st);
+                    break;
+                };
+                if self.is_consuming(&top) {
+                    let (done, can) = self.frame_status(&top);
+                    if done {
+                        work.extend_from_slice(&st[..st.len() - 1]);
+                        work_ends.push(work.len());
+                    }
+                    if can {
+                        out.push_stack(st);
+                    }
+                    break;
+                }
+                match &self.nodes[top.node as usize] {
+                    Node::Seq(children) => {
+                        if (top.pos as usize) < children.len() {
+                            let c = children[top.pos as usize];
+                            if let Some(t) = st.last_mut() {
+                                t.pos += 1;
+                            }
+                            st.push(self.enter(c));
+                        } else {
+                            st.pop();
+                        }
+                    }
+                    Node::Choice(alts) => {
+                        st.pop();
+                        let Some((first, rest)) = alts.split_first() else { break };
+                        for &a in rest {
+                            work.extend_from_slice(st);
+                            work.push(self.enter(a));
+                            work_ends.push(work.len());
+                        }
+                        st.push(self.enter(*first));
+                    }
+                    Node::Repeat { item, sep, min, max } => {
+                        let count = top.pos;
+                        let more = count < *max;
+                        if count >= *min {
+                            if more {
+                                work.extend_from_slice(&st[..st.len() - 1]);
+                                work_ends.push(work.len());
+                            } else {
+                                st.pop();
+                                continue;
+                            }
+                        }
+                        if !more {
+                            break;
+                        }
+                        if let Some(t) = st.last_mut() {
+                            // Without an upper bound the count only matters up to max(min, 1):
+                            // saturate it so states (and cached masks) repeat across items.
+                            t.pos = if *max == u32::MAX { (count + 1).min((*min).max(1)) } else { count + 1 };
+                        }
+                        st.push(self.enter(*item));
+                        if count > 0 {
+                            if let Some(s) = sep {
+                                st.push(self.enter(*s));
+                            }
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            if out.num_stacks() > MAX_STACKS {
+                return Err(GrammarError::TooAmbiguous(MAX_STACKS));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Constraint for Grammar {
+    type State = GrammarState;
+
+    fn start(&self) -> GrammarState {
+        self.start.clone()
+    }
+
+    fn advance(&self, state: &GrammarState, b: u8, out: &mut GrammarState) -> Result<bool, GrammarError> {
+        // Fast path: one parse whose top stays inside its lexeme (no completion to expand).
+        if state.ends.len() == 1 {
+            if let Some(top) = state.frames.last() {
+                if let Node::Dfa(d) = self.nodes[top.node as usize] {
+                    let t = &self.dfas[d as usize];
+                    let n = t.next(top.pos, b);
+                    if n == DEAD {
+                        return Ok(false);
+                    }
+                    if !t.accepting[n as usize] && t.can_consume[n as usize] {
+                        out.frames.clone_from(&state.frames);
+                        out.ends.clone_from(&state.ends);
+                        if let Some(f) = out.frames.last_mut() {
+                            f.pos = n;
+                        }
+                        return Ok(true);
+                    }
+                }
+                let Some(nf) = self.consume(top, b) else { return Ok(false) };
+                let (done, can) = self.frame_status(&nf);
+                if !done && can {
+                    out.frames.clone_from(&state.frames);
+                    out.ends.clone_from(&state.ends);
+                    if let Some(t) = out.frames.last_mut() {
+                        *t = nf;
+                    }
+                    return Ok(true);
+                }
+            }
+        }
+        out.clear();
+        SCRATCH.with(|c| -> Result<(), GrammarError> {
+            let mut owned;
+            let mut guard = c.try_borrow_mut();
+            let sc: &mut Scratch = match guard {
+                Ok(ref mut g) => g,
+                Err(_) => {
+                    owned = Scratch::default();
+                    &mut owned
+                }
+            };
+            for st in state.stacks() {
+                let Some(top) = st.last() else { continue };
+                if let Some(nf) = self.consume(top, b) {
+                    let mut copy = std::mem::take(&mut sc.copy);
+                    copy.clear();
+                    copy.extend_from_slice(st);
+                    if let Some(t) = copy.last_mut() {
+                        *t = nf;
+                    }
+                    let r = self.expand_with(&copy, out, sc);
+                    sc.copy = copy;
+                    r?;
+                }
+            }
+            Ok(())
+        })?;
+        out.normalize();
+        Ok(out.num_stacks() > 0)
+    }
+
+    fn is_accepting(&self, state: &GrammarState) -> bool {
+        state.stacks().any(|s| s.is_empty())
+    }
+
+    /// One parse whose top is a regex lexeme (strings, numbers, regexes): tokens that stay
+    /// inside the lexeme come from a per-DFA-state precomputed set; only tokens that
+    /// complete the lexeme part-way are checked against the state, each distinct rest of a
+    /// token once.
+    fn fast_mask(&self, index: &TokenIndex, state: &GrammarState) -> Result<Option<TokenMask>, GrammarError> {
+        if state.ends.len() != 1 {
+            return Ok(None);
+        }
+        let Some(top) = state.frames.last().copied() else { return Ok(None) };
+        let Node::Dfa(d) = self.nodes[top.node as usize] else { return Ok(None) };
+        let key = (index.uid, d, top.pos);
+        let cached = self.lexemes.0.lock().ok().and_then(|c| c.get(&key).cloned());
+        let lt = match cached {
+            Some(lt) => lt,
+            None => {
+                let lt = std::sync::Arc::new(index.lexeme_tokens(&self.dfas[d as usize], top.pos));
+                if let Ok(mut c) = self.lexemes.0.lock() {
+                    if c.len() > 4096 {
+                        c.clear();
+                    }
+                    c.insert(key, lt.clone());
+                }
+                lt
+            }
+        };
+        if lt.num_rests > MAX_LEXEME_RESTS {
+            // Most tokens leave the lexeme at once (e.g. whitespace): the walk prunes faster.
+            return Ok(None);
+        }
+        let mut mask = lt.inner.clone();
+        let mut before = state.clone();
+        let mut after = GrammarState::default();
+        let (mut x, mut y) = (GrammarState::default(), GrammarState::default());
+        for (p, b, rests) in &lt.groups {
+            if let Some(t) = before.frames.last_mut() {
+                t.pos = *p;
+            }
+            if !self.advance(&before, *b, &mut after)? {
+                continue;
+            }
+            'rest: for (rest, toks) in rests {
+                let mut cur = &after;
+                for &byte in rest {
+                    if !self.advance(cur, byte, &mut y)? {
+                        continue 'rest;
+                    }
+                    std::mem::swap(&mut x, &mut y);
+                    cur = &x;
+                }
+                for &t in toks {
+                    mask.set(t);
+                }
+            }
+        }
+        Ok(Some(mask))
+    }
+}
+
+/// Reject unbounded repetitions of items that can match the empty string and left
+/// recursion (either would make the expansion loop).
+fn check_grammar(nodes: &[Node], dfas: &[DfaTable]) -> Result<(), GrammarError> {
+    let mut nullable = vec![false; nodes.len()];
+    loop {
+        let mut changed = false;
+        for (i, n) in nodes.iter().enumerate() {
+            if nullable[i] {
+                continue;
+            }
+            let v = match n {
+                Node::Bytes(b) => b.is_empty(),
+                Node::Dfa(d) => dfas[*d as usize].accepting[dfas[*d as usize].start as usize],
+                Node::StopAt { stop, .. } => stop.is_empty(),
+                Node::Int { .. } | Node::Float { .. } => false,
+                Node::Seq(c) => c.iter().all(|&c| nullable[c as usize]),
+                Node::Choice(c) => c.iter().any(|&c| nullable[c as usize]),
+                Node::Repeat { item, min, .. } => *min == 0 || nullable[*item as usize],
+            };
+            if v {
+                nullable[i] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for n in nodes {
+        if let Node::Repeat { item, sep, max, .. } = n {
+            let sep_null = sep.is_none_or(|s| nullable[s as usize]);
+            if *max == u32::MAX && nullable[*item as usize] && sep_null {
+                return Err(GrammarError::NullableRepeat);
+            }
+        }
+    }
+    // Left recursion: a cycle through nodes entered without consuming input.
+    let first = |n: &Node| -> Vec<NodeId> {
+        match n {
+            Node::Seq(c) => {
+                let mut v = Vec::new();
+                for &x in c.iter() {
+                    v.push(x);
+                    if !nullable[x as usize] {
+                        break;
+                    }
+                }
+                v
+            }
+            Node::Choice(c) => c.to_vec(),
+            Node::Repeat { item, sep, .. } => {
+                let mut v = vec![*item];
+                v.extend(sep);
+                v
+            }
+            _ => vec![],
+        }
+    };
+    // 0 = unvisited, 1 = on the DFS stack, 2 = done
+    let mut mark = vec![0u8; nodes.len()];
+    for root in 0..nodes.len() {
+        if mark[root] != 0 {
+            continue;
+        }
+        let mut stack: Vec<(usize, Vec<NodeId>)> = vec![(root, first(&nodes[root]))];
+        mark[root] = 1;
+        while let Some((n, next)) = stack.last_mut() {
+            match next.pop() {
+                Some(c) => match mark[c as usize] {
+                    1 => return Err(GrammarError::Loop),
+                    0 => {
+                        mark[c as usize] = 1;
+                        let f = first(&nodes[c as usize]);
+                        stack.push((c as usize, f));
+                    }
+                    _ => {}
+                },
+                None => {
+                    mark[*n] = 2;
+                    stack.pop();
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---- integers: pos = negative flag | digits << 1, aux = magnitude ----
+
+fn int_accepting(f: &Frame, lo: i64, hi: i64) -> bool {
+    let (neg, digits) = (f.pos & 1 == 1, f.pos >> 1);
+    if digits == 0 || (neg && f.aux == 0) {
+        return false;
+    }
+    let v = if neg { -(f.aux as i128) } else { f.aux as i128 };
+    (lo as i128..=hi as i128).contains(&v)
+}
+
+fn int_feasible(neg: bool, digits: u32, mag: u64, lo: i64, hi: i64) -> bool {
+    let (lo, hi) = (lo as i128, hi as i128);
+    // magnitudes reachable: [a, b] intervals
+    let hit = |a: i128, b: i128| {
+        let (x, y) = if neg { (-b, -a) } else { (a, b) };
+        x <= hi && y >= lo
+    };
+    if digits == 0 {
+        return if neg { hit(1, i64::MAX as i128 + 1) } else { hit(0, i64::MAX as i128) };
+    }
+    if mag == 0 {
+        return !neg && hit(0, 0);
+    }
+    let mut scale: i128 = 1;
+    let m = mag as i128;
+    loop {
+        let a = m * scale;
+        if a > i64::MAX as i128 + 1 {
+            return false;
+        }
+        if hit(a, a + scale - 1) {
+            return true;
+        }
+        scale *= 10;
+    }
+}
+
+fn int_consume(f: &Frame, b: u8, lo: i64, hi: i64) -> Option<Frame> {
+    let (mut neg, mut digits, mut mag) = (f.pos & 1 == 1, f.pos >> 1, f.aux);
+    match b {
+        b'-' if digits == 0 && !neg => neg = true,
+        b'0'..=b'9' => {
+            if digits > 0 && mag == 0 {
+                return None;
+            }
+            mag = mag.checked_mul(10)?.checked_add((b - b'0') as u64)?;
+            digits += 1;
+        }
+        _ => return None,
+    }
+    int_feasible(neg, digits, mag, lo, hi).then_some(Frame { node: f.node, pos: neg as u32 | digits << 1, aux: mag })
+}
+
+// ---- floats: pos = neg | in_frac << 1 | int_digits << 2 | frac_digits << 8, aux = f64 bits ----
+
+struct FRange {
+    lo: f64,
+    hi: f64,
+    lo_excl: bool,
+    hi_excl: bool,
+}
+
+
+fn fsplit(f: &Frame) -> (bool, bool, u32, u32, f64) {
+    (f.pos & 1 == 1, f.pos & 2 == 2, (f.pos >> 2) & 63, f.pos >> 8, f64::from_bits(f.aux))
+}
+
+fn float_accepting(f: &Frame, r: &FRange) -> bool {
+    let (neg, in_frac, idig, fdig, m) = fsplit(f);
+    if idig == 0 || (in_frac && fdig == 0) {
+        return false;
+    }
+    let v = if neg { -m } else { m };
+    (if r.lo_excl { v > r.lo } else { v >= r.lo }) && (if r.hi_excl { v < r.hi } else { v <= r.hi })
+}
+
+/// Does the signed image of magnitudes `[a, b)` meet the range?
+fn float_hits(neg: bool, a: f64, b: f64, r: &FRange) -> bool {
+    // (value, inclusive) bounds of the candidate interval
+    let (l, u) = if neg { ((-b, false), (-a, true)) } else { ((a, true), (b, false)) };
+    let max = |x: (f64, bool), y: (f64, bool)| if x.0 > y.0 { x } else if y.0 > x.0 { y } else { (x.0, x.1 && y.1) };
+    let min = |x: (f64, bool), y: (f64, bool)| if x.0 < y.0 { x } else if y.0 < x.0 { y } else { (x.0, x.1 && y.1) };
+    let lo = max(l, (r.lo, !r.lo_excl));
+    let hi = min(u, (r.hi, !r.hi_excl));
+    lo.0 < hi.0 || (lo.0 == hi.0 && lo.1 && hi.1)
+}
+
+fn float_feasible(f: &Frame, r: &FRange) -> bool {
+    let (neg, in_frac, idig, fdig, m) = fsplit(f);
+    if idig == 0 {
+        return float_hits(neg, 0.0, f64::INFINITY, r);
+    }
+    if in_frac {
+        if fdig == MAX_FRAC_DIGITS {
+            return float_accepting(f, r);
+        }
+        return float_hits(neg, m, m + 10f64.powi(-(fdig as i32)), r);
+    }
+    if m == 0.0 {
+        return float_hits(neg, 0.0, 1.0, r);
+    }
+    let mut scale = 1.0f64;
+    for _ in idig..=MAX_INT_DIGITS {
+        if float_hits(neg, m * scale, (m + 1.0) * scale, r) {
+            return true;
+        }
+        scale *= 10.0;
+    }
+    false
+}
+
+fn float_consume(f: &Frame, b: u8, r: &FRange) -> Option<Frame> {
+    let (mut neg, mut in_frac, mut idig, mut fdig, mut m) = fsplit(f);
+    match b {
+        b'-' if idig == 0 && !neg => neg = true,
+        b'.' if idig > 0 && !in_frac => in_frac = true,
+        b'0'..=b'9' => {
+            let d = (b - b'0') as f64;
+            if in_frac {
+                if fdig >= MAX_FRAC_DIGITS {
+                    return None;
+                }
+                fdig += 1;
+                // exact decimal rounding: recompute from the scaled integer
+                m = ((m * 10f64.powi(fdig as i32 - 1)).round() * 10.0 + d) / 10f64.powi(fdig as i32);
+            } else {
+                if (idig > 0 && m == 0.0) || idig >= MAX_INT_DIGITS {
+                    return None;
+                }
+                idig += 1;
+                m = m * 10.0 + d;
+            }
+        }
+        _ => return None,
+    }
+    let nf = Frame { node: f.node, pos: neg as u32 | (in_frac as u32) << 1 | idig << 2 | fdig << 8, aux: m.to_bits() };
+    float_feasible(&nf, r).then_some(nf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(e: Expr) -> Grammar {
+        Grammar::new(&e).unwrap()
+    }
+    fn ok(g: &Grammar, s: &str) -> bool {
+        g.matches(s.as_bytes()).unwrap()
+    }
+    /// Is `s` a prefix of something the grammar accepts?
+    fn prefix(g: &Grammar, s: &str) -> bool {
+        g.advance_bytes(&g.start(), s.as_bytes()).unwrap().is_some()
+    }
+
+    #[test]
+    fn literal_choice_and_ambiguity() {
+        let c = g(Expr::one_of(["a", "ab", "abc", "b"]));
+        for (s, want) in [("a", true), ("ab", true), ("abc", true), ("b", true), ("", false), ("ac", false), ("abcd", false)] {
+            assert_eq!(ok(&c, s), want, "{s:?}");
+        }
+        // "a" is both complete and a prefix of longer alternatives.
+        let st = c.advance_bytes(&c.start(), b"a").unwrap().unwrap();
+        assert!(c.is_accepting(&st) && st.num_stacks() == 3);
+    }
+
+    #[test]
+    fn sequence_repeat_separator() {
+        let item = Expr::regex("[a-z]+");
+        let list = Expr::literal("[").then(item.separated_by(Expr::literal(", "), 1, Some(3))).then(Expr::literal("]"));
+        let c = g(list);
+        assert!(ok(&c, "[a]") && ok(&c, "[ab, c]") && ok(&c, "[a, b, c]"));
+        assert!(!ok(&c, "[]") && !ok(&c, "[a, b, c, d]") && !ok(&c, "[a,b]") && !ok(&c, "[a, ]"));
+        // repeat without separator, min 2
+        let c = g(Expr::literal("ab").repeat(2, None));
+        assert!(!ok(&c, "ab") && ok(&c, "abab") && ok(&c, "ababab") && !ok(&c, "aba"));
+        // optional
+        let c = g(Expr::literal("x").then(Expr::literal("y").optional()).then(Expr::literal("z")));
+        assert!(ok(&c, "xz") && ok(&c, "xyz") && !ok(&c, "xyyz"));
+    }
+
+    #[test]
+    fn regex_followed_by_overlapping_literal() {
+        // The lexeme may stop at any accepting point: "a*" then "a" needs both parses.
+        let c = g(Expr::regex("a*").then(Expr::literal("ab")));
+        assert!(ok(&c, "ab") && ok(&c, "aaab") && !ok(&c, "aaa") && !ok(&c, "b"));
+    }
+
+    #[test]
+    fn integer_ranges() {
+        let c = g(Expr::integer(Some(-20), Some(150)));
+        for v in -25..160i64 {
+            assert_eq!(ok(&c, &v.to_string()), (-20..=150).contains(&v), "{v}");
+        }
+        for bad in ["007", "-0", "01", "", "-", "1.0", "+1"] {
+            assert!(!ok(&c, bad), "{bad:?}");
+        }
+        // Prefixes that cannot reach the range are rejected at once.
+        assert!(!prefix(&c, "160") && !prefix(&c, "-21") && prefix(&c, "15") && prefix(&c, "-2"));
+        let c = g(Expr::integer(Some(1000), None));
+        assert!(prefix(&c, "9") && !ok(&c, "999") && ok(&c, "1000") && !prefix(&c, "0") && !prefix(&c, "-"));
+        let c = g(Expr::integer(None, None));
+        assert!(ok(&c, &i64::MIN.to_string()) && ok(&c, &i64::MAX.to_string()));
+        assert!(!ok(&c, "9223372036854775808"));
+        assert!(matches!(Grammar::new(&Expr::integer(Some(5), Some(4))), Err(GrammarError::Unsatisfiable(_))));
+    }
+
+    #[test]
+    fn float_ranges() {
+        let c = g(Expr::float(Some(-1.5), Some(2.25)));
+        for (s, want) in [
+            ("0", true), ("2.25", true), ("2.26", false), ("2.250", true), ("-1.5", true), ("-1.51", false),
+            ("1.", false), ("3", false), ("-0.5", true), ("00.1", false), ("2.2", true), (".5", false),
+        ] {
+            assert_eq!(ok(&c, s), want, "{s:?}");
+        }
+        assert!(!prefix(&c, "3") && !prefix(&c, "2.3") && prefix(&c, "2.2"));
+        // exclusive bounds through the builder
+        let mut b = Builder::new(JsonOptions::default());
+        let n = b.float(0.0, 1.0, true, true).unwrap();
+        let c = Grammar::from_parts(b.nodes, b.dfas, n).unwrap();
+        assert!(!ok(&c, "0") && !ok(&c, "1") && ok(&c, "0.5") && !ok(&c, "1.0") && !prefix(&c, "1."));
+        assert!(ok(&c, "0.000000000001"));
+        let mut b = Builder::new(JsonOptions::default());
+        assert!(b.float(0.0, 1e-14, true, false).is_err(), "no 12-digit decimal in (0, 1e-14]");
+    }
+
+    #[test]
+    fn stop_at_string() {
+        let c = g(Expr::stop_at("</end>"));
+        assert!(ok(&c, "</end>") && ok(&c, "abc </en</end>") && !ok(&c, "abc") && !ok(&c, "</end> x"));
+        // After the stop string nothing more is accepted.
+        let st = c.advance_bytes(&c.start(), b"x</end>").unwrap().unwrap();
+        let mut out = GrammarState::default();
+        assert!(!c.advance(&st, b'x', &mut out).unwrap());
+    }
+
+    #[test]
+    fn free_json() {
+        let c = g(Expr::Json);
+        for s in [
+            "1", "-0.5e3", "\"a\\n\\u00e9\"", "true", "null", "[]", "{}", "[1, [2, {\"a\": null}]]",
+            "{\"a\": {\"b\": [true, false]}, \"c\": \"d\"}", "{ \"k\" : 1 }", "\"é日本\"", "\"\\uD83D\\uDE00\"",
+        ] {
+            assert!(ok(&c, s), "{s}");
+        }
+        for s in ["", "01", "[1,]", "{\"a\"}", "{a: 1}", "\"\\x\"", "[1 2]", "tru", "{\"a\":1,}", "\"\n\"", "\"\\uD800\"", "\"\\uDE00\"", "1e999"] {
+            assert!(!ok(&c, s), "{s}");
+        }
+        // Check against serde_json on generated random-ish documents.
+        let docs = [
+            serde_json::json!({"a": [1, 2.5, -3], "b": {"c": "x\"y", "d": null}, "e": []}),
+            serde_json::json!([{"k": true}, "s", 0, {"nested": {"deeper": [[], {}]}}]),
+        ];
+        for d in docs {
+            assert!(ok(&c, &serde_json::to_string(&d).unwrap()));
+            assert!(ok(&c, &serde_json::to_string_pretty(&d).unwrap()));
+        }
+    }
+
+    #[test]
+    fn build_errors() {
+        assert!(matches!(Grammar::regex("a("), Err(GrammarError::InvalidRegex { .. })));
+        assert!(matches!(Grammar::new(&Expr::regex("a*").repeat(0, None)), Err(GrammarError::NullableRepeat)));
+        assert!(matches!(Grammar::new(&Expr::Choice(vec![])), Err(GrammarError::Unsatisfiable(_))));
+        assert!(matches!(
+            Grammar::new(&Expr::literal("a").repeat(3, Some(2))),
+            Err(GrammarError::Unsatisfiable(_))
+        ));
+    }
+
+    #[test]
+    fn left_recursion_is_reported_not_looped() {
+        // value := value "x" | "y"  (left recursive): the expansion must stop with Loop.
+        let mut b = Builder::new(JsonOptions::default());
+        let v = b.choice(vec![]);
+        let x = b.lit("x");
+        let y = b.lit("y");
+        let rec = b.seq(vec![v, x]);
+        b.nodes[v as usize] = Node::Choice(vec![rec, y].into());
+        let r = Grammar::from_parts(b.nodes, b.dfas, v);
+        assert!(matches!(r, Err(GrammarError::Loop)), "{r:?}");
+    }
+
+    #[test]
+    fn states_roll_back() {
+        let c = g(Expr::Json);
+        let s1 = c.advance_bytes(&c.start(), b"[1, ").unwrap().unwrap();
+        let s2 = c.advance_bytes(&s1, b"2]").unwrap().unwrap();
+        assert!(c.is_accepting(&s2) && !c.is_accepting(&s1));
+        // Going back to s1 and taking another path works, s2 is untouched.
+        let s3 = c.advance_bytes(&s1, b"\"x\"]").unwrap().unwrap();
+        assert!(c.is_accepting(&s3) && c.is_accepting(&s2));
+        assert_eq!(c.advance_bytes(&s1, b"2]").unwrap().unwrap(), s2);
+    }
+}
