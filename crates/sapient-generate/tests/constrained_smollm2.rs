@@ -131,7 +131,7 @@ fn fast_forward_keeps_the_output_and_skips_forwards() -> Result<()> {
         },
         "required": ["city", "country", "population_millions"]
     });
-    let grammar = Grammar::with_options(&Expr::JsonSchema(schema), sapient_generate::JsonOptions { max_whitespace: 0 })?;
+    let grammar = Grammar::with_options(&Expr::JsonSchema(schema), sapient_generate::JsonOptions::compact())?;
     let p = pipeline();
     let q = ask("Give the capital of France as JSON.");
     let on = GenerationConfig::default().max_tokens(60).constrain(grammar.clone());

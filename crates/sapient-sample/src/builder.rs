@@ -6,7 +6,8 @@ use crate::error::GrammarError;
 
 /// Most integer digits of a ranged decimal number.
 pub(crate) const MAX_INT_DIGITS: u32 = 15;
-/// Most fraction digits of a ranged decimal number.
+/// Most fraction digits a number may have ([`JsonOptions::max_fraction_digits`] is capped
+/// here).
 pub(crate) const MAX_FRAC_DIGITS: u32 = 12;
 
 pub(crate) type NodeId = u32;
@@ -16,24 +17,71 @@ pub(crate) enum Node {
     Bytes(Box<[u8]>),
     Dfa(u32),
     Int { lo: i64, hi: i64 },
-    Float { lo: f64, hi: f64, lo_excl: bool, hi_excl: bool },
+    /// A decimal number in a range; `max_frac`: most fraction digits (a fraction never ends
+    /// in 0, and there is no `-0`).
+    Float { lo: f64, hi: f64, lo_excl: bool, hi_excl: bool, max_frac: u32 },
     StopAt { stop: Box<[u8]>, fail: Box<[u32]> },
     Seq(Box<[NodeId]>),
     Choice(Box<[NodeId]>),
     Repeat { item: NodeId, sep: Option<NodeId>, min: u32, max: u32 },
 }
 
-/// Options for JSON (free-form and schema).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// How JSON text is laid out between its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JsonLayout {
+    /// No whitespace at all: `{"a":1,"b":[true,null]}`. Every key, colon, comma and bracket
+    /// is then the only continuation where the grammar needs one, so it is forced.
+    Compact,
+    /// One space after each colon and comma, nothing else, on one line (Python's
+    /// `json.dumps` layout): `{"a": 1, "b": [true, null]}`. As forced as `Compact`.
+    Spaced,
+    /// Any JSON whitespace (spaces, tabs, newlines) between tokens, at most this many
+    /// characters per gap. Small models wander into blank lines and runs of spaces with it.
+    Flexible { max_whitespace: usize },
+}
+
+/// Options for JSON (free-form and schema): the layout between tokens and the form numbers
+/// take. The default is canonical: [`JsonLayout::Compact`], numbers with at most 6 fraction
+/// digits, no trailing zeros in a fraction, no `-0` and no exponent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JsonOptions {
-    /// Whitespace allowed between JSON tokens (spaces, tabs, newlines), per gap. 0 gives
-    /// compact JSON. Bounded so a model cannot loop on whitespace.
-    pub max_whitespace: usize,
+    pub layout: JsonLayout,
+    /// Most digits after the decimal point (1 to 12). A fraction never ends in `0`
+    /// (`2.5`, not `2.50`), and `-0` (`-0.0`, ...) is never generated.
+    pub max_fraction_digits: u32,
 }
 
 impl Default for JsonOptions {
     fn default() -> Self {
-        Self { max_whitespace: 24 }
+        Self { layout: JsonLayout::Compact, max_fraction_digits: 6 }
+    }
+}
+
+impl JsonOptions {
+    /// Compact JSON (the default).
+    pub fn compact() -> Self {
+        Self::default()
+    }
+    /// One space after colons and commas.
+    pub fn spaced() -> Self {
+        Self { layout: JsonLayout::Spaced, ..Self::default() }
+    }
+    /// Flexible whitespace, at most `max_whitespace` characters per gap; numbers may then
+    /// also take an exponent (`1e-3`).
+    pub fn flexible(max_whitespace: usize) -> Self {
+        Self { layout: JsonLayout::Flexible { max_whitespace }, ..Self::default() }
+    }
+    pub(crate) fn frac_digits(&self) -> u32 {
+        self.max_fraction_digits.clamp(1, MAX_FRAC_DIGITS)
+    }
+    /// The regex of an unbounded JSON number under these options.
+    pub(crate) fn number_regex(&self) -> String {
+        let f = self.frac_digits();
+        let frac = if f == 1 { r"\.[1-9]".to_string() } else { format!(r"\.[0-9]{{0,{}}}[1-9]", f - 1) };
+        let exp = if matches!(self.layout, JsonLayout::Flexible { .. }) { r"(?:[eE][+-]?[1-9][0-9]?)?" } else { "" };
+        // No `-0`: a negative number has a non-zero digit somewhere.
+        format!(r"(?:(?:0|[1-9][0-9]{{0,15}})(?:{frac})?|-(?:[1-9][0-9]{{0,15}}(?:{frac})?|0{frac})){exp}")
     }
 }
 
@@ -55,7 +103,6 @@ pub(crate) const JSON_STRING: &str = concat!(
     r"\\u(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}|[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})",
     r#")*""#
 );
-pub(crate) const JSON_NUMBER: &str = r"-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,2})?";
 
 impl Builder {
     pub fn new(json: JsonOptions) -> Self {
@@ -98,10 +145,12 @@ impl Builder {
         if lo.is_nan() || hi.is_nan() || lo > hi || (lo == hi && (lo_excl || hi_excl)) {
             return Err(GrammarError::Unsatisfiable(format!("number range {lo}..{hi} is empty")));
         }
-        // The decimal form has at most 15 integer and 12 fractional digits: check that some
-        // such number is in range (the smallest multiple of 1e-12 above the low bound).
+        // The decimal form has at most 15 integer and `max_frac` fractional digits: check
+        // that some such number is in range (the smallest multiple of 10^-max_frac above
+        // the low bound).
+        let max_frac = self.json.frac_digits();
         if lo.is_finite() {
-            let scale = 10f64.powi(MAX_FRAC_DIGITS as i32);
+            let scale = 10f64.powi(max_frac as i32);
             let mut c = (lo * scale).ceil();
             if lo_excl && c / scale <= lo {
                 c += 1.0;
@@ -113,19 +162,90 @@ impl Builder {
         } else if hi.is_finite() && hi.abs() >= 10f64.powi(MAX_INT_DIGITS as i32) && hi < 0.0 {
             return Err(GrammarError::Unsatisfiable(format!("no decimal number in range {lo}..{hi}")));
         }
-        Ok(self.add(Node::Float { lo, hi, lo_excl, hi_excl }))
+        Ok(self.add(Node::Float { lo, hi, lo_excl, hi_excl, max_frac }))
     }
-    /// JSON whitespace node, or `None` for compact JSON.
+    /// Whitespace allowed in any gap between JSON tokens (only with a flexible layout).
     pub fn ws(&mut self) -> Result<Option<NodeId>, GrammarError> {
         if let Some(w) = self.ws {
             return Ok(w);
         }
-        let w = match self.json.max_whitespace {
-            0 => None,
-            k => Some(self.regex(&format!("[ \\t\\n\\r]{{0,{k}}}"), false)?),
+        let w = match self.json.layout {
+            JsonLayout::Flexible { max_whitespace: k } if k > 0 => Some(self.regex(&format!("[ \\t\\n\\r]{{0,{k}}}"), false)?),
+            _ => None,
         };
         self.ws = Some(w);
         Ok(w)
+    }
+    /// What follows a colon or a comma: one space with the spaced layout, else `ws`.
+    pub fn after_punct(&mut self) -> Result<Option<NodeId>, GrammarError> {
+        match self.json.layout {
+            JsonLayout::Spaced => Ok(Some(self.lit(" "))),
+            _ => self.ws(),
+        }
+    }
+    /// The separator between items and members: `,` with the layout's whitespace.
+    pub fn comma(&mut self) -> Result<NodeId, GrammarError> {
+        let ws = self.ws()?;
+        let after = self.after_punct()?;
+        let comma = self.lit(",");
+        Ok(self.seq_ws(&[ws, Some(comma), after]))
+    }
+    /// `key : value` with the layout's whitespace.
+    pub fn member(&mut self, key: NodeId, value: NodeId) -> Result<NodeId, GrammarError> {
+        let ws = self.ws()?;
+        let after = self.after_punct()?;
+        let colon = self.lit(":");
+        Ok(self.seq_ws(&[Some(key), ws, Some(colon), after, Some(value)]))
+    }
+    /// An unbounded JSON number under the options' number policy.
+    pub fn json_number(&mut self) -> Result<NodeId, GrammarError> {
+        let r = self.json.number_regex();
+        self.regex(&r, false)
+    }
+    /// This JSON value exactly (`const`, `enum`), laid out like generated JSON.
+    pub fn json_const(&mut self, v: &serde_json::Value) -> Result<NodeId, GrammarError> {
+        use serde_json::Value;
+        Ok(match v {
+            Value::Array(items) if !items.is_empty() => {
+                let ws = self.ws()?;
+                let sep = self.comma()?;
+                let mut parts = vec![Some(self.lit("[")), ws];
+                for (i, x) in items.iter().enumerate() {
+                    if i > 0 {
+                        parts.push(Some(sep));
+                    }
+                    parts.push(Some(self.json_const(x)?));
+                }
+                parts.extend([ws, Some(self.lit("]"))]);
+                self.seq_ws(&parts)
+            }
+            Value::Object(m) if !m.is_empty() => {
+                let ws = self.ws()?;
+                let sep = self.comma()?;
+                let mut parts = vec![Some(self.lit("{")), ws];
+                for (i, (k, x)) in m.iter().enumerate() {
+                    if i > 0 {
+                        parts.push(Some(sep));
+                    }
+                    let key = self.lit(&serde_json::to_string(k).unwrap_or_default());
+                    let val = self.json_const(x)?;
+                    parts.push(Some(self.member(key, val)?));
+                }
+                parts.extend([ws, Some(self.lit("}"))]);
+                self.seq_ws(&parts)
+            }
+            Value::Array(_) => {
+                let ws = self.ws()?;
+                let (o, c) = (self.lit("["), self.lit("]"));
+                self.seq_ws(&[Some(o), ws, Some(c)])
+            }
+            Value::Object(_) => {
+                let ws = self.ws()?;
+                let (o, c) = (self.lit("{"), self.lit("}"));
+                self.seq_ws(&[Some(o), ws, Some(c)])
+            }
+            other => self.lit(&serde_json::to_string(other).unwrap_or_default()),
+        })
     }
     /// `ws a ws` style sequences: `None` entries (no whitespace) are skipped.
     pub fn seq_ws(&mut self, parts: &[Option<NodeId>]) -> NodeId {
@@ -144,13 +264,10 @@ impl Builder {
         self.json_value = Some(value);
         let ws = self.ws()?;
         let string = self.json_string()?;
-        let number = self.regex(JSON_NUMBER, false)?;
+        let number = self.json_number()?;
         let lits: Vec<NodeId> = ["true", "false", "null"].iter().map(|s| self.lit(s)).collect();
-        let comma = self.lit(",");
-        let sep = self.seq_ws(&[ws, Some(comma), ws]);
-        // object
-        let colon = self.lit(":");
-        let member = self.seq_ws(&[Some(string), ws, Some(colon), ws, Some(value)]);
+        let sep = self.comma()?;
+        let member = self.member(string, value)?;
         let obj = self.object_of(member, sep, ws)?;
         let arr = self.array_of(value, sep, ws, 0, u32::MAX)?;
         let mut alts = vec![obj, arr, string, number];

@@ -10,7 +10,7 @@
 //! schemas; at run time an expansion that would loop (a grammar recursing without
 //! consuming input) is reported as [`GrammarError::Loop`] instead of looping.
 
-use crate::builder::{kmp_failure, Builder, JsonOptions, Node, NodeId, MAX_FRAC_DIGITS, MAX_INT_DIGITS};
+use crate::builder::{kmp_failure, Builder, JsonOptions, Node, NodeId, MAX_INT_DIGITS};
 use crate::constraint::Constraint;
 use crate::dfa::{DfaTable, DEAD};
 use crate::error::GrammarError;
@@ -327,8 +327,8 @@ impl Grammar {
                 let can = b"-0123456789".iter().any(|&b| int_consume(f, b, *lo, *hi).is_some());
                 (acc, can)
             }
-            Node::Float { lo, hi, lo_excl, hi_excl } => {
-                let r = FRange { lo: *lo, hi: *hi, lo_excl: *lo_excl, hi_excl: *hi_excl };
+            Node::Float { lo, hi, lo_excl, hi_excl, max_frac } => {
+                let r = FRange { lo: *lo, hi: *hi, lo_excl: *lo_excl, hi_excl: *hi_excl, max_frac: *max_frac };
                 let acc = float_accepting(f, &r);
                 let can = b"-.0123456789".iter().any(|&b| float_consume(f, b, &r).is_some());
                 (acc, can)
@@ -360,8 +360,8 @@ impl Grammar {
                 Some(Frame { pos: k as u32, ..*f })
             }
             Node::Int { lo, hi } => int_consume(f, b, *lo, *hi),
-            Node::Float { lo, hi, lo_excl, hi_excl } => {
-                float_consume(f, b, &FRange { lo: *lo, hi: *hi, lo_excl: *lo_excl, hi_excl: *hi_excl })
+            Node::Float { lo, hi, lo_excl, hi_excl, max_frac } => {
+                float_consume(f, b, &FRange { lo: *lo, hi: *hi, lo_excl: *lo_excl, hi_excl: *hi_excl, max_frac: *max_frac })
             }
             _ => None,
         }
@@ -740,33 +740,38 @@ fn int_consume(f: &Frame, b: u8, lo: i64, hi: i64) -> Option<Frame> {
     int_feasible(neg, digits, mag, lo, hi).then_some(Frame { node: f.node, pos: neg as u32 | digits << 1, aux: mag })
 }
 
-// ---- floats: pos = neg | in_frac << 1 | int_digits << 2 | frac_digits << 8, aux = f64 bits ----
+// ---- floats: pos = neg | in_frac << 1 | int_digits << 2 | last_frac_zero << 7 |
+// frac_digits << 8, aux = f64 bits ----
 
 struct FRange {
     lo: f64,
     hi: f64,
     lo_excl: bool,
     hi_excl: bool,
+    max_frac: u32,
 }
 
-
-fn fsplit(f: &Frame) -> (bool, bool, u32, u32, f64) {
-    (f.pos & 1 == 1, f.pos & 2 == 2, (f.pos >> 2) & 63, f.pos >> 8, f64::from_bits(f.aux))
+/// (negative, in the fraction, integer digits, fraction digits, last fraction digit is 0,
+/// magnitude).
+fn fsplit(f: &Frame) -> (bool, bool, u32, u32, bool, f64) {
+    (f.pos & 1 == 1, f.pos & 2 == 2, (f.pos >> 2) & 31, f.pos >> 8, f.pos & 128 == 128, f64::from_bits(f.aux))
 }
 
 fn float_accepting(f: &Frame, r: &FRange) -> bool {
-    let (neg, in_frac, idig, fdig, m) = fsplit(f);
-    if idig == 0 || (in_frac && fdig == 0) {
+    let (neg, in_frac, idig, fdig, last_zero, m) = fsplit(f);
+    // Canonical form: digits on both sides of a point, no trailing zero, no `-0`.
+    if idig == 0 || (in_frac && (fdig == 0 || last_zero)) || (neg && m == 0.0) {
         return false;
     }
     let v = if neg { -m } else { m };
     (if r.lo_excl { v > r.lo } else { v >= r.lo }) && (if r.hi_excl { v < r.hi } else { v <= r.hi })
 }
 
-/// Does the signed image of magnitudes `[a, b)` meet the range?
-fn float_hits(neg: bool, a: f64, b: f64, r: &FRange) -> bool {
+/// Does the signed image of magnitudes `[a, b)` (`[a, b]` with `b_incl`) meet the range?
+/// A negative image excludes 0 (there is no `-0`).
+fn float_hits(neg: bool, a: f64, b: f64, b_incl: bool, r: &FRange) -> bool {
     // (value, inclusive) bounds of the candidate interval
-    let (l, u) = if neg { ((-b, false), (-a, true)) } else { ((a, true), (b, false)) };
+    let (l, u) = if neg { ((-b, b_incl), (-a, a != 0.0)) } else { ((a, true), (b, b_incl)) };
     let max = |x: (f64, bool), y: (f64, bool)| if x.0 > y.0 { x } else if y.0 > x.0 { y } else { (x.0, x.1 && y.1) };
     let min = |x: (f64, bool), y: (f64, bool)| if x.0 < y.0 { x } else if y.0 < x.0 { y } else { (x.0, x.1 && y.1) };
     let lo = max(l, (r.lo, !r.lo_excl));
@@ -775,22 +780,29 @@ fn float_hits(neg: bool, a: f64, b: f64, r: &FRange) -> bool {
 }
 
 fn float_feasible(f: &Frame, r: &FRange) -> bool {
-    let (neg, in_frac, idig, fdig, m) = fsplit(f);
-    if idig == 0 {
-        return float_hits(neg, 0.0, f64::INFINITY, r);
+    let (neg, in_frac, idig, fdig, _, m) = fsplit(f);
+    if float_accepting(f, r) {
+        return true;
     }
+    if idig == 0 {
+        return float_hits(neg, 0.0, f64::INFINITY, false, r);
+    }
+    let step = 10f64.powi(-(r.max_frac as i32));
     if in_frac {
-        if fdig == MAX_FRAC_DIGITS {
-            return float_accepting(f, r);
+        if fdig >= r.max_frac {
+            return false;
         }
-        return float_hits(neg, m, m + 10f64.powi(-(fdig as i32)), r);
+        // More digits ending in a non-zero one: m + k * 10^-max_frac, k >= 1, below the
+        // next value of the digits so far.
+        return float_hits(neg, m + step, m + 10f64.powi(-(fdig as i32)) - step, true, r);
     }
     if m == 0.0 {
-        return float_hits(neg, 0.0, 1.0, r);
+        // "0" or "0.x": [0, 1), or (0, 1) when negative.
+        return float_hits(neg, 0.0, 1.0, false, r);
     }
     let mut scale = 1.0f64;
     for _ in idig..=MAX_INT_DIGITS {
-        if float_hits(neg, m * scale, (m + 1.0) * scale, r) {
+        if float_hits(neg, m * scale, (m + 1.0) * scale, false, r) {
             return true;
         }
         scale *= 10.0;
@@ -799,17 +811,18 @@ fn float_feasible(f: &Frame, r: &FRange) -> bool {
 }
 
 fn float_consume(f: &Frame, b: u8, r: &FRange) -> Option<Frame> {
-    let (mut neg, mut in_frac, mut idig, mut fdig, mut m) = fsplit(f);
+    let (mut neg, mut in_frac, mut idig, mut fdig, mut last_zero, mut m) = fsplit(f);
     match b {
         b'-' if idig == 0 && !neg => neg = true,
         b'.' if idig > 0 && !in_frac => in_frac = true,
         b'0'..=b'9' => {
             let d = (b - b'0') as f64;
             if in_frac {
-                if fdig >= MAX_FRAC_DIGITS {
+                if fdig >= r.max_frac {
                     return None;
                 }
                 fdig += 1;
+                last_zero = b == b'0';
                 // exact decimal rounding: recompute from the scaled integer
                 m = ((m * 10f64.powi(fdig as i32 - 1)).round() * 10.0 + d) / 10f64.powi(fdig as i32);
             } else {
@@ -822,7 +835,11 @@ fn float_consume(f: &Frame, b: u8, r: &FRange) -> Option<Frame> {
         }
         _ => return None,
     }
-    let nf = Frame { node: f.node, pos: neg as u32 | (in_frac as u32) << 1 | idig << 2 | fdig << 8, aux: m.to_bits() };
+    let nf = Frame {
+        node: f.node,
+        pos: neg as u32 | (in_frac as u32) << 1 | idig << 2 | (last_zero as u32) << 7 | fdig << 8,
+        aux: m.to_bits(),
+    };
     float_feasible(&nf, r).then_some(nf)
 }
 
@@ -897,8 +914,9 @@ mod tests {
     fn float_ranges() {
         let c = g(Expr::float(Some(-1.5), Some(2.25)));
         for (s, want) in [
-            ("0", true), ("2.25", true), ("2.26", false), ("2.250", true), ("-1.5", true), ("-1.51", false),
+            ("0", true), ("2.25", true), ("2.26", false), ("2.250", false), ("-1.5", true), ("-1.51", false),
             ("1.", false), ("3", false), ("-0.5", true), ("00.1", false), ("2.2", true), (".5", false),
+            ("-0", false), ("-0.0", false), ("1.0", false), ("0.000001", true), ("0.0000001", false),
         ] {
             assert_eq!(ok(&c, s), want, "{s:?}");
         }
@@ -908,9 +926,18 @@ mod tests {
         let n = b.float(0.0, 1.0, true, true).unwrap();
         let c = Grammar::from_parts(b.nodes, b.dfas, n).unwrap();
         assert!(!ok(&c, "0") && !ok(&c, "1") && ok(&c, "0.5") && !ok(&c, "1.0") && !prefix(&c, "1."));
-        assert!(ok(&c, "0.000000000001"));
+        assert!(ok(&c, "0.000001") && !ok(&c, "0.0000001"));
         let mut b = Builder::new(JsonOptions::default());
-        assert!(b.float(0.0, 1e-14, true, false).is_err(), "no 12-digit decimal in (0, 1e-14]");
+        assert!(b.float(0.0, 1e-7, true, false).is_err(), "no 6-digit decimal in (0, 1e-7]");
+        // No dead end: a prefix is only allowed if some canonical number in range follows.
+        let mut b = Builder::new(JsonOptions::default());
+        let n = b.float(0.0, 0.0, false, false).unwrap();
+        let c = Grammar::from_parts(b.nodes, b.dfas, n).unwrap();
+        assert!(ok(&c, "0") && !prefix(&c, "0.") && !prefix(&c, "-"));
+        let mut b = Builder::new(JsonOptions::default());
+        let n = b.float(-1.0, 0.0, false, false).unwrap();
+        let c = Grammar::from_parts(b.nodes, b.dfas, n).unwrap();
+        assert!(ok(&c, "-0.5") && prefix(&c, "-0.") && !ok(&c, "-0") && !prefix(&c, "-0.000000"));
     }
 
     #[test]
@@ -926,15 +953,27 @@ mod tests {
     #[test]
     fn free_json() {
         let c = g(Expr::Json);
-        for s in [
-            "1", "-0.5e3", "\"a\\n\\u00e9\"", "true", "null", "[]", "{}", "[1, [2, {\"a\": null}]]",
-            "{\"a\": {\"b\": [true, false]}, \"c\": \"d\"}", "{ \"k\" : 1 }", "\"é日本\"", "\"\\uD83D\\uDE00\"",
-        ] {
-            assert!(ok(&c, s), "{s}");
+        let flex = Grammar::with_options(&Expr::Json, JsonOptions::flexible(24)).unwrap();
+        let spaced = Grammar::with_options(&Expr::Json, JsonOptions::spaced()).unwrap();
+        for s in ["1", "-0.5", "\"a\\n\\u00e9\"", "true", "null", "[]", "{}", "[1,[2,{\"a\":null}]]", "\"é日本\"", "\"\\uD83D\\uDE00\""] {
+            assert!(ok(&c, s) && ok(&flex, s), "{s}");
+        }
+        // Whitespace only in the flexible layout; one space after , and : in the spaced one.
+        for s in ["[1, [2, {\"a\": null}]]", "{\"a\": {\"b\": [true, false]}, \"c\": \"d\"}"] {
+            assert!(!ok(&c, s) && ok(&flex, s) && ok(&spaced, s), "{s}");
+        }
+        for s in ["{ \"k\" : 1 }", "-0.5e3", "[\n1]"] {
+            assert!(!ok(&c, s) && ok(&flex, s) && !ok(&spaced, s), "{s}");
         }
         for s in ["", "01", "[1,]", "{\"a\"}", "{a: 1}", "\"\\x\"", "[1 2]", "tru", "{\"a\":1,}", "\"\n\"", "\"\\uD800\"", "\"\\uDE00\"", "1e999"] {
-            assert!(!ok(&c, s), "{s}");
+            assert!(!ok(&c, s) && !ok(&flex, s), "{s}");
         }
+        // Numbers: at most 6 fraction digits by default, no trailing zero, no -0.
+        for (s, want) in [("0.5", true), ("0.123456", true), ("0.1234567", false), ("2.50", false), ("-0", false), ("-0.0", false), ("-0.01", true), ("0.0", false), ("10", true), ("-10", true), ("1e3", false)] {
+            assert_eq!(ok(&c, s), want, "{s}");
+        }
+        let two = Grammar::with_options(&Expr::Json, JsonOptions { max_fraction_digits: 2, ..JsonOptions::default() }).unwrap();
+        assert!(ok(&two, "3.14") && !ok(&two, "3.141"));
         // Check against serde_json on generated random-ish documents.
         let docs = [
             serde_json::json!({"a": [1, 2.5, -3], "b": {"c": "x\"y", "d": null}, "e": []}),
@@ -942,7 +981,8 @@ mod tests {
         ];
         for d in docs {
             assert!(ok(&c, &serde_json::to_string(&d).unwrap()));
-            assert!(ok(&c, &serde_json::to_string_pretty(&d).unwrap()));
+            assert!(ok(&flex, &serde_json::to_string_pretty(&d).unwrap()));
+            assert!(!ok(&c, &serde_json::to_string_pretty(&d).unwrap()));
         }
     }
 
@@ -973,7 +1013,7 @@ mod tests {
     #[test]
     fn states_roll_back() {
         let c = g(Expr::Json);
-        let s1 = c.advance_bytes(&c.start(), b"[1, ").unwrap().unwrap();
+        let s1 = c.advance_bytes(&c.start(), b"[1,").unwrap().unwrap();
         let s2 = c.advance_bytes(&s1, b"2]").unwrap().unwrap();
         assert!(c.is_accepting(&s2) && !c.is_accepting(&s1));
         // Going back to s1 and taking another path works, s2 is untouched.

@@ -55,11 +55,12 @@ mod matcher;
 mod validate;
 pub mod typed;
 
-pub use builder::JsonOptions;
+pub use builder::{JsonLayout, JsonOptions};
 pub use constraint::Constraint;
 pub use error::GrammarError;
 pub use grammar::{Expr, Frame, Grammar, GrammarState};
 pub use matcher::{Matcher, MatcherStats};
+pub use schema::{refused_keywords, SUPPORTED_KEYWORDS};
 pub use vocab::{TokenIndex, TokenMask};
 /// `#[derive(Schema, Parse)]` (the traits of the same names are in [`typed`]).
 pub use sapient_derive::{Parse, Schema};

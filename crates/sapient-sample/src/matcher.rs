@@ -310,7 +310,7 @@ mod tests {
         let prefixes: [&[&str]; 3] = [
             &["", "{", "{\"", "{\"a\":", "[1", "[1,", "\"ab", "true"],
             &["", "a", "ab", "1", "12"],
-            &["", "{", "{\"", "{\"name", "{\"name\": \"x\"", "{\"name\": \"x\", \"n\": 1", "{\"name\": \"x\", \"n\": 12}"],
+            &["", "{", "{\"", "{\"name", "{\"name\":\"x\"", "{\"name\":\"x\",\"n\":1", "{\"name\":\"x\",\"n\":12}"],
         ];
         for (g, ps) in grammars.iter().zip(prefixes) {
             for p in ps {
@@ -359,19 +359,21 @@ mod tests {
         let schema = serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
         let g = Arc::new(Grammar::json_schema(&schema).unwrap());
         let mut m = Matcher::new(g.clone(), idx);
-        assert_eq!(m.forced_bytes(64).unwrap(), b"{");
+        // By default (compact JSON) the key is forced with the brace.
+        assert_eq!(m.forced_bytes(64).unwrap(), b"{\"name\":\"");
         m.consume(id("{")).unwrap();
-        // After '{' optional whitespace or the key: the key is forced only with compact JSON.
-        assert_eq!(m.forced_bytes(64).unwrap(), b"");
-        let compact = crate::builder::JsonOptions { max_whitespace: 0 };
-        let gc = Arc::new(Grammar::with_options(&Expr::JsonSchema(schema), compact).unwrap());
-        let mc = Matcher::new(gc, m.index.clone());
-        assert_eq!(mc.forced_bytes(64).unwrap(), b"{\"name\":\"");
-        let a = m.mask().unwrap();
-        let b = m.mask().unwrap();
+        assert_eq!(m.forced_bytes(64).unwrap(), b"\"name\":\"");
+        let flexible = crate::builder::JsonOptions::flexible(24);
+        let gf = Arc::new(Grammar::with_options(&Expr::JsonSchema(schema), flexible).unwrap());
+        let mut mf = Matcher::new(gf, m.index.clone());
+        mf.consume(id("{")).unwrap();
+        // With flexible whitespace, optional whitespace or the key may come.
+        assert_eq!(mf.forced_bytes(64).unwrap(), b"");
+        let a = mf.mask().unwrap();
+        let b = mf.mask().unwrap();
         assert_eq!(a, b);
-        assert_eq!(m.stats().masks_computed, 1);
-        assert_eq!(m.stats().mask_cache_hits, 1);
+        assert_eq!(mf.stats().masks_computed, 1);
+        assert_eq!(mf.stats().mask_cache_hits, 1);
         assert!(a.is_allowed(id("\"name\"")) && a.is_allowed(id("\"")) && a.is_allowed(id(" ")) && !a.is_allowed(id("\"a")));
     }
 }

@@ -1,31 +1,58 @@
 //! JSON Schema to grammar nodes.
 //!
-//! Supported: `type` (one or a list), `properties` / `required` (properties are generated
-//! in the order the schema lists them; optional ones may be left out), `additionalProperties`
-//! (only used when no `properties` are given: a free map of that schema), `items`,
-//! `minItems` / `maxItems`, `enum`, `const`, `minLength` / `maxLength`, `pattern` (anchored
-//! with `^...$` or searched anywhere; such strings are generated without escapes), `format`
-//! (`date`, `time`, `date-time`, `uuid`, `email` with a local part of at most 32 characters
-//! and at most four domain labels of 24, `ipv4`; others ignored with a warning),
-//! `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum` for integers and numbers,
-//! `anyOf`, `oneOf` (treated as `anyOf`), a one-element `allOf`, `$ref` within the schema
-//! (`#`, `#/$defs/..`, `#/definitions/..`, any JSON pointer; recursion allowed), and boolean
+//! The keywords, and what happens with each, are listed in `KEYWORDS` (the table in
+//! docs/structured.md is checked against it by a test). In short: `type` (one or a list),
+//! `properties` / `required` (generated in the order the schema lists them; optional ones
+//! may be left out), `additionalProperties` (`false`, `true` or a schema: further members
+//! after the listed ones, with keys other than theirs), `minProperties` / `maxProperties`,
+//! `items`, `prefixItems` (and the older tuple form of `items` with `additionalItems`),
+//! `minItems` / `maxItems`, `enum` and `const` of any JSON, `minLength` / `maxLength`,
+//! `pattern` (anchored with `^...$` or searched anywhere; such strings are generated without
+//! escapes), `format` (`date`, `time`, `date-time`, `email`, `uuid`, `uri`, `ipv4`),
+//! `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum`, `anyOf`, `oneOf`
+//! (generated as `anyOf`), `allOf` (merged into one schema), `$ref` within the schema (`#`,
+//! `#/$defs/..`, `#/definitions/..`, any JSON pointer; recursion allowed), and boolean
 //! schemas. Annotations (`title`, `description`, `default`, `examples`, ...) are ignored.
-//! Keywords that change validity but are not implemented (`not`, `if`, `patternProperties`,
-//! `multipleOf`, ...) are an error, so a grammar never silently accepts less than its
-//! schema promises... except `uniqueItems`, which is common and only warned about.
+//! Every other JSON Schema keyword (`not`, `if`, `uniqueItems`, `multipleOf`,
+//! `patternProperties`, an unknown `format`, ...) is a [`GrammarError::UnsupportedSchema`]
+//! naming it: a grammar never silently accepts more than its schema allows. Keys that are
+//! not JSON Schema keywords at all (`x-...` extensions) are ignored, as validators do.
 
-use crate::builder::{Builder, NodeId, JSON_NUMBER};
+use crate::builder::{Builder, NodeId};
 use crate::error::GrammarError;
 use serde_json::Value;
 use std::collections::HashMap;
 
+/// JSON Schema keywords refused by both the grammar and the validator.
 pub(crate) const UNSUPPORTED: &[&str] = &[
     "not", "if", "then", "else", "patternProperties", "dependentRequired", "dependentSchemas",
     "dependencies", "propertyNames", "contains", "minContains", "maxContains", "multipleOf",
-    "minProperties", "maxProperties", "unevaluatedProperties", "unevaluatedItems", "prefixItems",
-    "additionalItems", "$dynamicRef", "$recursiveRef",
+    "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "$anchor",
+    "$dynamicAnchor", "$recursiveAnchor",
 ];
+
+/// Keywords refused by the grammar only (the validator checks them).
+pub(crate) const UNSUPPORTED_IN_GRAMMAR: &[&str] = &["uniqueItems"];
+
+/// The JSON Schema keywords a grammar refuses with [`GrammarError::UnsupportedSchema`].
+pub fn refused_keywords() -> impl Iterator<Item = &'static str> {
+    UNSUPPORTED.iter().chain(UNSUPPORTED_IN_GRAMMAR).copied()
+}
+
+/// The JSON Schema keywords a grammar supports (annotations aside).
+pub const SUPPORTED_KEYWORDS: &[&str] = &[
+    "type", "properties", "required", "additionalProperties", "minProperties", "maxProperties",
+    "items", "prefixItems", "additionalItems", "minItems", "maxItems", "enum", "const",
+    "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions",
+];
+pub(crate) const ANNOTATIONS: &[&str] = &[
+    "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+    "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "$vocabulary",
+];
+
+/// The formats `format` supports.
+pub(crate) const FORMATS: &[&str] = &["date", "time", "date-time", "email", "uuid", "uri", "ipv4"];
 
 struct Ctx<'a> {
     root: &'a Value,
@@ -41,10 +68,6 @@ fn invalid(path: &str, message: impl Into<String>) -> GrammarError {
     GrammarError::InvalidSchema { path: path.to_string(), message: message.into() }
 }
 
-fn json_lit(b: &mut Builder, v: &Value) -> NodeId {
-    let s = serde_json::to_string(v).unwrap_or_default();
-    b.lit(&s)
-}
 
 pub(crate) fn resolve<'v>(root: &'v Value, r: &str) -> Option<&'v Value> {
     let ptr = r.strip_prefix('#')?;
@@ -87,18 +110,28 @@ fn node(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, 
             return Err(GrammarError::UnsupportedSchema { path: path.to_string(), keyword: k.to_string() });
         }
     }
-    if obj.get("uniqueItems") == Some(&Value::Bool(true)) {
-        tracing::warn!(path, "uniqueItems is not enforced during generation");
+    if obj.get("uniqueItems").is_some_and(|u| u != &Value::Bool(false)) {
+        return Err(GrammarError::UnsupportedSchema { path: path.to_string(), keyword: "uniqueItems".into() });
+    }
+    if let Some(f) = obj.get("format") {
+        let f = f.as_str().ok_or_else(|| invalid(path, "format must be a string"))?;
+        if !FORMATS.contains(&f) {
+            return Err(GrammarError::UnsupportedSchema { path: path.to_string(), keyword: format!("format {f:?}") });
+        }
+    }
+    if let Some(all) = obj.get("allOf") {
+        let merged = merge_all_of(cx.root, obj, all, path)?;
+        return node(b, cx, &merged, &format!("{path}/allOf"));
     }
     if let Some(c) = obj.get("const") {
-        return Ok(json_lit(b, c));
+        return b.json_const(c);
     }
     if let Some(e) = obj.get("enum") {
         let e = e.as_array().ok_or_else(|| invalid(path, "enum must be an array"))?;
         if e.is_empty() {
             return Err(GrammarError::Unsatisfiable(format!("empty enum at {path}")));
         }
-        let alts = e.iter().map(|v| json_lit(b, v)).collect();
+        let alts = e.iter().map(|v| b.json_const(v)).collect::<Result<_, _>>()?;
         return Ok(b.choice(alts));
     }
     for key in ["anyOf", "oneOf"] {
@@ -116,15 +149,6 @@ fn node(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, 
             return Ok(b.choice(alts));
         }
     }
-    if let Some(all) = obj.get("allOf") {
-        match all.as_array().map(|a| a.as_slice()) {
-            Some([one]) => {
-                let merged = merge_siblings(obj, one, "allOf");
-                return node(b, cx, &merged, &format!("{path}/allOf/0"));
-            }
-            _ => return Err(GrammarError::UnsupportedSchema { path: path.to_string(), keyword: "allOf".into() }),
-        }
-    }
     let types: Vec<&str> = match obj.get("type") {
         Some(Value::String(t)) => vec![t.as_str()],
         Some(Value::Array(a)) => {
@@ -134,7 +158,9 @@ fn node(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, 
         None => {
             if obj.contains_key("properties") || obj.contains_key("required") || obj.contains_key("additionalProperties") {
                 vec!["object"]
-            } else if obj.contains_key("items") || obj.contains_key("minItems") || obj.contains_key("maxItems") {
+            } else if ["minProperties", "maxProperties"].iter().any(|k| obj.contains_key(*k)) {
+                vec!["object"]
+            } else if ["items", "prefixItems", "minItems", "maxItems"].iter().any(|k| obj.contains_key(*k)) {
                 vec!["array"]
             } else if ["minLength", "maxLength", "pattern", "format"].iter().any(|k| obj.contains_key(*k)) {
                 vec!["string"]
@@ -182,8 +208,121 @@ fn merge_siblings(parent: &serde_json::Map<String, Value>, sub: &Value, key: &st
     Value::Object(m)
 }
 
+/// `allOf` folded into one schema: the parent's other keywords and every branch (a
+/// branch's `$ref` resolved) merged. Properties present in several branches become an
+/// `allOf` of their schemas; `required` lists are joined; bounds take the tighter value;
+/// any other keyword given different values in two branches is refused.
+fn merge_all_of(root: &Value, parent: &serde_json::Map<String, Value>, all: &Value, path: &str) -> Result<Value, GrammarError> {
+    let list = all.as_array().ok_or_else(|| invalid(path, "allOf must be an array"))?;
+    if list.is_empty() {
+        return Err(invalid(path, "allOf must not be empty"));
+    }
+    let mut acc: serde_json::Map<String, Value> =
+        parent.iter().filter(|(k, _)| k.as_str() != "allOf").map(|(k, v)| (k.clone(), v.clone())).collect();
+    for (i, sub) in list.iter().enumerate() {
+        let mut sub = sub.clone();
+        // Follow $refs (a chain of them; a cycle is refused).
+        for _ in 0..32 {
+            let Some(r) = sub.get("$ref").and_then(|r| r.as_str()).map(str::to_string) else { break };
+            let target = resolve(root, &r).ok_or_else(|| GrammarError::UnresolvedRef(r.clone()))?.clone();
+            let mut m = match target {
+                Value::Object(m) => m,
+                Value::Bool(true) => serde_json::Map::new(),
+                _ => return Err(GrammarError::Unsatisfiable(format!("schema `false` in allOf at {path}"))),
+            };
+            if let Value::Object(o) = &sub {
+                for (k, v) in o {
+                    if k != "$ref" {
+                        m.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            sub = Value::Object(m);
+        }
+        let sub = match sub {
+            Value::Bool(true) => continue,
+            Value::Bool(false) => return Err(GrammarError::Unsatisfiable(format!("schema `false` in allOf at {path}/{i}"))),
+            Value::Object(m) => m,
+            _ => return Err(invalid(&format!("{path}/{i}"), "a schema must be an object or a boolean")),
+        };
+        if sub.contains_key("$ref") {
+            return Err(GrammarError::UnsupportedSchema { path: format!("{path}/{i}"), keyword: "allOf of recursive $refs".into() });
+        }
+        let sub = if let Some(inner) = sub.get("allOf") { merge_all_of(root, &sub, &inner.clone(), &format!("{path}/{i}"))? } else { Value::Object(sub) };
+        let Value::Object(sub) = sub else { continue };
+        for (k, v) in sub {
+            if is_annotation(&k) {
+                continue;
+            }
+            let Some(old) = acc.get(&k).cloned() else {
+                acc.insert(k, v);
+                continue;
+            };
+            if old == v {
+                continue;
+            }
+            let merged = match k.as_str() {
+                "properties" => {
+                    let (Value::Object(mut a), Value::Object(bm)) = (old, v) else {
+                        return Err(invalid(path, "properties must be an object"));
+                    };
+                    for (name, s2) in bm {
+                        let e = match a.remove(&name) {
+                            Some(s1) if s1 != s2 => serde_json::json!({"allOf": [s1, s2]}),
+                            _ => s2,
+                        };
+                        a.insert(name, e);
+                    }
+                    Value::Object(a)
+                }
+                "required" => {
+                    let mut a = old.as_array().cloned().unwrap_or_default();
+                    for x in v.as_array().cloned().unwrap_or_default() {
+                        if !a.contains(&x) {
+                            a.push(x);
+                        }
+                    }
+                    Value::Array(a)
+                }
+                "minimum" | "exclusiveMinimum" | "minLength" | "minItems" | "minProperties" if old.is_number() && v.is_number() => {
+                    if old.as_f64() >= v.as_f64() { old } else { v }
+                }
+                "maximum" | "exclusiveMaximum" | "maxLength" | "maxItems" | "maxProperties" if old.is_number() && v.is_number() => {
+                    if old.as_f64() <= v.as_f64() { old } else { v }
+                }
+                "type" => {
+                    let as_list = |t: &Value| -> Vec<Value> { match t { Value::Array(a) => a.clone(), x => vec![x.clone()] } };
+                    let b2 = as_list(&v);
+                    let (int, num) = (Value::from("integer"), Value::from("number"));
+                    let both: Vec<Value> = as_list(&old)
+                        .into_iter()
+                        .filter_map(|t| {
+                            if b2.contains(&t) {
+                                Some(t)
+                            } else if (t == num && b2.contains(&int)) || (t == int && b2.contains(&num)) {
+                                Some(int.clone())
+                            } else {
+                                None
+                            }
+                        })
+                        .collect();
+                    if both.is_empty() {
+                        return Err(GrammarError::Unsatisfiable(format!("allOf at {path} asks for types {old} and {v}")));
+                    }
+                    Value::Array(both)
+                }
+                _ => {
+                    return Err(GrammarError::UnsupportedSchema { path: format!("{path}/{i}"), keyword: format!("allOf with two different {k:?}") });
+                }
+            };
+            acc.insert(k, merged);
+        }
+    }
+    Ok(Value::Object(acc))
+}
+
 fn is_annotation(k: &str) -> bool {
-    matches!(k, "title" | "description" | "default" | "examples" | "$schema" | "$id" | "$comment" | "$defs" | "definitions")
+    ANNOTATIONS.contains(&k) || k == "$defs" || k == "definitions"
 }
 
 fn get_u32(obj: &serde_json::Map<String, Value>, k: &str, path: &str) -> Result<Option<u32>, GrammarError> {
@@ -243,7 +382,7 @@ fn integer(b: &mut Builder, obj: &serde_json::Map<String, Value>, path: &str) ->
 fn number(b: &mut Builder, obj: &serde_json::Map<String, Value>, path: &str) -> Result<NodeId, GrammarError> {
     let (lo, lo_x, hi, hi_x) = bounds(obj, path)?;
     if lo.is_infinite() && hi.is_infinite() {
-        return b.regex(JSON_NUMBER, false);
+        return b.json_number();
     }
     b.float(lo, hi, lo_x, hi_x)
         .map_err(|e| GrammarError::Unsatisfiable(format!("at {path}: {e}")))
@@ -268,6 +407,8 @@ pub(crate) fn format_regex(f: &str) -> Option<&'static str> {
         "uuid" => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
         // Shorter than RFC 5321 allows (64 / 63 x 8): long runs are where small models loop.
         "email" => r"[A-Za-z0-9._%+-]{1,32}@[A-Za-z0-9-]{1,24}(?:\.[A-Za-z0-9-]{1,24}){1,3}",
+        // Absolute http(s) URIs with a host name (a subset of RFC 3986 that validators accept).
+        "uri" => r"https?://[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?){0,4}(?::[1-9][0-9]{0,4})?(?:/[A-Za-z0-9._~%!$&'()*+,;=:@-]{0,32}){0,8}(?:\?[A-Za-z0-9._~%!$&'()*+,;=:@/?-]{0,64})?",
         "ipv4" => r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
         _ => return None,
     })
@@ -349,29 +490,72 @@ fn string(b: &mut Builder, obj: &serde_json::Map<String, Value>, path: &str) -> 
 }
 
 fn array(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String, Value>, path: &str) -> Result<NodeId, GrammarError> {
-    let item = match obj.get("items") {
-        None => b.json_value()?,
-        Some(Value::Array(_)) => {
-            return Err(GrammarError::UnsupportedSchema { path: path.to_string(), keyword: "items (tuple form)".into() })
-        }
-        Some(s) => node(b, cx, s, &format!("{path}/items"))?,
+    // Positional items: `prefixItems`, or the older tuple form of `items`.
+    let (prefix, rest_key): (&[Value], &str) = match (obj.get("prefixItems"), obj.get("items")) {
+        (Some(Value::Array(p)), _) => (p.as_slice(), "items"),
+        (Some(_), _) => return Err(invalid(path, "prefixItems must be an array")),
+        (None, Some(Value::Array(p))) => (p.as_slice(), "additionalItems"),
+        (None, _) => (&[], "items"),
+    };
+    let mut prefix_nodes = Vec::new();
+    for (i, sub) in prefix.iter().enumerate() {
+        prefix_nodes.push(node(b, cx, sub, &format!("{path}/prefixItems/{i}"))?);
+    }
+    let rest = match obj.get(rest_key) {
+        None | Some(Value::Bool(true)) => Some(b.json_value()?),
+        Some(Value::Bool(false)) => None,
+        Some(s) => Some(node(b, cx, s, &format!("{path}/{rest_key}"))?),
     };
     let min = get_u32(obj, "minItems", path)?.unwrap_or(0);
-    let max = get_u32(obj, "maxItems", path)?.unwrap_or(u32::MAX);
+    let mut max = get_u32(obj, "maxItems", path)?.unwrap_or(u32::MAX);
+    if rest.is_none() {
+        max = max.min(prefix_nodes.len() as u32);
+    }
     if min > max {
-        return Err(GrammarError::Unsatisfiable(format!("minItems {min} > maxItems {max} at {path}")));
+        return Err(GrammarError::Unsatisfiable(format!("no array length in [{min}, {max}] at {path}")));
     }
     let ws = b.ws()?;
-    let comma = b.lit(",");
-    let sep = b.seq_ws(&[ws, Some(comma), ws]);
-    b.array_of(item, sep, ws, min, max)
+    let sep = b.comma()?;
+    if prefix_nodes.is_empty() {
+        let item = rest.ok_or_else(|| GrammarError::Unsatisfiable(format!("items: false with minItems at {path}")))?;
+        if max == 0 {
+            let (o, c) = (b.lit("["), b.lit("]"));
+            return Ok(b.seq_ws(&[Some(o), ws, Some(c)]));
+        }
+        return b.array_of(item, sep, ws, min, max);
+    }
+    // after(i): the items from position i on (i > 0: each preceded by a comma), then `]`.
+    let close = b.lit("]");
+    let end = b.seq_ws(&[ws, Some(close)]);
+    let p = prefix_nodes.len() as u32;
+    let tail = match rest {
+        Some(item) if max > p => {
+            let lo = min.saturating_sub(p);
+            let hi = if max == u32::MAX { u32::MAX } else { max - p };
+            let one = b.seq(vec![sep, item]);
+            let more = b.add(crate::builder::Node::Repeat { item: one, sep: None, min: lo, max: hi });
+            b.seq(vec![more, end])
+        }
+        _ => end,
+    };
+    let mut after = tail;
+    for i in (0..p).rev() {
+        let item = prefix_nodes[i as usize];
+        let take = if i == 0 { b.seq_ws(&[ws, Some(item), Some(after)]) } else { b.seq(vec![sep, item, after]) };
+        after = if i >= min {
+            let stop = if i == 0 { b.seq_ws(&[ws, Some(close)]) } else { end };
+            b.choice(vec![take, stop])
+        } else {
+            take
+        };
+    }
+    let open = b.lit("[");
+    Ok(b.seq(vec![open, after]))
 }
 
 fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String, Value>, path: &str) -> Result<NodeId, GrammarError> {
     let ws = b.ws()?;
-    let comma = b.lit(",");
-    let sep = b.seq_ws(&[ws, Some(comma), ws]);
-    let colon = b.lit(":");
+    let sep = b.comma()?;
     let required: Vec<&str> = match obj.get("required") {
         None => vec![],
         Some(Value::Array(a)) => a.iter().map(|v| v.as_str().ok_or_else(|| invalid(path, "required must list strings"))).collect::<Result<_, _>>()?,
@@ -382,59 +566,149 @@ fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String, Value>, p
         Some(Value::Object(m)) => m.clone(),
         Some(_) => return Err(invalid(path, "properties must be an object")),
     };
-    if props.is_empty() && required.is_empty() {
-        let open = b.lit("{");
-        let close = b.lit("}");
-        return match obj.get("additionalProperties") {
-            Some(Value::Bool(false)) => Ok(b.seq_ws(&[Some(open), ws, Some(close)])),
-            other => {
-                let value = match other {
-                    None | Some(Value::Bool(true)) => b.json_value()?,
-                    Some(s) => node(b, cx, s, &format!("{path}/additionalProperties"))?,
-                };
-                let key = b.json_string()?;
-                let member = b.seq_ws(&[Some(key), ws, Some(colon), ws, Some(value)]);
-                b.object_of(member, sep, ws)
-            }
-        };
-    }
-    // (member node, required) in schema order; required names without a schema take any value.
+    let min = get_u32(obj, "minProperties", path)?.unwrap_or(0);
+    let max = get_u32(obj, "maxProperties", path)?.unwrap_or(u32::MAX);
+    // (member node, required) in schema order; required names without a schema take the
+    // additionalProperties schema (any value when there is none).
     let mut members: Vec<(NodeId, bool)> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     for (name, sub) in &props {
         let v = node(b, cx, sub, &format!("{path}/properties/{name}"))?;
-        let key = json_lit(b, &Value::String(name.clone()));
-        let m = b.seq_ws(&[Some(key), ws, Some(colon), ws, Some(v)]);
-        members.push((m, required.contains(&name.as_str())));
+        let key = b.json_const(&Value::String(name.clone()))?;
+        members.push((b.member(key, v)?, required.contains(&name.as_str())));
+        names.push(name.clone());
     }
+    let extra_value = match obj.get("additionalProperties") {
+        None => None,
+        Some(Value::Bool(false)) => None,
+        Some(Value::Bool(true)) => Some(b.json_value()?),
+        Some(s) => Some(node(b, cx, s, &format!("{path}/additionalProperties"))?),
+    };
     for r in &required {
         if !props.contains_key(*r) {
-            let v = b.json_value()?;
-            let key = json_lit(b, &Value::String(r.to_string()));
-            let m = b.seq_ws(&[Some(key), ws, Some(colon), ws, Some(v)]);
-            members.push((m, true));
+            let v = match (extra_value, obj.get("additionalProperties")) {
+                (Some(v), _) => v,
+                (None, Some(Value::Bool(false))) => {
+                    return Err(GrammarError::Unsatisfiable(format!("{r:?} is required but not allowed at {path}")))
+                }
+                _ => b.json_value()?,
+            };
+            let key = b.json_const(&Value::String(r.to_string()))?;
+            members.push((b.member(key, v)?, true));
+            names.push(r.to_string());
         }
     }
-    let n = members.len();
-    // tail[j]: what may follow once members before j are decided (each preceded by a comma).
-    let mut tail = vec![0 as NodeId; n + 1];
-    tail[n] = b.seq(vec![]);
-    for j in (0..n).rev() {
+    // Members beyond the listed ones: keys that are none of theirs (written without
+    // escapes), any number of them when the schema asks for no property count. Without
+    // `additionalProperties` none are generated (still valid).
+    let extra = match extra_value {
+        Some(v) if obj.get("additionalProperties").is_some() => {
+            let key = if names.is_empty() { b.json_string()? } else { b.regex(&key_not_in(&names), false)? };
+            Some(b.member(key, v)?)
+        }
+        _ => None,
+    };
+    let counted = min > 0 || max != u32::MAX;
+    let mut memo: HashMap<(usize, u32, bool), Option<NodeId>> = HashMap::new();
+    let body = object_tail(b, &members, extra, sep, min, max, counted, 0, 0, true, &mut memo)
+        .ok_or_else(|| GrammarError::Unsatisfiable(format!("no object with between {min} and {max} properties at {path}")))?;
+    let (open, close) = (b.lit("{"), b.lit("}"));
+    Ok(b.seq_ws(&[Some(open), ws, Some(body), ws, Some(close)]))
+}
+
+/// The members from `j` on, `c` already present (`first`: none yet, so no comma before the
+/// next). `None` when no choice satisfies the required ones and the property count.
+#[allow(clippy::too_many_arguments)]
+fn object_tail(
+    b: &mut Builder,
+    members: &[(NodeId, bool)],
+    extra: Option<NodeId>,
+    sep: NodeId,
+    min: u32,
+    max: u32,
+    counted: bool,
+    j: usize,
+    c: u32,
+    first: bool,
+    memo: &mut HashMap<(usize, u32, bool), Option<NodeId>>,
+) -> Option<NodeId> {
+    let c = if counted { c } else { 0 };
+    if let Some(&r) = memo.get(&(j, c, first)) {
+        return r;
+    }
+    let r = if j == members.len() {
+        let mut alts = Vec::new();
+        if c >= min {
+            alts.push(b.seq(vec![]));
+        }
+        if let Some(e) = extra {
+            if c < max {
+                let lo = min.saturating_sub(c).max(1);
+                let hi = if max == u32::MAX { u32::MAX } else { max - c };
+                let rep = b.add(crate::builder::Node::Repeat { item: e, sep: Some(sep), min: lo, max: hi });
+                alts.push(if first { rep } else { b.seq(vec![sep, rep]) });
+            }
+        }
+        match alts.len() {
+            0 => None,
+            1 => Some(alts[0]),
+            _ => Some(b.choice(alts)),
+        }
+    } else {
         let (m, req) = members[j];
-        let with = b.seq(vec![sep, m, tail[j + 1]]);
-        tail[j] = if req { with } else { b.choice(vec![with, tail[j + 1]]) };
+        let take = if c < max {
+            object_tail(b, members, extra, sep, min, max, counted, j + 1, c + 1, false, memo)
+                .map(|t| if first { b.seq(vec![m, t]) } else { b.seq(vec![sep, m, t]) })
+        } else {
+            None
+        };
+        let skip = if req { None } else { object_tail(b, members, extra, sep, min, max, counted, j + 1, c, first, memo) };
+        match (take, skip) {
+            (Some(x), Some(y)) => Some(b.choice(vec![x, y])),
+            (x, y) => x.or(y),
+        }
+    };
+    memo.insert((j, c, first), r);
+    r
+}
+
+/// A regex for a JSON string (without escapes) that is none of `names`.
+fn key_not_in(names: &[String]) -> String {
+    const CH: &str = r#"[^"\\\x00-\x1F]"#;
+    fn esc(c: char) -> String {
+        regex_syntax_escape(&c.to_string())
     }
-    // The first member present: any up to and including the first required one.
-    let mut alts = Vec::new();
-    let first_req = members.iter().position(|m| m.1);
-    for j in 0..=first_req.unwrap_or(n.saturating_sub(1)).min(n - 1) {
-        alts.push(b.seq(vec![members[j].0, tail[j + 1]]));
+    fn rec(names: &[&str]) -> String {
+        // names: the remaining suffixes of the names sharing the prefix read so far.
+        let mut alts = Vec::new();
+        if !names.contains(&"") {
+            alts.push(String::new());
+        }
+        let mut firsts: Vec<char> = names.iter().filter_map(|n| n.chars().next()).collect();
+        firsts.sort_unstable();
+        firsts.dedup();
+        let class: String = firsts.iter().map(|&c| esc(c)).collect();
+        alts.push(if class.is_empty() { format!("{CH}+") } else { format!("(?:[^\"\\\\\\x00-\\x1F{class}]){CH}*") });
+        for &c in &firsts {
+            let rest: Vec<&str> = names.iter().filter(|n| n.starts_with(c)).map(|n| &n[c.len_utf8()..]).collect();
+            alts.push(format!("{}(?:{})", esc(c), rec(&rest)));
+        }
+        alts.join("|")
     }
-    let open = b.lit("{");
-    let close = b.lit("}");
-    let nonempty_body = b.choice(alts);
-    let nonempty = b.seq_ws(&[Some(nonempty_body), ws, Some(close)]);
-    let body = if first_req.is_none() { b.choice(vec![close, nonempty]) } else { nonempty };
-    Ok(b.seq_ws(&[Some(open), ws, Some(body)]))
+    let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+    format!("\"(?:{})\"", rec(&refs))
+}
+
+/// Escape regex metacharacters (also inside a character class).
+fn regex_syntax_escape(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -442,12 +716,19 @@ mod tests {
     use crate::{Constraint, Grammar, GrammarError};
     use serde_json::json;
 
-    fn ok(g: &Grammar, v: &serde_json::Value) -> bool {
+    /// A schema compiled compact (the default) and with flexible whitespace.
+    struct G(Grammar, Grammar);
+    fn gs(s: &serde_json::Value) -> Result<G, GrammarError> {
+        let e = crate::Expr::JsonSchema(s.clone());
+        Ok(G(Grammar::json_schema(s)?, Grammar::with_options(&e, crate::JsonOptions::flexible(24))?))
+    }
+    fn ok(g: &G, v: &serde_json::Value) -> bool {
         let compact = serde_json::to_string(v).unwrap();
         let pretty = serde_json::to_string_pretty(v).unwrap();
-        let a = g.matches(compact.as_bytes()).unwrap();
-        let b = g.matches(pretty.as_bytes()).unwrap();
+        let a = g.0.matches(compact.as_bytes()).unwrap();
+        let b = g.1.matches(pretty.as_bytes()).unwrap();
         assert_eq!(a, b, "compact and pretty disagree on {compact}");
+        assert!(!a || compact == pretty || !g.0.matches(pretty.as_bytes()).unwrap(), "compact grammar took whitespace");
         a
     }
 
@@ -463,7 +744,7 @@ mod tests {
             },
             "required": ["name", "age"]
         });
-        let g = Grammar::json_schema(&s).unwrap();
+        let g = gs(&s).unwrap();
         assert!(ok(&g, &json!({"name": "Ann", "age": 30})));
         assert!(ok(&g, &json!({"name": "Ann", "age": 30, "tags": ["x"]})));
         assert!(ok(&g, &json!({"name": "Ann", "age": 0, "email": "a@b.co", "tags": ["x", "y", "z"]})));
@@ -481,7 +762,7 @@ mod tests {
     #[test]
     fn all_optional_properties() {
         let s = json!({"properties": {"a": {"type": "boolean"}, "b": {"type": "null"}, "c": {"const": "x"}}});
-        let g = Grammar::json_schema(&s).unwrap();
+        let g = gs(&s).unwrap();
         for v in [json!({}), json!({"a": true}), json!({"b": null}), json!({"c": "x"}), json!({"a": false, "c": "x"}), json!({"a": true, "b": null, "c": "x"})] {
             assert!(ok(&g, &v), "{v}");
         }
@@ -510,7 +791,7 @@ mod tests {
             },
             "required": ["tree", "color", "id", "kind"]
         });
-        let g = Grammar::json_schema(&s).unwrap();
+        let g = gs(&s).unwrap();
         let good = json!({"tree": {"value": 1, "children": [{"value": 2}, {"value": 3, "children": []}]}, "color": "green", "id": "id-042", "kind": "fixed", "ratio": 0.25});
         assert!(ok(&g, &good));
         assert!(ok(&g, &json!({"tree": {"value": -5}, "color": null, "id": 7, "kind": "fixed"})));
@@ -529,23 +810,23 @@ mod tests {
 
     #[test]
     fn type_lists_free_maps_and_true() {
-        let g = Grammar::json_schema(&json!({"type": ["string", "null"]})).unwrap();
+        let g = gs(&json!({"type": ["string", "null"]})).unwrap();
         assert!(ok(&g, &json!("x")) && ok(&g, &json!(null)) && !ok(&g, &json!(1)));
-        let g = Grammar::json_schema(&json!({"type": "object", "additionalProperties": {"type": "integer"}})).unwrap();
+        let g = gs(&json!({"type": "object", "additionalProperties": {"type": "integer"}})).unwrap();
         assert!(ok(&g, &json!({"a": 1, "b": 2})) && ok(&g, &json!({})) && !ok(&g, &json!({"a": "x"})));
-        let g = Grammar::json_schema(&json!(true)).unwrap();
+        let g = gs(&json!(true)).unwrap();
         assert!(ok(&g, &json!({"any": [1, {"thing": null}]})));
-        let g = Grammar::json_schema(&json!({"type": "string", "pattern": "a+b"})).unwrap();
+        let g = gs(&json!({"type": "string", "pattern": "a+b"})).unwrap();
         assert!(ok(&g, &json!("xxaab!")) && !ok(&g, &json!("ba")));
     }
 
     #[test]
     fn date_formats_respect_month_lengths() {
-        let g = Grammar::json_schema(&json!({"type": "string", "format": "date"})).unwrap();
+        let g = gs(&json!({"type": "string", "format": "date"})).unwrap();
         for (d, want) in [("2024-02-29", true), ("2024-02-30", false), ("2024-04-31", false), ("2024-12-31", true), ("2024-13-01", false), ("2024-06-00", false)] {
             assert_eq!(ok(&g, &json!(d)), want, "{d}");
         }
-        let g = Grammar::json_schema(&json!({"type": "string", "format": "date-time"})).unwrap();
+        let g = gs(&json!({"type": "string", "format": "date-time"})).unwrap();
         assert!(ok(&g, &json!("2024-11-30T23:59:59Z")) && ok(&g, &json!("2024-01-01T00:00:00.5+02:00")));
         assert!(!ok(&g, &json!("2024-11-31T10:00:00Z")) && !ok(&g, &json!("2024-11-30T24:00:00Z")));
     }
@@ -571,7 +852,7 @@ mod tests {
             (json!(3), "invalid"),
         ];
         for (s, kind) in cases {
-            let e = Grammar::json_schema(&s).expect_err(&s.to_string());
+            let e = gs(&s).err().expect(&s.to_string());
             let got = match e {
                 GrammarError::Unsatisfiable(_) => "unsat",
                 GrammarError::InvalidRegex { .. } => "regex",

@@ -182,7 +182,7 @@ fn random_documents_from_the_derived_grammar_parse() {
 
 #[test]
 fn accepted_prefix_points_at_the_error() {
-    let text = r#"{"name": "Ada lovelace"}"#;
+    let text = r#"{"name":"Ada lovelace"}"#;
     // "Ada l": the second word must start with a capital.
     assert_eq!(sapient_sample::typed::accepted_prefix::<Character>(text).unwrap(), text.find(" l").unwrap() + 1);
 }
