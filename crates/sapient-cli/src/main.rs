@@ -117,6 +117,10 @@ struct GenOpts {
     /// Constrain the answer to be JSON (any value).
     #[arg(long)]
     json: bool,
+    /// Layout of constrained JSON: compact (no whitespace), spaced (one space after `:`
+    /// and `,`) or flexible (any whitespace, up to 24 characters per gap).
+    #[arg(long, default_value = "compact", value_parser = ["compact", "spaced", "flexible"])]
+    json_layout: String,
 }
 
 /// Speculative decoding (`generate` only): the answer is the one plain decoding gives.
@@ -139,15 +143,24 @@ struct SpecOpts {
 }
 
 impl GenOpts {
+    fn json_options(&self) -> sapient_sample::JsonOptions {
+        match self.json_layout.as_str() {
+            "spaced" => sapient_sample::JsonOptions::spaced(),
+            "flexible" => sapient_sample::JsonOptions::flexible(24),
+            _ => sapient_sample::JsonOptions::compact(),
+        }
+    }
+
     fn generation_config(&self) -> Result<GenerationConfig> {
         let grammar = if let Some(r) = &self.regex {
             Some(Grammar::regex(r).context("--regex")?)
         } else if let Some(path) = &self.json_schema {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
             let schema: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-            Some(Grammar::json_schema(&schema).with_context(|| format!("JSON schema {}", path.display()))?)
+            let e = sapient_sample::Expr::JsonSchema(schema);
+            Some(Grammar::with_options(&e, self.json_options()).with_context(|| format!("JSON schema {}", path.display()))?)
         } else if self.json {
-            Some(Grammar::json()?)
+            Some(Grammar::with_options(&sapient_sample::Expr::Json, self.json_options())?)
         } else {
             None
         };

@@ -36,6 +36,9 @@ pub trait Constraint: Send + Sync {
     fn fast_mask(&self, _index: &TokenIndex, _state: &Self::State) -> Result<Option<TokenMask>, GrammarError> {
         Ok(None)
     }
+    /// Compute ahead whatever [`Constraint::fast_mask`] needs for this vocabulary (called by
+    /// [`crate::Matcher::new`]); by default nothing.
+    fn prepare(&self, _index: &TokenIndex) {}
     /// Whether `bytes` as a whole is accepted from the start state.
     fn matches(&self, bytes: &[u8]) -> Result<bool, GrammarError> {
         Ok(self.advance_bytes(&self.start(), bytes)?.is_some_and(|s| self.is_accepting(&s)))

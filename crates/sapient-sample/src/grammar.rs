@@ -15,6 +15,7 @@ use crate::constraint::Constraint;
 use crate::dfa::{DfaTable, DEAD};
 use crate::error::GrammarError;
 use crate::vocab::{LexemeTokens, TokenIndex, TokenMask};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A constraint expression. Build with the constructors and combinators, then compile with
 /// [`Grammar::new`].
@@ -242,13 +243,20 @@ pub struct Grammar {
     pub(crate) nodes: Vec<Node>,
     pub(crate) dfas: Vec<DfaTable>,
     start: GrammarState,
-    /// Per (token index, DFA, DFA state): tokens inside the lexeme and boundary groups.
+    /// Per token index, DFA and DFA state: tokens inside the lexeme and boundary groups.
     lexemes: LexemeCache,
 }
 
-type LexemeKey = (u64, u32, u32);
+/// Per DFA, per DFA state: the lexeme's token sets, built once (by [`Grammar::prepare`] or
+/// on first use).
+#[derive(Debug)]
+struct LexemeTable(Vec<Vec<OnceLock<LexemeTokens>>>);
+
+/// Token indexes kept per grammar before the oldest tables are dropped.
+const MAX_INDEXES: usize = 4;
+
 #[derive(Debug, Clone, Default)]
-struct LexemeCache(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<LexemeKey, std::sync::Arc<LexemeTokens>>>>);
+struct LexemeCache(Arc<Mutex<Vec<(u64, Arc<LexemeTable>)>>>);
 
 
 impl Grammar {
@@ -290,6 +298,109 @@ impl Grammar {
     /// Number of nodes (for diagnostics).
     pub fn num_nodes(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// DFA states over all the grammar's regex lexemes (for diagnostics).
+    pub fn num_dfa_states(&self) -> usize {
+        self.dfas.iter().map(|d| d.num_states()).sum()
+    }
+
+    fn lexeme_table(&self, index: &TokenIndex) -> Arc<LexemeTable> {
+        let Ok(mut c) = self.lexemes.0.lock() else {
+            // A poisoned lock: work without the shared table.
+            return Arc::new(LexemeTable(self.dfas.iter().map(|d| (0..d.num_states()).map(|_| OnceLock::new()).collect()).collect()));
+        };
+        if let Some((_, t)) = c.iter().find(|(uid, _)| *uid == index.uid) {
+            return t.clone();
+        }
+        if c.len() >= MAX_INDEXES {
+            c.remove(0);
+        }
+        let t = Arc::new(LexemeTable(self.dfas.iter().map(|d| (0..d.num_states()).map(|_| OnceLock::new()).collect()).collect()));
+        c.push((index.uid, t.clone()));
+        t
+    }
+
+    /// Compute ahead, for this vocabulary, what masks need per regex-lexeme state (the tokens
+    /// that stay inside the lexeme and those that leave it, per DFA state), so that no mask
+    /// computed later pays for it. Returns the time taken (nothing is redone on a second
+    /// call). [`crate::Matcher::new`] calls it, so a grammar's first generation pays it
+    /// before its first token; later generations with the same `Grammar` (or a clone) share
+    /// the result.
+    pub fn prepare(&self, index: &TokenIndex) -> std::time::Duration {
+        let t = std::time::Instant::now();
+        let table = self.lexeme_table(index);
+        for (d, states) in table.0.iter().enumerate() {
+            for (s, cell) in states.iter().enumerate() {
+                cell.get_or_init(|| index.lexeme_tokens(&self.dfas[d], s as u32));
+            }
+        }
+        t.elapsed()
+    }
+
+    /// The mask of a state holding one parse stack.
+    fn stack_mask(&self, index: &TokenIndex, table: &LexemeTable, state: &GrammarState) -> Result<TokenMask, GrammarError> {
+        if let Some(m) = self.lexeme_mask(index, table, state)? {
+            return Ok(m);
+        }
+        index.mask_by_walk(self, state)
+    }
+
+    /// One parse whose top is a regex lexeme (strings, numbers, regexes): tokens that stay
+    /// inside the lexeme come from the per-DFA-state set; only tokens that complete the
+    /// lexeme part-way are checked against the state, each distinct rest of a token once
+    /// (sorted, so rests sharing a prefix share its parse).
+    fn lexeme_mask(&self, index: &TokenIndex, table: &LexemeTable, state: &GrammarState) -> Result<Option<TokenMask>, GrammarError> {
+        let Some(top) = state.frames.last().copied() else { return Ok(None) };
+        let Node::Dfa(d) = self.nodes[top.node as usize] else { return Ok(None) };
+        let Some(cell) = table.0.get(d as usize).and_then(|v| v.get(top.pos as usize)) else { return Ok(None) };
+        let lt = cell.get_or_init(|| index.lexeme_tokens(&self.dfas[d as usize], top.pos));
+        if lt.num_rests > MAX_LEXEME_RESTS {
+            // Most tokens leave the lexeme at once (e.g. whitespace): the walk prunes faster.
+            return Ok(None);
+        }
+        let mut mask = lt.inner.clone();
+        let mut before = state.clone();
+        let mut states: Vec<GrammarState> = vec![GrammarState::default()];
+        for (p, b, rests) in &lt.groups {
+            if let Some(t) = before.frames.last_mut() {
+                t.pos = *p;
+            }
+            if !self.advance(&before, *b, &mut states[0])? {
+                continue;
+            }
+            // states[k]: the state after the first k bytes of the previous rest.
+            let mut prev: &[u8] = &[];
+            let mut ok_depth = 0usize;
+            let mut dead_at: Option<usize> = None;
+            for (rest, toks) in rests {
+                let l = prev.iter().zip(rest.iter()).take_while(|(a, b)| a == b).count();
+                prev = rest;
+                if dead_at.is_some_and(|d| l > d) {
+                    continue; // the same rejected prefix
+                }
+                dead_at = None;
+                let mut k = l.min(ok_depth);
+                while k < rest.len() {
+                    if states.len() <= k + 1 {
+                        states.push(GrammarState::default());
+                    }
+                    let (a, b) = states.split_at_mut(k + 1);
+                    if !self.advance(&a[k], rest[k], &mut b[0])? {
+                        dead_at = Some(k);
+                        break;
+                    }
+                    k += 1;
+                }
+                ok_depth = k;
+                if dead_at.is_none() {
+                    for &t in toks {
+                        mask.set(t);
+                    }
+                }
+            }
+        }
+        Ok(Some(mask))
     }
 
     fn enter(&self, node: NodeId) -> Frame {
@@ -541,61 +652,27 @@ impl Constraint for Grammar {
         state.stacks().any(|s| s.is_empty())
     }
 
-    /// One parse whose top is a regex lexeme (strings, numbers, regexes): tokens that stay
-    /// inside the lexeme come from a per-DFA-state precomputed set; only tokens that
-    /// complete the lexeme part-way are checked against the state, each distinct rest of a
-    /// token once.
+    /// The union of the masks of each parse stack (a token is allowed from a set of stacks
+    /// iff it is allowed from one of them): stacks topped by a regex lexeme use the
+    /// precomputed lexeme sets, the others walk the trie with that stack alone (literal,
+    /// number and stop-string tops prune the walk at once).
     fn fast_mask(&self, index: &TokenIndex, state: &GrammarState) -> Result<Option<TokenMask>, GrammarError> {
-        if state.ends.len() != 1 {
-            return Ok(None);
+        let table = self.lexeme_table(index);
+        if state.ends.len() == 1 {
+            return self.stack_mask(index, &table, state).map(Some);
         }
-        let Some(top) = state.frames.last().copied() else { return Ok(None) };
-        let Node::Dfa(d) = self.nodes[top.node as usize] else { return Ok(None) };
-        let key = (index.uid, d, top.pos);
-        let cached = self.lexemes.0.lock().ok().and_then(|c| c.get(&key).cloned());
-        let lt = match cached {
-            Some(lt) => lt,
-            None => {
-                let lt = std::sync::Arc::new(index.lexeme_tokens(&self.dfas[d as usize], top.pos));
-                if let Ok(mut c) = self.lexemes.0.lock() {
-                    if c.len() > 4096 {
-                        c.clear();
-                    }
-                    c.insert(key, lt.clone());
-                }
-                lt
-            }
-        };
-        if lt.num_rests > MAX_LEXEME_RESTS {
-            // Most tokens leave the lexeme at once (e.g. whitespace): the walk prunes faster.
-            return Ok(None);
-        }
-        let mut mask = lt.inner.clone();
-        let mut before = state.clone();
-        let mut after = GrammarState::default();
-        let (mut x, mut y) = (GrammarState::default(), GrammarState::default());
-        for (p, b, rests) in &lt.groups {
-            if let Some(t) = before.frames.last_mut() {
-                t.pos = *p;
-            }
-            if !self.advance(&before, *b, &mut after)? {
-                continue;
-            }
-            'rest: for (rest, toks) in rests {
-                let mut cur = &after;
-                for &byte in rest {
-                    if !self.advance(cur, byte, &mut y)? {
-                        continue 'rest;
-                    }
-                    std::mem::swap(&mut x, &mut y);
-                    cur = &x;
-                }
-                for &t in toks {
-                    mask.set(t);
-                }
-            }
+        let mut mask = TokenMask::empty(index.vocab_size());
+        let mut single = GrammarState::default();
+        for st in state.stacks() {
+            single.clear();
+            single.push_stack(st);
+            mask.union_with(&self.stack_mask(index, &table, &single)?);
         }
         Ok(Some(mask))
+    }
+
+    fn prepare(&self, index: &TokenIndex) {
+        Grammar::prepare(self, index);
     }
 }
 

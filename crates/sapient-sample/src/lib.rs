@@ -48,10 +48,10 @@ mod error;
 mod dfa;
 mod vocab;
 mod constraint;
+mod matcher;
 mod builder;
 mod schema;
 mod grammar;
-mod matcher;
 mod validate;
 pub mod typed;
 

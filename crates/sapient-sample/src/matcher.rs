@@ -104,7 +104,10 @@ impl<C: Constraint> Clone for Matcher<C> {
 }
 
 impl<C: Constraint> Matcher<C> {
+    /// Follow `constraint` over `index`'s vocabulary; first calls
+    /// [`Constraint::prepare`] (done once per grammar and vocabulary).
     pub fn new(constraint: Arc<C>, index: Arc<TokenIndex>) -> Self {
+        constraint.prepare(&index);
         let state = constraint.start();
         Self { constraint, index, state, history: Vec::new(), finished: false, cache: HashMap::new(), stats: MatcherStats::default() }
     }

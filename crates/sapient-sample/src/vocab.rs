@@ -153,7 +153,14 @@ impl TokenIndex {
                 i += 1;
             }
         }
-        let mut groups: Vec<_> = groups.into_iter().map(|((p, b), m)| (p, b, m.into_iter().collect::<Vec<_>>())).collect();
+        let mut groups: Vec<_> = groups
+            .into_iter()
+            .map(|((p, b), m)| {
+                let mut rests: Vec<_> = m.into_iter().collect();
+                rests.sort_unstable();
+                (p, b, rests)
+            })
+            .collect();
         groups.sort_unstable_by_key(|g| (g.0, g.1));
         let num_rests = groups.iter().map(|g| g.2.len()).sum();
         LexemeTokens { inner, groups, num_rests }
