@@ -250,8 +250,46 @@ fn merge_all_of(root: &Value, parent: &serde_json::Map<String, Value>, all: &Val
         }
         let sub = if let Some(inner) = sub.get("allOf") { merge_all_of(root, &sub, &inner.clone(), &format!("{path}/{i}"))? } else { Value::Object(sub) };
         let Value::Object(sub) = sub else { continue };
+        // `additionalProperties` of one side applies to the other side's properties.
+        let props_of = |m: &serde_json::Map<String, Value>| m.get("properties").and_then(|p| p.as_object()).cloned().unwrap_or_default();
+        let (pa, pb) = (props_of(&acc), props_of(&sub));
+        let (aa, ab) = (acc.get("additionalProperties").cloned(), sub.get("additionalProperties").cloned());
+        let mut props = serde_json::Map::new();
+        let mut dropped = Vec::new();
+        for (name, s1) in pa.iter() {
+            let e = match (pb.get(name), &ab) {
+                (Some(s2), _) if s2 != s1 => serde_json::json!({"allOf": [s1, s2]}),
+                (Some(_), _) | (None, None) | (None, Some(Value::Bool(true))) => s1.clone(),
+                (None, Some(Value::Bool(false))) => {
+                    dropped.push(name.clone());
+                    continue;
+                }
+                (None, Some(extra)) => serde_json::json!({"allOf": [s1, extra]}),
+            };
+            props.insert(name.clone(), e);
+        }
+        for (name, s2) in pb.iter() {
+            if pa.contains_key(name) {
+                continue;
+            }
+            let e = match &aa {
+                None | Some(Value::Bool(true)) => s2.clone(),
+                Some(Value::Bool(false)) => {
+                    dropped.push(name.clone());
+                    continue;
+                }
+                Some(extra) => serde_json::json!({"allOf": [extra, s2]}),
+            };
+            props.insert(name.clone(), e);
+        }
+        let addl = match (aa, ab) {
+            (None, x) | (x, None) => x,
+            (Some(Value::Bool(false)), _) | (_, Some(Value::Bool(false))) => Some(Value::Bool(false)),
+            (Some(Value::Bool(true)), x) | (x, Some(Value::Bool(true))) => x,
+            (Some(x), Some(y)) => Some(serde_json::json!({"allOf": [x, y]})),
+        };
         for (k, v) in sub {
-            if is_annotation(&k) {
+            if is_annotation(&k) || k == "properties" || k == "additionalProperties" {
                 continue;
             }
             let Some(old) = acc.get(&k).cloned() else {
@@ -262,19 +300,6 @@ fn merge_all_of(root: &Value, parent: &serde_json::Map<String, Value>, all: &Val
                 continue;
             }
             let merged = match k.as_str() {
-                "properties" => {
-                    let (Value::Object(mut a), Value::Object(bm)) = (old, v) else {
-                        return Err(invalid(path, "properties must be an object"));
-                    };
-                    for (name, s2) in bm {
-                        let e = match a.remove(&name) {
-                            Some(s1) if s1 != s2 => serde_json::json!({"allOf": [s1, s2]}),
-                            _ => s2,
-                        };
-                        a.insert(name, e);
-                    }
-                    Value::Object(a)
-                }
                 "required" => {
                     let mut a = old.as_array().cloned().unwrap_or_default();
                     for x in v.as_array().cloned().unwrap_or_default() {
@@ -316,6 +341,22 @@ fn merge_all_of(root: &Value, parent: &serde_json::Map<String, Value>, all: &Val
                 }
             };
             acc.insert(k, merged);
+        }
+        if let Some(req) = acc.get("required").and_then(|r| r.as_array()) {
+            if let Some(name) = dropped.iter().find(|d| req.contains(&Value::from(d.as_str()))) {
+                return Err(GrammarError::Unsatisfiable(format!("allOf at {path}: {name:?} is required but another branch forbids it")));
+            }
+        }
+        if !props.is_empty() {
+            acc.insert("properties".into(), Value::Object(props));
+        }
+        match addl {
+            Some(x) => {
+                acc.insert("additionalProperties".into(), x);
+            }
+            None => {
+                acc.remove("additionalProperties");
+            }
         }
     }
     Ok(Value::Object(acc))

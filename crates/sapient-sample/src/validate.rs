@@ -215,10 +215,11 @@ impl Cx<'_> {
             }
         }
         if let Some(f) = o.get("format").and_then(|f| f.as_str()) {
-            if let Some(re) = crate::schema::format_regex(f) {
-                if !regex_cached(&format!("^(?:{re})$"))?.is_match(st) {
-                    return Err(bad(path, format!("{st:?} is not a valid {f}")));
-                }
+            let re = crate::schema::format_regex(f).ok_or_else(|| {
+                Fail::Schema(GrammarError::UnsupportedSchema { path: spath.to_string(), keyword: format!("format {f:?}") })
+            })?;
+            if !regex_cached(&format!("^(?:{re})$"))?.is_match(st) {
+                return Err(bad(path, format!("{st:?} is not a valid {f}")));
             }
         }
         Ok(())
@@ -229,16 +230,22 @@ impl Cx<'_> {
         if count(o, "minItems", spath)?.is_some_and(|m| n < m) || count(o, "maxItems", spath)?.is_some_and(|m| n > m) {
             return Err(bad(path, format!("{n} items, outside minItems/maxItems")));
         }
-        match o.get("items") {
-            None => {}
-            Some(Value::Array(_)) => {
-                return Err(Fail::Schema(GrammarError::UnsupportedSchema { path: spath.to_string(), keyword: "items (tuple form)".into() }))
-            }
-            Some(items) => {
-                for (i, x) in a.iter().enumerate() {
-                    self.check(items, x, &format!("{path}/{i}"), &format!("{spath}/items"), depth + 1)?;
-                }
-            }
+        // Positional schemas (`prefixItems`, or the tuple form of `items`), then the rest.
+        let (prefix, rest_key): (&[Value], &str) = match (o.get("prefixItems"), o.get("items")) {
+            (Some(Value::Array(p)), _) => (p.as_slice(), "items"),
+            (Some(_), _) => return Err(schema_err(spath, "prefixItems must be an array")),
+            (None, Some(Value::Array(p))) => (p.as_slice(), "additionalItems"),
+            (None, _) => (&[], "items"),
+        };
+        for (i, x) in a.iter().enumerate() {
+            let (sub, sp) = match prefix.get(i) {
+                Some(s) => (s, format!("{spath}/prefixItems/{i}")),
+                None => match o.get(rest_key) {
+                    Some(s) => (s, format!("{spath}/{rest_key}")),
+                    None => continue,
+                },
+            };
+            self.check(sub, x, &format!("{path}/{i}"), &sp, depth + 1)?;
         }
         if o.get("uniqueItems") == Some(&Value::Bool(true)) {
             for i in 0..a.len() {
@@ -256,6 +263,10 @@ impl Cx<'_> {
             Some(Value::Object(p)) => Some(p),
             Some(_) => return Err(schema_err(spath, "properties must be an object")),
         };
+        let n = m.len() as u64;
+        if count(o, "minProperties", spath)?.is_some_and(|x| n < x) || count(o, "maxProperties", spath)?.is_some_and(|x| n > x) {
+            return Err(bad(path, format!("{n} properties, outside minProperties/maxProperties")));
+        }
         match o.get("required") {
             None => {}
             Some(Value::Array(r)) => {

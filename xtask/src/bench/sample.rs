@@ -1,25 +1,25 @@
-//! `cargo xtask bench sample`: constrained-generation mask cost on real vocabularies.
+//! `cargo xtask bench sample`: structured generation on real vocabularies and models.
 //!
-//! For each vocabulary (SmolLM2's 49,152 tokens, Qwen's 151,669 in its tokenizer.json) and
-//! each constraint (a nested JSON schema, a regex, free JSON), a valid document is tokenized
-//! with the model's own tokenizer and replayed token by token through a `Matcher`, as a
-//! generation would produce it. At every step we time, on one thread:
-//! - `trie walk`: the full mask by walking the whole vocabulary trie with the parser
-//!   (`TokenIndex::mask_by_walk`: no acceleration, no cache);
-//! - `mask`: `TokenIndex::mask`, where a state inside a regex lexeme (JSON strings and
-//!   numbers, the regex) takes the tokens that stay inside from per-DFA-state sets built on
-//!   first use (their build lands in the step that first needs them) and checks only the
-//!   tokens that leave the lexeme;
-//! - `warm`: `mask` again over a second copy of the document with the same grammar (the
-//!   per-DFA-state sets are kept in the grammar, as when a schema serves many requests);
-//! - `cached`: `Matcher::mask()`, which also caches whole masks by parser state;
-//! - `check`: one token checked against the state (what sampler-aware sampling does when
-//!   the sampler's first choice is allowed, the common case).
+//! Masks: for each vocabulary (SmolLM2's 49,152 tokens, Qwen's 151,669 in its
+//! tokenizer.json) and each constraint (a nested JSON schema, a regex, free JSON, compact
+//! JSON as SAPIENT generates it by default), the grammar is compiled (`compile`) and
+//! prepared for the vocabulary (`prepare`: the per-DFA-state token sets, what `Matcher::new`
+//! does once per grammar), then a valid document tokenized with the model's own tokenizer
+//! is replayed token by token. At every step we time, on one thread: `trie walk` (the full
+//! mask by walking the vocabulary trie with the parser, no acceleration), `mask`
+//! (`TokenIndex::mask`, the full mask with the precomputed sets, no mask cache), `cached`
+//! (`Matcher::mask()`, which also caches whole masks by parser state) and `check` (one
+//! token checked, what sampler-aware sampling does when the sampler's first choice is
+//! allowed). Every step checks that `mask` equals the plain walk and holds the document's
+//! token. With `--vs-llguidance PYTHON`, `scripts/sample/llguidance_masks.py` replays the
+//! same token ids through llguidance with the same tokenizer (exported as tokenizer.json),
+//! in the same run.
 //!
-//! Every step also checks that `mask` equals the plain walk and holds the document's token,
-//! and that the end state accepts. Then, unless `--e2e none`: greedy chat with and without
-//! a constraint on a real model; with `--validate N`: N sampled documents per schema for
-//! five schemas, validated by Python's `jsonschema`.
+//! End to end (`--e2e MODELS`): on each model, greedy and sampled, a document of the
+//! nested schema generated with the constraint (forced tokens fed with the sampled one in
+//! one forward) against unconstrained generation of as many tokens (`ignore_eos`), decode
+//! wall time; with `--validate N`: N sampled documents per schema, validated with Python's
+//! `jsonschema`.
 
 use anyhow::{Context, Result};
 use sapient_sample::{Constraint, Grammar, Matcher, TokenIndex};
@@ -35,10 +35,17 @@ pub struct Args {
     pub vocab: Vec<String>,
     #[arg(long, default_value = "target/bench/sample.json")]
     pub json: PathBuf,
-    /// Model for the end-to-end constrained vs unconstrained run ("none" to skip).
-    #[arg(long, default_value = "smollm2-135m-instruct")]
-    pub e2e: String,
-    /// Also sample this many documents per schema (5 varied schemas) with the `--e2e` model
+    /// Models for the end-to-end constrained vs unconstrained runs ("none" to skip).
+    #[arg(long, value_delimiter = ',', default_value = "smollm2-135m-instruct,qwen2.5-coder-0.5b-instruct")]
+    pub e2e: Vec<String>,
+    /// Repetitions of each end-to-end run (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub e2e_reps: usize,
+    /// Python with the `llguidance` and `numpy` packages: run llguidance on the same
+    /// documents and tokenizers (scripts/sample/llguidance_masks.py).
+    #[arg(long)]
+    pub vs_llguidance: Option<PathBuf>,
+    /// Also sample this many documents per schema (the validation schemas) with the first `--e2e` model
     /// and validate them with Python's `jsonschema` (scripts/sample/validate_jsonschema.py).
     #[arg(long, default_value_t = 0)]
     pub validate: usize,
@@ -103,31 +110,19 @@ pub(crate) fn nested_schema() -> serde_json::Value {
     })
 }
 
-const NESTED_DOC: &str = r#"{
-  "id": "ord-004211",
-  "customer": {
-    "name": "Amélie Poulain",
-    "email": "amelie.poulain@example.fr",
-    "address": {
-      "street": "15 rue des Trois Frères",
-      "city": "Paris",
-      "country": "FR",
-      "zip": "75018"
-    }
-  },
-  "items": [
-    {"sku": "GNOME-GARDEN-01", "quantity": 1, "price": 24.9, "gift": true},
-    {"sku": "PHOTO-BOOTH-STRIP", "quantity": 12, "price": 3.5},
-    {"sku": "CREME-BRULEE-SPOON", "quantity": 2, "price": 7.25, "gift": false}
-  ],
-  "status": "paid",
-  "notes": "Leave the parcel with the grocer downstairs, Monsieur Collignon, if nobody answers."
-}"#;
+const NESTED_DOC: &str = concat!(
+    r#"{"id":"ord-004211","customer":{"name":"Amélie Poulain","email":"amelie.poulain@example.fr","#,
+    r#""address":{"street":"15 rue des Trois Frères","city":"Paris","country":"FR","zip":"75018"}},"#,
+    r#""items":[{"sku":"GNOME-GARDEN-01","quantity":1,"price":24.9,"gift":true},"#,
+    r#"{"sku":"PHOTO-BOOTH-STRIP","quantity":12,"price":3.5},"#,
+    r#"{"sku":"CREME-BRULEE-SPOON","quantity":2,"price":7.25,"gift":false}],"#,
+    r#""status":"paid","notes":"Leave the parcel with the grocer downstairs, Monsieur Collignon, if nobody answers."}"#
+);
 
 pub(crate) const REGEX: &str = r"(Mr|Ms|Dr)\. [A-Z][a-z]{1,15} [A-Z][a-z]{1,20}, born (19|20)[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]), phone \+[0-9]{1,3} [0-9]{3}-[0-9]{3}-[0-9]{4}, email [a-z0-9.]{1,30}@[a-z0-9]{1,20}\.(com|org|net|fr)";
 const REGEX_DOC: &str = "Dr. Grace Hopper, born 1906-12-09, phone +1 212-555-0147, email grace.hopper@navy.org";
 
-const FREE_DOC: &str = r#"{"model": "smollm2", "layers": 30, "rope": {"theta": 100000.0, "scaling": null}, "vocab": [49152, "byte-level"], "tied": true, "notes": "a small \"instruct\" model\nwith 135M parameters", "ratios": [0.5, 1e-3, -2.25]}"#;
+const FREE_DOC: &str = r#"{"model":"smollm2","layers":30,"rope":{"theta":100000,"scaling":null},"vocab":[49152,"byte-level"],"tied":true,"notes":"a small \"instruct\" model\nwith 135M parameters","ratios":[0.5,0.001,-2.25]}"#;
 
 struct Series(Vec<f64>);
 
@@ -140,25 +135,45 @@ impl Series {
     fn mean(&self) -> f64 {
         self.0.iter().sum::<f64>() / self.0.len() as f64
     }
+    fn max(&self) -> f64 {
+        self.0.iter().copied().fold(0.0, f64::max)
+    }
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({"median": self.q(0.5), "p99": self.q(0.99), "max": self.max(), "mean": self.mean()})
+    }
+}
+
+/// What each workload is for llguidance: (kind, grammar).
+fn llg_spec(name: &str) -> (&'static str, serde_json::Value) {
+    match name {
+        "regex" => ("regex", serde_json::Value::from(REGEX)),
+        "free JSON" => ("json", serde_json::Value::Null),
+        _ => ("json_schema", nested_schema()),
+    }
 }
 
 pub fn run(a: Args) -> Result<()> {
     let hub = sapient_hub::Hub::new()?;
     let mut results = Vec::new();
-    println!("one thread; times per token in microseconds (median / p99 / mean)");
+    println!("one thread; mask times per token in microseconds (median / p99 / max)");
     for preset in &a.vocab {
         let tok = load_tokenizer(&hub, preset).with_context(|| format!("loading the {preset} vocabulary"))?;
         let t = Instant::now();
         let index = Arc::new(index_for(&tok));
         println!("{preset}: {} tokens, trie of {} nodes built in {:.0} ms", index.vocab_size(), index.num_nodes(), t.elapsed().as_secs_f64() * 1e3);
-        let workloads: Vec<(&str, Grammar, &str)> = vec![
-            ("json-schema (nested)", Grammar::json_schema(&nested_schema())?, NESTED_DOC),
-            ("regex", Grammar::regex(REGEX)?, REGEX_DOC),
-            ("free JSON", Grammar::json()?, FREE_DOC),
+        let workloads: Vec<(&str, Box<dyn Fn() -> Result<Grammar>>, &str)> = vec![
+            ("json-schema (nested)", Box::new(|| Ok(Grammar::json_schema(&nested_schema())?)), NESTED_DOC),
+            ("regex", Box::new(|| Ok(Grammar::regex(REGEX)?)), REGEX_DOC),
+            ("free JSON", Box::new(|| Ok(Grammar::json()?)), FREE_DOC),
         ];
-        for (name, g, doc) in workloads {
+        let mut llg_workloads = Vec::new();
+        let mut ours = Vec::new();
+        for (name, make, doc) in workloads {
             let tokens = tok.encode(doc, false)?;
-            let g = Arc::new(g);
+            let t0 = Instant::now();
+            let g = Arc::new(make()?);
+            let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let prepare_ms = g.prepare(&index).as_secs_f64() * 1e3;
             let mut m = Matcher::new(g.clone(), index.clone());
             let (mut walk, mut full, mut cached, mut check) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let mut forced = 0usize;
@@ -187,42 +202,51 @@ pub fn run(a: Args) -> Result<()> {
                 m.consume(t)?;
             }
             anyhow::ensure!(m.is_accepting() && g.is_accepting(m.state()), "{name}: the document does not complete the grammar");
-            // A second document with the same grammar: per-DFA-state token sets already built.
-            let mut m2 = Matcher::new(g.clone(), index.clone());
-            let mut warm = Vec::new();
-            for &t in &tokens {
-                let t0 = Instant::now();
-                let mask = index.mask(&*g, m2.state())?;
-                warm.push(t0.elapsed().as_secs_f64() * 1e6);
-                anyhow::ensure!(mask.is_allowed(t), "warm pass disagrees");
-                m2.consume(t)?;
-            }
-            let warm = Series(warm);
             let (walk, full, cached, check) = (Series(walk), Series(full), Series(cached), Series(check));
             println!(
-                "  {name:<22} {:>4} tokens | trie walk {:>7.1} / {:>8.1} / {:>7.1} | mask {:>6.1} / {:>7.1} / {:>7.1} | warm {:>6.1} / {:>7.1} / {:>6.1} | cached {:>6.1} / {:>7.1} / {:>6.1} | check {:>5.2} / {:>5.2} | {:.0} allowed on average, forced {forced}",
-                tokens.len(),
-                walk.q(0.5), walk.q(0.99), walk.mean(),
-                full.q(0.5), full.q(0.99), full.mean(),
-                warm.q(0.5), warm.q(0.99), warm.mean(),
-                cached.q(0.5), cached.q(0.99), cached.mean(),
+                "  {name:<22} {:>4} tokens | compile {compile_ms:>6.1} ms + prepare {prepare_ms:>7.1} ms ({} DFA states) | trie walk {:>7.1} / {:>8.1} / {:>8.1} | mask {:>6.1} / {:>6.1} / {:>7.1} | cached {:>6.1} / {:>6.1} / {:>7.1} | check {:>5.2} / {:>5.2} | {:.0} allowed on average, {forced} forced",
+                tokens.len(), g.num_dfa_states(),
+                walk.q(0.5), walk.q(0.99), walk.max(),
+                full.q(0.5), full.q(0.99), full.max(),
+                cached.q(0.5), cached.q(0.99), cached.max(),
                 check.q(0.5), check.q(0.99),
                 allowed_sum as f64 / tokens.len() as f64,
             );
+            ours.push((name, compile_ms + prepare_ms, full.q(0.5), full.q(0.99), full.max()));
             results.push(serde_json::json!({
                 "vocab": preset, "vocab_size": index.vocab_size(), "workload": name, "tokens": tokens.len(),
-                "trie_walk_us": {"median": walk.q(0.5), "p99": walk.q(0.99), "mean": walk.mean()},
-                "mask_us": {"median": full.q(0.5), "p99": full.q(0.99), "mean": full.mean()},
-                "mask_warm_us": {"median": warm.q(0.5), "p99": warm.q(0.99), "mean": warm.mean()},
-                "cached_us": {"median": cached.q(0.5), "p99": cached.q(0.99), "mean": cached.mean()},
-                "check_us": {"median": check.q(0.5), "p99": check.q(0.99)},
-                "forced_tokens": forced,
+                "compile_ms": compile_ms, "prepare_ms": prepare_ms, "dfa_states": g.num_dfa_states(),
+                "trie_walk_us": walk.json(), "mask_us": full.json(), "cached_us": cached.json(),
+                "check_us": check.json(), "forced_tokens": forced,
             }));
+            let (kind, grammar) = llg_spec(name);
+            llg_workloads.push(serde_json::json!({"name": name, "kind": kind, "grammar": grammar, "tokens": tokens}));
+        }
+        if let Some(py) = &a.vs_llguidance {
+            let r = llguidance(py, &tok, &llg_workloads, preset)?;
+            println!("  llguidance {} on the same token ids (tokenizer loaded in {:.0} ms):", r["llguidance"].as_str().unwrap_or("?"), r["tokenizer_ms"].as_f64().unwrap_or(0.0));
+            println!("    {:<22} | {:>22} | {:>24} | {:>24}", "", "compile (ms): ours / llg", "mask median (us): ours / llg", "p99 / max (us): ours | llg");
+            for (w, (name, ours_ms, med, p99, max)) in r["workloads"].as_array().cloned().unwrap_or_default().iter().zip(&ours) {
+                let l = &w["mask_us"];
+                println!(
+                    "    {name:<22} | {ours_ms:>10.1} / {:>9.1} | {med:>12.1} / {:>9.1} | {p99:.1} / {max:.1} | {:.1} / {:.1}",
+                    w["compile_us"].as_f64().unwrap_or(0.0) / 1e3,
+                    l["median"].as_f64().unwrap_or(0.0),
+                    l["p99"].as_f64().unwrap_or(0.0),
+                    l["max"].as_f64().unwrap_or(0.0),
+                );
+            }
+            results.push(serde_json::json!({"vocab": preset, "llguidance": r}));
         }
     }
-    let e2e = if a.e2e == "none" { serde_json::Value::Null } else { end_to_end(&a.e2e)? };
-    if a.validate > 0 && a.e2e != "none" {
-        validate(&a.e2e, a.validate, &a.validate_out)?;
+    let mut e2e = Vec::new();
+    for model in a.e2e.iter().filter(|m| m.as_str() != "none") {
+        e2e.push(end_to_end(model, a.e2e_reps.max(1))?);
+    }
+    if a.validate > 0 {
+        if let Some(model) = a.e2e.iter().find(|m| m.as_str() != "none") {
+            validate(model, a.validate, &a.validate_out)?;
+        }
     }
     let results = serde_json::json!({"masks": results, "end_to_end": e2e});
     if let Some(parent) = a.json.parent() {
@@ -232,55 +256,88 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
-/// Greedy chat on a real model with and without a constraint: decode tokens/s (sampling,
-/// masks and forced-token fast-forward included), the time spent choosing tokens
-/// (`GenerationStats::sampling`: the part the constraint adds to) and how many tokens were
-/// forced.
-fn end_to_end(model: &str) -> Result<serde_json::Value> {
-    use sapient_generate::{GenerationConfig, JsonOptions, Message, Pipeline, PipelineOptions};
-    use sapient_sample::Expr;
-    let p = Pipeline::load(model, PipelineOptions { max_seq_len: Some(1024), ..Default::default() }, |_| {})?;
-    let character = serde_json::json!({
-        "type": "object",
-        "properties": {
-            "name": {"type": "string", "pattern": "^[A-Z][a-z]{1,10} [A-Z][a-z]{1,10}$"},
-            "age": {"type": "integer", "minimum": 1, "maximum": 100},
-            "description": {"type": "string", "maxLength": 200}
-        },
-        "required": ["name", "age", "description"]
-    });
-    let compact = JsonOptions { max_whitespace: 0 };
-    let msgs = [Message::system("You are a helpful assistant."), Message::user("Describe a fictional character as JSON with a name, an age and a description.")];
-    let runs: Vec<(&str, Option<Grammar>)> = vec![
-        ("unconstrained", None),
-        ("json-schema (Character)", Some(Grammar::json_schema(&character)?)),
-        ("same, compact JSON", Some(Grammar::with_options(&Expr::JsonSchema(character.clone()), compact)?)),
-        ("JSON object (free-form)", Some(Grammar::json_schema(&serde_json::json!({"type": "object"}))?)),
+/// Run scripts/sample/llguidance_masks.py with `python` on the workloads (the tokenizer
+/// exported as tokenizer.json).
+fn llguidance(python: &std::path::Path, tok: &Tokenizer, workloads: &[serde_json::Value], preset: &str) -> Result<serde_json::Value> {
+    let dir = PathBuf::from("target/bench/llguidance").join(preset);
+    std::fs::create_dir_all(&dir)?;
+    let tok_path = dir.join("tokenizer.json");
+    tok.inner().save(&tok_path, false).map_err(|e| anyhow::anyhow!("saving {}: {e}", tok_path.display()))?;
+    let input = dir.join("in.json");
+    let output = dir.join("out.json");
+    let spec = serde_json::json!({"tokenizer": tok_path, "eos": tok.eos_token_ids(), "workloads": workloads});
+    std::fs::write(&input, serde_json::to_string(&spec)?)?;
+    let status = std::process::Command::new(python)
+        .arg("scripts/sample/llguidance_masks.py")
+        .arg(&input)
+        .arg(&output)
+        .status()
+        .with_context(|| format!("running {}", python.display()))?;
+    anyhow::ensure!(status.success(), "llguidance_masks.py failed");
+    Ok(serde_json::from_str(&std::fs::read_to_string(&output)?)?)
+}
+
+/// On `model`, greedy and sampled: a document of the nested schema generated with the
+/// constraint (forced tokens fed in the forward of the sampled token before them), against
+/// unconstrained generation of as many tokens (`ignore_eos`, so the same number of decode
+/// steps as writing that document without a constraint). Decode wall time (sampling, masks
+/// and forwards; the prompt's prefill excluded), median of `reps` runs each.
+fn end_to_end(model: &str, reps: usize) -> Result<serde_json::Value> {
+    use sapient_generate::{GenerationConfig, Message, Pipeline, PipelineOptions, SamplerConfig};
+    let p = Pipeline::load(model, PipelineOptions { max_seq_len: Some(2048), ..Default::default() }, |_| {})?;
+    let schema = nested_schema();
+    let t = Instant::now();
+    let g = Arc::new(Grammar::json_schema(&schema)?);
+    let compile = t.elapsed();
+    let prepare = g.prepare(&p.token_index());
+    let msgs = [
+        Message::system("You are a helpful assistant that answers in JSON."),
+        Message::user(format!("Write a realistic order with two items as JSON following this schema:\n{schema}")),
     ];
-    println!("end to end, {model}, greedy, 200 tokens at most (decode tokens/s include sampling, masks and fast-forward):");
+    println!(
+        "end to end, {model}, nested schema (compiled in {:.1} ms, prepared for the vocabulary in {:.0} ms); decode wall time, median of {reps}:",
+        compile.as_secs_f64() * 1e3,
+        prepare.as_secs_f64() * 1e3
+    );
     let mut out = Vec::new();
-    let mut base = 0f64;
-    for (name, g) in runs {
-        let mut cfg = GenerationConfig::default().max_tokens(200);
-        cfg.constraint = g.map(Arc::new);
-        // Warm-up run (token index, per-DFA-state sets, caches), then the measured one.
-        p.reset_cache();
-        p.chat(&msgs, &cfg)?;
-        p.reset_cache();
-        let r = p.chat(&msgs, &cfg)?;
-        let tps = r.stats.decode_tokens_per_s();
-        if cfg.constraint.is_none() {
-            base = tps;
+    for (mode, sampling) in [
+        ("greedy", SamplerConfig::greedy()),
+        ("sampled", SamplerConfig { temperature: 0.8, top_p: Some(0.95), seed: Some(7), ..Default::default() }),
+    ] {
+        let mut con = GenerationConfig::default().max_tokens(600).sampling(sampling.clone());
+        con.constraint = Some(g.clone());
+        let (mut c_ms, mut u_ms) = (Vec::new(), Vec::new());
+        let mut last = None;
+        for _ in 0..reps {
+            p.reset_cache();
+            let r = p.chat(&msgs, &con)?;
+            c_ms.push(r.stats.decode.as_secs_f64() * 1e3);
+            let n = r.tokens.len();
+            let free = GenerationConfig { ignore_eos: true, ..GenerationConfig::default().max_tokens(n).sampling(sampling.clone()) };
+            p.reset_cache();
+            let u = p.chat(&msgs, &free)?;
+            anyhow::ensure!(u.tokens.len() == n, "unconstrained run stopped after {} of {n} tokens", u.tokens.len());
+            u_ms.push(u.stats.decode.as_secs_f64() * 1e3);
+            last = Some(r);
         }
+        let Some(r) = last else { continue };
+        let (c, u) = (Series(c_ms).q(0.5), Series(u_ms).q(0.5));
+        let n = r.tokens.len();
         let forced = r.stats.forced_tokens;
-        let sampling_us = r.stats.sampling.as_secs_f64() * 1e6 / r.tokens.len().max(1) as f64;
+        // One forward per sampled token; the last one needs none when only EOS can follow.
+        let valid = serde_json::from_str::<serde_json::Value>(&r.text).is_ok_and(|v| sapient_sample::validate(&schema, &v).is_ok_and(|x| x.is_ok()));
         println!(
-            "  {name:<24} {:>4} tokens  {:>6.1} tok/s  ({:.2}x unconstrained)  choosing tokens {:>6.0} us/token  forced {forced} ({:.0}%)  finish {:?}",
-            r.tokens.len(), tps, tps / base.max(1e-9), sampling_us, 100.0 * forced as f64 / r.tokens.len().max(1) as f64, r.finish
+            "  {mode:<8} {n:>4} tokens, {forced} forced ({:.0}%), forwards saved {forced} | constrained {c:>7.0} ms | unconstrained, same length {u:>7.0} ms | {:.2}x | valid {valid} | finish {:?}",
+            100.0 * forced as f64 / n.max(1) as f64,
+            u / c.max(1e-9),
+            r.finish
         );
-        out.push(serde_json::json!({"run": name, "tokens": r.tokens.len(), "tok_s": tps, "sampling_us_per_token": sampling_us, "forced": forced, "text": r.text}));
+        out.push(serde_json::json!({
+            "model": model, "mode": mode, "tokens": n, "forced": forced, "constrained_ms": c, "unconstrained_ms": u,
+            "speedup": u / c.max(1e-9), "valid": valid, "text": r.text,
+        }));
     }
-    Ok(serde_json::Value::Array(out))
+    Ok(serde_json::json!({"model": model, "compile_ms": compile.as_secs_f64() * 1e3, "prepare_ms": prepare.as_secs_f64() * 1e3, "runs": out}))
 }
 
 /// Varied real-world-like schemas, every string and array bounded so that any generation
@@ -350,6 +407,41 @@ fn validation_schemas() -> Vec<(&'static str, serde_json::Value)> {
             }, "required": ["label"]},
             "leaf": {"type": "object", "properties": {"label": {"type": "string", "maxLength": 16}, "enabled": {"type": "boolean"}}, "required": ["label", "enabled"]}},
             "type": "array", "minItems": 1, "maxItems": 4, "items": {"$ref": "#/$defs/item"}
+        })),
+        // Written to cover the rest of the supported keywords.
+        ("event", serde_json::json!({
+            "type": "object",
+            "properties": {
+                "id": {"type": "string", "format": "uuid"},
+                "when": {"type": "array", "prefixItems": [{"type": "string", "format": "date"}, {"type": "string", "format": "time"}], "items": false, "minItems": 2},
+                "url": {"type": "string", "format": "uri"},
+                "host": {"type": "string", "format": "ipv4"},
+                "kind": {"oneOf": [
+                    {"type": "object", "properties": {"type": {"const": "talk"}, "speaker": {"type": "string", "maxLength": 24}}, "required": ["type", "speaker"], "additionalProperties": false},
+                    {"type": "object", "properties": {"type": {"const": "break"}, "minutes": {"type": "integer", "minimum": 5, "maximum": 60}}, "required": ["type", "minutes"], "additionalProperties": false}
+                ]},
+                "room": {"enum": [{"floor": 1, "name": "Ada"}, {"floor": 2, "name": "Grace"}, null]},
+                "tags": {"type": "object", "properties": {"level": {"enum": ["intro", "advanced"]}}, "additionalProperties": {"type": "string", "maxLength": 12}, "maxProperties": 3}
+            },
+            "required": ["id", "when", "kind", "room"],
+            "additionalProperties": false
+        })),
+        ("config", serde_json::json!({
+            "$defs": {
+                "named": {"type": "object", "properties": {"name": {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,15}$"}}, "required": ["name"]},
+                "node": {"type": "object", "properties": {"label": {"type": "string", "maxLength": 12}, "children": {"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/node"}}}, "required": ["label"], "additionalProperties": false}
+            },
+            "allOf": [
+                {"$ref": "#/$defs/named"},
+                {"type": "object", "properties": {"version": {"type": "integer", "minimum": 1, "maximum": 99}, "ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}, "tree": {"$ref": "#/$defs/node"}}, "required": ["version", "ratio"]}
+            ],
+            "minProperties": 3
+        })),
+        ("tool call", serde_json::json!({
+            "anyOf": [
+                {"type": "object", "properties": {"name": {"const": "get_weather"}, "arguments": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city"], "additionalProperties": false}}, "required": ["name", "arguments"], "additionalProperties": false},
+                {"type": "object", "properties": {"name": {"const": "search"}, "arguments": {"type": "object", "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 60}, "max_results": {"type": "integer", "minimum": 1, "maximum": 10}}, "required": ["query"], "additionalProperties": false}}, "required": ["name", "arguments"], "additionalProperties": false}
+            ]
         })),
     ]
 }
