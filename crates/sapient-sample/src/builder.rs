@@ -20,7 +20,6 @@ pub(crate) enum Node {
     /// A decimal number in a range; `max_frac`: most fraction digits (a fraction never ends
     /// in 0, and there is no `-0`).
     Float { lo: f64, hi: f64, lo_excl: bool, hi_excl: bool, max_frac: u32 },
-    StopAt { stop: Box<[u8]>, fail: Box<[u32]> },
     Seq(Box<[NodeId]>),
     Choice(Box<[NodeId]>),
     Repeat { item: NodeId, sep: Option<NodeId>, min: u32, max: u32 },
@@ -133,6 +132,17 @@ impl Builder {
         self.dfas.push(t);
         let id = self.add(Node::Dfa((self.dfas.len() - 1) as u32));
         self.dfa_ids.insert((pattern.to_string(), json_safe), id);
+        Ok(id)
+    }
+    /// Text up to and including the first `stop` (`until`), or any text without `stop`.
+    pub fn stop_string(&mut self, stop: &str, until: bool) -> Result<NodeId, GrammarError> {
+        let key = (format!("{}{stop}", if until { "until:" } else { "without:" }), true);
+        if let Some(&id) = self.dfa_ids.get(&key) {
+            return Ok(id);
+        }
+        self.dfas.push(DfaTable::stop_string(stop.as_bytes(), until)?);
+        let id = self.add(Node::Dfa((self.dfas.len() - 1) as u32));
+        self.dfa_ids.insert(key, id);
         Ok(id)
     }
     pub fn int(&mut self, lo: i64, hi: i64) -> Result<NodeId, GrammarError> {
@@ -302,19 +312,4 @@ impl Builder {
         Ok(self.seq_ws(&[Some(open), ws, Some(body)]))
     }
 
-}
-
-pub(crate) fn kmp_failure(p: &[u8]) -> Vec<u32> {
-    let mut f = vec![0u32; p.len()];
-    let mut k = 0usize;
-    for i in 1..p.len() {
-        while k > 0 && p[i] != p[k] {
-            k = f[k - 1] as usize;
-        }
-        if p[i] == p[k] {
-            k += 1;
-        }
-        f[i] = k as u32;
-    }
-    f
 }

@@ -125,6 +125,47 @@ impl DfaTable {
         Ok(Self { trans, accepting, can_consume, start: 0 })
     }
 
+    /// Text over any bytes around `stop` (KMP automaton; state k = the last k bytes read
+    /// are `stop`'s first k). `until`: the text ends at the first occurrence of `stop`
+    /// (included); otherwise: any text that does not contain `stop`.
+    pub fn stop_string(stop: &[u8], until: bool) -> Result<Self, GrammarError> {
+        if stop.is_empty() {
+            return Err(GrammarError::Unsatisfiable("empty stop string".into()));
+        }
+        let n = stop.len();
+        // KMP failure function.
+        let mut fail = vec![0usize; n];
+        let mut k = 0usize;
+        for i in 1..n {
+            while k > 0 && stop[i] != stop[k] {
+                k = fail[k - 1];
+            }
+            if stop[i] == stop[k] {
+                k += 1;
+            }
+            fail[i] = k;
+        }
+        let states = if until { n + 1 } else { n };
+        let mut trans = vec![DEAD; states * 256];
+        for s in 0..n {
+            for b in 0..=255u8 {
+                let mut k = s;
+                while k > 0 && stop[k] != b {
+                    k = fail[k - 1];
+                }
+                if stop[k] == b {
+                    k += 1;
+                }
+                if k < states {
+                    trans[s * 256 + b as usize] = k as u32;
+                }
+            }
+        }
+        let accepting = (0..states).map(|s| if until { s == n } else { true }).collect();
+        let can_consume = (0..states).map(|s| s < n).collect();
+        Ok(Self { trans, accepting, can_consume, start: 0 })
+    }
+
     #[inline]
     pub fn next(&self, s: u32, b: u8) -> u32 {
         self.trans[s as usize * 256 + b as usize]
@@ -187,6 +228,18 @@ mod tests {
         assert!(!d.matches(&[0xC3]));
         let d = DfaTable::new(".", &none).unwrap();
         assert!(d.matches("€".as_bytes()) && !d.matches(&[0xFF]));
+    }
+
+    #[test]
+    fn stop_strings() {
+        let until = DfaTable::stop_string(b"abab", true).unwrap();
+        for (s, ok) in [("abab", true), ("xxababab", false), ("xaababab", false), ("aabab", true), ("aba", false), ("ab ab", false)] {
+            assert_eq!(until.matches(s.as_bytes()), ok, "{s:?}");
+        }
+        let without = DfaTable::stop_string(b"abab", false).unwrap();
+        for (s, ok) in [("", true), ("aba", true), ("abaab", true), ("xabab", false), ("abaaba", true), ("ababa", false)] {
+            assert_eq!(without.matches(s.as_bytes()), ok, "{s:?}");
+        }
     }
 
     #[test]

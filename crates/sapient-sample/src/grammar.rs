@@ -10,7 +10,7 @@
 //! schemas; at run time an expansion that would loop (a grammar recursing without
 //! consuming input) is reported as [`GrammarError::Loop`] instead of looping.
 
-use crate::builder::{kmp_failure, Builder, JsonOptions, Node, NodeId, MAX_INT_DIGITS};
+use crate::builder::{Builder, JsonOptions, Node, NodeId, MAX_INT_DIGITS};
 use crate::constraint::Constraint;
 use crate::dfa::{DfaTable, DEAD};
 use crate::error::GrammarError;
@@ -38,6 +38,10 @@ pub enum Expr {
     Float { min: Option<f64>, max: Option<f64> },
     /// Any text up to and including the first occurrence of this string.
     StopAt(String),
+    /// Any text that does not contain this string.
+    TextWithout(String),
+    /// Free text, or tool calls: see [`Expr::text_or_tool_calls`].
+    ToolCalls { open: String, close: String, tools: Vec<Tool> },
     /// Any JSON value.
     Json,
     /// JSON text valid against this JSON Schema (see `schema.rs` for what is supported).
@@ -72,6 +76,20 @@ impl Expr {
     }
     pub fn json() -> Self {
         Expr::Json
+    }
+    /// Any text that does not contain `s`.
+    pub fn text_without(s: impl Into<String>) -> Self {
+        Expr::TextWithout(s.into())
+    }
+    /// What a chat model with tools may answer: free text (without `open`), or text
+    /// ending in `open` followed by one or more tool calls, each
+    /// `open "\n" {"name": NAME, "arguments": ARGS} "\n" close` (separated by "\n"), where
+    /// `ARGS` follows the schema of the tool named. Qwen2.5's template uses
+    /// `open = "<tool_call>"`, `close = "</tool_call>"`. The switch is made by the model:
+    /// both branches stay open until it writes `open`. The JSON layout is the grammar's
+    /// ([`JsonOptions`]).
+    pub fn text_or_tool_calls(open: impl Into<String>, close: impl Into<String>, tools: Vec<Tool>) -> Self {
+        Expr::ToolCalls { open: open.into(), close: close.into(), tools }
     }
     pub fn json_schema(schema: serde_json::Value) -> Self {
         Expr::JsonSchema(schema)
@@ -110,6 +128,48 @@ impl Expr {
     }
 }
 
+/// A tool a model may call: its name and the JSON Schema of its arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tool {
+    pub name: String,
+    pub parameters: serde_json::Value,
+}
+
+impl Tool {
+    pub fn new(name: impl Into<String>, parameters: serde_json::Value) -> Self {
+        Self { name: name.into(), parameters }
+    }
+}
+
+fn tool_calls(b: &mut Builder, open: &str, close: &str, tools: &[Tool]) -> Result<NodeId, GrammarError> {
+    if tools.is_empty() {
+        return Err(GrammarError::Unsatisfiable("a tool-call grammar needs at least one tool".into()));
+    }
+    if open.is_empty() {
+        return Err(GrammarError::Unsatisfiable("the tool-call trigger is empty".into()));
+    }
+    let calls: Vec<serde_json::Value> = tools
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "type": "object",
+                "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": false
+            })
+        })
+        .collect();
+    let call = crate::schema::compile(b, &serde_json::json!({"anyOf": calls}))?;
+    let text = b.stop_string(open, false)?;
+    let lead = b.stop_string(open, true)?;
+    let (nl, open_lit, close_lit) = (b.lit("\n"), b.lit(open), b.lit(close));
+    let first = b.seq(vec![nl, call, nl, close_lit]);
+    let another = b.seq(vec![nl, open_lit, nl, call, nl, close_lit]);
+    let more = b.add(Node::Repeat { item: another, sep: None, min: 0, max: u32::MAX });
+    let with_calls = b.seq(vec![lead, first, more]);
+    Ok(b.choice(vec![text, with_calls]))
+}
+
 pub(crate) fn build(b: &mut Builder, e: &Expr) -> Result<NodeId, GrammarError> {
     Ok(match e {
         Expr::Literal(s) => b.lit(s),
@@ -139,11 +199,9 @@ pub(crate) fn build(b: &mut Builder, e: &Expr) -> Result<NodeId, GrammarError> {
         Expr::Float { min, max } => {
             b.float(min.unwrap_or(f64::NEG_INFINITY), max.unwrap_or(f64::INFINITY), false, false)?
         }
-        Expr::StopAt(s) => {
-            let stop: Vec<u8> = s.as_bytes().to_vec();
-            let fail = kmp_failure(&stop);
-            b.add(Node::StopAt { stop: stop.into(), fail: fail.into() })
-        }
+        Expr::StopAt(s) => b.stop_string(s, true)?,
+        Expr::TextWithout(s) => b.stop_string(s, false)?,
+        Expr::ToolCalls { open, close, tools } => tool_calls(b, open, close, tools)?,
         Expr::Json => b.json_value()?,
         Expr::JsonSchema(v) => crate::schema::compile(b, v)?,
     })
@@ -414,7 +472,7 @@ impl Grammar {
     fn is_consuming(&self, f: &Frame) -> bool {
         matches!(
             self.nodes[f.node as usize],
-            Node::Bytes(_) | Node::Dfa(_) | Node::Int { .. } | Node::Float { .. } | Node::StopAt { .. }
+            Node::Bytes(_) | Node::Dfa(_) | Node::Int { .. } | Node::Float { .. }
         )
     }
 
@@ -428,10 +486,6 @@ impl Grammar {
             Node::Dfa(d) => {
                 let t = &self.dfas[*d as usize];
                 (t.accepting[f.pos as usize], t.can_consume[f.pos as usize])
-            }
-            Node::StopAt { stop, .. } => {
-                let done = f.pos as usize == stop.len();
-                (done, !done)
             }
             Node::Int { lo, hi } => {
                 let acc = int_accepting(f, *lo, *hi);
@@ -457,19 +511,6 @@ impl Grammar {
                 (t != DEAD).then_some(Frame { pos: t, ..*f })
             }
             Node::Bytes(lit) => (lit.get(f.pos as usize) == Some(&b)).then_some(Frame { pos: f.pos + 1, ..*f }),
-            Node::StopAt { stop, fail } => {
-                let mut k = f.pos as usize;
-                if k == stop.len() {
-                    return None;
-                }
-                while k > 0 && stop[k] != b {
-                    k = fail[k - 1] as usize;
-                }
-                if stop[k] == b {
-                    k += 1;
-                }
-                Some(Frame { pos: k as u32, ..*f })
-            }
             Node::Int { lo, hi } => int_consume(f, b, *lo, *hi),
             Node::Float { lo, hi, lo_excl, hi_excl, max_frac } => {
                 float_consume(f, b, &FRange { lo: *lo, hi: *hi, lo_excl: *lo_excl, hi_excl: *hi_excl, max_frac: *max_frac })
@@ -689,7 +730,6 @@ fn check_grammar(nodes: &[Node], dfas: &[DfaTable]) -> Result<(), GrammarError> 
             let v = match n {
                 Node::Bytes(b) => b.is_empty(),
                 Node::Dfa(d) => dfas[*d as usize].accepting[dfas[*d as usize].start as usize],
-                Node::StopAt { stop, .. } => stop.is_empty(),
                 Node::Int { .. } | Node::Float { .. } => false,
                 Node::Seq(c) => c.iter().all(|&c| nullable[c as usize]),
                 Node::Choice(c) => c.iter().any(|&c| nullable[c as usize]),
@@ -1061,6 +1101,29 @@ mod tests {
             assert!(ok(&flex, &serde_json::to_string_pretty(&d).unwrap()));
             assert!(!ok(&c, &serde_json::to_string_pretty(&d).unwrap()));
         }
+    }
+
+    #[test]
+    fn tool_calls_or_text() {
+        let tools = vec![
+            Tool::new("get_weather", serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})),
+            Tool::new("add", serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]})),
+        ];
+        let c = g(Expr::text_or_tool_calls("<tool_call>", "</tool_call>", tools));
+        let call = "<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}\n</tool_call>";
+        let weather = "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>";
+        for s in ["", "Hello! 2 < 3, <tool and </tool_call> are text.", call, &format!("Let me add them.\n{call}"), &format!("{call}\n{weather}")] {
+            assert!(ok(&c, s), "{s:?}");
+        }
+        for s in [
+            "text <tool_call>",
+            "<tool_call>\n{\"name\":\"sub\",\"arguments\":{}}\n</tool_call>",
+            "<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1}}\n</tool_call>",
+            "<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}\n</tool_call> and more text",
+        ] {
+            assert!(!ok(&c, s), "{s:?}");
+        }
+        assert!(matches!(Grammar::new(&Expr::text_or_tool_calls("<t>", "</t>", vec![])), Err(GrammarError::Unsatisfiable(_))));
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub mod typed;
 pub use builder::{JsonLayout, JsonOptions};
 pub use constraint::Constraint;
 pub use error::GrammarError;
-pub use grammar::{Expr, Frame, Grammar, GrammarState};
+pub use grammar::{Expr, Frame, Grammar, GrammarState, Tool};
 pub use matcher::{Matcher, MatcherStats};
 pub use schema::{refused_keywords, SUPPORTED_KEYWORDS};
 pub use vocab::{TokenIndex, TokenMask};

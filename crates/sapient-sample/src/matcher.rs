@@ -305,12 +305,17 @@ mod tests {
         let (toks, _) = vocab();
         let special = [27u32];
         let idx = TokenIndex::new(toks.clone(), &[0], &special);
+        let tools = vec![crate::grammar::Tool::new("f", serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}))];
         let grammars = [
+            Grammar::new(&Expr::text_or_tool_calls("ab", "</f>", tools)).unwrap(),
+            Grammar::new(&Expr::stop_at("abc").then(Expr::literal("1"))).unwrap(),
             Grammar::json().unwrap(),
             Grammar::regex("a[bc]*|12+").unwrap(),
             Grammar::json_schema(&serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer", "maximum": 12}}, "required": ["name"]})).unwrap(),
         ];
-        let prefixes: [&[&str]; 3] = [
+        let prefixes: [&[&str]; 5] = [
+            &["", "x", "a", "12 a", "xab\n", "ab\n{\"name\":\"f\",\"arguments\":{\"a\":1", "ab\n{\"name\":\"f\",\"arguments\":{\"a\":1}}\n</f>"],
+            &["", "a", "ab", "x abab", "abc"],
             &["", "{", "{\"", "{\"a\":", "[1", "[1,", "\"ab", "true"],
             &["", "a", "ab", "1", "12"],
             &["", "{", "{\"", "{\"name", "{\"name\":\"x\"", "{\"name\":\"x\",\"n\":1", "{\"name\":\"x\",\"n\":12}"],

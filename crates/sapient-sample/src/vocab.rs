@@ -127,6 +127,9 @@ impl TokenIndex {
         let mut inner = TokenMask::empty(self.bytes.len());
         let mut groups: HashMap<(u32, u8), HashMap<Vec<u8>, Vec<u32>>> = HashMap::new();
         let mut st = vec![0u32; self.max_depth + 1];
+        // acc[d]: the first point on the path where the lexeme could end (DFA state before
+        // the byte, the byte, depth after it).
+        let mut acc: Vec<Option<(u32, u8, usize)>> = vec![None; self.max_depth + 1];
         st[0] = s;
         let mut i = 1;
         while i < self.nodes.len() {
@@ -135,23 +138,26 @@ impl TokenIndex {
             let p = st[d - 1];
             let t = dfa.next(p, n.byte);
             if t == DEAD {
-                i = n.end as usize;
-            } else if dfa.accepting[t as usize] || !dfa.can_consume[t as usize] {
-                let g = groups.entry((p, n.byte)).or_default();
-                for j in i..n.end as usize {
-                    let m = self.nodes[j];
-                    for &tok in &self.tok_ids[m.tok_start as usize..m.tok_end as usize] {
-                        g.entry(self.bytes[tok as usize][d..].to_vec()).or_default().push(tok);
+                // The token leaves the lexeme: possible only after a point where it could end.
+                if let Some((ap, ab, ad)) = acc[d - 1] {
+                    let g = groups.entry((ap, ab)).or_default();
+                    for j in i..n.end as usize {
+                        let m = self.nodes[j];
+                        for &tok in &self.tok_ids[m.tok_start as usize..m.tok_end as usize] {
+                            g.entry(self.bytes[tok as usize][ad..].to_vec()).or_default().push(tok);
+                        }
                     }
                 }
                 i = n.end as usize;
-            } else {
-                st[d] = t;
-                for &tok in &self.tok_ids[n.tok_start as usize..n.tok_end as usize] {
-                    inner.set(tok);
-                }
-                i += 1;
+                continue;
             }
+            st[d] = t;
+            acc[d] = acc[d - 1].or(if dfa.accepting[t as usize] { Some((p, n.byte, d)) } else { None });
+            // Every byte taken by the lexeme: allowed whatever follows it.
+            for &tok in &self.tok_ids[n.tok_start as usize..n.tok_end as usize] {
+                inner.set(tok);
+            }
+            i += 1;
         }
         let mut groups: Vec<_> = groups
             .into_iter()
