@@ -278,7 +278,10 @@ impl Pipeline {
                     .filter(|(_, t)| t.special)
                     .map(|(id, _)| *id)
                     .collect();
-                Arc::new(TokenIndex::new(self.tokenizer.token_bytes(), self.tokenizer.eos_token_ids(), &special))
+                // The tokenizer splits text the constraint forces (fed without sampling).
+                let tok = self.tokenizer.clone();
+                let tokenize: sapient_sample::Tokenize = Arc::new(move |text: &str| tok.encode(text, false).ok());
+                Arc::new(TokenIndex::new(self.tokenizer.token_bytes(), self.tokenizer.eos_token_ids(), &special).with_tokenizer(tokenize))
             })
             .clone()
     }

@@ -61,7 +61,7 @@ pub use error::GrammarError;
 pub use grammar::{Expr, Frame, Grammar, GrammarState, Tool};
 pub use matcher::{Matcher, MatcherStats};
 pub use schema::{refused_keywords, SUPPORTED_KEYWORDS};
-pub use vocab::{TokenIndex, TokenMask};
+pub use vocab::{TokenIndex, TokenMask, Tokenize};
 /// `#[derive(Schema, Parse)]` (the traits of the same names are in [`typed`]).
 pub use sapient_derive::{Parse, Schema};
 pub use typed::{Parse, ParseError, Schema};

@@ -87,6 +87,10 @@ pub struct Matcher<C: Constraint> {
     finished: bool,
     cache: HashMap<C::State, Arc<TokenMask>>,
     stats: MatcherStats,
+    /// Forced tokens still to come (in order, reversed), valid while `history.len()` is
+    /// `pending_at`.
+    pending: Vec<u32>,
+    pending_at: usize,
 }
 
 impl<C: Constraint> Clone for Matcher<C> {
@@ -99,6 +103,8 @@ impl<C: Constraint> Clone for Matcher<C> {
             finished: self.finished,
             cache: self.cache.clone(),
             stats: self.stats,
+            pending: self.pending.clone(),
+            pending_at: self.pending_at,
         }
     }
 }
@@ -109,7 +115,17 @@ impl<C: Constraint> Matcher<C> {
     pub fn new(constraint: Arc<C>, index: Arc<TokenIndex>) -> Self {
         constraint.prepare(&index);
         let state = constraint.start();
-        Self { constraint, index, state, history: Vec::new(), finished: false, cache: HashMap::new(), stats: MatcherStats::default() }
+        Self {
+            constraint,
+            index,
+            state,
+            history: Vec::new(),
+            finished: false,
+            cache: HashMap::new(),
+            stats: MatcherStats::default(),
+            pending: Vec::new(),
+            pending_at: 0,
+        }
     }
     pub fn constraint(&self) -> &C {
         &self.constraint
@@ -151,6 +167,12 @@ impl<C: Constraint> Matcher<C> {
             return Err(Error::TokenRejected(token));
         }
         let next = self.index.check_token(&*self.constraint, &self.state, token)?.ok_or(Error::TokenRejected(token))?;
+        if self.pending_at == self.history.len() && self.pending.last() == Some(&token) {
+            self.pending.pop();
+            self.pending_at += 1;
+        } else {
+            self.pending.clear();
+        }
         self.history.push(std::mem::replace(&mut self.state, next));
         if self.index.eos.contains(&token) {
             self.finished = true;
@@ -180,6 +202,7 @@ impl<C: Constraint> Matcher<C> {
         }
         if n > 0 {
             self.finished = false;
+            self.pending.clear();
         }
         Ok(())
     }
@@ -242,9 +265,73 @@ impl<C: Constraint> Matcher<C> {
         Ok(out)
     }
 
-    /// If the full mask allows exactly one token, that token (appending it never changes
-    /// what the grammar accepts, and it is the model's own token).
+    /// A token to append without sampling, if the constraint forces one: the only token
+    /// the mask allows, or, when the index has the model's tokenizer
+    /// ([`TokenIndex::with_tokenizer`]) and the constraint forces several bytes, the first
+    /// of the tokenizer's split of those bytes (never the last token of the split, which
+    /// could merge with what follows). Appending it never changes what the grammar accepts.
     pub fn forced_token(&mut self) -> Result<Option<u32>, Error> {
+        if self.finished {
+            return Ok(None);
+        }
+        if self.pending_at == self.history.len() {
+            if let Some(&t) = self.pending.last() {
+                return Ok(Some(t));
+            }
+        }
+        if let Some(t) = self.forced_by_tokenizer()? {
+            return Ok(Some(t));
+        }
+        self.forced_single_token()
+    }
+
+    /// The forced bytes split by the tokenizer: queue all tokens but the last.
+    fn forced_by_tokenizer(&mut self) -> Result<Option<u32>, Error> {
+        let Some(tokenize) = self.index.tokenize.0.clone() else { return Ok(None) };
+        // Cheap test first: two allowed single-byte tokens mean nothing is forced.
+        let c = &*self.constraint;
+        let mut n = 0;
+        let mut tmp = C::State::default();
+        for b in 0..=255u8 {
+            if self.index.single_byte[b as usize] && c.advance(&self.state, b, &mut tmp)? {
+                n += 1;
+                if n >= 2 {
+                    return Ok(None);
+                }
+            }
+        }
+        let bytes = self.forced_bytes(48)?;
+        let text = match std::str::from_utf8(&bytes) {
+            Ok(t) => t,
+            Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
+        };
+        if text.len() < 2 {
+            return Ok(None);
+        }
+        let Some(mut toks) = tokenize(text) else { return Ok(None) };
+        toks.pop();
+        // Check the split spells the forced text and each token is allowed in turn.
+        let mut st = self.state.clone();
+        let mut spelled = 0usize;
+        for &t in &toks {
+            let Some(b) = self.index.token_bytes(t) else { return Ok(None) };
+            if bytes.get(spelled..spelled + b.len()) != Some(b) {
+                return Ok(None);
+            }
+            spelled += b.len();
+            match self.index.check_token(c, &st, t)? {
+                Some(next) => st = next,
+                None => return Ok(None),
+            }
+        }
+        toks.reverse();
+        self.pending = toks;
+        self.pending_at = self.history.len();
+        Ok(self.pending.last().copied())
+    }
+
+    /// If the full mask allows exactly one token, that token.
+    fn forced_single_token(&mut self) -> Result<Option<u32>, Error> {
         // Cheap test first: two allowed single-byte tokens (or one and EOS) mean no token is
         // forced, without computing the mask.
         let c = &*self.constraint;
@@ -383,5 +470,40 @@ mod tests {
         assert_eq!(mf.stats().masks_computed, 1);
         assert_eq!(mf.stats().mask_cache_hits, 1);
         assert!(a.is_allowed(id("\"name\"")) && a.is_allowed(id("\"")) && a.is_allowed(id(" ")) && !a.is_allowed(id("\"a")));
+    }
+
+    #[test]
+    fn forced_text_split_by_the_tokenizer() {
+        let (toks, words) = vocab();
+        let id = |w: &str| words.iter().position(|x| *x == w).unwrap() as u32;
+        // A greedy longest-match tokenizer over the toy vocabulary stands in for the model's.
+        let words2: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+        let tokenize: crate::Tokenize = Arc::new(move |text: &str| {
+            let mut out = Vec::new();
+            let mut rest = text;
+            while !rest.is_empty() {
+                let (i, w) = words2.iter().enumerate().filter(|(i, w)| *i != 0 && *i != 27 && !w.is_empty() && rest.starts_with(w.as_str())).max_by_key(|(_, w)| w.len())?;
+                out.push(i as u32);
+                rest = &rest[w.len()..];
+            }
+            Some(out)
+        });
+        let idx = Arc::new(TokenIndex::new(toks.clone(), &[0], &[27]).with_tokenizer(tokenize));
+        let schema = serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]});
+        let g = Arc::new(Grammar::json_schema(&schema).unwrap());
+        let mut m = Matcher::new(g.clone(), idx);
+        // `{"name":"` is forced: split `{"` `name` `":` `"`, the last held back.
+        let mut fed = Vec::new();
+        while let Some(t) = m.forced_token().unwrap() {
+            m.consume(t).unwrap();
+            fed.push(t);
+        }
+        assert_eq!(fed, vec![id("{\""), id("name"), id("\":")]);
+        // Without the tokenizer only single allowed tokens are forced: none here.
+        let mut plain = Matcher::new(g, Arc::new(TokenIndex::new(toks, &[0], &[27])));
+        assert_eq!(plain.forced_token().unwrap(), None);
+        // Rolling back drops the queue; the same tokens are found again.
+        m.rollback(2).unwrap();
+        assert_eq!(m.forced_token().unwrap(), Some(id("name")));
     }
 }

@@ -4,6 +4,7 @@
 //! where its subtree ends), built once per tokenizer. [`TokenMask`] is a set of token ids.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TrieNode {
@@ -13,6 +14,19 @@ pub(crate) struct TrieNode {
     pub(crate) end: u32,
     pub(crate) tok_start: u32,
     pub(crate) tok_end: u32,
+}
+
+/// The model's tokenizer for forced text (see [`TokenIndex::with_tokenizer`]): the token
+/// ids of a UTF-8 text, `None` if it cannot say.
+pub type Tokenize = Arc<dyn Fn(&str) -> Option<Vec<u32>> + Send + Sync>;
+
+#[derive(Clone, Default)]
+pub(crate) struct TokenizeFn(pub Option<Tokenize>);
+
+impl std::fmt::Debug for TokenizeFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Some(tokenizer)" } else { "None" })
+    }
 }
 
 /// A model vocabulary prepared for mask computation.
@@ -29,6 +43,8 @@ pub struct TokenIndex {
     pub(crate) uid: u64,
     /// Whether each byte on its own is a token (in the trie).
     pub(crate) single_byte: [bool; 256],
+    /// How the model's tokenizer splits forced text.
+    pub(crate) tokenize: TokenizeFn,
 }
 
 static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -104,7 +120,16 @@ impl TokenIndex {
                 single_byte[b[0] as usize] = true;
             }
         }
-        Self { nodes, tok_ids, bytes: token_bytes, in_trie, eos: eos.to_vec(), max_depth, uid, single_byte }
+        Self { nodes, tok_ids, bytes: token_bytes, in_trie, eos: eos.to_vec(), max_depth, uid, single_byte, tokenize: TokenizeFn(None) }
+    }
+
+    /// Give the index the model's tokenizer: [`crate::Matcher::forced_token`] then also
+    /// returns the tokens of text the constraint forces over several tokens (a key, `":"`),
+    /// split as the tokenizer splits that text, all but the last (which could merge with
+    /// what follows).
+    pub fn with_tokenizer(mut self, tokenize: Tokenize) -> Self {
+        self.tokenize = TokenizeFn(Some(tokenize));
+        self
     }
 
     pub fn vocab_size(&self) -> usize {
