@@ -308,7 +308,34 @@ pub struct Grammar {
 /// Per DFA, per DFA state: the lexeme's token sets, built once (by [`Grammar::prepare`] or
 /// on first use).
 #[derive(Debug)]
-struct LexemeTable(Vec<Vec<OnceLock<LexemeTokens>>>);
+struct LexemeTable {
+    lexemes: Vec<Vec<OnceLock<LexemeTokens>>>,
+    /// Masks of single parse stacks seen so far (shared by every generation with this
+    /// grammar and vocabulary).
+    stacks: Mutex<std::collections::HashMap<Vec<Frame>, Arc<StackMask>>>,
+}
+
+impl LexemeTable {
+    fn new(dfas: &[DfaTable]) -> Self {
+        Self {
+            lexemes: dfas.iter().map(|d| (0..d.num_states()).map(|_| OnceLock::new()).collect()).collect(),
+            stacks: Mutex::new(Default::default()),
+        }
+    }
+}
+
+/// Stack masks kept per grammar and vocabulary before the cache is cleared.
+const MAX_STACK_MASKS: usize = 1 << 16;
+
+/// The mask of one parse stack.
+#[derive(Debug)]
+enum StackMask {
+    /// Inside a regex lexeme: the DFA state's inner set plus these boundary tokens.
+    Lexeme { dfa: u32, state: u32, extra: Vec<u32> },
+    /// These tokens.
+    Tokens(Vec<u32>),
+    Full(TokenMask),
+}
 
 /// Token indexes kept per grammar before the oldest tables are dropped.
 const MAX_INDEXES: usize = 4;
@@ -366,7 +393,7 @@ impl Grammar {
     fn lexeme_table(&self, index: &TokenIndex) -> Arc<LexemeTable> {
         let Ok(mut c) = self.lexemes.0.lock() else {
             // A poisoned lock: work without the shared table.
-            return Arc::new(LexemeTable(self.dfas.iter().map(|d| (0..d.num_states()).map(|_| OnceLock::new()).collect()).collect()));
+            return Arc::new(LexemeTable::new(&self.dfas));
         };
         if let Some((_, t)) = c.iter().find(|(uid, _)| *uid == index.uid) {
             return t.clone();
@@ -374,7 +401,7 @@ impl Grammar {
         if c.len() >= MAX_INDEXES {
             c.remove(0);
         }
-        let t = Arc::new(LexemeTable(self.dfas.iter().map(|d| (0..d.num_states()).map(|_| OnceLock::new()).collect()).collect()));
+        let t = Arc::new(LexemeTable::new(&self.dfas));
         c.push((index.uid, t.clone()));
         t
     }
@@ -388,7 +415,7 @@ impl Grammar {
     pub fn prepare(&self, index: &TokenIndex) -> std::time::Duration {
         let t = std::time::Instant::now();
         let table = self.lexeme_table(index);
-        for (d, states) in table.0.iter().enumerate() {
+        for (d, states) in table.lexemes.iter().enumerate() {
             for (s, cell) in states.iter().enumerate() {
                 cell.get_or_init(|| index.lexeme_tokens(&self.dfas[d], s as u32));
             }
@@ -396,28 +423,70 @@ impl Grammar {
         t.elapsed()
     }
 
-    /// The mask of a state holding one parse stack.
-    fn stack_mask(&self, index: &TokenIndex, table: &LexemeTable, state: &GrammarState) -> Result<TokenMask, GrammarError> {
-        if let Some(m) = self.lexeme_mask(index, table, state)? {
+    /// The mask of a state holding one parse stack, from the cache or computed.
+    fn stack_mask(&self, index: &TokenIndex, table: &LexemeTable, state: &GrammarState) -> Result<Arc<StackMask>, GrammarError> {
+        if let Some(m) = table.stacks.lock().ok().and_then(|c| c.get(&state.frames).cloned()) {
             return Ok(m);
         }
-        index.mask_by_walk(self, state)
+        let m = match self.lexeme_mask(index, table, state)? {
+            Some(m) => m,
+            None => {
+                let full = index.mask_by_walk(self, state)?;
+                if full.count() <= 4096 {
+                    StackMask::Tokens(full.iter().collect())
+                } else {
+                    StackMask::Full(full)
+                }
+            }
+        };
+        let m = Arc::new(m);
+        if let Ok(mut c) = table.stacks.lock() {
+            if c.len() >= MAX_STACK_MASKS {
+                c.clear();
+            }
+            c.insert(state.frames.clone(), m.clone());
+        }
+        Ok(m)
+    }
+
+    /// Add a stack's mask to `out` (`fresh`: `out` is still empty).
+    fn add_stack_mask(&self, table: &LexemeTable, m: &StackMask, out: &mut TokenMask, fresh: bool) {
+        match m {
+            StackMask::Lexeme { dfa, state, extra } => {
+                if let Some(lt) = table.lexemes.get(*dfa as usize).and_then(|v| v.get(*state as usize)).and_then(|c| c.get()) {
+                    if fresh {
+                        out.clone_from(&lt.inner);
+                    } else {
+                        out.union_with(&lt.inner);
+                    }
+                }
+                for &t in extra {
+                    out.set(t);
+                }
+            }
+            StackMask::Tokens(v) => {
+                for &t in v {
+                    out.set(t);
+                }
+            }
+            StackMask::Full(f) => out.union_with(f),
+        }
     }
 
     /// One parse whose top is a regex lexeme (strings, numbers, regexes): tokens that stay
     /// inside the lexeme come from the per-DFA-state set; only tokens that complete the
     /// lexeme part-way are checked against the state, each distinct rest of a token once
     /// (sorted, so rests sharing a prefix share its parse).
-    fn lexeme_mask(&self, index: &TokenIndex, table: &LexemeTable, state: &GrammarState) -> Result<Option<TokenMask>, GrammarError> {
+    fn lexeme_mask(&self, index: &TokenIndex, table: &LexemeTable, state: &GrammarState) -> Result<Option<StackMask>, GrammarError> {
         let Some(top) = state.frames.last().copied() else { return Ok(None) };
         let Node::Dfa(d) = self.nodes[top.node as usize] else { return Ok(None) };
-        let Some(cell) = table.0.get(d as usize).and_then(|v| v.get(top.pos as usize)) else { return Ok(None) };
+        let Some(cell) = table.lexemes.get(d as usize).and_then(|v| v.get(top.pos as usize)) else { return Ok(None) };
         let lt = cell.get_or_init(|| index.lexeme_tokens(&self.dfas[d as usize], top.pos));
         if lt.num_rests > MAX_LEXEME_RESTS {
             // Most tokens leave the lexeme at once (e.g. whitespace): the walk prunes faster.
             return Ok(None);
         }
-        let mut mask = lt.inner.clone();
+        let mut extra = Vec::new();
         let mut before = state.clone();
         let mut states: Vec<GrammarState> = vec![GrammarState::default()];
         for (p, b, rests) in &lt.groups {
@@ -452,13 +521,11 @@ impl Grammar {
                 }
                 ok_depth = k;
                 if dead_at.is_none() {
-                    for &t in toks {
-                        mask.set(t);
-                    }
+                    extra.extend_from_slice(toks);
                 }
             }
         }
-        Ok(Some(mask))
+        Ok(Some(StackMask::Lexeme { dfa: d, state: top.pos, extra }))
     }
 
     fn enter(&self, node: NodeId) -> Frame {
@@ -699,15 +766,23 @@ impl Constraint for Grammar {
     /// number and stop-string tops prune the walk at once).
     fn fast_mask(&self, index: &TokenIndex, state: &GrammarState) -> Result<Option<TokenMask>, GrammarError> {
         let table = self.lexeme_table(index);
-        if state.ends.len() == 1 {
-            return self.stack_mask(index, &table, state).map(Some);
-        }
         let mut mask = TokenMask::empty(index.vocab_size());
-        let mut single = GrammarState::default();
-        for st in state.stacks() {
-            single.clear();
-            single.push_stack(st);
-            mask.union_with(&self.stack_mask(index, &table, &single)?);
+        if state.ends.len() == 1 {
+            let m = self.stack_mask(index, &table, state)?;
+            self.add_stack_mask(&table, &m, &mut mask, true);
+        } else {
+            let mut single = GrammarState::default();
+            for st in state.stacks() {
+                single.clear();
+                single.push_stack(st);
+                let m = self.stack_mask(index, &table, &single)?;
+                self.add_stack_mask(&table, &m, &mut mask, false);
+            }
+        }
+        if self.is_accepting(state) {
+            for &e in index.eos() {
+                mask.set(e);
+            }
         }
         Ok(Some(mask))
     }
