@@ -443,7 +443,8 @@ pub(crate) fn format_regex(f: &str) -> Option<&'static str> {
     Some(match f {
         // Month lengths are respected; February 29 is allowed in every year.
         "date" => DATE,
-        "time" => r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?",
+        // RFC 3339 full-time: the offset is required.
+        "time" => r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])",
         "date-time" => DATE_TIME,
         "uuid" => r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
         // Shorter than RFC 5321 allows (64 / 63 x 8): long runs are where small models loop.
