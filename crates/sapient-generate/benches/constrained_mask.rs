@@ -68,7 +68,7 @@ const NESTED_DOC: &str = r#"{
 }"#;
 const REGEX: &str = r"(Mr|Ms|Dr)\. [A-Z][a-z]{1,15} [A-Z][a-z]{1,20}, born (19|20)[0-9]{2}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]), phone \+[0-9]{1,3} [0-9]{3}-[0-9]{3}-[0-9]{4}, email [a-z0-9.]{1,30}@[a-z0-9]{1,20}\.(com|org|net|fr)";
 const REGEX_DOC: &str = "Dr. Grace Hopper, born 1906-12-09, phone +1 212-555-0147, email grace.hopper@navy.org";
-const FREE_DOC: &str = r#"{"model": "smollm2", "layers": 30, "rope": {"theta": 100000.0, "scaling": null}, "vocab": [49152, "byte-level"], "tied": true, "notes": "a small \"instruct\" model\nwith 135M parameters", "ratios": [0.5, 1e-3, -2.25]}"#;
+const FREE_DOC: &str = r#"{"model": "smollm2", "layers": 30, "rope": {"theta": 100000, "scaling": null}, "vocab": [49152, "byte-level"], "tied": true, "notes": "a small \"instruct\" model\nwith 135M parameters", "ratios": [0.5, 1e-3, -2.25]}"#;
 
 /// A replayed document: the grammar, the vocabulary index, and (state, next token) pairs.
 struct Replay {
@@ -106,10 +106,12 @@ fn replay(vocab: &str, workload: &str) -> Arc<Replay> {
             (Arc::new(t), i)
         })
         .clone();
+    // The documents have whitespace: flexible JSON layout (the default is compact).
+    let flexible = sapient_sample::JsonOptions::flexible(24);
     let (grammar, doc) = match workload {
-        "json-schema-nested" => (Grammar::json_schema(&nested_schema()).unwrap(), NESTED_DOC),
+        "json-schema-nested" => (Grammar::with_options(&sapient_sample::Expr::JsonSchema(nested_schema()), flexible).unwrap(), NESTED_DOC),
         "regex" => (Grammar::regex(REGEX).unwrap(), REGEX_DOC),
-        _ => (Grammar::json().unwrap(), FREE_DOC),
+        _ => (Grammar::with_options(&sapient_sample::Expr::Json, flexible).unwrap(), FREE_DOC),
     };
     let grammar = Arc::new(grammar);
     let mut m = Matcher::new(grammar.clone(), index.clone());
