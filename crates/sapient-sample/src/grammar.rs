@@ -341,7 +341,10 @@ enum StackMask {
 const MAX_INDEXES: usize = 4;
 
 #[derive(Debug, Clone, Default)]
-struct LexemeCache(Arc<Mutex<Vec<(u64, Arc<LexemeTable>)>>>);
+struct LexemeCache(Arc<Mutex<Vec<IndexTable>>>);
+
+/// A token index's uid and its tables.
+type IndexTable = (u64, Arc<LexemeTable>);
 
 
 impl Grammar {

@@ -156,9 +156,7 @@ fn node(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, 
         }
         Some(_) => return Err(invalid(path, "type must be a string or a list")),
         None => {
-            if obj.contains_key("properties") || obj.contains_key("required") || obj.contains_key("additionalProperties") {
-                vec!["object"]
-            } else if ["minProperties", "maxProperties"].iter().any(|k| obj.contains_key(*k)) {
+            if ["properties", "required", "additionalProperties", "minProperties", "maxProperties"].iter().any(|k| obj.contains_key(*k)) {
                 vec!["object"]
             } else if ["items", "prefixItems", "minItems", "maxItems"].iter().any(|k| obj.contains_key(*k)) {
                 vec!["array"]
@@ -894,7 +892,7 @@ mod tests {
             (json!(3), "invalid"),
         ];
         for (s, kind) in cases {
-            let e = gs(&s).err().expect(&s.to_string());
+            let Some(e) = gs(&s).err() else { panic!("{s} compiled") };
             let got = match e {
                 GrammarError::Unsatisfiable(_) => "unsat",
                 GrammarError::InvalidRegex { .. } => "regex",
