@@ -42,12 +42,13 @@ pub struct GenerationConfig {
     /// as soon as the grammar is complete and nothing else is allowed, or when the model
     /// chooses to end a complete text.
     pub constraint: Option<Arc<Grammar>>,
-    /// With a constraint: when it allows exactly one token, append that token without
-    /// sampling and feed such runs (up to 16 tokens) to the model in one forward pass.
+    /// With a constraint: append the tokens it forces without sampling (`Matcher::forced_token`:
+    /// the only allowed token, or text the constraint forces, such as a key with its quotes
+    /// and colon, split by the model's tokenizer, all but its last token) and feed such runs
+    /// (up to 16 tokens) to the model with the sampled token before them in one forward pass.
     /// The CPU forward computes batches under 32 rows row by row, bit-identical to single
-    /// decode steps, so the output is the same as without. (Forcing at the byte level, `Matcher::forced_bytes`,
-    /// would force more, but its tokenization need not be the model's, and on SmolLM2 that
-    /// changes what the model writes next; so only whole forced tokens are used here.)
+    /// decode steps. The tokenizer's split of forced text need not be the tokens the model
+    /// would have sampled one by one, so the text can differ from a run without it.
     pub fast_forward: bool,
 }
 
