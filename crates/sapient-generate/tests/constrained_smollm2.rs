@@ -120,8 +120,10 @@ fn free_json_and_unsupported_speculative() -> Result<()> {
 }
 
 #[test]
-fn fast_forward_keeps_the_output_and_skips_forwards() -> Result<()> {
-    // Compact JSON: where a key or punctuation admits a single token, it is fast-forwarded.
+fn fast_forward_feeds_forced_text_and_skips_forwards() -> Result<()> {
+    // Compact JSON: keys and punctuation are forced text, split by the tokenizer and fed
+    // without sampling. That split need not be the tokens the model would have sampled, so
+    // the text may differ from a run without fast-forward; both must be valid.
     let schema = serde_json::json!({
         "type": "object",
         "properties": {
@@ -139,12 +141,15 @@ fn fast_forward_keeps_the_output_and_skips_forwards() -> Result<()> {
     let a = p.chat(&q, &on)?;
     let b = p.chat(&q, &off)?;
     eprintln!("{} tokens, {} forced: {}", a.tokens.len(), a.stats.forced_tokens, a.text);
-    assert_eq!(a.tokens, b.tokens, "fast-forward changed the output: {:?} vs {:?}", a.text, b.text);
     assert_eq!(b.stats.forced_tokens, 0);
-    assert!(a.stats.forced_tokens >= 1, "some tokens are forced: {}", a.stats.forced_tokens);
-    let v: serde_json::Value = serde_json::from_str(&a.text)?;
-    assert!(["France", "Germany", "Japan"].contains(&v["country"].as_str().unwrap_or("")), "{v}");
-    assert_eq!(a.finish, FinishReason::Eos);
+    // The three keys with their quotes and colons are forced text (at least one token each).
+    assert!(a.stats.forced_tokens >= 3, "forced tokens: {}", a.stats.forced_tokens);
+    for g in [&a, &b] {
+        let v: serde_json::Value = serde_json::from_str(&g.text)?;
+        assert!(["France", "Germany", "Japan"].contains(&v["country"].as_str().unwrap_or("")), "{v}");
+        assert!(v["population_millions"].as_f64().is_some_and(|x| (0.0..=50.0).contains(&x)), "{v}");
+        assert_eq!(g.finish, FinishReason::Eos);
+    }
     Ok(())
 }
 
