@@ -27,7 +27,7 @@ def main(path):
             stats[name]["unparsable"] += 1
             bad.append((name, str(e), rec["text"]))
             continue
-        errors = list(jsonschema.Draft202012Validator(rec["schema"], format_checker=jsonschema.FormatChecker()).iter_errors(value))
+        errors = list(jsonschema.Draft202012Validator(rec["schema"], format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER).iter_errors(value))
         if errors:
             stats[name]["invalid"] += 1
             bad.append((name, errors[0].message, rec["text"]))
