@@ -148,6 +148,9 @@ impl Series {
     }
 }
 
+/// Builds a workload's grammar (timed as its compile time).
+type GrammarFn = Box<dyn Fn() -> Result<Grammar>>;
+
 /// What each workload is for llguidance: (kind, grammar).
 fn llg_spec(name: &str) -> (&'static str, serde_json::Value) {
     match name {
@@ -166,7 +169,7 @@ pub fn run(a: Args) -> Result<()> {
         let t = Instant::now();
         let index = Arc::new(index_for(&tok));
         println!("{preset}: {} tokens, trie of {} nodes built in {:.0} ms", index.vocab_size(), index.num_nodes(), t.elapsed().as_secs_f64() * 1e3);
-        let workloads: Vec<(&str, Box<dyn Fn() -> Result<Grammar>>, &str)> = vec![
+        let workloads: Vec<(&str, GrammarFn, &str)> = vec![
             ("json-schema (nested)", Box::new(|| Ok(Grammar::json_schema(&nested_schema())?)), NESTED_DOC),
             ("regex", Box::new(|| Ok(Grammar::regex(REGEX)?)), REGEX_DOC),
             ("free JSON", Box::new(|| Ok(Grammar::json()?)), FREE_DOC),
