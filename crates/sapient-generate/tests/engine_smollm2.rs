@@ -77,17 +77,11 @@ fn concurrent_requests_give_what_they_give_alone() -> Result<()> {
     }
     // Wait until the first streams text, then the rest join mid-way.
     let (i0, mut h0) = handles.remove(0);
-    let mut first_text = String::new();
-    loop {
-        match h0.blocking_next() {
-            Some(Event::Text(t)) => {
-                first_text.push_str(&t);
-                break;
-            }
-            Some(Event::Done(r)) => anyhow::bail!("request 0 ended before streaming: {:?}", r.map(|g| g.text)),
-            None => anyhow::bail!("request 0 vanished"),
-        }
-    }
+    let first_text = match h0.blocking_next() {
+        Some(Event::Text(t)) => t,
+        Some(Event::Done(r)) => anyhow::bail!("request 0 ended before streaming: {:?}", r.map(|g| g.text)),
+        None => anyhow::bail!("request 0 vanished"),
+    };
     for (i, q) in qs.iter().enumerate().skip(4) {
         handles.push((i, e.submit_chat(q, cfg(i))?));
     }
