@@ -128,6 +128,8 @@ fn check_speech_kept(t: &Transcriber, name: &str, max_errors: usize) -> Result<(
         let (errors, words) = wer_counts(&reference, &r.text);
         assert_eq!(words, normalize(&reference).len());
         assert!(errors <= max_errors, "{name}, clips with {what} between: {errors}/{words} word errors: {:?}", r.text);
+        let unguarded = t.transcribe(&audio, &TranscribeOptions { vad_no_speech_threshold: None, ..beam5 })?;
+        assert_eq!(r.text, unguarded.text, "{name}, clips with {what} between, beam 5");
         let greedy = t.transcribe(&audio, &TranscribeOptions::default())?;
         let unguarded = t.transcribe(&audio, &TranscribeOptions { vad_no_speech_threshold: None, ..Default::default() })?;
         assert_eq!(greedy.text, unguarded.text, "{name}, clips with {what} between, greedy");
@@ -143,8 +145,9 @@ fn no_text_without_speech_tiny_en() -> Result<()> {
 
 #[test]
 fn speech_between_long_gaps_is_kept_tiny_en() -> Result<()> {
-    // tiny.en alone: 3/71 on the clips (docs/whisper.md)
-    check_speech_kept(&load("whisper-tiny.en"), "tiny.en", 4)
+    // tiny.en: 3/71 on the clips alone (docs/whisper.md); between noise it hears
+    // "ill-disposed" as "old-sposed" twice more (as the VAD streaming mode does), 6/71
+    check_speech_kept(&load("whisper-tiny.en"), "tiny.en", 6)
 }
 
 fn base_enabled() -> bool {
