@@ -69,6 +69,10 @@ pub struct TranscribeArgs {
     /// Print segments on standard error as they are decoded.
     #[arg(short, long)]
     verbose: bool,
+    /// Do not consult Silero VAD (file mode): by default a 30 s window in which the VAD
+    /// hears no speech is skipped when Whisper's no-speech probability agrees.
+    #[arg(long)]
+    no_vad: bool,
 }
 
 pub fn run(args: TranscribeArgs) -> Result<()> {
@@ -86,8 +90,12 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         quantize_encoder: all,
         quantize_decoder: all.or(quant("decoder-quant", &args.decoder_quant)?),
     };
-    let t = Transcriber::load_with(&args.model, &candle_core::Device::Cpu, load, &mut |p| bars.update(p))
+    let mut t = Transcriber::load_with(&args.model, &candle_core::Device::Cpu, load, &mut |p| bars.update(p))
         .with_context(|| format!("loading {}", args.model))?;
+    if !args.no_vad && !args.stream {
+        let vad_file = sapient_hub::Hub::new()?.fetch_preset("silero-vad", &mut |p| bars.update(p))?.file("onnx")?.to_path_buf();
+        t.set_vad(Some(sapient_audio::SileroVad::load(&vad_file, &candle_core::Device::Cpu)?));
+    }
     bars.finish();
     let opts = TranscribeOptions {
         task,

@@ -86,6 +86,49 @@ pub struct DecodeResult {
     pub no_speech_prob: f32,
     pub temperature: f32,
     pub compression_ratio: f32,
+    /// The decode was stopped because its text repeated itself ([`loop_start`]): a failed
+    /// result, as one over the compression-ratio threshold.
+    pub looped: bool,
+}
+
+/// Where a repetition loop at the end of `text` starts: the tail is one block of `p` tokens
+/// repeated at least three times (eight times for blocks of one to three tokens), spanning
+/// at least 24 tokens. Returns the index of the first repetition after the block's first
+/// occurrence (what is left once the loop is cut), or None.
+///
+/// Whisper's failure on noise, music and early seeks is to say one sentence over and over
+/// until the 224-token limit; stopping at the third repetition saves the rest of the steps,
+/// and the transcript keeps the sentence once.
+pub fn loop_start(text: &[u32]) -> Option<usize> {
+    const MIN_SPAN: usize = 24;
+    let n = text.len();
+    if n < MIN_SPAN {
+        return None;
+    }
+    for p in 1..=n / 3 {
+        let reps_needed = if p < 4 { 8 } else { 3 };
+        let need = (p * reps_needed).max(MIN_SPAN);
+        if need > n {
+            continue;
+        }
+        // the last `need` tokens have period p
+        if (n - need..n - p).all(|i| text[i] == text[i + p]) {
+            // extend back while the period holds
+            let mut start = n - need;
+            while start > 0 && text[start - 1] == text[start - 1 + p] {
+                start -= 1;
+            }
+            return Some(start + p);
+        }
+    }
+    None
+}
+
+/// Whether the text tokens (timestamps and specials left out) of `sampled` end in a loop.
+fn is_looping(sampled: &[u32], eot: u32, scratch: &mut Vec<u32>) -> bool {
+    scratch.clear();
+    scratch.extend(sampled.iter().copied().filter(|&t| t < eot));
+    loop_start(scratch).is_some()
 }
 
 /// gzip-style compression ratio of a text (`len(bytes) / len(zlib.compress(bytes))`): high
@@ -345,6 +388,7 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
     let max_candidates = beam.map(|b| ((b as f32 * opts.patience).round() as usize).max(1)).unwrap_or(0);
     let mut rng = Rng(opts.seed ^ 0x5EED);
     let mut logits_rows: Vec<Vec<f32>> = vec![first; n_group];
+    let mut scratch: Vec<u32> = Vec::new();
 
     for step in 0..sample_len {
         for (row, seq) in logits_rows.iter_mut().zip(&seqs) {
@@ -402,6 +446,10 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
             cache.reorder(&sources)?;
             seqs = next;
             sum_logprobs = next_lp;
+            if seqs.iter().all(|s| is_looping(&s[sample_begin..], eot, &mut scratch)) {
+                // every live beam says the same thing over and over: a failed decode
+                break;
+            }
         } else {
             for (j, row) in logits_rows.iter().enumerate() {
                 let last = *seqs[j].last().unwrap_or(&eot);
@@ -432,6 +480,10 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
                 };
                 sum_logprobs[j] += row[t] - lse;
                 seqs[j].push(t as u32);
+                if (t as u32) < eot && is_looping(&seqs[j][sample_begin..], eot, &mut scratch) {
+                    // stopped here: the loop would run to the token limit
+                    seqs[j].push(eot);
+                }
             }
             completed = seqs.iter().all(|s| s.last() == Some(&eot));
         }
@@ -475,12 +527,17 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
         };
         lp / penalty.max(f32::MIN_POSITIVE)
     };
+    // a looping candidate only when every candidate loops
+    let looping: Vec<bool> = candidates.iter().map(|c| is_looping(&c.0, eot, &mut scratch)).collect();
+    let all_loop = looping.iter().all(|&l| l);
     let best = candidates
         .iter()
         .enumerate()
+        .filter(|(i, _)| all_loop || !looping[*i])
         .max_by(|a, b| score(&a.1 .0, a.1 .1).total_cmp(&score(&b.1 .0, b.1 .1)).then(b.0.cmp(&a.0)))
         .map(|(i, _)| i)
         .ok_or_else(|| Error::Options("decoding produced no candidate".into()))?;
+    let looped = looping[best];
     let (tokens, sum_lp) = candidates.swap_remove(best);
     let text = tok.decode_text(&tokens)?.trim().to_string();
     let avg_logprob = sum_lp / (tokens.len() as f32 + 1.0);
@@ -491,5 +548,38 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
         avg_logprob,
         no_speech_prob,
         temperature: opts.temperature,
+        looped,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loop_start;
+
+    #[test]
+    fn loops_are_found_at_the_end_only() {
+        // a 9-token sentence said three times after 5 other tokens: the loop starts at the
+        // second saying
+        let sentence: Vec<u32> = (100..109).collect();
+        let mut t: Vec<u32> = (1..=5).collect();
+        for _ in 0..3 {
+            t.extend(&sentence);
+        }
+        assert_eq!(loop_start(&t), Some(5 + 9));
+        // twice is not yet a loop (and a different last token ends it)
+        assert_eq!(loop_start(&t[..5 + 18]), None);
+        t.push(7);
+        assert_eq!(loop_start(&t), None);
+        // short blocks need eight repetitions: "no, no, no" is speech
+        let no: Vec<u32> = [1u32, 2].repeat(7);
+        assert_eq!(loop_start(&no), None);
+        let mut many = vec![9u32, 9, 9];
+        many.extend([1u32, 2].repeat(12));
+        assert_eq!(loop_start(&many), Some(5));
+        // one token over and over
+        assert_eq!(loop_start(&[4u32; 30]), Some(1));
+        // spans under 24 tokens are never loops
+        assert_eq!(loop_start(&[5u32, 6, 7, 8, 9, 10, 11].repeat(3)), None);
+        assert_eq!(loop_start(&[]), None);
+    }
 }

@@ -260,7 +260,7 @@ impl<'a> StreamingTranscriber<'a> {
         let mut st = self.state.clone();
         let mut segs = Vec::new();
         let received_s = self.received as f64 / SAMPLE_RATE as f64;
-        self.t.window_step(&window, len, received_s, opts, language, &mut st, &mut segs, &mut |_| {})?;
+        self.t.window_step(&window, len, received_s, opts, language, None, &mut st, &mut segs, &mut |_| {})?;
         let tokens: Vec<u32> = segs.iter().flat_map(|s| s.tokens.iter().copied()).collect();
         Ok(self.t.tokenizer.decode_text(&tokens)?.trim().to_string())
     }
@@ -408,7 +408,7 @@ impl<'a> StreamingTranscriber<'a> {
             let window = self.window(seek, segment_size)?;
             let first_new = self.transcript.segments.len();
             let lang = self.language.clone();
-            self.t.window_step(&window, segment_size, duration, &self.opts, lang.as_deref(), &mut self.state, &mut self.transcript.segments, &mut |_| {})?;
+            self.t.window_step(&window, segment_size, duration, &self.opts, lang.as_deref(), None, &mut self.state, &mut self.transcript.segments, &mut |_| {})?;
             self.floors.push(self.max_log10 - 8.0);
             self.decode_s += started.elapsed().as_secs_f64();
             self.decoded_audio_s += (segment_size * HOP_LENGTH) as f64 / SAMPLE_RATE as f64;

@@ -38,6 +38,10 @@ pub struct TranscribeOptions {
     /// Word-level timestamps from the alignment heads' cross-attention (DTW).
     pub word_timestamps: bool,
     pub seed: u64,
+    /// With a VAD attached ([`Transcriber::set_vad`]): a window in which the VAD hears no
+    /// speech is skipped when the model's no-speech probability is above this (checked on the
+    /// first decoder step, before any text is decoded). None: the VAD is not consulted.
+    pub vad_no_speech_threshold: Option<f32>,
 }
 
 impl Default for TranscribeOptions {
@@ -58,6 +62,7 @@ impl Default for TranscribeOptions {
             without_timestamps: false,
             word_timestamps: false,
             seed: 0,
+            vad_no_speech_threshold: Some(VAD_NO_SPEECH_THRESHOLD),
         }
     }
 }
@@ -111,11 +116,16 @@ impl LoadOptions {
     }
 }
 
+/// Default of [`TranscribeOptions::vad_no_speech_threshold`].
+pub const VAD_NO_SPEECH_THRESHOLD: f32 = 0.1;
+
 /// A Whisper model with its tokenizer and log-mel front end.
 pub struct Transcriber {
     pub model: Whisper,
     pub tokenizer: WhisperTokenizer,
     pub(crate) mel: LogMel,
+    /// Silero VAD consulted by the file mode (see [`Transcriber::set_vad`]).
+    vad: Option<std::sync::Mutex<sapient_audio::SileroVad>>,
 }
 
 const INPUT_STRIDE: usize = 2; // mel frames per encoder position
@@ -216,7 +226,36 @@ impl Transcriber {
             Whisper::load(cfg, src, device, dtype)?
         };
         tracing::debug!(multilingual = tok.multilingual, "whisper model loaded");
-        Ok(Self { model, tokenizer: tok, mel })
+        Ok(Self { model, tokenizer: tok, mel, vad: None })
+    }
+
+    /// Attach a Silero VAD (or detach it with None). The file mode then runs it over the
+    /// audio once, and a 30 s window in which it finds no speech is skipped when Whisper's
+    /// own no-speech probability agrees ([`TranscribeOptions::vad_no_speech_threshold`]):
+    /// Whisper alone says "you" or "Thank you." over silence, noise or a tone often enough
+    /// with a log probability that passes openai-whisper's silence rule.
+    pub fn set_vad(&mut self, vad: Option<sapient_audio::SileroVad>) {
+        self.vad = vad.map(std::sync::Mutex::new);
+    }
+
+    /// Builder form of [`Transcriber::set_vad`].
+    pub fn with_vad(mut self, vad: sapient_audio::SileroVad) -> Self {
+        self.set_vad(Some(vad));
+        self
+    }
+
+    /// Whether a VAD is attached.
+    pub fn has_vad(&self) -> bool {
+        self.vad.is_some()
+    }
+
+    /// The attached VAD's speech segments (16 kHz sample ranges) of `samples`, or None.
+    fn vad_segments(&self, samples: &[f32]) -> Result<Option<Vec<(usize, usize)>>> {
+        let Some(vad) = &self.vad else { return Ok(None) };
+        let mut vad = vad.lock().map_err(|_| Error::Options("the VAD's lock was poisoned by a panic".into()))?;
+        let probs = vad.probabilities(samples)?;
+        let seg = sapient_audio::VadSegmenter::new(sapient_audio::VadOptions::default())?;
+        Ok(Some(seg.segments(&probs, samples.len()).iter().map(|s| (s.start, s.end)).collect()))
     }
 
     /// Transcribe an audio file (any format `sapient-audio` decodes; resampled to 16 kHz).
@@ -316,11 +355,17 @@ impl Transcriber {
         }
         out.language = language.clone().unwrap_or_default();
 
+        let speech = match opts.vad_no_speech_threshold {
+            Some(_) => self.vad_segments(samples)?,
+            None => None,
+        };
         let mut st = LoopState::new(self, opts, previous)?;
         while st.seek < content_frames {
             let segment_size = n_frames.min(content_frames - st.seek);
             let window = self.window(&mel, st.seek, segment_size)?;
-            self.window_step(&window, segment_size, duration, opts, language.as_deref(), &mut st, &mut out.segments, on_segment)?;
+            let (a, b) = (st.seek * HOP_LENGTH, (st.seek + segment_size) * HOP_LENGTH);
+            let vad_speech = speech.as_ref().map(|sp| sp.iter().any(|&(s, e)| s < b && e > a));
+            self.window_step(&window, segment_size, duration, opts, language.as_deref(), vad_speech, &mut st, &mut out.segments, on_segment)?;
         }
         let text_tokens: Vec<u32> = out.segments.iter().flat_map(|s| s.tokens.iter().copied()).collect();
         out.text = tok.decode_text(&text_tokens)?;
@@ -364,6 +409,7 @@ impl Transcriber {
         duration: f64,
         opts: &TranscribeOptions,
         language: Option<&str>,
+        vad_speech: Option<bool>,
         st: &mut LoopState,
         segments: &mut Vec<Segment>,
         on_segment: &mut dyn FnMut(&Segment),
@@ -385,6 +431,16 @@ impl Transcriber {
             seed: opts.seed.wrapping_add(st.seek as u64),
             ..DecodeOptions::default()
         };
+        if let (Some(false), Some(vt)) = (vad_speech, opts.vad_no_speech_threshold) {
+            // the VAD hears no speech: one decoder step tells whether Whisper agrees
+            let probe = DecodeOptions { sample_len: Some(1), ..base.clone() };
+            let r = decode_window(&self.model, tok, &cross, &probe)?;
+            if r.no_speech_prob > vt {
+                tracing::debug!(seek = st.seek, no_speech = r.no_speech_prob, "window skipped: no speech for the VAD and the model");
+                st.seek += segment_size;
+                return Ok(());
+            }
+        }
         let result = self.decode_with_fallback(&cross, &base, opts)?;
 
         if let Some(nst) = opts.no_speech_threshold {
@@ -434,6 +490,12 @@ impl Transcriber {
             }
             current.push((time_offset, time_offset + dur, tokens.clone()));
             st.seek += segment_size;
+        }
+        let failed = result.looped || opts.compression_ratio_threshold.is_some_and(|c| result.compression_ratio > c);
+        if failed {
+            // every temperature looped: keep each sentence once
+            let before: Vec<Vec<u32>> = segments.iter().rev().take(3).map(|s| text_of(&s.tokens, tok.eot)).collect();
+            drop_repeats(&mut current, &before, tok.eot);
         }
         let mut segs: Vec<Segment> = Vec::with_capacity(current.len());
         for (start, end, toks) in current {
@@ -565,6 +627,11 @@ impl Transcriber {
                     compression_ok = false;
                 }
             }
+            if r.looped {
+                // stopped in a repetition loop: repetitive text, as a high compression ratio
+                fallback = true;
+                compression_ok = false;
+            }
             if let Some(l) = opts.logprob_threshold {
                 if r.avg_logprob < l {
                     fallback = true;
@@ -631,6 +698,40 @@ impl LoopState {
     }
 }
 
+fn text_of(tokens: &[u32], eot: u32) -> Vec<u32> {
+    tokens.iter().copied().filter(|&t| t < eot).collect()
+}
+
+/// The segments of a looping result without the loop: a segment whose text is that of an
+/// earlier one (in the window, or one of `before`, the last segments already decided) is
+/// dropped, and one that loops inside itself is cut where the loop starts.
+fn drop_repeats(current: &mut Vec<(f64, f64, Vec<u32>)>, before: &[Vec<u32>], eot: u32) {
+    let mut seen: Vec<Vec<u32>> = before.iter().filter(|t| !t.is_empty()).cloned().collect();
+    current.retain_mut(|(_, _, toks)| {
+        let text = text_of(toks, eot);
+        if let Some(k) = crate::decode::loop_start(&text) {
+            // cut before the k-th text token (timestamps before it kept)
+            let mut n_text = 0;
+            let cut = toks.iter().position(|&t| {
+                let hit = t < eot && n_text == k;
+                if t < eot {
+                    n_text += 1;
+                }
+                hit
+            });
+            if let Some(c) = cut {
+                toks.truncate(c);
+            }
+        }
+        let text = text_of(toks, eot);
+        if text.is_empty() || seen.contains(&text) {
+            return false;
+        }
+        seen.push(text);
+        true
+    });
+}
+
 fn seek_of(time_offset: f64) -> usize {
     (time_offset * SAMPLE_RATE as f64 / HOP_LENGTH as f64).round() as usize
 }
@@ -648,7 +749,7 @@ mod tests {
     use super::*;
 
     fn result(t: f32, avg_logprob: f32, compression_ratio: f32) -> DecodeResult {
-        DecodeResult { tokens: vec![], text: format!("t={t}"), avg_logprob, no_speech_prob: 0.0, temperature: t, compression_ratio }
+        DecodeResult { tokens: vec![], text: format!("t={t}"), avg_logprob, no_speech_prob: 0.0, temperature: t, compression_ratio, looped: false }
     }
 
     /// faster-whisper's choice when every temperature fails: the best average log probability

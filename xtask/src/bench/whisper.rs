@@ -3,7 +3,14 @@
 //! greedy and beam 5, and word error rate against the LibriVox transcripts.
 //!
 //! The audio is the five LibriVox clips with a second of silence after each, repeated
-//! (`--repeat`, default 2: about 55 s, two 30 s windows and a third partial one).
+//! (`--repeat`, default 2: 59.5 s, two 30 s windows and a third partial one; `--long`:
+//! eight times, 3.97 min, the long-form case).
+//!
+//! Each configuration runs in a process of its own (ours: this binary again, one variant;
+//! faster-whisper: one compute type and mode per Python process), so that its peak resident
+//! set size is its own. faster-whisper runs sequentially (`WhisperModel.transcribe`, what
+//! ours does) and, with `--modes sequential,batched`, batched (`BatchedInferencePipeline`,
+//! batch 8, its VAD).
 
 use anyhow::{Context, Result};
 use sapient_whisper::eval::{normalize, wer_counts as wer};
@@ -37,18 +44,85 @@ pub struct Args {
     /// Our variants: f32, q8_0 (encoder and decoder matrices in Q8_0), q8_0-decoder.
     #[arg(long, value_delimiter = ',', default_value = "f32,q8_0")]
     pub variants: Vec<String>,
+    /// The long-form case: the clips eight times over (overrides --repeat).
+    #[arg(long)]
+    pub long: bool,
+    /// faster-whisper modes: sequential, batched (BatchedInferencePipeline, batch 8).
+    #[arg(long, value_delimiter = ',', default_value = "sequential")]
+    pub modes: Vec<String>,
+    /// Ours without Silero VAD (`sapient transcribe --no-vad`); by default the VAD is
+    /// attached as the CLI attaches it.
+    #[arg(long)]
+    pub no_vad: bool,
     #[arg(long, default_value = "target/bench/whisper.json")]
     pub json: PathBuf,
+    /// Internal: run our side for one variant on this 16 kHz WAV and write JSON to --child-out.
+    #[arg(long, hide = true)]
+    pub child: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    pub child_out: Option<PathBuf>,
+}
+
+/// Peak resident set size of this process in kB (Linux `VmHWM`), 0 where unknown.
+pub fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn load_options(variant: &str) -> Result<sapient_whisper::LoadOptions> {
+    let q = Some(candle_core::quantized::GgmlDType::Q8_0);
+    Ok(match variant {
+        "f32" => sapient_whisper::LoadOptions::default(),
+        "q8_0" => sapient_whisper::LoadOptions { quantize_decoder: q, quantize_encoder: q },
+        "q8_0-decoder" => sapient_whisper::LoadOptions { quantize_decoder: q, ..Default::default() },
+        other => anyhow::bail!("--variants {other}: expected f32, q8_0 or q8_0-decoder"),
+    })
+}
+
+/// Our side of one variant, in this (child) process.
+fn run_child(a: &Args, wav: &std::path::Path, out: &std::path::Path) -> Result<()> {
+    let variant = a.variants.first().context("no variant")?;
+    let audio = sapient_audio::decode_file(wav)?.samples;
+    let t0 = Instant::now();
+    let mut t = Transcriber::load_with(&a.model, &candle_core::Device::Cpu, load_options(variant)?, &mut |_| {})?;
+    if !a.no_vad {
+        let hub = sapient_hub::Hub::new()?;
+        let vad = hub.fetch_preset("silero-vad", &mut |_| {})?.file("onnx")?.to_path_buf();
+        t.set_vad(Some(sapient_audio::SileroVad::load(&vad, &candle_core::Device::Cpu)?));
+    }
+    let load_s = t0.elapsed().as_secs_f64();
+    let mut runs = Vec::new();
+    for &beam in &a.beams {
+        let opts = TranscribeOptions { beam_size: (beam > 1).then_some(beam), ..Default::default() };
+        let mut best = f64::INFINITY;
+        let mut text = String::new();
+        for _ in 0..a.reps.max(1) {
+            let t1 = Instant::now();
+            let r = t.transcribe(&audio, &opts)?;
+            best = best.min(t1.elapsed().as_secs_f64());
+            text = r.text;
+        }
+        runs.push(serde_json::json!({"beam": beam, "seconds": best, "text": text}));
+    }
+    let j = serde_json::json!({"variant": variant, "load_seconds": load_s, "peak_rss_kb": peak_rss_kb(), "runs": runs});
+    std::fs::write(out, serde_json::to_string(&j)?)?;
+    Ok(())
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if let (Some(wav), Some(out)) = (&a.child, &a.child_out) {
+        return run_child(&a, wav, out);
+    }
     let hub = sapient_hub::Hub::new()?;
     let clips = hub.fetch_preset("speech-librivox", &mut |_| {})?;
     let model = hub.fetch_preset(&a.model, &mut |_| {})?;
     let transcripts = std::fs::read_to_string(clips.file("transcription")?)?;
     let mut audio = Vec::new();
     let mut reference = String::new();
-    for _ in 0..a.repeat.max(1) {
+    let repeat = if a.long { 8 } else { a.repeat.max(1) };
+    for _ in 0..repeat {
         for p in clips.files("audio") {
             audio.extend(sapient_audio::decode_file(p)?.into_16k()?.samples);
             audio.extend(std::iter::repeat_n(0.0f32, 16_000));
@@ -60,7 +134,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let dir = PathBuf::from("target/bench");
     std::fs::create_dir_all(&dir)?;
-    let wav = dir.join("whisper-speech.wav");
+    let wav = dir.join(if a.long { "whisper-speech-long.wav" } else { "whisper-speech.wav" });
     sapient_audio::write_wav(&wav, &audio, 16_000, sapient_audio::WavFormat::Pcm16)?;
     // both sides read the same 16-bit file
     let audio = sapient_audio::decode_file(&wav)?.samples;
@@ -68,36 +142,29 @@ pub fn run(a: Args) -> Result<()> {
     println!("{}: {duration:.1} s of LibriVox speech ({} reference words), {} reps, best time", a.model, normalize(&reference).len(), a.reps);
 
     let mut load_s = f64::NAN;
-    let mut models = Vec::new();
+    // (variant, beam, seconds, text, peak RSS kB)
+    let mut ours: Vec<(String, usize, f64, String, u64)> = Vec::new();
+    let exe = std::env::current_exe()?;
     for v in &a.variants {
-        let q = Some(candle_core::quantized::GgmlDType::Q8_0);
-        let load = match v.as_str() {
-            "f32" => sapient_whisper::LoadOptions::default(),
-            "q8_0" => sapient_whisper::LoadOptions { quantize_decoder: q, quantize_encoder: q },
-            "q8_0-decoder" => sapient_whisper::LoadOptions { quantize_decoder: q, ..Default::default() },
-            other => anyhow::bail!("--variants {other}: expected f32, q8_0 or q8_0-decoder"),
-        };
-        let t0 = Instant::now();
-        let t = Transcriber::load_with(&a.model, &candle_core::Device::Cpu, load, &mut |_| {})?;
-        if v == "f32" {
-            load_s = t0.elapsed().as_secs_f64();
+        load_options(v)?;
+        let out = dir.join(format!("whisper-child-{v}.json"));
+        let beams: Vec<String> = a.beams.iter().map(|b| b.to_string()).collect();
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["bench", "whisper", "--model", &a.model, "--variants", v, "--beams", &beams.join(","), "--reps", &a.reps.max(1).to_string()]);
+        cmd.arg("--child").arg(&wav).arg("--child-out").arg(&out);
+        if a.no_vad {
+            cmd.arg("--no-vad");
         }
-        models.push((v.as_str(), t));
-    }
-    let mut ours = Vec::new();
-    for (variant, t) in &models {
-        let variant = *variant;
-        for &beam in &a.beams {
-            let opts = TranscribeOptions { beam_size: (beam > 1).then_some(beam), ..Default::default() };
-            let mut best = f64::INFINITY;
-            let mut text = String::new();
-            for _ in 0..a.reps.max(1) {
-                let t1 = Instant::now();
-                let r = t.transcribe(&audio, &opts)?;
-                best = best.min(t1.elapsed().as_secs_f64());
-                text = r.text;
-            }
-            ours.push((variant, beam, best, text));
+        let st = cmd.stdout(std::process::Stdio::null()).status().context("running our side")?;
+        anyhow::ensure!(st.success(), "our side ({v}) failed: {st}");
+        let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
+        if v == "f32" || load_s.is_nan() {
+            load_s = j["load_seconds"].as_f64().unwrap_or(f64::NAN);
+        }
+        let rss = j["peak_rss_kb"].as_u64().unwrap_or(0);
+        for r in j["runs"].as_array().into_iter().flatten() {
+            let beam = r["beam"].as_u64().unwrap_or(0) as usize;
+            ours.push((v.clone(), beam, r["seconds"].as_f64().unwrap_or(f64::NAN), r["text"].as_str().unwrap_or("").to_string(), rss));
         }
     }
 
@@ -109,35 +176,52 @@ pub fn run(a: Args) -> Result<()> {
         Some(py) => {
             let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/whisper/bench_reference.py");
             let beams: Vec<String> = a.beams.iter().map(|b| b.to_string()).collect();
-            let out = std::process::Command::new(py)
-                .arg(&script)
-                .arg(&model.dir)
-                .arg(&wav)
-                .arg(a.threads.to_string())
-                .arg(a.compute_types.join(","))
-                .arg(beams.join(","))
-                .arg(a.reps.max(1).to_string())
-                .output()
-                .with_context(|| format!("running {}", py.display()))?;
-            anyhow::ensure!(out.status.success(), "bench_reference.py failed: {}", String::from_utf8_lossy(&out.stderr));
-            Some(serde_json::from_slice::<serde_json::Value>(&out.stdout).context("bench_reference.py output")?)
+            let mut all: Vec<serde_json::Value> = Vec::new();
+            let mut versions = (String::new(), String::new());
+            for mode in &a.modes {
+                anyhow::ensure!(mode == "sequential" || mode == "batched", "--modes {mode}: expected sequential or batched");
+                for ct in &a.compute_types {
+                    let out = std::process::Command::new(py)
+                        .arg(&script)
+                        .arg(&model.dir)
+                        .arg(&wav)
+                        .arg(a.threads.to_string())
+                        .arg(ct)
+                        .arg(beams.join(","))
+                        .arg(a.reps.max(1).to_string())
+                        .arg(mode)
+                        .output()
+                        .with_context(|| format!("running {}", py.display()))?;
+                    anyhow::ensure!(out.status.success(), "bench_reference.py failed: {}", String::from_utf8_lossy(&out.stderr));
+                    let j = serde_json::from_slice::<serde_json::Value>(&out.stdout).context("bench_reference.py output")?;
+                    versions = (j["faster_whisper"].as_str().unwrap_or("?").into(), j["ctranslate2"].as_str().unwrap_or("?").into());
+                    for mut r in j["runs"].as_array().cloned().unwrap_or_default() {
+                        r["peak_rss_kb"] = j["peak_rss_kb"].clone();
+                        all.push(r);
+                    }
+                }
+            }
+            Some(serde_json::json!({"faster_whisper": versions.0, "ctranslate2": versions.1, "runs": all}))
         }
     };
 
-    println!("{:<34} {:>9} {:>8} {:>10} {:>12} {:>12}", "", "seconds", "RTF", "WER", "fw / ours f32", "fw / ours q8");
+    println!(
+        "{:<40} {:>9} {:>8} {:>10} {:>9} {:>13} {:>12}",
+        "", "seconds", "RTF", "WER", "peak MB", "fw / ours f32", "fw / ours q8"
+    );
     let mut rows = Vec::new();
-    for (variant, beam, secs, text) in &ours {
+    for (variant, beam, secs, text, rss) in &ours {
         let (e, n) = wer(&reference, text);
         println!(
-            "{:<34} {:>9.2} {:>8.3} {:>4}/{:<5} {:>12}",
+            "{:<40} {:>9.2} {:>8.3} {:>4}/{:<5} {:>9.0}",
             format!("sapient-whisper {variant}, beam {beam}"),
             secs,
             secs / duration,
             e,
             n,
-            ""
+            *rss as f64 / 1024.0
         );
-        rows.push(serde_json::json!({"impl": "sapient-whisper", "compute_type": variant, "beam": beam, "seconds": secs, "rtf": secs / duration, "word_errors": e, "words": n, "text": text}));
+        rows.push(serde_json::json!({"impl": "sapient-whisper", "compute_type": variant, "mode": "sequential", "beam": beam, "seconds": secs, "rtf": secs / duration, "word_errors": e, "words": n, "peak_rss_kb": rss, "vad": !a.no_vad, "text": text}));
     }
     if let Some(r) = &reference_runs {
         for run in r["runs"].as_array().into_iter().flatten() {
@@ -145,28 +229,31 @@ pub fn run(a: Args) -> Result<()> {
             let secs = run["seconds"].as_f64().unwrap_or(f64::NAN);
             let text = run["text"].as_str().unwrap_or("");
             let ct = run["compute_type"].as_str().unwrap_or("?");
+            let mode = run["mode"].as_str().unwrap_or("sequential");
+            let rss = run["peak_rss_kb"].as_u64().unwrap_or(0);
             let (e, n) = wer(&reference, text);
             let ratio = |v: &str| ours.iter().find(|o| o.0 == v && o.1 == beam).map(|o| format!("{:.2}x", secs / o.2)).unwrap_or_default();
             println!(
-                "{:<34} {:>9.2} {:>8.3} {:>4}/{:<5} {:>12} {:>12}",
-                format!("faster-whisper {ct}, beam {beam}"),
+                "{:<40} {:>9.2} {:>8.3} {:>4}/{:<5} {:>9.0} {:>13} {:>12}",
+                format!("faster-whisper {ct} {mode}, beam {beam}"),
                 secs,
                 secs / duration,
                 e,
                 n,
+                rss as f64 / 1024.0,
                 ratio("f32"),
                 ratio("q8_0")
             );
-            rows.push(serde_json::json!({"impl": "faster-whisper", "compute_type": ct, "beam": beam, "seconds": secs, "rtf": secs / duration, "word_errors": e, "words": n, "text": text}));
+            rows.push(serde_json::json!({"impl": "faster-whisper", "compute_type": ct, "mode": mode, "beam": beam, "seconds": secs, "rtf": secs / duration, "word_errors": e, "words": n, "peak_rss_kb": rss, "text": text}));
         }
         println!(
-            "faster-whisper {} (ctranslate2 {}), {} threads",
+            "faster-whisper {} (ctranslate2 {}), {} threads; peak MB: each configuration's whole process (ours: one variant, all beams; faster-whisper: one compute type and mode)",
             r["faster_whisper"].as_str().unwrap_or("?"),
             r["ctranslate2"].as_str().unwrap_or("?"),
             a.threads
         );
     }
-    println!("sapient-whisper load (CTranslate2 import in memory): {load_s:.2} s");
+    println!("sapient-whisper load (CTranslate2 import in memory{}): {load_s:.2} s", if a.no_vad { "" } else { ", Silero VAD" });
     if let Some(parent) = a.json.parent() {
         std::fs::create_dir_all(parent)?;
     }
