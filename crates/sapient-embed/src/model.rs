@@ -1,0 +1,390 @@
+//! The encoder (BERT and nomic-bert are one definition with a few switches) on plain f32
+//! buffers: linear layers through `sapient_tensor::kernels::matmul_f32`, attention per
+//! sequence and head over the kernel pool.
+//!
+//! A batch is packed: the sequences' tokens are laid end to end with no padding, every
+//! token-wise step (embeddings, projections, MLP, norms) runs once over all rows, and each
+//! query attends only to the keys of its own sequence. That is what a padded batch with an
+//! attention mask computes, without the pad rows.
+
+use crate::config::{Arch, EncoderConfig};
+use crate::{Error, Result};
+use candle_core::{DType, Device};
+use sapient_tensor::kernels::{self, pool};
+use sapient_tensor::WeightSource;
+use std::ops::Range;
+
+/// A linear layer, `[out, in]` f32 weight and optional bias.
+struct Lin {
+    w: Vec<f32>,
+    b: Option<Vec<f32>>,
+    out: usize,
+    inp: usize,
+}
+
+impl Lin {
+    fn forward(&self, x: &[f32], m: usize, y: &mut Vec<f32>) {
+        y.clear();
+        y.resize(m * self.out, 0.0);
+        kernels::matmul_f32(&self.w, self.out, self.inp, x, m, y);
+        if let Some(b) = &self.b {
+            for r in y.chunks_exact_mut(self.out) {
+                for (o, b) in r.iter_mut().zip(b) {
+                    *o += b;
+                }
+            }
+        }
+    }
+}
+
+struct Norm {
+    w: Vec<f32>,
+    b: Vec<f32>,
+}
+
+enum Mlp {
+    /// `down(gelu(up(x)))`, biased.
+    Gelu { up: Lin, down: Lin },
+    /// `down(silu(gate(x)) * up(x))`.
+    SwiGlu { up: Lin, gate: Lin, down: Lin },
+}
+
+struct Layer {
+    /// Fused `[3 dim, dim]`: query, key, value rows.
+    qkv: Lin,
+    out: Lin,
+    norm1: Norm,
+    mlp: Mlp,
+    norm2: Norm,
+}
+
+pub(crate) struct Encoder {
+    pub cfg: EncoderConfig,
+    tok_emb: Vec<f32>,
+    pos_emb: Option<Vec<f32>>,
+    /// Token type 0's row (every input is one segment).
+    type_emb: Option<Vec<f32>>,
+    emb_norm: Norm,
+    layers: Vec<Layer>,
+}
+
+/// Tensor names of one checkpoint layout.
+struct Names {
+    gguf: bool,
+    prefix: String,
+}
+
+impl Names {
+    fn emb(&self, what: &str) -> String {
+        if self.gguf {
+            match what {
+                "word" => "token_embd.weight".into(),
+                "pos" => "position_embd.weight".into(),
+                "type" => "token_types.weight".into(),
+                "norm.weight" => "token_embd_norm.weight".into(),
+                _ => "token_embd_norm.bias".into(),
+            }
+        } else {
+            let p = &self.prefix;
+            match what {
+                "word" => format!("{p}embeddings.word_embeddings.weight"),
+                "pos" => format!("{p}embeddings.position_embeddings.weight"),
+                "type" => format!("{p}embeddings.token_type_embeddings.weight"),
+                "norm.weight" => format!("{p}embeddings.LayerNorm.weight"),
+                _ => format!("{p}embeddings.LayerNorm.bias"),
+            }
+        }
+    }
+    /// `part`: q, k, v, qkv, o, norm1, up, gate, down, norm2; `suffix`: weight or bias.
+    fn layer(&self, i: usize, part: &str, suffix: &str) -> String {
+        if self.gguf {
+            let n = match part {
+                "q" => "attn_q",
+                "k" => "attn_k",
+                "v" => "attn_v",
+                "qkv" => "attn_qkv",
+                "o" => "attn_output",
+                "norm1" => "attn_output_norm",
+                "up" => "ffn_up",
+                "gate" => "ffn_gate",
+                "down" => "ffn_down",
+                _ => "layer_output_norm",
+            };
+            format!("blk.{i}.{n}.{suffix}")
+        } else {
+            let n = match part {
+                "q" => "attention.self.query",
+                "k" => "attention.self.key",
+                "v" => "attention.self.value",
+                "o" => "attention.output.dense",
+                "norm1" => "attention.output.LayerNorm",
+                "up" => "intermediate.dense",
+                "down" => "output.dense",
+                _ => "output.LayerNorm",
+            };
+            format!("{}encoder.layer.{i}.{n}.{suffix}", self.prefix)
+        }
+    }
+}
+
+fn load_vec(w: &dyn WeightSource, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    let t = w.tensor(name, shape, &Device::Cpu, DType::F32)?;
+    Ok(t.flatten_all()?.to_vec1::<f32>()?)
+}
+
+fn load_opt(w: &dyn WeightSource, name: &str, shape: &[usize]) -> Result<Option<Vec<f32>>> {
+    if w.contains(name) {
+        load_vec(w, name, shape).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+fn lin(w: &dyn WeightSource, wn: &str, bn: &str, out: usize, inp: usize) -> Result<Lin> {
+    Ok(Lin { w: load_vec(w, wn, &[out, inp])?, b: load_opt(w, bn, &[out])?, out, inp })
+}
+
+impl Encoder {
+    /// Load every weight as f32 (f16 and quantized weights are widened).
+    pub fn load(cfg: EncoderConfig, w: &dyn WeightSource, gguf: bool, progress: &mut dyn FnMut(f32)) -> Result<Self> {
+        let prefix = if !gguf && w.contains("bert.embeddings.word_embeddings.weight") { "bert.".to_string() } else { String::new() };
+        let names = Names { gguf, prefix };
+        let d = cfg.dim;
+        let tok_emb = load_vec(w, &names.emb("word"), &[cfg.vocab, d])?;
+        let pos_emb = if cfg.arch == Arch::Bert { Some(load_vec(w, &names.emb("pos"), &[cfg.max_positions, d])?) } else { None };
+        let type_emb = match w.shape_of(&names.emb("type")) {
+            Some(s) if s.len() == 2 && s[1] == d && s[0] > 0 => Some(load_vec(w, &names.emb("type"), &s)?[..d].to_vec()),
+            Some(s) => return Err(Error::Config { path: w.location().to_path_buf(), what: format!("token type embeddings of shape {s:?}") }),
+            None => None,
+        };
+        let emb_norm = Norm { w: load_vec(w, &names.emb("norm.weight"), &[d])?, b: load_vec(w, &names.emb("norm.bias"), &[d])? };
+        let mut layers = Vec::with_capacity(cfg.layers);
+        for i in 0..cfg.layers {
+            let l = |p: &str, s: &str| names.layer(i, p, s);
+            let qkv = if w.contains(&l("qkv", "weight")) {
+                lin(w, &l("qkv", "weight"), &l("qkv", "bias"), 3 * d, d)?
+            } else {
+                let (q, k, v) = (lin(w, &l("q", "weight"), &l("q", "bias"), d, d)?, lin(w, &l("k", "weight"), &l("k", "bias"), d, d)?, lin(w, &l("v", "weight"), &l("v", "bias"), d, d)?);
+                let b = match (&q.b, &k.b, &v.b) {
+                    (Some(a), Some(b), Some(c)) => Some([a.as_slice(), b, c].concat()),
+                    (None, None, None) => None,
+                    _ => return Err(Error::Config { path: w.location().to_path_buf(), what: format!("layer {i}: some of q/k/v have biases, others not") }),
+                };
+                Lin { w: [q.w, k.w, v.w].concat(), b, out: 3 * d, inp: d }
+            };
+            let out = lin(w, &l("o", "weight"), &l("o", "bias"), d, d)?;
+            let norm1 = Norm { w: load_vec(w, &l("norm1", "weight"), &[d])?, b: load_vec(w, &l("norm1", "bias"), &[d])? };
+            let up = lin(w, &l("up", "weight"), &l("up", "bias"), cfg.ffn, d)?;
+            let down = lin(w, &l("down", "weight"), &l("down", "bias"), d, cfg.ffn)?;
+            let mlp = match cfg.arch {
+                Arch::Bert => Mlp::Gelu { up, down },
+                Arch::NomicBert => Mlp::SwiGlu { up, gate: lin(w, &l("gate", "weight"), &l("gate", "bias"), cfg.ffn, d)?, down },
+            };
+            let norm2 = Norm { w: load_vec(w, &l("norm2", "weight"), &[d])?, b: load_vec(w, &l("norm2", "bias"), &[d])? };
+            layers.push(Layer { qkv, out, norm1, mlp, norm2 });
+            progress((i + 1) as f32 / cfg.layers as f32);
+        }
+        Ok(Self { cfg, tok_emb, pos_emb, type_emb, emb_norm, layers })
+    }
+
+    /// The final hidden states `[tokens, dim]` of a packed batch: `ids` holds the sequences
+    /// end to end, `seqs` their ranges.
+    pub fn forward(&self, ids: &[u32], seqs: &[Range<usize>]) -> Result<Vec<f32>> {
+        let c = &self.cfg;
+        let (d, t) = (c.dim, ids.len());
+        let mut x = vec![0.0f32; t * d];
+        for s in seqs {
+            for (pos, i) in s.clone().enumerate() {
+                let id = ids[i] as usize;
+                if id >= c.vocab {
+                    return Err(Error::Token { id: ids[i], vocab: c.vocab });
+                }
+                let row = &mut x[i * d..(i + 1) * d];
+                row.copy_from_slice(&self.tok_emb[id * d..(id + 1) * d]);
+                if let Some(p) = &self.pos_emb {
+                    if pos >= c.max_positions {
+                        return Err(Error::TooLong { tokens: s.len(), max: c.max_positions });
+                    }
+                    add(row, &p[pos * d..(pos + 1) * d]);
+                }
+                if let Some(ty) = &self.type_emb {
+                    add(row, ty);
+                }
+            }
+        }
+        layer_norm_rows(&mut x, d, &self.emb_norm, c.eps);
+        let rope = (c.arch == Arch::NomicBert).then(|| Rope::new(c.head_dim(), c.rope_base, seqs.iter().map(|s| s.len()).max().unwrap_or(0)));
+        let (mut qkv, mut ctx, mut h, mut g, mut y) = (Vec::new(), vec![0.0f32; t * d], Vec::new(), Vec::new(), Vec::new());
+        for layer in &self.layers {
+            layer.qkv.forward(&x, t, &mut qkv);
+            if let Some(r) = &rope {
+                for s in seqs {
+                    for (pos, i) in s.clone().enumerate() {
+                        let row = &mut qkv[i * 3 * d..i * 3 * d + 2 * d];
+                        for head in row.chunks_exact_mut(c.head_dim()) {
+                            r.apply(head, pos);
+                        }
+                    }
+                }
+            }
+            attention(&qkv, seqs, c.heads, c.head_dim(), &mut ctx);
+            layer.out.forward(&ctx, t, &mut y);
+            add(&mut x, &y);
+            layer_norm_rows(&mut x, d, &layer.norm1, c.eps);
+            match &layer.mlp {
+                Mlp::Gelu { up, down } => {
+                    up.forward(&x, t, &mut h);
+                    gelu(&mut h);
+                    down.forward(&h, t, &mut y);
+                }
+                Mlp::SwiGlu { up, gate, down } => {
+                    up.forward(&x, t, &mut h);
+                    gate.forward(&x, t, &mut g);
+                    kernels::silu_mul(&mut g, &h);
+                    down.forward(&g, t, &mut y);
+                }
+            }
+            add(&mut x, &y);
+            layer_norm_rows(&mut x, d, &layer.norm2, c.eps);
+        }
+        Ok(x)
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+fn layer_norm_rows(x: &mut [f32], d: usize, n: &Norm, eps: f32) {
+    for r in x.chunks_exact_mut(d) {
+        layer_norm(r, &n.w, &n.b, eps);
+    }
+}
+
+/// LayerNorm with the statistics accumulated in f64.
+pub(crate) fn layer_norm(r: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    let n = r.len() as f64;
+    let mean = r.iter().map(|&v| v as f64).sum::<f64>() / n;
+    let var = r.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
+    let inv = 1.0 / (var + eps as f64).sqrt();
+    for (i, v) in r.iter_mut().enumerate() {
+        *v = ((*v as f64 - mean) * inv) as f32 * w[i] + b[i];
+    }
+}
+
+/// GELU with the exact error function (BERT's `gelu`).
+fn gelu(x: &mut [f32]) {
+    const CHUNK: usize = 16 * 1024;
+    let n = x.len();
+    let p = SendPtr(x.as_mut_ptr());
+    let job = |c: usize| {
+        let r = c * CHUNK..((c + 1) * CHUNK).min(n);
+        // SAFETY: chunks are disjoint ranges of `x`, which outlives the call.
+        let s = unsafe { std::slice::from_raw_parts_mut(p.get().add(r.start), r.len()) };
+        for v in s {
+            let f = *v as f64;
+            *v = (0.5 * f * (1.0 + candle_core::cpu::erf::erf_f64(f * std::f64::consts::FRAC_1_SQRT_2))) as f32;
+        }
+    };
+    let chunks = n.div_ceil(CHUNK);
+    if chunks <= 1 {
+        (0..chunks).for_each(job);
+    } else {
+        pool::pool().run_chunks(chunks, &job);
+    }
+}
+
+struct SendPtr(*mut f32);
+// SAFETY: users write disjoint ranges.
+unsafe impl Sync for SendPtr {}
+unsafe impl Send for SendPtr {}
+impl SendPtr {
+    fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Rotary positions, NeoX pairing (dimension `i` with `i + half`).
+struct Rope {
+    half: usize,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl Rope {
+    fn new(head_dim: usize, base: f32, len: usize) -> Self {
+        let half = head_dim / 2;
+        let mut cos = Vec::with_capacity(len * half);
+        let mut sin = Vec::with_capacity(len * half);
+        for p in 0..len {
+            for i in 0..half {
+                let inv = (base as f64).powf(-2.0 * i as f64 / head_dim as f64);
+                let a = p as f64 * inv;
+                cos.push(a.cos() as f32);
+                sin.push(a.sin() as f32);
+            }
+        }
+        Self { half, cos, sin }
+    }
+
+    fn apply(&self, v: &mut [f32], pos: usize) {
+        let h = self.half;
+        let (c, s) = (&self.cos[pos * h..(pos + 1) * h], &self.sin[pos * h..(pos + 1) * h]);
+        for i in 0..h {
+            let (a, b) = (v[i], v[i + h]);
+            v[i] = a * c[i] - b * s[i];
+            v[i + h] = a * s[i] + b * c[i];
+        }
+    }
+}
+
+/// Scaled dot-product attention of every sequence with itself, per head, over the pool.
+/// `qkv`: rows of `[q | k | v]` (3 dim); `ctx`: rows of dim.
+fn attention(qkv: &[f32], seqs: &[Range<usize>], heads: usize, hd: usize, ctx: &mut [f32]) {
+    let d = heads * hd;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let out = SendPtr(ctx.as_mut_ptr());
+    let units = seqs.len() * heads;
+    let job = |u: usize| {
+        let (s, h) = (&seqs[u / heads], u % heads);
+        let l = s.len();
+        let mut p = vec![0.0f32; l];
+        let mut acc = vec![0.0f32; hd];
+        for qi in s.clone() {
+            let q = &qkv[qi * 3 * d + h * hd..][..hd];
+            let mut max = f32::NEG_INFINITY;
+            for (j, ki) in s.clone().enumerate() {
+                let k = &qkv[ki * 3 * d + d + h * hd..][..hd];
+                p[j] = kernels::dot_f32(q, k) * scale;
+                max = max.max(p[j]);
+            }
+            let mut sum = 0.0f32;
+            for v in p.iter_mut() {
+                *v = kernels::exp_approx(*v - max);
+                sum += *v;
+            }
+            acc.fill(0.0);
+            for (j, vi) in s.clone().enumerate() {
+                let v = &qkv[vi * 3 * d + 2 * d + h * hd..][..hd];
+                let w = p[j];
+                for (a, &x) in acc.iter_mut().zip(v) {
+                    *a += w * x;
+                }
+            }
+            let inv = 1.0 / sum;
+            // SAFETY: (token qi, head h) is written by this unit only; in bounds of ctx.
+            let o = unsafe { std::slice::from_raw_parts_mut(out.get().add(qi * d + h * hd), hd) };
+            for (o, a) in o.iter_mut().zip(&acc) {
+                *o = a * inv;
+            }
+        }
+    };
+    let work: usize = seqs.iter().map(|s| s.len() * s.len()).sum::<usize>() * d;
+    if work < 64 * 1024 || units == 1 {
+        (0..units).for_each(job);
+    } else {
+        pool::pool().run_chunks(units, &job);
+    }
+}
