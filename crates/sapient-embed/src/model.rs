@@ -108,7 +108,8 @@ impl Names {
                 "up" => "ffn_up",
                 "gate" => "ffn_gate",
                 "down" => "ffn_down",
-                _ => "layer_output_norm",
+                "norm2" => "layer_output_norm",
+                _ => "unknown",
             };
             format!("blk.{i}.{n}.{suffix}")
         } else {
@@ -120,7 +121,9 @@ impl Names {
                 "norm1" => "attention.output.LayerNorm",
                 "up" => "intermediate.dense",
                 "down" => "output.dense",
-                _ => "output.LayerNorm",
+                "norm2" => "output.LayerNorm",
+                // BERT checkpoints keep q, k and v apart
+                _ => "attention.self.fused_qkv",
             };
             format!("{}encoder.layer.{i}.{n}.{suffix}", self.prefix)
         }
