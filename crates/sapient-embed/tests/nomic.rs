@@ -32,7 +32,8 @@ fn vectors(name: &str, dim: usize) -> Result<Vec<Vec<f32>>> {
 fn compare(ours: &[Vec<f32>], reference: &[Vec<f32>], what: &str, limit: f32) {
     assert_eq!(ours.len(), reference.len(), "{what}: number of vectors");
     let worst = ours.iter().zip(reference).map(|(a, b)| 1.0 - cosine(a, b)).fold(0.0f32, f32::max);
-    eprintln!("{what}: largest cosine distance over {} sentences = {worst:e}", ours.len());
+    let diff = ours.iter().zip(reference).flat_map(|(a, b)| a.iter().zip(b).map(|(x, y)| (x - y).abs())).fold(0.0f32, f32::max);
+    eprintln!("{what}: largest cosine distance over {} sentences = {worst:e} (f32), largest |difference| of a component = {diff:e}", ours.len());
     assert!(worst < limit, "{what}: cosine distance {worst} >= {limit}");
 }
 
