@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::ops::ControlFlow;
 
+mod embed;
 #[cfg(feature = "microphone")]
 mod listen;
 mod speak;
@@ -61,6 +62,11 @@ enum Cmd {
     Transcribe(transcribe::TranscribeArgs),
     /// Text to speech with Kokoro-82M (English; WAV out, --phonemes to print the phonemes).
     Speak(speak::SpeakArgs),
+    /// Sentence embeddings as JSON arrays (--similarity: the cosine matrix; --index-out: a
+    /// vector index for `sapient search`).
+    Embed(embed::EmbedArgs),
+    /// The passages of a vector index closest to a query.
+    Search(embed::SearchArgs),
     /// Live speech to text from a microphone (built with the `microphone` feature).
     #[cfg(feature = "microphone")]
     Listen(listen::ListenArgs),
@@ -433,6 +439,8 @@ fn main() -> Result<()> {
         Cmd::Chat { opts } => chat(&opts)?,
         Cmd::Transcribe(args) => transcribe::run(args)?,
         Cmd::Speak(args) => speak::run(args)?,
+        Cmd::Embed(args) => embed::embed(args)?,
+        Cmd::Search(args) => embed::search(args)?,
         #[cfg(feature = "microphone")]
         Cmd::Listen(args) => listen::run(args)?,
         Cmd::Models => {
