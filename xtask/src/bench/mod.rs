@@ -5,6 +5,7 @@ use anyhow::Result;
 
 mod audio;
 mod batch;
+mod embed;
 mod llm;
 mod sample;
 mod spec;
@@ -24,6 +25,9 @@ pub enum Suite {
     /// Many sequences through the engine at 1..16 at once (aggregate decode tokens/s, time to
     /// first token), prefix cache, KV budget; `--vs-llamacpp DIR` runs llama-batched-bench too.
     Batch(batch::Args),
+    /// Sentence embeddings (all-MiniLM-L6-v2 vs onnxruntime, nomic-embed-text-v1.5 vs
+    /// llama-embedding): sentences/s and tokens/s for batches of 1, 8 and 64.
+    Embed(embed::Args),
     /// LLM prefill/decode tokens/s, TTFT, peak RSS; `--vs-llamacpp DIR` runs llama-bench too.
     Llm(llm::Args),
     /// Constrained-generation mask time per token (JSON schema, regex, free JSON) on the
@@ -62,6 +66,7 @@ pub fn run(args: Args) -> Result<()> {
     match args.suite {
         Suite::Audio(a) => audio::run(a),
         Suite::Batch(a) => batch::run(a),
+        Suite::Embed(a) => embed::run(a),
         Suite::Llm(a) => llm::run(a),
         Suite::Sample(a) => sample::run(a),
         Suite::Spec(a) => spec::run(a),
