@@ -459,7 +459,7 @@ fn make_zip(members: &[(&str, &[u8], bool)]) -> Vec<u8> {
             h.extend_from_slice(&(name.len() as u16).to_le_bytes());
             h.extend_from_slice(&0u16.to_le_bytes()); // extra
             if central {
-                h.extend_from_slice(&[0; 8]); // comment len, disk, internal attrs
+                h.extend_from_slice(&[0; 6]); // comment len, disk, internal attrs
                 h.extend_from_slice(&0u32.to_le_bytes()); // external attrs
                 h.extend_from_slice(&offset.to_le_bytes());
             }
