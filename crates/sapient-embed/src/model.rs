@@ -277,7 +277,7 @@ pub(crate) fn layer_norm(r: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     }
 }
 
-/// GELU with the exact error function (BERT's `gelu`).
+/// GELU (erf form, BERT's `gelu`), split over the pool for long inputs.
 fn gelu(x: &mut [f32]) {
     const CHUNK: usize = 16 * 1024;
     let n = x.len();
@@ -285,11 +285,7 @@ fn gelu(x: &mut [f32]) {
     let job = |c: usize| {
         let r = c * CHUNK..((c + 1) * CHUNK).min(n);
         // SAFETY: chunks are disjoint ranges of `x`, which outlives the call.
-        let s = unsafe { std::slice::from_raw_parts_mut(p.get().add(r.start), r.len()) };
-        for v in s {
-            let f = *v as f64;
-            *v = (0.5 * f * (1.0 + candle_core::cpu::erf::erf_f64(f * std::f64::consts::FRAC_1_SQRT_2))) as f32;
-        }
+        kernels::gelu_erf_in_place(unsafe { std::slice::from_raw_parts_mut(p.get().add(r.start), r.len()) });
     };
     let chunks = n.div_ceil(CHUNK);
     if chunks <= 1 {

@@ -56,53 +56,9 @@ impl Mat {
             }
             Mat::F(t) => {
                 let (n, k) = (t.dims()[0], t.dims()[1]);
-                with_f32(t, |w| dense_matmul(w, n, k, x, m, out))
+                with_f32(t, |w| kernels::matmul_f32(w, n, k, x, m, out))
             }
         }
-    }
-}
-
-/// out[m, n] = x[m, k] · w[n, k]ᵀ, threaded over blocks of output columns.
-fn dense_matmul(w: &[f32], n: usize, k: usize, x: &[f32], m: usize, out: &mut [f32]) {
-    let threads = pool::pool().threads();
-    let chunks = if n * k * m < 64 * 1024 { 1 } else { (threads * 4).min(n.div_ceil(16)) };
-    let per = n.div_ceil(chunks);
-    let out_ptr = OutPtr(out.as_mut_ptr());
-    let work = |c: usize| {
-        let out_ptr = &out_ptr;
-        let (n0, n1) = (c * per, ((c + 1) * per).min(n));
-        if n0 >= n1 {
-            return;
-        }
-        if m <= 8 {
-            // few rows: each weight row read once, against every activation row
-            for j in n0..n1 {
-                let wr = &w[j * k..(j + 1) * k];
-                for i in 0..m {
-                    // SAFETY: element (i, j) belongs to this chunk's columns only.
-                    unsafe { *out_ptr.0.add(i * n + j) = kernels::dot_f32(&x[i * k..(i + 1) * k], wr) };
-                }
-            }
-        } else {
-            // SAFETY: in bounds by construction; this chunk writes columns n0..n1.
-            unsafe {
-                gemm::gemm(
-                    m, n1 - n0, k,
-                    out_ptr.0.add(n0), 1, n as isize,
-                    false,
-                    x.as_ptr(), 1, k as isize,
-                    w.as_ptr().add(n0 * k), k as isize, 1,
-                    0.0, 1.0,
-                    false, false, false,
-                    gemm::Parallelism::None,
-                );
-            }
-        }
-    };
-    if chunks == 1 {
-        work(0);
-    } else {
-        pool::pool().run_chunks(chunks, &work);
     }
 }
 
@@ -432,43 +388,7 @@ fn add(x: &mut [f32], y: &[f32]) {
     }
 }
 
-/// `exp` of every value in place (Cephes' single-precision polynomial, a relative error
-/// of about 1e-7 like libm's `expf`), written so that it vectorises; with AVX2 and FMA when
-/// the CPU has them.
-pub(crate) fn exp_in_place(x: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if kernels::has_avx2() {
-        // SAFETY: AVX2 and FMA are present.
-        unsafe { exp_avx2(x) };
-        return;
-    }
-    exp_portable(x)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn exp_avx2(x: &mut [f32]) {
-    exp_portable(x)
-}
-
-#[inline(always)]
-fn exp_portable(x: &mut [f32]) {
-    for v in x.iter_mut() {
-        let a = v.clamp(-87.3, 88.7);
-        let n = (a * std::f32::consts::LOG2_E).round();
-        let r = n.mul_add(-0.693_359_4, a);
-        let r = n.mul_add(2.121_944_4e-4, r);
-        let mut p = 1.987_569_1e-4f32;
-        p = p.mul_add(r, 1.398_199_9e-3);
-        p = p.mul_add(r, 8.333_452e-3);
-        p = p.mul_add(r, 4.166_579_6e-2);
-        p = p.mul_add(r, 0.166_666_66);
-        p = p.mul_add(r, 0.5);
-        p = p.mul_add(r * r, r) + 1.0;
-        let e = f32::from_bits(((n as i32 + 127) as u32) << 23);
-        *v = if *v < -87.3 { 0.0 } else { p * e };
-    }
-}
+pub(crate) use kernels::exp_in_place;
 
 thread_local! {
     static ENC_SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -536,49 +456,7 @@ pub(crate) fn encoder_attention(q: &[f32], k: &[f32], v: &[f32], n: usize, d: us
     pool::pool().run_chunks(heads * blocks, &work);
 }
 
-/// GELU (erf form) of every value in place, vectorised: erf by Abramowitz & Stegun 7.1.26
-/// (absolute error below 1.5e-7, f32 rounding of 1 + erf) with [`exp_in_place`]'s exp.
-pub(crate) fn gelu_erf_in_place(x: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if kernels::has_avx2() {
-        // SAFETY: AVX2 and FMA are present.
-        unsafe { gelu_avx2(x) };
-        return;
-    }
-    gelu_portable(x)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn gelu_avx2(x: &mut [f32]) {
-    gelu_portable(x)
-}
-
-#[inline(always)]
-fn gelu_portable(x: &mut [f32]) {
-    const CHUNK: usize = 256;
-    let mut e = [0f32; CHUNK];
-    for c in x.chunks_mut(CHUNK) {
-        let e = &mut e[..c.len()];
-        for (ev, &v) in e.iter_mut().zip(c.iter()) {
-            let z = v * std::f32::consts::FRAC_1_SQRT_2;
-            *ev = -z * z;
-        }
-        exp_portable(e);
-        for (v, &ex) in c.iter_mut().zip(e.iter()) {
-            let z = (*v * std::f32::consts::FRAC_1_SQRT_2).abs();
-            let t = 1.0 / 0.327_591_1f32.mul_add(z, 1.0);
-            let mut p = 1.061_405_4f32;
-            p = p.mul_add(t, -1.453_152_1);
-            p = p.mul_add(t, 1.421_413_8);
-            p = p.mul_add(t, -0.284_496_74);
-            p = p.mul_add(t, 0.254_829_6);
-            let erf = 1.0 - p * t * ex;
-            let erf = if *v < 0.0 { -erf } else { erf };
-            *v = 0.5 * *v * (1.0 + erf);
-        }
-    }
-}
+pub(crate) use kernels::gelu_erf_in_place;
 
 /// The encoder's MLP on buffers: rows of `x` [n, d] (already normalised) through fc1, GELU,
 /// fc2 (with biases).

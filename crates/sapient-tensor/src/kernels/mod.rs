@@ -12,6 +12,7 @@
 //! (speculative decoding relies on that). On machines with AMX ([`has_amx`]) Q4_K and Q6_K
 //! products follow the AMX kernels' arithmetic whichever kernel runs them (`amx.rs`).
 
+mod act;
 #[cfg(target_arch = "x86_64")]
 mod amx;
 #[cfg(target_arch = "x86_64")]
@@ -28,6 +29,7 @@ pub use options::{configure, options, AmxQ6k, KernelOptions};
 use crate::gguf::GgmlType;
 use crate::{Error, Result};
 use candle_core::quantized::QTensor;
+pub use act::{exp_in_place, gelu_erf_in_place};
 pub use dense::matmul_f32;
 use quant::{BlockQ8, BlockQ8K, QType};
 use std::cell::RefCell;
