@@ -176,7 +176,7 @@ impl Embedder {
                 let modules = r.file("modules").ok().map(Path::to_path_buf).or_else(|| file_beside(dir, &["modules.json"]));
                 let sentence = r.file("sentence_config").ok().map(Path::to_path_buf).or_else(|| file_beside(dir, &["sentence_bert_config.json"]));
                 let cfg = EncoderConfig::from_hf(config, pooling.as_deref(), modules.as_deref(), sentence.as_deref())?;
-                let w = sapient_tensor::SafetensorsFiles::open(&r.files("safetensors").to_vec())?;
+                let w = sapient_tensor::SafetensorsFiles::open(r.files("safetensors"))?;
                 (cfg, Box::new(w), false, sapient_tokenizers::Tokenizer::from_file(tj)?)
             };
         let model = model::Encoder::load(cfg, weights.as_ref(), gguf, &mut loading)?;

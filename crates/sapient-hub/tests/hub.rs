@@ -443,7 +443,7 @@ fn make_zip(members: &[(&str, &[u8], bool)]) -> Vec<u8> {
         let stored: Vec<u8> = if *deflate { miniz_oxide::deflate::compress_to_vec(data, 6) } else { data.to_vec() };
         let method: u16 = if *deflate { 8 } else { 0 };
         let offset = out.len() as u32;
-        let mut hdr = |sig: u32, central: bool| {
+        let hdr = |sig: u32, central: bool| {
             let mut h = Vec::new();
             h.extend_from_slice(&sig.to_le_bytes());
             if central {

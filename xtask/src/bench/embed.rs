@@ -130,7 +130,7 @@ fn minilm(a: &Args, rows: &mut Vec<Row>) -> Result<()> {
 /// llama-embedding's prompt-eval time in seconds (the last `prompt eval time = X ms` line).
 fn llama_eval_seconds(stderr: &str) -> Option<f64> {
     let l = stderr.lines().rev().find(|l| l.contains("prompt eval time ="))?;
-    let v = l.split("prompt eval time =").nth(1)?.trim().split_whitespace().next()?;
+    let v = l.split("prompt eval time =").nth(1)?.split_whitespace().next()?;
     v.parse::<f64>().ok().map(|ms| ms / 1e3)
 }
 
