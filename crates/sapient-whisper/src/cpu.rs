@@ -7,7 +7,7 @@
 //! tensors, read in place.
 
 use candle_core::{CpuStorage, Storage, Tensor};
-use sapient_tensor::kernels::{self, pool, QMatrix};
+use sapient_tensor::kernels::{self, pool, QMatrix, SendPtr};
 use std::cell::RefCell;
 
 use crate::{Error, Result};
@@ -34,10 +34,6 @@ pub(crate) enum Mat {
     F(Tensor),
 }
 
-struct OutPtr(*mut f32);
-// SAFETY: threads write disjoint parts of the output.
-unsafe impl Sync for OutPtr {}
-unsafe impl Send for OutPtr {}
 
 impl Mat {
     pub fn rows(&self) -> usize {
@@ -67,7 +63,7 @@ fn dense_matmul(w: &[f32], n: usize, k: usize, x: &[f32], m: usize, out: &mut [f
     let threads = pool::pool().threads();
     let chunks = if n * k * m < 64 * 1024 { 1 } else { (threads * 4).min(n.div_ceil(16)) };
     let per = n.div_ceil(chunks);
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let out_ptr = SendPtr(out.as_mut_ptr());
     let work = |c: usize| {
         let out_ptr = &out_ptr;
         let (n0, n1) = (c * per, ((c + 1) * per).min(n));
@@ -80,7 +76,7 @@ fn dense_matmul(w: &[f32], n: usize, k: usize, x: &[f32], m: usize, out: &mut [f
                 let wr = &w[j * k..(j + 1) * k];
                 for i in 0..m {
                     // SAFETY: element (i, j) belongs to this chunk's columns only.
-                    unsafe { *out_ptr.0.add(i * n + j) = kernels::dot_f32(&x[i * k..(i + 1) * k], wr) };
+                    unsafe { *out_ptr.ptr().add(i * n + j) = kernels::dot_f32(&x[i * k..(i + 1) * k], wr) };
                 }
             }
         } else {
@@ -88,7 +84,7 @@ fn dense_matmul(w: &[f32], n: usize, k: usize, x: &[f32], m: usize, out: &mut [f
             unsafe {
                 gemm::gemm(
                     m, n1 - n0, k,
-                    out_ptr.0.add(n0), 1, n as isize,
+                    out_ptr.ptr().add(n0), 1, n as isize,
                     false,
                     x.as_ptr(), 1, k as isize,
                     w.as_ptr().add(n0 * k), k as isize, 1,
@@ -322,7 +318,7 @@ impl CpuDecoder {
         let hd = d / nh;
         let scale = 1.0 / (hd as f32).sqrt();
         let units = q.len() / d * nh;
-        let out_ptr = OutPtr(out.as_mut_ptr());
+        let out_ptr = SendPtr(out.as_mut_ptr());
         let work = |u0: usize, u1: usize| {
             let out_ptr = &out_ptr;
             SCORES.with(|sc| {
@@ -347,7 +343,7 @@ impl CpuDecoder {
                     }
                     let inv = 1.0 / sum;
                     // SAFETY: each (row, head) slice of the output is written by one unit.
-                    let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(r * d + h * hd), hd) };
+                    let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.ptr().add(r * d + h * hd), hd) };
                     o.fill(0.0);
                     for (j, &p) in s.iter().enumerate() {
                         let p = p * inv;
@@ -375,7 +371,7 @@ impl CpuDecoder {
         let hd = d / nh;
         let src = ck.len() / d;
         let scale = 1.0 / (hd as f32).sqrt();
-        let out_ptr = OutPtr(out.as_mut_ptr());
+        let out_ptr = SendPtr(out.as_mut_ptr());
         let work = |h: usize| {
             let out_ptr = &out_ptr;
             SCORES.with(|sc| {
@@ -411,7 +407,7 @@ impl CpuDecoder {
                 unsafe {
                     gemm::gemm(
                         n, hd, src,
-                        out_ptr.0.add(h * hd), 1, d as isize,
+                        out_ptr.ptr().add(h * hd), 1, d as isize,
                         false,
                         s.as_ptr(), 1, src as isize,
                         cv.as_ptr().add(h * src * hd), 1, hd as isize,
@@ -484,7 +480,7 @@ const ENC_BLOCK: usize = 64;
 pub(crate) fn encoder_attention(q: &[f32], k: &[f32], v: &[f32], n: usize, d: usize, heads: usize, out: &mut [f32]) {
     let hd = d / heads;
     let blocks = n.div_ceil(ENC_BLOCK);
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let out_ptr = SendPtr(out.as_mut_ptr());
     let work = |u: usize| {
         let out_ptr = &out_ptr;
         let (h, blk) = (u / blocks, u % blocks);
@@ -522,7 +518,7 @@ pub(crate) fn encoder_attention(q: &[f32], k: &[f32], v: &[f32], n: usize, d: us
             unsafe {
                 gemm::gemm(
                     rows, hd, n,
-                    out_ptr.0.add(i0 * d + h * hd), 1, d as isize,
+                    out_ptr.ptr().add(i0 * d + h * hd), 1, d as isize,
                     false,
                     s.as_ptr(), 1, n as isize,
                     v.as_ptr().add(h * hd), 1, d as isize,
