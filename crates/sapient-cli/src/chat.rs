@@ -83,7 +83,7 @@ pub(crate) fn run(opts: &GenOpts, allow_loops: bool) -> Result<()> {
             pipe.info().architecture
         );
     }
-    let mut detector = RepetitionDetector::new(RepetitionOptions::text());
+    let mut detector = RepetitionDetector::new(RepetitionOptions::words());
     loop {
         if interactive {
             eprint!("> ");
@@ -107,16 +107,29 @@ pub(crate) fn run(opts: &GenOpts, allow_loops: bool) -> Result<()> {
         }
         history.push(Message::user(line));
         detector.reset();
-        // The answer as streamed, and where it stops being worth keeping when it loops.
+        // The answer as streamed, split into words for the detector (with the byte offset
+        // where each starts), and where it stops being worth keeping when it loops.
         let mut answer = String::new();
-        let mut keep_chars = None;
+        let mut word_starts: Vec<usize> = Vec::new();
+        let mut word = String::new();
+        let mut keep = None;
         let g = pipe.chat_with(&history, &cfg, |piece| {
             let flow = stream_to_stdout(piece);
             for c in piece.chars() {
                 answer.push(c);
-                if let (false, Some(r)) = (allow_loops, detector.push(c)) {
-                    // Keep the text up to the end of the unit's first copy in the history.
-                    keep_chars = Some(answer.chars().count() - (r.len - r.period));
+                if !c.is_whitespace() {
+                    if word.is_empty() {
+                        word_starts.push(answer.len() - c.len_utf8());
+                    }
+                    word.push(c);
+                    continue;
+                }
+                if word.is_empty() {
+                    continue;
+                }
+                if let (false, Some(r)) = (allow_loops, detector.push(std::mem::take(&mut word))) {
+                    // The history keeps what was said before the loop took over.
+                    keep = Some(word_starts.get(r.since).copied().unwrap_or(answer.len()));
                     return ControlFlow::Break(());
                 }
             }
@@ -126,12 +139,10 @@ pub(crate) fn run(opts: &GenOpts, allow_loops: bool) -> Result<()> {
         if opts.stats {
             print_stats(&g);
         }
-        let text = match keep_chars {
-            Some(n) => {
-                eprintln!(
-                    "(stopped: the answer kept repeating itself; --allow-loops lets it run on)"
-                );
-                answer.chars().take(n).collect()
+        let text = match keep {
+            Some(end) => {
+                eprintln!("(stopped: the answer kept repeating itself; --allow-loops lets it run on)");
+                answer[..end].trim_end().to_string()
             }
             None => g.text,
         };

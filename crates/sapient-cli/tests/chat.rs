@@ -1,6 +1,7 @@
 //! `sapient chat` on SmolLM2 with answers piped in: it names the sampling settings it uses
 //! (llama.cpp's defaults, or a generation_config.json beside the model) and answers;
-//! `generate --help` says that it decodes greedily.
+//! `generate --help` says that it decodes greedily; a greedy answer that goes round in
+//! circles is stopped.
 
 #![cfg(unix)]
 
@@ -55,4 +56,16 @@ fn chat_samples_with_recommended_settings() {
 
     let help = Command::new(env!("CARGO_BIN_EXE_sapient")).args(["generate", "--help"]).output().unwrap();
     assert!(String::from_utf8_lossy(&help.stdout).contains("Decodes greedily"));
+}
+
+#[test]
+fn a_looping_answer_is_stopped() {
+    // Greedy SmolLM2 goes round two paragraphs about pi in its second answer.
+    let input = "What is pi?\nTell me more about it.\n";
+    let out = chat(&["--temperature", "0", "-n", "400"], input);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("(stopped: the answer kept repeating itself"), "{err}\n{}", String::from_utf8_lossy(&out.stdout));
+    let out = chat(&["--temperature", "0", "-n", "400", "--allow-loops"], input);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("stopped"));
 }

@@ -1,130 +1,118 @@
-//! Detecting a generation that repeats itself: the same stretch back to back, again and again.
+//! Detecting a generation that repeats itself: most of what it has said lately it had
+//! already said, word for word.
 
-use std::collections::VecDeque;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
 
 /// When [`RepetitionDetector`] reports a loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RepetitionOptions {
-    /// The longest repeating unit looked for (in items: tokens, or characters of text).
-    pub max_period: usize,
-    /// How many times the unit must appear back to back (the first occurrence included, at
-    /// least 2).
-    pub min_repeats: usize,
-    /// The repeated stretch (all its copies together) must be at least this long, so that
-    /// a short unit ("ha", a run of dashes) needs many copies before it counts.
-    pub min_len: usize,
+    /// Length of the runs compared (items: words of text, or token ids).
+    pub ngram: usize,
+    /// How many of the newest runs are looked at.
+    pub window: usize,
+    /// The share of those runs that must have appeared earlier for a loop (0..=1).
+    pub min_repeated: f32,
 }
 
 impl RepetitionOptions {
-    /// For characters of generated text: a unit of up to 400 characters seen 3 times in a
-    /// row, covering at least 160 characters (a sentence said three times, or a short
-    /// phrase dozens of times).
-    pub fn text() -> Self {
-        Self {
-            max_period: 400,
-            min_repeats: 3,
-            min_len: 160,
-        }
+    /// For the words of generated text: three quarters of the last 64 runs of 8 words
+    /// already said (a paragraph coming round again, with a word changed here and there).
+    pub fn words() -> Self {
+        Self { ngram: 8, window: 64, min_repeated: 0.75 }
     }
 
-    /// For token ids: a unit of up to 100 tokens seen 3 times in a row, covering at least 40
-    /// tokens.
+    /// For token ids: three quarters of the last 96 runs of 10 tokens already generated.
     pub fn tokens() -> Self {
-        Self {
-            max_period: 100,
-            min_repeats: 3,
-            min_len: 40,
-        }
+        Self { ngram: 10, window: 96, min_repeated: 0.75 }
     }
 }
 
 /// A loop found by [`RepetitionDetector::push`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Repetition {
-    /// Length of the repeating unit.
-    pub period: usize,
-    /// Length of the repeated stretch that ends at the newest item: the unit's copies, the
-    /// first one included (so `len - period` items are repeats).
-    pub len: usize,
+    /// How many of the window's runs had appeared before.
+    pub repeated: usize,
+    /// How many items were pushed before the window's first run began: the text up to there
+    /// is what was said before the loop took over.
+    pub since: usize,
 }
 
-impl Repetition {
-    /// Complete copies of the unit in the stretch.
-    pub fn copies(&self) -> usize {
-        self.len / self.period.max(1)
-    }
-}
-
-/// Follows a sequence item by item (tokens, or the characters of a streamed answer) and
-/// reports when its end is one unit repeated back to back: a model stuck in a loop.
+/// Follows a sequence item by item (the words of a streamed answer, or token ids) and
+/// reports when it has started to go round in circles: most of its recent runs of
+/// `ngram` items repeat earlier ones exactly. Near-repeats count as long as most runs are
+/// exact (a paragraph said again with one word changed still repeats the runs that do not
+/// touch that word), and a loop's period does not matter.
 ///
-/// For every period `p` up to `max_period` it keeps how many of the newest items equal the
-/// item `p` before them; the newest `run + p` items then repeat a unit of `p`. Each push
-/// costs `O(max_period)`, memory is `O(max_period)`.
+/// Each push costs one hash of `ngram` items; memory grows with the number of distinct
+/// runs seen (one `u64` each).
 ///
 /// ```
 /// use sapient_sample::{RepetitionDetector, RepetitionOptions};
-/// let mut d = RepetitionDetector::new(RepetitionOptions { max_period: 50, min_repeats: 3, min_len: 20 });
-/// let text = "Pi is a number. It is a mathematical truth. It is a mathematical truth. It is a mathematical truth.";
-/// let found = text.chars().find_map(|c| d.push(c)).expect("a loop");
-/// assert_eq!(found.period, " It is a mathematical truth.".len());
+/// let mut d = RepetitionDetector::new(RepetitionOptions { ngram: 4, window: 16, min_repeated: 0.75 });
+/// let text = "Pi is a number. It is a mathematical truth that never ends. ".repeat(4);
+/// let found = text.split_whitespace().find_map(|w| d.push(w.to_string()));
+/// assert!(found.is_some());
 /// ```
 #[derive(Debug, Clone)]
 pub struct RepetitionDetector<T> {
     opts: RepetitionOptions,
-    /// The newest `max_period` items, oldest first.
+    /// The newest `ngram` items.
     recent: VecDeque<T>,
-    /// `runs[p - 1]`: how many of the newest items equal the item `p` before them.
-    runs: Vec<usize>,
+    /// Hashes of every run seen so far.
+    seen: HashSet<u64>,
+    /// For the newest `window` runs, whether each had been seen before.
+    flags: VecDeque<bool>,
+    repeated: usize,
+    pushed: usize,
 }
 
-impl<T: PartialEq + Clone> RepetitionDetector<T> {
+impl<T: Hash + Clone> RepetitionDetector<T> {
     pub fn new(opts: RepetitionOptions) -> Self {
         let opts = RepetitionOptions {
-            max_period: opts.max_period.max(1),
-            min_repeats: opts.min_repeats.max(2),
-            min_len: opts.min_len,
+            ngram: opts.ngram.max(1),
+            window: opts.window.max(1),
+            min_repeated: opts.min_repeated.clamp(0.0, 1.0),
         };
         Self {
-            recent: VecDeque::with_capacity(opts.max_period + 1),
-            runs: vec![0; opts.max_period],
+            recent: VecDeque::with_capacity(opts.ngram),
+            seen: HashSet::new(),
+            flags: VecDeque::with_capacity(opts.window),
+            repeated: 0,
+            pushed: 0,
             opts,
         }
     }
 
     /// Forgets everything pushed so far.
     pub fn reset(&mut self) {
-        self.recent.clear();
-        self.runs.iter_mut().for_each(|r| *r = 0);
+        *self = Self::new(self.opts);
     }
 
-    /// Adds the next item; `Some` when the sequence now ends in a loop (the shortest unit
-    /// that qualifies).
+    /// Adds the next item; `Some` when the sequence now loops.
     pub fn push(&mut self, item: T) -> Option<Repetition> {
-        let n = self.recent.len();
-        let mut found = None;
-        for p in 1..=self.opts.max_period {
-            let run = &mut self.runs[p - 1];
-            // `recent[n - p]` is the item `p` before the new one.
-            if p <= n && self.recent[n - p] == item {
-                *run += 1;
-            } else {
-                *run = 0;
-            }
-            let len = *run + p;
-            if found.is_none()
-                && *run > 0
-                && len >= p * self.opts.min_repeats
-                && len >= self.opts.min_len
-            {
-                found = Some(Repetition { period: p, len });
-            }
-        }
-        if n == self.opts.max_period {
+        self.pushed += 1;
+        if self.recent.len() == self.opts.ngram {
             self.recent.pop_front();
         }
         self.recent.push_back(item);
-        found
+        if self.recent.len() < self.opts.ngram {
+            return None;
+        }
+        let mut h = DefaultHasher::new();
+        self.recent.iter().for_each(|x| x.hash(&mut h));
+        let again = !self.seen.insert(h.finish());
+        if self.flags.len() == self.opts.window && self.flags.pop_front() == Some(true) {
+            self.repeated -= 1;
+        }
+        self.flags.push_back(again);
+        self.repeated += again as usize;
+        let full = self.flags.len() == self.opts.window;
+        (full && self.repeated as f32 >= self.opts.min_repeated * self.opts.window as f32).then(|| Repetition {
+            repeated: self.repeated,
+            since: self.pushed - (self.opts.window + self.opts.ngram - 1),
+        })
     }
 }
 
@@ -132,86 +120,57 @@ impl<T: PartialEq + Clone> RepetitionDetector<T> {
 mod tests {
     use super::*;
 
-    fn first_loop(opts: RepetitionOptions, s: &str) -> Option<(usize, Repetition)> {
-        let mut d = RepetitionDetector::new(opts);
-        s.chars()
-            .enumerate()
-            .find_map(|(i, c)| d.push(c).map(|r| (i, r)))
+    fn first_loop(text: &str) -> Option<(usize, Repetition)> {
+        let mut d = RepetitionDetector::new(RepetitionOptions::words());
+        text.split_whitespace().enumerate().find_map(|(i, w)| d.push(w.to_string()).map(|r| (i, r)))
+    }
+
+    const STORY: &str = "Pi is a fundamental mathematical constant representing the ratio of a circle's \
+        circumference to its diameter. It is an irrational number that has been observed in many \
+        places throughout history, from ancient civilizations to modern science and engineering.";
+
+    #[test]
+    fn a_paragraph_coming_round_again_is_a_loop() {
+        let a = "Pi has been observed in numerous natural phenomena throughout history, from the orbits \
+                 of planets around stars to the shape of the Earth's crust and its pull on other bodies.";
+        let b = "Pi has been used in various applications throughout history, from engineering and \
+                 architecture to music and physics. Its unique properties have inspired countless solutions.";
+        // As SmolLM2 does it: the two paragraphs alternate, one word changing between rounds.
+        let a2 = a.replace("numerous", "various");
+        let text = [STORY, a, b, &a2, b, a, b, &a2, b].join("\n\n");
+        let (at, r) = first_loop(&text).expect("loop");
+        let words = |s: &str| s.split_whitespace().count();
+        let first_round = words(STORY) + words(a) + words(b);
+        // Found during the third paragraph pair at the latest, not during the first pair.
+        assert!(at > first_round && at < first_round + 2 * (words(a) + words(b)), "{at}");
+        assert!(r.since >= words(STORY) && r.repeated >= 48, "{r:?}");
     }
 
     #[test]
-    fn finds_a_repeated_sentence_when_its_third_copy_ends() {
-        let unit = " It is a mathematical truth that pi is irrational and never ends.";
+    fn ordinary_text_passes() {
+        // Prose that reuses phrases, lists and a table, none of it a loop.
         let text = format!(
-            "Pi is the ratio of a circle's circumference to its diameter!{}",
-            unit.repeat(5)
+            "{STORY} The number pi is used in geometry. The number e is used in calculus. The \
+             number i is used in algebra. | a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 | Step 1: mix the \
+             flour. Step 2: mix the eggs. Step 3: mix the two. In short, pi is a number, e is a \
+             number and i is a number, and each of them is used in many places. {STORY}"
         );
-        let (at, r) = first_loop(RepetitionOptions::text(), &text).expect("loop");
-        assert_eq!(r.period, unit.len());
-        // Reported at the last character of the third copy, not before.
-        let prefix = text.len() - 5 * unit.len();
-        assert_eq!(at, prefix + 3 * unit.len() - 1);
-        assert_eq!(r.copies(), 3);
+        assert_eq!(first_loop(&text), None);
+        // The same sentence said twice is not a loop either.
+        assert_eq!(first_loop(&format!("{STORY} {STORY}")), None);
     }
 
     #[test]
-    fn ordinary_text_and_short_repeats_pass() {
-        let prose = "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. \
-                     | a | b |\n|---|---|\n| 1 | 2 |\nHa ha ha! Well, well, well. 1, 2, 3, 4, 5, 6, 7, 8, 9, 10.";
-        assert_eq!(first_loop(RepetitionOptions::text(), prose), None);
-        // The same sentence twice is not a loop (three copies are needed).
-        let twice = "This is fine and it is meant to be said again. ".repeat(2);
-        assert_eq!(first_loop(RepetitionOptions::text(), &twice), None);
-        // A short unit needs min_len characters: 100 dashes pass, 200 do not.
-        assert_eq!(
-            first_loop(RepetitionOptions::text(), &"-".repeat(100)),
-            None
-        );
-        let (at, r) = first_loop(RepetitionOptions::text(), &"-".repeat(200)).expect("loop");
-        assert_eq!((at, r.period), (159, 1));
-    }
-
-    #[test]
-    fn longest_period_and_reset() {
-        let opts = RepetitionOptions {
-            max_period: 10,
-            min_repeats: 2,
-            min_len: 0,
-        };
-        let unit = "abcdefghij"; // period 10 = max_period: found
-        assert_eq!(
-            first_loop(opts, &unit.repeat(2)).map(|(i, r)| (i, r.period)),
-            Some((19, 10))
-        );
-        let unit = "abcdefghijk"; // period 11 > max_period: never
-        assert_eq!(first_loop(opts, &unit.repeat(4)), None);
-        let mut d = RepetitionDetector::new(RepetitionOptions {
-            max_period: 4,
-            min_repeats: 3,
-            min_len: 0,
-        });
-        assert!([1, 2, 1, 2, 1].into_iter().all(|t| d.push(t).is_none()));
-        assert_eq!(d.push(2), Some(Repetition { period: 2, len: 6 }));
-        d.reset();
-        assert!([2, 1, 2].into_iter().all(|t| d.push(t).is_none()));
-    }
-
-    #[test]
-    fn token_loops() {
+    fn token_loops_and_reset() {
         let mut d = RepetitionDetector::new(RepetitionOptions::tokens());
-        let intro: Vec<u32> = (100..130).collect();
-        let unit: Vec<u32> = (1..=15).collect();
-        let seq: Vec<u32> = intro
-            .iter()
-            .chain(unit.iter().cycle().take(60))
-            .copied()
-            .collect();
-        let (at, r) = seq
-            .iter()
-            .enumerate()
-            .find_map(|(i, &t)| d.push(t).map(|r| (i, r)))
-            .expect("loop");
-        assert_eq!(r.period, 15);
-        assert_eq!(at, 30 + 45 - 1); // three copies make 45 >= min_len 40
+        let intro: Vec<u32> = (100..300).collect();
+        let unit: Vec<u32> = (1..=37).collect();
+        let seq: Vec<u32> = intro.iter().chain(unit.iter().cycle().take(400)).copied().collect();
+        let (at, r) = seq.iter().enumerate().find_map(|(i, &t)| d.push(t).map(|r| (i, r))).expect("loop");
+        // The runs start repeating one period into the loop; 72 of 96 must repeat.
+        assert_eq!(at, 200 + 37 + 9 + 72 - 1);
+        assert_eq!((r.repeated, r.since), (72, at + 1 - (96 + 9)));
+        d.reset();
+        assert!(intro.iter().all(|&t| d.push(t).is_none()));
     }
 }
