@@ -6,3 +6,8 @@
 //!
 //! Run them with `cargo test --release -p sapient-e2e`; `cargo test --release --workspace`
 //! runs them too. The command line is tested end to end in `crates/sapient-cli/tests`.
+
+/// The top-level README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;
