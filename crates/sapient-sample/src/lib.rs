@@ -345,7 +345,7 @@ impl Sampler {
     /// without computing the mask in the common case:
     /// - greedy: the best candidates are checked in logit order (only their own bytes are
     ///   walked) and the first allowed one is taken; the full mask is computed only when
-    ///   none of the best [`GREEDY_CANDIDATES`] is allowed;
+    ///   none of the best `GREEDY_CANDIDATES` (32) is allowed;
     /// - top-k / top-p: the best candidates are checked in order until the filtered set of
     ///   allowed tokens is decided whatever the unchecked tokens are (top-p uses bounds on the
     ///   allowed mass), then the draw is made from it;

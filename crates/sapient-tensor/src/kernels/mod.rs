@@ -141,7 +141,7 @@ fn wide_format(t: QType) -> bool {
 }
 
 /// One weight row (`t` blocks) against 1..=[`MAX_ROWS`] quantized activation rows:
-/// `out[r]` = dot(w, acts[r]). The weight block is decoded once for all rows; the result for
+/// `out[r] = dot(w, acts[r])`. The weight block is decoded once for all rows; the result for
 /// a row does not depend on which other rows came with it.
 #[inline]
 pub fn rows_q8(t: QType, w: &[u8], acts: &[&[BlockQ8]], out: &mut [f32]) {
@@ -875,7 +875,7 @@ pub fn huge_pages_for(mats: &[&QMatrix]) {
 
 const HUGE_PAGE: usize = 2 << 20;
 
-/// Ask Linux to back the whole 2 MiB pages inside `b` with huge pages ([`huge_pages_range`]);
+/// Ask Linux to back the whole 2 MiB pages inside `b` with huge pages (`huge_pages_range`);
 /// public for the bandwidth probe of `cargo xtask bench`, which reads memory backed as the
 /// weights are.
 pub fn huge_pages(b: &[u8]) {
