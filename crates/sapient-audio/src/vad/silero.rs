@@ -220,7 +220,7 @@ impl SileroVad {
     /// Probabilities of consecutive windows continuing the current state; `samples.len()`
     /// must be a multiple of 512.
     pub fn process_windows(&mut self, samples: &[f32]) -> Result<Vec<f32>> {
-        if samples.len() % WINDOW != 0 {
+        if !samples.len().is_multiple_of(WINDOW) {
             return Err(Error::InvalidInput(format!("{} samples is not a whole number of {WINDOW}-sample windows", samples.len())));
         }
         check_finite("VAD input", samples)?;
