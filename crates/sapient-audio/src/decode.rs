@@ -132,7 +132,7 @@ pub fn decode_raw_pcm_interleaved(bytes: &[u8], sample_rate: u32, channels: u16,
         return Err(Error::EmptyInput { what: "raw PCM".into() });
     }
     let frame_bytes = format.bytes() * channels as usize;
-    if bytes.len() % frame_bytes != 0 {
+    if !bytes.len().is_multiple_of(frame_bytes) {
         return Err(Error::RawPcmLength { len: bytes.len(), frame_bytes });
     }
     let ch = channels as usize;

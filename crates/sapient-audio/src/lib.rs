@@ -27,7 +27,6 @@
 mod decode;
 mod error;
 pub mod mel;
-pub mod npz;
 mod resample;
 pub mod stream;
 pub mod vad;
@@ -50,3 +49,8 @@ pub use vad::{SileroVad, SpeechSegment, VadOptions, VadSegmenter, WeightFormat};
 
 #[cfg(feature = "mic")]
 pub use mic::{MicInput, MicStream};
+
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;

@@ -9,8 +9,7 @@
 //! the reference to ~1e-6.
 
 use crate::error::{check_finite, Error, Result};
-use crate::npz;
-use rayon::prelude::*;
+use sapient_tensor::kernels::pool::pool;
 use realfft::num_complex::Complex;
 use realfft::{RealFftPlanner, RealToComplex};
 use std::path::Path;
@@ -96,13 +95,13 @@ impl MelFilters {
     /// Reads `mel_{n_mels}` from Whisper's `mel_filters.npz`.
     pub fn from_npz(path: impl AsRef<Path>, n_mels: usize) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
-        let arr = npz::read_npz_entry(&bytes, &format!("mel_{n_mels}.npy"))
-            .map_err(|e| Error::MelFilters(format!("{}: {e}", path.display())))?;
+        let arr = sapient_tensor::npy::Npz::open(path)
+            .and_then(|z| z.get(&format!("mel_{n_mels}")))
+            .map_err(|e| Error::MelFilters(e.to_string()))?;
         if arr.shape != [n_mels, N_FREQS] {
             return Err(Error::MelFilters(format!("{}: mel_{n_mels} has shape {:?}, expected [{n_mels}, {N_FREQS}]", path.display(), arr.shape)));
         }
-        Self::from_vec(n_mels, arr.data.iter().map(|&x| x as f32).collect())
+        Self::from_vec(n_mels, arr.to_f32().map_err(|e| Error::MelFilters(e.to_string()))?)
     }
 
     /// A filter bank from row-major `[n_mels, 201]` weights.
@@ -266,7 +265,7 @@ impl LogMel {
         }
         let n_mels = self.n_mels();
         let mut out = vec![0f32; n_frames * n_mels];
-        out.par_chunks_mut(FRAMES_PER_TASK * n_mels).enumerate().for_each(|(block, chunk)| {
+        pool().for_each_chunk_mut(&mut out, FRAMES_PER_TASK * n_mels, |block, chunk| {
             let mut w = self.worker();
             for (i, dst) in chunk.chunks_exact_mut(n_mels).enumerate() {
                 let t = block * FRAMES_PER_TASK + i;
@@ -332,13 +331,13 @@ fn reflect(mut i: isize, total: usize) -> usize {
 /// Whisper's normalisation of frame-major log10 energies into a `[n_mels, n_frames]` [`Mel`].
 pub fn normalize(log10_frames: &[f32], n_mels: usize) -> Mel {
     let n_frames = log10_frames.len() / n_mels.max(1);
-    let max = log10_frames.par_iter().cloned().reduce(|| f32::NEG_INFINITY, f32::max);
+    let max = log10_frames.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let floor = max - 8.0;
     let mut data = vec![0f32; n_mels * n_frames];
     // Transposing frame-major to mel-major: each task owns 16 mel rows, so it reads one
     // 64-byte line per frame instead of every task reading every line.
     const ROWS: usize = 16;
-    data.par_chunks_mut(ROWS * n_frames.max(1)).enumerate().for_each(|(g, rows)| {
+    pool().for_each_chunk_mut(&mut data, ROWS * n_frames.max(1), |g, rows| {
         let m0 = g * ROWS;
         let k = rows.len() / n_frames.max(1);
         for t in 0..n_frames {

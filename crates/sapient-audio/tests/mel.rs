@@ -22,7 +22,7 @@ fn computed_filters_equal_whispers_npz() {
 }
 
 /// Compares `[n_mels, n_frames]` ours with the reference's every `step`-th frame.
-fn compare(mel: &sapient_audio::Mel, reference: &sapient_audio::npz::NpyArray, step: usize) -> f32 {
+fn compare(mel: &sapient_audio::Mel, reference: &common::NpyArray, step: usize) -> f32 {
     assert_eq!(reference.shape[0], mel.n_mels);
     assert_eq!(reference.shape[1], mel.n_frames.div_ceil(step), "frame count");
     let cols = reference.shape[1];

@@ -5,17 +5,18 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use sapient_generate::speculative::SpecConfig;
 use sapient_generate::{
-    DeviceRequest, Drafter, FinishReason, Generation, GenerationConfig, Grammar, Message, Pipeline, PipelineOptions,
+    DeviceRequest, Drafter, Generation, GenerationConfig, Grammar, Message, Pipeline, PipelineOptions,
     Progress, SamplerConfig,
 };
 use sapient_hub::Hub;
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::ops::ControlFlow;
 
 mod embed;
 #[cfg(feature = "microphone")]
 mod listen;
+mod chat;
 mod speak;
 mod transcribe;
 
@@ -30,6 +31,7 @@ struct Cli {
 enum Cmd {
     /// Answer one prompt (through the model's chat template unless --raw), streaming the text;
     /// or, with --batch FILE, every line of FILE as its own prompt, all at once.
+    /// Decodes greedily (the same answer every time) unless a sampling option is given.
     Generate {
         #[arg(required_unless_present = "batch")]
         prompt: Option<String>,
@@ -50,9 +52,14 @@ enum Cmd {
         spec: SpecOpts,
     },
     /// Interactive chat with history (type /reset to start over, /exit or Ctrl-D to quit).
+    /// Samples with the model's recommended settings (its generation_config.json, else
+    /// llama.cpp's defaults), printed at the start; an answer that loops is stopped.
     Chat {
         #[command(flatten)]
         opts: GenOpts,
+        /// Let an answer repeat itself instead of stopping it when it loops.
+        #[arg(long)]
+        allow_loops: bool,
     },
     /// List the model presets and whether they are cached.
     Models,
@@ -82,17 +89,19 @@ struct GenOpts {
     system: Option<String>,
     #[arg(short = 'n', long, default_value_t = 256)]
     max_tokens: usize,
-    /// 0 = greedy.
-    #[arg(short, long, default_value_t = 0.0)]
-    temperature: f32,
+    /// Sampling temperature, 0 = greedy. Without any sampling option `generate` decodes
+    /// greedily (reproducible) and `chat` samples with the model's recommended settings.
+    #[arg(short, long)]
+    temperature: Option<f32>,
     #[arg(long)]
     top_k: Option<usize>,
     #[arg(long)]
     top_p: Option<f32>,
     #[arg(long)]
     min_p: Option<f32>,
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
+    /// Repetition penalty over the last 64 tokens (1 = off).
+    #[arg(long)]
+    repeat_penalty: Option<f32>,
     #[arg(long, default_value_t = 0.0)]
     presence_penalty: f32,
     #[arg(long, default_value_t = 0.0)]
@@ -173,20 +182,25 @@ impl GenOpts {
         Ok(GenerationConfig {
             constraint: grammar.map(std::sync::Arc::new),
             max_tokens: self.max_tokens,
-            sampling: SamplerConfig {
-                temperature: self.temperature,
-                top_k: self.top_k,
-                top_p: self.top_p,
-                min_p: self.min_p,
-                repetition_penalty: self.repeat_penalty,
-                presence_penalty: self.presence_penalty,
-                frequency_penalty: self.frequency_penalty,
-                seed: self.seed,
-                ..SamplerConfig::default()
-            },
+            sampling: self.sampling(SamplerConfig::default()),
             stop: self.stop.clone(),
             ..GenerationConfig::default()
         })
+    }
+
+    /// `base` with the sampling options given on the command line applied over it.
+    fn sampling(&self, base: SamplerConfig) -> SamplerConfig {
+        SamplerConfig {
+            temperature: self.temperature.unwrap_or(base.temperature),
+            top_k: self.top_k.or(base.top_k),
+            top_p: self.top_p.or(base.top_p),
+            min_p: self.min_p.or(base.min_p),
+            repetition_penalty: self.repeat_penalty.unwrap_or(base.repetition_penalty),
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed: self.seed.or(base.seed),
+            ..base
+        }
     }
 
     fn load(&self) -> Result<Pipeline> {
@@ -436,7 +450,7 @@ fn main() -> Result<()> {
                 print_stats(&g);
             }
         }
-        Cmd::Chat { opts } => chat(&opts)?,
+        Cmd::Chat { opts, allow_loops } => chat::run(&opts, allow_loops)?,
         Cmd::Transcribe(args) => transcribe::run(args)?,
         Cmd::Speak(args) => speak::run(args)?,
         Cmd::Embed(args) => embed::embed(args)?,
@@ -467,50 +481,6 @@ fn main() -> Result<()> {
                 println!("{id}: {}", r.dir.display());
             }
         }
-    }
-    Ok(())
-}
-
-fn chat(opts: &GenOpts) -> Result<()> {
-    let pipe = opts.load()?;
-    let cfg = opts.generation_config()?;
-    let mut history = messages_with_system(&opts.system);
-    let stdin = std::io::stdin();
-    let interactive = std::io::IsTerminal::is_terminal(&stdin);
-    if interactive {
-        eprintln!("chatting with {} ({}); /reset clears the history, /exit quits", pipe.info().id, pipe.info().architecture);
-    }
-    loop {
-        if interactive {
-            eprint!("> ");
-            std::io::stderr().flush().ok();
-        }
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line)? == 0 {
-            break;
-        }
-        let line = line.trim();
-        match line {
-            "" => continue,
-            "/exit" | "/quit" => break,
-            "/reset" => {
-                history = messages_with_system(&opts.system);
-                pipe.reset_cache();
-                eprintln!("(history cleared)");
-                continue;
-            }
-            _ => {}
-        }
-        history.push(Message::user(line));
-        let g = pipe.chat_with(&history, &cfg, stream_to_stdout)?;
-        println!();
-        if opts.stats {
-            print_stats(&g);
-        }
-        if g.finish == FinishReason::ContextFull {
-            eprintln!("(the context is full: /reset to start over)");
-        }
-        history.push(Message::assistant(g.text));
     }
     Ok(())
 }

@@ -20,6 +20,14 @@
 //! while it is written to a temp file beside its final name and renamed into place only when
 //! the hash matches the one pinned in the registry. `SAPIENT_REGISTRY=<file>` replaces the
 //! built-in registry.
+//!
+//! ```no_run
+//! # fn main() -> sapient_hub::Result<()> {
+//! let hub = sapient_hub::Hub::new()?;
+//! let whisper = hub.fetch_preset("whisper-tiny.en", &mut |p| eprintln!("{p:?}"))?;
+//! println!("{}", whisper.file("model")?.display());
+//! # Ok(()) }
+//! ```
 
 mod fetch;
 mod registry;
@@ -91,3 +99,8 @@ pub fn default_cache_dir() -> PathBuf {
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     home.join(".cache").join("sapient")
 }
+
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;

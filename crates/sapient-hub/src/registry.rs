@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 /// The kinds a preset may have.
 pub const KINDS: &[&str] = &["llm", "whisper", "tts", "vad", "tokenizer", "data", "embedding"];
 
-const BUILTIN: &str = include_str!("../../../models/registry.toml");
+// `registry.toml` in this folder is a link to `models/registry.toml` (so that the packaged
+// crate carries the file).
+const BUILTIN: &str = include_str!("../registry.toml");
 
 /// Where a file lives on the Hugging Face Hub.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -1,4 +1,14 @@
-//! `sapient-kokoro`: Kokoro-82M text-to-speech (work in progress, issue #9).
+//! `sapient-kokoro`: Kokoro-82M text-to-speech: English text to 24 kHz speech on the CPU.
+//!
+//! ```no_run
+//! use sapient_kokoro::KokoroTts;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let preset = sapient_hub::Hub::new()?.fetch_preset("kokoro-82m", &mut |_| {})?;
+//! let tts = KokoroTts::from_dir(&preset.dir, &candle_core::Device::Cpu)?;
+//! let speech = tts.synthesize("Hello there. How are you?", "jf_alpha", 1.0)?;
+//! println!("{} samples at {} Hz", speech.samples.len(), speech.sample_rate);
+//! # Ok(()) }
+//! ```
 //!
 //! - [`config`]: Kokoro's `config.json` (sizes, iSTFTNet settings, PL-BERT, vocabulary).
 //! - [`params`]: every `KModel` parameter name and shape for a config.
@@ -39,3 +49,8 @@ pub use model::{KModel, Synthesis, MAX_PHONEMES};
 pub use tts::{AudioChunk, KokoroTts, Speech, SpeechStream};
 pub use voices::{VoicePack, Voices};
 pub use weights::KokoroWeights;
+
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;

@@ -1,8 +1,8 @@
 //! Kokoro voice packs: per voice a `[510, 1, 256]` (or `[510, 256]`) f32 table of style
 //! vectors, one row per utterance length.
 //!
-//! - [`Voices::load`] reads a `.npz` (one `<name>.npy` per voice, stored uncompressed as
-//!   `numpy.savez` writes it: kokoro-onnx's `voices-v1.0.bin` and our `voices_ja.npz`), a
+//! - [`Voices::load`] reads a `.npz` (one `<name>.npy` per voice, as `numpy.savez` or
+//!   `numpy.savez_compressed` writes it: kokoro-onnx's `voices-v1.0.bin` and our `voices_ja.npz`), a
 //!   single `.npy` (the voice is named after the file stem), a `.safetensors` file (one
 //!   tensor per voice) or a PyTorch `.pt`/`.pth` archive: a bare tensor as `torch.save(pack)`
 //!   writes hexgrad/Kokoro-82M's `voices/*.pt` (named after the file stem), or a dict of
@@ -17,6 +17,7 @@
 
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
+use sapient_tensor::npy;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -158,9 +159,13 @@ impl Voices {
             .map(str::to_ascii_lowercase)
             .unwrap_or_default();
         let named: Vec<(String, Tensor)> = match ext.as_str() {
-            "npz" | "bin" => Tensor::read_npz(path).map_err(|e| bad(format!("not a readable .npz (uncompressed numpy.savez archive of .npy arrays): {e}")))?,
+            "npz" | "bin" => npy::read_npz(path)
+                .and_then(|arrays| arrays.into_iter().map(|(n, a)| Ok((n, a.to_candle_f32()?))).collect())
+                .map_err(|e| bad(format!("not a readable .npz (numpy.savez archive of .npy arrays): {e}")))?,
             "npy" => {
-                let t = Tensor::read_npy(path).map_err(|e| bad(format!("not a readable .npy: {e}")))?;
+                let t = npy::read_npy(path)
+                    .and_then(|a| a.to_candle_f32())
+                    .map_err(|e| bad(format!("not a readable .npy: {e}")))?;
                 let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("voice").to_string();
                 vec![(stem, t)]
             }

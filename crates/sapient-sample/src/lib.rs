@@ -54,6 +54,8 @@ mod schema;
 mod grammar;
 mod validate;
 pub mod typed;
+mod recommended;
+mod repetition;
 
 pub use builder::{JsonLayout, JsonOptions};
 pub use constraint::Constraint;
@@ -62,6 +64,7 @@ pub use grammar::{Expr, Frame, Grammar, GrammarState, Tool};
 pub use matcher::{Matcher, MatcherStats};
 pub use schema::{refused_keywords, SUPPORTED_KEYWORDS};
 pub use vocab::{TokenIndex, TokenMask, Tokenize};
+pub use repetition::{Repetition, RepetitionDetector, RepetitionOptions};
 /// `#[derive(Schema, Parse)]` (the traits of the same names are in [`typed`]).
 pub use sapient_derive::{Parse, Schema};
 pub use typed::{Parse, ParseError, Schema};
@@ -342,7 +345,7 @@ impl Sampler {
     /// without computing the mask in the common case:
     /// - greedy: the best candidates are checked in logit order (only their own bytes are
     ///   walked) and the first allowed one is taken; the full mask is computed only when
-    ///   none of the best [`GREEDY_CANDIDATES`] is allowed;
+    ///   none of the best `GREEDY_CANDIDATES` (32) is allowed;
     /// - top-k / top-p: the best candidates are checked in order until the filtered set of
     ///   allowed tokens is decided whatever the unchecked tokens are (top-p uses bounds on the
     ///   allowed mass), then the draw is made from it;
@@ -802,3 +805,8 @@ mod tests {
         }
     }
 }
+
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;

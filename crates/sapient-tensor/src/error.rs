@@ -67,6 +67,8 @@ pub enum Error {
         offset: u64,
         problem: String,
     },
+    #[error("{path}: {what}")]
+    Npy { path: PathBuf, what: String },
     #[error("device '{0}' is not available: {1}")]
     Device(String, String),
     #[error("{path}: {what}")]

@@ -6,11 +6,25 @@
 //! - [`weights`]: the [`WeightSource`] trait every model loads through (GGUF, safetensors),
 //!   and a [`Linear`] layer over quantized or dense weights.
 //! - [`onnx`]: a minimal ONNX (protobuf) reader for importing weights from `.onnx` files.
+//! - [`npy`]: NumPy `.npy` arrays and `.npz` archives.
+//! - [`kernels`]: quantized matrix products on the CPU (AVX2, AVX-512 VNNI, AMX), chosen at
+//!   run time, over one persistent thread pool ([`kernels::pool`]).
+//!
+//! ```no_run
+//! use sapient_tensor::{GgufFile, WeightSource};
+//! # fn main() -> sapient_tensor::Result<()> {
+//! let gguf = GgufFile::open("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! println!("{}: {} tensors", gguf.architecture()?, gguf.tensors().len());
+//! let q = gguf.load("blk.0.attn_q.weight", &candle_core::Device::Cpu)?;
+//! println!("{:?}", q.shape());
+//! # Ok(()) }
+//! ```
 
 pub mod device;
 mod error;
 pub mod gguf;
 pub mod kernels;
+pub mod npy;
 pub mod onnx;
 pub mod weights;
 
@@ -19,3 +33,8 @@ pub use device::{activation_dtype, DeviceRequest};
 pub use error::{Error, Result};
 pub use gguf::{GgmlType, GgufFile, GgufWriter, TensorInfo, Value};
 pub use weights::{open_weights, Linear, SafetensorsFiles, Weight, WeightSource};
+
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;

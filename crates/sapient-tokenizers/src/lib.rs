@@ -562,3 +562,8 @@ mod tests {
         Ok(())
     }
 }
+
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;

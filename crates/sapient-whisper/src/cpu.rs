@@ -7,7 +7,7 @@
 //! tensors, read in place.
 
 use candle_core::{CpuStorage, Storage, Tensor};
-use sapient_tensor::kernels::{self, pool, QMatrix};
+use sapient_tensor::kernels::{self, pool, QMatrix, SendPtr};
 use std::cell::RefCell;
 
 use crate::{Error, Result};
@@ -34,10 +34,6 @@ pub(crate) enum Mat {
     F(Tensor),
 }
 
-struct OutPtr(*mut f32);
-// SAFETY: threads write disjoint parts of the output.
-unsafe impl Sync for OutPtr {}
-unsafe impl Send for OutPtr {}
 
 impl Mat {
     pub fn rows(&self) -> usize {
@@ -278,7 +274,7 @@ impl CpuDecoder {
         let hd = d / nh;
         let scale = 1.0 / (hd as f32).sqrt();
         let units = q.len() / d * nh;
-        let out_ptr = OutPtr(out.as_mut_ptr());
+        let out_ptr = SendPtr(out.as_mut_ptr());
         let work = |u0: usize, u1: usize| {
             let out_ptr = &out_ptr;
             SCORES.with(|sc| {
@@ -303,7 +299,7 @@ impl CpuDecoder {
                     }
                     let inv = 1.0 / sum;
                     // SAFETY: each (row, head) slice of the output is written by one unit.
-                    let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(r * d + h * hd), hd) };
+                    let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.ptr().add(r * d + h * hd), hd) };
                     o.fill(0.0);
                     for (j, &p) in s.iter().enumerate() {
                         let p = p * inv;
@@ -331,7 +327,7 @@ impl CpuDecoder {
         let hd = d / nh;
         let src = ck.len() / d;
         let scale = 1.0 / (hd as f32).sqrt();
-        let out_ptr = OutPtr(out.as_mut_ptr());
+        let out_ptr = SendPtr(out.as_mut_ptr());
         let work = |h: usize| {
             let out_ptr = &out_ptr;
             SCORES.with(|sc| {
@@ -367,7 +363,7 @@ impl CpuDecoder {
                 unsafe {
                     gemm::gemm(
                         n, hd, src,
-                        out_ptr.0.add(h * hd), 1, d as isize,
+                        out_ptr.ptr().add(h * hd), 1, d as isize,
                         false,
                         s.as_ptr(), 1, src as isize,
                         cv.as_ptr().add(h * src * hd), 1, hd as isize,
@@ -404,7 +400,7 @@ const ENC_BLOCK: usize = 64;
 pub(crate) fn encoder_attention(q: &[f32], k: &[f32], v: &[f32], n: usize, d: usize, heads: usize, out: &mut [f32]) {
     let hd = d / heads;
     let blocks = n.div_ceil(ENC_BLOCK);
-    let out_ptr = OutPtr(out.as_mut_ptr());
+    let out_ptr = SendPtr(out.as_mut_ptr());
     let work = |u: usize| {
         let out_ptr = &out_ptr;
         let (h, blk) = (u / blocks, u % blocks);
@@ -442,7 +438,7 @@ pub(crate) fn encoder_attention(q: &[f32], k: &[f32], v: &[f32], n: usize, d: us
             unsafe {
                 gemm::gemm(
                     rows, hd, n,
-                    out_ptr.0.add(i0 * d + h * hd), 1, d as isize,
+                    out_ptr.ptr().add(i0 * d + h * hd), 1, d as isize,
                     false,
                     s.as_ptr(), 1, n as isize,
                     v.as_ptr().add(h * hd), 1, d as isize,

@@ -50,7 +50,7 @@ impl Ct2Dtype {
     }
 }
 
-/// One variable of the file: its data is a range of [`Ct2Model::bytes`].
+/// One variable of the file: its data is a range of the model's bytes (`Ct2Model::bytes`).
 #[derive(Debug, Clone)]
 pub struct Ct2Variable {
     pub name: String,

@@ -44,3 +44,8 @@ pub use stream::{default_vad_options, Backlog, StreamMode, StreamUpdate, Streami
 pub use timing::Word;
 pub use tokenizer::WhisperTokenizer;
 pub use transcribe::{LoadOptions, Segment, TranscribeOptions, Transcriber, Transcript};
+
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;

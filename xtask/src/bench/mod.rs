@@ -6,11 +6,13 @@ use anyhow::Result;
 mod audio;
 mod batch;
 mod embed;
+mod kernels;
 mod llm;
 mod sample;
 mod spec;
 mod tts;
 mod whisper;
+mod whisper_profile;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -28,6 +30,9 @@ pub enum Suite {
     /// Sentence embeddings (all-MiniLM-L6-v2 vs onnxruntime, nomic-embed-text-v1.5 vs
     /// llama-embedding): sentences/s and tokens/s for batches of 1, 8 and 64.
     Embed(embed::Args),
+    /// Quantized matrix kernels: GMAC/s in cache and GB/s from memory per format and
+    /// activation rows (`--stream`: multi-row products with weights from memory).
+    Kernels(kernels::Args),
     /// LLM prefill/decode tokens/s, TTFT, peak RSS; `--vs-llamacpp DIR` runs llama-bench too.
     Llm(llm::Args),
     /// Constrained-generation mask time per token (JSON schema, regex, free JSON) on the
@@ -40,6 +45,8 @@ pub enum Suite {
     Tts(tts::Args),
     /// Whisper real-time factor and WER against faster-whisper on the same CTranslate2 weights.
     Whisper(whisper::Args),
+    /// Where one Whisper window's time goes: encoder, cross K/V, decoding steps, beams.
+    WhisperProfile(whisper_profile::Args),
 }
 
 /// The machine the figures come from, as a line: the CPU model, its family and model
@@ -67,10 +74,12 @@ pub fn run(args: Args) -> Result<()> {
         Suite::Audio(a) => audio::run(a),
         Suite::Batch(a) => batch::run(a),
         Suite::Embed(a) => embed::run(a),
+        Suite::Kernels(a) => kernels::run(a),
         Suite::Llm(a) => llm::run(a),
         Suite::Sample(a) => sample::run(a),
         Suite::Spec(a) => spec::run(a),
         Suite::Tts(a) => tts::run(a),
         Suite::Whisper(a) => whisper::run(a),
+        Suite::WhisperProfile(a) => whisper_profile::run(a),
     }
 }

@@ -1,6 +1,5 @@
 //! Silero VAD v6 and speech segmentation.
 
-mod onnx;
 mod segment;
 mod silero;
 

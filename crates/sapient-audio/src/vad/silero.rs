@@ -14,9 +14,9 @@
 //! each convolution as one matrix product (im2col over the 4, 2 and 1 time steps); the
 //! 128-wide recurrence itself runs on the host, one step per window.
 
-use super::onnx;
 use crate::error::{check_finite, Error, Result};
 use candle_core::{DType, Device, Tensor};
+use sapient_tensor::onnx::{DataType, OnnxModel, OnnxTensor};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -126,14 +126,22 @@ impl SileroVad {
             let t = candle_core::safetensors::load(path, &Device::Cpu).map_err(|e| model_err(format!("safetensors: {e}")))?;
             (WeightFormat::Safetensors, t)
         } else {
-            let inits = onnx::read_initializers(path)?;
+            let onnx = OnnxModel::open(path).map_err(|e| model_err(format!("not a readable ONNX model: {e}")))?;
+            let inits: HashMap<&str, &OnnxTensor> = onnx
+                .graph
+                .initializers
+                .iter()
+                .filter(|t| t.data_type == DataType::Float)
+                .map(|t| (t.name.as_str(), t))
+                .collect();
             let mut t = HashMap::new();
             for (name, _) in SHAPES {
                 let key = onnx_name(name);
-                let init = inits.get(&key).ok_or_else(|| {
+                let init = inits.get(key.as_str()).ok_or_else(|| {
                     model_err(format!("no initializer {key} (expected silero_vad_16k_op15.onnx; {} float initializers found)", inits.len()))
                 })?;
-                t.insert(name.to_string(), Tensor::from_slice(&init.data, init.dims.as_slice(), &Device::Cpu)?);
+                let data = init.to_f32().map_err(|e| model_err(format!("initializer {key}: {e}")))?;
+                t.insert(name.to_string(), Tensor::from_vec(data, init.shape(), &Device::Cpu)?);
             }
             (WeightFormat::Onnx, t)
         };
@@ -212,7 +220,7 @@ impl SileroVad {
     /// Probabilities of consecutive windows continuing the current state; `samples.len()`
     /// must be a multiple of 512.
     pub fn process_windows(&mut self, samples: &[f32]) -> Result<Vec<f32>> {
-        if samples.len() % WINDOW != 0 {
+        if !samples.len().is_multiple_of(WINDOW) {
             return Err(Error::InvalidInput(format!("{} samples is not a whole number of {WINDOW}-sample windows", samples.len())));
         }
         check_finite("VAD input", samples)?;

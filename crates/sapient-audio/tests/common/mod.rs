@@ -56,8 +56,15 @@ pub fn json(name: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).expect("json")
 }
 
-pub fn npy(name: &str) -> sapient_audio::npz::NpyArray {
-    sapient_audio::npz::read_npy(data_dir().join(name)).expect("npy")
+/// A reference array: its shape and values.
+pub struct NpyArray {
+    pub shape: Vec<usize>,
+    pub data: Vec<f64>,
+}
+
+pub fn npy(name: &str) -> NpyArray {
+    let a = sapient_tensor::npy::read_npy(data_dir().join(name)).expect("npy");
+    NpyArray { data: a.to_f64().expect("npy values"), shape: a.shape }
 }
 
 pub fn f32s(v: &serde_json::Value) -> Vec<f32> {

@@ -3,6 +3,7 @@
 
 use crate::{KokoroWeights, Result};
 use candle_core::{Tensor, D};
+use sapient_tensor::kernels::SendPtr;
 
 /// `nn.Linear`: the weight kept transposed (`[in, out]`) for `x @ w`.
 pub struct Linear {
@@ -128,7 +129,7 @@ impl Conv1d {
             // SAFETY: this block writes columns t0..t0 + tc of every row of y only; y is
             // [cout, tout], the weight [cout, cin * k], col [cin * k, tc], all in bounds.
             unsafe {
-                let dst = out.0.add(t0);
+                let dst = out.ptr().add(t0);
                 for (o, &b) in self.bias.iter().enumerate() {
                     std::slice::from_raw_parts_mut(dst.add(o * tout), tc).fill(b);
                 }
@@ -438,8 +439,3 @@ pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// A raw output pointer shared by threads that write disjoint parts of one buffer.
-struct SendPtr(*mut f32);
-// SAFETY: only used for disjoint writes, see the callers.
-unsafe impl Sync for SendPtr {}
-unsafe impl Send for SendPtr {}

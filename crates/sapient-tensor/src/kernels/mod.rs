@@ -145,7 +145,7 @@ fn wide_format(t: QType) -> bool {
 }
 
 /// One weight row (`t` blocks) against 1..=[`MAX_ROWS`] quantized activation rows:
-/// `out[r]` = dot(w, acts[r]). The weight block is decoded once for all rows; the result for
+/// `out[r] = dot(w, acts[r])`. The weight block is decoded once for all rows; the result for
 /// a row does not depend on which other rows came with it.
 #[inline]
 pub fn rows_q8(t: QType, w: &[u8], acts: &[&[BlockQ8]], out: &mut [f32]) {
@@ -879,7 +879,7 @@ pub fn huge_pages_for(mats: &[&QMatrix]) {
 
 const HUGE_PAGE: usize = 2 << 20;
 
-/// Ask Linux to back the whole 2 MiB pages inside `b` with huge pages ([`huge_pages_range`]);
+/// Ask Linux to back the whole 2 MiB pages inside `b` with huge pages (`huge_pages_range`);
 /// public for the bandwidth probe of `cargo xtask bench`, which reads memory backed as the
 /// weights are.
 pub fn huge_pages(b: &[u8]) {
@@ -1035,14 +1035,21 @@ fn prefetch_hint<const H: u8>(b: &[u8]) {
     let _ = b;
 }
 
-struct SendPtr(*mut f32);
-// SAFETY: used only to write disjoint output ranges from the pool's threads.
-unsafe impl Sync for SendPtr {}
-unsafe impl Send for SendPtr {}
+/// A raw pointer into one output buffer, shared by the pool's threads while each writes its
+/// own disjoint part of the buffer (the one such wrapper in the workspace; for plain chunks
+/// of a slice, [`pool::Pool::for_each_chunk_mut`] needs no pointer at all).
+///
+/// Creating one is safe; dereferencing [`ptr`](Self::ptr) is `unsafe`, and the caller must
+/// ensure that the buffer outlives every use and that no two threads touch the same element.
+pub struct SendPtr<T = f32>(pub *mut T);
+// SAFETY: the wrapper only moves the address between threads; every dereference is an
+// `unsafe` block at the call site that writes a range no other thread touches.
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+unsafe impl<T: Send> Send for SendPtr<T> {}
 
-impl SendPtr {
+impl<T> SendPtr<T> {
     /// The pointer (a method, so that closures capture the `SendPtr`, not its field).
-    fn ptr(&self) -> *mut f32 {
+    pub fn ptr(&self) -> *mut T {
         self.0
     }
 }

@@ -209,6 +209,25 @@ fn worker(s: Arc<Shared>) {
     }
 }
 
+impl Pool {
+    /// Splits `data` into chunks of `chunk_len` elements (the last may be shorter) and runs
+    /// `f(chunk_index, chunk)` for each over the pool, as [`run_chunks`](Self::run_chunks)
+    /// does: the safe way to fill one buffer from several threads.
+    pub fn for_each_chunk_mut<T: Send>(&self, data: &mut [T], chunk_len: usize, f: impl Fn(usize, &mut [T]) + Sync) {
+        let chunk_len = chunk_len.max(1);
+        let len = data.len();
+        let base = super::SendPtr(data.as_mut_ptr());
+        self.run_chunks(len.div_ceil(chunk_len), &|c| {
+            let start = c * chunk_len;
+            let end = (start + chunk_len).min(len);
+            // SAFETY: chunk `c` is claimed by exactly one thread, chunks are disjoint ranges
+            // inside `data`, and `data` stays mutably borrowed until `run_chunks` returns.
+            let chunk = unsafe { std::slice::from_raw_parts_mut(base.ptr().add(start), end - start) };
+            f(c, chunk);
+        });
+    }
+}
+
 /// The process-wide kernel pool ([`super::KernelOptions::threads`] threads).
 pub fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
@@ -237,6 +256,20 @@ mod tests {
         }
         let want: u64 = (0..2000u64).map(|r| 7 * r * 10 + 21).sum();
         assert_eq!(total.load(Ordering::Relaxed), want);
+    }
+
+    #[test]
+    fn chunks_of_a_slice_cover_it_once() {
+        let p = Pool::new(3);
+        let mut v = vec![0usize; 1001];
+        p.for_each_chunk_mut(&mut v, 64, |c, chunk| {
+            assert!(chunk.len() == 64 || (c == 15 && chunk.len() == 41));
+            for (i, x) in chunk.iter_mut().enumerate() {
+                *x += c * 64 + i + 1;
+            }
+        });
+        assert!(v.iter().enumerate().all(|(i, &x)| x == i + 1));
+        p.for_each_chunk_mut(&mut [] as &mut [u8], 0, |_, _| panic!("no chunk of an empty slice"));
     }
 
     #[test]

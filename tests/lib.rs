@@ -1,0 +1,13 @@
+//! End-to-end tests of SAPIENT across its crates, on the CI model set (fetched through the
+//! hub on first use). The tests are the `[[test]]` targets beside this file:
+//!
+//! - `speech_roundtrip.rs`: text -> Kokoro-82M speech -> resampled to 16 kHz -> Whisper
+//!   tiny.en text, word error rate bounded.
+//!
+//! Run them with `cargo test --release -p sapient-e2e`; `cargo test --release --workspace`
+//! runs them too. The command line is tested end to end in `crates/sapient-cli/tests`.
+
+/// The top-level README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;
