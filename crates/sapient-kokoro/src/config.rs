@@ -147,10 +147,10 @@ impl KokoroConfig {
                 return Err(bad(format!("{name} is 0")));
             }
         }
-        if self.hidden_dim % 2 != 0 {
+        if !self.hidden_dim.is_multiple_of(2) {
             return Err(bad(format!("hidden_dim {} is odd (the LSTMs have hidden_dim/2 units per direction)", self.hidden_dim)));
         }
-        if self.plbert.hidden_size % self.plbert.num_attention_heads != 0 {
+        if !self.plbert.hidden_size.is_multiple_of(self.plbert.num_attention_heads) {
             return Err(bad(format!(
                 "plbert.hidden_size {} is not a multiple of num_attention_heads {}",
                 self.plbert.hidden_size, self.plbert.num_attention_heads
