@@ -89,9 +89,12 @@ fn tokenizer(preset: &str) -> (Tokenizer, Arc<TokenIndex>) {
     (tok, index)
 }
 
+/// Loaded vocabularies by preset, and replays by (vocabulary, workload).
+type Cache<K, V> = OnceLock<Mutex<HashMap<K, V>>>;
+
 fn replay(vocab: &str, workload: &str) -> Arc<Replay> {
-    static TOKENIZERS: OnceLock<Mutex<HashMap<String, (Arc<Tokenizer>, Arc<TokenIndex>)>>> = OnceLock::new();
-    static REPLAYS: OnceLock<Mutex<HashMap<(String, String), Arc<Replay>>>> = OnceLock::new();
+    static TOKENIZERS: Cache<String, (Arc<Tokenizer>, Arc<TokenIndex>)> = OnceLock::new();
+    static REPLAYS: Cache<(String, String), Arc<Replay>> = OnceLock::new();
     let key = (vocab.to_string(), workload.to_string());
     if let Some(r) = REPLAYS.get_or_init(Default::default).lock().unwrap().get(&key) {
         return r.clone();

@@ -332,7 +332,7 @@ fn streaming_detokenizer_adds_up_to_decode() -> Result<()> {
                     x ^= x >> 7;
                     x ^= x << 17;
                     // Mostly low ids (single bytes and short pieces), some anywhere.
-                    (if x % 3 == 0 { x % n } else { x % 300 }) as u32
+                    (if x.is_multiple_of(3) { x % n } else { x % 300 }) as u32
                 })
                 .collect();
             check_stream(&tok, &ids, false)?;
