@@ -530,13 +530,8 @@ impl Scheduler {
     }
 
     /// End a request: its blocks go (full ones to the prefix cache), its receiver gets the result.
-    fn finish(&mut self, a: Active, r: Result<Generation>) {
-        if let Some(seq) = a.seq {
-            if self.opts.prefix_cache {
-                let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed.min(a.kv_tokens.len())]);
-            }
-            let _ = self.kv.free(seq);
-        }
+    fn finish(&mut self, mut a: Active, r: Result<Generation>) {
+        self.release(&mut a);
         let cancelled = matches!(&r, Ok(g) if g.finish == FinishReason::Cancelled);
         if cancelled {
             self.shared.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -735,14 +730,7 @@ impl Scheduler {
         for id in context_full {
             // Indices shift as sequences leave: fix the plans.
             if let Some(i) = self.running.iter().position(|a| a.id == id) {
-                plans.retain(|p| p.idx != i);
-                let mut a = self.running.swap_remove(i);
-                let last = self.running.len();
-                for p in plans.iter_mut() {
-                    if p.idx == last {
-                        p.idx = i;
-                    }
-                }
+                let mut a = Self::take_planned(&mut self.running, i, &mut plans);
                 let r = Self::result(&mut a, FinishReason::ContextFull);
                 self.finish(a, r);
             }
@@ -750,22 +738,32 @@ impl Scheduler {
         plans
     }
 
-    /// Free `v`'s blocks (full ones stay in the prefix cache) and queue it for recomputation.
-    fn preempt(&mut self, v: usize, plans: &mut Vec<Plan>) {
-        plans.retain(|p| p.idx != v);
-        let mut a = self.running.swap_remove(v);
-        let last = self.running.len();
-        for p in plans.iter_mut() {
-            if p.idx == last {
-                p.idx = v;
-            }
+    /// Remove running sequence `i`, dropping its plan and renumbering the plan of the sequence
+    /// `swap_remove` moves into its place.
+    fn take_planned(running: &mut Vec<Active>, i: usize, plans: &mut Vec<Plan>) -> Active {
+        plans.retain(|p| p.idx != i);
+        let a = running.swap_remove(i);
+        let moved = running.len();
+        for p in plans.iter_mut().filter(|p| p.idx == moved) {
+            p.idx = i;
         }
+        a
+    }
+
+    /// Give back `a`'s sequence: full blocks to the prefix cache (when on), the rest freed.
+    fn release(&mut self, a: &mut Active) {
         if let Some(seq) = a.seq.take() {
             if self.opts.prefix_cache {
                 let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed.min(a.kv_tokens.len())]);
             }
             let _ = self.kv.free(seq);
         }
+    }
+
+    /// Free `v`'s blocks (full ones stay in the prefix cache) and queue it for recomputation.
+    fn preempt(&mut self, v: usize, plans: &mut Vec<Plan>) {
+        let mut a = Self::take_planned(&mut self.running, v, plans);
+        self.release(&mut a);
         a.computed = 0;
         self.shared.preemptions.fetch_add(1, Ordering::Relaxed);
         self.preempted.push_back(a);

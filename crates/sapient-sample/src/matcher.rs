@@ -285,21 +285,31 @@ impl<C: Constraint> Matcher<C> {
         self.forced_single_token()
     }
 
-    /// The forced bytes split by the tokenizer: queue all tokens but the last.
-    fn forced_by_tokenizer(&mut self) -> Result<Option<u32>, Error> {
-        let Some(tokenize) = self.index.tokenize.0.clone() else { return Ok(None) };
-        // Cheap test first: two allowed single-byte tokens mean nothing is forced.
+    /// Whether `already` choices plus the single-byte tokens allowed now make at least two
+    /// (then no token is forced), checked byte by byte without computing the mask.
+    fn two_choices(&self, already: usize) -> Result<bool, Error> {
         let c = &*self.constraint;
-        let mut n = 0;
+        let mut n = already;
         let mut tmp = C::State::default();
         for b in 0..=255u8 {
             if self.index.single_byte[b as usize] && c.advance(&self.state, b, &mut tmp)? {
                 n += 1;
                 if n >= 2 {
-                    return Ok(None);
+                    return Ok(true);
                 }
             }
         }
+        Ok(false)
+    }
+
+    /// The forced bytes split by the tokenizer: queue all tokens but the last.
+    fn forced_by_tokenizer(&mut self) -> Result<Option<u32>, Error> {
+        let Some(tokenize) = self.index.tokenize.0.clone() else { return Ok(None) };
+        // Cheap test first: two allowed single-byte tokens mean nothing is forced.
+        if self.two_choices(0)? {
+            return Ok(None);
+        }
+        let c = &*self.constraint;
         let bytes = self.forced_bytes(48)?;
         let text = match std::str::from_utf8(&bytes) {
             Ok(t) => t,
@@ -334,16 +344,8 @@ impl<C: Constraint> Matcher<C> {
     fn forced_single_token(&mut self) -> Result<Option<u32>, Error> {
         // Cheap test first: two allowed single-byte tokens (or one and EOS) mean no token is
         // forced, without computing the mask.
-        let c = &*self.constraint;
-        let mut n = usize::from(c.is_accepting(&self.state));
-        let mut tmp = C::State::default();
-        for b in 0..=255u8 {
-            if self.index.single_byte[b as usize] && c.advance(&self.state, b, &mut tmp)? {
-                n += 1;
-                if n >= 2 {
-                    return Ok(None);
-                }
-            }
+        if self.two_choices(usize::from(self.constraint.is_accepting(&self.state)))? {
+            return Ok(None);
         }
         let m = self.mask()?;
         let mut it = m.iter();
