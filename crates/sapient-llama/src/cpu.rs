@@ -554,11 +554,17 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], segs: &[Seg], tabs: &[
     let n_rep = nh / nkv;
     let kv_out = nkv * hd;
     let scale = 1.0 / (hd as f32).sqrt();
+    // A sequence with one row (a decode step) of a grouped-query model takes the query heads
+    // that share a key/value head up to four at a time, so each key and value is read and
+    // converted once for all of them (the four-row helpers give each head exactly what the
+    // one-row ones give).
+    let grouped = |n: usize| n == 1 && n_rep > 1;
+    let per_group = n_rep.div_ceil(G);
     units_at.clear();
     units_at.push(0);
     for s in segs {
         let last = units_at[units_at.len() - 1];
-        units_at.push(last + s.n.div_ceil(G) * nh);
+        units_at.push(last + if grouped(s.n) { nkv * per_group } else { s.n.div_ceil(G) * nh });
     }
     let units = units_at[units_at.len() - 1];
     let units_at = &units_at[..];
@@ -574,6 +580,60 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], segs: &[Seg], tabs: &[
                 let tab = &tabs[seg.tab0..seg.tab0 + seg.tabn];
                 let (n, start) = (seg.n, seg.start);
                 let u = u - units_at[si];
+                if grouped(n) {
+                    let (g, part) = (u / per_group, u % per_group);
+                    let h0 = g * n_rep + part * G;
+                    let k = (n_rep - part * G).min(G);
+                    let (pos, row) = (start, seg.row0);
+                    let lo = lo(pos);
+                    let len = pos + 1 - lo;
+                    if s.len() < G * len + G * hd {
+                        s.resize(G * len.max(kc.len() / kv_out) + G * hd, 0.0);
+                    }
+                    let qh: [&[f32]; G] = std::array::from_fn(|r| {
+                        let h = h0 + r.min(k - 1);
+                        &q[row * nh * hd + h * hd..row * nh * hd + (h + 1) * hd]
+                    });
+                    {
+                        let [s0, s1, s2, s3] = split4(&mut s[..G * len], len);
+                        runs(tab, bs, lo, pos + 1, |sl, t, l| {
+                            let o: [&mut [f32]; G] = [&mut s0[t - lo..], &mut s1[t - lo..], &mut s2[t - lo..], &mut s3[t - lo..]];
+                            kernels::scores4_f16(qh, kc, kv_out, g * hd, sl, sl + l, scale, o);
+                        });
+                    }
+                    let mut inv = [0f32; G];
+                    for (r, iv) in inv.iter_mut().enumerate() {
+                        let sc = &mut s[r * len..(r + 1) * len];
+                        let max = sc.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+                        let mut sum = 0f32;
+                        for sv in sc.iter_mut() {
+                            *sv = (*sv - max).exp();
+                            sum += *sv;
+                        }
+                        *iv = 1.0 / sum;
+                    }
+                    let (s, spare) = s.split_at_mut(G * len);
+                    let mut spare = spare.chunks_exact_mut(hd);
+                    // SAFETY: each (row, head) output slice is written by exactly one unit; the
+                    // heads of a unit are distinct. Heads past `k` (repeats of the last one) go
+                    // to scratch.
+                    let mut o: [&mut [f32]; G] = std::array::from_fn(|r| {
+                        if r < k {
+                            unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(row * nh * hd + (h0 + r) * hd), hd) }
+                        } else {
+                            spare.next().unwrap_or_default()
+                        }
+                    });
+                    for x in o.iter_mut() {
+                        x.fill(0.0);
+                    }
+                    let [o0, o1, o2, o3] = &mut o;
+                    runs(tab, bs, lo, pos + 1, |sl, t, l| {
+                        let p: [&[f32]; G] = std::array::from_fn(|r| &s[r * len + t - lo..(r + 1) * len]);
+                        kernels::values4_f16(p, inv, vc, kv_out, g * hd, sl, sl + l, [&mut **o0, &mut **o1, &mut **o2, &mut **o3]);
+                    });
+                    continue;
+                }
                 let (grp, head) = (u / nh, u % nh);
                 let g = head / n_rep;
                 let i0 = grp * G;
@@ -583,9 +643,10 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], segs: &[Seg], tabs: &[
                 let lens: [usize; G] = std::array::from_fn(|r| pos[r] + 1 - los[r]);
                 let stride = lens[rows - 1].max(lens[0]);
                 if s.len() < G * stride {
-                    // Room for every position the cache holds: growing a key at a time would
-                    // reallocate now and then during decode.
-                    s.resize(G * stride.max(kc.len() / kv_out), 0.0);
+                    // Room for every position the cache holds (and the grouped decode path's
+                    // spare outputs): growing a key at a time would reallocate now and then
+                    // during decode.
+                    s.resize(G * stride.max(kc.len() / kv_out) + G * hd, 0.0);
                 }
                 let qh: [&[f32]; G] = std::array::from_fn(|r| {
                     let i = seg.row0 + i0 + r.min(rows - 1);

@@ -24,9 +24,13 @@
 //! generated): at each of the 384 steps, is our arg-max llama.cpp's token? It differs at 12
 //! steps, llama.cpp's token our runner-up at 11 and third at one, our margin at most 0.339
 //! logits [21 steps, at most 0.191] (`-fa off` reference: 19 steps, at most 0.497).
-//! Pinned as measured (AVX2/AVX-512): at least one prompt identical, every prompt agrees for at
-//! least 6 tokens, 160 agreeing tokens in all (mean 26.7); at most 12 teacher-forced steps
-//! differ, each by less than 0.34 logits.
+//! With the lane kernels (`kernels::lanes`: Q4_0/Q4_1 summed exactly per block, then one fused
+//! multiply-add per block; AVX-512 BITALG machines) the same run gives 16, 37, 25, 8, 8, 64
+//! (mean 26.3, one prompt identical) and 15 teacher-forced steps, our margin at most 0.432:
+//! the same near-ties flipping the other way, within llama.cpp's own `-fa off` spread.
+//! Limits, covering both arithmetics: at least one prompt identical, every prompt agrees for
+//! at least 6 tokens, 150 agreeing tokens in all (mean 25); at most 16 teacher-forced steps
+//! differ, each by less than 0.45 logits.
 
 use anyhow::Result;
 use candle_core::Device;
@@ -124,8 +128,8 @@ fn greedy_matches_llama_cpp() -> Result<()> {
     eprintln!("free-running: {full} of {} prompts identical for 64 tokens, the others agree for {prefixes:?} tokens, mean {mean:.1}", cases.len());
     eprintln!("teacher-forced: our arg-max differs from llama.cpp's token at {flips} of {steps} steps, margin at most {worst:.3}");
     assert!(full >= 1, "no prompt identical to llama.cpp for 64 tokens");
-    assert!(prefixes.iter().sum::<usize>() + 64 * full >= 160, "mean agreement {mean:.1} tokens");
-    assert!(flips <= 12, "{flips} of {steps} teacher-forced steps differ");
-    assert!(worst < 0.34, "a teacher-forced step differs by {worst:.3} logits");
+    assert!(prefixes.iter().sum::<usize>() + 64 * full >= 150, "mean agreement {mean:.1} tokens");
+    assert!(flips <= 16, "{flips} of {steps} teacher-forced steps differ");
+    assert!(worst < 0.45, "a teacher-forced step differs by {worst:.3} logits");
     Ok(())
 }

@@ -19,6 +19,8 @@ mod amx;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 mod dense;
 mod options;
 pub mod pool;
@@ -134,6 +136,18 @@ pub fn has_amx() -> bool {
     cached(&STATE, || {
         #[cfg(target_arch = "x86_64")]
         return has_avx512() && options().amx && amx::available();
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
+/// Whether products of the 32-value formats use the sixteen-rows-at-a-time kernels (AVX-512
+/// as above plus BITALG; [`KernelOptions::lanes`]), for every number of activation rows.
+pub fn has_lanes() -> bool {
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    cached(&STATE, || {
+        #[cfg(target_arch = "x86_64")]
+        return has_avx512() && std::is_x86_feature_detected!("avx512bitalg") && options().lanes;
         #[cfg(not(target_arch = "x86_64"))]
         false
     })
@@ -632,6 +646,16 @@ impl QMatrix {
             return self.product_rows_amx(bytes, acts, out_ptr, range);
         }
         #[cfg(target_arch = "x86_64")]
+        if acts.lanes {
+            // SAFETY: has_lanes() held when `acts` was laid out for these kernels, for this
+            // format (`fits`); chunks start at multiples of 16 rows (`chunk_len`) and each
+            // writes a disjoint range of output columns.
+            unsafe {
+                lanes::range(self.qtype, bytes, self.row_bytes(), range.start, range.end, &acts.q8, &acts.corr, acts.m, out_ptr.0, self.rows);
+            }
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
         if acts.wide {
             return self.product_rows_wide(bytes, acts, out_ptr, range);
         }
@@ -1062,6 +1086,7 @@ thread_local! {
 #[cfg(target_arch = "x86_64")]
 thread_local! {
     static SCRATCH_PAIRS: RefCell<Vec<avx512::Pair>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH_CORR: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
     static SCRATCH_BLOCKK: RefCell<Vec<avx512::BlockK>> = const { RefCell::new(Vec::new()) };
     static SCRATCH_AMX_TILES: RefCell<Vec<amx::Tile>> = const { RefCell::new(Vec::new()) };
     static SCRATCH_AMX_SBS: RefCell<Vec<amx::SbActs>> = const { RefCell::new(Vec::new()) };
@@ -1097,6 +1122,10 @@ pub struct QuantizedActs {
     q8k: Vec<BlockQ8K>,
     /// Laid out for the AVX-512 kernels (`pairs` / `blockk` hold the rows).
     wide: bool,
+    /// Laid out for the sixteen-rows kernels (`lanes`): `q8` plus `corr`.
+    lanes: bool,
+    /// Per block `-off * sum(qs)` for the lane kernels of the offset formats.
+    corr: Vec<i32>,
     /// The weight offset the pair layout was made for (`avx512::offset`).
     off: i32,
     #[cfg(target_arch = "x86_64")]
@@ -1122,6 +1151,12 @@ impl QuantizedActs {
     /// Like [`new`](Self::new), laid out for the AVX-512 kernels when `wide` (which needs
     /// [`has_avx512`]) or for the AVX2/portable ones.
     fn with_kernels(t: QType, x: &[f32], m: usize, cols: usize, wide: bool) -> Self {
+        Self::with_kernels_lanes(t, x, m, cols, wide, has_lanes())
+    }
+
+    /// [`with_kernels`](Self::with_kernels); `lanes`: the sixteen-rows kernels where they
+    /// apply (which needs [`has_lanes`]).
+    fn with_kernels_lanes(t: QType, x: &[f32], m: usize, cols: usize, wide: bool, lanes: bool) -> Self {
         assert_eq!(x.len(), m * cols);
         let k_quant = t.k_quant();
         let mut s = Self {
@@ -1131,6 +1166,8 @@ impl QuantizedActs {
             q8: Vec::new(),
             q8k: Vec::new(),
             wide: false,
+            lanes: false,
+            corr: Vec::new(),
             off: 0,
             #[cfg(target_arch = "x86_64")]
             pairs: Vec::new(),
@@ -1154,6 +1191,11 @@ impl QuantizedActs {
                 quantize_q8(xr, br);
             }
             s.q8 = v;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if wide && !k_quant && lanes::handles(t) && lanes && has_lanes() {
+            s.lay_out_lanes(t);
+            return s;
         }
         #[cfg(target_arch = "x86_64")]
         if wide && amx::use_for(t, m) && has_amx() {
@@ -1189,6 +1231,27 @@ impl QuantizedActs {
         let _ = wide;
         s
     }
+    /// Lay out (quantized 32-value) activations for the lane kernels of format `t`.
+    #[cfg(target_arch = "x86_64")]
+    fn lay_out_lanes(&mut self, t: QType) {
+        self.lanes = true;
+        self.off = lanes::offset(t);
+        if self.off != 0 {
+            let mut c = take_scratch(&SCRATCH_CORR, 0);
+            lanes::corrections(&self.q8, self.off, &mut c);
+            self.corr = c;
+        }
+    }
+
+    /// Activations for the lane kernels of any format they can compute (tests; needs
+    /// [`has_lanes`]).
+    #[cfg(all(test, target_arch = "x86_64"))]
+    fn for_lane_kernels(t: QType, x: &[f32], m: usize, cols: usize) -> Self {
+        let mut s = Self::with_kernels_lanes(t, x, m, cols, false, false);
+        s.lay_out_lanes(t);
+        s
+    }
+
     /// Whether these activations can be used with weights of format `t`: the AVX2/portable
     /// layouts serve every format of their kind (32-value or k-quant); the AVX-512 pair
     /// layout carries the weight offset of its format.
@@ -1199,6 +1262,16 @@ impl QuantizedActs {
         #[cfg(target_arch = "x86_64")]
         if self.amx_g != 0 {
             return amx::handles(t) && amx::groups(t) == self.amx_g;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.lanes {
+            // (Tests run the kernels of every format they compute; in use, only the formats
+            // that go to them take them, so a format never mixes arithmetics.)
+            #[cfg(test)]
+            if lanes::computes(t) {
+                return lanes::offset(t) == self.off;
+            }
+            return lanes::handles(t) && lanes::offset(t) == self.off;
         }
         if !self.wide {
             return true;
@@ -1236,6 +1309,7 @@ impl Drop for QuantizedActs {
         #[cfg(target_arch = "x86_64")]
         {
             return_scratch(&SCRATCH_PAIRS, std::mem::take(&mut self.pairs));
+            return_scratch(&SCRATCH_CORR, std::mem::take(&mut self.corr));
             return_scratch(&SCRATCH_BLOCKK, std::mem::take(&mut self.blockk));
             return_scratch(&SCRATCH_AMX_TILES, std::mem::take(&mut self.amx_tiles));
             return_scratch(&SCRATCH_AMX_SBS, std::mem::take(&mut self.amx_sbs));

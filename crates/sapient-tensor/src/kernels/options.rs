@@ -31,6 +31,9 @@ pub struct KernelOptions {
     /// Allow the AMX kernels for Q4_K/Q6_K batches.
     pub amx: bool,
     pub amx_q6k: AmxQ6k,
+    /// Allow the AVX-512 kernels that take sixteen weight rows at a time for the 32-value
+    /// formats (they need AVX-512 BITALG too; batches of rows cost far less with them).
+    pub lanes: bool,
     /// Prefetch distance into L1, in bytes ahead of the weights being read (0: none).
     pub prefetch_l1: usize,
     /// Prefetch distance into L2, in bytes (0: none).
@@ -51,6 +54,7 @@ impl Default for KernelOptions {
             avx512: true,
             amx: true,
             amx_q6k: AmxQ6k::Auto,
+            lanes: true,
             prefetch_l1: 2048,
             prefetch_l2: 8192,
             huge_pages: true,
@@ -81,6 +85,7 @@ impl KernelOptions {
         o.vnni = !set("SAPIENT_NO_VNNI");
         o.avx512 = !set("SAPIENT_NO_AVX512");
         o.amx = !set("SAPIENT_NO_AMX");
+        o.lanes = !set("SAPIENT_NO_LANES");
         match var("SAPIENT_AMX_Q6K").as_deref() {
             None => {}
             Some("all") => o.amx_q6k = AmxQ6k::All,

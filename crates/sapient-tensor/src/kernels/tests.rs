@@ -218,6 +218,38 @@ fn matmul_matches_f32_within_quantization_error() {
     }
 }
 
+/// The sixteen-rows kernels return their documented arithmetic bit for bit, for every number
+/// of activation rows, whole and partial groups of weight rows, and odd block counts.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn lane_kernels_match_their_reference() {
+    if !has_lanes() {
+        eprintln!("skipped: this CPU has no AVX-512 BITALG (or the lane kernels are off)");
+        return;
+    }
+    for t in ALL.into_iter().filter(|t| lanes::computes(*t)) {
+        for cols in [32, 96, 576] {
+            for (rows, m) in [(1, 1), (15, 1), (16, 3), (37, 1), (37, 9), (130, 17), (48, 8)] {
+                let (w, _) = quantized(t, rows, cols, 5 + cols as u64 + rows as u64);
+                let x = data(m * cols, 6 + m as u64);
+                let acts = QuantizedActs::for_lane_kernels(t, &x, m, cols);
+                let mut out = vec![0f32; m * rows];
+                w.matmul_quantized(&acts, &mut out);
+                let rb = w.row_bytes();
+                w.with_bytes(|b| {
+                    for i in 0..m {
+                        for j in 0..rows {
+                            let want = lanes::reference(t, &b[j * rb..(j + 1) * rb], acts.row_q8(i));
+                            let got = out[i * rows + j];
+                            assert_eq!(got.to_bits(), want.to_bits(), "{t:?} [{rows}x{cols}] x{m} ({i},{j}): {got} vs {want}");
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
 /// A batch of rows gives bit-identical results to the same rows one at a time.
 #[test]
 fn batched_rows_equal_single_rows() {
@@ -293,7 +325,7 @@ fn wide_kernels_match_narrow() {
                 let x = data(m * cols, 8);
                 let narrow = QuantizedActs::with_kernels(t, &x, m, cols, false);
                 let wide = QuantizedActs::with_kernels(t, &x, m, cols, true);
-                assert!((wide.wide || wide.amx_g != 0) && !narrow.wide && narrow.amx_g == 0);
+                assert!((wide.wide || wide.amx_g != 0 || wide.lanes) && !narrow.wide && narrow.amx_g == 0 && !narrow.lanes);
                 let (mut a, mut b) = (vec![0f32; m * rows], vec![0f32; m * rows]);
                 w.matmul_quantized(&narrow, &mut a);
                 w.matmul_quantized(&wide, &mut b);
@@ -304,9 +336,11 @@ fn wide_kernels_match_narrow() {
                         let scale: f32 = wr.iter().zip(&xa).map(|(p, q)| (p * q).abs()).sum::<f32>() + 1e-6;
                         let (n, v) = (a[i * rows + j], b[i * rows + j]);
                         assert!((n - v).abs() <= 2e-5 * scale, "{t:?} [{rows}x{cols}] x{m} ({i},{j}): avx-512 {v} vs {n}");
-                        // The 32-value formats reduce in the AVX2 kernels' order: bit-identical
-                        // (with AVX-VNNI or AVX2 on the narrow side, which agree exactly).
-                        if !t.k_quant() && has_avx2() {
+                        // The row-at-a-time AVX-512 kernels of the 32-value formats reduce in
+                        // the AVX2 kernels' order: bit-identical (with AVX-VNNI or AVX2 on the
+                        // narrow side, which agree exactly). The lane kernels sum each block
+                        // exactly instead (`lane_kernels_match_their_reference`).
+                        if !t.k_quant() && has_avx2() && !wide.lanes {
                             assert_eq!(n.to_bits(), v.to_bits(), "{t:?} [{rows}x{cols}] x{m} ({i},{j}): avx-512 {v} vs {n}");
                         }
                     }
@@ -603,5 +637,67 @@ fn silu_mul_matches_portable_and_f64() {
         let e = (x as f64).exp() as f32;
         let got = exp_approx(x);
         assert!(got == e || (x < -103.0 && got == 0.0), "exp({x}) = {got}, want {e}");
+    }
+}
+
+/// Timing of the lane kernels against the row-at-a-time ones (not a test: run with
+/// `cargo test --release -p sapient-tensor --lib lane_timing -- --ignored --nocapture`).
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn lane_timing() {
+    for t in [QType::Q4_1, QType::Q5_0, QType::Q8_0] {
+        for (rows, cols) in [(896, 896), (4864, 896), (16384, 896), (151936, 896)] {
+            let (w, _) = quantized(t, rows, cols, 1);
+            if std::env::var_os("HUGE").is_some() {
+                huge_pages_for(&[&w]);
+            }
+            for m in [1, 4, 16] {
+                if rows > 100_000 && m > 1 {
+                    continue;
+                }
+                let x = data(m * cols, 2);
+                let mut out = vec![0f32; m * rows];
+                let mut time = |lanes: bool| {
+                    let acts = if lanes { QuantizedActs::for_lane_kernels(t, &x, m, cols) } else { QuantizedActs::with_kernels_lanes(t, &x, m, cols, true, false) };
+                    let reps = (2000 / m).min(4_000_000 / rows).max(20);
+                    let t0 = std::time::Instant::now();
+                    for _ in 0..reps {
+                        w.matmul_quantized(&acts, &mut out);
+                    }
+                    t0.elapsed().as_secs_f64() / reps as f64 * 1e6
+                };
+                let (a, b) = (time(false), time(true));
+                println!("{t:?} {rows}x{cols} m={m}: rows {a:.1} us, lanes {b:.1} us ({:.2}x)", a / b);
+            }
+        }
+    }
+}
+
+/// A decode step's sequence of products (Qwen2.5-0.5B shapes, 24 layers, distinct matrices):
+/// row-at-a-time against lane kernels, one activation row.
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn lane_timing_model() {
+    let t = QType::Q5_0;
+    let shapes = [(896, 896), (128, 896), (128, 896), (896, 896), (4864, 896), (4864, 896)];
+    let mats: Vec<QMatrix> = (0..24).flat_map(|l| shapes.iter().map(move |&(r, c)| quantized(t, r, c, l as u64).0)).collect();
+    let refs: Vec<&QMatrix> = mats.iter().collect();
+    huge_pages_for(&refs);
+    let x = data(896, 2);
+    let mut out = vec![0f32; 4864];
+    for round in 0..3 {
+        for lanes in [false, true] {
+            let acts = if lanes { QuantizedActs::for_lane_kernels(t, &x, 1, 896) } else { QuantizedActs::with_kernels_lanes(t, &x, 1, 896, true, false) };
+            let reps = 50;
+            let t0 = std::time::Instant::now();
+            for _ in 0..reps {
+                for w in &mats {
+                    w.matmul_quantized(&acts, &mut out[..w.rows()]);
+                }
+            }
+            println!("round {round} lanes={lanes}: {:.2} ms per step", t0.elapsed().as_secs_f64() / reps as f64 * 1e3);
+        }
     }
 }

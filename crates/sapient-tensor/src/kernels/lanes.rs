@@ -1,0 +1,392 @@
+//! AVX-512 kernels for the 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) that take sixteen
+//! weight rows at a time, one per 32-bit lane, against any number of activation rows.
+//!
+//! For each block the sixteen rows' values are transposed into eight registers (register
+//! `k`, lane `n`: values `4k..4k + 4` of row `n`), so one `vpdpbusd` with four broadcast
+//! activation bytes advances sixteen dot products by four values, and a block of one
+//! activation row costs eight of them, one conversion and one fused multiply-add for all
+//! sixteen rows. The transposition (16 loads, 8 unpacks, 8 nibble masks) and the scales (one
+//! gather) are paid once per block and shared by every activation row, so the work per
+//! further activation row is ~11 instructions per 512 multiply-adds where the row-at-a-time
+//! kernels of `avx512` spend ~60.
+//!
+//! Arithmetic, the same for every number of activation rows and every grouping of rows
+//! (so a batch is bit-identical to its rows one at a time): per output, the exact integer
+//! sum of each block `S_b` (offset formats corrected in integers: `S_b = Σ u·a - off·Σ a`),
+//! then `acc = fma(S_b, d_w·d_a, acc)` block after block; formats with a minimum add
+//! `accm = fma(m_w, s_a, accm)` in their own chain and return `acc + accm`. [`reference`]
+//! computes the same in plain Rust (the tests compare bit for bit).
+//!
+//! Safety: every function requires AVX-512 F/BW/VL/VNNI/BITALG, FMA and F16C (checked at
+//! run time by the dispatcher, [`super::has_lanes`]); the weight rows hold `acts`' width.
+
+#![allow(clippy::missing_safety_doc, clippy::needless_range_loop, clippy::too_many_arguments)]
+
+use super::quant::{BlockQ8, QType};
+use std::arch::x86_64::*;
+
+/// Most activation rows one kernel pass takes (their accumulators stay in registers; formats
+/// with a minimum keep two per row and take half as many).
+const PASS: usize = 16;
+
+/// A 32-value weight format as these kernels see it.
+trait Fmt {
+    const BYTES: usize;
+    /// Offset that makes the stored values unsigned (subtracted in integers), 0 for formats
+    /// with a minimum.
+    const OFF: i32;
+    const HAS_M: bool;
+    /// Activation rows per pass.
+    const PASS: usize = if Self::HAS_M { PASS / 2 } else { PASS };
+    /// The eight transposed registers of block `base` of the sixteen rows at byte offsets
+    /// `offs` (also as a vector, `voffs`, for gathers).
+    unsafe fn weights(base: *const u8, offs: &[i32; 16], voffs: __m512i) -> [__m512i; 8];
+}
+
+#[inline(always)]
+unsafe fn ld128(p: *const u8) -> __m128i {
+    _mm_loadu_si128(p as *const __m128i)
+}
+
+/// `Z_j` lane `l` = the 16 bytes at `base + at + offs[4l + j]`; transposed so that register
+/// `k` lane `n` is dword `k` of row `n`'s 16 bytes.
+#[inline(always)]
+unsafe fn transpose16(base: *const u8, at: usize, offs: &[i32; 16]) -> [__m512i; 4] {
+    let p = |n: usize| base.add(at).offset(offs[n] as isize);
+    let z = |j: usize| {
+        let v = _mm512_castsi128_si512(ld128(p(j)));
+        let v = _mm512_inserti32x4::<1>(v, ld128(p(4 + j)));
+        let v = _mm512_inserti32x4::<2>(v, ld128(p(8 + j)));
+        _mm512_inserti32x4::<3>(v, ld128(p(12 + j)))
+    };
+    let (z0, z1, z2, z3) = (z(0), z(1), z(2), z(3));
+    let t0 = _mm512_unpacklo_epi32(z0, z1);
+    let t1 = _mm512_unpackhi_epi32(z0, z1);
+    let t2 = _mm512_unpacklo_epi32(z2, z3);
+    let t3 = _mm512_unpackhi_epi32(z2, z3);
+    [_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)]
+}
+
+/// Sixteen rows' 16 nibble bytes at `at` to eight registers of values (low nibbles are values
+/// 0..16, high nibbles 16..32).
+#[inline(always)]
+unsafe fn nibbles(base: *const u8, at: usize, offs: &[i32; 16]) -> [__m512i; 8] {
+    let u = transpose16(base, at, offs);
+    let m = _mm512_set1_epi8(0x0f);
+    let lo = |v: __m512i| _mm512_and_si512(v, m);
+    let hi = |v: __m512i| _mm512_and_si512(_mm512_srli_epi16::<4>(v), m);
+    [lo(u[0]), lo(u[1]), lo(u[2]), lo(u[3]), hi(u[0]), hi(u[1]), hi(u[2]), hi(u[3])]
+}
+
+/// Control bytes for `vpshufbitqmb`: register `k` byte `4n + i` takes bit `4k + i` of row
+/// `n`'s 32 high bits (two rows per 64-bit lane).
+static HIGH_BITS: [[u8; 64]; 8] = {
+    let mut t = [[0u8; 64]; 8];
+    let mut k = 0;
+    while k < 8 {
+        let mut j = 0;
+        while j < 64 {
+            t[k][j] = (32 * ((j % 8) / 4) + 4 * k + j % 4) as u8;
+            j += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// Adds 16 to each value whose high bit is set (`qh`: row `n`'s 32 bits in lane `n`).
+#[inline(always)]
+unsafe fn with_high_bits(w: &mut [__m512i; 8], qh: __m512i) {
+    let sixteen = _mm512_set1_epi8(0x10);
+    for k in 0..8 {
+        let ctl = _mm512_loadu_si512(HIGH_BITS[k].as_ptr() as *const __m512i);
+        let bits = _mm512_bitshuffle_epi64_mask(qh, ctl);
+        w[k] = _mm512_mask_add_epi8(w[k], bits, w[k], sixteen);
+    }
+}
+
+struct Q40;
+struct Q41;
+struct Q50;
+struct Q51;
+struct Q80;
+
+impl Fmt for Q40 {
+    const BYTES: usize = 18;
+    const OFF: i32 = 8;
+    const HAS_M: bool = false;
+    #[inline(always)]
+    unsafe fn weights(base: *const u8, offs: &[i32; 16], _: __m512i) -> [__m512i; 8] {
+        nibbles(base, 2, offs)
+    }
+}
+
+impl Fmt for Q41 {
+    const BYTES: usize = 20;
+    const OFF: i32 = 0;
+    const HAS_M: bool = true;
+    #[inline(always)]
+    unsafe fn weights(base: *const u8, offs: &[i32; 16], _: __m512i) -> [__m512i; 8] {
+        nibbles(base, 4, offs)
+    }
+}
+
+impl Fmt for Q50 {
+    const BYTES: usize = 22;
+    const OFF: i32 = 16;
+    const HAS_M: bool = false;
+    #[inline(always)]
+    unsafe fn weights(base: *const u8, offs: &[i32; 16], voffs: __m512i) -> [__m512i; 8] {
+        let mut w = nibbles(base, 6, offs);
+        with_high_bits(&mut w, _mm512_i32gather_epi32::<1>(voffs, base.add(2) as *const i32));
+        w
+    }
+}
+
+impl Fmt for Q51 {
+    const BYTES: usize = 24;
+    const OFF: i32 = 0;
+    const HAS_M: bool = true;
+    #[inline(always)]
+    unsafe fn weights(base: *const u8, offs: &[i32; 16], voffs: __m512i) -> [__m512i; 8] {
+        let mut w = nibbles(base, 8, offs);
+        with_high_bits(&mut w, _mm512_i32gather_epi32::<1>(voffs, base.add(4) as *const i32));
+        w
+    }
+}
+
+impl Fmt for Q80 {
+    const BYTES: usize = 34;
+    const OFF: i32 = 128;
+    const HAS_M: bool = false;
+    #[inline(always)]
+    unsafe fn weights(base: *const u8, offs: &[i32; 16], _: __m512i) -> [__m512i; 8] {
+        // Z_j = [row j's 32 bytes | row j + 8's]: 128-bit lanes (row j dwords 0..4, 4..8,
+        // row j + 8 dwords 0..4, 4..8). In-lane 4x4 transposes of Z_0..Z_3 and of Z_4..Z_7,
+        // then one two-source permute per register puts rows 0..16 in order.
+        let p = |n: usize| base.add(2).offset(offs[n] as isize);
+        let z = |j: usize| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm256_loadu_si256(p(j) as *const __m256i)), _mm256_loadu_si256(p(j + 8) as *const __m256i));
+        let tr = |z0: __m512i, z1: __m512i, z2: __m512i, z3: __m512i| {
+            let t0 = _mm512_unpacklo_epi32(z0, z1);
+            let t1 = _mm512_unpackhi_epi32(z0, z1);
+            let t2 = _mm512_unpacklo_epi32(z2, z3);
+            let t3 = _mm512_unpackhi_epi32(z2, z3);
+            [_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)]
+        };
+        // u[k] lanes: rows 0..4 dword k, rows 0..4 dword 4 + k, rows 8..12 dword k, rows
+        // 8..12 dword 4 + k; v[k] the same for rows 4..8 and 12..16.
+        let u = tr(z(0), z(1), z(2), z(3));
+        let v = tr(z(4), z(5), z(6), z(7));
+        // 64-bit lane indices: 128-bit lanes (u.0, v.0, u.2, v.2) and (u.1, v.1, u.3, v.3).
+        let lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+        let hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+        let f = |x: __m512i| _mm512_xor_si512(x, _mm512_set1_epi8(-128));
+        let a = |k: usize| f(_mm512_permutex2var_epi64(u[k], lo, v[k]));
+        let b = |k: usize| f(_mm512_permutex2var_epi64(u[k], hi, v[k]));
+        [a(0), a(1), a(2), a(3), b(0), b(1), b(2), b(3)]
+    }
+}
+
+#[inline(always)]
+unsafe fn rd32(p: *const i8) -> i32 {
+    std::ptr::read_unaligned(p as *const i32)
+}
+
+/// Sixteen weight rows starting at `p` (`nvalid` of them real; the others repeat the last and
+/// are not stored) against `R` activation rows: `outs[r][n]` for row `n`.
+#[inline(always)]
+unsafe fn group<F: Fmt, const R: usize>(p: *const u8, rb: usize, nvalid: usize, nb: usize, acts: [*const BlockQ8; R], corr: [*const i32; R], outs: [*mut f32; R], next: *const u8) {
+    let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let rows = _mm512_min_epi32(lane, _mm512_set1_epi32(nvalid as i32 - 1));
+    let voffs = _mm512_mullo_epi32(rows, _mm512_set1_epi32(rb as i32));
+    let offs: [i32; 16] = std::mem::transmute(voffs);
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut accm = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        let base = p.add(b * F::BYTES);
+        // The next sixteen rows into L2 in the order they will be read: each row's line
+        // past this block's bytes whenever the block crosses a line of the row.
+        let at = b * F::BYTES;
+        if b == 0 || at / 64 != (at - F::BYTES) / 64 {
+            let ahead = if b == 0 { 0 } else { 64 };
+            for n in 0..16 {
+                _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(n * rb + at + ahead) as *const i8);
+            }
+        }
+        let hdr = _mm512_i32gather_epi32::<1>(voffs, base as *const i32);
+        let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
+        let mw = if F::HAS_M { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(hdr))) } else { _mm512_setzero_ps() };
+        let w = F::weights(base, &offs, voffs);
+        for r in 0..R {
+            let a = &*acts[r].add(b);
+            let mut s = if F::OFF != 0 { _mm512_set1_epi32(*corr[r].add(b)) } else { _mm512_setzero_si512() };
+            let q = a.qs.as_ptr();
+            for k in 0..8 {
+                s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(rd32(q.add(4 * k))));
+            }
+            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[r]);
+            if F::HAS_M {
+                accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s), accm[r]);
+            }
+        }
+    }
+    let mask: __mmask16 = if nvalid >= 16 { 0xffff } else { (1u16 << nvalid) - 1 };
+    for r in 0..R {
+        let v = if F::HAS_M { _mm512_add_ps(acc[r], accm[r]) } else { acc[r] };
+        _mm512_mask_storeu_ps(outs[r], mask, v);
+    }
+}
+
+/// Dispatch on the number of activation rows (1..=PASS).
+macro_rules! by_rows {
+    ($fmt:ty, $r:expr, $p:expr, $rb:expr, $nv:expr, $nb:expr, $acts:expr, $corr:expr, $outs:expr, $next:expr) => {{
+        let (a, c, o) = ($acts, $corr, $outs);
+        macro_rules! go {
+            ($n:literal) => {
+                group::<$fmt, $n>($p, $rb, $nv, $nb, std::array::from_fn(|i| a[i]), std::array::from_fn(|i| c[i]), std::array::from_fn(|i| o[i]), $next)
+            };
+        }
+        match $r {
+            1 => go!(1),
+            2 => go!(2),
+            3 => go!(3),
+            4 => go!(4),
+            5 => go!(5),
+            6 => go!(6),
+            7 => go!(7),
+            8 => go!(8),
+            9 => go!(9),
+            10 => go!(10),
+            11 => go!(11),
+            12 => go!(12),
+            13 => go!(13),
+            14 => go!(14),
+            15 => go!(15),
+            _ => go!(16),
+        }
+    }};
+}
+
+#[inline(never)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512bitalg,avx2,fma,f16c")]
+unsafe fn range_of<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, acts: &[BlockQ8], corr: &[i32], m: usize, out: *mut f32, out_stride: usize) {
+    debug_assert!(w.len() >= r1 * rb && r0.is_multiple_of(16));
+    let nb = rb / F::BYTES;
+    debug_assert_eq!(acts.len(), m * nb);
+    let p = w.as_ptr();
+    // The first sixteen rows are read before any prefetch of the loop below reaches them:
+    // ask for them (into L2, their first lines into L1) up front, as the decode of a small
+    // matrix otherwise starts with a row of misses per thread and matrix.
+    let first = p.add(r0 * rb);
+    let len = (r1 - r0).min(16) * rb;
+    let mut off = 0;
+    while off < len {
+        _mm_prefetch::<_MM_HINT_T1>(first.add(off) as *const i8);
+        off += 64;
+    }
+    for n in 0..(r1 - r0).min(16) {
+        _mm_prefetch::<_MM_HINT_T0>(first.add(n * rb) as *const i8);
+        _mm_prefetch::<_MM_HINT_T0>(first.add(n * rb).wrapping_add(64) as *const i8);
+    }
+    let mut g = r0;
+    while g < r1 {
+        let nvalid = (r1 - g).min(16);
+        let gp = p.add(g * rb);
+        let next = gp.wrapping_add(16 * rb);
+        let mut a0 = 0;
+        while a0 < m {
+            let r = (m - a0).min(F::PASS);
+            let ap: [*const BlockQ8; PASS] = std::array::from_fn(|i| acts.as_ptr().add((a0 + i.min(r - 1)) * nb));
+            let cp: [*const i32; PASS] = std::array::from_fn(|i| if corr.is_empty() { std::ptr::null() } else { corr.as_ptr().add((a0 + i.min(r - 1)) * nb) });
+            let op: [*mut f32; PASS] = std::array::from_fn(|i| out.add((a0 + i.min(r - 1)) * out_stride + g));
+            by_rows!(F, r, gp, rb, nvalid, nb, ap, cp, op, next);
+            a0 += r;
+        }
+        g += 16;
+    }
+}
+
+/// Output columns (weight rows) `r0..r1` of the product of weights `w` (format `t`, rows of
+/// `rb` bytes; `r0` a multiple of 16) with `m` activation rows (`acts`: `m` rows of `rb /
+/// bytes-per-block` blocks; `corr`: per block `-offset * sum(qs)` for the offset formats,
+/// empty otherwise), into `out[i * out_stride + j]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512bitalg,avx2,fma,f16c")]
+pub unsafe fn range(t: QType, w: &[u8], rb: usize, r0: usize, r1: usize, acts: &[BlockQ8], corr: &[i32], m: usize, out: *mut f32, out_stride: usize) {
+    match t {
+        QType::Q4_0 => range_of::<Q40>(w, rb, r0, r1, acts, corr, m, out, out_stride),
+        QType::Q4_1 => range_of::<Q41>(w, rb, r0, r1, acts, corr, m, out, out_stride),
+        QType::Q5_0 => range_of::<Q50>(w, rb, r0, r1, acts, corr, m, out, out_stride),
+        QType::Q5_1 => range_of::<Q51>(w, rb, r0, r1, acts, corr, m, out, out_stride),
+        QType::Q8_0 => range_of::<Q80>(w, rb, r0, r1, acts, corr, m, out, out_stride),
+        _ => unreachable!("the lane kernels take the 32-value formats"),
+    }
+}
+
+/// Whether products of format `t` go to the lane kernels. Q4_0 and Q4_1 do. The others have
+/// kernels here (tested) but are left to the row-at-a-time ones: in a whole decode step of
+/// Qwen2.5-0.5B (Q5_0 and Q8_0 weights streamed from memory) one activation row took ~15%
+/// longer through these, and a sequence decoded alone must use the batch's arithmetic.
+pub fn handles(t: QType) -> bool {
+    matches!(t, QType::Q4_0 | QType::Q4_1)
+}
+
+/// Every format the lane kernels can compute (for the tests).
+#[cfg(test)]
+pub fn computes(t: QType) -> bool {
+    matches!(t, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0)
+}
+
+/// The offset subtracted in integers for format `t` (0: the format has a minimum).
+pub fn offset(t: QType) -> i32 {
+    match t {
+        QType::Q4_0 => Q40::OFF,
+        QType::Q5_0 => Q50::OFF,
+        QType::Q8_0 => Q80::OFF,
+        _ => 0,
+    }
+}
+
+/// `-offset * sum(qs)` of each block (the integer correction of the offset formats).
+pub fn corrections(blocks: &[BlockQ8], off: i32, out: &mut Vec<i32>) {
+    out.clear();
+    out.extend(blocks.iter().map(|b| -off * b.qs.iter().map(|&q| q as i32).sum::<i32>()));
+}
+
+/// The lane kernels' arithmetic in plain Rust, for one weight row (format `t`) and one
+/// activation row: what they return, bit for bit.
+#[cfg(test)]
+pub fn reference(t: QType, w: &[u8], act: &[BlockQ8]) -> f32 {
+    let bytes = t.block_bytes();
+    let f16 = |p: &[u8]| half::f16::from_bits(u16::from_le_bytes([p[0], p[1]])).to_f32();
+    let (mut acc, mut accm) = (0f32, 0f32);
+    for (blk, a) in w.chunks_exact(bytes).zip(act) {
+        let d = f16(blk);
+        let (vals, m): ([i32; 32], f32) = match t {
+            QType::Q4_0 | QType::Q4_1 => {
+                let qs = &blk[if t == QType::Q4_0 { 2 } else { 4 }..];
+                (std::array::from_fn(|i| (if i < 16 { qs[i] & 15 } else { qs[i - 16] >> 4 }) as i32), if t == QType::Q4_1 { f16(&blk[2..]) } else { 0.0 })
+            }
+            QType::Q5_0 | QType::Q5_1 => {
+                let (qh_at, qs_at) = if t == QType::Q5_0 { (2, 6) } else { (4, 8) };
+                let qh = u32::from_le_bytes([blk[qh_at], blk[qh_at + 1], blk[qh_at + 2], blk[qh_at + 3]]);
+                let qs = &blk[qs_at..];
+                let v = |i: usize| (if i < 16 { qs[i] & 15 } else { qs[i - 16] >> 4 }) as i32 + 16 * ((qh >> i) & 1) as i32;
+                (std::array::from_fn(v), if t == QType::Q5_1 { f16(&blk[2..]) } else { 0.0 })
+            }
+            QType::Q8_0 => (std::array::from_fn(|i| blk[2 + i] as i8 as i32 + 128), 0.0),
+            _ => unreachable!("the lane kernels take the 32-value formats"),
+        };
+        let off = offset(t);
+        let s: i32 = vals.iter().zip(&a.qs).map(|(&v, &q)| v * q as i32).sum::<i32>() - off * a.qs.iter().map(|&q| q as i32).sum::<i32>();
+        acc = (s as f32).mul_add(d * a.d, acc);
+        if t == QType::Q4_1 || t == QType::Q5_1 {
+            accm = m.mul_add(a.s, accm);
+        }
+    }
+    if t == QType::Q4_1 || t == QType::Q5_1 {
+        acc + accm
+    } else {
+        acc
+    }
+}
