@@ -60,8 +60,10 @@ fn chat_samples_with_recommended_settings() {
 
 #[test]
 fn a_looping_answer_is_stopped() {
-    // Greedy SmolLM2 goes round two paragraphs about pi in its second answer.
-    let input = "What is pi?\nTell me more about it.\n";
+    // Greedy SmolLM2 goes round the same paragraphs about the moon in its second answer (a
+    // near-tie flipped by a kernel's rounding can move which prompt loops: the test needs one
+    // that does).
+    let input = "Tell me about the moon.\nTell me more about it.\n";
     let out = chat(&["--temperature", "0", "-n", "400"], input);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
