@@ -301,9 +301,11 @@ fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, 
     let pipe = llm.engine.pipeline();
     let (mut cfg, n) = req.sampling.check(st, pipe.info().vocab_size)?;
     let (fns, choice) = tools::parse(req.tools.as_ref(), req.tool_choice.as_ref())?;
-    let use_tools = choice != tools::Choice::None;
+    // Tools offered are described in the prompt even with tool_choice none (then the
+    // constraint keeps calls out of the answer).
+    let use_tools = !fns.is_empty();
     let format = response_format(req.response_format.as_ref())?;
-    if use_tools && format.is_some() {
+    if choice != tools::Choice::None && format.is_some() {
         return Err(ApiError::invalid_param("response_format", "response_format cannot be combined with tools (set tool_choice to 'none' to get structured text)"));
     }
     let native = llm.template_tools;
@@ -328,7 +330,11 @@ fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, 
     }
     let text = template.render(&msgs, &ropts).map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
     let ids = pipe.tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let grammar = if use_tools { tools::grammar(&fns, &choice, req.parallel_tool_calls.unwrap_or(true), JsonOptions::default())? } else { format };
+    let grammar = match choice {
+        tools::Choice::None if use_tools && format.is_none() => Some(Grammar::new(&Expr::text_without(tools::OPEN)).map_err(|e| tools::schema_error("tools", e))?),
+        tools::Choice::None => format,
+        _ => tools::grammar(&fns, &choice, req.parallel_tool_calls.unwrap_or(true), JsonOptions::default())?,
+    };
     cfg.constraint = grammar.map(Arc::new);
     Ok(Prepared {
         prompts: vec![ids],
@@ -336,7 +342,7 @@ fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, 
         n,
         stream: req.sampling.stream.unwrap_or(false),
         include_usage: req.sampling.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
-        tools: use_tools,
+        tools: choice != tools::Choice::None,
     })
 }
 
@@ -498,7 +504,7 @@ fn usage(results: &[&Generation], groups: usize, n: usize) -> Value {
     // The prompt of each group counts once, as OpenAI counts it.
     let prompt: usize = results.iter().step_by(n.max(1)).take(groups).map(|g| g.stats.prompt_tokens).sum();
     let cached: usize = results.iter().step_by(n.max(1)).take(groups).map(|g| g.stats.reused_prompt_tokens).sum();
-    let completion: usize = results.iter().map(|g| g.stats.generated_tokens).sum();
+    let completion: usize = results.iter().map(|g| g.tokens.len()).sum();
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,

@@ -288,7 +288,7 @@ pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if path.is_empty() || path == "." {
+        if inner.is_syntax() || inner.is_eof() || path.is_empty() || path == "." || path == "?" {
             ApiError::bad_request(format!("invalid JSON body: {inner}"))
         } else {
             ApiError::invalid_param(path.clone(), format!("invalid '{path}': {inner}"))

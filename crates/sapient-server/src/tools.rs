@@ -281,7 +281,9 @@ impl Parser {
                         // Cut short (max_tokens): what there is.
                         match *header {
                             Some(h) => {
-                                let args = args_text(&self.buf[h..]);
+                                let rest = &self.buf[h..];
+                                let rest = &rest[..rest.len() - partial_suffix(rest, CLOSE)];
+                                let args = args_text(rest);
                                 if *emitted < args.len() && args.is_char_boundary(*emitted) {
                                     out.push(Piece::CallArgs { index, text: args[*emitted..].to_string() });
                                 }
@@ -435,6 +437,15 @@ mod tests {
                 vec![("get_weather".into(), "{\"city\":\"Paris\",\"unit\":\"c\"}".into()), ("time".into(), "{}".into())],
                 "step {step}"
             );
+        }
+    }
+
+    #[test]
+    fn a_call_cut_short_keeps_its_arguments_only() {
+        for step in [1, 3, 1000] {
+            let (content, calls) = parse_in_pieces("<tool_call>\n{\"name\":\"f\",\"arguments\":{\"a\":1}}\n</tool_c", step);
+            assert_eq!(content, "");
+            assert_eq!(calls, vec![("f".to_string(), "{\"a\":1}".to_string())], "step {step}");
         }
     }
 
