@@ -12,6 +12,21 @@ pub struct ServeArgs {
     /// requests that name no model).
     #[arg(short, long = "model", default_value = "smollm2-135m-instruct")]
     models: Vec<String>,
+    /// A sentence embedder for /v1/embeddings (preset such as all-minilm-l6-v2, file or
+    /// directory; NAME=REFERENCE to name it; repeatable).
+    #[arg(long = "embed-model")]
+    embed_models: Vec<String>,
+    /// A Whisper model for /v1/audio/transcriptions and /translations (e.g. whisper-tiny.en;
+    /// NAME=REFERENCE; repeatable).
+    #[arg(long = "whisper-model")]
+    whisper_models: Vec<String>,
+    /// A Kokoro model for /v1/audio/speech (kokoro-82m or its directory; NAME=REFERENCE;
+    /// repeatable).
+    #[arg(long = "tts-model")]
+    tts_models: Vec<String>,
+    /// Largest audio upload, in MiB.
+    #[arg(long, default_value_t = 25)]
+    max_audio_mib: usize,
     /// Address to bind (127.0.0.1: this machine only; 0.0.0.0 to serve the network).
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -54,6 +69,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         max_body_bytes: args.max_body_mib.max(1) << 20,
         max_tokens_limit: args.max_tokens_limit.max(1),
         max_queue: args.max_queue.max(1),
+        max_audio_bytes: args.max_audio_mib.max(1) << 20,
         ..ServerOptions::default()
     };
     let server = Server::new(opts);
@@ -68,10 +84,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let device: DeviceRequest = args.device.parse()?;
     let mut llms = Vec::new();
     for spec in &args.models {
-        let (name, reference) = match spec.split_once('=') {
-            Some((n, r)) if !n.is_empty() && !std::path::Path::new(spec).exists() => (n.to_string(), r.to_string()),
-            _ => (spec.clone(), spec.clone()),
-        };
+        let (name, reference) = named(spec);
         eprintln!("loading {reference} as '{name}' ...");
         let popts = PipelineOptions { device: device.clone(), max_seq_len: args.ctx, ..PipelineOptions::default() };
         let r2 = reference.clone();
@@ -82,8 +95,48 @@ async fn serve(args: ServeArgs) -> Result<()> {
         let engine = Engine::new(&pipe, eopts).with_context(|| format!("starting the engine for '{name}'"))?;
         llms.push(Llm::new(name, engine));
     }
-    server.set_models(Models { llms })?;
-    eprintln!("ready: http://{local}/v1 (models: {})", args.models.join(", "));
+    let mut models = Models { llms, ..Models::default() };
+    for spec in &args.embed_models {
+        let (name, reference) = named(spec);
+        eprintln!("loading {reference} as '{name}' ...");
+        let r2 = reference.clone();
+        let e = tokio::task::spawn_blocking(move || sapient_embed::Embedder::load(&r2, Default::default(), &mut |_| {}))
+            .await?
+            .with_context(|| format!("loading embedding model '{reference}'"))?;
+        models.embedders.push((name, e));
+    }
+    for spec in &args.whisper_models {
+        let (name, reference) = named(spec);
+        eprintln!("loading {reference} as '{name}' ...");
+        let r2 = reference.clone();
+        let t = tokio::task::spawn_blocking(move || sapient_whisper::Transcriber::load(&r2, &candle_core::Device::Cpu, &mut |_| {}))
+            .await?
+            .with_context(|| format!("loading Whisper model '{reference}'"))?;
+        models.transcribers.push((name, t));
+    }
+    for spec in &args.tts_models {
+        let (name, reference) = named(spec);
+        eprintln!("loading {reference} as '{name}' ...");
+        let r2 = reference.clone();
+        let t = tokio::task::spawn_blocking(move || -> Result<sapient_kokoro::KokoroTts> {
+            let resolved = sapient_hub::Hub::new()?.resolve(&r2, &mut |_| {})?;
+            let dir = if resolved.dir.is_dir() { resolved.dir.clone() } else { resolved.file("onnx")?.parent().map(|p| p.to_path_buf()).unwrap_or_default() };
+            Ok(sapient_kokoro::KokoroTts::from_dir(&dir, &candle_core::Device::Cpu)?)
+        })
+        .await?
+        .with_context(|| format!("loading Kokoro model '{reference}'"))?;
+        models.tts.push((name, t));
+    }
+    server.set_models(models)?;
+    eprintln!("ready: http://{local}/v1");
     serving.await??;
     Ok(())
+}
+
+/// `NAME=REFERENCE` or `REFERENCE` (named after itself).
+fn named(spec: &str) -> (String, String) {
+    match spec.split_once('=') {
+        Some((n, r)) if !n.is_empty() && !std::path::Path::new(spec).exists() => (n.to_string(), r.to_string()),
+        _ => (spec.to_string(), spec.to_string()),
+    }
 }

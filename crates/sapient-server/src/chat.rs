@@ -55,6 +55,8 @@ struct Sampling {
     logprobs: Option<Value>,
     top_logprobs: Option<i64>,
     user: Option<String>,
+    /// Not OpenAI's (llama.cpp's and vLLM's): keep going past end-of-sequence, up to max_tokens.
+    ignore_eos: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -176,7 +178,7 @@ impl Sampling {
         if let Some(u) = &self.user {
             tracing::debug!(user = %u, "request user");
         }
-        Ok((GenerationConfig { max_tokens: max, sampling, stop, ..GenerationConfig::default() }, n as usize))
+        Ok((GenerationConfig { max_tokens: max, sampling, stop, ignore_eos: self.ignore_eos.unwrap_or(false), ..GenerationConfig::default() }, n as usize))
     }
 }
 

@@ -16,13 +16,14 @@
 //! let serving = tokio::spawn(server.clone().serve(listener, std::future::pending()));
 //! let pipe = Pipeline::from_pretrained("smollm2-135m-instruct")?;
 //! let engine = Engine::new(&pipe, EngineOptions::default())?;
-//! server.set_models(Models { llms: vec![Llm::new("smollm2-135m-instruct", engine)] })?; // now ready
+//! server.set_models(Models { llms: vec![Llm::new("smollm2-135m-instruct", engine)], ..Models::default() })?; // now ready
 //! serving.await??;
 //! # Ok(()) }
 //! ```
 
 mod chat;
 mod error;
+mod media;
 pub mod metrics;
 pub mod tools;
 
@@ -52,11 +53,13 @@ pub struct ServerOptions {
     pub max_queue: usize,
     /// Most choices (`n`) per request.
     pub max_n: usize,
+    /// Largest audio upload in bytes (`/v1/audio/*`).
+    pub max_audio_bytes: usize,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        Self { api_key: None, max_body_bytes: 2 << 20, max_tokens_limit: 4096, max_queue: 256, max_n: 8 }
+        Self { api_key: None, max_body_bytes: 2 << 20, max_tokens_limit: 4096, max_queue: 256, max_n: 8, max_audio_bytes: 25 << 20 }
     }
 }
 
@@ -90,20 +93,48 @@ impl Llm {
     }
 }
 
-/// The models a server answers with.
+/// The models a server answers with, each under a name (the `model` field routes).
 #[derive(Default)]
 pub struct Models {
     pub llms: Vec<Llm>,
+    pub embedders: Vec<(String, sapient_embed::Embedder)>,
+    pub transcribers: Vec<(String, sapient_whisper::Transcriber)>,
+    pub tts: Vec<(String, sapient_kokoro::KokoroTts)>,
 }
 
 /// The models once loaded, shared with requests in flight.
 pub(crate) struct Loaded {
     pub(crate) llms: Vec<Arc<Llm>>,
+    pub(crate) embedders: Vec<(String, Arc<sapient_embed::Embedder>)>,
+    pub(crate) transcribers: Vec<(String, Arc<sapient_whisper::Transcriber>)>,
+    pub(crate) tts: Vec<(String, Arc<sapient_kokoro::KokoroTts>)>,
+    created: u64,
 }
 
 impl Loaded {
     fn ids(&self) -> Vec<String> {
-        self.llms.iter().map(|l| l.id.clone()).collect()
+        let mut v: Vec<String> = self.llms.iter().map(|l| l.id.clone()).collect();
+        v.extend(self.embedders.iter().map(|e| e.0.clone()));
+        v.extend(self.transcribers.iter().map(|e| e.0.clone()));
+        v.extend(self.tts.iter().map(|e| e.0.clone()));
+        v
+    }
+    /// The model of one kind a request names (the first of that kind when it names none, or
+    /// names one the OpenAI way such as `whisper-1`, `tts-1` or `text-embedding-3-small`
+    /// while only one of that kind is loaded).
+    pub(crate) fn find<'a, T>(&self, list: &'a [(String, Arc<T>)], name: Option<&str>, kind: &str) -> Result<(&'a str, &'a Arc<T>), ApiError> {
+        let hit = match name {
+            None | Some("") => list.first(),
+            Some(n) => list.iter().find(|(id, _)| id == n).or_else(|| {
+                let openai = ["whisper-1", "tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002"];
+                if openai.contains(&n) && list.len() == 1 { list.first() } else { None }
+            }),
+        };
+        match hit {
+            Some((id, m)) => Ok((id.as_str(), m)),
+            None if list.is_empty() => Err(ApiError::not_found(format!("this server has no {kind} model")).with_code("model_not_found")),
+            None => Err(ApiError::model_not_found(name.unwrap_or_default(), &self.ids())),
+        }
     }
     /// The language model a request names (the first one when it names none).
     pub(crate) fn llm(&self, name: Option<&str>) -> Result<&Arc<Llm>, ApiError> {
@@ -141,12 +172,20 @@ impl Server {
     /// Install the models; the server is ready from now on.
     pub fn set_models(&self, models: Models) -> Result<(), Error> {
         let mut seen = std::collections::HashSet::new();
-        for l in &models.llms {
-            if !seen.insert(l.id.clone()) {
-                return Err(Error::DuplicateModel(l.id.clone()));
+        let names = models.llms.iter().map(|l| &l.id).chain(models.embedders.iter().map(|e| &e.0)).chain(models.transcribers.iter().map(|e| &e.0)).chain(models.tts.iter().map(|e| &e.0));
+        for id in names {
+            if !seen.insert(id.clone()) {
+                return Err(Error::DuplicateModel(id.clone()));
             }
         }
-        let loaded = Loaded { llms: models.llms.into_iter().map(Arc::new).collect() };
+        let arc = |v: Vec<(String, _)>| v.into_iter().map(|(n, m)| (n, Arc::new(m))).collect();
+        let loaded = Loaded {
+            llms: models.llms.into_iter().map(Arc::new).collect(),
+            embedders: arc(models.embedders),
+            transcribers: models.transcribers.into_iter().map(|(n, m)| (n, Arc::new(m))).collect(),
+            tts: models.tts.into_iter().map(|(n, m)| (n, Arc::new(m))).collect(),
+            created: unix_now(),
+        };
         self.state.models.set(loaded).map_err(|_| Error::AlreadyReady)
     }
 
@@ -168,6 +207,13 @@ impl Server {
             .route("/v1/models/{id}", get(get_model))
             .route("/v1/chat/completions", post(chat::chat_completions))
             .route("/v1/completions", post(chat::completions))
+            .route("/v1/embeddings", post(media::embeddings))
+            .route("/v1/audio/speech", post(media::speech))
+            .route(
+                "/v1/audio/transcriptions",
+                post(media::transcriptions).layer(DefaultBodyLimit::max(st.opts.max_audio_bytes)),
+            )
+            .route("/v1/audio/translations", post(media::translations).layer(DefaultBodyLimit::max(st.opts.max_audio_bytes)))
             .route("/metrics", get(metrics_text))
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
@@ -248,12 +294,17 @@ fn model_object(id: &str, created: u64) -> serde_json::Value {
 
 async fn list_models(State(st): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let m = st.models()?;
-    let data: Vec<serde_json::Value> = m.llms.iter().map(|l| model_object(&l.id, l.created)).collect();
+    let mut data: Vec<serde_json::Value> = m.llms.iter().map(|l| model_object(&l.id, l.created)).collect();
+    let others = m.embedders.iter().map(|e| &e.0).chain(m.transcribers.iter().map(|e| &e.0)).chain(m.tts.iter().map(|e| &e.0));
+    data.extend(others.map(|id| model_object(id, m.created)));
     Ok(axum::Json(serde_json::json!({"object": "list", "data": data})).into_response())
 }
 
 async fn get_model(State(st): State<Arc<AppState>>, axum::extract::Path(id): axum::extract::Path<String>) -> Result<Response, ApiError> {
     let m = st.models()?;
+    if !m.llms.iter().any(|l| l.id == id) && m.ids().contains(&id) {
+        return Ok(axum::Json(model_object(&id, m.created)).into_response());
+    }
     let l = m.llm(Some(&id))?;
     Ok(axum::Json(model_object(&l.id, l.created)).into_response())
 }

@@ -41,7 +41,7 @@ pub async fn start(opts: ServerOptions) -> Result<TestServer> {
     tokio::spawn(server.clone().serve(listener, async move {
         let _ = rx.await;
     }));
-    server.set_models(Models { llms: vec![Llm::new(MODEL, engine)] })?;
+    server.set_models(Models { llms: vec![Llm::new(MODEL, engine)], ..Models::default() })?;
     Ok(TestServer { addr, server, stop: Some(stop) })
 }
 
@@ -69,7 +69,7 @@ impl Reply {
 
 pub fn request_bytes(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
     let mut r = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
-    if !body.is_empty() {
+    if !body.is_empty() && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type")) {
         r.push_str("Content-Type: application/json\r\n");
     }
     for (k, v) in headers {
