@@ -86,7 +86,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
     for spec in &args.models {
         let (name, reference) = named(spec);
         eprintln!("loading {reference} as '{name}' ...");
-        let popts = PipelineOptions { device: device.clone(), max_seq_len: args.ctx, ..PipelineOptions::default() };
+        let popts = PipelineOptions { device, max_seq_len: args.ctx, ..PipelineOptions::default() };
         let r2 = reference.clone();
         let pipe = tokio::task::spawn_blocking(move || Pipeline::load(&r2, popts, |_| {}))
             .await?

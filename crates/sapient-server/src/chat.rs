@@ -650,11 +650,14 @@ fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
+/// One handle's events, tagged with its index.
+type Tagged = std::pin::Pin<Box<dyn futures::Stream<Item = (usize, Event)> + Send>>;
+
 /// Every handle's events, tagged with the handle's index, as they come.
-fn merged(handles: Vec<RequestHandle>) -> futures::stream::SelectAll<std::pin::Pin<Box<dyn futures::Stream<Item = (usize, Event)> + Send>>> {
+fn merged(handles: Vec<RequestHandle>) -> futures::stream::SelectAll<Tagged> {
     futures::stream::select_all(handles.into_iter().enumerate().map(|(i, h)| {
         let s = futures::stream::unfold(h, |mut h| async move { h.next().await.map(|e| (e, h)) }).map(move |e| (i, e));
-        Box::pin(s) as std::pin::Pin<Box<dyn futures::Stream<Item = (usize, Event)> + Send>>
+        Box::pin(s) as Tagged
     }))
 }
 

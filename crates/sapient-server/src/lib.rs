@@ -346,3 +346,8 @@ pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(
         }
     })
 }
+
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;
