@@ -17,6 +17,7 @@ mod embed;
 #[cfg(feature = "microphone")]
 mod listen;
 mod chat;
+mod serve;
 mod speak;
 mod transcribe;
 
@@ -74,6 +75,9 @@ enum Cmd {
     Embed(embed::EmbedArgs),
     /// The passages of a vector index closest to a query.
     Search(embed::SearchArgs),
+    /// An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /v1/models,
+    /// /health, /metrics) on 127.0.0.1:8080 unless told otherwise.
+    Serve(serve::ServeArgs),
     /// Live speech to text from a microphone (built with the `microphone` feature).
     #[cfg(feature = "microphone")]
     Listen(listen::ListenArgs),
@@ -455,6 +459,7 @@ fn main() -> Result<()> {
         Cmd::Speak(args) => speak::run(args)?,
         Cmd::Embed(args) => embed::embed(args)?,
         Cmd::Search(args) => embed::search(args)?,
+        Cmd::Serve(args) => serve::run(args)?,
         #[cfg(feature = "microphone")]
         Cmd::Listen(args) => listen::run(args)?,
         Cmd::Models => {

@@ -9,6 +9,7 @@ mod embed;
 mod kernels;
 mod llm;
 mod sample;
+mod serve;
 mod spec;
 mod tts;
 mod whisper;
@@ -38,6 +39,9 @@ pub enum Suite {
     /// Constrained-generation mask time per token (JSON schema, regex, free JSON) on the
     /// SmolLM2 and Qwen vocabularies.
     Sample(sample::Args),
+    /// `sapient serve` against llama.cpp's `llama-server` (same GGUF): N concurrent streaming
+    /// clients on loopback; time to first token, inter-token latency, aggregate tokens/s, errors.
+    Serve(serve::Args),
     /// Plain vs speculative vs prompt-lookup decoding (Qwen2.5-Coder 1.5B with the 0.5B draft).
     Spec(spec::Args),
     /// Kokoro-82M real-time factor and time to first audio against onnxruntime on the same
@@ -77,6 +81,7 @@ pub fn run(args: Args) -> Result<()> {
         Suite::Kernels(a) => kernels::run(a),
         Suite::Llm(a) => llm::run(a),
         Suite::Sample(a) => sample::run(a),
+        Suite::Serve(a) => serve::run(a),
         Suite::Spec(a) => spec::run(a),
         Suite::Tts(a) => tts::run(a),
         Suite::Whisper(a) => whisper::run(a),

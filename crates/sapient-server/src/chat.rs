@@ -1,0 +1,759 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`.
+
+use crate::error::{from_generate, ApiError};
+use crate::tools::{self, Piece};
+use crate::{new_id, parse_body, unix_now, AppState, Llm};
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use sapient_generate::{Event, FinishReason, Generation, GenerationConfig, Grammar, Message, RequestHandle, SamplerConfig};
+use sapient_sample::{Expr, JsonOptions};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// `stop`: one string or a list.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Deserialize, Default)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+/// The sampling fields both endpoints share.
+#[derive(Deserialize, Default)]
+struct Sampling {
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    /// Not OpenAI's, but common (vLLM, llama.cpp).
+    top_k: Option<usize>,
+    min_p: Option<f32>,
+    repetition_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+    logit_bias: Option<HashMap<String, f32>>,
+    seed: Option<i64>,
+    stop: Option<Stop>,
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+    n: Option<i64>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    logprobs: Option<Value>,
+    top_logprobs: Option<i64>,
+    user: Option<String>,
+    /// Not OpenAI's (llama.cpp's and vLLM's): keep going past end-of-sequence, up to max_tokens.
+    ignore_eos: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct InMessage {
+    role: String,
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<Value>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChatRequest {
+    model: Option<String>,
+    messages: Vec<InMessage>,
+    #[serde(flatten)]
+    sampling: Sampling,
+    response_format: Option<Value>,
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct CompletionRequest {
+    model: Option<String>,
+    prompt: Value,
+    #[serde(flatten)]
+    sampling: Sampling,
+    echo: Option<bool>,
+    suffix: Option<String>,
+    best_of: Option<i64>,
+}
+
+/// What a request turns into before it is submitted.
+struct Prepared {
+    /// One prompt per choice group (chat: one; completions: one per prompt).
+    prompts: Vec<Vec<u32>>,
+    cfg: GenerationConfig,
+    n: usize,
+    stream: bool,
+    include_usage: bool,
+    /// Tools are on: parse `<tool_call>` blocks out of the text.
+    tools: bool,
+}
+
+impl Sampling {
+    fn check(&self, st: &AppState, vocab: usize) -> Result<(GenerationConfig, usize), ApiError> {
+        if self.logprobs.as_ref().is_some_and(|v| !matches!(v, Value::Null | Value::Bool(false))) || self.top_logprobs.unwrap_or(0) > 0 {
+            return Err(ApiError::invalid_param("logprobs", "logprobs are not supported by this server yet"));
+        }
+        let n = self.n.unwrap_or(1);
+        if n < 1 || n as usize > st.opts.max_n {
+            return Err(ApiError::invalid_param("n", format!("n must be between 1 and {}, got {n}", st.opts.max_n)));
+        }
+        let max = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(m), _) | (None, Some(m)) => {
+                if m < 1 {
+                    return Err(ApiError::invalid_param("max_tokens", format!("max_tokens must be at least 1, got {m}")));
+                }
+                (m as u64).min(st.opts.max_tokens_limit as u64) as usize
+            }
+            (None, None) => st.opts.max_tokens_limit,
+        };
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(ApiError::invalid_param("temperature", format!("temperature must be between 0 and 2, got {temperature}")));
+        }
+        if let Some(p) = self.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(ApiError::invalid_param("top_p", format!("top_p must be in (0, 1], got {p}")));
+            }
+        }
+        for (name, v) in [("presence_penalty", self.presence_penalty), ("frequency_penalty", self.frequency_penalty)] {
+            if let Some(v) = v {
+                if !(-2.0..=2.0).contains(&v) {
+                    return Err(ApiError::invalid_param(name, format!("{name} must be between -2 and 2, got {v}")));
+                }
+            }
+        }
+        let mut bias = HashMap::new();
+        for (k, v) in self.logit_bias.iter().flatten() {
+            let id: u32 = k.parse().map_err(|_| ApiError::invalid_param("logit_bias", format!("logit_bias keys are token ids, got '{k}'")))?;
+            if id as usize >= vocab {
+                return Err(ApiError::invalid_param("logit_bias", format!("token id {id} is outside the vocabulary ({vocab} tokens)")));
+            }
+            if !(-100.0..=100.0).contains(v) {
+                return Err(ApiError::invalid_param("logit_bias", format!("logit_bias values must be between -100 and 100, got {v}")));
+            }
+            // OpenAI's -100 / 100 mean "never" / "always".
+            let v = if *v <= -100.0 { f32::NEG_INFINITY } else { *v };
+            bias.insert(id, v);
+        }
+        let stop = match &self.stop {
+            None => vec![],
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+        if stop.len() > 16 || stop.iter().any(String::is_empty) {
+            return Err(ApiError::invalid_param("stop", "stop takes up to 16 non-empty strings"));
+        }
+        let sampling = SamplerConfig {
+            temperature,
+            top_p: self.top_p.filter(|p| *p < 1.0),
+            top_k: self.top_k.filter(|k| *k > 0),
+            min_p: self.min_p,
+            repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
+            presence_penalty: self.presence_penalty.unwrap_or(0.0),
+            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
+            logit_bias: bias,
+            seed: self.seed.map(|s| s as u64),
+            ..SamplerConfig::default()
+        };
+        sampling.validate().map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if let Some(u) = &self.user {
+            tracing::debug!(user = %u, "request user");
+        }
+        Ok((GenerationConfig { max_tokens: max, sampling, stop, ignore_eos: self.ignore_eos.unwrap_or(false), ..GenerationConfig::default() }, n as usize))
+    }
+}
+
+/// A message's text: a string, null, or a list of text parts.
+fn content_text(c: Option<&Value>, i: usize) -> Result<String, ApiError> {
+    match c {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut s = String::new();
+            for p in parts {
+                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => s.push_str(t),
+                    (kind, _) => {
+                        return Err(ApiError::invalid_param(
+                            format!("messages[{i}].content"),
+                            format!("content part type '{}' is not supported (text only)", kind.unwrap_or("?")),
+                        ))
+                    }
+                }
+            }
+            Ok(s)
+        }
+        Some(_) => Err(ApiError::invalid_param(format!("messages[{i}].content"), "content must be a string or a list of parts")),
+    }
+}
+
+/// OpenAI messages to the template's messages. With `native` the template renders tool calls
+/// and tool results itself (Qwen2.5); otherwise they become text in the Qwen format.
+fn to_messages(msgs: &[InMessage], native: bool) -> Result<Vec<Message>, ApiError> {
+    let mut out: Vec<Message> = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        let text = content_text(m.content.as_ref(), i)?;
+        match m.role.as_str() {
+            "system" | "developer" => out.push(Message::system(text)),
+            "user" => {
+                let mut msg = Message::user(text);
+                if let Some(n) = &m.name {
+                    msg.extra.insert("name".into(), json!(n));
+                }
+                out.push(msg);
+            }
+            "assistant" => {
+                let mut calls = Vec::new();
+                for (j, c) in m.tool_calls.iter().flatten().enumerate() {
+                    let f = c.get("function").ok_or_else(|| ApiError::invalid_param(format!("messages[{i}].tool_calls[{j}]"), "a tool call needs 'function'"))?;
+                    let name = f.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+                    let args = match f.get("arguments") {
+                        Some(Value::String(s)) => serde_json::from_str::<Value>(s).unwrap_or(Value::String(s.clone())),
+                        Some(v) => v.clone(),
+                        None => json!({}),
+                    };
+                    calls.push((name, args, c.get("id").cloned()));
+                }
+                if native && !calls.is_empty() {
+                    let mut msg = Message::assistant(text);
+                    let list: Vec<Value> = calls
+                        .iter()
+                        .map(|(n, a, id)| json!({"id": id, "type": "function", "function": {"name": n, "arguments": a}}))
+                        .collect();
+                    msg.extra.insert("tool_calls".into(), Value::Array(list));
+                    out.push(msg);
+                } else {
+                    let mut s = text;
+                    for (n, a, _) in &calls {
+                        if !s.is_empty() {
+                            s.push('\n');
+                        }
+                        s.push_str(&format!("{}\n{}\n{}", tools::OPEN, json!({"name": n, "arguments": a}), tools::CLOSE));
+                    }
+                    out.push(Message::assistant(s));
+                }
+            }
+            "tool" => {
+                if native {
+                    let mut msg = Message::new("tool", text);
+                    if let Some(id) = &m.tool_call_id {
+                        msg.extra.insert("tool_call_id".into(), json!(id));
+                    }
+                    out.push(msg);
+                } else {
+                    let block = format!("<tool_response>\n{text}\n</tool_response>");
+                    // Consecutive results share one user turn, as Qwen2.5's template does.
+                    match out.last_mut() {
+                        Some(last) if last.role == "user" && last.content.ends_with("</tool_response>") => {
+                            last.content.push('\n');
+                            last.content.push_str(&block);
+                        }
+                        _ => out.push(Message::user(block)),
+                    }
+                }
+            }
+            other => {
+                return Err(ApiError::invalid_param(format!("messages[{i}].role"), format!("unknown role '{other}' (system, developer, user, assistant, tool)")))
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(ApiError::invalid_param("messages", "messages must not be empty"));
+    }
+    Ok(out)
+}
+
+fn response_format(rf: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
+    let Some(rf) = rf.filter(|v| !v.is_null()) else { return Ok(None) };
+    let json_opts = JsonOptions::default();
+    match rf.get("type").and_then(Value::as_str) {
+        None | Some("text") => Ok(None),
+        Some("json_object") => Grammar::with_options(&Expr::Json, json_opts).map(Some).map_err(|e| tools::schema_error("response_format", e)),
+        Some("json_schema") => {
+            let js = rf.get("json_schema").ok_or_else(|| ApiError::invalid_param("response_format", "response_format json_schema needs a 'json_schema' object"))?;
+            let schema = js.get("schema").cloned().unwrap_or_else(|| json!({}));
+            Grammar::with_options(&Expr::JsonSchema(schema), json_opts)
+                .map(Some)
+                .map_err(|e| tools::schema_error("response_format.json_schema.schema", e))
+        }
+        Some(other) => Err(ApiError::invalid_param("response_format", format!("response_format type '{other}' is not supported (text, json_object, json_schema)"))),
+    }
+}
+
+fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, ApiError> {
+    let pipe = llm.engine.pipeline();
+    let (mut cfg, n) = req.sampling.check(st, pipe.info().vocab_size)?;
+    let (fns, choice) = tools::parse(req.tools.as_ref(), req.tool_choice.as_ref())?;
+    // Tools offered are described in the prompt even with tool_choice none (then the
+    // constraint keeps calls out of the answer).
+    let use_tools = !fns.is_empty();
+    let format = response_format(req.response_format.as_ref())?;
+    if choice != tools::Choice::None && format.is_some() {
+        return Err(ApiError::invalid_param("response_format", "response_format cannot be combined with tools (set tool_choice to 'none' to get structured text)"));
+    }
+    let native = llm.template_tools;
+    let mut msgs = to_messages(&req.messages, native)?;
+    let template = pipe
+        .tokenizer()
+        .chat_template()
+        .ok_or_else(|| ApiError::bad_request(format!("model '{}' has no chat template; use /v1/completions", llm.id)))?;
+    let mut ropts = sapient_tokenizers::RenderOptions::default();
+    if use_tools {
+        if native {
+            ropts.tools = Some(Value::Array(fns.iter().map(|f| f.definition.clone()).collect()));
+        } else {
+            let prompt = tools::system_prompt(&fns);
+            match msgs.first_mut() {
+                Some(m) if m.role == "system" => {
+                    m.content = format!("{}\n\n{prompt}", m.content);
+                }
+                _ => msgs.insert(0, Message::system(prompt)),
+            }
+        }
+    }
+    let text = template.render(&msgs, &ropts).map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
+    let ids = pipe.tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let grammar = match choice {
+        tools::Choice::None if use_tools && format.is_none() => Some(Grammar::new(&Expr::text_without(tools::OPEN)).map_err(|e| tools::schema_error("tools", e))?),
+        tools::Choice::None => format,
+        _ => tools::grammar(&fns, &choice, req.parallel_tool_calls.unwrap_or(true), JsonOptions::default())?,
+    };
+    cfg.constraint = grammar.map(Arc::new);
+    Ok(Prepared {
+        prompts: vec![ids],
+        cfg,
+        n,
+        stream: req.sampling.stream.unwrap_or(false),
+        include_usage: req.sampling.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
+        tools: choice != tools::Choice::None,
+    })
+}
+
+fn prepare_completion(st: &AppState, llm: &Llm, req: CompletionRequest) -> Result<Prepared, ApiError> {
+    let pipe = llm.engine.pipeline();
+    let (cfg, n) = req.sampling.check(st, pipe.info().vocab_size)?;
+    if req.echo.unwrap_or(false) {
+        return Err(ApiError::invalid_param("echo", "echo is not supported"));
+    }
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
+    }
+    if req.best_of.is_some_and(|b| b > 1) {
+        return Err(ApiError::invalid_param("best_of", "best_of is not supported"));
+    }
+    let tok = pipe.tokenizer();
+    let encode = |s: &str| tok.encode(s, true).map_err(|e| ApiError::bad_request(e.to_string()));
+    let bad = || ApiError::invalid_param("prompt", "prompt must be a string, a list of strings, a list of token ids or a list of such lists");
+    let ids = |v: &Value| -> Result<Vec<u32>, ApiError> {
+        v.as_array()
+            .ok_or_else(bad)?
+            .iter()
+            .map(|t| t.as_u64().filter(|&t| (t as usize) < pipe.info().vocab_size).map(|t| t as u32).ok_or_else(bad))
+            .collect()
+    };
+    let prompts = match &req.prompt {
+        Value::String(s) => vec![encode(s)?],
+        Value::Array(a) if a.iter().all(Value::is_string) && !a.is_empty() => a.iter().map(|s| encode(s.as_str().unwrap_or_default())).collect::<Result<_, _>>()?,
+        Value::Array(a) if a.iter().all(Value::is_number) && !a.is_empty() => vec![ids(&req.prompt)?],
+        Value::Array(a) if a.iter().all(Value::is_array) && !a.is_empty() => a.iter().map(ids).collect::<Result<_, _>>()?,
+        _ => return Err(bad()),
+    };
+    if prompts.len() * n > st.opts.max_n * 4 {
+        return Err(ApiError::invalid_param("prompt", format!("at most {} prompts times n per request", st.opts.max_n * 4)));
+    }
+    Ok(Prepared {
+        prompts,
+        cfg,
+        n,
+        stream: req.sampling.stream.unwrap_or(false),
+        include_usage: req.sampling.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
+        tools: false,
+    })
+}
+
+/// Choices in flight for one model; given back when dropped.
+struct InFlight {
+    llm: Arc<Llm>,
+    n: usize,
+}
+
+impl InFlight {
+    fn take(st: &AppState, llm: &Arc<Llm>, n: usize) -> Result<Self, ApiError> {
+        let limit = st.opts.max_queue.max(1);
+        let prev = llm.in_flight.fetch_add(n, Ordering::SeqCst);
+        if prev + n > limit {
+            llm.in_flight.fetch_sub(n, Ordering::SeqCst);
+            return Err(ApiError::overloaded(1));
+        }
+        Ok(Self { llm: llm.clone(), n })
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.llm.in_flight.fetch_sub(self.n, Ordering::SeqCst);
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Chat,
+    Completion,
+}
+
+pub(crate) async fn chat_completions(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: ChatRequest = parse_body(&st, &headers, body)?;
+    let llm = st.models()?.llm(req.model.as_deref())?.clone();
+    let st2 = st.clone();
+    let l2 = llm.clone();
+    let p = tokio::task::spawn_blocking(move || prepare_chat(&st2, &l2, req))
+        .await
+        .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))??;
+    run(st, llm, p, Kind::Chat).await
+}
+
+pub(crate) async fn completions(
+    State(st): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let req: CompletionRequest = parse_body(&st, &headers, body)?;
+    let llm = st.models()?.llm(req.model.as_deref())?.clone();
+    let st2 = st.clone();
+    let l2 = llm.clone();
+    let p = tokio::task::spawn_blocking(move || prepare_completion(&st2, &l2, req))
+        .await
+        .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))??;
+    run(st, llm, p, Kind::Completion).await
+}
+
+/// Per choice: its parser and what it has said.
+struct ChoiceState {
+    parser: Option<tools::Parser>,
+    call_ids: Vec<String>,
+    content: String,
+    calls: Vec<(String, String, String)>,
+    started: bool,
+    last: Option<Instant>,
+    result: Option<Result<Generation, ApiError>>,
+}
+
+impl ChoiceState {
+    fn new(tools: bool) -> Self {
+        Self { parser: tools.then(tools::Parser::new), call_ids: vec![], content: String::new(), calls: vec![], started: false, last: None, result: None }
+    }
+    /// Split a piece of generated text into content and call pieces.
+    fn pieces(&mut self, text: &str) -> Vec<Piece> {
+        match &mut self.parser {
+            Some(p) => p.push(text),
+            None => vec![Piece::Content(text.to_string())],
+        }
+    }
+    fn finish_pieces(&mut self) -> Vec<Piece> {
+        self.parser.as_mut().map(|p| p.finish()).unwrap_or_default()
+    }
+    /// Keep the pieces (for the whole answer) and give their ids to new calls.
+    fn record(&mut self, pieces: &[Piece]) {
+        for p in pieces {
+            match p {
+                Piece::Content(c) => self.content.push_str(c),
+                Piece::CallStart { name, .. } => {
+                    let id = new_id("call_");
+                    self.call_ids.push(id.clone());
+                    self.calls.push((id, name.clone(), String::new()));
+                }
+                Piece::CallArgs { index, text } => {
+                    if let Some(c) = self.calls.get_mut(*index) {
+                        c.2.push_str(text);
+                    }
+                }
+            }
+        }
+    }
+    fn finish_reason(&self, g: &Generation) -> &'static str {
+        match g.finish {
+            FinishReason::MaxTokens | FinishReason::ContextFull => "length",
+            _ if !self.calls.is_empty() => "tool_calls",
+            _ => "stop",
+        }
+    }
+}
+
+fn usage(results: &[&Generation], groups: usize, n: usize) -> Value {
+    // The prompt of each group counts once, as OpenAI counts it.
+    let prompt: usize = results.iter().step_by(n.max(1)).take(groups).map(|g| g.stats.prompt_tokens).sum();
+    let cached: usize = results.iter().step_by(n.max(1)).take(groups).map(|g| g.stats.reused_prompt_tokens).sum();
+    let completion: usize = results.iter().map(|g| g.tokens.len()).sum();
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached}
+    })
+}
+
+async fn run(st: Arc<AppState>, llm: Arc<Llm>, p: Prepared, kind: Kind) -> Result<Response, ApiError> {
+    let total = p.prompts.len() * p.n;
+    let guard = InFlight::take(&st, &llm, total)?;
+    let t0 = Instant::now();
+    let mut handles = Vec::with_capacity(total);
+    for prompt in &p.prompts {
+        for j in 0..p.n {
+            let mut cfg = p.cfg.clone();
+            if let Some(s) = cfg.sampling.seed.as_mut() {
+                *s = s.wrapping_add(j as u64);
+            }
+            handles.push(llm.engine.submit(prompt.clone(), cfg).map_err(from_generate)?);
+        }
+    }
+    let id = new_id(if kind == Kind::Chat { "chatcmpl-" } else { "cmpl-" });
+    let created = unix_now();
+    let ctx = Ctx { id, created, model: llm.id.clone(), kind, include_usage: p.include_usage, groups: p.prompts.len(), n: p.n };
+    if p.stream {
+        let (tx, rx) = mpsc::channel::<Bytes>(64);
+        let states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools)).collect();
+        tokio::spawn(stream_task(handles, states, tx, ctx, llm, guard, t0));
+        let body = Body::from_stream(tokio_stream_from(rx));
+        return Ok((
+            [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")],
+            body,
+        )
+            .into_response());
+    }
+    // Whole answers: wait for every choice.
+    let mut states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools)).collect();
+    let mut merged = merged(handles);
+    while let Some((i, ev)) = merged.next().await {
+        let s = &mut states[i];
+        match ev {
+            Event::Text(t) => {
+                if !s.started {
+                    s.started = true;
+                    llm.stats.ttft.observe(t0.elapsed());
+                }
+                let pieces = s.pieces(&t);
+                s.record(&pieces);
+            }
+            Event::Done(r) => {
+                let pieces = s.finish_pieces();
+                s.record(&pieces);
+                s.result = Some(r.map_err(from_generate));
+                llm.stats.e2e.observe(t0.elapsed());
+            }
+        }
+    }
+    drop(guard);
+    let mut gens = Vec::with_capacity(total);
+    for s in &mut states {
+        match s.result.take() {
+            Some(Ok(g)) => gens.push(g),
+            Some(Err(e)) => {
+                llm.stats.requests_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+            None => {
+                llm.stats.requests_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(ApiError::internal("the engine stopped before the request ended"));
+            }
+        }
+    }
+    llm.stats.requests_ok.fetch_add(1, Ordering::Relaxed);
+    let choices: Vec<Value> = states
+        .iter()
+        .zip(&gens)
+        .enumerate()
+        .map(|(i, (s, g))| match kind {
+            Kind::Chat => {
+                let mut message = json!({"role": "assistant", "content": if s.calls.is_empty() || !s.content.trim().is_empty() { Value::String(s.content.clone()) } else { Value::Null }});
+                if !s.calls.is_empty() {
+                    message["tool_calls"] = s
+                        .calls
+                        .iter()
+                        .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+                        .collect();
+                }
+                json!({"index": i, "message": message, "logprobs": null, "finish_reason": s.finish_reason(g)})
+            }
+            Kind::Completion => json!({"index": i, "text": s.content, "logprobs": null, "finish_reason": s.finish_reason(g)}),
+        })
+        .collect();
+    let refs: Vec<&Generation> = gens.iter().collect();
+    let object = if kind == Kind::Chat { "chat.completion" } else { "text_completion" };
+    Ok(axum::Json(json!({
+        "id": ctx.id,
+        "object": object,
+        "created": created,
+        "model": ctx.model,
+        "choices": choices,
+        "usage": usage(&refs, ctx.groups, ctx.n),
+        "system_fingerprint": null
+    }))
+    .into_response())
+}
+
+struct Ctx {
+    id: String,
+    created: u64,
+    model: String,
+    kind: Kind,
+    include_usage: bool,
+    groups: usize,
+    n: usize,
+}
+
+impl Ctx {
+    fn chunk(&self, choices: Value) -> Bytes {
+        let object = if self.kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" };
+        let mut v = json!({"id": self.id, "object": object, "created": self.created, "model": self.model, "system_fingerprint": null, "choices": choices});
+        if self.include_usage {
+            v["usage"] = Value::Null;
+        }
+        sse(&v)
+    }
+    /// A chunk with one choice's delta (chat) or text (completions).
+    fn delta(&self, index: usize, delta: Value, finish: Option<&str>) -> Bytes {
+        let choice = match self.kind {
+            Kind::Chat => json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}),
+            Kind::Completion => {
+                let text = delta.get("content").and_then(Value::as_str).unwrap_or_default();
+                json!({"index": index, "text": text, "logprobs": null, "finish_reason": finish})
+            }
+        };
+        self.chunk(json!([choice]))
+    }
+}
+
+fn sse(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+/// One handle's events, tagged with its index.
+type Tagged = std::pin::Pin<Box<dyn futures::Stream<Item = (usize, Event)> + Send>>;
+
+/// Every handle's events, tagged with the handle's index, as they come.
+fn merged(handles: Vec<RequestHandle>) -> futures::stream::SelectAll<Tagged> {
+    futures::stream::select_all(handles.into_iter().enumerate().map(|(i, h)| {
+        let s = futures::stream::unfold(h, |mut h| async move { h.next().await.map(|e| (e, h)) }).map(move |e| (i, e));
+        Box::pin(s) as Tagged
+    }))
+}
+
+fn tokio_stream_from(rx: mpsc::Receiver<Bytes>) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok(b), rx)) })
+}
+
+/// Drive a streamed request: pieces to SSE chunks. Stops (dropping the handles, which
+/// cancels the generations and frees their KV blocks) as soon as the client is gone.
+async fn stream_task(
+    handles: Vec<RequestHandle>,
+    mut states: Vec<ChoiceState>,
+    tx: mpsc::Sender<Bytes>,
+    ctx: Ctx,
+    llm: Arc<Llm>,
+    guard: InFlight,
+    t0: Instant,
+) {
+    let mut events = merged(handles);
+    let mut gens: Vec<Option<Generation>> = (0..states.len()).map(|_| None).collect();
+    let mut failed = None;
+    loop {
+        let next = tokio::select! {
+            _ = tx.closed() => {
+                llm.stats.requests_cancelled.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            e = events.next() => e,
+        };
+        let Some((i, ev)) = next else { break };
+        let mut out: Vec<Bytes> = Vec::new();
+        let s = &mut states[i];
+        if !s.started {
+            s.started = true;
+            llm.stats.ttft.observe(t0.elapsed());
+            let first = if ctx.kind == Kind::Chat { json!({"role": "assistant", "content": ""}) } else { json!({"content": ""}) };
+            if ctx.kind == Kind::Chat {
+                out.push(ctx.delta(i, first, None));
+            }
+        }
+        let (pieces, done) = match ev {
+            Event::Text(t) => {
+                let now = Instant::now();
+                if let Some(l) = s.last.replace(now) {
+                    llm.stats.inter_token.observe(now - l);
+                }
+                (s.pieces(&t), None)
+            }
+            Event::Done(r) => (s.finish_pieces(), Some(r)),
+        };
+        s.record(&pieces);
+        for p in pieces {
+            let delta = match p {
+                Piece::Content(c) => json!({"content": c}),
+                Piece::CallStart { index, name } => {
+                    let id = s.call_ids.get(index).cloned().unwrap_or_default();
+                    json!({"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]})
+                }
+                Piece::CallArgs { index, text } => json!({"tool_calls": [{"index": index, "function": {"arguments": text}}]}),
+            };
+            out.push(ctx.delta(i, delta, None));
+        }
+        match done {
+            None => {}
+            Some(Ok(g)) => {
+                out.push(ctx.delta(i, json!({}), Some(s.finish_reason(&g))));
+                gens[i] = Some(g);
+            }
+            Some(Err(e)) => {
+                failed = Some(from_generate(e));
+            }
+        }
+        for b in out {
+            if tx.send(b).await.is_err() {
+                llm.stats.requests_cancelled.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        if let Some(e) = &failed {
+            let _ = tx.send(sse(&e.body())).await;
+            break;
+        }
+    }
+    drop(events);
+    drop(guard);
+    llm.stats.e2e.observe(t0.elapsed());
+    if failed.is_some() {
+        llm.stats.requests_failed.fetch_add(1, Ordering::Relaxed);
+    } else {
+        llm.stats.requests_ok.fetch_add(1, Ordering::Relaxed);
+        if ctx.include_usage {
+            let refs: Vec<&Generation> = gens.iter().flatten().collect();
+            let mut v = json!({"id": ctx.id, "object": if ctx.kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" }, "created": ctx.created, "model": ctx.model, "system_fingerprint": null, "choices": []});
+            v["usage"] = usage(&refs, ctx.groups, ctx.n);
+            let _ = tx.send(sse(&v)).await;
+        }
+    }
+    let _ = tx.send(Bytes::from_static(b"data: [DONE]\n\n")).await;
+}

@@ -1,0 +1,353 @@
+//! `sapient-server`: an OpenAI-compatible HTTP server over SAPIENT's models.
+//!
+//! Routes: `GET /v1/models`, `POST /v1/chat/completions` (streamed as server-sent events or
+//! whole), `POST /v1/completions`, `GET /health` (200 once the models are loaded, 503 before),
+//! `GET /metrics` (Prometheus text). Language models run on a [`sapient_generate::Engine`]
+//! each, so concurrent requests are decoded together; a client that goes away drops its
+//! request handle, which cancels the generation at the next engine step and frees its KV
+//! blocks. `response_format` and tools are enforced with sapient-sample's constraints.
+//!
+//! ```no_run
+//! use sapient_generate::{Engine, EngineOptions, Pipeline};
+//! use sapient_server::{Llm, Models, Server, ServerOptions};
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = Server::new(ServerOptions::default());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! let serving = tokio::spawn(server.clone().serve(listener, std::future::pending()));
+//! let pipe = Pipeline::from_pretrained("smollm2-135m-instruct")?;
+//! let engine = Engine::new(&pipe, EngineOptions::default())?;
+//! server.set_models(Models { llms: vec![Llm::new("smollm2-135m-instruct", engine)], ..Models::default() })?; // now ready
+//! serving.await??;
+//! # Ok(()) }
+//! ```
+
+mod chat;
+mod error;
+mod media;
+pub mod metrics;
+pub mod tools;
+
+pub use error::{ApiError, Error};
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+/// How the server behaves (limits and security).
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Every route but `/health` requires `Authorization: Bearer <key>` when set.
+    pub api_key: Option<String>,
+    /// Largest request body in bytes (413 beyond).
+    pub max_body_bytes: usize,
+    /// `max_tokens` above this is lowered to it; also the default when a request gives none.
+    pub max_tokens_limit: usize,
+    /// Requests (choices) queued per model beyond the engine's sequence slots before new
+    /// ones get 429.
+    pub max_queue: usize,
+    /// Most choices (`n`) per request.
+    pub max_n: usize,
+    /// Largest audio upload in bytes (`/v1/audio/*`).
+    pub max_audio_bytes: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self { api_key: None, max_body_bytes: 2 << 20, max_tokens_limit: 4096, max_queue: 256, max_n: 8, max_audio_bytes: 25 << 20 }
+    }
+}
+
+/// A language model served under `id`.
+pub struct Llm {
+    pub id: String,
+    pub engine: sapient_generate::Engine,
+    pub(crate) stats: metrics::LlmStats,
+    /// Requests (choices) submitted and not yet answered.
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) created: u64,
+    /// The chat template renders `tools` itself (otherwise they go in the system prompt).
+    pub(crate) template_tools: bool,
+}
+
+impl Llm {
+    pub fn new(id: impl Into<String>, engine: sapient_generate::Engine) -> Self {
+        let template_tools = engine
+            .pipeline()
+            .tokenizer()
+            .chat_template()
+            .is_some_and(|t| t.source().contains("tools") && t.source().contains("tool_call"));
+        Self {
+            id: id.into(),
+            engine,
+            stats: Default::default(),
+            in_flight: AtomicUsize::new(0),
+            created: unix_now(),
+            template_tools,
+        }
+    }
+}
+
+/// The models a server answers with, each under a name (the `model` field routes).
+#[derive(Default)]
+pub struct Models {
+    pub llms: Vec<Llm>,
+    pub embedders: Vec<(String, sapient_embed::Embedder)>,
+    pub transcribers: Vec<(String, sapient_whisper::Transcriber)>,
+    pub tts: Vec<(String, sapient_kokoro::KokoroTts)>,
+}
+
+/// The models once loaded, shared with requests in flight.
+pub(crate) struct Loaded {
+    pub(crate) llms: Vec<Arc<Llm>>,
+    pub(crate) embedders: Vec<(String, Arc<sapient_embed::Embedder>)>,
+    pub(crate) transcribers: Vec<(String, Arc<sapient_whisper::Transcriber>)>,
+    pub(crate) tts: Vec<(String, Arc<sapient_kokoro::KokoroTts>)>,
+    created: u64,
+}
+
+impl Loaded {
+    fn ids(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.llms.iter().map(|l| l.id.clone()).collect();
+        v.extend(self.embedders.iter().map(|e| e.0.clone()));
+        v.extend(self.transcribers.iter().map(|e| e.0.clone()));
+        v.extend(self.tts.iter().map(|e| e.0.clone()));
+        v
+    }
+    /// The model of one kind a request names (the first of that kind when it names none, or
+    /// names one the OpenAI way such as `whisper-1`, `tts-1` or `text-embedding-3-small`
+    /// while only one of that kind is loaded).
+    pub(crate) fn find<'a, T>(&self, list: &'a [(String, Arc<T>)], name: Option<&str>, kind: &str) -> Result<(&'a str, &'a Arc<T>), ApiError> {
+        let hit = match name {
+            None | Some("") => list.first(),
+            Some(n) => list.iter().find(|(id, _)| id == n).or_else(|| {
+                let openai = ["whisper-1", "tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-transcribe", "gpt-4o-mini-transcribe", "text-embedding-3-small", "text-embedding-3-large", "text-embedding-ada-002"];
+                if openai.contains(&n) && list.len() == 1 { list.first() } else { None }
+            }),
+        };
+        match hit {
+            Some((id, m)) => Ok((id.as_str(), m)),
+            None if list.is_empty() => Err(ApiError::not_found(format!("this server has no {kind} model")).with_code("model_not_found")),
+            None => Err(ApiError::model_not_found(name.unwrap_or_default(), &self.ids())),
+        }
+    }
+    /// The language model a request names (the first one when it names none).
+    pub(crate) fn llm(&self, name: Option<&str>) -> Result<&Arc<Llm>, ApiError> {
+        match name {
+            None | Some("") => self.llms.first().ok_or_else(|| ApiError::not_found("this server has no language model")),
+            Some(n) => self.llms.iter().find(|l| l.id == n).ok_or_else(|| ApiError::model_not_found(n, &self.ids())),
+        }
+    }
+}
+
+pub(crate) struct AppState {
+    pub(crate) opts: ServerOptions,
+    pub(crate) models: OnceLock<Loaded>,
+    pub(crate) http: metrics::HttpStats,
+}
+
+impl AppState {
+    pub(crate) fn models(&self) -> Result<&Loaded, ApiError> {
+        self.models.get().ok_or_else(ApiError::loading)
+    }
+}
+
+/// The server: cheap to clone (shared state). Serve first, then [`set_models`](Self::set_models)
+/// once they are loaded (`/health` answers 503 until then).
+#[derive(Clone)]
+pub struct Server {
+    state: Arc<AppState>,
+}
+
+impl Server {
+    pub fn new(opts: ServerOptions) -> Self {
+        Self { state: Arc::new(AppState { opts, models: OnceLock::new(), http: Default::default() }) }
+    }
+
+    /// Install the models; the server is ready from now on.
+    pub fn set_models(&self, models: Models) -> Result<(), Error> {
+        let mut seen = std::collections::HashSet::new();
+        let names = models.llms.iter().map(|l| &l.id).chain(models.embedders.iter().map(|e| &e.0)).chain(models.transcribers.iter().map(|e| &e.0)).chain(models.tts.iter().map(|e| &e.0));
+        for id in names {
+            if !seen.insert(id.clone()) {
+                return Err(Error::DuplicateModel(id.clone()));
+            }
+        }
+        let arc = |v: Vec<(String, _)>| v.into_iter().map(|(n, m)| (n, Arc::new(m))).collect();
+        let loaded = Loaded {
+            llms: models.llms.into_iter().map(Arc::new).collect(),
+            embedders: arc(models.embedders),
+            transcribers: models.transcribers.into_iter().map(|(n, m)| (n, Arc::new(m))).collect(),
+            tts: models.tts.into_iter().map(|(n, m)| (n, Arc::new(m))).collect(),
+            created: unix_now(),
+        };
+        self.state.models.set(loaded).map_err(|_| Error::AlreadyReady)
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.state.models.get().is_some()
+    }
+
+    /// The engine metrics of a model (for tests and embedding applications).
+    pub fn engine_metrics(&self, model: &str) -> Result<sapient_generate::EngineMetrics, Error> {
+        let m = self.state.models.get().ok_or_else(|| Error::UnknownModel(model.into()))?;
+        m.llms.iter().find(|l| l.id == model).map(|l| l.engine.metrics()).ok_or_else(|| Error::UnknownModel(model.into()))
+    }
+
+    /// The routes, with authentication, body limits and request logs.
+    pub fn router(&self) -> Router {
+        let st = self.state.clone();
+        let api = Router::new()
+            .route("/v1/models", get(list_models))
+            .route("/v1/models/{id}", get(get_model))
+            .route("/v1/chat/completions", post(chat::chat_completions))
+            .route("/v1/completions", post(chat::completions))
+            .route("/v1/embeddings", post(media::embeddings))
+            .route("/v1/audio/speech", post(media::speech))
+            .route(
+                "/v1/audio/transcriptions",
+                post(media::transcriptions).layer(DefaultBodyLimit::max(st.opts.max_audio_bytes)),
+            )
+            .route("/v1/audio/translations", post(media::translations).layer(DefaultBodyLimit::max(st.opts.max_audio_bytes)))
+            .route("/metrics", get(metrics_text))
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(axum::middleware::from_fn_with_state(st.clone(), auth));
+        Router::new()
+            .route("/health", get(health))
+            .merge(api)
+            .layer(DefaultBodyLimit::max(st.opts.max_body_bytes))
+            .layer(axum::middleware::from_fn_with_state(st.clone(), log))
+            .with_state(st)
+    }
+
+    /// Serve on `listener` until `shutdown` completes (then finish the requests in flight).
+    pub async fn serve(self, listener: tokio::net::TcpListener, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+        let app = self.router();
+        axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
+        Ok(())
+    }
+}
+
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// A fresh id with a prefix (`chatcmpl-`, `call_`, ...): unique in this process, unlikely to
+/// repeat across processes.
+pub(crate) fn new_id(prefix: &str) -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let mix = (t ^ (u64::from(std::process::id()) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ n;
+    format!("{prefix}{mix:016x}{n:x}")
+}
+
+async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &st.opts.api_key {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .map(str::trim);
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(req).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn log(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let t = Instant::now();
+    let r = next.run(req).await;
+    let status = r.status().as_u16();
+    st.http.record(status);
+    tracing::info!(target: "sapient_server::access", %method, %path, status, ms = t.elapsed().as_millis() as u64, "request");
+    r
+}
+
+async fn health(State(st): State<Arc<AppState>>) -> Response {
+    if st.models.get().is_some() {
+        (StatusCode::OK, axum::Json(serde_json::json!({"status": "ok"}))).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")], axum::Json(serde_json::json!({"status": "loading"}))).into_response()
+    }
+}
+
+fn model_object(id: &str, created: u64) -> serde_json::Value {
+    serde_json::json!({"id": id, "object": "model", "created": created, "owned_by": "sapient"})
+}
+
+async fn list_models(State(st): State<Arc<AppState>>) -> Result<Response, ApiError> {
+    let m = st.models()?;
+    let mut data: Vec<serde_json::Value> = m.llms.iter().map(|l| model_object(&l.id, l.created)).collect();
+    let others = m.embedders.iter().map(|e| &e.0).chain(m.transcribers.iter().map(|e| &e.0)).chain(m.tts.iter().map(|e| &e.0));
+    data.extend(others.map(|id| model_object(id, m.created)));
+    Ok(axum::Json(serde_json::json!({"object": "list", "data": data})).into_response())
+}
+
+async fn get_model(State(st): State<Arc<AppState>>, axum::extract::Path(id): axum::extract::Path<String>) -> Result<Response, ApiError> {
+    let m = st.models()?;
+    if !m.llms.iter().any(|l| l.id == id) && m.ids().contains(&id) {
+        return Ok(axum::Json(model_object(&id, m.created)).into_response());
+    }
+    let l = m.llm(Some(&id))?;
+    Ok(axum::Json(model_object(&l.id, l.created)).into_response())
+}
+
+async fn metrics_text(State(st): State<Arc<AppState>>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics::render(&st)).into_response()
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::not_found(format!("No route {} {}", req.method(), req.uri().path())).with_code("unknown_url")
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError { status: StatusCode::METHOD_NOT_ALLOWED, ..ApiError::bad_request(format!("Method {} is not allowed on {}", req.method(), req.uri().path())) }
+}
+
+/// Request bodies: read them ourselves so that every failure is OpenAI-shaped.
+pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<T, ApiError> {
+    let _ = headers;
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(st.opts.max_body_bytes)
+        } else {
+            ApiError::bad_request(format!("cannot read the request body: {e}"))
+        }
+    })?;
+    let de = &mut serde_json::Deserializer::from_slice(&bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_syntax() || inner.is_eof() || path.is_empty() || path == "." || path == "?" {
+            ApiError::bad_request(format!("invalid JSON body: {inner}"))
+        } else {
+            ApiError::invalid_param(path.clone(), format!("invalid '{path}': {inner}"))
+        }
+    })
+}
+
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;

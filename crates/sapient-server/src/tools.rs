@@ -1,0 +1,493 @@
+//! Tool calls: the prompt that tells a model about its tools, the constraint that keeps its
+//! calls valid, and the parser that turns `<tool_call>` blocks into OpenAI `tool_calls`
+//! (incrementally, for streaming).
+
+use crate::error::ApiError;
+use sapient_sample::{Expr, Grammar};
+use serde_json::{json, Value};
+
+/// Markers of the Qwen2.5 / Hermes tool-call format: `<tool_call>\n{"name": .., "arguments": ..}\n</tool_call>`.
+pub const OPEN: &str = "<tool_call>";
+pub const CLOSE: &str = "</tool_call>";
+
+/// A function the client offers.
+#[derive(Debug, Clone)]
+pub struct Function {
+    pub name: String,
+    pub parameters: Value,
+    /// The client's whole definition (`{"type": "function", "function": {...}}`), for templates.
+    pub definition: Value,
+}
+
+/// What `tool_choice` asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Choice {
+    None,
+    Auto,
+    Required,
+    Named(String),
+}
+
+/// Read `tools` and `tool_choice`.
+pub fn parse(tools: Option<&Value>, choice: Option<&Value>) -> Result<(Vec<Function>, Choice), ApiError> {
+    let mut out = Vec::new();
+    if let Some(t) = tools {
+        let list = t.as_array().ok_or_else(|| ApiError::invalid_param("tools", "'tools' must be an array"))?;
+        for (i, t) in list.iter().enumerate() {
+            let param = format!("tools[{i}]");
+            let kind = t.get("type").and_then(Value::as_str).unwrap_or("function");
+            if kind != "function" {
+                return Err(ApiError::invalid_param(param, format!("tool type '{kind}' is not supported (only 'function')")));
+            }
+            let f = t.get("function").ok_or_else(|| ApiError::invalid_param(&param, "a tool needs a 'function' object"))?;
+            let name = f
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| ApiError::invalid_param(&param, "a function needs a non-empty 'name'"))?;
+            if out.iter().any(|x: &Function| x.name == name) {
+                return Err(ApiError::invalid_param(param, format!("two tools are named '{name}'")));
+            }
+            let parameters = f.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+            out.push(Function { name: name.to_string(), parameters, definition: json!({"type": "function", "function": f}) });
+        }
+    }
+    let choice = match choice {
+        None | Some(Value::Null) => {
+            if out.is_empty() {
+                Choice::None
+            } else {
+                Choice::Auto
+            }
+        }
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => Choice::None,
+            "auto" => Choice::Auto,
+            "required" => Choice::Required,
+            other => return Err(ApiError::invalid_param("tool_choice", format!("unknown tool_choice '{other}' (none, auto, required, or a named function)"))),
+        },
+        Some(v) => {
+            let name = v
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::invalid_param("tool_choice", "tool_choice must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}"))?;
+            if !out.iter().any(|f| f.name == name) {
+                return Err(ApiError::invalid_param("tool_choice", format!("tool_choice names '{name}', which is not in 'tools'")));
+            }
+            Choice::Named(name.to_string())
+        }
+    };
+    if choice != Choice::None && out.is_empty() {
+        return Err(ApiError::invalid_param("tool_choice", "tool_choice needs 'tools'"));
+    }
+    Ok((out, choice))
+}
+
+/// The constraint for a tool choice (`None` for [`Choice::None`]): free text or calls (auto),
+/// or calls only (required, named); each call's arguments follow its function's schema.
+pub fn grammar(tools: &[Function], choice: &Choice, parallel: bool, json: sapient_sample::JsonOptions) -> Result<Option<Grammar>, ApiError> {
+    let offered: Vec<&Function> = match choice {
+        Choice::None => return Ok(None),
+        Choice::Named(n) => tools.iter().filter(|f| &f.name == n).collect(),
+        Choice::Auto | Choice::Required => tools.iter().collect(),
+    };
+    let calls: Vec<Value> = offered
+        .iter()
+        .map(|t| {
+            json!({
+                "type": "object",
+                "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                "required": ["name", "arguments"],
+                "additionalProperties": false
+            })
+        })
+        .collect();
+    let call = Expr::JsonSchema(json!({"anyOf": calls}));
+    // "\n" CALL "\n" CLOSE, then (parallel) more of "\n" OPEN that.
+    let one = Expr::seq([Expr::literal("\n"), call, Expr::literal("\n"), Expr::literal(CLOSE)]);
+    let calls = if parallel {
+        Expr::seq([one.clone(), Expr::seq([Expr::literal("\n"), Expr::literal(OPEN), one]).repeat(0, None)])
+    } else {
+        one
+    };
+    let e = match choice {
+        Choice::Auto => Expr::choice([Expr::text_without(OPEN), Expr::seq([Expr::stop_at(OPEN), calls])]),
+        _ => Expr::seq([Expr::literal(OPEN), calls]),
+    };
+    Grammar::with_options(&e, json).map(Some).map_err(|e| schema_error("tools", e))
+}
+
+/// A grammar error as a 400 (naming the unsupported keyword, if that is what it is).
+pub fn schema_error(param: &str, e: sapient_sample::GrammarError) -> ApiError {
+    use sapient_sample::GrammarError as G;
+    let msg = match &e {
+        G::UnsupportedSchema { path, keyword } => {
+            format!("JSON Schema keyword '{keyword}' (at {path}) is not supported by this server's structured output, so the schema cannot be enforced")
+        }
+        other => format!("cannot enforce this schema: {other}"),
+    };
+    ApiError::invalid_param(param, msg).with_code(if matches!(e, G::UnsupportedSchema { .. }) { "unsupported_schema" } else { "invalid_schema" })
+}
+
+/// The system-prompt text that describes the tools (Qwen2.5's wording), for chat templates
+/// that do not render `tools` themselves.
+pub fn system_prompt(tools: &[Function]) -> String {
+    let mut s = String::from(
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>",
+    );
+    for t in tools {
+        s.push('\n');
+        s.push_str(&t.definition.to_string());
+    }
+    s.push_str("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+    s
+}
+
+/// One piece of a parsed answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    Content(String),
+    /// A call starts: its index among the answer's calls, and its function's name.
+    CallStart { index: usize, name: String },
+    /// More of a call's `arguments` (JSON text).
+    CallArgs { index: usize, text: String },
+}
+
+#[derive(Debug)]
+enum State {
+    Text,
+    /// Inside a call (after OPEN): the text so far, the header's length once parsed, the
+    /// bytes of arguments already given out.
+    Call { header: Option<usize>, emitted: usize },
+    /// After a call's CLOSE: whitespace, another OPEN, or text.
+    Between,
+}
+
+/// Splits generated text into content and tool calls as it streams.
+#[derive(Debug)]
+pub struct Parser {
+    buf: String,
+    state: State,
+    calls: usize,
+}
+
+/// Bytes of a call held back while streaming its arguments: the end `}` and CLOSE with a
+/// little whitespace must not be given out as arguments.
+const HOLD: usize = CLOSE.len() + 8;
+
+impl Default for Parser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Parser {
+    pub fn new() -> Self {
+        Self { buf: String::new(), state: State::Text, calls: 0 }
+    }
+
+    /// Number of calls started so far.
+    pub fn calls(&self) -> usize {
+        self.calls
+    }
+
+    pub fn push(&mut self, text: &str) -> Vec<Piece> {
+        self.buf.push_str(text);
+        let mut out = Vec::new();
+        self.run(&mut out, false);
+        out
+    }
+
+    /// The end of the text: everything held back.
+    pub fn finish(&mut self) -> Vec<Piece> {
+        let mut out = Vec::new();
+        self.run(&mut out, true);
+        out
+    }
+
+    fn run(&mut self, out: &mut Vec<Piece>, end: bool) {
+        loop {
+            match &mut self.state {
+                State::Text => {
+                    if let Some(i) = self.buf.find(OPEN) {
+                        if i > 0 {
+                            out.push(Piece::Content(self.buf[..i].to_string()));
+                        }
+                        self.buf.drain(..i + OPEN.len());
+                        self.state = State::Call { header: None, emitted: 0 };
+                        continue;
+                    }
+                    let keep = if end { 0 } else { partial_suffix(&self.buf, OPEN) };
+                    let give = self.buf.len() - keep;
+                    if give > 0 {
+                        out.push(Piece::Content(self.buf[..give].to_string()));
+                        self.buf.drain(..give);
+                    }
+                    return;
+                }
+                State::Between => {
+                    let trimmed = self.buf.trim_start();
+                    if trimmed.starts_with(OPEN) {
+                        let skip = self.buf.len() - trimmed.len() + OPEN.len();
+                        self.buf.drain(..skip);
+                        self.state = State::Call { header: None, emitted: 0 };
+                        continue;
+                    }
+                    if (trimmed.is_empty() || OPEN.starts_with(trimmed)) && !end {
+                        return;
+                    }
+                    if trimmed.is_empty() {
+                        self.buf.clear();
+                        return;
+                    }
+                    self.state = State::Text;
+                }
+                State::Call { header, emitted } => {
+                    let index = self.calls;
+                    if header.is_none() {
+                        if let Some((name, len)) = parse_header(&self.buf) {
+                            *header = Some(len);
+                            self.calls += 1;
+                            out.push(Piece::CallStart { index, name });
+                        }
+                    }
+                    let index = if header.is_some() { self.calls - 1 } else { index };
+                    if let Some(j) = self.buf.find(CLOSE) {
+                        let body = self.buf[..j].to_string();
+                        self.buf.drain(..j + CLOSE.len());
+                        let (h, e) = (*header, *emitted);
+                        self.state = State::Between;
+                        match h {
+                            Some(h) => {
+                                let args = args_text(&body[h..]);
+                                if e < args.len() && args.is_char_boundary(e) {
+                                    out.push(Piece::CallArgs { index, text: args[e..].to_string() });
+                                }
+                            }
+                            None => match whole_call(&body) {
+                                Some((name, args)) => {
+                                    self.calls += 1;
+                                    out.push(Piece::CallStart { index, name });
+                                    out.push(Piece::CallArgs { index, text: args });
+                                }
+                                // Not a call after all: give the text back as content.
+                                None => out.push(Piece::Content(format!("{OPEN}{body}{CLOSE}"))),
+                            },
+                        }
+                        continue;
+                    }
+                    if end {
+                        // Cut short (max_tokens): what there is.
+                        match *header {
+                            Some(h) => {
+                                let rest = &self.buf[h..];
+                                let rest = &rest[..rest.len() - partial_suffix(rest, CLOSE)];
+                                let args = args_text(rest);
+                                if *emitted < args.len() && args.is_char_boundary(*emitted) {
+                                    out.push(Piece::CallArgs { index, text: args[*emitted..].to_string() });
+                                }
+                            }
+                            None => out.push(Piece::Content(format!("{OPEN}{}", self.buf))),
+                        }
+                        self.buf.clear();
+                        self.state = State::Text;
+                        return;
+                    }
+                    if let Some(h) = *header {
+                        let mut upto = self.buf.len().saturating_sub(HOLD).max(h);
+                        while !self.buf.is_char_boundary(upto) {
+                            upto -= 1;
+                        }
+                        if upto > h + *emitted {
+                            out.push(Piece::CallArgs { index, text: self.buf[h + *emitted..upto].to_string() });
+                            *emitted = upto - h;
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The length of the longest suffix of `s` that is a proper prefix of `pat`.
+fn partial_suffix(s: &str, pat: &str) -> usize {
+    (1..pat.len().min(s.len() + 1))
+        .rev()
+        .find(|&k| s.is_char_boundary(s.len() - k) && pat.starts_with(&s[s.len() - k..]))
+        .unwrap_or(0)
+}
+
+/// `ws { ws "name" ws : ws "NAME" ws , ws "arguments" ws : ws` at the start of `s`: the name
+/// and the header's length.
+fn parse_header(s: &str) -> Option<(String, usize)> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let ws = |i: &mut usize| {
+        while *i < b.len() && b[*i].is_ascii_whitespace() {
+            *i += 1;
+        }
+    };
+    let lit = |i: &mut usize, l: &str| -> Option<()> {
+        if s[*i..].starts_with(l) {
+            *i += l.len();
+            Some(())
+        } else {
+            None
+        }
+    };
+    ws(&mut i);
+    lit(&mut i, "{")?;
+    ws(&mut i);
+    lit(&mut i, "\"name\"")?;
+    ws(&mut i);
+    lit(&mut i, ":")?;
+    ws(&mut i);
+    if b.get(i) != Some(&b'"') {
+        return None;
+    }
+    // The JSON string: up to the first unescaped quote.
+    let start = i;
+    i += 1;
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 2,
+            b'"' => break,
+            _ => i += 1,
+        }
+    }
+    if i >= b.len() {
+        return None;
+    }
+    i += 1;
+    let name: String = serde_json::from_str(&s[start..i]).ok()?;
+    ws(&mut i);
+    lit(&mut i, ",")?;
+    ws(&mut i);
+    lit(&mut i, "\"arguments\"")?;
+    ws(&mut i);
+    lit(&mut i, ":")?;
+    ws(&mut i);
+    if i >= b.len() {
+        return None;
+    }
+    Some((name, i))
+}
+
+/// The arguments' text from the rest of a call after its header: without the call object's
+/// closing brace and the whitespace around it.
+fn args_text(rest: &str) -> &str {
+    let t = rest.trim_end();
+    t.strip_suffix('}').unwrap_or(t).trim_end()
+}
+
+/// A call's body parsed whole: `{"name": .., "arguments": ..}` in any key order.
+fn whole_call(body: &str) -> Option<(String, String)> {
+    let v: Value = serde_json::from_str(body.trim()).ok()?;
+    let name = v.get("name")?.as_str()?.to_string();
+    let args = match v.get("arguments") {
+        Some(Value::String(s)) => s.clone(),
+        Some(a) => a.to_string(),
+        None => "{}".into(),
+    };
+    Some((name, args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sapient_sample::Constraint;
+
+    fn collect(pieces: &[Piece]) -> (String, Vec<(String, String)>) {
+        let mut content = String::new();
+        let mut calls: Vec<(String, String)> = Vec::new();
+        for p in pieces {
+            match p {
+                Piece::Content(c) => content.push_str(c),
+                Piece::CallStart { index, name } => {
+                    assert_eq!(*index, calls.len());
+                    calls.push((name.clone(), String::new()));
+                }
+                Piece::CallArgs { index, text } => calls[*index].1.push_str(text),
+            }
+        }
+        (content, calls)
+    }
+
+    fn parse_in_pieces(text: &str, step: usize) -> (String, Vec<(String, String)>) {
+        let mut p = Parser::new();
+        let mut all = Vec::new();
+        let chars: Vec<char> = text.chars().collect();
+        for c in chars.chunks(step) {
+            all.extend(p.push(&c.iter().collect::<String>()));
+        }
+        all.extend(p.finish());
+        collect(&all)
+    }
+
+    #[test]
+    fn content_and_calls_split_the_same_in_any_chunking() {
+        let text = "Let me look. <tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\",\"unit\":\"c\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"time\", \"arguments\": {}}\n</tool_call>";
+        for step in [1, 2, 3, 5, 7, 13, 1000] {
+            let (content, calls) = parse_in_pieces(text, step);
+            assert_eq!(content, "Let me look. ", "step {step}");
+            assert_eq!(
+                calls,
+                vec![("get_weather".into(), "{\"city\":\"Paris\",\"unit\":\"c\"}".into()), ("time".into(), "{}".into())],
+                "step {step}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_call_cut_short_keeps_its_arguments_only() {
+        for step in [1, 3, 1000] {
+            let (content, calls) = parse_in_pieces("<tool_call>\n{\"name\":\"f\",\"arguments\":{\"a\":1}}\n</tool_c", step);
+            assert_eq!(content, "");
+            assert_eq!(calls, vec![("f".to_string(), "{\"a\":1}".to_string())], "step {step}");
+        }
+    }
+
+    #[test]
+    fn plain_text_and_lookalikes_stay_content() {
+        for text in ["Hello <tool a>", "x <tool_cal", "<tool_call>not json</tool_call> done", "é<tool_call>"] {
+            for step in [1, 4, 100] {
+                let (content, calls) = parse_in_pieces(text, step);
+                if text.ends_with("<tool_call>") {
+                    assert_eq!(content, "é<tool_call>", "{text} {step}");
+                } else {
+                    assert_eq!(content, text, "{text} {step}");
+                }
+                assert!(calls.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn grammar_forces_a_call_when_required() {
+        let (tools, choice) = parse(
+            Some(&json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}])),
+            Some(&json!("required")),
+        )
+        .unwrap();
+        let g = grammar(&tools, &choice, false, Default::default()).unwrap().unwrap();
+        let ok = "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"a\":3}}\n</tool_call>";
+        let st = g.advance_bytes(&g.start(), ok.as_bytes()).unwrap().expect("a valid call");
+        assert!(g.is_accepting(&st));
+        assert!(g.advance_bytes(&g.start(), b"Hello").unwrap().is_none(), "text is not allowed when a call is required");
+        assert!(g.advance_bytes(&g.start(), b"<tool_call>\n{\"name\":\"g\"").unwrap().is_none(), "unknown function");
+    }
+
+    #[test]
+    fn bad_tool_choice_and_unsupported_schema_are_400s() {
+        let t = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "patternProperties": {"a": {}}}}}]);
+        let (tools, choice) = parse(Some(&t), None).unwrap();
+        assert_eq!(choice, Choice::Auto);
+        let e = grammar(&tools, &choice, true, Default::default()).unwrap_err();
+        assert_eq!(e.status.as_u16(), 400);
+        assert!(e.message.contains("patternProperties"), "{}", e.message);
+        let e = parse(Some(&t), Some(&json!({"type": "function", "function": {"name": "nope"}}))).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("tool_choice"));
+    }
+}

@@ -1,0 +1,138 @@
+//! Embeddings, speech and transcription over HTTP: the server's vectors are the embedder's
+//! (float and base64), Kokoro's speech through /v1/audio/speech transcribes back to its text
+//! through /v1/audio/transcriptions (json, text, srt, vtt, verbose_json with words), and the
+//! audio routes' errors are OpenAI-shaped.
+
+mod common;
+
+use anyhow::{ensure, Context, Result};
+use common::*;
+use sapient_server::{Models, Server, ServerOptions};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn multipart(fields: &[(&str, &str)], file: &[u8]) -> (String, Vec<u8>) {
+    let boundary = "sapientboundary7MA4YWxkTrZu0gW";
+    let mut b = Vec::new();
+    for (k, v) in fields {
+        b.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n").as_bytes());
+    }
+    b.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"speech.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes());
+    b.extend_from_slice(file);
+    b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), b)
+}
+
+fn unb64(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let clean: Vec<u8> = s.bytes().filter(|&c| c != b'=').collect();
+    let mut out = Vec::new();
+    for ch in clean.chunks(4) {
+        let n = ch.iter().enumerate().fold(0u32, |acc, (i, &c)| acc | (u32::from(val(c)) << (18 - 6 * i)));
+        for k in 0..ch.len().saturating_sub(1) {
+            out.push((n >> (16 - 8 * k)) as u8);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeddings_speech_and_transcription() -> Result<()> {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let embedder = sapient_embed::Embedder::load("all-minilm-l6-v2", Default::default(), &mut |_| {})?;
+        let reference = embedder.embed(&["The weather is lovely today.", "It's so sunny outside!"])?;
+        let alone = embedder.embed(&["The weather is lovely today."])?;
+        let whisper = sapient_whisper::Transcriber::load("whisper-tiny.en", &candle_core::Device::Cpu, &mut |_| {})?;
+        let hub = sapient_hub::Hub::new()?;
+        let resolved = hub.resolve("kokoro-82m", &mut |_| {})?;
+        let dir = if resolved.dir.is_dir() { resolved.dir.clone() } else { resolved.file("onnx")?.parent().context("dir")?.to_path_buf() };
+        let tts = sapient_kokoro::KokoroTts::from_dir(&dir, &candle_core::Device::Cpu)?;
+
+        let server = Server::new(ServerOptions { max_audio_bytes: 4 << 20, ..ServerOptions::default() });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let a = listener.local_addr()?;
+        tokio::spawn(server.clone().serve(listener, std::future::pending()));
+        server.set_models(Models {
+            embedders: vec![("all-minilm-l6-v2".into(), embedder)],
+            transcribers: vec![("whisper-tiny.en".into(), whisper)],
+            tts: vec![("kokoro-82m".into(), tts)],
+            ..Models::default()
+        })?;
+        let ids: Vec<Value> = get(a, "/v1/models").await?.json()?["data"].as_array().cloned().unwrap_or_default();
+        ensure!(ids.len() == 3, "{ids:?}");
+
+        // Embeddings: floats and base64 are the embedder's vectors.
+        let r = post(a, "/v1/embeddings", &json!({"model": "all-minilm-l6-v2", "input": ["The weather is lovely today.", "It's so sunny outside!"]})).await?;
+        ensure!(r.status == 200, "{}", r.text());
+        let v = r.json()?;
+        for (i, want) in reference.iter().enumerate() {
+            let got: Vec<f32> = v["data"][i]["embedding"].as_array().context("floats")?.iter().map(|x| x.as_f64().unwrap_or(f64::NAN) as f32).collect();
+            ensure!(got == *want, "vector {i} differs");
+        }
+        ensure!(v["usage"]["prompt_tokens"].as_u64().unwrap_or(0) > 10, "{}", v["usage"]);
+        let r = post(a, "/v1/embeddings", &json!({"model": "text-embedding-3-small", "input": "The weather is lovely today.", "encoding_format": "base64"})).await?;
+        let b = unb64(r.json()?["data"][0]["embedding"].as_str().context("base64")?);
+        let got: Vec<f32> = b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        ensure!(got == alone[0], "base64 vector differs");
+        let e = post(a, "/v1/embeddings", &json!({"model": "all-minilm-l6-v2", "input": []})).await?;
+        ensure!(e.status == 400 && e.json()?["error"]["param"] == "input", "{}", e.text());
+
+        // Speech, then back to text.
+        let said = "The quick brown fox jumps over the lazy dog.";
+        let r = post(a, "/v1/audio/speech", &json!({"model": "tts-1", "input": said, "voice": "alloy"})).await?;
+        ensure!(r.status == 200 && r.header("content-type") == Some("audio/wav"), "{} {}", r.status, r.text());
+        let wav = r.body.clone();
+        ensure!(wav.starts_with(b"RIFF") && wav.len() > 24_000, "a WAV of some length: {} bytes", wav.len());
+        let pcm = post(a, "/v1/audio/speech", &json!({"input": said, "response_format": "pcm"})).await?;
+        ensure!(pcm.status == 200 && pcm.body.len() + 44 == wav.len(), "pcm {} vs wav {}", pcm.body.len(), wav.len());
+        let words = |s: &str| s.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_string).collect::<Vec<_>>();
+        let want = words(said);
+        let transcribe = |fields: Vec<(&'static str, &'static str)>| {
+            let wav = wav.clone();
+            async move {
+                let (ct, body) = multipart(&fields, &wav);
+                send(a, "POST", "/v1/audio/transcriptions", &[("Content-Type", ct.as_str())], &body).await
+            }
+        };
+        let r = transcribe(vec![("model", "whisper-1")]).await?;
+        ensure!(r.status == 200, "{}", r.text());
+        let text = r.json()?["text"].as_str().context("text")?.to_string();
+        let heard = words(&text);
+        let common = want.iter().filter(|w| heard.contains(w)).count();
+        ensure!(common * 10 >= want.len() * 8, "heard {text:?} for {said:?}");
+        let r = transcribe(vec![("response_format", "text")]).await?;
+        ensure!(r.header("content-type").is_some_and(|c| c.starts_with("text/plain")) && words(&r.text()) == heard, "{}", r.text());
+        let srt = transcribe(vec![("response_format", "srt")]).await?.text();
+        ensure!(srt.starts_with("1\n00:00:0") && srt.contains(" --> "), "{srt}");
+        let vtt = transcribe(vec![("response_format", "vtt")]).await?.text();
+        ensure!(vtt.starts_with("WEBVTT"), "{vtt}");
+        let v = transcribe(vec![("response_format", "verbose_json"), ("timestamp_granularities[]", "word")]).await?.json()?;
+        let ws = v["words"].as_array().context("words")?;
+        ensure!(ws.len() >= want.len() - 2 && v["segments"].as_array().is_some_and(|s| !s.is_empty()), "{v}");
+        let mut last = 0.0;
+        for w in ws {
+            let (s, e) = (w["start"].as_f64().unwrap_or(-1.0), w["end"].as_f64().unwrap_or(-1.0));
+            ensure!(s >= last - 1e-6 && e >= s && e <= v["duration"].as_f64().unwrap_or(0.0) + 0.5, "{w} after {last}");
+            last = s;
+        }
+        // Errors.
+        let (ct, body) = multipart(&[], b"not audio at all");
+        let r = send(a, "POST", "/v1/audio/transcriptions", &[("Content-Type", ct.as_str())], &body).await?;
+        ensure!(r.status == 400 && r.json()?["error"]["param"] == "file", "{}", r.text());
+        let (ct, body) = multipart(&[], &vec![0u8; 5 << 20]);
+        let r = send(a, "POST", "/v1/audio/transcriptions", &[("Content-Type", ct.as_str())], &body).await?;
+        ensure!(r.status == 413, "{} {}", r.status, r.text());
+        let r = post(a, "/v1/audio/speech", &json!({"input": "hi", "response_format": "mp3"})).await?;
+        ensure!(r.status == 400 && r.json()?["error"]["param"] == "response_format", "{}", r.text());
+        let r = post(a, "/v1/chat/completions", &json!({"messages": [{"role": "user", "content": "hi"}]})).await?;
+        ensure!(r.status == 404, "no language model here: {}", r.text());
+        Ok(())
+    })
+    .await?
+}
