@@ -449,7 +449,6 @@ impl Scheduler {
         done.sort_by_key(|d| std::cmp::Reverse(d.0));
         for (i, reason) in done {
             let mut a = self.running.swap_remove(i);
-            a.stats.generated_tokens = a.generated().len();
             let r = reason.and_then(|reason| Self::result(&mut a, reason));
             self.finish(a, r);
         }
@@ -526,6 +525,8 @@ impl Scheduler {
         }
         let now = Instant::now();
         a.stats.decode = a.first_token.map_or(Duration::ZERO, |f| now - f);
+        // Here for every way a request ends (a full context and cancellation included).
+        a.stats.generated_tokens = a.generated().len();
         Ok(Generation { text: std::mem::take(&mut a.text), tokens: a.generated().to_vec(), finish, stats: a.stats.clone() })
     }
 

@@ -190,6 +190,7 @@ fn a_context_shift_keeps_a_long_generation_going() -> Result<()> {
     let stop = Engine::new(&p, small(EngineOptions::default()))?.submit_chat(q, cfg.clone())?.wait()?;
     assert_eq!(stop.finish, FinishReason::ContextFull);
     assert_eq!(stop.stats.prompt_tokens + stop.tokens.len(), 129, "the context holds 128 positions and the last token needs none");
+    assert_eq!(stop.stats.generated_tokens, stop.tokens.len(), "a request ended by a full context counts its tokens");
     let e = Engine::new(&p, small(EngineOptions { context: ContextPolicy::Shift { keep: 16 }, ..Default::default() }))?;
     let shifted = e.submit_chat(q, cfg)?.wait()?;
     assert_eq!(shifted.finish, FinishReason::MaxTokens);
