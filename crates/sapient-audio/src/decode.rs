@@ -149,6 +149,11 @@ pub fn decode_raw_pcm_interleaved(bytes: &[u8], sample_rate: u32, channels: u16,
     Ok(Audio { samples, sample_rate, channels_original: channels })
 }
 
+/// Default of [`Decoder::with_max_duration`]: 4 hours. Compressed formats expand (a FLAC
+/// file of constant blocks takes a few bytes per 4096 samples), so the decoded length, not the
+/// file's, bounds the memory a decode takes.
+pub const DEFAULT_MAX_DURATION_S: f64 = 4.0 * 3600.0;
+
 /// A lazy decoder: packets are decoded and mixed down to mono on demand, so long files stream
 /// in bounded memory (see [`crate::stream::FileStream`]).
 pub struct Decoder {
@@ -161,6 +166,8 @@ pub struct Decoder {
     interleaved: Vec<f32>,
     decoded_any: bool,
     finished: bool,
+    frames: u64,
+    max_duration_s: f64,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -244,11 +251,20 @@ impl Decoder {
             interleaved: Vec::new(),
             decoded_any: false,
             finished: false,
+            frames: 0,
+            max_duration_s: DEFAULT_MAX_DURATION_S,
         })
     }
 
     pub fn sample_rate(&self) -> u32 {
         self.sample_rate
+    }
+
+    /// Stop with [`Error::TooLong`] once more than `seconds` of audio have been decoded
+    /// (default [`DEFAULT_MAX_DURATION_S`]).
+    pub fn with_max_duration(mut self, seconds: f64) -> Self {
+        self.max_duration_s = seconds;
+        self
     }
 
     /// Channel count of the source (chunks are mono).
@@ -294,6 +310,11 @@ impl Decoder {
             let frames = buf.frames();
             if frames == 0 {
                 continue;
+            }
+            self.frames += frames as u64;
+            if self.frames as f64 > self.max_duration_s * self.sample_rate as f64 {
+                self.finished = true;
+                return Some(Err(Error::TooLong { what: self.what.clone(), limit_s: self.max_duration_s }));
             }
             let ch = buf.spec().channels().count().max(1);
             buf.copy_to_vec_interleaved(&mut self.interleaved);

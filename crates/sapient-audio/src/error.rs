@@ -32,6 +32,9 @@ pub enum Error {
     /// A header or a packet is malformed or truncated.
     #[error("{what}: corrupt or truncated audio ({detail})")]
     Corrupt { what: String, detail: String },
+    /// More audio than a decoder's duration limit.
+    #[error("{what}: longer than the limit of {limit_s} s of audio (Decoder::with_max_duration)")]
+    TooLong { what: String, limit_s: f64 },
     /// A sample rate outside [`MIN_SAMPLE_RATE`]..=[`MAX_SAMPLE_RATE`].
     #[error("sample rate {rate} Hz is not plausible (accepted: {MIN_SAMPLE_RATE}..={MAX_SAMPLE_RATE} Hz)")]
     InvalidSampleRate { rate: u32 },

@@ -36,7 +36,7 @@ mod mic;
 
 pub use decode::{
     decode_bytes, decode_file, decode_raw_pcm, decode_raw_pcm_interleaved, encode_wav, write_wav, Audio, Decoder,
-    PcmFormat, WavFormat,
+    PcmFormat, WavFormat, DEFAULT_MAX_DURATION_S,
 };
 pub use error::{check_rate, Error, Result, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};
 pub use mel::{LogMel, Mel, MelFilters, MelStream};

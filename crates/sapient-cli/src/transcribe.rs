@@ -89,6 +89,7 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
     let load = sapient_whisper::LoadOptions {
         quantize_encoder: all,
         quantize_decoder: all.or(quant("decoder-quant", &args.decoder_quant)?),
+        ..Default::default()
     };
     let mut t = Transcriber::load_with(&args.model, &candle_core::Device::Cpu, load, &mut |p| bars.update(p))
         .with_context(|| format!("loading {}", args.model))?;

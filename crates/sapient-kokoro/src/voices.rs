@@ -97,17 +97,21 @@ pub struct Voices {
     packs: BTreeMap<String, VoicePack>,
 }
 
-/// The tensors of a PyTorch archive (`torch.save`): a dict of named tensors (candle's reader),
-/// or one bare tensor, named after the file stem.
-fn read_pt(path: &Path) -> std::result::Result<Vec<(String, Tensor)>, String> {
+/// The tensors of a PyTorch archive (`torch.save`): a dict of named tensors, or one bare
+/// tensor, named after the file stem. candle's pickle reader gives the tensor directory; the
+/// data is read here, each tensor's declared size checked against its zip entry and `limits`
+/// before anything is allocated.
+fn read_pt(path: &Path, limits: &sapient_tensor::Limits) -> std::result::Result<Vec<(String, Tensor)>, String> {
     use candle_core::pickle::{Object, Stack};
-    use std::io::Read;
-    let dict = candle_core::pickle::read_all(path).map_err(|e| e.to_string())?;
-    if !dict.is_empty() {
-        return Ok(dict);
-    }
+    let infos = candle_core::pickle::read_pth_tensor_info(path, false, None).map_err(|e| e.to_string())?;
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| e.to_string())?;
+    if !infos.is_empty() {
+        return infos
+            .iter()
+            .map(|info| Ok((info.name.clone(), read_pt_tensor(&mut zip, info, path, limits)?)))
+            .collect();
+    }
     let pkl = zip
         .file_names()
         .filter_map(|n| n.ok().map(|n| n.into_owned()))
@@ -125,30 +129,72 @@ fn read_pt(path: &Path) -> std::result::Result<Vec<(String, Tensor)>, String> {
         .into_tensor_info(Object::Unicode(name.clone()), &dir)
         .map_err(|e| e.to_string())?
         .ok_or("the archive holds neither a tensor nor a dict of tensors")?;
+    Ok(vec![(name, read_pt_tensor(&mut zip, &info, path, limits)?)])
+}
+
+/// One tensor's data from its zip entry, as f32.
+fn read_pt_tensor<R: std::io::Read + std::io::Seek>(
+    zip: &mut zip::ZipArchive<R>,
+    info: &candle_core::pickle::TensorInfo,
+    path: &Path,
+    limits: &sapient_tensor::Limits,
+) -> std::result::Result<Tensor, String> {
+    use std::io::Read;
     if !info.layout.is_contiguous() {
-        return Err(format!("the tensor is not contiguous ({:?})", info.layout));
+        return Err(format!("tensor '{}' is not contiguous ({:?})", info.name, info.layout));
     }
+    let elem = info.dtype.size_in_bytes();
+    let dims = info.layout.shape().dims().to_vec();
+    let n = dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let nbytes = n.and_then(|n| n.checked_mul(elem));
+    let skip = info.layout.start_offset().checked_mul(elem);
+    let (Some(n), Some(nbytes), Some(skip)) = (n, nbytes, skip) else {
+        return Err(format!("tensor '{}': shape {dims:?} overflows", info.name));
+    };
     let mut entry = zip.by_name(&info.path).map_err(|e| format!("{}: {e}", info.path))?;
-    let skip = (info.layout.start_offset() * info.dtype.size_in_bytes()) as u64;
-    std::io::copy(&mut entry.by_ref().take(skip), &mut std::io::sink()).map_err(|e| e.to_string())?;
-    let shape = info.layout.shape().clone();
-    let n = shape.elem_count();
-    let mut raw = vec![0u8; n * info.dtype.size_in_bytes()];
-    entry.read_exact(&mut raw).map_err(|e| format!("{} values of {:?} expected: {e}", n, info.dtype))?;
+    let held = entry.size();
+    if (skip as u64).saturating_add(nbytes as u64) > held {
+        return Err(format!(
+            "tensor '{}': shape {dims:?} of {:?} at element {} needs {} bytes, but its entry '{}' holds {held}",
+            info.name,
+            info.dtype,
+            info.layout.start_offset(),
+            skip as u64 + nbytes as u64,
+            info.path
+        ));
+    }
+    limits
+        .check(path, || format!("tensor '{}'", info.name), nbytes as u64)
+        .map_err(|e| e.to_string())?;
+    std::io::copy(&mut entry.by_ref().take(skip as u64), &mut std::io::sink()).map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    entry
+        .by_ref()
+        .take(nbytes as u64)
+        .read_to_end(&mut raw)
+        .map_err(|e| format!("tensor '{}': {e}", info.name))?;
+    if raw.len() != nbytes {
+        return Err(format!("tensor '{}': {} values of {:?} expected, the entry ends early", info.name, n, info.dtype));
+    }
     let values: Vec<f32> = match info.dtype {
         DType::F32 => raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
         DType::F64 => raw.chunks_exact(8).map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32).collect(),
         DType::F16 => raw.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
         DType::BF16 => raw.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-        other => return Err(format!("a {other:?} tensor; voices are floating point")),
+        other => return Err(format!("tensor '{}' is {other:?}; voices are floating point", info.name)),
     };
-    let t = Tensor::from_vec(values, shape, &Device::Cpu).map_err(|e| e.to_string())?;
-    Ok(vec![(name, t)])
+    Tensor::from_vec(values, dims, &Device::Cpu).map_err(|e| e.to_string())
 }
 
 impl Voices {
     /// Reads a `.npz`, `.npy`, `.safetensors` or `.pt` voice file (see the module docs).
     pub fn load(path: &Path) -> Result<Self> {
+        Self::load_with(path, &sapient_tensor::Limits::default())
+    }
+
+    /// [`Self::load`] under `limits` (what the file may make the loader allocate; see
+    /// [`sapient_tensor::Limits`]).
+    pub fn load_with(path: &Path, limits: &sapient_tensor::Limits) -> Result<Self> {
         let bad = |what: String| Error::Voice(format!("{}: {what}", path.display()));
         if !path.is_file() {
             return Err(bad("no such voice file".into()));
@@ -159,11 +205,11 @@ impl Voices {
             .map(str::to_ascii_lowercase)
             .unwrap_or_default();
         let named: Vec<(String, Tensor)> = match ext.as_str() {
-            "npz" | "bin" => npy::read_npz(path)
+            "npz" | "bin" => npy::read_npz_with(path, limits)
                 .and_then(|arrays| arrays.into_iter().map(|(n, a)| Ok((n, a.to_candle_f32()?))).collect())
                 .map_err(|e| bad(format!("not a readable .npz (numpy.savez archive of .npy arrays): {e}")))?,
             "npy" => {
-                let t = npy::read_npy(path)
+                let t = npy::read_npy_with(path, limits)
                     .and_then(|a| a.to_candle_f32())
                     .map_err(|e| bad(format!("not a readable .npy: {e}")))?;
                 let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("voice").to_string();
@@ -173,7 +219,7 @@ impl Voices {
                 .map_err(|e| bad(format!("not a readable safetensors file: {e}")))?
                 .into_iter()
                 .collect(),
-            "pt" | "pth" => read_pt(path).map_err(|e| bad(format!("not a readable PyTorch archive: {e}")))?,
+            "pt" | "pth" => read_pt(path, limits).map_err(|e| bad(format!("not a readable PyTorch archive: {e}")))?,
             _ => return Err(bad("unknown voice file type (expected .npz, .npy, .safetensors or .pt)".into())),
         };
         let mut packs = BTreeMap::new();

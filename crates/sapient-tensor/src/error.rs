@@ -73,6 +73,14 @@ pub enum Error {
     Device(String, String),
     #[error("{path}: {what}")]
     Safetensors { path: PathBuf, what: String },
+    /// A size a file declares is over a [`crate::Limits`] ceiling.
+    #[error("{path}: {what} needs {needed} bytes, over the limit of {limit} bytes (Limits::max_alloc)")]
+    Limit {
+        path: PathBuf,
+        what: String,
+        needed: u64,
+        limit: u64,
+    },
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }

@@ -6,6 +6,7 @@
 //! - [`weights`]: the [`WeightSource`] trait every model loads through (GGUF, safetensors),
 //!   and a [`Linear`] layer over quantized or dense weights.
 //! - [`onnx`]: a minimal ONNX (protobuf) reader for importing weights from `.onnx` files.
+//! - [`limits`]: [`Limits`], the memory ceiling loaders apply to hostile files.
 //! - [`npy`]: NumPy `.npy` arrays and `.npz` archives.
 //! - [`kernels`]: quantized matrix products on the CPU (AVX2, AVX-512 VNNI, AMX), chosen at
 //!   run time, over one persistent thread pool ([`kernels::pool`]).
@@ -24,6 +25,7 @@ pub mod device;
 mod error;
 pub mod gguf;
 pub mod kernels;
+pub mod limits;
 pub mod npy;
 pub mod onnx;
 pub mod weights;
@@ -31,8 +33,9 @@ pub mod weights;
 pub use candle_core;
 pub use device::{activation_dtype, DeviceRequest};
 pub use error::{Error, Result};
+pub use limits::Limits;
 pub use gguf::{GgmlType, GgufFile, GgufWriter, TensorInfo, Value};
-pub use weights::{open_weights, Linear, SafetensorsFiles, Weight, WeightSource};
+pub use weights::{open_weights, open_weights_with, Linear, SafetensorsFiles, Weight, WeightSource};
 
 /// The README's example, compiled as a doc test.
 #[cfg(doctest)]

@@ -16,7 +16,7 @@
 //! # let _ = (values, reference); Ok(()) }
 //! ```
 
-use crate::{Error, Result};
+use crate::{Error, Limits, Result};
 use std::path::{Path, PathBuf};
 
 /// The element type of a `.npy` array (its `descr`).
@@ -177,21 +177,35 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
         .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| Error::Io {
+fn read_file(path: &Path, limits: &Limits) -> Result<Vec<u8>> {
+    let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
-    })
+    };
+    let len = std::fs::metadata(path).map_err(io)?.len();
+    limits.check(path, || "reading the file into memory".into(), len)?;
+    std::fs::read(path).map_err(io)
 }
 
 /// Reads a `.npy` file.
 pub fn read_npy(path: impl AsRef<Path>) -> Result<NpyArray> {
+    read_npy_with(path, &Limits::default())
+}
+
+/// Reads a `.npy` file under `limits`.
+pub fn read_npy_with(path: impl AsRef<Path>, limits: &Limits) -> Result<NpyArray> {
     let path = path.as_ref();
-    parse_npy(&read_file(path)?, path)
+    parse_npy_with(&read_file(path, limits)?, path, limits)
 }
 
 /// Parses the bytes of a `.npy` file (`path` names it in errors).
 pub fn parse_npy(b: &[u8], path: &Path) -> Result<NpyArray> {
+    parse_npy_with(b, path, &Limits::default())
+}
+
+/// Parses the bytes of a `.npy` file under `limits`: an array larger than
+/// [`Limits::max_alloc`] is an [`Error::Limit`] (checked before the data is copied).
+pub fn parse_npy_with(b: &[u8], path: &Path, limits: &Limits) -> Result<NpyArray> {
     if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
         return Err(bad(path, "not a .npy array (bad magic)"));
     }
@@ -201,7 +215,7 @@ pub fn parse_npy(b: &[u8], path: &Path) -> Result<NpyArray> {
         v => return Err(bad(path, format!("unsupported .npy version {v}"))),
     };
     let header_len = header_len.ok_or_else(|| bad(path, "truncated header"))?;
-    let header_end = header_start + header_len;
+    let header_end = header_start + header_len; // at most 12 + u32::MAX: no overflow on 64-bit
     let header = b
         .get(header_start..header_end)
         .ok_or_else(|| bad(path, "truncated header"))?;
@@ -245,7 +259,7 @@ pub fn parse_npy(b: &[u8], path: &Path) -> Result<NpyArray> {
         .iter()
         .try_fold(dtype.size(), |a, &d| a.checked_mul(d))
         .ok_or_else(|| bad(path, format!("shape ({inner}) is too large")))?;
-    let body = &b[header_end..];
+    let body = b.get(header_end..).unwrap_or_default();
     if body.len() < nbytes {
         return Err(bad(
             path,
@@ -255,6 +269,7 @@ pub fn parse_npy(b: &[u8], path: &Path) -> Result<NpyArray> {
             ),
         ));
     }
+    limits.check(path, || format!("array of shape {shape:?} ({dtype:?})"), nbytes as u64)?;
     Ok(NpyArray {
         shape,
         dtype,
@@ -275,17 +290,29 @@ pub struct Npz {
     path: PathBuf,
     bytes: Vec<u8>,
     entries: Vec<Entry>,
+    limits: Limits,
 }
 
 impl Npz {
     /// Reads an `.npz` file and its directory.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &Limits::default())
+    }
+
+    /// Reads an `.npz` file and its directory under `limits` (an entry that would inflate
+    /// past [`Limits::max_alloc`] is an [`Error::Limit`] when it is read).
+    pub fn open_with(path: impl AsRef<Path>, limits: &Limits) -> Result<Self> {
         let path = path.as_ref();
-        Self::from_bytes(path, read_file(path)?)
+        Self::from_bytes_with(path, read_file(path, limits)?, limits)
     }
 
     /// An archive held in memory (`path` names it in errors).
     pub fn from_bytes(path: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self> {
+        Self::from_bytes_with(path, bytes, &Limits::default())
+    }
+
+    /// An archive held in memory, read under `limits`.
+    pub fn from_bytes_with(path: impl Into<PathBuf>, bytes: Vec<u8>, limits: &Limits) -> Result<Self> {
         let path = path.into();
         let zip = &bytes;
         let trunc = || bad(&path, "truncated zip structure");
@@ -305,15 +332,17 @@ impl Npz {
             return Err(bad(&path, "zip64 archives are not supported"));
         }
         let mut at = dir as usize;
-        let mut entries = Vec::with_capacity(count);
+        // A central directory record takes at least 46 bytes: the count cannot size the
+        // allocation beyond what the file holds.
+        let mut entries = Vec::with_capacity(count.min(zip.len() / 46));
         for _ in 0..count {
             if u32_at(zip, at) != Some(0x0201_4b50) {
                 return Err(bad(&path, "corrupt zip central directory"));
             }
-            let h = |off: usize| u16_at(zip, at + off).map(usize::from).ok_or_else(trunc);
-            let w = |off: usize| u32_at(zip, at + off).map(|x| x as usize).ok_or_else(trunc);
+            let h = |off: usize| u16_at(zip, at.saturating_add(off)).map(usize::from).ok_or_else(trunc);
+            let w = |off: usize| u32_at(zip, at.saturating_add(off)).map(|x| x as usize).ok_or_else(trunc);
             let (name_len, extra_len, comment_len) = (h(28)?, h(30)?, h(32)?);
-            let name = zip.get(at + 46..at + 46 + name_len).ok_or_else(trunc)?;
+            let name = zip.get(at.saturating_add(46)..at.saturating_add(46 + name_len)).ok_or_else(trunc)?;
             let name = String::from_utf8_lossy(name).into_owned();
             entries.push(Entry {
                 method: h(10)? as u16,
@@ -322,12 +351,13 @@ impl Npz {
                 local: w(42)?,
                 name,
             });
-            at += 46 + name_len + extra_len + comment_len;
+            at = at.saturating_add(46 + name_len + extra_len + comment_len);
         }
         Ok(Self {
             path,
             bytes,
             entries,
+            limits: *limits,
         })
     }
 
@@ -378,9 +408,9 @@ impl Npz {
         if u32_at(zip, e.local) != Some(0x0403_4b50) {
             return Err(bad(path, format!("'{}': corrupt zip local header", e.name)));
         }
-        let name_len = u16_at(zip, e.local + 26).ok_or_else(trunc)? as usize;
-        let extra_len = u16_at(zip, e.local + 28).ok_or_else(trunc)? as usize;
-        let start = e.local + 30 + name_len + extra_len;
+        let name_len = u16_at(zip, e.local.saturating_add(26)).ok_or_else(trunc)? as usize;
+        let extra_len = u16_at(zip, e.local.saturating_add(28)).ok_or_else(trunc)? as usize;
+        let start = e.local.saturating_add(30 + name_len + extra_len);
         let raw = zip
             .get(start..start.checked_add(e.compressed).ok_or_else(trunc)?)
             .ok_or_else(trunc)?;
@@ -388,6 +418,8 @@ impl Npz {
         let data = match e.method {
             0 => raw,
             8 => {
+                self.limits
+                    .check(path, || format!("entry '{}' inflated", e.name), e.size as u64)?;
                 inflated = miniz_oxide::inflate::decompress_to_vec_with_limit(raw, e.size.max(1))
                     .map_err(|err| bad(path, format!("'{}': inflating: {err:?}", e.name)))?;
                 &inflated[..]
@@ -399,13 +431,18 @@ impl Npz {
                 ))
             }
         };
-        parse_npy(data, &path.join(&e.name))
+        parse_npy_with(data, &path.join(&e.name), &self.limits)
     }
 }
 
 /// Every array of an `.npz` file, in archive order (names without `.npy`).
 pub fn read_npz(path: impl AsRef<Path>) -> Result<Vec<(String, NpyArray)>> {
     Npz::open(path)?.arrays()
+}
+
+/// [`read_npz`] under `limits`.
+pub fn read_npz_with(path: impl AsRef<Path>, limits: &Limits) -> Result<Vec<(String, NpyArray)>> {
+    Npz::open_with(path, limits)?.arrays()
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! a tensor whose data does not match its dims and type are [`Error::Onnx`]. Tensor data is
 //! not copied: `raw_data` stays a range of the (memory-mapped) file.
 
-use crate::{Error, Result};
+use crate::{Error, Limits, Result};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -288,6 +288,12 @@ impl std::fmt::Debug for OnnxModel {
 impl OnnxModel {
     /// Maps and parses an `.onnx` file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &Limits::default())
+    }
+
+    /// [`Self::open`] under `limits`: a tensor whose `f32` values would take more than
+    /// [`Limits::max_alloc`] is an [`Error::Limit`].
+    pub fn open_with(path: impl AsRef<Path>, limits: &Limits) -> Result<Self> {
         let path = path.as_ref();
         let io = |source| Error::Io {
             path: path.to_path_buf(),
@@ -297,20 +303,26 @@ impl OnnxModel {
         // SAFETY: the map is read-only; like every reader of model files we assume the file is
         // not truncated underneath us while it is open.
         let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Self::parse(path.to_path_buf(), Bytes::Mmap(mmap))
+        Self::parse(path.to_path_buf(), Bytes::Mmap(mmap), limits)
     }
 
     /// Parses a model held in memory; `path` only names it in errors.
     pub fn from_bytes(path: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self> {
-        Self::parse(path.into(), Bytes::Owned(bytes))
+        Self::from_bytes_with(path, bytes, &Limits::default())
     }
 
-    fn parse(path: PathBuf, bytes: Bytes) -> Result<Self> {
+    /// [`Self::from_bytes`] under `limits`.
+    pub fn from_bytes_with(path: impl Into<PathBuf>, bytes: Vec<u8>, limits: &Limits) -> Result<Self> {
+        Self::parse(path.into(), Bytes::Owned(bytes), limits)
+    }
+
+    fn parse(path: PathBuf, bytes: Bytes, limits: &Limits) -> Result<Self> {
         let src = Arc::new(Source { path, bytes });
         let p = Parser {
             path: &src.path,
             b: &src.bytes[..],
             arc: &src,
+            limits: *limits,
         };
         let m = p.model(0..src.bytes.len())?;
         Ok(Self {
@@ -487,6 +499,7 @@ struct Parser<'a> {
     path: &'a Path,
     b: &'a [u8],
     arc: &'a Arc<Source>,
+    limits: Limits,
 }
 
 /// A cursor over one message: `pos..end` of the file.
@@ -1033,6 +1046,8 @@ impl<'a> Parser<'a> {
         if kinds.count_ones() > 1 {
             return Err(self.err(&label, start, "more than one data field is set"));
         }
+        self.limits
+            .check(self.path, || format!("{label}: {count} values as f32"), (count as u64).saturating_mul(4))?;
         let data = if location_external {
             TensorData::External(external)
         } else if let Some(r) = raw {
@@ -1130,11 +1145,11 @@ mod tests {
             b
         };
         assert_eq!(ok.len(), 10);
-        let parser = Parser { path: &p, b: &ok, arc: &arc };
+        let parser = Parser { path: &p, b: &ok, arc: &arc, limits: Limits::default() };
         let mut m = Msg { pos: 0, end: ok.len() };
         assert_eq!(parser.varint(&mut m, "v").unwrap(), u64::MAX);
         let bad = vec![0xff; 11];
-        let parser = Parser { path: &p, b: &bad, arc: &arc };
+        let parser = Parser { path: &p, b: &bad, arc: &arc, limits: Limits::default() };
         let mut m = Msg { pos: 0, end: bad.len() };
         assert!(matches!(parser.varint(&mut m, "v"), Err(Error::Onnx { .. })));
     }
@@ -1156,7 +1171,7 @@ mod tests {
             field_len(4, &fl, &mut t);
             let p = PathBuf::from("x");
             let arc = Arc::new(Source { path: p.clone(), bytes: Bytes::Owned(t.clone()) });
-            let parser = Parser { path: &p, b: &t, arc: &arc };
+            let parser = Parser { path: &p, b: &t, arc: &arc, limits: Limits::default() };
             let mut m = Msg { pos: 0, end: t.len() };
             let tensor = parser.tensor(&mut m, "t").unwrap();
             assert_eq!(tensor.dims, vec![2, 3]);

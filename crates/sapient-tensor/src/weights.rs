@@ -2,7 +2,7 @@
 
 use crate::gguf::GgufFile;
 use crate::kernels::QMatrix;
-use crate::{Error, Result};
+use crate::{Error, Limits, Result};
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use std::path::{Path, PathBuf};
@@ -89,10 +89,19 @@ impl WeightSource for GgufFile {
 pub struct SafetensorsFiles {
     paths: Vec<PathBuf>,
     inner: candle_core::safetensors::MmapedSafetensors,
+    limits: Limits,
 }
 
 impl SafetensorsFiles {
     pub fn open<P: AsRef<Path>>(paths: &[P]) -> Result<Self> {
+        Self::open_with(paths, &Limits::default())
+    }
+
+    /// [`Self::open`] under `limits`: a tensor larger than [`Limits::max_alloc`] is an
+    /// [`Error::Limit`] when it is loaded. (The header itself is checked by the `safetensors`
+    /// crate: at most 100 MB of JSON, every tensor's byte range inside the file and matching
+    /// its shape and dtype.)
+    pub fn open_with<P: AsRef<Path>>(paths: &[P], limits: &Limits) -> Result<Self> {
         let paths: Vec<PathBuf> = paths.iter().map(|p| p.as_ref().to_path_buf()).collect();
         let Some(first) = paths.first() else {
             return Err(Error::Safetensors {
@@ -114,7 +123,11 @@ impl SafetensorsFiles {
                 path: first.clone(),
                 what: format!("cannot read safetensors: {e}"),
             })?;
-        Ok(Self { paths, inner })
+        Ok(Self {
+            paths,
+            inner,
+            limits: *limits,
+        })
     }
 
     pub fn paths(&self) -> &[PathBuf] {
@@ -133,6 +146,9 @@ impl WeightSource for SafetensorsFiles {
         self.inner.get(name).ok().map(|v| v.shape().to_vec())
     }
     fn load(&self, name: &str, device: &Device) -> Result<Weight> {
+        if let Ok(view) = self.inner.get(name) {
+            self.limits.check(&self.paths[0], || format!("tensor '{name}'"), view.data().len() as u64)?;
+        }
         let t = self.inner.load(name, device).map_err(|e| Error::Safetensors {
             path: self.paths[0].clone(),
             what: format!("tensor '{name}': {e}"),
@@ -147,6 +163,11 @@ impl WeightSource for SafetensorsFiles {
 /// Open whatever `path` is: a `.gguf` file, a `.safetensors` file, or a directory holding
 /// `*.safetensors` (HF layout, possibly sharded).
 pub fn open_weights(path: &Path) -> Result<Box<dyn WeightSource>> {
+    open_weights_with(path, &Limits::default())
+}
+
+/// [`open_weights`] under `limits` (see [`Limits`]).
+pub fn open_weights_with(path: &Path, limits: &Limits) -> Result<Box<dyn WeightSource>> {
     if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
             .map_err(|source| Error::Io {
@@ -167,14 +188,14 @@ pub fn open_weights(path: &Path) -> Result<Box<dyn WeightSource>> {
                 .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
                 .collect();
             if gguf.len() == 1 {
-                return Ok(Box::new(GgufFile::open(&gguf[0])?));
+                return Ok(Box::new(GgufFile::open_with(&gguf[0], limits)?));
             }
             return Err(Error::Safetensors {
                 path: path.to_path_buf(),
                 what: "directory holds no *.safetensors (and not exactly one *.gguf)".into(),
             });
         }
-        return Ok(Box::new(SafetensorsFiles::open(&files)?));
+        return Ok(Box::new(SafetensorsFiles::open_with(&files, limits)?));
     }
     let mut magic = [0u8; 4];
     {
@@ -198,9 +219,9 @@ pub fn open_weights(path: &Path) -> Result<Box<dyn WeightSource>> {
         }
     }
     if &magic == b"GGUF" {
-        Ok(Box::new(GgufFile::open(path)?))
+        Ok(Box::new(GgufFile::open_with(path, limits)?))
     } else if path.extension().is_some_and(|e| e == "safetensors") {
-        Ok(Box::new(SafetensorsFiles::open(&[path])?))
+        Ok(Box::new(SafetensorsFiles::open_with(&[path], limits)?))
     } else {
         Err(Error::BadMagic {
             path: path.to_path_buf(),

@@ -19,7 +19,7 @@ mod stream;
 mod template;
 
 pub use stream::{StopMatcher, StopOutput, TokenStream};
-pub use template::{ChatTemplate, Message, RenderOptions};
+pub use template::{ChatTemplate, Message, RenderOptions, TemplateLimits};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -60,12 +60,52 @@ impl Default for RenderOptions {
     }
 }
 
+/// Bounds on one rendering, so that a template (it comes with the model file) and the
+/// messages it renders (they may come from the network) cannot run or grow without end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TemplateLimits {
+    /// Template instructions one rendering may execute (minijinja's fuel): the bound on its
+    /// time. The chat templates of the models in the registry take a few thousand for a
+    /// short conversation.
+    pub fuel: u64,
+    /// The most bytes a rendering may produce.
+    pub max_output_bytes: usize,
+}
+
+impl Default for TemplateLimits {
+    fn default() -> Self {
+        Self { fuel: 20_000_000, max_output_bytes: 16 << 20 }
+    }
+}
+
 /// A compiled chat template.
 pub struct ChatTemplate {
     env: Environment<'static>,
     source: String,
     bos: Option<String>,
     eos: Option<String>,
+    limits: TemplateLimits,
+}
+
+/// A writer that stops at a byte limit.
+struct CappedWriter {
+    out: Vec<u8>,
+    max: usize,
+    over: bool,
+}
+
+impl std::io::Write for CappedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.out.len().saturating_add(buf.len()) > self.max {
+            self.over = true;
+            return Err(std::io::Error::other("output limit"));
+        }
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -364,6 +404,8 @@ impl ChatTemplate {
     /// Compile a template. Syntax errors are reported here, with the line.
     pub fn new(source: &str, bos_token: Option<&str>, eos_token: Option<&str>) -> Result<Self> {
         let mut env = Environment::new();
+        let limits = TemplateLimits::default();
+        env.set_fuel(Some(limits.fuel));
         // As HF transformers' apply_chat_template sets up jinja2.
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -481,7 +523,18 @@ impl ChatTemplate {
             source: source.to_string(),
             bos: bos_token.map(String::from),
             eos: eos_token.map(String::from),
+            limits,
         })
+    }
+
+    /// Bound every later rendering by `limits` (default [`TemplateLimits::default`]).
+    pub fn set_limits(&mut self, limits: TemplateLimits) {
+        self.env.set_fuel(Some(limits.fuel));
+        self.limits = limits;
+    }
+
+    pub fn limits(&self) -> TemplateLimits {
+        self.limits
     }
 
     pub fn source(&self) -> &str {
@@ -528,8 +581,19 @@ impl ChatTemplate {
         for (k, v) in &opts.extra {
             ctx.insert(k.clone(), v.clone());
         }
-        tmpl.render(Value::from_serialize(&ctx))
-            .map_err(|e| Error::Template(describe(&e)))
+        let mut w = CappedWriter { out: Vec::new(), max: self.limits.max_output_bytes, over: false };
+        match tmpl.render_captured_to(Value::from_serialize(&ctx), &mut w) {
+            Ok(_) => String::from_utf8(w.out).map_err(|e| Error::Template(format!("rendered text is not UTF-8: {e}"))),
+            Err(_) if w.over => Err(Error::Template(format!(
+                "the rendering is longer than the limit of {} bytes (TemplateLimits::max_output_bytes)",
+                self.limits.max_output_bytes
+            ))),
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(Error::Template(format!(
+                "the template ran more than {} instructions (TemplateLimits::fuel): it loops, or the conversation is too long",
+                self.limits.fuel
+            ))),
+            Err(e) => Err(Error::Template(describe(&e))),
+        }
     }
 }
 

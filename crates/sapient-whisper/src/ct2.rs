@@ -13,6 +13,7 @@
 
 use crate::config::WhisperConfig;
 use crate::{Error, Result};
+use sapient_tensor::Limits;
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -127,10 +128,19 @@ impl<'a> Reader<'a> {
 impl Ct2Model {
     /// Read and parse a `model.bin`.
     pub fn open(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        Self::open_with(path, &Limits::default())
+    }
+
+    /// [`Self::open`] under `limits`: the file is read whole, so a file larger than
+    /// [`Limits::max_alloc`] is an error before anything is read.
+    pub fn open_with(path: &Path, limits: &Limits) -> Result<Self> {
+        let io = |source| Error::Io {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let len = std::fs::metadata(path).map_err(io)?.len();
+        limits.check(path, || "reading the CTranslate2 model into memory".into(), len)?;
+        let bytes = std::fs::read(path).map_err(io)?;
         Self::parse(bytes, path)
     }
 
@@ -153,7 +163,9 @@ impl Ct2Model {
         if count > 1_000_000 {
             return Err(corrupt(format!("implausible variable count {count}")));
         }
-        let mut variables = Vec::with_capacity(count);
+        // A variable takes at least 11 bytes (empty name, no dims): the count cannot size the
+        // allocation beyond what the file holds.
+        let mut variables = Vec::with_capacity(count.min(bytes.len() / 11));
         for i in 0..count {
             let name = r.string(&|| format!("name of variable {i}"))?;
             let what = |field: &str| format!("{field} of variable '{name}'");
@@ -178,7 +190,7 @@ impl Ct2Model {
         if n_alias > 100_000 {
             return Err(corrupt(format!("implausible alias count {n_alias}")));
         }
-        let mut aliases = Vec::with_capacity(n_alias);
+        let mut aliases = Vec::with_capacity(n_alias.min(bytes.len().saturating_sub(r.pos) / 4));
         for i in 0..n_alias {
             let a = r.string(&|| format!("alias {i}"))?;
             let t = r.string(&|| format!("target of alias {i}"))?;
@@ -410,7 +422,16 @@ impl Ct2Model {
 /// (dimensions from the weights, `alignment_heads`, `suppress_ids`, `suppress_ids_begin`,
 /// `lang_ids` from the `config.json` beside `model.bin` when given).
 pub fn import(model_bin: &Path, ct2_config: Option<&Path>) -> Result<(WhisperConfig, Vec<(String, Tensor)>)> {
-    let m = Ct2Model::open(model_bin)?;
+    import_with(model_bin, ct2_config, &Limits::default())
+}
+
+/// [`import`] under `limits` (see [`Ct2Model::open_with`]).
+pub fn import_with(
+    model_bin: &Path,
+    ct2_config: Option<&Path>,
+    limits: &Limits,
+) -> Result<(WhisperConfig, Vec<(String, Tensor)>)> {
+    let m = Ct2Model::open_with(model_bin, limits)?;
     let mut cfg = m.dims()?;
     if let Some(p) = ct2_config {
         cfg.merge_ct2_config(p)?;

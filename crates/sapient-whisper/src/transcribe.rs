@@ -107,12 +107,15 @@ pub struct LoadOptions {
     /// The same for the encoder layers' matrices (CPU only; the convolutions and the
     /// attention products stay f32).
     pub quantize_encoder: Option<candle_core::quantized::GgmlDType>,
+    /// What a model file may make the loader allocate (a CTranslate2 `model.bin` is read
+    /// whole; safetensors/GGUF tensors are checked one by one).
+    pub limits: sapient_tensor::Limits,
 }
 
 impl LoadOptions {
     /// Encoder and decoder matrices in `dtype` (`sapient transcribe --quant q8_0`).
     pub fn quantized(dtype: candle_core::quantized::GgmlDType) -> Self {
-        Self { quantize_decoder: Some(dtype), quantize_encoder: Some(dtype) }
+        Self { quantize_decoder: Some(dtype), quantize_encoder: Some(dtype), ..Self::default() }
     }
 }
 
@@ -193,7 +196,7 @@ impl Transcriber {
     }
 
     pub fn from_ct2_with(model_bin: &Path, ct2_config: Option<&Path>, tokenizer: &Path, device: &Device, load: LoadOptions) -> Result<Self> {
-        let (cfg, tensors) = ct2::import(model_bin, ct2_config)?;
+        let (cfg, tensors) = ct2::import_with(model_bin, ct2_config, &load.limits)?;
         let src = TensorMap::new(model_bin, tensors);
         Self::build(cfg, &src, tokenizer, device, load)
     }
@@ -205,7 +208,7 @@ impl Transcriber {
 
     pub fn from_hf_dir_with(dir: &Path, tokenizer: &Path, device: &Device, load: LoadOptions) -> Result<Self> {
         let cfg = WhisperConfig::from_hf_dir(dir)?;
-        let src = sapient_tensor::open_weights(dir)?;
+        let src = sapient_tensor::open_weights_with(dir, &load.limits)?;
         Self::build(cfg, src.as_ref(), tokenizer, device, load)
     }
 

@@ -75,7 +75,7 @@ fn load_options(variant: &str) -> Result<sapient_whisper::LoadOptions> {
     let q = Some(candle_core::quantized::GgmlDType::Q8_0);
     Ok(match variant {
         "f32" => sapient_whisper::LoadOptions::default(),
-        "q8_0" => sapient_whisper::LoadOptions { quantize_decoder: q, quantize_encoder: q },
+        "q8_0" => sapient_whisper::LoadOptions { quantize_decoder: q, quantize_encoder: q, ..Default::default() },
         "q8_0-decoder" => sapient_whisper::LoadOptions { quantize_decoder: q, ..Default::default() },
         other => anyhow::bail!("--variants {other}: expected f32, q8_0 or q8_0-decoder"),
     })

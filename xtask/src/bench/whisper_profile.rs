@@ -37,6 +37,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "q8_0" => LoadOptions {
             quantize_decoder: Some(GgmlDType::Q8_0),
             quantize_encoder: Some(GgmlDType::Q8_0),
+            ..Default::default()
         },
         "q8_0-decoder" => LoadOptions {
             quantize_decoder: Some(GgmlDType::Q8_0),

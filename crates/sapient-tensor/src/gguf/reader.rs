@@ -3,7 +3,7 @@
 //! panic and never an allocation sized by an untrusted count.
 
 use super::types::{GgmlType, Value, ValueType};
-use crate::{Error, Result};
+use crate::{Error, Limits, Result};
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, QTensor};
 use candle_core::{Device, Tensor};
 use std::collections::{BTreeMap, HashMap};
@@ -61,6 +61,7 @@ pub struct GgufFile {
     index: HashMap<String, usize>,
     alignment: u64,
     data_offset: u64,
+    limits: Limits,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -78,6 +79,7 @@ struct Cursor<'a> {
     path: &'a Path,
     buf: &'a [u8],
     pos: usize,
+    limits: Limits,
 }
 
 impl<'a> Cursor<'a> {
@@ -171,6 +173,11 @@ impl<'a> Cursor<'a> {
                         len: self.buf.len() as u64,
                     });
                 }
+                self.limits.check(
+                    self.path,
+                    || format!("metadata key '{key}': array of {n} values"),
+                    n.saturating_mul(std::mem::size_of::<Value>() as u64),
+                )?;
                 let mut v = Vec::with_capacity(n as usize);
                 for _ in 0..n {
                     v.push(self.value(ety, key, depth + 1)?);
@@ -184,6 +191,12 @@ impl<'a> Cursor<'a> {
 impl GgufFile {
     /// Open and memory-map a GGUF file, parsing its header and tensor directory.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &Limits::default())
+    }
+
+    /// [`Self::open`] under `limits`: a metadata array or a dequantized tensor larger than
+    /// [`Limits::max_alloc`] is an [`Error::Limit`].
+    pub fn open_with(path: impl AsRef<Path>, limits: &Limits) -> Result<Self> {
         let path = path.as_ref();
         let io = |source| Error::Io {
             path: path.to_path_buf(),
@@ -198,19 +211,25 @@ impl GgufFile {
             // truncated underneath us while it is open.
             Bytes::Mmap(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
         };
-        Self::parse(path.to_path_buf(), bytes)
+        Self::parse(path.to_path_buf(), bytes, limits)
     }
 
     /// Parse a GGUF image held in memory (`name` is used in error messages).
     pub fn from_bytes(name: impl Into<PathBuf>, bytes: Vec<u8>) -> Result<Self> {
-        Self::parse(name.into(), Bytes::Owned(bytes))
+        Self::from_bytes_with(name, bytes, &Limits::default())
     }
 
-    fn parse(path: PathBuf, bytes: Bytes) -> Result<Self> {
+    /// [`Self::from_bytes`] under `limits`.
+    pub fn from_bytes_with(name: impl Into<PathBuf>, bytes: Vec<u8>, limits: &Limits) -> Result<Self> {
+        Self::parse(name.into(), Bytes::Owned(bytes), limits)
+    }
+
+    fn parse(path: PathBuf, bytes: Bytes, limits: &Limits) -> Result<Self> {
         let mut c = Cursor {
             path: &path,
             buf: &bytes,
             pos: 0,
+            limits: *limits,
         };
         if c.buf.len() < 4 || &c.buf[..4] != GGUF_MAGIC {
             return Err(Error::BadMagic {
@@ -340,6 +359,7 @@ impl GgufFile {
             index,
             alignment,
             data_offset,
+            limits: *limits,
         })
     }
 
@@ -468,6 +488,12 @@ impl GgufFile {
 
     /// A tensor dequantized to f32.
     pub fn tensor(&self, name: &str, device: &Device) -> Result<Tensor> {
+        let t = self.info_or_err(name)?;
+        self.limits.check(
+            &self.path,
+            || format!("tensor '{name}' dequantized to f32"),
+            (t.elem_count() as u64).saturating_mul(4),
+        )?;
         Ok(self.qtensor(name, device)?.dequantize(device)?)
     }
 
