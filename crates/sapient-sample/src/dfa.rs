@@ -17,6 +17,8 @@ pub(crate) const DEAD: u32 = u32::MAX;
 
 /// Largest table we accept (states); beyond it building fails with `RegexTooLarge`.
 const MAX_STATES: usize = 200_000;
+/// The longest regex pattern compiled (a JSON Schema `pattern` too).
+pub const MAX_PATTERN_BYTES: usize = 64 << 10;
 
 #[derive(Debug, Clone)]
 pub(crate) struct DfaTable {
@@ -35,6 +37,12 @@ impl DfaTable {
     /// JSON strings free of quotes, backslashes and control characters).
     pub fn new(pattern: &str, forbidden: &dyn Fn(u8) -> bool) -> Result<Self, GrammarError> {
         let bad = |e: String| GrammarError::InvalidRegex { pattern: pattern.to_string(), message: e };
+        if pattern.len() > MAX_PATTERN_BYTES {
+            return Err(GrammarError::TooLarge {
+                what: format!("a regex of {} bytes", pattern.len()),
+                limit: MAX_PATTERN_BYTES,
+            });
+        }
         let dfa = dense::Builder::new()
             .configure(
                 dense::Config::new()

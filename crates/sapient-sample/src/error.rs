@@ -20,6 +20,8 @@ pub enum GrammarError {
     NullableRepeat,
     #[error("the grammar recurses without consuming input (left recursion or an empty loop)")]
     Loop,
+    #[error("{what} is over the limit of {limit}")]
+    TooLarge { what: String, limit: usize },
     #[error("the grammar is too ambiguous: more than {0} parses alive at once")]
     TooAmbiguous(usize),
 }

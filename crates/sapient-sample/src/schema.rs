@@ -57,11 +57,25 @@ pub(crate) const FORMATS: &[&str] = &["date", "time", "date-time", "email", "uui
 struct Ctx<'a> {
     root: &'a Value,
     refs: HashMap<String, NodeId>,
+    depth: usize,
 }
 
+/// How deeply subschemas may nest (each level is a recursive call of the compiler).
+pub const MAX_SCHEMA_DEPTH: usize = 128;
+
 pub(crate) fn compile(b: &mut Builder, schema: &Value) -> Result<NodeId, GrammarError> {
-    let mut cx = Ctx { root: schema, refs: HashMap::new() };
+    let mut cx = Ctx { root: schema, refs: HashMap::new(), depth: 0 };
     node(b, &mut cx, schema, "#")
+}
+
+fn node(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, GrammarError> {
+    if cx.depth >= MAX_SCHEMA_DEPTH {
+        return Err(GrammarError::TooLarge { what: format!("schema nesting at {path}"), limit: MAX_SCHEMA_DEPTH });
+    }
+    cx.depth += 1;
+    let r = node_at_depth(b, cx, s, path);
+    cx.depth -= 1;
+    r
 }
 
 fn invalid(path: &str, message: impl Into<String>) -> GrammarError {
@@ -86,7 +100,7 @@ pub(crate) fn resolve<'v>(root: &'v Value, r: &str) -> Option<&'v Value> {
     Some(cur)
 }
 
-fn node(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, GrammarError> {
+fn node_at_depth(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, GrammarError> {
     let obj = match s {
         Value::Bool(true) => return b.json_value(),
         Value::Bool(false) => return Err(GrammarError::Unsatisfiable(format!("schema `false` at {path}"))),
