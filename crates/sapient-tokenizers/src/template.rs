@@ -74,7 +74,7 @@ pub struct TemplateLimits {
 
 impl Default for TemplateLimits {
     fn default() -> Self {
-        Self { fuel: 20_000_000, max_output_bytes: 16 << 20 }
+        Self { fuel: 5_000_000, max_output_bytes: 16 << 20 }
     }
 }
 
