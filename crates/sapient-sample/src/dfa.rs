@@ -19,6 +19,10 @@ pub(crate) const DEAD: u32 = u32::MAX;
 const MAX_STATES: usize = 200_000;
 /// The longest regex pattern compiled (a JSON Schema `pattern` too).
 pub const MAX_PATTERN_BYTES: usize = 64 << 10;
+/// Heap bounds on compiling one regex: its NFA, and the DFA determinized from it (which also
+/// bounds the compile time: under a second on a 2-core machine at this size).
+const MAX_NFA_BYTES: usize = 16 << 20;
+const MAX_DFA_BYTES: usize = 16 << 20;
 
 #[derive(Debug, Clone)]
 pub(crate) struct DfaTable {
@@ -48,9 +52,12 @@ impl DfaTable {
                 dense::Config::new()
                     .match_kind(MatchKind::All)
                     .start_kind(StartKind::Anchored)
-                    .dfa_size_limit(Some(256 << 20))
-                    .determinize_size_limit(Some(256 << 20)),
+                    .dfa_size_limit(Some(MAX_DFA_BYTES))
+                    .determinize_size_limit(Some(MAX_DFA_BYTES)),
             )
+            // Counted repetitions multiply: `(a{100}){100}...` or a JSON string's
+            // `minLength: 1e9` would build an NFA of gigabytes without this bound.
+            .thompson(regex_automata::nfa::thompson::Config::new().nfa_size_limit(Some(MAX_NFA_BYTES)))
             .build(pattern)
             .map_err(|e| {
                 // The innermost cause says what is wrong with the pattern.
