@@ -76,3 +76,22 @@ fn the_duration_limit_stops_a_decode() {
     assert!(elapsed < std::time::Duration::from_secs(1));
     assert_eq!(Decoder::from_bytes(b).unwrap().with_max_duration(3.5).decode_all().unwrap().len(), 3 * 16_000);
 }
+
+#[test]
+fn mutated_wavs_never_panic() {
+    let mut tone = wav(16_000, 1, 0, 3200);
+    tone.extend((0..1600).flat_map(|i| (((i as f32 * 0.05).sin() * 8000.0) as i16).to_le_bytes()));
+    let stereo = wav(8_000, 2, 400, 1600);
+    let mut float = wav(22_050, 1, 0, 800);
+    float[20..22].copy_from_slice(&3u16.to_le_bytes()); // IEEE float
+    float[34..36].copy_from_slice(&32u16.to_le_bytes());
+    float.extend((0..200).flat_map(|i| (i as f32 / 400.0).to_le_bytes()));
+    assert_eq!(decode_bytes(float.clone()).unwrap().len(), 200);
+    let (ran, ok) = support::mutation_run("audio", &[tone, stereo, float], 50_000, std::time::Duration::from_secs(3), |d| {
+        match Decoder::from_bytes(d.to_vec()) {
+            Ok(dec) => dec.with_max_duration(60.0).decode_all().is_ok(),
+            Err(_) => false,
+        }
+    });
+    assert!(ran >= 500 && ok > ran / 20, "{ok} of {ran} decoded");
+}

@@ -348,3 +348,128 @@ fn npz_hostile_archives() {
     let m = hostile("npz inflation over the limit", zip.len(), || z.get("a"));
     assert!(m.contains("entry 'a.npy' inflated needs 4294967295 bytes, over the limit of 1048576"), "{m}");
 }
+
+// ---- CI-sized mutation runs (the `fuzz/` targets run the same loaders for longer) ----
+
+const BUDGET: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// A zip archive of stored entries, as `numpy.savez` writes it.
+fn zip_stored(entries: &[(&str, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut cd = Vec::new();
+    for (name, data) in entries {
+        let local = out.len() as u32;
+        out.extend([0x50, 0x4b, 0x03, 0x04]);
+        out.extend([0u8; 14]);
+        out.extend((data.len() as u32).to_le_bytes());
+        out.extend((data.len() as u32).to_le_bytes());
+        out.extend((name.len() as u16).to_le_bytes());
+        out.extend(0u16.to_le_bytes());
+        out.extend(name.as_bytes());
+        out.extend(data);
+        cd.extend([0x50, 0x4b, 0x01, 0x02]);
+        cd.extend([0u8; 16]);
+        cd.extend((data.len() as u32).to_le_bytes());
+        cd.extend((data.len() as u32).to_le_bytes());
+        cd.extend((name.len() as u16).to_le_bytes());
+        cd.extend([0u8; 12]);
+        cd.extend(local.to_le_bytes());
+        cd.extend(name.as_bytes());
+    }
+    let dir = out.len() as u32;
+    out.extend(cd);
+    let mut e = eocd(entries.len() as u16, dir);
+    e[12..16].copy_from_slice(&((out.len() as u32 - dir).to_le_bytes()));
+    out.extend(e);
+    out
+}
+
+#[test]
+fn mutated_npy_and_npz_never_panic() {
+    let f32s: Vec<u8> = (0..24).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let a = npy("<f4", "(2, 3, 4)", &f32s);
+    let b = npy("|u1", "(5,)", &[1, 2, 3, 4, 5]);
+    let c = npy("<i8", "()", &7i64.to_le_bytes());
+    let z = zip_stored(&[("a.npy", a.clone()), ("b.npy", b.clone())]);
+    assert_eq!(Npz::from_bytes("seed.npz", z.clone()).unwrap().arrays().unwrap().len(), 2);
+    let limits = Limits::default().max_alloc_bytes(1 << 20);
+    let (ran, ok) = support::mutation_run("npy", &[a, b, c, z], 20_000, BUDGET, |d| {
+        let mut ok = false;
+        if let Ok(x) = parse_npy_with(d, "m.npy".as_ref(), &limits) {
+            let _ = (x.to_f32(), x.to_f64());
+            ok = true;
+        }
+        if let Ok(z) = Npz::from_bytes_with("m.npz", d.to_vec(), &limits) {
+            ok |= z.arrays().is_ok();
+        }
+        ok
+    });
+    assert!(ran >= 1000 && ok > ran / 20, "{ok} of {ran} parsed");
+}
+
+#[test]
+fn mutated_onnx_never_panics() {
+    let mut t = Vec::new();
+    field_int(1, 2, &mut t);
+    field_int(1, 3, &mut t);
+    field_int(2, 1, &mut t);
+    field_bytes(8, b"w", &mut t);
+    field_bytes(9, &[0u8; 24], &mut t);
+    let mut t2 = Vec::new();
+    field_int(1, 3, &mut t2);
+    field_int(2, 7, &mut t2);
+    field_bytes(8, b"shape", &mut t2);
+    field_bytes(7, &[1, 2, 3], &mut t2);
+    let mut attr = Vec::new();
+    field_bytes(1, b"value", &mut attr);
+    field_int(20, 4, &mut attr);
+    field_bytes(5, &t2, &mut attr);
+    let mut node = Vec::new();
+    field_bytes(1, b"x", &mut node);
+    field_bytes(2, b"y", &mut node);
+    field_bytes(4, b"Constant", &mut node);
+    field_bytes(5, &attr, &mut node);
+    let mut g = Vec::new();
+    field_bytes(1, &node, &mut g);
+    field_bytes(5, &t, &mut g);
+    field_bytes(5, &t2, &mut g);
+    let mut m = Vec::new();
+    field_int(1, 9, &mut m);
+    field_bytes(7, &g, &mut m);
+    let seed = OnnxModel::from_bytes("seed.onnx", m.clone()).unwrap();
+    assert_eq!((seed.graph.initializers.len(), seed.graph.nodes.len()), (2, 1));
+    let limits = Limits::default().max_alloc_bytes(1 << 20);
+    let (ran, ok) = support::mutation_run("onnx", &[m], 20_000, BUDGET, |d| {
+        let Ok(model) = OnnxModel::from_bytes_with("m.onnx", d.to_vec(), &limits) else { return false };
+        for t in &model.graph.initializers {
+            let _ = (t.to_f32(), t.to_i64());
+        }
+        true
+    });
+    assert!(ran >= 1000 && ok > ran / 50, "{ok} of {ran} parsed");
+}
+
+#[test]
+fn mutated_safetensors_never_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.safetensors");
+    let s1 = safetensors(
+        r#"{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"b":{"dtype":"BF16","shape":[4],"data_offsets":[16,24]}}"#,
+        24,
+    );
+    let limits = Limits::default().max_alloc_bytes(1 << 20);
+    let (ran, ok) = support::mutation_run("safetensors", &[s1], 2_000, BUDGET, |d| {
+        if std::fs::write(&p, d).is_err() {
+            return false;
+        }
+        let Ok(f) = SafetensorsFiles::open_with(&[&p], &limits) else { return false };
+        for n in f.names() {
+            if let Ok(w) = f.load(&n, &candle_core::Device::Cpu) {
+                let _ = w.dequantize(&candle_core::Device::Cpu, candle_core::DType::F32);
+            }
+        }
+        true
+    });
+    // Most mutations break the JSON header; those that do not reach the tensor loads.
+    assert!(ran >= 200 && ok >= 5, "{ok} of {ran} parsed");
+}

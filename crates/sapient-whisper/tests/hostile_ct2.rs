@@ -92,3 +92,30 @@ fn ct2_file_over_the_ceiling_is_not_read() {
     assert!(m.contains("over the limit of 1000 bytes"), "{m}");
     assert_eq!(Ct2Model::open(&p).unwrap().variables.len(), 1);
 }
+
+#[test]
+fn mutated_ct2_files_never_panic() {
+    let mut b = header(4);
+    b.extend(variable("encoder/num_heads", &[], 3, 4, 0));
+    b.extend(6i32.to_le_bytes());
+    b.extend(variable("encoder/conv1/weight", &[4, 2, 3], 0, 96, 96));
+    b.extend(variable("decoder/embeddings/weight", &[8, 4], 4, 64, 64));
+    b.extend(variable("decoder/num_heads", &[], 1, 1, 1));
+    b.extend(1u32.to_le_bytes());
+    b.extend(string("decoder/projection/weight"));
+    b.extend(string("decoder/embeddings/weight"));
+    let seed = parse(&b).unwrap();
+    assert_eq!(seed.scalar_int("encoder/num_heads").unwrap(), 6);
+    assert!(seed.get("decoder/projection/weight").is_some());
+    let (ran, ok) = support::mutation_run("ct2", &[b], 200_000, std::time::Duration::from_secs(3), |d| {
+        let Ok(m) = parse(d) else { return false };
+        for v in &m.variables {
+            let _ = (m.data(v), m.scalar_int(&v.name));
+        }
+        if let Ok(cfg) = m.dims() {
+            let _ = m.to_hf_tensors(&cfg);
+        }
+        true
+    });
+    assert!(ran >= 1000 && ok > ran / 50, "{ok} of {ran} parsed");
+}
