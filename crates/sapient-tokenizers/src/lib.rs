@@ -132,6 +132,19 @@ fn push_unique(ids: &mut Vec<u32>, id: u32) {
     }
 }
 
+/// `tokenizers::Tokenizer::from_file`, made safe for hostile files: the JSON is checked for
+/// syntax first (with the error's line and column), and a panic inside the `tokenizers` crate
+/// (its decoder deserializer unwraps on some malformed sections) becomes an error.
+fn load_tokenizer_json(path: &Path) -> Result<tokenizers::Tokenizer> {
+    let load = |what: String| Error::Load { path: path.to_path_buf(), what };
+    let text = std::fs::read_to_string(path).map_err(|e| load(e.to_string()))?;
+    serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| load(format!("invalid JSON: {e}")))?;
+    match std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>()) {
+        Ok(r) => r.map_err(|e| load(e.to_string())),
+        Err(_) => Err(load("not a valid tokenizer.json (the tokenizers crate rejected a section)".into())),
+    }
+}
+
 impl Tokenizer {
     /// Load an HF `tokenizer.json`. Files beside it are used when present:
     /// `tokenizer_config.json` (bos/eos tokens, `add_bos_token`, `chat_template`),
@@ -139,10 +152,7 @@ impl Tokenizer {
     /// (takes precedence over the config's template) and `generation_config.json`
     /// (`eos_token_id`, one id or a list, joins [`Tokenizer::eos_token_ids`]).
     pub fn from_file(tokenizer_json: &Path) -> Result<Self> {
-        let inner = tokenizers::Tokenizer::from_file(tokenizer_json).map_err(|e| Error::Load {
-            path: tokenizer_json.to_path_buf(),
-            what: e.to_string(),
-        })?;
+        let inner = load_tokenizer_json(tokenizer_json)?;
         let dir = tokenizer_json.parent().unwrap_or(Path::new("."));
         let config =
             read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(serde_json::Value::Null);

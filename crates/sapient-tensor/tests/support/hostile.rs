@@ -145,7 +145,7 @@ pub fn mutation_run(
     seeds: &[Vec<u8>],
     iterations: usize,
     budget: Duration,
-    exercise: impl Fn(&[u8]) -> bool + std::panic::RefUnwindSafe,
+    exercise: impl Fn(&[u8]) -> bool,
 ) -> (usize, usize) {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ name.len() as u64);
     let start = Instant::now();
@@ -155,7 +155,7 @@ pub fn mutation_run(
             break;
         }
         let b = mutate(&seeds[i % seeds.len()], &mut rng);
-        match std::panic::catch_unwind(|| exercise(&b)) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| exercise(&b))) {
             Ok(ok) => accepted += ok as usize,
             Err(_) => {
                 let p = std::env::temp_dir().join(format!("{name}-mutation-crash-{i}"));
