@@ -58,3 +58,26 @@ fn hostile_pt_voices() {
     assert!(m.contains("tensor 'pt_bare' needs 80 bytes, over the limit of 64 bytes"), "{m}");
     assert_eq!(Voices::load(&p).unwrap().names(), ["pt_bare"]);
 }
+
+/// Mutated `.pt` archives (written to a file each, as the loader reads paths).
+#[test]
+fn mutated_pt_voices_never_panic() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let seeds = [std::fs::read(data.join("pt_bare.pt")).unwrap(), std::fs::read(data.join("pt_dict.pt")).unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.pt");
+    let limits = Limits::default().max_alloc_bytes(1 << 20);
+    let (ran, ok) = support::mutation_run("pt voices", &seeds, 3_000, std::time::Duration::from_secs(3), |d| {
+        if std::fs::write(&p, d).is_err() {
+            return false;
+        }
+        let Ok(v) = Voices::load_with(&p, &limits) else { return false };
+        for n in v.names() {
+            if let Ok(pack) = v.get(n) {
+                let _ = pack.style_for(1);
+            }
+        }
+        true
+    });
+    assert!(ran >= 300 && ok > ran / 50, "{ok} of {ran} loaded");
+}

@@ -64,3 +64,41 @@ fn huge_length_bounds() {
     let s = json!({"type": "string", "minLength": 1000000000, "maxLength": 1000000001});
     let _ = timed(|| Grammar::json_schema(&s));
 }
+
+#[path = "../../sapient-tensor/tests/support/hostile.rs"]
+mod support;
+
+/// Mutated regexes and JSON Schemas through the compiler, then a few bytes through the
+/// compiled grammar (the `grammar` fuzz target runs the same for longer).
+#[test]
+fn mutated_constraints_never_panic() {
+    let seeds: Vec<Vec<u8>> = [
+        "\u{0}[a-z]{2,5}(-[0-9]+)?\u{0}abc-12",
+        "\u{0}(foo|bar)*baz\\d{3}\u{0}foobarbaz123",
+        "\u{1}{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":3}},\"required\":[\"name\"]}\u{0}{\"name\":\"x\",\"age\":3}",
+        "\u{1}{\"anyOf\":[{\"type\":\"number\",\"exclusiveMinimum\":1.5},{\"$ref\":\"#/$defs/d\"}],\"$defs\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}}}\u{0}\"2024-01-02\"",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    let (ran, ok) = support::mutation_run("grammar", &seeds, 20_000, Duration::from_secs(3), |d| {
+        let Some((&mode, rest)) = d.split_first() else { return false };
+        let (spec, input) = match rest.iter().position(|&b| b == 0) {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, &[][..]),
+        };
+        let Ok(spec) = std::str::from_utf8(spec) else { return false };
+        let g = if mode % 2 == 0 {
+            Grammar::regex(spec)
+        } else {
+            match serde_json::from_str::<serde_json::Value>(spec) {
+                Ok(s) => Grammar::json_schema(&s),
+                Err(_) => return false,
+            }
+        };
+        let Ok(g) = g else { return false };
+        let _ = sapient_sample::Constraint::matches(&g, input);
+        true
+    });
+    assert!(ran >= 300 && ok > ran / 50, "{ok} of {ran} compiled");
+}
