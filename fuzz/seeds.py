@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""Write small GGUF seeds for the `gguf` fuzz target into fuzz/corpus/gguf/.
+"""Write the seed corpora of the fuzz targets into fuzz/corpus/<target>/.
 
-One file per ggml type (the types candle holds and a few it does not), each with metadata of
+`gguf` (and `gguf_tokenizer`, which adds tokenizer metadata): one file per ggml type (the types candle holds and a few it does not), each with metadata of
 every GGUF value type (arrays of numbers, strings and arrays included), plus a GGUF v2 file,
 a custom-alignment file and a zero-tensor file. Written by hand with `struct`, independently
-of our writer, so the seeds do not share its assumptions.
+of our writer, so the seeds do not share its assumptions. The other targets get small files
+of their formats written here the same way (CTranslate2 model.bin, ONNX protobuf, safetensors,
+npy/npz, WAV, regexes and JSON Schemas, tokenizer.json) or copied from the repository's test
+data (the .pt voice packs, the chat templates).
 
     python3 fuzz/seeds.py && RUSTC_BOOTSTRAP=1 cargo fuzz run gguf -s none -- -max_len=8192
 """
@@ -71,7 +74,9 @@ def tensor(name, tid, rows, rng):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus", "gguf")
+    root = os.path.dirname(os.path.abspath(__file__))
+    corpus = sys.argv[1] if len(sys.argv) > 1 else os.path.join(root, "corpus")
+    out = os.path.join(corpus, "gguf")
     os.makedirs(out, exist_ok=True)
     rng = random.Random(0)
     files = {}
@@ -86,6 +91,190 @@ def main():
         with open(os.path.join(out, n), "wb") as f:
             f.write(b)
     print(f"{len(files)} seeds in {out}, largest {max(map(len, files.values()))} bytes")
+    others = {
+        "gguf_tokenizer": tokenizer_ggufs(),
+        "ct2": ct2_seeds(rng),
+        "onnx": onnx_seeds(),
+        "safetensors": safetensors_seeds(),
+        "npy": npy_seeds(),
+        "pt_voices": copied(os.path.join(root, "..", "crates", "sapient-kokoro", "tests", "data"), ".pt"),
+        "tokenizer_json": {"bpe.json": TOKENIZER_JSON.encode()},
+        "chat_template": template_seeds(os.path.join(root, "..", "tests", "data", "tokenizers", "templates")),
+        "audio": wav_seeds(),
+        "grammar": grammar_seeds(),
+    }
+    for target, seeds in others.items():
+        d = os.path.join(corpus, target)
+        os.makedirs(d, exist_ok=True)
+        for n, b in seeds.items():
+            with open(os.path.join(d, n), "wb") as f:
+                f.write(b)
+        print(f"{len(seeds)} seeds in {d}")
+
+
+def tokenizer_ggufs() -> dict:
+    kvs = [
+        kv("general.architecture", 8, s("llama")),
+        kv("tokenizer.ggml.model", 8, s("gpt2")),
+        kv("tokenizer.ggml.pre", 8, s("smollm")),
+        kv("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 6) + b"".join(s(t) for t in ["a", "b", "ab", "\u0120", "<|im_end|>", "<|im_start|>"])),
+        kv("tokenizer.ggml.token_type", 9, struct.pack("<IQ", 5, 6) + struct.pack("<6i", 1, 1, 1, 1, 3, 3)),
+        kv("tokenizer.ggml.merges", 9, struct.pack("<IQ", 8, 1) + s("a b")),
+        kv("tokenizer.ggml.bos_token_id", 4, struct.pack("<I", 5)),
+        kv("tokenizer.ggml.eos_token_id", 4, struct.pack("<I", 4)),
+        kv("tokenizer.chat_template", 8, s("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}")),
+    ]
+    spm = [
+        kv("general.architecture", 8, s("llama")),
+        kv("tokenizer.ggml.model", 8, s("llama")),
+        kv("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 5) + b"".join(s(t) for t in ["<unk>", "<s>", "</s>", "\u2581a", "b"])),
+        kv("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, 5) + struct.pack("<5f", 0, 0, 0, -1, -2)),
+        kv("tokenizer.ggml.token_type", 9, struct.pack("<IQ", 5, 5) + struct.pack("<5i", 2, 3, 3, 1, 1)),
+    ]
+    return {"bpe.gguf": gguf([], kvs=kvs), "spm.gguf": gguf([], kvs=spm)}
+
+
+def ct2_string(x: str) -> bytes:
+    b = x.encode() + b"\0"
+    return struct.pack("<H", len(b)) + b
+
+
+def ct2_seeds(rng) -> dict:
+    def var(name, dims, dtype, data):
+        return ct2_string(name) + struct.pack("<B", len(dims)) + struct.pack(f"<{len(dims)}I", *dims) + struct.pack("<BI", dtype, len(data)) + data
+    vs = [
+        var("encoder/num_heads", [], 3, struct.pack("<i", 6)),
+        var("encoder/conv1/weight", [4, 2, 3], 0, bytes(rng.getrandbits(8) for _ in range(96))),
+        var("decoder/embeddings/weight", [8, 4], 4, bytes(rng.getrandbits(8) for _ in range(64))),
+        var("decoder/num_heads", [], 1, b"\x01"),
+    ]
+    body = struct.pack("<I", 6) + ct2_string("WhisperSpec") + struct.pack("<II", 1, len(vs)) + b"".join(vs)
+    body += struct.pack("<I", 1) + ct2_string("decoder/projection/weight") + ct2_string("decoder/embeddings/weight")
+    return {"whisper-like.bin": body}
+
+
+def pb_varint(v: int) -> bytes:
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v == 0:
+            return out + bytes([b])
+        out += bytes([b | 0x80])
+
+
+def pb_int(f: int, v: int) -> bytes:
+    return pb_varint(f << 3) + pb_varint(v & (2**64 - 1))
+
+
+def pb_bytes(f: int, b: bytes) -> bytes:
+    return pb_varint(f << 3 | 2) + pb_varint(len(b)) + b
+
+
+def onnx_seeds() -> dict:
+    raw = pb_int(1, 2) + pb_int(1, 3) + pb_int(2, 1) + pb_bytes(8, b"w") + pb_bytes(9, struct.pack("<6f", *range(6)))
+    typed = pb_int(1, 3) + pb_int(2, 7) + pb_bytes(8, b"shape") + pb_bytes(7, b"\x01\x02\x03")
+    floats = pb_int(1, 2) + pb_int(2, 1) + pb_bytes(8, b"s") + pb_bytes(4, struct.pack("<2f", 0.5, 0.25))
+    attr = pb_bytes(1, b"value") + pb_int(20, 4) + pb_bytes(5, typed)
+    sub = pb_bytes(1, pb_bytes(1, b"x") + pb_bytes(2, b"z") + pb_bytes(4, b"Identity"))
+    attr_g = pb_bytes(1, b"then_branch") + pb_int(20, 5) + pb_bytes(6, sub)
+    node = pb_bytes(1, b"x") + pb_bytes(2, b"y") + pb_bytes(4, b"Constant") + pb_bytes(5, attr) + pb_bytes(5, attr_g)
+    shape = pb_bytes(1, pb_int(1, 4)) + pb_bytes(1, pb_bytes(2, b"n"))
+    vi = pb_bytes(1, b"x") + pb_bytes(2, pb_bytes(1, pb_int(1, 1) + pb_bytes(2, shape)))
+    graph = pb_bytes(1, node) + pb_bytes(5, raw) + pb_bytes(5, typed) + pb_bytes(5, floats) + pb_bytes(11, vi)
+    model = pb_int(1, 9) + pb_bytes(8, pb_int(2, 17)) + pb_bytes(7, graph)
+    return {"small.onnx": model}
+
+
+def safetensors_file(header: str, data: bytes) -> bytes:
+    h = header.encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def safetensors_seeds() -> dict:
+    return {
+        "two.safetensors": safetensors_file(
+            '{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"b":{"dtype":"BF16","shape":[4],"data_offsets":[16,24]}}',
+            struct.pack("<4f", 1, 2, 3, 4) + b"\x80\x3f" * 4),
+        "f16.safetensors": safetensors_file('{"h":{"dtype":"F16","shape":[3],"data_offsets":[0,6]}}', b"\x00\x3c" * 3),
+    }
+
+
+def npy_file(descr: str, shape: str, data: bytes) -> bytes:
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}"
+    header += " " * (-(10 + len(header) + 1) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+
+
+def npy_seeds() -> dict:
+    import io
+    import zipfile
+    a = npy_file("<f4", "(2, 3)", struct.pack("<6f", *range(6)))
+    b = npy_file("|u1", "(4,)", bytes([1, 2, 3, 4]))
+    c = npy_file("<f2", "()", b"\x00\x3c")
+    out = {"a.npy": a, "b.npy": b, "c.npy": c}
+    for name, method in [("stored.npz", zipfile.ZIP_STORED), ("deflated.npz", zipfile.ZIP_DEFLATED)]:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", method) as z:
+            z.writestr("a.npy", a)
+            z.writestr("b.npy", b)
+        out[name] = buf.getvalue()
+    return out
+
+
+def copied(d: str, ext: str) -> dict:
+    return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d)) if n.endswith(ext)}
+
+
+def template_seeds(d: str) -> dict:
+    out = {}
+    msgs = "system\0Be brief.\0user\0Hello {{ x }}\0assistant\0Hi!\0user\0<|im_end|>\0tool\0{\"a\": [1]}".encode()
+    for mode in range(6):
+        out[f"messages-{mode}"] = bytes([mode * 2]) + msgs
+    for n, src in copied(d, ".jinja").items():
+        if len(src) <= 8192:
+            out[f"template-{n}"] = b"\x01" + src
+    return out
+
+
+def wav(rate: int, channels: int, samples: bytes, fmt: int = 1, bits: int = 16) -> bytes:
+    block = channels * bits // 8
+    fmt_chunk = struct.pack("<HHIIHH", fmt, channels, rate, rate * block, block, bits)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", 16) + fmt_chunk + b"data" + struct.pack("<I", len(samples)) + samples
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def wav_seeds() -> dict:
+    import math
+    tone = b"".join(struct.pack("<h", int(8000 * math.sin(i * 0.05))) for i in range(800))
+    return {
+        "mono16.wav": wav(16000, 1, tone),
+        "stereo8k.wav": wav(8000, 2, tone),
+        "float.wav": wav(22050, 1, struct.pack("<100f", *[i / 200 for i in range(100)]), fmt=3, bits=32),
+        "u8.wav": wav(11025, 1, bytes(range(256)), bits=8),
+    }
+
+
+def grammar_seeds() -> dict:
+    regexes = [r"[a-z]{2,5}(-[0-9]+)?\0abc-12", r"(foo|bar)*baz\d{3}\0foobarbaz123", r"\w+@\w+\.com\0a@b.com"]
+    schemas = [
+        '{"type":"object","properties":{"name":{"type":"string","maxLength":8},"age":{"type":"integer","minimum":0,"maximum":150},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":3}},"required":["name"]}\0{"name":"x","age":3}',
+        '{"anyOf":[{"type":"number","exclusiveMinimum":1.5},{"$ref":"#/$defs/d"}],"$defs":{"d":{"type":"string","format":"date"}}}\0"2024-01-02"',
+        '{"type":"array","prefixItems":[{"const":1},{"type":"boolean"}],"items":false}\0[1,true]',
+    ]
+    out = {f"regex-{i}": b"\x00" + r.encode() for i, r in enumerate(regexes)}
+    out.update({f"schema-{i}": b"\x01" + x.encode() for i, x in enumerate(schemas)})
+    return out
+
+
+TOKENIZER_JSON = (
+    '{"version":"1.0","truncation":null,"padding":null,"added_tokens":[{"id":4,"content":"<|im_end|>","single_word":false,'
+    '"lstrip":false,"rstrip":false,"normalized":false,"special":true}],"normalizer":null,"pre_tokenizer":{"type":"ByteLevel",'
+    '"add_prefix_space":false,"trim_offsets":true,"use_regex":true},"post_processor":null,"decoder":{"type":"ByteLevel",'
+    '"add_prefix_space":true,"trim_offsets":true,"use_regex":true},"model":{"type":"BPE","dropout":null,"unk_token":null,'
+    '"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,'
+    '"vocab":{"a":0,"b":1,"ab":2,"\u0120":3,"<|im_end|>":4},"merges":["a b"]}}'
+)
 
 
 if __name__ == "__main__":
