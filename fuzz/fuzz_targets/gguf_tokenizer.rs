@@ -1,5 +1,5 @@
 //! GGUF tokenizer metadata (`tokenizer.ggml.*`) to a tokenizer: `Tokenizer::from_gguf`, then
-//! an encode/decode round. Run as the `gguf` target (fuzz/README.md).
+//! an encode/decode round (commands: docs/reliability.md).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 

@@ -40,7 +40,7 @@ fn gguf(kvs: &[Vec<u8>], tensors: &[(&str, Vec<u64>, u32, u64)], data: usize) ->
         b.extend(ty.to_le_bytes());
         b.extend(off.to_le_bytes());
     }
-    while b.len() % 32 != 0 {
+    while !b.len().is_multiple_of(32) {
         b.push(0);
     }
     b.extend(vec![0u8; data]);

@@ -84,8 +84,7 @@ fn templates_render_mutated_messages() {
         let text = String::from_utf8_lossy(d);
         let parts: Vec<&str> = text.split('\0').collect();
         let msgs: Vec<Message> = parts.chunks(2).map(|c| Message::new(c[0], c.get(1).copied().unwrap_or(""))).collect();
-        let mut opts = RenderOptions::default();
-        opts.tools = serde_json::from_str(parts.last().copied().unwrap_or("")).ok();
+        let opts = RenderOptions { tools: serde_json::from_str(parts.last().copied().unwrap_or("")).ok(), ..Default::default() };
         let t = &templates[d.len() % templates.len()];
         t.render(&msgs, &opts).is_ok()
     });
