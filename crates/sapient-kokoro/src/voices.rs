@@ -219,7 +219,11 @@ impl Voices {
                 .map_err(|e| bad(format!("not a readable safetensors file: {e}")))?
                 .into_iter()
                 .collect(),
-            "pt" | "pth" => read_pt(path, limits).map_err(|e| bad(format!("not a readable PyTorch archive: {e}")))?,
+            "pt" | "pth" => std::panic::catch_unwind(|| read_pt(path, limits))
+                // candle's pickle reader overflows a shift on some LONG1 values (a panic
+                // where overflow checks are on): a corrupt file, not a crash.
+                .unwrap_or_else(|_| Err("the pickle is corrupt (candle's reader panicked)".into()))
+                .map_err(|e| bad(format!("not a readable PyTorch archive: {e}")))?,
             _ => return Err(bad("unknown voice file type (expected .npz, .npy, .safetensors or .pt)".into())),
         };
         let mut packs = BTreeMap::new();

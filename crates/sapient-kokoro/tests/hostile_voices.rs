@@ -81,3 +81,15 @@ fn mutated_pt_voices_never_panic() {
     });
     assert!(ran >= 300 && ok > ran / 50, "{ok} of {ran} loaded");
 }
+
+/// Regression (found by the `pt_voices` fuzz target): a pickle LONG1 of more than 8 bytes
+/// overflows a shift in candle's reader; loading it is an error, not a crash.
+#[test]
+fn a_corrupt_pickle_long_is_an_error() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz-pt-long1.pt");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("long1.pt");
+    std::fs::copy(&src, &p).unwrap();
+    let e = Voices::load(&p).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("long1.pt: not a readable PyTorch archive"), "{e}");
+}

@@ -255,9 +255,13 @@ pub fn parse_npy_with(b: &[u8], path: &Path, limits: &Limits) -> Result<NpyArray
                 .map_err(|_| bad(path, format!("bad shape ({inner})")))
         })
         .collect::<Result<Vec<_>>>()?;
+    // The product of the non-zero dimensions must fit too: with a zero among them the array is
+    // empty, but strides (candle's, taken from the last dimension up) would still overflow.
     let nbytes = shape
         .iter()
+        .filter(|&&d| d != 0)
         .try_fold(dtype.size(), |a, &d| a.checked_mul(d))
+        .map(|n| if shape.contains(&0) { 0 } else { n })
         .ok_or_else(|| bad(path, format!("shape ({inner}) is too large")))?;
     let body = b.get(header_end..).unwrap_or_default();
     if body.len() < nbytes {

@@ -288,6 +288,13 @@ fn npy_hostile_arrays() {
     let b = npy("<f4", "(1099511627776,)", &[0; 16]);
     let m = hostile("npy 2^40 elements", b.len(), || parse_npy_with(&b, p, &l));
     assert!(m.contains("16 data bytes for shape [1099511627776]"), "{m}");
+    // Regression (found by the `npy` fuzz target): an empty array whose other dimensions
+    // overflow when multiplied made candle's stride computation panic.
+    let b = npy("<f4", "(0, 1099511627776, 1099511627776)", &[]);
+    let m = hostile("npy empty with huge dims", b.len(), || parse_npy_with(&b, p, &l));
+    assert!(m.contains("shape (0, 1099511627776, 1099511627776) is too large"), "{m}");
+    let empty = parse_npy_with(&npy("<f4", "(0, 3)", &[]), p, &l).unwrap();
+    assert_eq!(empty.to_candle_f32().unwrap().dims(), &[0, 3]);
     let b = npy("<f4", "(-4,)", &[0; 16]);
     let m = hostile("npy negative dim", b.len(), || parse_npy_with(&b, p, &l));
     assert!(m.contains("bad shape (-4,)"), "{m}");

@@ -138,11 +138,41 @@ fn push_unique(ids: &mut Vec<u32>, id: u32) {
 fn load_tokenizer_json(path: &Path) -> Result<tokenizers::Tokenizer> {
     let load = |what: String| Error::Load { path: path.to_path_buf(), what };
     let text = std::fs::read_to_string(path).map_err(|e| load(e.to_string()))?;
-    serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|e| load(format!("invalid JSON: {e}")))?;
+    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| load(format!("invalid JSON: {e}")))?;
+    check_bpe_merges(&json).map_err(load)?;
     match std::panic::catch_unwind(|| text.parse::<tokenizers::Tokenizer>()) {
         Ok(r) => r.map_err(|e| load(e.to_string())),
         Err(_) => Err(load("not a valid tokenizer.json (the tokenizers crate rejected a section)".into())),
     }
+}
+
+/// A BPE model's merges must join tokens of the vocabulary into a token of the vocabulary:
+/// the `tokenizers` crate indexes out of bounds (a panic) on a merge whose result is
+/// longer than every token.
+fn check_bpe_merges(json: &serde_json::Value) -> std::result::Result<(), String> {
+    let model = &json["model"];
+    let (Some(vocab), Some(merges)) = (model["vocab"].as_object(), model["merges"].as_array()) else {
+        return Ok(());
+    };
+    let prefix = model["continuing_subword_prefix"].as_str().unwrap_or("");
+    for (i, m) in merges.iter().enumerate() {
+        let (a, b) = match m {
+            serde_json::Value::String(s) => match s.split_once(' ') {
+                Some(p) => p,
+                None => return Err(format!("merge {i} ({s:?}) is not two tokens")),
+            },
+            serde_json::Value::Array(p) if p.len() == 2 => match (p[0].as_str(), p[1].as_str()) {
+                (Some(a), Some(b)) => (a, b),
+                _ => return Err(format!("merge {i} is not two strings")),
+            },
+            _ => return Err(format!("merge {i} is not two tokens")),
+        };
+        let joined = format!("{a}{}", b.strip_prefix(prefix).unwrap_or(b));
+        if !vocab.contains_key(&joined) {
+            return Err(format!("merge {i} ({a:?} {b:?}) makes {joined:?}, which is not in the vocabulary"));
+        }
+    }
+    Ok(())
 }
 
 impl Tokenizer {

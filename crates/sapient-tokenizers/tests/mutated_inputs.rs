@@ -111,3 +111,16 @@ fn malformed_decoder_sections_are_errors() {
         assert!(e.contains("tokenizer.json") && e.contains(want), "{bad}: {e}");
     }
 }
+
+/// Regression (found by the `tokenizer_json` fuzz target): a merge whose result is longer than
+/// every token of the vocabulary made the `tokenizers` crate index out of bounds.
+#[test]
+fn a_merge_outside_the_vocabulary_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tokenizer.json");
+    let bad = TOKENIZER_JSON.replace(r#""vocab":{"a":0,"b":1,"ab":2,"Ġ":3,"<|im_end|>":4}"#, r#""vocab":{"a":8,"b":1}"#);
+    assert_ne!(bad, TOKENIZER_JSON);
+    std::fs::write(&p, bad).unwrap();
+    let e = Tokenizer::from_file(&p).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains(r#"merge 0 ("a" "b") makes "ab", which is not in the vocabulary"#), "{e}");
+}
