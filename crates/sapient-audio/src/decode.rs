@@ -208,8 +208,13 @@ impl Decoder {
 
     fn from_source(source: Box<dyn MediaSource>, hint: Hint, what: String) -> Result<Self> {
         let mss = MediaSourceStream::new(source, Default::default());
-        let format = symphonia::default::get_probe()
-            .probe(&hint, mss, FormatOptions::default(), MetadataOptions::default())
+        // symphonia's header parsers multiply header fields unchecked (a panic where overflow
+        // checks are on, e.g. a WAV with 20000 channels): a corrupt file, not a crash.
+        let probed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            symphonia::default::get_probe().probe(&hint, mss, FormatOptions::default(), MetadataOptions::default())
+        }))
+        .map_err(|_| Error::Corrupt { what: what.clone(), detail: "malformed header (the parser panicked)".into() })?;
+        let format = probed
             .map_err(|e| match e {
                 SymError::Unsupported(d) => Error::UnsupportedFormat { what: what.clone(), detail: d.to_string() },
                 other => sym_err(&what, other),
@@ -295,7 +300,17 @@ impl Decoder {
             if packet.track_id != self.track_id {
                 continue;
             }
-            let buf = match self.decoder.decode(&packet) {
+            let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decoder.decode(&packet).map(|b| {
+                let frames = b.frames();
+                let ch = b.spec().channels().count().max(1);
+                b.copy_to_vec_interleaved(&mut self.interleaved);
+                (frames, ch)
+            })));
+            let Ok(decoded) = decoded else {
+                self.finished = true;
+                return Some(Err(Error::Corrupt { what: self.what.clone(), detail: "malformed packet (the decoder panicked)".into() }));
+            };
+            let (frames, ch) = match decoded {
                 Ok(b) => b,
                 Err(SymError::DecodeError(d)) => {
                     // One bad packet in a long stream is skipped, as players do.
@@ -307,7 +322,6 @@ impl Decoder {
                     return Some(Err(sym_err(&self.what, e)));
                 }
             };
-            let frames = buf.frames();
             if frames == 0 {
                 continue;
             }
@@ -316,8 +330,6 @@ impl Decoder {
                 self.finished = true;
                 return Some(Err(Error::TooLong { what: self.what.clone(), limit_s: self.max_duration_s }));
             }
-            let ch = buf.spec().channels().count().max(1);
-            buf.copy_to_vec_interleaved(&mut self.interleaved);
             let mono: Vec<f32> = if ch == 1 {
                 self.interleaved[..frames].to_vec()
             } else {

@@ -95,3 +95,13 @@ fn mutated_wavs_never_panic() {
     });
     assert!(ran >= 500 && ok > ran / 20, "{ok} of {ran} decoded");
 }
+
+/// Regression (found by the `audio` fuzz target): a WAV with 65535 channels overflowed a
+/// multiplication in symphonia's header parser (a panic where overflow checks are on).
+#[test]
+fn a_wav_with_65535_channels_is_an_error() {
+    let mut b = wav(8_000, 1, 800, 1600);
+    b[22..24].copy_from_slice(&u16::MAX.to_le_bytes());
+    let m = hostile("65535 channels", b.len() + SYMPHONIA_BUFFER, || decode_bytes(b.clone()));
+    assert!(m.contains("corrupt or truncated audio"), "{m}");
+}
