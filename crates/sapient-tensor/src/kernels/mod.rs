@@ -1155,7 +1155,7 @@ impl QuantizedActs {
     }
 
     /// [`with_kernels`](Self::with_kernels); `lanes`: the sixteen-rows kernels where they
-    /// apply (which needs [`has_lanes`]).
+    /// apply (only when [`has_lanes`] holds).
     fn with_kernels_lanes(t: QType, x: &[f32], m: usize, cols: usize, wide: bool, lanes: bool) -> Self {
         assert_eq!(x.len(), m * cols);
         let k_quant = t.k_quant();
@@ -1193,7 +1193,7 @@ impl QuantizedActs {
             s.q8 = v;
         }
         #[cfg(target_arch = "x86_64")]
-        if wide && !k_quant && lanes::handles(t) && lanes && has_lanes() {
+        if wide && !k_quant && lanes && lanes::handles(t) {
             s.lay_out_lanes(t);
             return s;
         }

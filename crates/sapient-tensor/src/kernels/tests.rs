@@ -673,31 +673,3 @@ fn lane_timing() {
         }
     }
 }
-
-/// A decode step's sequence of products (Qwen2.5-0.5B shapes, 24 layers, distinct matrices):
-/// row-at-a-time against lane kernels, one activation row.
-#[cfg(target_arch = "x86_64")]
-#[test]
-#[ignore]
-fn lane_timing_model() {
-    let t = QType::Q5_0;
-    let shapes = [(896, 896), (128, 896), (128, 896), (896, 896), (4864, 896), (4864, 896)];
-    let mats: Vec<QMatrix> = (0..24).flat_map(|l| shapes.iter().map(move |&(r, c)| quantized(t, r, c, l as u64).0)).collect();
-    let refs: Vec<&QMatrix> = mats.iter().collect();
-    huge_pages_for(&refs);
-    let x = data(896, 2);
-    let mut out = vec![0f32; 4864];
-    for round in 0..3 {
-        for lanes in [false, true] {
-            let acts = if lanes { QuantizedActs::for_lane_kernels(t, &x, 1, 896) } else { QuantizedActs::with_kernels_lanes(t, &x, 1, 896, true, false) };
-            let reps = 50;
-            let t0 = std::time::Instant::now();
-            for _ in 0..reps {
-                for w in &mats {
-                    w.matmul_quantized(&acts, &mut out[..w.rows()]);
-                }
-            }
-            println!("round {round} lanes={lanes}: {:.2} ms per step", t0.elapsed().as_secs_f64() / reps as f64 * 1e3);
-        }
-    }
-}
