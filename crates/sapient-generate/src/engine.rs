@@ -35,15 +35,15 @@
 //! # Ok(()) }
 //! ```
 
-use crate::pipeline::{flush_tail, FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline};
+use crate::decode::Decoder;
+use crate::pipeline::{FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline};
 use crate::{Error, Result};
 use sapient_llama::{BatchSeq, KvBudget, KvCache, KvOptions, KvUsage, Logits, SeqId};
-use sapient_sample::{Matcher, Sampler};
-use sapient_tokenizers::{Message, StopMatcher, TokenStream};
-use std::collections::VecDeque;
+use sapient_tokenizers::Message;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::sync::mpsc;
 
 /// How an [`Engine`] schedules and how much memory it takes.
@@ -106,12 +106,19 @@ pub enum Event {
 pub struct RequestHandle {
     rx: mpsc::UnboundedReceiver<Event>,
     id: u64,
+    cancel: Arc<AtomicBool>,
 }
 
 impl RequestHandle {
     /// The engine's id for this request.
     pub fn id(&self) -> u64 {
         self.id
+    }
+    /// Stop the request at the next step and keep listening: the last event is still
+    /// [`Event::Done`], with [`FinishReason::Cancelled`] and what was generated until then
+    /// (dropping the handle cancels too, without an answer).
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
     }
     /// The next event, blocking (outside an async runtime).
     pub fn blocking_next(&mut self) -> Option<Event> {
@@ -174,6 +181,8 @@ struct Shared {
     finished: AtomicU64,
     cancelled: AtomicU64,
     stop: AtomicBool,
+    /// Tokens each session keeps in the cache between its requests.
+    sessions: Mutex<HashMap<u64, usize>>,
 }
 
 struct NewRequest {
@@ -181,14 +190,58 @@ struct NewRequest {
     prompt: Vec<u32>,
     cfg: GenerationConfig,
     tx: mpsc::UnboundedSender<Event>,
+    cancel: Arc<AtomicBool>,
+    session: Option<u64>,
     submitted: Instant,
+}
+
+impl NewRequest {
+    fn cancelled(&self) -> bool {
+        self.tx.is_closed() || self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+/// What the scheduler's queue carries.
+enum Msg {
+    Request(Box<NewRequest>),
+    /// A [`Session`] was dropped: free what it keeps.
+    EndSession(u64),
+    /// Forget every kept session and the prefix cache.
+    Reset,
+    /// Nothing: makes an idle scheduler look at its stop flag.
+    Wake,
+}
+
+/// A conversation whose KV cache the engine keeps between its requests: a request
+/// submitted in a session ([`Engine::submit_in`]) reuses every token of the previous one's
+/// prompt and answer that its own prompt starts with, to the token (the prefix cache shares
+/// only whole blocks). Requests in one session should come one after another; a second one
+/// while the first runs gets a sequence of its own. The kept cache is given back when the
+/// engine needs the room, and when the session is dropped.
+pub struct Session {
+    id: u64,
+    tx: std::sync::mpsc::Sender<Msg>,
+    shared: Arc<Shared>,
+}
+
+impl Session {
+    /// Tokens the engine keeps for this session now (0 while a request of it runs).
+    pub fn cached_tokens(&self) -> usize {
+        self.shared.sessions.lock().map(|m| m.get(&self.id).copied().unwrap_or(0)).unwrap_or(0)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::EndSession(self.id));
+    }
 }
 
 /// Many requests on one model, decoded together (see the module docs). Cheap to share
 /// behind an `Arc`; dropping the last handle stops the scheduler once its requests end.
 pub struct Engine {
     pipeline: Pipeline,
-    tx: Option<std::sync::mpsc::Sender<NewRequest>>,
+    tx: Option<std::sync::mpsc::Sender<Msg>>,
     shared: Arc<Shared>,
     next_id: AtomicU64,
     worker: Option<std::thread::JoinHandle<()>>,
@@ -211,12 +264,12 @@ impl Engine {
         };
         let shared = Arc::new(Shared::default());
         let (tx, rx) = std::sync::mpsc::channel();
-        let mut sched = Scheduler::new(pipeline.clone(), opts, kv, shared.clone());
+        let mut sched = Scheduler::new(pipeline.detached(), opts, kv, shared.clone());
         let worker = std::thread::Builder::new()
             .name("sapient-engine".into())
             .spawn(move || sched.run(rx))
             .map_err(|e| Error::Worker(format!("cannot start the engine thread: {e}")))?;
-        Ok(Self { pipeline: pipeline.clone(), tx: Some(tx), shared, next_id: AtomicU64::new(1), worker: Some(worker) })
+        Ok(Self { pipeline: pipeline.detached(), tx: Some(tx), shared, next_id: AtomicU64::new(1), worker: Some(worker) })
     }
 
     pub fn pipeline(&self) -> &Pipeline {
@@ -225,6 +278,32 @@ impl Engine {
 
     /// Queue a request for `prompt` (token ids).
     pub fn submit(&self, prompt: Vec<u32>, cfg: GenerationConfig) -> Result<RequestHandle> {
+        self.enqueue(prompt, cfg, None)
+    }
+
+    /// A new [`Session`]: its requests keep their cache for the next one.
+    pub fn session(&self) -> Result<Session> {
+        let tx = self.tx.clone().ok_or_else(|| Error::Worker("the engine has stopped".into()))?;
+        Ok(Session { id: self.next_id.fetch_add(1, Ordering::Relaxed), tx, shared: self.shared.clone() })
+    }
+
+    /// Queue a request for `prompt` in `session`, reusing what its previous request left in
+    /// the cache.
+    pub fn submit_in(&self, session: &Session, prompt: Vec<u32>, cfg: GenerationConfig) -> Result<RequestHandle> {
+        if !Arc::ptr_eq(&session.shared, &self.shared) {
+            return Err(Error::InvalidOptions("the session belongs to another engine".into()));
+        }
+        self.enqueue(prompt, cfg, Some(session.id))
+    }
+
+    /// Forget every session's kept cache and the prefix cache (requests that run go on).
+    pub fn clear_cache(&self) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Msg::Reset);
+        }
+    }
+
+    fn enqueue(&self, prompt: Vec<u32>, cfg: GenerationConfig, session: Option<u64>) -> Result<RequestHandle> {
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
         }
@@ -235,14 +314,15 @@ impl Engine {
         cfg.sampling.validate()?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
-        let req = NewRequest { id, prompt, cfg, tx, submitted: Instant::now() };
+        let cancel = Arc::new(AtomicBool::new(false));
+        let req = NewRequest { id, prompt, cfg, tx, cancel: cancel.clone(), session, submitted: Instant::now() };
         self.shared.waiting.fetch_add(1, Ordering::Relaxed);
-        let sent = self.tx.as_ref().map(|t| t.send(req).is_ok()).unwrap_or(false);
+        let sent = self.tx.as_ref().map(|t| t.send(Msg::Request(Box::new(req))).is_ok()).unwrap_or(false);
         if !sent {
             self.shared.waiting.fetch_sub(1, Ordering::Relaxed);
             return Err(Error::Worker("the engine has stopped".into()));
         }
-        Ok(RequestHandle { rx, id })
+        Ok(RequestHandle { rx, id, cancel })
     }
 
     /// Queue a raw-prompt completion (no chat template).
@@ -282,7 +362,10 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        self.tx = None;
+        // Sessions hold senders too: wake the scheduler so that it sees the flag.
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(Msg::Wake);
+        }
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
@@ -293,30 +376,30 @@ impl Drop for Engine {
 struct Active {
     id: u64,
     seq: Option<SeqId>,
-    /// Prompt and generated tokens (the output and the penalties' history).
-    tokens: Vec<u32>,
-    /// What belongs in the cache: `tokens`, unless a context shift dropped a stretch.
+    /// What belongs in the cache: the decoder's tokens, unless a context shift dropped a
+    /// stretch.
     kv_tokens: Vec<u32>,
-    prompt_len: usize,
     /// Tokens whose keys and values are in the cache.
     computed: usize,
-    cfg: GenerationConfig,
-    sampler: Sampler,
-    matcher: Option<Matcher<sapient_sample::Grammar>>,
-    detok: TokenStream,
-    stops: StopMatcher,
-    text: String,
+    session: Option<u64>,
+    dec: Decoder,
     tx: mpsc::UnboundedSender<Event>,
-    submitted: Instant,
-    started: Option<Instant>,
-    first_token: Option<Instant>,
-    stats: GenerationStats,
+    cancel: Arc<AtomicBool>,
 }
 
 impl Active {
-    fn generated(&self) -> &[u32] {
-        &self.tokens[self.prompt_len..]
+    fn cancelled(&self) -> bool {
+        self.tx.is_closed() || self.cancel.load(Ordering::Relaxed)
     }
+}
+
+/// A finished session request's sequence, kept for the session's next request.
+struct Kept {
+    seq: SeqId,
+    /// The tokens in its cache.
+    tokens: Vec<u32>,
+    /// When it was kept (a step count), for giving back the oldest first.
+    at: u64,
 }
 
 struct Scheduler {
@@ -328,8 +411,10 @@ struct Scheduler {
     /// Preempted sequences, resumed before new requests.
     preempted: VecDeque<Active>,
     running: Vec<Active>,
+    sessions: HashMap<u64, Kept>,
     logits: Vec<f32>,
     eos: Vec<u32>,
+    steps: u64,
 }
 
 /// What one sequence feeds in a step.
@@ -337,6 +422,10 @@ struct Plan {
     idx: usize,
     n: usize,
     logits: bool,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 impl Scheduler {
@@ -350,28 +439,65 @@ impl Scheduler {
             waiting: VecDeque::new(),
             preempted: VecDeque::new(),
             running: Vec::new(),
+            sessions: HashMap::new(),
             logits: Vec::new(),
             eos,
+            steps: 0,
         }
     }
 
-    fn run(&mut self, rx: std::sync::mpsc::Receiver<NewRequest>) {
+    fn run(&mut self, rx: std::sync::mpsc::Receiver<Msg>) {
         loop {
             let idle = self.running.is_empty() && self.preempted.is_empty() && self.waiting.is_empty();
+            if self.shared.stop.load(Ordering::Relaxed) && idle {
+                return;
+            }
             if idle {
                 match rx.recv() {
-                    Ok(r) => self.waiting.push_back(r),
+                    Ok(m) => self.receive(m),
                     Err(_) => return,
                 }
             }
-            while let Ok(r) = rx.try_recv() {
-                self.waiting.push_back(r);
-            }
-            if self.shared.stop.load(Ordering::Relaxed) && self.running.is_empty() && self.waiting.is_empty() && self.preempted.is_empty() {
-                return;
+            while let Ok(m) = rx.try_recv() {
+                self.receive(m);
             }
             self.step();
             self.publish();
+        }
+    }
+
+    fn receive(&mut self, m: Msg) {
+        match m {
+            Msg::Request(r) => self.waiting.push_back(*r),
+            Msg::EndSession(s) => self.forget_session(s),
+            Msg::Reset => {
+                let all: Vec<u64> = self.sessions.keys().copied().collect();
+                for s in all {
+                    self.forget_session(s);
+                }
+                self.kv.clear_prefix_cache();
+            }
+            Msg::Wake => {}
+        }
+    }
+
+    fn forget_session(&mut self, s: u64) {
+        if let Some(k) = self.sessions.remove(&s) {
+            let _ = self.kv.free(k.seq);
+        }
+        if let Ok(mut m) = self.shared.sessions.lock() {
+            m.remove(&s);
+        }
+    }
+
+    /// Give back the oldest kept session sequence; whether there was one.
+    fn reclaim(&mut self) -> bool {
+        match self.sessions.iter().min_by_key(|(_, k)| k.at).map(|(s, _)| *s) {
+            Some(s) => {
+                self.forget_session(s);
+                true
+            }
+            None => false,
         }
     }
 
@@ -409,6 +535,7 @@ impl Scheduler {
             Err(e) => Err(e),
         };
         drop(batch);
+        self.steps += 1;
         self.shared.steps.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = result {
             // A failed step fails its sequences (their state is unknown); others wait.
@@ -427,7 +554,7 @@ impl Scheduler {
         for p in &plans {
             let a = &mut self.running[p.idx];
             a.computed += p.n;
-            if a.computed <= a.prompt_len || p.logits {
+            if a.computed <= a.dec.prompt_len() || p.logits {
                 // Prompt blocks become shareable as soon as they are full.
                 if self.opts.prefix_cache {
                     if let Some(seq) = a.seq {
@@ -440,7 +567,13 @@ impl Scheduler {
             }
             let logits = &mut self.logits[row * vocab..(row + 1) * vocab];
             row += 1;
-            match Self::advance(a, logits, &self.eos, &self.shared) {
+            let tx = a.tx.clone();
+            let mut fed = 0;
+            let r = a.dec.advance(logits, &self.eos, &mut |piece| tx.send(Event::Text(piece)).is_ok(), &mut fed);
+            let new = &a.dec.tokens()[a.dec.tokens().len() - fed..];
+            a.kv_tokens.extend_from_slice(new);
+            self.shared.generated.fetch_add(fed as u64, Ordering::Relaxed);
+            match r {
                 Ok(None) => {}
                 Ok(Some(reason)) => done.push((p.idx, Ok(reason))),
                 Err(e) => done.push((p.idx, Err(e))),
@@ -454,85 +587,30 @@ impl Scheduler {
         }
     }
 
-    /// Sample the next token(s) of `a` from its logits; `Some` when it is done.
-    fn advance(a: &mut Active, logits: &mut [f32], eos: &[u32], shared: &Shared) -> Result<Option<FinishReason>> {
-        let ts = Instant::now();
-        let next = match a.matcher.as_mut() {
-            Some(m) => a.sampler.sample_constrained(logits, &a.tokens, m)?,
-            None => a.sampler.sample(logits, &a.tokens)?,
-        };
-        let now = Instant::now();
-        if a.first_token.is_none() {
-            a.first_token = Some(now);
-            a.stats.time_to_first_token = now - a.submitted;
-            a.stats.prefill = now - a.started.unwrap_or(a.submitted);
-        }
-        if (!a.cfg.ignore_eos || a.matcher.is_some()) && eos.contains(&next) {
-            a.stats.sampling += ts.elapsed();
-            return Ok(Some(FinishReason::Eos));
-        }
-        let mut feed = vec![next];
-        if let (Some(m), true) = (a.matcher.as_mut(), a.cfg.fast_forward) {
-            while feed.len() < 16 && a.tokens.len() - a.prompt_len + feed.len() < a.cfg.max_tokens {
-                match m.forced_token() {
-                    Ok(Some(t)) if !eos.contains(&t) => {
-                        if m.consume(t).is_err() {
-                            break;
-                        }
-                        feed.push(t);
-                    }
-                    _ => break,
-                }
-            }
-            a.stats.forced_tokens += feed.len() - 1;
-        }
-        a.stats.sampling += ts.elapsed();
-        for &t in &feed {
-            a.tokens.push(t);
-            a.kv_tokens.push(t);
-            shared.generated.fetch_add(1, Ordering::Relaxed);
-            let piece = match a.detok.push(t) {
-                Ok(p) => p.unwrap_or_default(),
-                Err(_) => String::new(),
-            };
-            let out = a.stops.push(&piece);
-            if !out.emit.is_empty() {
-                a.text.push_str(&out.emit);
-                if a.tx.send(Event::Text(out.emit)).is_err() {
-                    return Ok(Some(FinishReason::Cancelled));
-                }
-            }
-            if out.stopped {
-                return Ok(Some(FinishReason::Stop));
-            }
-        }
-        if a.generated().len() >= a.cfg.max_tokens {
-            return Ok(Some(FinishReason::MaxTokens));
-        }
-        if let Some(m) = a.matcher.as_mut() {
-            if m.is_accepting() && m.mask().map(|mk| mk.iter().all(|t| eos.contains(&t))).unwrap_or(false) {
-                return Ok(Some(FinishReason::Eos));
-            }
-        }
-        Ok(None)
+    fn result(a: &mut Active, finish: FinishReason) -> Result<Generation> {
+        let tx = a.tx.clone();
+        a.dec.result(finish, &mut |piece| tx.send(Event::Text(piece)).is_ok())
     }
 
-    fn result(a: &mut Active, mut finish: FinishReason) -> Result<Generation> {
-        let rest = flush_tail(&mut a.detok, &mut a.stops, &mut finish)?;
-        if !rest.is_empty() {
-            a.text.push_str(&rest);
-            let _ = a.tx.send(Event::Text(rest));
-        }
-        let now = Instant::now();
-        a.stats.decode = a.first_token.map_or(Duration::ZERO, |f| now - f);
-        // Here for every way a request ends (a full context and cancellation included).
-        a.stats.generated_tokens = a.generated().len();
-        Ok(Generation { text: std::mem::take(&mut a.text), tokens: a.generated().to_vec(), finish, stats: a.stats.clone() })
-    }
-
-    /// End a request: its blocks go (full ones to the prefix cache), its receiver gets the result.
+    /// End a request: its blocks go (full ones to the prefix cache; the whole sequence kept
+    /// for its session), its receiver gets the result.
     fn finish(&mut self, mut a: Active, r: Result<Generation>) {
-        self.release(&mut a);
+        match (a.session, a.seq, r.is_ok()) {
+            (Some(s), Some(seq), true) => {
+                if self.opts.prefix_cache {
+                    let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed.min(a.kv_tokens.len())]);
+                }
+                // A request that ran beside another of its session replaces that one's kept cache.
+                self.forget_session(s);
+                let tokens = a.kv_tokens[..a.computed.min(a.kv_tokens.len())].to_vec();
+                if let Ok(mut m) = self.shared.sessions.lock() {
+                    m.insert(s, tokens.len());
+                }
+                self.sessions.insert(s, Kept { seq, tokens, at: self.steps });
+                a.seq = None;
+            }
+            _ => self.release(&mut a),
+        }
         let cancelled = matches!(&r, Ok(g) if g.finish == FinishReason::Cancelled);
         if cancelled {
             self.shared.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -545,7 +623,7 @@ impl Scheduler {
     fn drop_cancelled(&mut self) {
         let mut i = 0;
         while i < self.running.len() {
-            if self.running[i].tx.is_closed() {
+            if self.running[i].cancelled() {
                 let mut a = self.running.swap_remove(i);
                 let r = Self::result(&mut a, FinishReason::Cancelled);
                 self.finish(a, r);
@@ -553,11 +631,34 @@ impl Scheduler {
                 i += 1;
             }
         }
-        self.waiting.retain(|r| !r.tx.is_closed());
-        let before = self.preempted.len();
-        self.preempted.retain(|a| !a.tx.is_closed());
-        let gone = before - self.preempted.len();
-        self.shared.cancelled.fetch_add(gone as u64, Ordering::Relaxed);
+        let mut i = 0;
+        while i < self.preempted.len() {
+            if self.preempted[i].cancelled() {
+                if let Some(mut a) = self.preempted.remove(i) {
+                    let r = Self::result(&mut a, FinishReason::Cancelled);
+                    self.finish(a, r);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if self.waiting[i].cancelled() {
+                if let Some(r) = self.waiting.remove(i) {
+                    self.shared.cancelled.fetch_add(1, Ordering::Relaxed);
+                    let g = Generation {
+                        text: String::new(),
+                        tokens: Vec::new(),
+                        finish: FinishReason::Cancelled,
+                        stats: GenerationStats { prompt_tokens: r.prompt.len(), ..Default::default() },
+                    };
+                    let _ = r.tx.send(Event::Done(Ok(g)));
+                }
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// Blocks a sequence needs to hold `tokens` positions.
@@ -589,6 +690,8 @@ impl Scheduler {
                 }
                 continue;
             }
+            // Kept session caches give way to requests that are waiting.
+            while need + headroom > self.kv.available_blocks() && self.reclaim() {}
             if need + headroom > self.kv.available_blocks() && !self.running.is_empty() {
                 break;
             }
@@ -604,46 +707,52 @@ impl Scheduler {
                     None => continue,
                 }
             };
-            let seq = self.kv.new_seq();
-            let reused = if self.opts.prefix_cache { self.kv.attach_prefix(seq, &a.kv_tokens).unwrap_or(0) } else { 0 };
+            let kept = if resume { None } else { a.session.and_then(|s| self.sessions.remove(&s)) };
+            let (seq, reused) = match kept {
+                Some(k) => {
+                    if let Ok(mut m) = self.shared.sessions.lock() {
+                        m.remove(&a.session.unwrap_or_default());
+                    }
+                    // Everything the new prompt starts with, keeping at least one token to feed.
+                    let common = common_prefix(&k.tokens, &a.kv_tokens).min(a.kv_tokens.len() - 1);
+                    match self.kv.truncate(k.seq, common) {
+                        Ok(()) => (k.seq, common),
+                        Err(_) => {
+                            let _ = self.kv.free(k.seq);
+                            (self.kv.new_seq(), 0)
+                        }
+                    }
+                }
+                None => {
+                    let seq = self.kv.new_seq();
+                    let reused = if self.opts.prefix_cache { self.kv.attach_prefix(seq, &a.kv_tokens).unwrap_or(0) } else { 0 };
+                    (seq, reused)
+                }
+            };
             a.seq = Some(seq);
             a.computed = reused;
             if !resume {
-                a.stats.reused_prompt_tokens = reused;
-                self.shared.prompt.fetch_add(a.prompt_len as u64, Ordering::Relaxed);
+                a.dec.stats.reused_prompt_tokens = reused;
+                self.shared.prompt.fetch_add(a.dec.prompt_len() as u64, Ordering::Relaxed);
                 self.shared.cached.fetch_add(reused as u64, Ordering::Relaxed);
             }
-            a.started.get_or_insert_with(Instant::now);
+            a.dec.started.get_or_insert_with(Instant::now);
             self.running.push(a);
         }
     }
 
     fn activate(&mut self, r: NewRequest) -> Option<Active> {
-        let made = (|| -> Result<Active> {
-            let sampler = Sampler::new(r.cfg.sampling.clone())?;
-            let matcher = r.cfg.constraint.as_ref().map(|g| Matcher::new(g.clone(), self.pipeline.token_index()));
-            Ok(Active {
+        match Decoder::new(&self.pipeline, r.prompt.clone(), r.cfg, r.submitted) {
+            Ok(dec) => Some(Active {
                 id: r.id,
                 seq: None,
-                prompt_len: r.prompt.len(),
-                stats: GenerationStats { prompt_tokens: r.prompt.len(), ..Default::default() },
-                kv_tokens: r.prompt.clone(),
-                tokens: r.prompt,
+                kv_tokens: r.prompt,
                 computed: 0,
-                detok: TokenStream::new(self.pipeline.tokenizer().clone(), r.cfg.skip_special_tokens),
-                stops: StopMatcher::new(r.cfg.stop.clone()),
-                cfg: r.cfg,
-                sampler,
-                matcher,
-                text: String::new(),
-                tx: r.tx.clone(),
-                submitted: r.submitted,
-                started: None,
-                first_token: None,
-            })
-        })();
-        match made {
-            Ok(a) => Some(a),
+                session: r.session,
+                dec,
+                tx: r.tx,
+                cancel: r.cancel,
+            }),
             Err(e) => {
                 let _ = r.tx.send(Event::Done(Err(e)));
                 None
@@ -658,7 +767,7 @@ impl Scheduler {
         let mut order: Vec<usize> = (0..self.running.len()).collect();
         order.sort_by_key(|&i| {
             let a = &self.running[i];
-            (a.computed < a.prompt_len, a.id)
+            (a.computed < a.dec.prompt_len(), a.id)
         });
         let mut plans = Vec::new();
         let mut budget = self.opts.max_step_tokens;
@@ -707,6 +816,8 @@ impl Scheduler {
             };
             match self.kv.reserve(seq, n) {
                 Ok(()) => k += 1,
+                // Kept session caches go before running sequences are preempted.
+                Err(_) if self.reclaim() => {}
                 Err(_) => {
                     // The newest running sequence other than those already reserved goes first.
                     let victim = (0..self.running.len())

@@ -9,11 +9,14 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A [`Pipeline`] is a cheap handle (clone it freely); generations on one pipeline run one at
-//! a time. Each generation reuses the longest prefix of the previous one already in the KV
-//! cache, so a chat only processes each turn's new tokens.
+//! A [`Pipeline`] is a cheap handle (clone it freely). Its generations run on its own
+//! [`Engine`], so calls from several threads are decoded together in one batched forward
+//! per step, and each generation reuses the longest prefix of the previous one already in
+//! the KV cache, so a chat only processes each turn's new tokens. For many requests with
+//! their own streams (a server), use an [`Engine`] directly.
 
 pub mod engine;
+mod decode;
 mod pipeline;
 pub mod speculative;
 mod stream;
@@ -26,7 +29,7 @@ pub use sapient_hub::Progress;
 pub use sapient_sample::{Expr, Grammar, JsonOptions, SamplerConfig};
 pub use sapient_tensor::DeviceRequest;
 pub use sapient_tokenizers::Message;
-pub use engine::{ContextPolicy, Engine, EngineMetrics, EngineOptions, Event, RequestHandle};
+pub use engine::{ContextPolicy, Engine, EngineMetrics, EngineOptions, Event, RequestHandle, Session};
 pub use sapient_llama::{KvBudget, KvOptions};
 pub use stream::TextStream;
 pub use task::{Task, TaskBuilder, TaskStream};

@@ -1,12 +1,14 @@
+use crate::decode::Decoder;
+use crate::engine::{Engine, EngineOptions, Event, Session};
 use crate::{Error, Result, TextStream};
 use sapient_hub::{Hub, Progress};
-use sapient_llama::{LlamaConfig, LlamaModel, Logits};
-use sapient_sample::{Grammar, Matcher, Sampler, SamplerConfig, TokenIndex};
+use sapient_llama::{KvBudget, KvOptions, LlamaConfig, LlamaModel, Logits};
+use sapient_sample::{Grammar, SamplerConfig, TokenIndex};
 use sapient_tensor::{DeviceRequest, GgufFile};
 use sapient_tokenizers::{Message, RenderOptions, StopMatcher, TokenStream, Tokenizer};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 /// How to load a pipeline.
@@ -25,6 +27,10 @@ pub struct PipelineOptions {
     /// Run the candle-op forward pass even where the plain-buffer CPU path could (for
     /// comparisons; it has no batched forward, so no engine).
     pub candle_forward: bool,
+    /// The engine behind [`Pipeline::generate`] and [`Pipeline::chat`] (made on first use).
+    /// `None`: room in the KV cache for two full contexts, so that the pipeline's own
+    /// conversation stays cached while another thread's call runs beside it.
+    pub engine: Option<EngineOptions>,
 }
 
 /// What to generate.
@@ -154,7 +160,8 @@ pub(crate) struct Inner {
     logits: Vec<f32>,
 }
 
-/// A loaded language model with its tokenizer. Clone to share.
+/// A loaded language model with its tokenizer. Clone to share: calls from several threads
+/// run together, batched by the pipeline's [`Engine`].
 #[derive(Clone)]
 pub struct Pipeline {
     inner: Arc<Mutex<Inner>>,
@@ -162,6 +169,13 @@ pub struct Pipeline {
     info: Arc<ModelInfo>,
     /// The vocabulary trie for constrained generation, built on first use.
     token_index: Arc<std::sync::OnceLock<Arc<TokenIndex>>>,
+    /// The engine that runs `generate` and `chat`, with the conversation whose cache it
+    /// keeps between calls; made on first use. Not shared with the engine's own handle of
+    /// the pipeline (that would be a cycle that keeps both alive).
+    engine: Arc<Mutex<Option<(Engine, Session)>>>,
+    engine_opts: Option<EngineOptions>,
+    /// Held (shared) by every running call; `cache_len` and `reset_cache` take it alone.
+    runs: Arc<RwLock<()>>,
 }
 
 enum Source {
@@ -263,6 +277,23 @@ impl Pipeline {
             tokenizer,
             info: Arc::new(info),
             token_index: Arc::default(),
+            engine: Arc::default(),
+            engine_opts: opts.engine,
+            runs: Arc::default(),
+        })
+    }
+
+    /// The same model and tokenizer without this pipeline's engine (what an [`Engine`] keeps).
+    pub(crate) fn detached(&self) -> Self {
+        Self { engine: Arc::default(), runs: Arc::default(), ..self.clone() }
+    }
+
+    /// The options of the pipeline's own engine.
+    fn engine_options(&self) -> EngineOptions {
+        self.engine_opts.clone().unwrap_or_else(|| EngineOptions {
+            kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(2 * self.info.max_seq_len) },
+            max_seqs: 16,
+            ..EngineOptions::default()
         })
     }
 
@@ -358,13 +389,26 @@ impl Pipeline {
         self.inner.lock().map_err(|_| Error::Worker("a previous generation panicked".into()))
     }
 
-    /// Tokens held in the KV cache (waits for a running generation to finish).
+    /// Tokens of the last conversation held in the KV cache, which the next call reuses
+    /// where its prompt starts with them (waits for running generations to finish).
     pub fn cache_len(&self) -> usize {
-        self.inner.lock().map(|i| i.cached.len()).unwrap_or(0)
+        let _alone = self.runs.write();
+        let kept = match self.engine.lock() {
+            Ok(e) => e.as_ref().map(|(_, s)| s.cached_tokens()),
+            Err(_) => None,
+        };
+        kept.unwrap_or_else(|| self.inner.lock().map(|i| i.cached.len()).unwrap_or(0))
     }
 
-    /// Forget the KV cache (the next generation recomputes its whole prompt).
+    /// Forget the KV cache: the kept conversation and the prefix cache (the next generation
+    /// recomputes its whole prompt). Waits for running generations to finish.
     pub fn reset_cache(&self) {
+        let _alone = self.runs.write();
+        if let Ok(e) = self.engine.lock() {
+            if let Some((engine, _)) = e.as_ref() {
+                engine.clear_cache();
+            }
+        }
         if let Ok(mut inner) = self.inner.lock() {
             inner.model.clear_cache();
             inner.cached.clear();
@@ -380,12 +424,61 @@ impl Pipeline {
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
         }
-        let mut sampler = Sampler::new(cfg.sampling.clone())?;
-        let mut matcher = cfg.constraint.as_ref().map(|g| Matcher::new(g.clone(), self.token_index()));
-        let mut guard = self
-            .inner
-            .lock()
-            .map_err(|_| Error::Worker("a previous generation panicked".into()))?;
+        let batched = self.lock_inner()?.model.supports_batches();
+        if !batched {
+            return self.run_alone(prompt, cfg, on_text);
+        }
+        let _running = self.runs.read().map_err(|_| Error::Worker("a previous generation panicked".into()))?;
+        let mut handle = {
+            let mut slot = self.engine.lock().map_err(|_| Error::Worker("a previous generation panicked".into()))?;
+            if slot.is_none() {
+                let engine = Engine::new(self, self.engine_options())?;
+                let session = engine.session()?;
+                *slot = Some((engine, session));
+            }
+            match slot.as_ref() {
+                Some((engine, session)) => engine.submit_in(session, prompt, cfg.clone())?,
+                None => return Err(Error::Worker("the pipeline's engine vanished".into())),
+            }
+        };
+        // What the caller was given, up to where it stopped listening.
+        let mut given = String::new();
+        let mut stopped = false;
+        // Not `blocking_recv`: a caller may be inside an async runtime (this blocks, as a
+        // generation always did).
+        while let Some(event) = futures::executor::block_on(handle.next()) {
+            match event {
+                Event::Text(piece) if !stopped => {
+                    given.push_str(&piece);
+                    if on_text(&piece).is_break() {
+                        stopped = true;
+                        handle.cancel();
+                    }
+                }
+                Event::Text(_) => {}
+                Event::Done(r) => {
+                    let mut g = r?;
+                    if stopped {
+                        g.finish = FinishReason::Cancelled;
+                        g.text = given;
+                    }
+                    return Ok(g);
+                }
+            }
+        }
+        Err(Error::Worker("the engine stopped before the request ended".into()))
+    }
+
+    /// One sequence on the model's own cache, for models without a batched forward (the
+    /// candle forward: GPUs, dense dtypes).
+    fn run_alone(
+        &self,
+        prompt: Vec<u32>,
+        cfg: &GenerationConfig,
+        mut on_text: impl FnMut(&str) -> ControlFlow<()>,
+    ) -> Result<Generation> {
+        let mut dec = Decoder::new(self, prompt.clone(), cfg.clone(), Instant::now())?;
+        let mut guard = self.lock_inner()?;
         let inner = &mut *guard;
         let max = inner.model.max_seq_len();
         if prompt.len() >= max {
@@ -395,121 +488,31 @@ impl Pipeline {
         let common = common_prefix(&inner.cached, &prompt).min(prompt.len() - 1);
         inner.model.truncate_cache(common);
         inner.cached.truncate(common);
-        let mut stats = GenerationStats {
-            prompt_tokens: prompt.len(),
-            reused_prompt_tokens: common,
-            ..Default::default()
-        };
-        let t0 = Instant::now();
-        // The prompt goes in as one batch, except its last token, which is fed alone like every
-        // decode step: batches take the dense prefill GEMM and single rows the quantized kernel,
-        // so this keeps the sampled logits independent of how the prompt was split (prefix
-        // reuse, speculative decoding verify with the same kernels as plain decoding).
-        let last = prompt.len() - 1;
+        dec.stats.reused_prompt_tokens = common;
+        dec.started = Some(Instant::now());
         let mut logits = std::mem::take(&mut inner.logits);
-        let prefill = (|| -> sapient_llama::Result<usize> {
-            if last > common {
-                inner.model.forward_into(&prompt[common..last], Logits::Last, &mut logits)?;
-            }
-            inner.model.forward_into(&prompt[last..], Logits::Last, &mut logits)
-        })();
-        match prefill {
-            Ok(_) => {}
-            Err(e) => {
-                inner.model.clear_cache();
-                inner.cached.clear();
-                return Err(e.into());
-            }
-        };
-        inner.cached.extend_from_slice(&prompt[common..]);
-        stats.prefill = t0.elapsed();
-        let eos = self.tokenizer.eos_token_ids().to_vec();
-        let mut detok = TokenStream::new(self.tokenizer.clone(), cfg.skip_special_tokens);
-        let mut stops = StopMatcher::new(cfg.stop.clone());
-        let mut history = prompt.clone();
-        let mut generated = Vec::new();
-        let mut text = String::new();
-        let t1 = Instant::now();
-        let mut finish = FinishReason::MaxTokens;
-        let mut emit = |piece: &str, text: &mut String| -> ControlFlow<()> {
-            text.push_str(piece);
-            on_text(piece)
-        };
-        while generated.len() < cfg.max_tokens {
-            // The sampler may change the logits in place: the next forward overwrites them.
-            let l = &mut logits;
-            let ts = Instant::now();
-            let next = match matcher.as_mut() {
-                Some(m) => sampler.sample_constrained(l, &history, m)?,
-                None => sampler.sample(l, &history)?,
-            };
-            stats.sampling += ts.elapsed();
-            if generated.is_empty() {
-                stats.time_to_first_token = t0.elapsed();
-            }
-            if (!cfg.ignore_eos || matcher.is_some()) && eos.contains(&next) {
-                finish = FinishReason::Eos;
-                break;
-            }
-            // Tokens the constraint forces after `next` go into the same forward pass.
-            let mut feed = vec![next];
-            let ts = Instant::now();
-            if let (Some(m), true) = (matcher.as_mut(), cfg.fast_forward) {
-                while feed.len() < 16
-                    && generated.len() + feed.len() < cfg.max_tokens
-                    && inner.model.cache_len() + feed.len() < max
-                {
-                    match m.forced_token()? {
-                        Some(t) if !eos.contains(&t) => {
-                            m.consume(t)?;
-                            feed.push(t);
-                        }
-                        _ => break,
-                    }
-                }
-                stats.forced_tokens += feed.len() - 1;
-            }
-            stats.sampling += ts.elapsed();
-            let mut ended = false;
-            for &t in &feed {
-                generated.push(t);
-                history.push(t);
-                let piece = detok.push(t)?.unwrap_or_default();
-                let out = stops.push(&piece);
-                if emit(&out.emit, &mut text).is_break() {
-                    finish = FinishReason::Cancelled;
-                    ended = true;
-                    break;
-                }
-                if out.stopped {
-                    finish = FinishReason::Stop;
-                    ended = true;
-                    break;
-                }
-            }
-            if ended || generated.len() >= cfg.max_tokens {
-                break;
-            }
-            // A complete text with nothing but end-of-sequence left: done, no forward needed.
-            if let Some(m) = matcher.as_mut() {
-                if m.is_accepting() && m.mask()?.iter().all(|t| eos.contains(&t)) {
-                    finish = FinishReason::Eos;
-                    break;
-                }
-            }
-            if inner.model.cache_len() + feed.len() > max {
-                finish = FinishReason::ContextFull;
-                break;
-            }
-            inner.model.forward_into(&feed, Logits::Last, &mut logits)?;
-            inner.cached.extend_from_slice(&feed);
+        if let Err(e) = inner.model.forward_into(&prompt[common..], Logits::Last, &mut logits) {
+            inner.model.clear_cache();
+            inner.cached.clear();
+            return Err(e.into());
         }
-        let rest = flush_tail(&mut detok, &mut stops, &mut finish)?;
-        let _ = emit(&rest, &mut text);
-        stats.generated_tokens = generated.len();
-        stats.decode = t1.elapsed();
+        inner.cached.extend_from_slice(&prompt[common..]);
+        let eos = self.tokenizer.eos_token_ids().to_vec();
+        let mut emit = |piece: String| on_text(&piece).is_continue();
+        let finish = loop {
+            let mut fed = 0;
+            if let Some(reason) = dec.advance(&mut logits, &eos, &mut emit, &mut fed)? {
+                break reason;
+            }
+            let feed = &dec.tokens()[dec.tokens().len() - fed..];
+            if inner.model.cache_len() + feed.len() > max {
+                break FinishReason::ContextFull;
+            }
+            inner.model.forward_into(feed, Logits::Last, &mut logits)?;
+            inner.cached.extend_from_slice(feed);
+        };
         inner.logits = logits;
-        Ok(Generation { text, tokens: generated, finish, stats })
+        dec.result(finish, &mut emit)
     }
 }
 

@@ -200,3 +200,55 @@ fn a_context_shift_keeps_a_long_generation_going() -> Result<()> {
     assert!(e.metrics().context_shifts >= 2, "{:?}", e.metrics());
     Ok(())
 }
+
+#[test]
+fn a_session_keeps_its_conversation_to_the_token() -> Result<()> {
+    let p = pipeline();
+    let engine = Engine::new(p, small(EngineOptions { prefix_cache: false, ..Default::default() }))?;
+    let session = engine.session()?;
+    let cfg = GenerationConfig::default().max_tokens(20);
+    let mut msgs = questions()[0].clone();
+    let encode = |m: &[Message]| -> Result<Vec<u32>> { Ok(p.tokenizer().encode(&p.render_chat(m)?, false)?) };
+    let first_prompt = encode(&msgs)?;
+    let first = engine.submit_in(&session, first_prompt.clone(), cfg.clone())?.wait()?;
+    assert_eq!(first.stats.reused_prompt_tokens, 0);
+    // Kept: the prompt and every answer token that was fed.
+    assert_eq!(session.cached_tokens(), session_cap(&first_prompt, &first), "{:?}", first.finish);
+    msgs.push(Message::assistant(first.text.clone()));
+    msgs.push(Message::user("And of Italy?"));
+    let second_prompt = encode(&msgs)?;
+    let second = engine.submit_in(&session, second_prompt.clone(), cfg.clone())?.wait()?;
+    // The prefix cache is off: the reuse is the session's, not a whole number of blocks.
+    let common = first_prompt.iter().chain(&first.tokens).zip(&second_prompt).take_while(|(a, b)| a == b).count();
+    assert!(common > first_prompt.len(), "the second prompt starts with the first turn");
+    assert_eq!(second.stats.reused_prompt_tokens, common.min(session_cap(&first_prompt, &first)));
+    // The same request without the session gives the same tokens (nothing reused).
+    let fresh = engine.submit(second_prompt, cfg)?.wait()?;
+    assert_eq!(fresh.stats.reused_prompt_tokens, 0);
+    assert_eq!(fresh.tokens, second.tokens);
+    // Dropping the session gives its blocks back.
+    drop(session);
+    wait_idle(&engine)?;
+    Ok(())
+}
+
+/// What a session keeps after `g`: its prompt and the tokens fed back (all of them when the
+/// model ended with end-of-sequence, all but the last when the limit cut it).
+fn session_cap(prompt: &[u32], g: &Generation) -> usize {
+    let unfed = usize::from(g.finish == FinishReason::MaxTokens);
+    prompt.len() + g.tokens.len() - unfed
+}
+
+#[test]
+fn pipeline_calls_from_several_threads_run_together() -> Result<()> {
+    let p = pipeline();
+    let qs = questions();
+    let cfg = GenerationConfig::default().max_tokens(16);
+    let alone: Vec<Vec<u32>> = qs[..4].iter().map(|q| p.chat(q, &cfg).map(|g| g.tokens)).collect::<Result<_, _>>()?;
+    let together: Vec<Vec<u32>> = std::thread::scope(|s| {
+        let hs: Vec<_> = qs[..4].iter().map(|q| s.spawn(|| p.chat(q, &cfg).map(|g| g.tokens))).collect();
+        hs.into_iter().map(|h| h.join().expect("no panic")).collect::<Result<_, _>>()
+    })?;
+    assert_eq!(together, alone);
+    Ok(())
+}

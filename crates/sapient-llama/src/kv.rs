@@ -239,7 +239,9 @@ impl KvCache {
         let keep = s.len.div_ceil(bs);
         let dropped: Vec<u32> = s.blocks.drain(keep.min(s.blocks.len())..).collect();
         s.hashes.truncate(s.len / bs);
-        for b in dropped {
+        // Last first: the free list is a stack, so the next sequence gets them back in
+        // order, and consecutive slots keep the attention kernels' runs long.
+        for b in dropped.into_iter().rev() {
             self.release(b);
         }
         Ok(())
