@@ -5,7 +5,10 @@
 //! end-of-sequence, stop strings, the token limit and the statistics are written once.
 
 use crate::pipeline::{flush_tail, FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline};
-use crate::Result;
+use crate::speculative::{self, PromptLookup, Proposal, Proposer};
+use crate::{Error, Result};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 use sapient_sample::{Grammar, Matcher, Sampler};
 use sapient_tokenizers::{StopMatcher, TokenStream};
 use std::time::{Duration, Instant};
@@ -29,13 +32,37 @@ pub(crate) struct Decoder {
     pub(crate) started: Option<Instant>,
     first_token: Option<Instant>,
     pub(crate) stats: GenerationStats,
+    lookup: Option<Lookup>,
+}
+
+/// Prompt-lookup speculation state ([`GenerationConfig::lookup`]).
+struct Lookup {
+    proposer: PromptLookup,
+    k: usize,
+    rng: StdRng,
+    scratch: Vec<f32>,
 }
 
 impl Decoder {
     pub(crate) fn new(pipeline: &Pipeline, prompt: Vec<u32>, cfg: GenerationConfig, submitted: Instant) -> Result<Self> {
         let sampler = Sampler::new(cfg.sampling.clone())?;
         let matcher = cfg.constraint.as_ref().map(|g| Matcher::new(g.clone(), pipeline.token_index()));
+        let lookup = match &cfg.lookup {
+            Some(_) if matcher.is_some() => return Err(Error::Unsupported("constrained generation with speculative decoding")),
+            Some(l) => Some(Lookup {
+                proposer: PromptLookup { max_ngram: l.max_ngram.max(1) },
+                k: l.spec.k.clamp(l.spec.k_min.max(1), l.spec.k_max.max(1)),
+                // Its own stream, seeded from the request's seed (acceptance draws).
+                rng: match cfg.sampling.seed {
+                    Some(s) => StdRng::seed_from_u64(s ^ 0x5eed_5eed_5eed_5eed),
+                    None => StdRng::from_os_rng(),
+                },
+                scratch: Vec::new(),
+            }),
+            None => None,
+        };
         Ok(Self {
+            lookup,
             sampler,
             matcher,
             detok: TokenStream::new(pipeline.tokenizer().clone(), cfg.skip_special_tokens),
@@ -76,6 +103,7 @@ impl Decoder {
         fed: &mut usize,
     ) -> Result<Option<FinishReason>> {
         *fed = 0;
+        self.stats.forwards += 1;
         let ts = Instant::now();
         let next = match self.matcher.as_mut() {
             Some(m) => self.sampler.sample_constrained(logits, &self.tokens, m)?,
@@ -108,18 +136,9 @@ impl Decoder {
         }
         self.stats.sampling += ts.elapsed();
         for &t in &feed {
-            self.tokens.push(t);
             *fed += 1;
-            let piece = self.detok.push(t)?.unwrap_or_default();
-            let out = self.stops.push(&piece);
-            if !out.emit.is_empty() {
-                self.text.push_str(&out.emit);
-                if !emit(out.emit) {
-                    return Ok(Some(FinishReason::Cancelled));
-                }
-            }
-            if out.stopped {
-                return Ok(Some(FinishReason::Stop));
+            if let Some(reason) = self.push(t, emit)? {
+                return Ok(Some(reason));
             }
         }
         if self.generated().len() >= self.cfg.max_tokens {
@@ -130,6 +149,88 @@ impl Decoder {
             if m.is_accepting() && m.mask().map(|mk| mk.iter().all(|t| eos.contains(&t))).unwrap_or(false) {
                 return Ok(Some(FinishReason::Eos));
             }
+        }
+        Ok(None)
+    }
+
+    /// With prompt lookup: up to `room` tokens guessed to follow [`tokens`](Self::tokens)
+    /// (fewer near the token limit: the verification adds one of its own).
+    pub(crate) fn propose(&mut self, room: usize) -> Vec<u32> {
+        let left = self.cfg.max_tokens.saturating_sub(self.generated().len() + 1);
+        let Some(l) = self.lookup.as_mut() else { return Vec::new() };
+        let want = l.k.min(room).min(left);
+        if want == 0 {
+            return Vec::new();
+        }
+        match l.proposer.propose(&self.tokens, want, &self.cfg.sampling, &mut l.rng) {
+            Ok(p) => p.tokens,
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Verify `drafts` (fed after the newest token) against the logits of those rows
+    /// (`drafts.len() + 1` rows of `vocab`), keep the accepted ones and the token the model
+    /// chose after them, as [`advance`](Self::advance) keeps a sampled token. `fed`: how many
+    /// of the drafts were accepted.
+    pub(crate) fn verify(
+        &mut self,
+        rows: &[f32],
+        vocab: usize,
+        drafts: &[u32],
+        eos: &[u32],
+        emit: &mut dyn FnMut(String) -> bool,
+        accepted: &mut usize,
+    ) -> Result<Option<FinishReason>> {
+        *accepted = 0;
+        let Some(l) = self.lookup.as_mut() else {
+            return Err(Error::Worker("verification without speculative decoding".into()));
+        };
+        self.stats.forwards += 1;
+        let ts = Instant::now();
+        let proposal = Proposal { tokens: drafts.to_vec(), dists: None };
+        let (n, next) = speculative::verify(rows, vocab, &proposal, &self.tokens, &self.cfg.sampling, &mut l.rng, &mut l.scratch)?;
+        let Some(next) = next else {
+            return Err(Error::Worker("verification rows missing".into()));
+        };
+        // K follows the acceptance rate, as in `speculative::generate`.
+        if let Some(cfg) = self.cfg.lookup.as_ref().filter(|c| c.spec.adaptive) {
+            if n == drafts.len() && !drafts.is_empty() {
+                l.k = (l.k + 1).min(cfg.spec.k_max.max(1));
+            } else if n * 2 < drafts.len() {
+                l.k = l.k.saturating_sub(1).max(cfg.spec.k_min.max(1));
+            }
+        }
+        self.stats.proposed_tokens += drafts.len();
+        self.stats.accepted_tokens += n;
+        self.stats.sampling += ts.elapsed();
+        *accepted = n;
+        for &t in drafts[..n].iter().chain(std::iter::once(&next)) {
+            if !self.cfg.ignore_eos && eos.contains(&t) {
+                return Ok(Some(FinishReason::Eos));
+            }
+            if let Some(reason) = self.push(t, emit)? {
+                return Ok(Some(reason));
+            }
+            if self.generated().len() >= self.cfg.max_tokens {
+                return Ok(Some(FinishReason::MaxTokens));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Append a chosen token and emit its text; `Some` when that ends the sequence.
+    fn push(&mut self, t: u32, emit: &mut dyn FnMut(String) -> bool) -> Result<Option<FinishReason>> {
+        self.tokens.push(t);
+        let piece = self.detok.push(t)?.unwrap_or_default();
+        let out = self.stops.push(&piece);
+        if !out.emit.is_empty() {
+            self.text.push_str(&out.emit);
+            if !emit(out.emit) {
+                return Ok(Some(FinishReason::Cancelled));
+            }
+        }
+        if out.stopped {
+            return Ok(Some(FinishReason::Stop));
         }
         Ok(None)
     }

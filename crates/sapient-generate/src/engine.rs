@@ -385,9 +385,18 @@ struct Active {
     dec: Decoder,
     tx: mpsc::UnboundedSender<Event>,
     cancel: Arc<AtomicBool>,
+    /// Prompt-lookup guesses at the end of `kv_tokens`, fed this step to be verified.
+    drafts: usize,
 }
 
 impl Active {
+    /// Forget unverified guesses (they are proposed again when the sequence decodes).
+    fn drop_drafts(&mut self) {
+        let len = self.kv_tokens.len() - self.drafts;
+        self.kv_tokens.truncate(len);
+        self.drafts = 0;
+    }
+
     fn cancelled(&self) -> bool {
         self.tx.is_closed() || self.cancel.load(Ordering::Relaxed)
     }
@@ -422,6 +431,8 @@ struct Plan {
     idx: usize,
     n: usize,
     logits: bool,
+    /// Logits for every row (verifying guesses), not only the last.
+    all: bool,
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -526,7 +537,7 @@ impl Scheduler {
                 Some(BatchSeq {
                     seq: a.seq?,
                     tokens: &a.kv_tokens[a.computed..a.computed + p.n],
-                    logits: p.logits.then_some(Logits::Last),
+                    logits: p.logits.then_some(if p.all { Logits::All } else { Logits::Last }),
                 })
             })
             .collect();
@@ -553,26 +564,45 @@ impl Scheduler {
         let mut done: Vec<(usize, Result<FinishReason>)> = Vec::new();
         for p in &plans {
             let a = &mut self.running[p.idx];
+            let before = a.computed;
             a.computed += p.n;
-            if a.computed <= a.dec.prompt_len() || p.logits {
-                // Prompt blocks become shareable as soon as they are full.
-                if self.opts.prefix_cache {
+            let mut r = Ok(None);
+            if p.logits {
+                let rows = if p.all { p.n } else { 1 };
+                let logits = &mut self.logits[row * vocab..(row + rows) * vocab];
+                row += rows;
+                let tx = a.tx.clone();
+                let mut emit = |piece| tx.send(Event::Text(piece)).is_ok();
+                let had = a.dec.tokens().len();
+                if a.drafts > 0 {
+                    // Keep the guesses the model agrees with; the cache drops the others.
+                    let drafts = a.kv_tokens[before + 1..before + p.n].to_vec();
+                    let mut accepted = 0;
+                    r = a.dec.verify(logits, vocab, &drafts, &self.eos, &mut emit, &mut accepted);
+                    a.drafts = 0;
+                    a.kv_tokens.truncate(before + 1);
+                    a.computed = before + 1 + accepted;
+                } else {
+                    let mut fed = 0;
+                    r = a.dec.advance(logits, &self.eos, &mut emit, &mut fed);
+                }
+                let new = &a.dec.tokens()[had..];
+                a.kv_tokens.extend_from_slice(new);
+                self.shared.generated.fetch_add(new.len() as u64, Ordering::Relaxed);
+                if a.computed > a.kv_tokens.len() || p.all {
+                    // Guesses past what was kept (rejected, or after an end) leave the cache.
+                    a.computed = a.computed.min(a.kv_tokens.len());
                     if let Some(seq) = a.seq {
-                        let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed]);
+                        let _ = self.kv.truncate(seq, a.computed);
                     }
                 }
             }
-            if !p.logits {
-                continue;
+            // Prompt blocks become shareable as soon as they are full.
+            if self.opts.prefix_cache && (a.computed <= a.dec.prompt_len() || p.logits) {
+                if let Some(seq) = a.seq {
+                    let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed]);
+                }
             }
-            let logits = &mut self.logits[row * vocab..(row + 1) * vocab];
-            row += 1;
-            let tx = a.tx.clone();
-            let mut fed = 0;
-            let r = a.dec.advance(logits, &self.eos, &mut |piece| tx.send(Event::Text(piece)).is_ok(), &mut fed);
-            let new = &a.dec.tokens()[a.dec.tokens().len() - fed..];
-            a.kv_tokens.extend_from_slice(new);
-            self.shared.generated.fetch_add(fed as u64, Ordering::Relaxed);
             match r {
                 Ok(None) => {}
                 Ok(Some(reason)) => done.push((p.idx, Ok(reason))),
@@ -752,6 +782,7 @@ impl Scheduler {
                 dec,
                 tx: r.tx,
                 cancel: r.cancel,
+                drafts: 0,
             }),
             Err(e) => {
                 let _ = r.tx.send(Event::Done(Err(e)));
@@ -769,6 +800,15 @@ impl Scheduler {
             let a = &self.running[i];
             (a.computed < a.dec.prompt_len(), a.id)
         });
+        // Prompt lookup: decoding sequences that speculate feed their guesses after their
+        // newest token, to be verified by this step's forward.
+        for a in self.running.iter_mut() {
+            if a.drafts == 0 && a.computed >= a.dec.prompt_len() && a.kv_tokens.len() == a.computed + 1 {
+                let guesses = a.dec.propose(max_seq.saturating_sub(a.computed + 1));
+                a.drafts = guesses.len();
+                a.kv_tokens.extend_from_slice(&guesses);
+            }
+        }
         let mut plans = Vec::new();
         let mut budget = self.opts.max_step_tokens;
         let mut context_full = Vec::new();
@@ -779,7 +819,7 @@ impl Scheduler {
             if pending == 0 {
                 continue;
             }
-            let n = if pending == 1 { 1 } else { pending.min(self.opts.prefill_chunk).min(budget) };
+            let n = if pending == 1 || a.drafts > 0 { pending } else { pending.min(self.opts.prefill_chunk).min(budget) };
             if n == 0 {
                 continue;
             }
@@ -790,12 +830,13 @@ impl Scheduler {
                 }
                 continue;
             }
-            plans.push(Plan { idx: i, n, logits: a.computed + n == a.kv_tokens.len() });
+            plans.push(Plan { idx: i, n, logits: a.computed + n == a.kv_tokens.len(), all: a.drafts > 0 });
             budget = budget.saturating_sub(n);
         }
         for (i, keep) in shift {
             // Recomputed from the next step on, as prompt chunks.
             let a = &mut self.running[i];
+            a.drop_drafts();
             let len = a.kv_tokens.len();
             let keep = keep.min(len / 2);
             let drop = (len - keep) / 2;
@@ -875,6 +916,7 @@ impl Scheduler {
     /// Free `v`'s blocks (full ones stay in the prefix cache) and queue it for recomputation.
     fn preempt(&mut self, v: usize, plans: &mut Vec<Plan>) {
         let mut a = Self::take_planned(&mut self.running, v, plans);
+        a.drop_drafts();
         self.release(&mut a);
         a.computed = 0;
         self.shared.preemptions.fetch_add(1, Ordering::Relaxed);

@@ -56,6 +56,11 @@ pub struct GenerationConfig {
     /// decode steps. The tokenizer's split of forced text need not be the tokens the model
     /// would have sampled one by one, so the text can differ from a run without it.
     pub fast_forward: bool,
+    /// Speculative decoding by prompt lookup, verified in the engine's batched step (see
+    /// [`LookupDecoding`](crate::speculative::LookupDecoding)). Greedy output is exactly
+    /// plain greedy decoding's; sampled output keeps the model's distribution. Pays off when
+    /// the answer repeats its input (code edits, extraction, quoting). Not with a constraint.
+    pub lookup: Option<crate::speculative::LookupDecoding>,
 }
 
 impl Default for GenerationConfig {
@@ -68,6 +73,7 @@ impl Default for GenerationConfig {
             skip_special_tokens: true,
             constraint: None,
             fast_forward: true,
+            lookup: None,
         }
     }
 }
@@ -113,6 +119,12 @@ pub struct GenerationStats {
     pub generated_tokens: usize,
     /// Generated tokens appended without sampling because the constraint forced them.
     pub forced_tokens: usize,
+    /// With [`GenerationConfig::lookup`]: tokens proposed, and those the model accepted.
+    pub proposed_tokens: usize,
+    pub accepted_tokens: usize,
+    /// Forward passes whose logits chose tokens (the prompt's last and every decode step;
+    /// fewer than the tokens when forced runs or accepted guesses came along).
+    pub forwards: usize,
     /// Time spent choosing tokens (sampler, constraint checks and masks, fast-forward),
     /// part of `decode`.
     pub sampling: Duration,
@@ -605,11 +617,27 @@ impl Pipeline {
         if cfg.constraint.is_some() {
             return Err(Error::Unsupported("constrained generation with speculative decoding"));
         }
-        use crate::speculative::{generate, DraftModel, PromptLookup};
+        use crate::speculative::{generate, DraftModel, LookupDecoding, PromptLookup, SpecStats};
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
         }
         cfg.sampling.validate()?;
+        if let Drafter::PromptLookup { max_ngram } = drafter {
+            if self.lock_inner()?.model.supports_batches() {
+                // Verified inside the engine's batched step, beside any other calls.
+                let lookup = LookupDecoding { max_ngram: *max_ngram, spec: spec.clone() };
+                let g = self.run(prompt, &GenerationConfig { lookup: Some(lookup), ..cfg.clone() }, on_text)?;
+                let stats = SpecStats {
+                    target_forwards: g.stats.forwards,
+                    proposed: g.stats.proposed_tokens,
+                    accepted: g.stats.accepted_tokens,
+                    generated: g.tokens.len(),
+                    propose_time: Duration::ZERO,
+                    verify_time: g.stats.prefill + g.stats.decode,
+                };
+                return Ok((g, stats));
+            }
+        }
         if let Drafter::Model(d) = drafter {
             if Arc::ptr_eq(&d.inner, &self.inner) {
                 return Err(Error::VocabMismatch {
@@ -723,6 +751,9 @@ impl Pipeline {
                 reused_prompt_tokens: common,
                 generated_tokens: out.len(),
                 forced_tokens: 0,
+                proposed_tokens: stats.proposed,
+                accepted_tokens: stats.accepted,
+                forwards: stats.target_forwards,
                 sampling: Duration::ZERO,
                 prefill: ttft,
                 decode: elapsed.saturating_sub(ttft),

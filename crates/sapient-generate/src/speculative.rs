@@ -269,6 +269,24 @@ impl Default for SpecConfig {
     }
 }
 
+/// Speculative decoding by prompt lookup inside the engine's step
+/// ([`GenerationConfig::lookup`](crate::GenerationConfig::lookup)): each decode step feeds
+/// the newest token and up to K tokens that followed an earlier occurrence of the sequence's
+/// last n-gram (n from `max_ngram` down to 1), verifies them in the same batched forward as
+/// every other sequence's rows, and keeps those the model agrees with.
+#[derive(Debug, Clone)]
+pub struct LookupDecoding {
+    pub max_ngram: usize,
+    /// K and its adaptation (`draft_vocab` does not apply: there is no draft model).
+    pub spec: SpecConfig,
+}
+
+impl Default for LookupDecoding {
+    fn default() -> Self {
+        Self { max_ngram: 3, spec: SpecConfig::default() }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct SpecStats {
     pub target_forwards: usize,
@@ -288,6 +306,58 @@ impl SpecStats {
     pub fn tokens_per_target_forward(&self) -> f64 {
         self.generated as f64 / self.target_forwards.max(1) as f64
     }
+}
+
+/// Check `proposal` (the tokens after `seq`) against the target's logits `rows` (one row of
+/// `vocab` for the last token of `seq` and one for each proposed token): how many proposed
+/// tokens are accepted, and the token drawn after them (the target's own choice where a
+/// proposal was rejected, or the bonus token when all were accepted; `None` only when a
+/// row is missing). `scratch` is a reused buffer.
+pub fn verify(
+    rows: &[f32],
+    vocab: usize,
+    proposal: &Proposal,
+    seq: &[u32],
+    sampling: &SamplerConfig,
+    rng: &mut StdRng,
+    scratch: &mut Vec<f32>,
+) -> Result<(usize, Option<u32>)> {
+    let mut hist = seq.to_vec();
+    let mut accepted = 0;
+    for (i, row) in rows.chunks_exact(vocab.max(1)).enumerate() {
+        scratch.clear();
+        scratch.extend_from_slice(row);
+        apply_penalties(scratch, &hist, sampling);
+        let proposed = proposal.tokens.get(i).copied();
+        if sampling.is_greedy() {
+            let best = argmax(scratch)?;
+            match proposed {
+                Some(t) if t == best => {
+                    accepted += 1;
+                    hist.push(t);
+                }
+                _ => return Ok((accepted, Some(best))),
+            }
+        } else {
+            let p = filtered_distribution(scratch, sampling)?;
+            match proposed {
+                Some(t) => {
+                    let q = proposal.dists.as_ref().map(|d| d[i].as_slice());
+                    let qt = q.map(|q| prob(q, t)).unwrap_or(1.0);
+                    let pt = prob(&p, t);
+                    let u: f32 = rng.random();
+                    if qt > 0.0 && u < (pt / qt).min(1.0) {
+                        accepted += 1;
+                        hist.push(t);
+                    } else {
+                        return Ok((accepted, Some(residual(&p, q, t, rng))));
+                    }
+                }
+                None => return Ok((accepted, Some(draw(&p, rng)))),
+            }
+        }
+    }
+    Ok((accepted, None))
 }
 
 /// Generate up to `max_tokens` after `prompt` with the target verifying the proposer's
@@ -340,49 +410,7 @@ pub fn generate<T: CausalLm, P: Proposer>(
         let vocab = rows.len() / feed.len();
         stats.target_forwards += 1;
         stats.proposed += proposal.tokens.len();
-        let mut hist = seq.clone();
-        let mut accepted = 0;
-        let mut next: Option<u32> = None;
-        for (i, row) in rows.chunks_exact(vocab).enumerate() {
-            l.clear();
-            l.extend_from_slice(row);
-            apply_penalties(&mut l, &hist, sampling);
-            let proposed = proposal.tokens.get(i).copied();
-            if sampling.is_greedy() {
-                let best = argmax(&l)?;
-                match proposed {
-                    Some(t) if t == best => {
-                        accepted += 1;
-                        hist.push(t);
-                    }
-                    _ => {
-                        next = Some(best);
-                        break;
-                    }
-                }
-            } else {
-                let p = filtered_distribution(&l, sampling)?;
-                match proposed {
-                    Some(t) => {
-                        let q = proposal.dists.as_ref().map(|d| d[i].as_slice());
-                        let qt = q.map(|q| prob(q, t)).unwrap_or(1.0);
-                        let pt = prob(&p, t);
-                        let u: f32 = rng.random();
-                        if qt > 0.0 && u < (pt / qt).min(1.0) {
-                            accepted += 1;
-                            hist.push(t);
-                        } else {
-                            next = Some(residual(&p, q, t, &mut rng));
-                            break;
-                        }
-                    }
-                    None => {
-                        next = Some(draw(&p, &mut rng));
-                        break;
-                    }
-                }
-            }
-        }
+        let (accepted, next) = verify(&rows, vocab, &proposal, &seq, sampling, &mut rng, &mut l)?;
         stats.accepted += accepted;
         let mut kept: Vec<u32> = proposal.tokens[..accepted].to_vec();
         kept.extend(next);

@@ -252,3 +252,52 @@ fn pipeline_calls_from_several_threads_run_together() -> Result<()> {
     assert_eq!(together, alone);
     Ok(())
 }
+
+#[test]
+fn prompt_lookup_in_the_batched_step_keeps_greedy_output() -> Result<()> {
+    use sapient_generate::speculative::LookupDecoding;
+    let p = pipeline();
+    let engine = Engine::new(p, small(EngineOptions::default()))?;
+    let repeat = |items: &str| {
+        vec![Message::user(format!("Repeat this list exactly, then add one more: {items}."))]
+    };
+    let prompts = [
+        repeat("apple, banana, cherry, date, elderberry, fig, grape"),
+        repeat("red, orange, yellow, green, blue, indigo, violet"),
+        questions()[1].clone(),
+        repeat("Monday, Tuesday, Wednesday, Thursday, Friday"),
+    ];
+    let plain_cfg = GenerationConfig::default().max_tokens(40);
+    let plain: Vec<Generation> = prompts.iter().map(|m| engine.submit_chat(m, plain_cfg.clone())?.wait()).collect::<Result<_, _>>()?;
+    // All at once, speculating (and one plain request beside them).
+    let spec_cfg = GenerationConfig { lookup: Some(LookupDecoding::default()), ..plain_cfg.clone() };
+    let handles: Vec<_> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, m)| engine.submit_chat(m, if i == 2 { plain_cfg.clone() } else { spec_cfg.clone() }))
+        .collect::<Result<_, _>>()?;
+    let spec: Vec<Generation> = handles.into_iter().map(|h| h.wait()).collect::<Result<_, _>>()?;
+    for (a, b) in plain.iter().zip(&spec) {
+        assert_eq!(a.tokens, b.tokens, "{:?} vs {:?}", a.text, b.text);
+        assert_eq!(a.text, b.text);
+    }
+    let (proposed, accepted, forwards, tokens) = spec.iter().fold((0, 0, 0, 0), |acc, g| {
+        (acc.0 + g.stats.proposed_tokens, acc.1 + g.stats.accepted_tokens, acc.2 + g.stats.forwards, acc.3 + g.tokens.len())
+    });
+    assert!(accepted > 0 && accepted <= proposed, "lists repeat the prompt: {proposed} proposed, {accepted} accepted");
+    assert!(forwards < tokens, "accepted guesses save forwards: {forwards} forwards for {tokens} tokens");
+    // Sampled: the same seed gives the same tokens, speculating or not together with others.
+    let sampled = GenerationConfig {
+        sampling: SamplerConfig { temperature: 0.8, seed: Some(5), ..Default::default() },
+        ..spec_cfg.clone()
+    };
+    let a = engine.submit_chat(&prompts[0], sampled.clone())?.wait()?;
+    let b = engine.submit_chat(&prompts[0], sampled.clone())?.wait()?;
+    assert_eq!(a.tokens, b.tokens);
+    // Not with a constraint.
+    let constrained = GenerationConfig { lookup: Some(LookupDecoding::default()), ..GenerationConfig::default() }
+        .constrain(sapient_generate::Grammar::regex("[a-z]+")?);
+    assert!(engine.submit_chat(&prompts[0], constrained)?.wait().is_err());
+    wait_idle(&engine)?;
+    Ok(())
+}
