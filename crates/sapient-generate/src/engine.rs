@@ -472,8 +472,37 @@ impl Scheduler {
             while let Ok(m) = rx.try_recv() {
                 self.receive(m);
             }
-            self.step();
+            // A bug in one step must not take every later request down with the thread:
+            // what was in flight fails with the message, and the engine starts afresh.
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step())) {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                tracing::error!("engine step panicked: {msg}");
+                self.fail_all(&msg);
+            }
             self.publish();
+        }
+    }
+
+    /// Fail every admitted request (after a panic: their state is unknown), free the whole
+    /// cache and the kept sessions. Waiting requests stay queued.
+    fn fail_all(&mut self, msg: &str) {
+        let failed: Vec<Active> = self.running.drain(..).chain(self.preempted.drain(..)).collect();
+        for mut a in failed {
+            a.seq = None;
+            self.shared.finished.fetch_add(1, Ordering::Relaxed);
+            let _ = a.tx.send(Event::Done(Err(Error::Worker(format!("the engine step failed: {msg}")))));
+        }
+        self.sessions.clear();
+        if let Ok(mut m) = self.shared.sessions.lock() {
+            m.clear();
+        }
+        match self.pipeline.lock_inner().and_then(|inner| Ok(inner.model.new_kv_cache(self.opts.kv)?)) {
+            Ok(kv) => self.kv = kv,
+            Err(e) => tracing::error!("cannot make a fresh KV cache after a failed step: {e}"),
         }
     }
 

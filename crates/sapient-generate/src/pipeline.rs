@@ -398,7 +398,18 @@ impl Pipeline {
 
     /// The model, for one step (waits for a running generation to finish).
     pub(crate) fn lock_inner(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
-        self.inner.lock().map_err(|_| Error::Worker("a previous generation panicked".into()))
+        match self.inner.lock() {
+            Ok(g) => Ok(g),
+            Err(poisoned) => {
+                // A forward that panicked leaves nothing half-written that the next one
+                // reads (its buffers are refilled, the caches are the callers'); go on.
+                self.inner.clear_poison();
+                let mut g = poisoned.into_inner();
+                g.model.clear_cache();
+                g.cached.clear();
+                Ok(g)
+            }
+        }
     }
 
     /// Tokens of the last conversation held in the KV cache, which the next call reuses
