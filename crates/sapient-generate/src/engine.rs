@@ -36,7 +36,7 @@
 //! ```
 
 use crate::decode::Decoder;
-use crate::pipeline::{FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline};
+use crate::pipeline::{common_prefix, FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline};
 use crate::{Error, Result};
 use sapient_llama::{BatchSeq, KvBudget, KvCache, KvOptions, KvUsage, Logits, SeqId};
 use sapient_tokenizers::Message;
@@ -433,10 +433,6 @@ struct Plan {
     logits: bool,
     /// Logits for every row (verifying guesses), not only the last.
     all: bool,
-}
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 impl Scheduler {
