@@ -19,6 +19,7 @@ tests/data/llama/qwen3_synthetic.json.
    tokens (llamacpp_logits). Needs numpy only.
 """
 import json
+import math
 import os
 import shutil
 import struct
@@ -53,7 +54,7 @@ def tensor_values(index, shape, offset, scale):
 def tensors(vocab):
     """(name, shape, offset, scale) in index order (the index seeds the values)."""
     out = [('model.embed_tokens.weight', (vocab, H), 0.0, 1.0)]
-    lin = lambda o, i: (0.0, (3.0 / i) ** 0.5)
+    lin = lambda o, i: (0.0, math.sqrt(3.0 / i))
     for l in range(LAYERS):
         p = f'model.layers.{l}.'
         out += [

@@ -24,6 +24,8 @@
 
 mod kokoro;
 mod llama;
+#[cfg(test)]
+mod qwen3_synthetic;
 
 use anyhow::Result;
 use std::path::PathBuf;
