@@ -107,7 +107,8 @@ fn qwen3_synthetic_matches_numpy_and_llama_cpp() -> Result<()> {
         assert_eq!(best as u32, want[0].0);
     }
     eprintln!("HF directory vs numpy float64: max |diff| {worst:.2e} over the top 10 of {} positions", ids.len());
-    assert!(worst < 2e-3, "HF directory vs numpy: {worst}");
+    // Measured 1.5e-5 (f32 arithmetic against f64).
+    assert!(worst < 1e-3, "HF directory vs numpy: {worst}");
 
     // The q8_0 GGUF on the CPU kernels against llama.cpp on the same file.
     let gguf = dir.path().join("qwen3-synthetic.q8_0.gguf");
@@ -121,16 +122,28 @@ fn qwen3_synthetic_matches_numpy_and_llama_cpp() -> Result<()> {
     let mut m = sapient_llama::LlamaModel::load(&g, &cfg, &Device::Cpu, Some(256))?;
     assert!(m.uses_cpu_kernels());
     let theirs = top10(&data["llamacpp_top10"])?;
-    let mut worst = 0f32;
+    let (mut worst, mut vs_numpy, mut llamacpp_vs_numpy) = (0f32, 0f32, 0f32);
     for (p, want) in theirs.iter().enumerate() {
         m.clear_cache();
         let row = m.forward(&ids[..=p], Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
         for &(id, l) in want {
             worst = worst.max((row[id as usize] - l).abs());
         }
+        for &(id, l) in &numpy[p] {
+            vs_numpy = vs_numpy.max((row[id as usize] - l).abs());
+            if let Some(&(_, t)) = want.iter().find(|x| x.0 == id) {
+                llamacpp_vs_numpy = llamacpp_vs_numpy.max((t - l).abs());
+            }
+        }
     }
-    eprintln!("q8_0 GGUF vs llama.cpp: max |diff| {worst:.3} over the top 10 of {} positions", theirs.len());
-    assert!(worst < 0.1, "GGUF vs llama.cpp: {worst}");
+    eprintln!(
+        "q8_0 GGUF vs llama.cpp: max |diff| {worst:.3} over the top 10 of {} positions; vs numpy (F32 weights): ours {vs_numpy:.3}, llama.cpp's {llamacpp_vs_numpy:.3}",
+        theirs.len()
+    );
+    // Measured: 0.249 from llama.cpp; 0.250 from numpy on the unquantized weights, where
+    // llama.cpp is 0.328 away (q8_0 weights and 8-bit activations in both; logits ~20).
+    assert!(worst < 0.4, "GGUF vs llama.cpp: {worst}");
+    assert!(vs_numpy < 0.4, "GGUF vs numpy: {vs_numpy}");
     let want: Vec<u32> = serde_json::from_value(data["llamacpp_greedy"].clone())?;
     m.clear_cache();
     let mut logits = m.forward(&ids, Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
