@@ -209,7 +209,7 @@ fn gemma3_batches_give_what_each_sequence_gets_alone() -> Result<()> {
     // short ones, which are decoding by then.
     let mut kv = m.new_kv_cache(KvOptions { block_size: 16, budget: KvBudget::Tokens(4096) })?;
     let seqs: Vec<_> = prompts.iter().map(|_| kv.new_seq()).collect();
-    let mut fed = vec![0usize; 3];
+    let mut fed = [0usize; 3];
     let mut next: Vec<Option<u32>> = vec![None; 3];
     let mut got: Vec<Vec<Vec<u32>>> = vec![Vec::new(); 3];
     let mut logits = Vec::new();
