@@ -350,6 +350,30 @@ pub fn safetensors_to_gguf(input: &Path, output: &Path, ty: &str) -> Result<usiz
         w.add_tensor(TensorData::from_qtensor(gname, &q)?);
         count += 1;
     }
+    if let Some(sapient_llama::RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings }) =
+        &cfg.rope_scaling
+    {
+        // llama.cpp's converter: Llama 3.1 scaling as one divisor per rotary frequency.
+        let old = *original_max_position_embeddings as f64;
+        let (factor, low, high) = (*factor as f64, *low_freq_factor as f64, *high_freq_factor as f64);
+        let factors: Vec<f32> = (0..cfg.rope_dim / 2)
+            .map(|i| {
+                let freq = 1.0 / (cfg.rope_theta as f64).powf(2.0 * i as f64 / cfg.rope_dim as f64);
+                let wavelen = 2.0 * std::f64::consts::PI / freq;
+                if wavelen < old / high {
+                    1.0
+                } else if wavelen > old / low {
+                    factor as f32
+                } else {
+                    let smooth = (old / wavelen - low) / (high - low);
+                    (1.0 / ((1.0 - smooth) / factor + smooth)) as f32
+                }
+            })
+            .collect();
+        let t = Tensor::from_vec(factors, cfg.rope_dim / 2, &Device::Cpu)?;
+        w.add_tensor(TensorData::from_qtensor("rope_freqs.weight", &QTensor::quantize(&t, GgmlDType::F32)?)?);
+        count += 1;
+    }
     if !cfg.tie_word_embeddings && !src.contains("lm_head.weight") {
         bail!("{}: config says untied embeddings but lm_head.weight is missing", input.display());
     }

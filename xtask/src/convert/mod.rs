@@ -25,7 +25,7 @@
 mod kokoro;
 mod llama;
 #[cfg(test)]
-mod qwen3_synthetic;
+mod synthetic;
 
 use anyhow::Result;
 use std::path::PathBuf;
