@@ -1,5 +1,6 @@
-//! `sapient-llama`: LLaMA-family causal language models (llama, qwen2, mistral, smollm,
-//! phi3-style configs) on candle, loaded from GGUF (kept quantized) or HF safetensors.
+//! `sapient-llama`: LLaMA-family causal language models (llama, qwen2, qwen3, mistral, smollm,
+//! phi3-style configs, and gemma3 on the CPU kernel path), loaded from GGUF (kept quantized)
+//! or HF safetensors. docs/llm-architectures.md lists what each was checked against.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), sapient_llama::Error> {

@@ -1,5 +1,6 @@
 //! The LLaMA-family transformer: RMSNorm, RoPE, grouped-query attention over an in-place KV
-//! cache, SwiGLU MLP. One implementation for llama, qwen2, mistral, smollm and phi3 configs.
+//! cache, SwiGLU MLP. One implementation for llama, qwen2, qwen3, mistral, smollm and phi3
+//! configs; gemma3's extra layers (see `LlamaConfig`) run on the CPU path only.
 
 use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
 use crate::{Error, Result};
