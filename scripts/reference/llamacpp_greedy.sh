@@ -11,6 +11,10 @@
 # texts part from the default ones after 8-27 tokens on every prompt, and agree less with ours
 # (crates/sapient-llama/tests/llamacpp_greedy.rs has the figures), so the default stays.
 # Trailing newlines are dropped from both tools' output (they end it with their own).
+# LLAMACPP_BOS_TEXT: the BOS token's text, which llama-simple prints before the prompt for
+# models that add one (Gemma 3: LLAMACPP_BOS_TEXT='<bos>'); it is removed.
+# LLAMACPP_EXTRA_PROMPT_FILE: one more prompt, the file's whole content (a long prompt, to
+# reach past a sliding window).
 set -euo pipefail
 bin=$1; model=$2
 prompts=(
@@ -21,11 +25,12 @@ prompts=(
   "import numpy as np"
   "Photosynthesis is the process by which"
 )
+if [ -n "${LLAMACPP_EXTRA_PROMPT_FILE:-}" ]; then prompts+=("$(cat "$LLAMACPP_EXTRA_PROMPT_FILE")"); fi
 echo '['
 for i in "${!prompts[@]}"; do
   p=${prompts[$i]}
   case ${LLAMACPP_FA:-auto} in
-    auto) out=$("$bin/llama-simple" -m "$model" -n 64 "$p" 2>/dev/null) ;;
+    auto) out=$("$bin/llama-simple" -m "$model" -n 64 "$p" 2>/dev/null); out=${out#"${LLAMACPP_BOS_TEXT:-}"} ;;
     off) out=$p$("$bin/llama-completion" -m "$model" -p "$p" -n 64 --temp 0 -no-cnv -fa off \
                    --no-display-prompt --no-warmup 2>/dev/null) ;;
     *) echo "LLAMACPP_FA is auto or off" >&2; exit 1 ;;

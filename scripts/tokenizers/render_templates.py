@@ -87,13 +87,19 @@ env.globals['strftime_now'] = strftime_now
 convs = json.load(open(os.path.join(DATA, 'conversations.json'), encoding='utf-8'))
 
 
-def render_all(source, bos, eos):
+# Thinking-mode templates: their conversations (earlier turns with <think> blocks or
+# `reasoning_content`) rendered with `enable_thinking` unset, false and true.
+THINKING = [('qwen3', None, '<|im_end|>'), ('smollm3', None, '<|im_end|>')]
+THINKING_CONVS = 'conversations_thinking.json'
+
+
+def render_all(source, bos, eos, conversations=None, extra=None):
     t = env.from_string(source)
     out = []
-    for i, c in enumerate(convs):
+    for i, c in enumerate(conversations if conversations is not None else convs):
         ctx = dict(messages=c['messages'], tools=c.get('tools'), documents=None,
                    add_generation_prompt=c.get('add_generation_prompt', True),
-                   bos_token=bos or '', eos_token=eos or '')
+                   bos_token=bos or '', eos_token=eos or '', **(extra or {}))
         try:
             rendered = t.render(**ctx)
         except Raised as e:
@@ -129,6 +135,13 @@ def main():
         source = open(os.path.join(DATA, 'templates', f'{name}.jinja'), encoding='utf-8').read()
         for i, r in render_all(source, bos, eos):
             out.append({'template': name, 'conversation': i, 'bos': bos, 'eos': eos, 'rendered': r})
+    thinking = json.load(open(os.path.join(DATA, THINKING_CONVS), encoding='utf-8'))
+    for name, bos, eos in THINKING:
+        source = open(os.path.join(DATA, 'templates', f'{name}.jinja'), encoding='utf-8').read()
+        for extra in ({}, {'enable_thinking': False}, {'enable_thinking': True}):
+            for i, r in render_all(source, bos, eos, thinking, extra):
+                out.append({'template': name, 'conversations': THINKING_CONVS, 'conversation': i, 'extra': extra,
+                            'bos': bos, 'eos': eos, 'rendered': r})
     json.dump({'date_unix': DATE_UNIX, 'renderings': out},
               open(os.path.join(DATA, 'rendered.json'), 'w', encoding='utf-8'), ensure_ascii=False, indent=1)
     print(len(out), 'renderings,', sum('error' in r['rendered'] for r in out if isinstance(r['rendered'], dict)),

@@ -12,6 +12,12 @@ pub enum Arch {
     Qwen2,
     Mistral,
     Phi3,
+    /// Gemma 3: embeddings scaled by sqrt(d), norms before and after attention and MLP,
+    /// per-head q/k RMSNorm, GeGLU (tanh GELU), interleaved sliding-window and global layers
+    /// with their own RoPE bases. GGUF only, on the CPU kernel path.
+    Gemma3,
+    /// Qwen3: Qwen2's layout with per-head q/k RMSNorm and no QKV bias.
+    Qwen3,
 }
 
 impl Arch {
@@ -21,6 +27,8 @@ impl Arch {
             "qwen2" | "qwen2forcausallm" => Ok(Arch::Qwen2),
             "mistral" | "mistralforcausallm" => Ok(Arch::Mistral),
             "phi3" | "phi3forcausallm" => Ok(Arch::Phi3),
+            "gemma3" | "gemma3_text" | "gemma3forcausallm" => Ok(Arch::Gemma3),
+            "qwen3" | "qwen3forcausallm" => Ok(Arch::Qwen3),
             _ => Err(Error::UnsupportedArchitecture {
                 arch: name.to_string(),
                 path: file.to_path_buf(),
@@ -33,6 +41,8 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Mistral => "mistral",
             Arch::Phi3 => "phi3",
+            Arch::Gemma3 => "gemma3",
+            Arch::Qwen3 => "qwen3",
         }
     }
 }
@@ -51,6 +61,15 @@ pub enum RopeScaling {
     },
     /// Explicit per-frequency divisors (GGUF `rope_freqs.weight`).
     FreqFactors(Vec<f32>),
+}
+
+/// The MLP's gate activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU: silu(gate) * up.
+    Silu,
+    /// GeGLU with GELU's tanh approximation: gelu_tanh(gate) * up.
+    GeluTanh,
 }
 
 /// Where the weights came from decides the names and the RoPE pairing.
@@ -83,6 +102,23 @@ pub struct LlamaConfig {
     /// Interleaved (GPT-J) RoPE pairs instead of rotate-half (NeoX).
     pub rope_interleaved: bool,
     pub layout: WeightLayout,
+    /// Which layers use `sliding_window` (`None`: all of them). Gemma 3 interleaves
+    /// sliding-window (local) layers with global ones.
+    pub sliding_window_layers: Option<Vec<bool>>,
+    /// RoPE base of the sliding-window layers when it differs from `rope_theta`.
+    pub rope_theta_swa: Option<f32>,
+    /// Embeddings multiplied by this (Gemma: sqrt(hidden_size)).
+    pub embed_scale: Option<f32>,
+    /// Per-head RMSNorm of queries and keys before RoPE (`attn_q_norm` / `attn_k_norm`).
+    pub qk_norm: bool,
+    /// RMSNorm of the attention and MLP outputs before they join the residual
+    /// (`post_attention_norm` / `post_ffw_norm`).
+    pub post_norms: bool,
+    pub activation: Activation,
+    /// Attention scores scale (default 1/sqrt(head_dim)).
+    pub attn_scale: Option<f32>,
+    /// Final logits become `cap * tanh(logits / cap)`.
+    pub final_logit_softcap: Option<f32>,
 }
 
 impl LlamaConfig {
@@ -137,7 +173,7 @@ impl LlamaConfig {
             .and_then(|v| v.as_int())
             .filter(|&w| w > 0)
             .map(|w| w as usize);
-        Ok(Self {
+        Self {
             arch,
             hidden_size,
             intermediate_size: g.get_usize(&key("feed_forward_length"))?,
@@ -161,10 +197,99 @@ impl LlamaConfig {
             qkv_bias: g.contains_tensor("blk.0.attn_q.bias"),
             sliding_window,
             // llama.cpp runs llama (and mistral, exported as llama) with interleaved pairs;
-            // qwen2 and phi3 with NeoX rotate-half.
+            // qwen2, phi3 and gemma3 with NeoX rotate-half.
             rope_interleaved: matches!(arch, Arch::Llama | Arch::Mistral),
             layout: WeightLayout::Gguf,
-        })
+            sliding_window_layers: None,
+            rope_theta_swa: None,
+            embed_scale: None,
+            qk_norm: false,
+            post_norms: false,
+            activation: Activation::Silu,
+            attn_scale: None,
+            final_logit_softcap: None,
+        }
+        .with_gguf_arch(g, arch_name)
+    }
+
+    /// What GGUF metadata adds for architectures beyond the LLaMA layout, as llama.cpp reads it.
+    fn with_gguf_arch(mut self, g: &GgufFile, arch_name: &str) -> Result<Self> {
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let f32_key = |k: &str| -> Result<Option<f32>> {
+            match g.get(&key(k)) {
+                Some(_) => Ok(Some(g.get_f64(&key(k))? as f32)),
+                None => Ok(None),
+            }
+        };
+        if self.arch == Arch::Qwen3 {
+            self.qk_norm = true;
+        }
+        if self.arch == Arch::Gemma3 {
+            // llama.cpp `llama_model_gemma3::load_arch_hparams` and its graph.
+            self.embed_scale = Some((self.hidden_size as f32).sqrt());
+            self.qk_norm = true;
+            self.post_norms = true;
+            self.activation = Activation::GeluTanh;
+            self.final_logit_softcap = f32_key("final_logit_softcapping")?.filter(|&c| c > 0.0);
+            // gemma_pytorch: the 27B model scales queries by 1/sqrt(hidden / heads).
+            self.attn_scale = Some(if self.num_layers == 62 {
+                1.0 / ((self.hidden_size / self.num_heads) as f32).sqrt()
+            } else {
+                1.0 / (self.head_dim as f32).sqrt()
+            });
+            if self.sliding_window.is_some() {
+                // `attention.sliding_window_pattern`: a list of per-layer flags, or n (every
+                // n-th layer global); llama.cpp's default for gemma3 is 6.
+                let pattern = match g.get(&key("attention.sliding_window_pattern")) {
+                    Some(v) => match v.as_int() {
+                        Some(n) => Err(n),
+                        None => Ok(g
+                            .get_array(&key("attention.sliding_window_pattern"))?
+                            .iter()
+                            .map(|x| x.as_int().map(|i| i != 0))
+                            .collect::<Option<Vec<bool>>>()
+                            .ok_or_else(|| Error::Config(format!("{}: sliding_window_pattern holds non-integers", g.path().display())))?),
+                    },
+                    None => Err(6),
+                };
+                let layers = match pattern {
+                    Ok(flags) if flags.len() == self.num_layers => flags,
+                    Ok(flags) => {
+                        return Err(Error::Config(format!(
+                            "{}: sliding_window_pattern has {} flags for {} layers",
+                            g.path().display(),
+                            flags.len(),
+                            self.num_layers
+                        )))
+                    }
+                    Err(n) if n <= 0 => vec![true; self.num_layers],
+                    Err(n) => (0..self.num_layers).map(|i| (i as i128) % n < n - 1).collect(),
+                };
+                self.sliding_window_layers = Some(layers);
+                self.rope_theta_swa = Some(f32_key("rope.freq_base_swa")?.unwrap_or(10_000.0));
+            }
+        }
+        Ok(self)
+    }
+
+    /// Whether layer `i` attends within the sliding window.
+    pub fn layer_window(&self, i: usize) -> Option<usize> {
+        match &self.sliding_window_layers {
+            Some(flags) if !flags.get(i).copied().unwrap_or(false) => None,
+            _ => self.sliding_window,
+        }
+    }
+
+    /// Whether this configuration needs the plain-buffer CPU forward pass (the candle ops
+    /// path runs the LLaMA layout only).
+    pub fn needs_cpu_path(&self) -> bool {
+        self.post_norms
+            || self.embed_scale.is_some()
+            || self.activation != Activation::Silu
+            || self.sliding_window_layers.is_some()
+            || self.rope_theta_swa.is_some()
+            || self.attn_scale.is_some()
+            || self.final_logit_softcap.is_some()
     }
 
     /// Read an HF `config.json`.
@@ -176,6 +301,12 @@ impl LlamaConfig {
             c.model_type.as_deref().or(c.architectures.first().map(|s| s.as_str())).unwrap_or("?"),
             path,
         )?;
+        if arch == Arch::Gemma3 {
+            return Err(Error::Config(format!(
+                "{}: gemma3 loads from GGUF only (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)",
+                path.display()
+            )));
+        }
         let num_kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
         if c.num_attention_heads == 0 || num_kv_heads == 0 || !c.num_attention_heads.is_multiple_of(num_kv_heads) {
             return Err(Error::Config(format!("{}: bad head counts", path.display())));
@@ -232,6 +363,14 @@ impl LlamaConfig {
             },
             rope_interleaved: false,
             layout: WeightLayout::HuggingFace,
+            sliding_window_layers: None,
+            rope_theta_swa: None,
+            embed_scale: None,
+            qk_norm: arch == Arch::Qwen3,
+            post_norms: false,
+            activation: Activation::Silu,
+            attn_scale: None,
+            final_logit_softcap: None,
         })
     }
 }

@@ -22,6 +22,7 @@ use sapient_tensor::weights::dense_prefill_rows;
 use sapient_tensor::Linear;
 use std::cell::RefCell;
 
+use crate::config::Activation;
 use crate::kv::KvCache;
 use crate::{BatchSeq, Error, Logits, Result};
 
@@ -121,10 +122,26 @@ pub(crate) struct CpuLayer {
     pub(crate) o: Lin,
     pub(crate) gate_up: LinGateUp,
     pub(crate) down: Lin,
+    pub(crate) extra: LayerExtra,
+}
+
+/// What a layer has beyond the LLaMA layout (Gemma 3, Qwen3).
+#[derive(Default)]
+pub(crate) struct LayerExtra {
+    /// Per-head RMSNorm weights of queries and keys (`head_dim` values each).
+    pub(crate) q_norm: Option<Vec<f32>>,
+    pub(crate) k_norm: Option<Vec<f32>>,
+    /// RMSNorm of the attention and MLP outputs before the residual adds them.
+    pub(crate) post_attn_norm: Option<Vec<f32>>,
+    pub(crate) post_ffn_norm: Option<Vec<f32>>,
+    /// This layer's sliding window (`None`: it sees every earlier position).
+    pub(crate) window: Option<usize>,
+    /// This layer uses the second RoPE table (the sliding-window layers' base).
+    pub(crate) rope_swa: bool,
 }
 
 impl CpuLayer {
-    pub(crate) fn new(attn_norm: Vec<f32>, ffn_norm: Vec<f32>, qkv: LinQkv, o: Lin, gate_up: LinGateUp, down: Lin) -> Self {
+    pub(crate) fn new(attn_norm: Vec<f32>, ffn_norm: Vec<f32>, qkv: LinQkv, o: Lin, gate_up: LinGateUp, down: Lin, extra: LayerExtra) -> Self {
         Self {
             attn_norm,
             ffn_norm,
@@ -132,6 +149,7 @@ impl CpuLayer {
             o,
             gate_up,
             down,
+            extra,
         }
     }
 }
@@ -147,7 +165,13 @@ pub(crate) struct Dims {
     pub interleaved: bool,
     pub eps: f32,
     pub vocab: usize,
-    pub window: Option<usize>,
+    /// Attention scores scale.
+    pub attn_scale: f32,
+    /// Embedding rows multiplied by this (Gemma).
+    pub embed_scale: Option<f32>,
+    pub activation: Activation,
+    /// Final logits become `cap * tanh(logits / cap)`.
+    pub softcap: Option<f32>,
 }
 
 pub(crate) struct CpuModel {
@@ -160,6 +184,8 @@ pub(crate) struct CpuModel {
     /// `[max_seq][rope_dim / 2]`
     pub(crate) cos: Vec<f32>,
     pub(crate) sin: Vec<f32>,
+    /// The sliding-window layers' tables, when their RoPE base differs.
+    pub(crate) rope_swa: Option<(Vec<f32>, Vec<f32>)>,
     buf: Bufs,
     /// Logits for only some tokens (see [`CpuModel::restrict_output`]).
     restricted: Option<Restricted>,
@@ -215,6 +241,29 @@ fn grow(v: &mut Vec<f32>, n: usize) {
     }
 }
 
+/// RMSNorm of each `w.len()`-wide row of `x`, in place.
+fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    let n = w.len();
+    for xr in x.chunks_exact_mut(n) {
+        let ss = kernels::dot_f32(xr, xr);
+        let scale = 1.0 / (ss / n as f32 + eps).sqrt();
+        for (xv, &wv) in xr.iter_mut().zip(w) {
+            *xv = *xv * scale * wv;
+        }
+    }
+}
+
+/// GeGLU: `g = gelu_tanh(g) * u`, GELU's tanh approximation computed in f64 and rounded
+/// once, so the result does not depend on the platform's f32 tanh.
+fn gelu_tanh_mul(g: &mut [f32], u: &[f32]) {
+    const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+    for (x, &u) in g.iter_mut().zip(u) {
+        let v = *x as f64;
+        let gelu = 0.5 * v * (1.0 + (SQRT_2_OVER_PI * v * (1.0 + 0.044715 * v * v)).tanh());
+        *x = (gelu * u as f64) as f32;
+    }
+}
+
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let n = w.len();
     for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
@@ -227,7 +276,17 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 }
 
 impl CpuModel {
-    pub(crate) fn new(dims: Dims, layers: Vec<CpuLayer>, norm: Vec<f32>, output: Lin, embed: Option<QMatrix>, cos: Vec<f32>, sin: Vec<f32>) -> Self {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        dims: Dims,
+        layers: Vec<CpuLayer>,
+        norm: Vec<f32>,
+        output: Lin,
+        embed: Option<QMatrix>,
+        cos: Vec<f32>,
+        sin: Vec<f32>,
+        rope_swa: Option<(Vec<f32>, Vec<f32>)>,
+    ) -> Self {
         Self {
             dims,
             layers,
@@ -236,6 +295,7 @@ impl CpuModel {
             embed,
             cos,
             sin,
+            rope_swa,
             buf: Bufs::default(),
             restricted: None,
         }
@@ -260,11 +320,15 @@ impl CpuModel {
         Ok(self.restricted.is_some())
     }
 
-    fn rope(&self, x: &mut [f32], pos: usize) {
+    fn rope(&self, x: &mut [f32], pos: usize, swa: bool) {
         let d = &self.dims;
         let half = d.rope_dim / 2;
-        let cos = &self.cos[pos * half..(pos + 1) * half];
-        let sin = &self.sin[pos * half..(pos + 1) * half];
+        let (cos, sin) = match (&self.rope_swa, swa) {
+            (Some((c, s)), true) => (c, s),
+            _ => (&self.cos, &self.sin),
+        };
+        let cos = &cos[pos * half..(pos + 1) * half];
+        let sin = &sin[pos * half..(pos + 1) * half];
         for h in x.chunks_exact_mut(d.head_dim) {
             if d.interleaved {
                 for i in 0..half {
@@ -371,6 +435,11 @@ impl CpuModel {
                 },
             }
         }
+        if let Some(scale) = self.dims.embed_scale {
+            for x in &mut b.x[..n * h] {
+                *x *= scale;
+            }
+        }
         let result = self.layers_forward(&mut b, n, kv, exact);
         if let Err(e) = result {
             self.buf = b;
@@ -418,6 +487,12 @@ impl CpuModel {
             }
         };
         self.buf = b;
+        if let (Ok(()), Some(cap)) = (&r, self.dims.softcap) {
+            // Restricted outputs stay -inf.
+            for l in logits[..rows * vocab].iter_mut().filter(|l| l.is_finite()) {
+                *l = cap * (*l / cap).tanh();
+            }
+        }
         r.map(|_| rows)
     }
 
@@ -446,9 +521,17 @@ impl CpuModel {
                     }
                 }
             }
+            let ex = &self.layers[li].extra;
+            if let Some(w) = &ex.q_norm {
+                rms_norm_inplace(&mut b.q[..n * q_out], w, eps);
+            }
+            if let Some(w) = &ex.k_norm {
+                rms_norm_inplace(&mut b.k[..n * kv_out], w, eps);
+            }
+            let (window, swa) = (ex.window, ex.rope_swa);
             for i in 0..n {
-                self.rope(&mut b.q[i * q_out..(i + 1) * q_out], b.pos[i]);
-                self.rope(&mut b.k[i * kv_out..(i + 1) * kv_out], b.pos[i]);
+                self.rope(&mut b.q[i * q_out..(i + 1) * q_out], b.pos[i], swa);
+                self.rope(&mut b.k[i * kv_out..(i + 1) * kv_out], b.pos[i], swa);
             }
             {
                 let (kc, vc) = kv.layer_mut(li);
@@ -458,9 +541,12 @@ impl CpuModel {
                 }
             }
             let (kc, vc) = kv.layer(li);
-            attention(&self.dims, &b.q[..n * q_out], kc, vc, &b.segs, &b.tabs, bs, &mut b.units, &mut b.att[..n * q_out]);
+            attention(&self.dims, window, &b.q[..n * q_out], kc, vc, &b.segs, &b.tabs, bs, &mut b.units, &mut b.att[..n * q_out]);
             let layer = &self.layers[li];
             layer.o.run(&b.att[..n * q_out], n, exact, &mut b.y)?;
+            if let Some(w) = &layer.extra.post_attn_norm {
+                rms_norm_inplace(&mut b.y[..n * h], w, eps);
+            }
             for (x, y) in b.x[..n * h].iter_mut().zip(&b.y[..n * h]) {
                 *x += y;
             }
@@ -479,8 +565,14 @@ impl CpuModel {
                     }
                 }
             }
-            kernels::silu_mul(&mut b.g[..n * inter], &b.u[..n * inter]);
+            match self.dims.activation {
+                Activation::Silu => kernels::silu_mul(&mut b.g[..n * inter], &b.u[..n * inter]),
+                Activation::GeluTanh => gelu_tanh_mul(&mut b.g[..n * inter], &b.u[..n * inter]),
+            }
             layer.down.run(&b.g[..n * inter], n, exact, &mut b.y)?;
+            if let Some(w) = &layer.extra.post_ffn_norm {
+                rms_norm_inplace(&mut b.y[..n * h], w, eps);
+            }
             for (x, y) in b.x[..n * h].iter_mut().zip(&b.y[..n * h]) {
                 *x += y;
             }
@@ -513,6 +605,17 @@ impl CpuModel {
         let half = d.rope_dim / 2;
         if self.cos.len() != self.sin.len() || half == 0 || !self.cos.len().is_multiple_of(half) {
             return Err(Error::Internal("rope tables do not match the rope dimension"));
+        }
+        if let Some((c, s)) = &self.rope_swa {
+            if c.len() != self.cos.len() || s.len() != self.sin.len() {
+                return Err(Error::Internal("the sliding-window rope tables do not match the others"));
+            }
+        }
+        for l in &self.layers {
+            let e = &l.extra;
+            if e.q_norm.as_ref().is_some_and(|w| w.len() != d.head_dim) || e.k_norm.as_ref().is_some_and(|w| w.len() != d.head_dim) {
+                return Err(Error::Internal("q/k norm weights are not head_dim wide"));
+            }
         }
         Ok(())
     }
@@ -548,12 +651,12 @@ fn runs(tab: &[u32], bs: usize, a: usize, b: usize, mut f: impl FnMut(usize, usi
 /// consecutive rows of a head go together so that each key and value is read and converted
 /// once for all of them.
 #[allow(clippy::too_many_arguments)]
-fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], segs: &[Seg], tabs: &[u32], bs: usize, units_at: &mut Vec<usize>, out: &mut [f32]) {
+fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16], segs: &[Seg], tabs: &[u32], bs: usize, units_at: &mut Vec<usize>, out: &mut [f32]) {
     const G: usize = 4;
     let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
     let n_rep = nh / nkv;
     let kv_out = nkv * hd;
-    let scale = 1.0 / (hd as f32).sqrt();
+    let scale = d.attn_scale;
     // A sequence with one row (a decode step) of a grouped-query model takes the query heads
     // that share a key/value head up to four at a time, so each key and value is read and
     // converted once for all of them (the four-row helpers give each head exactly what the
@@ -569,7 +672,7 @@ fn attention(d: &Dims, q: &[f32], kc: &[u16], vc: &[u16], segs: &[Seg], tabs: &[
     let units = units_at[units_at.len() - 1];
     let units_at = &units_at[..];
     let out_ptr = OutPtr(out.as_mut_ptr());
-    let lo = |pos: usize| d.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    let lo = |pos: usize| window.map_or(0, |w| (pos + 1).saturating_sub(w));
     let work = |u0: usize, u1: usize| {
         let out_ptr = &out_ptr;
         SCORES.with(|s| {

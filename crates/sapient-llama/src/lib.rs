@@ -1,5 +1,6 @@
-//! `sapient-llama`: LLaMA-family causal language models (llama, qwen2, mistral, smollm,
-//! phi3-style configs) on candle, loaded from GGUF (kept quantized) or HF safetensors.
+//! `sapient-llama`: LLaMA-family causal language models (llama, qwen2, qwen3, mistral, smollm,
+//! phi3-style configs, and gemma3 on the CPU kernel path), loaded from GGUF (kept quantized)
+//! or HF safetensors. docs/llm-architectures.md lists what each was checked against.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), sapient_llama::Error> {
@@ -14,7 +15,7 @@ mod cpu;
 pub mod kv;
 mod model;
 
-pub use config::{Arch, LlamaConfig, RopeScaling, WeightLayout};
+pub use config::{Activation, Arch, LlamaConfig, RopeScaling, WeightLayout};
 pub use kv::{KvBudget, KvCache, KvOptions, KvUsage, SeqId};
 pub use model::{BatchSeq, LlamaModel, Logits};
 
@@ -24,7 +25,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("{path}: unsupported architecture '{arch}' (supported: llama, qwen2, mistral, phi3)")]
+    #[error("{path}: unsupported architecture '{arch}' (supported: llama, qwen2, mistral, phi3, gemma3)")]
     UnsupportedArchitecture { arch: String, path: PathBuf },
     #[error("invalid model config: {0}")]
     Config(String),
@@ -40,6 +41,9 @@ pub enum Error {
     UnknownSequence(u32),
     #[error("batched forward passes need the CPU kernel path (every weight in a quantized kernel format, f32 activations on the CPU); this model runs on candle ops")]
     NoBatchedForward,
+    /// An architecture whose forward pass only the CPU kernel path has, on another backend.
+    #[error("the {arch} architecture runs only on the CPU kernel path (f32 activations on the CPU, every weight in a quantized kernel format); not on {backend}")]
+    ArchitectureBackend { arch: &'static str, backend: String },
     #[error("internal error: {0}")]
     Internal(&'static str),
     #[error(transparent)]

@@ -1,11 +1,12 @@
 //! The LLaMA-family transformer: RMSNorm, RoPE, grouped-query attention over an in-place KV
-//! cache, SwiGLU MLP. One implementation for llama, qwen2, mistral, smollm and phi3 configs.
+//! cache, SwiGLU MLP. One implementation for llama, qwen2, qwen3, mistral, smollm and phi3
+//! configs; gemma3's extra layers (see `LlamaConfig`) run on the CPU path only.
 
 use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Module, Tensor, D};
 use crate::kv::{KvBudget, KvCache, KvOptions, SeqId};
-use crate::cpu::{CpuLayer, CpuModel, Dims, Lin, LinGateUp, LinQkv};
+use crate::cpu::{CpuLayer, CpuModel, Dims, LayerExtra, Lin, LinGateUp, LinQkv};
 use sapient_tensor::kernels::{self, QMatrix};
 use sapient_tensor::{Linear, Weight, WeightSource};
 use std::sync::Arc;
@@ -71,6 +72,8 @@ impl Names {
                     "ffn_up" => "mlp.up_proj",
                     "ffn_gate_up" => "mlp.gate_up_proj",
                     "ffn_down" => "mlp.down_proj",
+                    "attn_q_norm" => "self_attn.q_norm",
+                    "attn_k_norm" => "self_attn.k_norm",
                     other => other,
                 };
                 format!("model.layers.{i}.{hf}")
@@ -104,6 +107,12 @@ struct Layer {
     gate_up: GateUp,
     down: Linear,
     cache: Option<LayerCache>,
+    /// Per-head q/k norms and post-attention/post-MLP norms (Gemma 3, Qwen3), when the
+    /// config has them.
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    post_attn_norm: Option<Tensor>,
+    post_ffn_norm: Option<Tensor>,
 }
 
 /// A loaded model with its KV cache.
@@ -139,9 +148,13 @@ pub struct BatchSeq<'a> {
 }
 
 fn rope_tables(cfg: &LlamaConfig, max_len: usize, device: &Device, dtype: DType) -> Result<(Tensor, Tensor)> {
+    rope_tables_base(cfg, cfg.rope_theta, max_len, device, dtype)
+}
+
+fn rope_tables_base(cfg: &LlamaConfig, theta: f32, max_len: usize, device: &Device, dtype: DType) -> Result<(Tensor, Tensor)> {
     let half = cfg.rope_dim / 2;
     let mut inv: Vec<f32> = (0..half)
-        .map(|i| 1.0 / cfg.rope_theta.powf(2.0 * i as f32 / cfg.rope_dim as f32))
+        .map(|i| 1.0 / theta.powf(2.0 * i as f32 / cfg.rope_dim as f32))
         .collect();
     let mut pos_scale = 1.0f32;
     match &cfg.rope_scaling {
@@ -254,6 +267,20 @@ impl LlamaModel {
                     lin("ffn_up", cfg.intermediate_size, h, false)?,
                 )
             };
+            let head_norm = |what: &str| {
+                src.tensor(&format!("{}.weight", names.layer(i, what)), &[cfg.head_dim], device, dtype)
+                    .map_err(Error::from)
+            };
+            let (q_norm, k_norm) =
+                if cfg.qk_norm { (Some(head_norm("attn_q_norm")?), Some(head_norm("attn_k_norm")?)) } else { (None, None) };
+            let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
+                (
+                    Some(norm_w(&format!("{}.weight", names.layer(i, "post_attention_norm")))?),
+                    Some(norm_w(&format!("{}.weight", names.layer(i, "post_ffw_norm")))?),
+                )
+            } else {
+                (None, None)
+            };
             layers.push(Layer {
                 attn_norm: norm_w(&format!("{}.weight", names.layer(i, "attn_norm")))?,
                 ffn_norm: norm_w(&format!("{}.weight", names.layer(i, "ffn_norm")))?,
@@ -262,6 +289,10 @@ impl LlamaModel {
                 gate_up,
                 down: lin("ffn_down", h, cfg.intermediate_size, false)?,
                 cache: None,
+                q_norm,
+                k_norm,
+                post_attn_norm,
+                post_ffn_norm,
             });
         }
         let norm = norm_w(&names.output_norm())?;
@@ -299,14 +330,25 @@ impl LlamaModel {
                 tracing::info!("some weights have no CPU kernel; using the candle forward pass");
             }
         }
+        if model.cpu.is_none() && cfg.needs_cpu_path() {
+            return Err(Error::ArchitectureBackend {
+                arch: cfg.arch.name(),
+                backend: if !use_cpu {
+                    format!("{device:?} with {dtype:?} activations")
+                } else {
+                    "the candle ops path (a weight format without a CPU kernel)".into()
+                },
+            });
+        }
         Ok(model)
     }
 
     /// The plain-buffer CPU model, or `None` when a weight's format has no kernel.
     fn build_cpu(&self) -> Result<Option<CpuModel>> {
         let vec = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?) };
+        let opt_vec = |t: &Option<Tensor>| -> Result<Option<Vec<f32>>> { t.as_ref().map(vec).transpose() };
         let mut layers = Vec::with_capacity(self.layers.len());
-        for l in &self.layers {
+        for (li, l) in self.layers.iter().enumerate() {
             let qkv = match &l.qkv {
                 Qkv::Separate(q, k, v) => match (Lin::new(q)?, Lin::new(k)?, Lin::new(v)?) {
                     (Some(q), Some(k), Some(v)) => LinQkv::Separate(q, k, v),
@@ -330,7 +372,16 @@ impl LlamaModel {
             let (Some(o), Some(down)) = (Lin::new(&l.o)?, Lin::new(&l.down)?) else {
                 return Ok(None);
             };
-            layers.push(CpuLayer::new(vec(&l.attn_norm)?, vec(&l.ffn_norm)?, qkv, o, gate_up, down));
+            let window = self.cfg.layer_window(li);
+            let extra = LayerExtra {
+                q_norm: opt_vec(&l.q_norm)?,
+                k_norm: opt_vec(&l.k_norm)?,
+                post_attn_norm: opt_vec(&l.post_attn_norm)?,
+                post_ffn_norm: opt_vec(&l.post_ffn_norm)?,
+                window,
+                rope_swa: window.is_some() && self.cfg.rope_theta_swa.is_some(),
+            };
+            layers.push(CpuLayer::new(vec(&l.attn_norm)?, vec(&l.ffn_norm)?, qkv, o, gate_up, down, extra));
         }
         let Some(output) = Lin::new(&self.output)? else {
             return Ok(None);
@@ -348,7 +399,17 @@ impl LlamaModel {
             interleaved: self.cfg.rope_interleaved,
             eps: self.cfg.rms_norm_eps as f32,
             vocab: self.cfg.vocab_size,
-            window: self.cfg.sliding_window,
+            attn_scale: self.cfg.attn_scale.unwrap_or(1.0 / (self.cfg.head_dim as f32).sqrt()),
+            embed_scale: self.cfg.embed_scale,
+            activation: self.cfg.activation,
+            softcap: self.cfg.final_logit_softcap,
+        };
+        let rope_swa = match self.cfg.rope_theta_swa {
+            Some(theta) => {
+                let (c, s) = rope_tables_base(&self.cfg, theta, self.max_seq_len, &Device::Cpu, DType::F32)?;
+                Some((vec(&c)?, vec(&s)?))
+            }
+            None => None,
         };
         let cpu = CpuModel::new(
             dims,
@@ -358,6 +419,7 @@ impl LlamaModel {
             QMatrix::from_qtensor(&self.embed),
             vec(&self.cos)?,
             vec(&self.sin)?,
+            rope_swa,
         );
         cpu.check()?;
         kernels::huge_pages_for(&cpu.weights());
@@ -373,6 +435,12 @@ impl LlamaModel {
     /// has a kernel) and candle's ops (for comparisons). Clears the KV cache. Returns whether
     /// the CPU path is now in use.
     pub fn set_cpu_kernels(&mut self, enabled: bool) -> Result<bool> {
+        if !enabled && self.cfg.needs_cpu_path() {
+            return Err(Error::ArchitectureBackend {
+                arch: self.cfg.arch.name(),
+                backend: "the candle ops path".into(),
+            });
+        }
         self.pos = 0;
         self.kv = None;
         self.cpu = if enabled && self.device.is_cpu() && self.dtype == DType::F32 { self.build_cpu()? } else { None };
@@ -626,8 +694,13 @@ impl LlamaModel {
                     )
                 }
             };
-            let q = q.reshape((1, seq, nh, hd))?.transpose(1, 2)?;
-            let k = k.reshape((1, seq, nkv, hd))?.transpose(1, 2)?;
+            let (mut q, mut k) = (q.reshape((1, seq, nh, hd))?, k.reshape((1, seq, nkv, hd))?);
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                q = candle_nn::ops::rms_norm(&q.contiguous()?, qn, eps)?;
+                k = candle_nn::ops::rms_norm(&k.contiguous()?, kn, eps)?;
+            }
+            let q = q.transpose(1, 2)?;
+            let k = k.transpose(1, 2)?;
             let v = v.reshape((1, seq, nkv, hd))?.transpose(1, 2)?.contiguous()?;
             let q = self.apply_rope(&q, &cos, &sin)?;
             let k = self.apply_rope(&k, &cos, &sin)?;

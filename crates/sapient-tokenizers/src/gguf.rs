@@ -31,6 +31,8 @@ pub(crate) struct Built {
     pub eos: Option<u32>,
     pub add_bos: bool,
     pub byte_level: bool,
+    /// llama.cpp's own SentencePiece encoder (`llama` models), which `encode` uses.
+    pub spm: Option<crate::spm::SpmEncoder>,
 }
 
 /// GGUF token types (llama.cpp `llama_token_type`).
@@ -270,7 +272,7 @@ pub(crate) fn spm_merges(
         .collect()
 }
 
-fn build_spm(g: &GgufFile, tokens: &[&str]) -> Result<tokenizers::Tokenizer> {
+fn spm_scores(g: &GgufFile, tokens: &[&str]) -> Result<Vec<f32>> {
     let scores: Vec<f32> = match g.get("tokenizer.ggml.scores") {
         Some(_) => g
             .get_array("tokenizer.ggml.scores")?
@@ -286,8 +288,12 @@ fn build_spm(g: &GgufFile, tokens: &[&str]) -> Result<tokenizers::Tokenizer> {
             format!("{} scores for {} tokens", scores.len(), tokens.len()),
         ));
     }
+    Ok(scores)
+}
+
+fn build_spm(g: &GgufFile, tokens: &[&str], scores: &[f32]) -> Result<tokenizers::Tokenizer> {
     let vocab = vocab_map(g, tokens);
-    let merges = spm_merges(tokens, &scores, &vocab);
+    let merges = spm_merges(tokens, scores, &vocab);
     let unk = opt_id(g, "tokenizer.ggml.unknown_token_id")
         .and_then(|u| tokens.get(u as usize))
         .or_else(|| tokens.iter().find(|t| **t == "<unk>"))
@@ -427,6 +433,7 @@ pub(crate) fn build(g: &GgufFile) -> Result<Built> {
             }
         }
     }
+    let mut spm = None;
     let (mut tokenizer, byte_level, default_add_bos) = match model.as_str() {
         "gpt2" => {
             let (t, add_bos) = build_gpt2(g, &tokens)?;
@@ -436,7 +443,14 @@ pub(crate) fn build(g: &GgufFile) -> Result<Built> {
             // llama.cpp's defaults for SentencePiece models.
             bos = bos.or_else(|| find("<s>"));
             eos = eos.or_else(|| find("</s>"));
-            (build_spm(g, &tokens)?, false, true)
+            let scores = spm_scores(g, &tokens)?;
+            let unk = opt_id(g, "tokenizer.ggml.unknown_token_id")
+                .filter(|&u| (u as usize) < tokens.len())
+                .or_else(|| find("<unk>"));
+            let name = g.get("general.name").and_then(|v| v.as_str()).unwrap_or("");
+            let add_space = opt_bool(g, "tokenizer.ggml.add_space_prefix").unwrap_or(true);
+            spm = Some(crate::spm::SpmEncoder::new(&tokens, &scores, &types, unk, add_space, name));
+            (build_spm(g, &tokens, &scores)?, false, true)
         }
         "bert" => {
             let cls = opt_id(g, "tokenizer.ggml.cls_token_id").or_else(|| find("[CLS]"));
@@ -480,5 +494,6 @@ pub(crate) fn build(g: &GgufFile) -> Result<Built> {
         eos,
         add_bos,
         byte_level,
+        spm,
     })
 }

@@ -15,6 +15,7 @@
 //! ```
 
 mod gguf;
+mod spm;
 mod stream;
 mod template;
 
@@ -59,6 +60,8 @@ struct Meta {
     add_bos: bool,
     template: Option<ChatTemplate>,
     byte_level: bool,
+    /// llama.cpp's SentencePiece encoder for GGUF `llama` tokenizers (else `inner` encodes).
+    spm: Option<spm::SpmEncoder>,
 }
 
 /// A tokenizer with its special tokens and chat template. Cheap to clone (shared inside).
@@ -251,6 +254,7 @@ impl Tokenizer {
                 add_bos,
                 template,
                 byte_level,
+                spm: None,
             }),
         })
     }
@@ -297,6 +301,7 @@ impl Tokenizer {
                 add_bos: built.add_bos,
                 template,
                 byte_level: built.byte_level,
+                spm: built.spm,
             }),
         })
     }
@@ -305,14 +310,16 @@ impl Tokenizer {
     /// With `add_special_tokens`, the BOS token is prepended when the model asks for it
     /// ([`Tokenizer::add_bos`]).
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
-        let enc = self.inner.encode_fast(text, false).map_err(tk_err)?;
-        let mut ids = Vec::with_capacity(enc.len() + 1);
+        let mut ids = Vec::new();
         if add_special_tokens && self.meta.add_bos {
             if let Some((bos, _)) = &self.meta.bos {
                 ids.push(*bos);
             }
         }
-        ids.extend_from_slice(enc.get_ids());
+        match &self.meta.spm {
+            Some(spm) => spm.encode(text, &mut ids),
+            None => ids.extend_from_slice(self.inner.encode_fast(text, false).map_err(tk_err)?.get_ids()),
+        }
         Ok(ids)
     }
 

@@ -193,6 +193,7 @@ fn check_renderings(
     source_of: &dyn Fn(&Value) -> Result<String>,
 ) -> Result<(usize, Vec<String>)> {
     let convs = json(&data("conversations.json"))?;
+    let mut other_convs: std::collections::HashMap<String, Value> = Default::default();
     let date = std::time::UNIX_EPOCH
         + std::time::Duration::from_secs(file["date_unix"].as_u64().context("date_unix")?);
     let mut failures = Vec::new();
@@ -200,7 +201,16 @@ fn check_renderings(
     for r in file["renderings"].as_array().context("renderings")? {
         let name = r["template"].as_str().context("template")?;
         let i = r["conversation"].as_u64().context("conversation")? as usize;
-        let c = &convs[i];
+        // Thinking-mode renderings name their own conversations file and extra variables.
+        let c = match r["conversations"].as_str() {
+            Some(f) => {
+                if !other_convs.contains_key(f) {
+                    other_convs.insert(f.to_string(), json(&data(f))?);
+                }
+                &other_convs[f][i]
+            }
+            None => &convs[i],
+        };
         let messages: Vec<Message> = serde_json::from_value(c["messages"].clone())?;
         let opts = RenderOptions {
             add_generation_prompt: c
@@ -208,7 +218,7 @@ fn check_renderings(
                 .and_then(|v| v.as_bool())
                 .unwrap_or(true),
             tools: c.get("tools").cloned(),
-            extra: Default::default(),
+            extra: r["extra"].as_object().cloned().unwrap_or_default(),
             date: Some(date),
         };
         n += 1;

@@ -24,6 +24,8 @@ const LAYER_NAMES: &[(&str, &str)] = &[
     ("ffn_gate.weight", "mlp.gate_proj.weight"),
     ("ffn_up.weight", "mlp.up_proj.weight"),
     ("ffn_down.weight", "mlp.down_proj.weight"),
+    ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+    ("attn_k_norm.weight", "self_attn.k_norm.weight"),
 ];
 const GLOBAL_NAMES: &[(&str, &str)] = &[
     ("token_embd.weight", "model.embed_tokens.weight"),
@@ -116,6 +118,8 @@ pub fn gguf_to_safetensors(input: &Path, out_dir: &Path, dtype: &str) -> Result<
         Arch::Qwen2 => ("qwen2", "Qwen2ForCausalLM"),
         Arch::Mistral => ("mistral", "MistralForCausalLM"),
         Arch::Phi3 => bail!("phi3 conversion is not supported yet (fused QKV)"),
+        Arch::Gemma3 => bail!("gemma3 conversion is not supported (the GGUF's norms have Gemma's +1 folded in)"),
+        Arch::Qwen3 => ("qwen3", "Qwen3ForCausalLM"),
     };
     let config = json!({
         "architectures": [arch_class],
@@ -277,6 +281,8 @@ pub fn safetensors_to_gguf(input: &Path, output: &Path, ty: &str) -> Result<usiz
         Arch::Qwen2 => "qwen2",
         Arch::Mistral => "llama",
         Arch::Phi3 => bail!("phi3 conversion is not supported yet"),
+        Arch::Gemma3 => bail!("gemma3 conversion is not supported"),
+        Arch::Qwen3 => "qwen3",
     };
     let raw_cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(input.join("config.json"))?)?;
     let src = sapient_tensor::open_weights(input)?;
@@ -296,6 +302,11 @@ pub fn safetensors_to_gguf(input: &Path, output: &Path, ty: &str) -> Result<usiz
         .set(k("rope.freq_base"), Value::F32(cfg.rope_theta))
         .set(k("rope.dimension_count"), Value::U32(cfg.rope_dim as u32))
         .set(k("vocab_size"), Value::U32(cfg.vocab_size as u32));
+    if cfg.head_dim * cfg.num_heads != cfg.hidden_size {
+        // Qwen3: heads wider than hidden_size / heads.
+        w.set(k("attention.key_length"), Value::U32(cfg.head_dim as u32))
+            .set(k("attention.value_length"), Value::U32(cfg.head_dim as u32));
+    }
     tokenizer_metadata(input, &mut w, raw_cfg["gguf_tokenizer_pre"].as_str())?;
     let mut names = src.names();
     // llama.cpp's order: embeddings, then layers in order, then the head.
@@ -337,6 +348,30 @@ pub fn safetensors_to_gguf(input: &Path, output: &Path, ty: &str) -> Result<usiz
         };
         let q = QTensor::quantize(&t, dtype)?;
         w.add_tensor(TensorData::from_qtensor(gname, &q)?);
+        count += 1;
+    }
+    if let Some(sapient_llama::RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings }) =
+        &cfg.rope_scaling
+    {
+        // llama.cpp's converter: Llama 3.1 scaling as one divisor per rotary frequency.
+        let old = *original_max_position_embeddings as f64;
+        let (factor, low, high) = (*factor as f64, *low_freq_factor as f64, *high_freq_factor as f64);
+        let factors: Vec<f32> = (0..cfg.rope_dim / 2)
+            .map(|i| {
+                let freq = 1.0 / (cfg.rope_theta as f64).powf(2.0 * i as f64 / cfg.rope_dim as f64);
+                let wavelen = 2.0 * std::f64::consts::PI / freq;
+                if wavelen < old / high {
+                    1.0
+                } else if wavelen > old / low {
+                    factor as f32
+                } else {
+                    let smooth = (old / wavelen - low) / (high - low);
+                    (1.0 / ((1.0 - smooth) / factor + smooth)) as f32
+                }
+            })
+            .collect();
+        let t = Tensor::from_vec(factors, cfg.rope_dim / 2, &Device::Cpu)?;
+        w.add_tensor(TensorData::from_qtensor("rope_freqs.weight", &QTensor::quantize(&t, GgmlDType::F32)?)?);
         count += 1;
     }
     if !cfg.tie_word_embeddings && !src.contains("lm_head.weight") {

@@ -24,6 +24,8 @@
 
 mod kokoro;
 mod llama;
+#[cfg(test)]
+mod synthetic;
 
 use anyhow::Result;
 use std::path::PathBuf;

