@@ -6,11 +6,12 @@ every GGUF value type (arrays of numbers, strings and arrays included), plus a G
 a custom-alignment file and a zero-tensor file. Written by hand with `struct`, independently
 of our writer, so the seeds do not share its assumptions. The other targets get small files
 of their formats written here the same way (CTranslate2 model.bin, ONNX protobuf, safetensors,
-npy/npz, WAV, regexes and JSON Schemas, tokenizer.json) or copied from the repository's test
+npy/npz, WAV, regexes and JSON Schemas, tokenizer.json, server request bodies) or copied from the repository's test
 data (the .pt voice packs, the chat templates).
 
     python3 fuzz/seeds.py && RUSTC_BOOTSTRAP=1 cargo fuzz run gguf -s none -- -max_len=8192
 """
+import json
 import os
 import random
 import struct
@@ -102,6 +103,7 @@ def main():
         "chat_template": template_seeds(os.path.join(root, "..", "tests", "data", "tokenizers", "templates")),
         "audio": wav_seeds(),
         "grammar": grammar_seeds(),
+        "server_request": server_request_seeds(),
     }
     for target, seeds in others.items():
         d = os.path.join(corpus, target)
@@ -265,6 +267,33 @@ def grammar_seeds() -> dict:
     out = {f"regex-{i}": b"\x00" + r.encode() for i, r in enumerate(regexes)}
     out.update({f"schema-{i}": b"\x01" + x.encode() for i, x in enumerate(schemas)})
     return out
+
+
+def server_request_seeds() -> dict:
+    """The endpoint byte (0 chat, 1 completions, 2 embeddings, 3 speech), then a JSON body."""
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    bodies = [
+        (0, {"model": "m", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+             "temperature": 0.7, "top_p": 0.9, "max_tokens": 16, "stop": ["\n\n"], "logit_bias": {"42": -100}, "seed": 7,
+             "stream": True, "stream_options": {"include_usage": True}}),
+        (0, {"messages": [{"role": "user", "content": [{"type": "text", "text": "A person"}]}],
+             "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}}}),
+        (0, {"messages": [{"role": "user", "content": "Weather in Paris?"},
+                          {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                           "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                          {"role": "tool", "tool_call_id": "c1", "content": "18 C"}], "tools": [tool], "tool_choice": "required"}),
+        (0, {"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}, "n": 2}),
+        (1, {"model": "m", "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}),
+        (1, {"prompt": [[1, 2, 3], [4, 5]], "n": 2, "stop": "."}),
+        (2, {"input": ["The weather is lovely today.", "It's so sunny outside!"], "encoding_format": "base64"}),
+        (2, {"input": [[101, 2023, 102]]}),
+        (3, {"model": "tts-1", "input": "Hello there.", "voice": "af_heart", "speed": 1.2, "response_format": "pcm"}),
+        (3, {"input": "Hi.", "voice": {"id": "alloy"}}),
+    ]
+    return {f"body-{i}": bytes([e]) + json.dumps(b).encode() for i, (e, b) in enumerate(bodies)}
 
 
 TOKENIZER_JSON = (

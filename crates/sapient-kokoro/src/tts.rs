@@ -59,11 +59,17 @@ impl KokoroTts {
     /// From the `kokoro-82m` preset directory: the model (see [`KModel::load_preset_dir`]),
     /// `vocab.json`, `us_gold.json` + `us_silver.json`, and the first `voices*.npz` there.
     pub fn from_dir(dir: &Path, device: &Device) -> Result<Self> {
-        let model = KModel::load_preset_dir(dir, device)?;
+        Self::from_dir_with(dir, device, &sapient_tensor::Limits::default())
+    }
+
+    /// [`from_dir`](Self::from_dir) with every file read under `limits` (the model's tensors
+    /// and the voice pack; see [`sapient_tensor::Limits`]).
+    pub fn from_dir_with(dir: &Path, device: &Device, limits: &sapient_tensor::Limits) -> Result<Self> {
+        let model = KModel::load_preset_dir_with(dir, device, limits)?;
         let g2p = G2p::from_dir(dir)?;
         let vocab = PhonemeVocab::from_file(&dir.join("vocab.json"))?;
         let voices_path = find_voices(dir)?;
-        let voices = Voices::load(&voices_path)?;
+        let voices = Voices::load_with(&voices_path, limits)?;
         Ok(Self::new(model, g2p, vocab, voices))
     }
 

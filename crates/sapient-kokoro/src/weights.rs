@@ -71,7 +71,12 @@ impl KokoroWeights {
 
     /// Imports the ONNX export in memory (see [`crate::onnx_import`]).
     pub fn from_onnx(onnx: &Path, cfg: &KokoroConfig, device: &Device, dtype: DType) -> Result<Self> {
-        let model = sapient_tensor::onnx::OnnxModel::open(onnx)?;
+        Self::from_onnx_with(onnx, cfg, device, dtype, &sapient_tensor::Limits::default())
+    }
+
+    /// [`from_onnx`](Self::from_onnx) under `limits` (see [`sapient_tensor::Limits`]).
+    pub fn from_onnx_with(onnx: &Path, cfg: &KokoroConfig, device: &Device, dtype: DType, limits: &sapient_tensor::Limits) -> Result<Self> {
+        let model = sapient_tensor::onnx::OnnxModel::open_with(onnx, limits)?;
         let imported = crate::onnx_import::import(&model, cfg)?;
         let mut tensors = HashMap::new();
         for (name, t) in imported.tensors {

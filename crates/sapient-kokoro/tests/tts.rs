@@ -85,3 +85,14 @@ fn long_text_is_cut_under_the_phoneme_limit() -> Result<()> {
     assert!(chunks[0].phonemes.ends_with(','), "{}", chunks[0].phonemes);
     Ok(())
 }
+
+#[test]
+fn load_limits_are_applied() {
+    let r = sapient_hub::Hub::new()
+        .and_then(|h| h.fetch_preset("kokoro-82m", &mut |_| {}))
+        .expect("fetch kokoro-82m");
+    // A ceiling under the model's larger tensors: an error naming the file and the limit.
+    let small = sapient_tensor::Limits::default().max_alloc_bytes(64 << 10);
+    let err = KokoroTts::from_dir_with(&r.dir, &candle_core::Device::Cpu, &small).err().expect("over the limit").to_string();
+    assert!(err.contains("over the limit of 65536 bytes") && err.contains("kokoro-v1.0.int8.onnx"), "{err}");
+}

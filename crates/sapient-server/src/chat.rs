@@ -299,9 +299,23 @@ fn response_format(rf: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
     }
 }
 
-fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, ApiError> {
-    let pipe = llm.engine.pipeline();
-    let (mut cfg, n) = req.sampling.check(st, pipe.info().vocab_size)?;
+/// A chat request's fields checked and turned into what the engine takes, short of the
+/// prompt (which needs the model's template and tokenizer).
+struct CheckedChat {
+    cfg: GenerationConfig,
+    n: usize,
+    fns: Vec<tools::Function>,
+    msgs: Vec<Message>,
+    stream: bool,
+    include_usage: bool,
+    tools: bool,
+}
+
+/// Everything in a chat request that does not need the model: sampling fields (`vocab` for
+/// `logit_bias`), tools, `response_format` and the tool constraint (compiled), messages
+/// (`native`: the template renders tool calls itself).
+fn check_chat(st: &AppState, vocab: usize, native: bool, req: &ChatRequest) -> Result<CheckedChat, ApiError> {
+    let (mut cfg, n) = req.sampling.check(st, vocab)?;
     let (fns, choice) = tools::parse(req.tools.as_ref(), req.tool_choice.as_ref())?;
     // Tools offered are described in the prompt even with tool_choice none (then the
     // constraint keeps calls out of the answer).
@@ -310,14 +324,34 @@ fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, 
     if choice != tools::Choice::None && format.is_some() {
         return Err(ApiError::invalid_param("response_format", "response_format cannot be combined with tools (set tool_choice to 'none' to get structured text)"));
     }
+    let msgs = to_messages(&req.messages, native)?;
+    let grammar = match choice {
+        tools::Choice::None if use_tools && format.is_none() => Some(Grammar::new(&Expr::text_without(tools::OPEN)).map_err(|e| tools::schema_error("tools", e))?),
+        tools::Choice::None => format,
+        _ => tools::grammar(&fns, &choice, req.parallel_tool_calls.unwrap_or(true), JsonOptions::default())?,
+    };
+    cfg.constraint = grammar.map(Arc::new);
+    Ok(CheckedChat {
+        cfg,
+        n,
+        fns,
+        msgs,
+        stream: req.sampling.stream.unwrap_or(false),
+        include_usage: req.sampling.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
+        tools: choice != tools::Choice::None,
+    })
+}
+
+fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, ApiError> {
+    let pipe = llm.engine.pipeline();
     let native = llm.template_tools;
-    let mut msgs = to_messages(&req.messages, native)?;
+    let CheckedChat { cfg, n, fns, mut msgs, stream, include_usage, tools } = check_chat(st, pipe.info().vocab_size, native, &req)?;
     let template = pipe
         .tokenizer()
         .chat_template()
         .ok_or_else(|| ApiError::bad_request(format!("model '{}' has no chat template; use /v1/completions", llm.id)))?;
     let mut ropts = sapient_tokenizers::RenderOptions::default();
-    if use_tools {
+    if !fns.is_empty() {
         if native {
             ropts.tools = Some(Value::Array(fns.iter().map(|f| f.definition.clone()).collect()));
         } else {
@@ -332,25 +366,13 @@ fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, 
     }
     let text = template.render(&msgs, &ropts).map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
     let ids = pipe.tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let grammar = match choice {
-        tools::Choice::None if use_tools && format.is_none() => Some(Grammar::new(&Expr::text_without(tools::OPEN)).map_err(|e| tools::schema_error("tools", e))?),
-        tools::Choice::None => format,
-        _ => tools::grammar(&fns, &choice, req.parallel_tool_calls.unwrap_or(true), JsonOptions::default())?,
-    };
-    cfg.constraint = grammar.map(Arc::new);
-    Ok(Prepared {
-        prompts: vec![ids],
-        cfg,
-        n,
-        stream: req.sampling.stream.unwrap_or(false),
-        include_usage: req.sampling.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
-        tools: choice != tools::Choice::None,
-    })
+    Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools })
 }
 
-fn prepare_completion(st: &AppState, llm: &Llm, req: CompletionRequest) -> Result<Prepared, ApiError> {
-    let pipe = llm.engine.pipeline();
-    let (cfg, n) = req.sampling.check(st, pipe.info().vocab_size)?;
+/// A completion request's fields checked, its prompts encoded with `encode` (strings) or
+/// checked against `vocab` (token ids).
+fn check_completion(st: &AppState, vocab: usize, req: &CompletionRequest, encode: &dyn Fn(&str) -> Result<Vec<u32>, ApiError>) -> Result<Prepared, ApiError> {
+    let (cfg, n) = req.sampling.check(st, vocab)?;
     if req.echo.unwrap_or(false) {
         return Err(ApiError::invalid_param("echo", "echo is not supported"));
     }
@@ -360,14 +382,12 @@ fn prepare_completion(st: &AppState, llm: &Llm, req: CompletionRequest) -> Resul
     if req.best_of.is_some_and(|b| b > 1) {
         return Err(ApiError::invalid_param("best_of", "best_of is not supported"));
     }
-    let tok = pipe.tokenizer();
-    let encode = |s: &str| tok.encode(s, true).map_err(|e| ApiError::bad_request(e.to_string()));
     let bad = || ApiError::invalid_param("prompt", "prompt must be a string, a list of strings, a list of token ids or a list of such lists");
     let ids = |v: &Value| -> Result<Vec<u32>, ApiError> {
         v.as_array()
             .ok_or_else(bad)?
             .iter()
-            .map(|t| t.as_u64().filter(|&t| (t as usize) < pipe.info().vocab_size).map(|t| t as u32).ok_or_else(bad))
+            .map(|t| t.as_u64().filter(|&t| (t as usize) < vocab).map(|t| t as u32).ok_or_else(bad))
             .collect()
     };
     let prompts = match &req.prompt {
@@ -388,6 +408,26 @@ fn prepare_completion(st: &AppState, llm: &Llm, req: CompletionRequest) -> Resul
         include_usage: req.sampling.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
         tools: false,
     })
+}
+
+fn prepare_completion(st: &AppState, llm: &Llm, req: CompletionRequest) -> Result<Prepared, ApiError> {
+    let pipe = llm.engine.pipeline();
+    let tok = pipe.tokenizer();
+    let encode = |s: &str| tok.encode(s, true).map_err(|e| ApiError::bad_request(e.to_string()));
+    check_completion(st, pipe.info().vocab_size, &req, &encode)
+}
+
+/// Parse and check a chat or completion body without a model (see [`crate::check_request`]):
+/// prompt strings are encoded a byte a token.
+pub(crate) fn check_body(st: &AppState, chat: bool, body: &[u8], vocab: usize) -> Result<(), ApiError> {
+    let body = Ok(Bytes::copy_from_slice(body));
+    if chat {
+        let req: ChatRequest = parse_body(st, &HeaderMap::new(), body)?;
+        check_chat(st, vocab, false, &req).map(drop)
+    } else {
+        let req: CompletionRequest = parse_body(st, &HeaderMap::new(), body)?;
+        check_completion(st, vocab, &req, &|s: &str| Ok(s.bytes().map(u32::from).collect())).map(drop)
+    }
 }
 
 /// Choices in flight for one model; given back when dropped.

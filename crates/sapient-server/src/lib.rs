@@ -321,6 +321,41 @@ async fn method_not_allowed(req: Request) -> ApiError {
     ApiError { status: StatusCode::METHOD_NOT_ALLOWED, ..ApiError::bad_request(format!("Method {} is not allowed on {}", req.method(), req.uri().path())) }
 }
 
+/// A JSON request body [`check_request`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Endpoint {
+    /// `POST /v1/chat/completions`
+    ChatCompletions,
+    /// `POST /v1/completions`
+    Completions,
+    /// `POST /v1/embeddings`
+    Embeddings,
+    /// `POST /v1/audio/speech`
+    Speech,
+}
+
+/// Parse and check a JSON request body as `endpoint` does before it needs a model, with the
+/// errors the server would answer: the JSON and its field types, sampling ranges, `n`,
+/// `stop`, `logit_bias` (token ids below `vocab_size`), messages and their roles and content
+/// parts, tools and `tool_choice`, `response_format` (JSON Schemas compiled to grammars),
+/// prompts and embedding inputs (token ids; strings stand for a byte a token), speech
+/// input, speed, voice and format. What needs the model (the chat template, the tokenizer,
+/// the voices, the embedding size) is not checked. The fuzz target `server_request` runs
+/// this on arbitrary bytes.
+pub fn check_request(endpoint: Endpoint, body: &[u8], opts: &ServerOptions, vocab_size: usize) -> Result<(), ApiError> {
+    let st = AppState { opts: opts.clone(), models: OnceLock::new(), http: Default::default() };
+    if body.len() > opts.max_body_bytes {
+        return Err(ApiError::too_large(opts.max_body_bytes));
+    }
+    match endpoint {
+        Endpoint::ChatCompletions => chat::check_body(&st, true, body, vocab_size),
+        Endpoint::Completions => chat::check_body(&st, false, body, vocab_size),
+        Endpoint::Embeddings => media::check_body(&st, false, body),
+        Endpoint::Speech => media::check_body(&st, true, body),
+    }
+}
+
 /// Request bodies: read them ourselves so that every failure is OpenAI-shaped.
 pub(crate) fn parse_body<T: serde::de::DeserializeOwned>(
     st: &AppState,

@@ -26,26 +26,20 @@ struct EmbeddingRequest {
     user: Option<String>,
 }
 
-pub(crate) async fn embeddings(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let req: EmbeddingRequest = parse_body(&st, &headers, body)?;
-    let _ = &req.user;
-    let m = st.models()?;
-    let (id, emb) = m.find(&m.embedders, req.model.as_deref(), "embedding")?;
+/// What an embedding request asks for.
+enum In {
+    Texts(Vec<String>),
+    Tokens(Vec<Vec<u32>>),
+}
+
+/// An embedding request's fields, checked without the model: base64 or floats, and the inputs.
+fn check_embedding(req: &EmbeddingRequest) -> Result<(bool, In), ApiError> {
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
         Some(f) => return Err(ApiError::invalid_param("encoding_format", format!("encoding_format '{f}' is not float or base64"))),
     };
-    if let Some(d) = req.dimensions {
-        if d != emb.dimensions() {
-            return Err(ApiError::invalid_param("dimensions", format!("model '{id}' gives {} dimensions; choose them when the server loads it", emb.dimensions())));
-        }
-    }
     let bad = || ApiError::invalid_param("input", "input must be a non-empty string, a list of strings, a list of token ids or a list of such lists");
-    enum In {
-        Texts(Vec<String>),
-        Tokens(Vec<Vec<u32>>),
-    }
     let ids = |v: &Value| -> Result<Vec<u32>, ApiError> { v.as_array().ok_or_else(bad)?.iter().map(|t| t.as_u64().map(|t| t as u32).ok_or_else(bad)).collect() };
     let input = match &req.input {
         Value::String(s) => In::Texts(vec![s.clone()]),
@@ -56,6 +50,20 @@ pub(crate) async fn embeddings(State(st): State<Arc<AppState>>, headers: HeaderM
     };
     if matches!(&input, In::Texts(t) if t.len() > 2048) {
         return Err(ApiError::invalid_param("input", "at most 2048 inputs per request"));
+    }
+    Ok((base64, input))
+}
+
+pub(crate) async fn embeddings(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let req: EmbeddingRequest = parse_body(&st, &headers, body)?;
+    let _ = &req.user;
+    let m = st.models()?;
+    let (id, emb) = m.find(&m.embedders, req.model.as_deref(), "embedding")?;
+    let (base64, input) = check_embedding(&req)?;
+    if let Some(d) = req.dimensions {
+        if d != emb.dimensions() {
+            return Err(ApiError::invalid_param("dimensions", format!("model '{id}' gives {} dimensions; choose them when the server loads it", emb.dimensions())));
+        }
     }
     let emb = emb.clone();
     let (vectors, tokens) = tokio::task::spawn_blocking(move || -> Result<(Vec<Vec<f32>>, usize), ApiError> {
@@ -186,11 +194,9 @@ struct SpeechRequest {
     response_format: Option<String>,
 }
 
-pub(crate) async fn speech(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let req: SpeechRequest = parse_body(&st, &headers, body)?;
-    let m = st.models()?;
-    let (_, tts) = m.find(&m.tts, req.model.as_deref(), "text-to-speech")?;
-    let tts = tts.clone();
+/// A speech request's fields, checked without the model: the speed, the voice asked for
+/// (`None`: the model's first) and the output format.
+fn check_speech(req: &SpeechRequest) -> Result<(f32, Option<String>, String), ApiError> {
     if req.input.trim().is_empty() || req.input.len() > 8192 {
         return Err(ApiError::invalid_param("input", "input must be 1 to 8192 bytes of text"));
     }
@@ -198,20 +204,42 @@ pub(crate) async fn speech(State(st): State<Arc<AppState>>, headers: HeaderMap, 
     if !(0.25..=4.0).contains(&speed) {
         return Err(ApiError::invalid_param("speed", format!("speed must be between 0.25 and 4, got {speed}")));
     }
-    let names = tts.voices().names();
-    let first = names.first().map(|v| v.to_string()).unwrap_or_default();
     let voice = match &req.voice {
-        None | Some(Value::Null) => first,
-        Some(Value::String(s)) => s.clone(),
-        Some(v) => v.get("id").and_then(Value::as_str).map(str::to_string).ok_or_else(|| ApiError::invalid_param("voice", "voice must be a name (or a blend such as a:0.6,b:0.4)"))?,
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(v) => Some(v.get("id").and_then(Value::as_str).map(str::to_string).ok_or_else(|| ApiError::invalid_param("voice", "voice must be a name (or a blend such as a:0.6,b:0.4)"))?),
     };
-    // OpenAI's voice names, when the model has no voice of that name: its first voice.
-    const OPENAI: &[&str] = &["alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse"];
-    let voice = if OPENAI.contains(&voice.as_str()) && !names.iter().any(|n| *n == voice) { names.first().map(|v| v.to_string()).unwrap_or(voice) } else { voice };
-    let format = req.response_format.unwrap_or_else(|| "wav".into());
+    let format = req.response_format.clone().unwrap_or_else(|| "wav".into());
     if format != "wav" && format != "pcm" {
         return Err(ApiError::invalid_param("response_format", format!("response_format '{format}' is not supported (wav, pcm)")));
     }
+    Ok((speed, voice, format))
+}
+
+/// Parse and check an embedding or speech body without a model (see [`crate::check_request`]).
+pub(crate) fn check_body(st: &AppState, speech: bool, body: &[u8]) -> Result<(), ApiError> {
+    let body = Ok(Bytes::copy_from_slice(body));
+    if speech {
+        let req: SpeechRequest = parse_body(st, &HeaderMap::new(), body)?;
+        check_speech(&req).map(drop)
+    } else {
+        let req: EmbeddingRequest = parse_body(st, &HeaderMap::new(), body)?;
+        check_embedding(&req).map(drop)
+    }
+}
+
+pub(crate) async fn speech(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let req: SpeechRequest = parse_body(&st, &headers, body)?;
+    let m = st.models()?;
+    let (_, tts) = m.find(&m.tts, req.model.as_deref(), "text-to-speech")?;
+    let tts = tts.clone();
+    let (speed, voice, format) = check_speech(&req)?;
+    let names = tts.voices().names();
+    let first = names.first().map(|v| v.to_string()).unwrap_or_default();
+    let voice = voice.unwrap_or(first);
+    // OpenAI's voice names, when the model has no voice of that name: its first voice.
+    const OPENAI: &[&str] = &["alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse"];
+    let voice = if OPENAI.contains(&voice.as_str()) && !names.iter().any(|n| *n == voice) { names.first().map(|v| v.to_string()).unwrap_or(voice) } else { voice };
     let input = req.input;
     let speech = tokio::task::spawn_blocking(move || tts.synthesize(&input, &voice, speed).map_err(|e| ApiError::bad_request(e.to_string())))
         .await

@@ -11,18 +11,6 @@ use sapient_server::{Models, Server, ServerOptions};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-fn multipart(fields: &[(&str, &str)], file: &[u8]) -> (String, Vec<u8>) {
-    let boundary = "sapientboundary7MA4YWxkTrZu0gW";
-    let mut b = Vec::new();
-    for (k, v) in fields {
-        b.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n").as_bytes());
-    }
-    b.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"speech.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes());
-    b.extend_from_slice(file);
-    b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    (format!("multipart/form-data; boundary={boundary}"), b)
-}
-
 fn unb64(s: &str) -> Vec<u8> {
     let val = |c: u8| match c {
         b'A'..=b'Z' => c - b'A',

@@ -288,21 +288,6 @@ fn endless(eos: &[u32]) -> Value {
     json!({"model": MODEL, "prompt": "Once upon a time", "max_tokens": 1500, "temperature": 0, "stream": true, "logit_bias": bias})
 }
 
-async fn wait_idle(s: &TestServer) -> Result<String> {
-    let t = Instant::now();
-    loop {
-        let m = get(s.addr, "/metrics").await?.text();
-        let running = metric(&m, "sapient:num_requests_running");
-        let used = metric(&m, "sapient:kv_cache_blocks_used");
-        let waiting = metric(&m, "sapient:num_requests_waiting");
-        if running == Some(0.0) && used == Some(0.0) && waiting == Some(0.0) {
-            return Ok(m);
-        }
-        ensure!(t.elapsed() < Duration::from_secs(30), "not idle after 30 s: running {running:?} waiting {waiting:?} blocks {used:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disconnect_cancels_and_frees_blocks() -> Result<()> {
     tokio::time::timeout(LIMIT, async {
@@ -313,9 +298,9 @@ async fn disconnect_cancels_and_frees_blocks() -> Result<()> {
             let m = s.server.engine_metrics(MODEL)?;
             ensure!(m.running == 1 && m.kv.used_blocks > 0, "the request runs: {m:?}");
             drop(sock);
-            wait_idle(&s).await?;
+            wait_idle(s.addr).await?;
         }
-        let m = wait_idle(&s).await?;
+        let m = wait_idle(s.addr).await?;
         let generated = metric(&m, "sapient:generation_tokens_total").context("counter")?;
         ensure!(generated < 1000.0, "generation stopped early, not at max_tokens: {generated}");
         ensure!(metric(&m, "sapient:requests_cancelled_total") == Some(3.0), "{m}");
@@ -338,7 +323,7 @@ async fn full_queue_is_429_with_retry_after() -> Result<()> {
         let v = expect_error(r, 429, "queue").await?;
         ensure!(v["error"]["type"] == "rate_limit_error", "{v}");
         drop(sock);
-        wait_idle(&s).await?;
+        wait_idle(s.addr).await?;
         let r = post(s.addr, "/v1/chat/completions", &json!({"model": MODEL, "messages": question(), "max_tokens": 4})).await?;
         ensure!(r.status == 200, "{}", r.text());
         Ok(())

@@ -68,6 +68,11 @@ impl KModel {
     /// From the int8 ONNX export (imported and dequantized in memory) and the `vocab.json`
     /// beside it when there is one.
     pub fn from_onnx(onnx: &Path, device: &Device) -> Result<Self> {
+        Self::from_onnx_with(onnx, device, &sapient_tensor::Limits::default())
+    }
+
+    /// [`from_onnx`](Self::from_onnx) under `limits` (see [`sapient_tensor::Limits`]).
+    pub fn from_onnx_with(onnx: &Path, device: &Device, limits: &sapient_tensor::Limits) -> Result<Self> {
         let mut config = KokoroConfig::v1_0();
         if let Some(dir) = onnx.parent() {
             let vocab = dir.join("vocab.json");
@@ -75,7 +80,7 @@ impl KModel {
                 config.vocab = read_vocab(&vocab)?;
             }
         }
-        let weights = KokoroWeights::from_onnx(onnx, &config, device, DType::F32)?;
+        let weights = KokoroWeights::from_onnx_with(onnx, &config, device, DType::F32, limits)?;
         Self::new(&weights, &config)
     }
 
@@ -83,14 +88,19 @@ impl KModel {
     /// fetched: `~/.cache/sapient/models/kokoro-82m`) or `config.json` + `*.safetensors`
     /// (what `cargo xtask convert kokoro-onnx-to-safetensors` writes).
     pub fn load_preset_dir(dir: &Path, device: &Device) -> Result<Self> {
+        Self::load_preset_dir_with(dir, device, &sapient_tensor::Limits::default())
+    }
+
+    /// [`load_preset_dir`](Self::load_preset_dir) under `limits` (see [`sapient_tensor::Limits`]).
+    pub fn load_preset_dir_with(dir: &Path, device: &Device, limits: &sapient_tensor::Limits) -> Result<Self> {
         let onnx = dir.join("kokoro-v1.0.int8.onnx");
         if onnx.is_file() {
-            return Self::from_onnx(&onnx, device);
+            return Self::from_onnx_with(&onnx, device, limits);
         }
         let cfg_path = dir.join("config.json");
         if cfg_path.is_file() {
             let config = KokoroConfig::from_file(&cfg_path)?;
-            let src = sapient_tensor::open_weights(dir)?;
+            let src = sapient_tensor::open_weights_with(dir, limits)?;
             let weights = KokoroWeights::load(src.as_ref(), &config, device, DType::F32)?;
             return Self::new(&weights, &config);
         }

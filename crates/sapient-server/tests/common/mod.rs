@@ -3,11 +3,12 @@
 
 #![allow(dead_code)]
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use sapient_generate::{Engine, EngineOptions, KvBudget, KvOptions, Pipeline, PipelineOptions};
 use sapient_server::{Llm, Models, Server, ServerOptions};
 use std::net::SocketAddr;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -89,6 +90,20 @@ pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
     parse_reply(&raw)
 }
 
+/// A multipart form (what `/v1/audio/transcriptions` takes): the fields, then the file;
+/// returns the content type and the body.
+pub fn multipart(fields: &[(&str, &str)], file: &[u8]) -> (String, Vec<u8>) {
+    let boundary = "sapientboundary7MA4YWxkTrZu0gW";
+    let mut b = Vec::new();
+    for (k, v) in fields {
+        b.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{k}\"\r\n\r\n{v}\r\n").as_bytes());
+    }
+    b.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"speech.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes());
+    b.extend_from_slice(file);
+    b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), b)
+}
+
 pub async fn post(addr: SocketAddr, path: &str, body: &serde_json::Value) -> Result<Reply> {
     send(addr, "POST", path, &[], body.to_string().as_bytes()).await
 }
@@ -132,4 +147,20 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
         let n = k.split('{').next()?;
         (n == name).then(|| v.parse().ok()).flatten()
     })
+}
+
+/// Wait until the engines run, queue and hold nothing (within 30 s); returns the metrics text.
+pub async fn wait_idle(addr: SocketAddr) -> Result<String> {
+    let t = Instant::now();
+    loop {
+        let m = get(addr, "/metrics").await?.text();
+        let running = metric(&m, "sapient:num_requests_running");
+        let used = metric(&m, "sapient:kv_cache_blocks_used");
+        let waiting = metric(&m, "sapient:num_requests_waiting");
+        if running == Some(0.0) && used == Some(0.0) && waiting == Some(0.0) {
+            return Ok(m);
+        }
+        ensure!(t.elapsed() < Duration::from_secs(30), "not idle after 30 s: running {running:?} waiting {waiting:?} blocks {used:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
