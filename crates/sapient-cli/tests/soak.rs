@@ -184,17 +184,17 @@ impl Rng {
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
-    fn kind(&mut self) -> Kind {
-        let total: u32 = KINDS.iter().map(|k| k.1).sum();
-        let mut r = (self.next() % u64::from(total)) as u32;
-        for &(k, w) in KINDS {
-            if r < w {
-                return k;
-            }
-            r -= w;
-        }
-        Kind::Chat
+}
+
+/// The kinds in a shuffled order, each as often as its weight: request `i` of the run is
+/// `order[i % order.len()]`, so every kind comes in each cycle and the mix is interleaved.
+fn order(seed: u64) -> Vec<Kind> {
+    let mut v: Vec<Kind> = KINDS.iter().flat_map(|&(k, w)| std::iter::repeat_n(k, w as usize)).collect();
+    let mut rng = Rng(seed | 1);
+    for i in (1..v.len()).rev() {
+        v.swap(i, rng.below(i + 1));
     }
+    v
 }
 
 fn words(s: &str) -> Vec<String> {
@@ -380,17 +380,22 @@ impl Tally {
     }
 }
 
-/// Clients sending random kinds until `stop_at` or `budget` requests are spent.
+/// Clients sending the kinds of [`order`] until `stop_at` or `budget` requests are spent.
 async fn load(addr: SocketAddr, clients: usize, seed: u64, stop_at: Instant, budget: usize, wav: Arc<Vec<u8>>) -> Tally {
-    let left = Arc::new(std::sync::atomic::AtomicUsize::new(budget));
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let order = Arc::new(order(seed));
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (left, wav) = (left.clone(), wav.clone());
+        let (next, order, wav) = (next.clone(), order.clone(), wav.clone());
         tasks.push(tokio::spawn(async move {
             let mut rng = Rng(seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(c as u64 + 1)));
             let mut tally = Tally::default();
-            while Instant::now() < stop_at && left.fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() {
-                let kind = rng.kind();
+            while Instant::now() < stop_at {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if i >= budget {
+                    break;
+                }
+                let kind = order[i % order.len()];
                 let r = tokio::time::timeout(Duration::from_secs(120), one(addr, kind, &mut rng, &wav)).await.unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within 120 s")));
                 tally.add(kind, r);
             }
@@ -435,7 +440,9 @@ async fn soak(plan: Plan) -> Result<()> {
     let mut rng = Rng(0x5EED);
     let mut warm = Tally::default();
     for &(k, _) in KINDS {
-        warm.add(k, one(addr, k, &mut rng, &wav).await);
+        let r = tokio::time::timeout(Duration::from_secs(120), one(addr, k, &mut rng, &wav)).await.unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within 120 s")));
+        eprintln!("warm-up {k:?}: {}", if let Err(e) = &r { format!("{e:#}") } else { "ok".into() });
+        warm.add(k, r);
     }
     let warm2 = load(addr, plan.clients, 1, Instant::now() + plan.warmup, usize::MAX, wav.clone()).await;
     ensure!(warm.failed() + warm2.failed() == 0, "warm-up failures: {:?} {:?}", warm.first_failure, warm2.first_failure);
@@ -498,8 +505,8 @@ async fn soak(plan: Plan) -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_short() -> Result<()> {
     tokio::time::timeout(
-        Duration::from_secs(600),
-        soak(Plan { clients: 3, warmup: Duration::ZERO, requests: 30, duration: Duration::from_secs(60), rss_slack_kib: 64 << 10 }),
+        Duration::from_secs(300),
+        soak(Plan { clients: 3, warmup: Duration::ZERO, requests: 36, duration: Duration::from_secs(60), rss_slack_kib: 128 << 10 }),
     )
     .await?
 }

@@ -345,7 +345,7 @@ fn check_chat(st: &AppState, vocab: usize, native: bool, req: &ChatRequest) -> R
 fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, ApiError> {
     let pipe = llm.engine.pipeline();
     let native = llm.template_tools;
-    let CheckedChat { cfg, n, fns, mut msgs, stream, include_usage, tools } = check_chat(st, pipe.info().vocab_size, native, &req)?;
+    let CheckedChat { cfg, n, fns, mut msgs, stream, include_usage, tools: calls } = check_chat(st, pipe.info().vocab_size, native, &req)?;
     let template = pipe
         .tokenizer()
         .chat_template()
@@ -366,7 +366,7 @@ fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, 
     }
     let text = template.render(&msgs, &ropts).map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
     let ids = pipe.tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools })
+    Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls })
 }
 
 /// A completion request's fields checked, its prompts encoded with `encode` (strings) or

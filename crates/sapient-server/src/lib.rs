@@ -222,6 +222,7 @@ impl Server {
             .route("/health", get(health))
             .merge(api)
             .layer(DefaultBodyLimit::max(st.opts.max_body_bytes))
+            .layer(axum::middleware::from_fn_with_state(st.clone(), declared_size))
             .layer(axum::middleware::from_fn_with_state(st.clone(), log))
             .with_state(st)
     }
@@ -259,6 +260,18 @@ async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Resp
         if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
             return ApiError::unauthorized().into_response();
         }
+    }
+    next.run(req).await
+}
+
+/// A body that declares a length over its route's limit is refused before any of it is read
+/// (the body limit alone would wait for the bytes).
+async fn declared_size(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let limit = if path == "/v1/audio/transcriptions" || path == "/v1/audio/translations" { st.opts.max_audio_bytes } else { st.opts.max_body_bytes };
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return ApiError::too_large(limit).into_response();
     }
     next.run(req).await
 }

@@ -9,7 +9,7 @@ use common::*;
 use sapient_generate::{GenerationConfig, Message};
 use sapient_server::ServerOptions;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LIMIT: Duration = Duration::from_secs(240);
