@@ -218,7 +218,7 @@ impl GenOpts {
         };
         // SAPIENT_CANDLE_FORWARD: the candle-op forward pass, for comparisons.
         let candle_forward = std::env::var_os("SAPIENT_CANDLE_FORWARD").is_some();
-        let opts = PipelineOptions { device, max_seq_len: self.ctx, dtype, kernels: None, candle_forward, engine: None };
+        let opts = PipelineOptions { device, max_seq_len: self.ctx, dtype, kernels: None, candle_forward, engine: None, limits: Default::default() };
         let mut bars = Bars::default();
         let pipe = Pipeline::load(&self.model, opts, |p| bars.update(p))
             .with_context(|| format!("loading model '{}'", self.model))?;

@@ -6,7 +6,10 @@
 //! audio, a body over the limit, bytes that are not HTTP). Every well-formed request must
 //! succeed with a valid answer, every malformed one must get its 4xx, and the server's
 //! resident memory and open file descriptors (`/proc/<pid>/status`, `/proc/<pid>/fd`) must be
-//! as flat at the end as after the warm-up. Bounded in requests and time; loopback only.
+//! flat: the same descriptors at the end as after the warm-up, resident memory under load no
+//! higher over the second half of the run than over the first (a leak grows with requests)
+//! and, idle, at most a bounded step above the start (the allocator keeps some of the peaks).
+//! Bounded in requests and time; loopback only.
 //!
 //! `soak_short` (a few dozen requests) runs with the other tests. The long run is opt-in:
 //!
@@ -90,8 +93,11 @@ struct Plan {
     requests: usize,
     /// Time after the warm-up, at most.
     duration: Duration,
-    /// Growth allowed between start and end.
+    /// Growth allowed between start and end (both idle): the allocator keeps some of what
+    /// the load's peaks took.
     rss_slack_kib: u64,
+    /// Growth allowed between the mean RSS over the first and the second half of the load.
+    trend_slack_kib: u64,
 }
 
 const SENTENCES: &[&str] = &[
@@ -121,7 +127,9 @@ impl Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sapient"))
             .args(["serve", "--host", "127.0.0.1", "--port", "0"])
             .args(["--model", "smollm2-135m-instruct", "--whisper-model", "whisper-tiny.en", "--tts-model", "kokoro-82m"])
-            .args(["--ctx", "2048", "--kv-tokens", "8192", "--max-seqs", "8", "--max-queue", "64", "--max-tokens-limit", "64"])
+            // A KV cache of 2048 positions: the prefix cache keeps what requests leave in it, so the
+            // warm-up touches all of it and its pages count in the start figure.
+            .args(["--ctx", "1024", "--kv-tokens", "2048", "--max-seqs", "8", "--max-queue", "64", "--max-tokens-limit", "64"])
             .args(["--max-body-mib", "1", "--max-audio-mib", "2"])
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -454,16 +462,27 @@ async fn soak(plan: Plan) -> Result<()> {
     let t0 = Instant::now();
     let stop_at = t0 + plan.duration;
     let peak = Arc::new(std::sync::atomic::AtomicU64::new(rss_start));
+    let samples = Arc::new(Mutex::new(Vec::new()));
     let sampler = {
-        let (serve_pid, peak) = (serve.child.id(), peak.clone());
+        let (serve_pid, peak, samples) = (serve.child.id(), peak.clone(), samples.clone());
         tokio::spawn(async move {
+            let mut tick = 0u64;
             loop {
                 if let Some(kb) = std::fs::read_to_string(format!("/proc/{serve_pid}/status"))
                     .ok()
                     .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse::<u64>().ok()))
                 {
                     peak.fetch_max(kb, std::sync::atomic::Ordering::Relaxed);
+                    if Instant::now() < stop_at {
+                        if let Ok(mut v) = samples.lock() {
+                            v.push(kb);
+                        }
+                    }
+                    if tick % 60 == 0 {
+                        eprintln!("{:>4.0} s: RSS {:.1} MiB", t0.elapsed().as_secs_f64(), kb as f64 / 1024.0);
+                    }
                 }
+                tick += 1;
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         })
@@ -482,12 +501,22 @@ async fn soak(plan: Plan) -> Result<()> {
         eprintln!("| {k:?} | {} | {n} | {f} |", k.class());
     }
     eprintln!(
-        "engine: {:?} requests finished, {:?} cancelled; HTTP responses: {}",
+        "engine: {:?} requests finished, {:?} cancelled, KV blocks {:?} of {:?} held by the prefix cache; HTTP responses: {}",
         metric(&metrics, "sapient:requests_finished_total"),
         metric(&metrics, "sapient:requests_cancelled_total"),
+        metric(&metrics, "sapient:kv_cache_blocks_cached"),
+        metric(&metrics, "sapient:kv_cache_blocks_total"),
         metrics.lines().filter(|l| l.starts_with("sapient:http_responses_total")).map(|l| l.trim_start_matches("sapient:http_responses_total")).collect::<Vec<_>>().join(", ")
     );
     let mib = |kib: u64| kib as f64 / 1024.0;
+    // Under load: the mean of the samples in the first and in the second half of the run.
+    let halves = {
+        let v = samples.lock().map(|v| v.clone()).unwrap_or_default();
+        let mean = |s: &[u64]| if s.is_empty() { 0 } else { s.iter().sum::<u64>() / s.len() as u64 };
+        let (a, b) = v.split_at(v.len() / 2);
+        (mean(a), mean(b))
+    };
+    eprintln!("RSS MiB under load: mean {:.1} over the first half, {:.1} over the second", mib(halves.0), mib(halves.1));
     let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!("RSS MiB: loaded {:.1}, start {:.1}, peak {:.1}, end {:.1}; open fds: loaded {fds_loaded}, start {fds_start}, end {fds_end}", mib(rss_loaded), mib(rss_start), mib(peak), mib(rss_end));
 
@@ -495,6 +524,7 @@ async fn soak(plan: Plan) -> Result<()> {
     ensure!(health.status == 200, "the server is not healthy at the end: {}", health.text());
     ensure!(fds_end <= fds_start + 2, "open file descriptors grew from {fds_start} to {fds_end}");
     ensure!(rss_end <= rss_start + plan.rss_slack_kib, "resident memory grew from {rss_start} KiB to {rss_end} KiB");
+    ensure!(halves.1 <= halves.0 + plan.trend_slack_kib, "resident memory under load grew from {} KiB (first half) to {} KiB (second half)", halves.0, halves.1);
     for class in ["well-formed", "disconnect", "malformed"] {
         ensure!(tally.by_kind.iter().any(|(k, v)| k.class() == class && v.0 > 0), "no {class} request was sent");
     }
@@ -506,7 +536,7 @@ async fn soak(plan: Plan) -> Result<()> {
 async fn soak_short() -> Result<()> {
     tokio::time::timeout(
         Duration::from_secs(300),
-        soak(Plan { clients: 3, warmup: Duration::ZERO, requests: 36, duration: Duration::from_secs(60), rss_slack_kib: 128 << 10 }),
+        soak(Plan { clients: 3, warmup: Duration::ZERO, requests: 36, duration: Duration::from_secs(60), rss_slack_kib: 128 << 10, trend_slack_kib: 128 << 10 }),
     )
     .await?
 }
@@ -518,7 +548,7 @@ async fn soak_long() -> Result<()> {
     let secs: u64 = std::env::var("SAPIENT_SOAK_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
     tokio::time::timeout(
         Duration::from_secs(secs + 900),
-        soak(Plan { clients: 4, warmup: Duration::from_secs(60), requests: 100_000, duration: Duration::from_secs(secs), rss_slack_kib: 32 << 10 }),
+        soak(Plan { clients: 4, warmup: Duration::from_secs(60), requests: 100_000, duration: Duration::from_secs(secs), rss_slack_kib: 128 << 10, trend_slack_kib: 32 << 10 }),
     )
     .await?
 }

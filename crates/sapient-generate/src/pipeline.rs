@@ -31,6 +31,9 @@ pub struct PipelineOptions {
     /// `None`: room in the KV cache for two full contexts, so that the pipeline's own
     /// conversation stays cached while another thread's call runs beside it.
     pub engine: Option<EngineOptions>,
+    /// The most a model file may make the loader allocate (see [`sapient_tensor::Limits`]).
+    /// Not applied yet: [`Pipeline::load`] still opens the GGUF with the defaults.
+    pub limits: sapient_tensor::Limits,
 }
 
 /// What to generate.
