@@ -31,8 +31,8 @@ pub struct PipelineOptions {
     /// `None`: room in the KV cache for two full contexts, so that the pipeline's own
     /// conversation stays cached while another thread's call runs beside it.
     pub engine: Option<EngineOptions>,
-    /// The most a model file may make the loader allocate (see [`sapient_tensor::Limits`]).
-    /// Not applied yet: [`Pipeline::load`] still opens the GGUF with the defaults.
+    /// The most a model file may make the loader allocate (see [`sapient_tensor::Limits`]):
+    /// GGUF metadata arrays and tensors, safetensors tensors.
     pub limits: sapient_tensor::Limits,
 }
 
@@ -257,7 +257,7 @@ impl Pipeline {
         let dtype = opts.dtype.unwrap_or_else(|| sapient_tensor::activation_dtype(&device));
         let (model, tokenizer, path, cfg) = match source {
             Source::Gguf(path) => {
-                let g = GgufFile::open(&path)?;
+                let g = GgufFile::open_with(&path, &opts.limits)?;
                 let cfg = LlamaConfig::from_gguf(&g)?;
                 let tokenizer = Tokenizer::from_gguf(&g)?;
                 let max = opts.max_seq_len.unwrap_or(cfg.max_position_embeddings.min(8192));
@@ -267,7 +267,7 @@ impl Pipeline {
             Source::HfDir(dir) => {
                 let cfg = LlamaConfig::from_hf_config(&dir.join("config.json"))?;
                 let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
-                let src = sapient_tensor::open_weights(&dir)?;
+                let src = sapient_tensor::open_weights_with(&dir, &opts.limits)?;
                 let max = opts.max_seq_len.unwrap_or(cfg.max_position_embeddings.min(8192));
                 let model = LlamaModel::load_with_dtype(src.as_ref(), &cfg, &device, Some(max), dtype)?;
                 (model, tokenizer, dir, cfg)

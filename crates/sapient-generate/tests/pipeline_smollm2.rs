@@ -213,3 +213,12 @@ fn dropping_the_stream_stops_the_work() -> Result<()> {
     assert!(cached >= prompt_tokens && cached < prompt_tokens + 40, "cached {cached}, prompt {prompt_tokens}");
     Ok(())
 }
+
+#[test]
+fn a_model_over_the_memory_limit_is_an_error() {
+    let opts = PipelineOptions { limits: sapient_tensor::Limits { max_alloc: 4096 }, ..Default::default() };
+    match Pipeline::load("smollm2-135m-instruct", opts, |_| {}) {
+        Err(e) => assert!(e.to_string().contains("limit"), "{e}"),
+        Ok(_) => panic!("a 4 KiB allocation limit must refuse a 100 MB model"),
+    }
+}
