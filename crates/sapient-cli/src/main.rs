@@ -115,6 +115,14 @@ struct GenOpts {
     /// Stop when this string appears (repeatable).
     #[arg(long = "stop")]
     stop: Vec<String>,
+    /// Ask a reasoning model to think before answering (its chat template's
+    /// `enable_thinking`, as Qwen3 and SmolLM3 read it); the reasoning streams inside
+    /// `<think>…</think>`.
+    #[arg(long, conflicts_with = "no_think")]
+    think: bool,
+    /// Ask a reasoning model to answer without thinking.
+    #[arg(long)]
+    no_think: bool,
     /// cpu, cuda, cuda:N, metal, auto.
     #[arg(long, default_value = "cpu")]
     device: String,
@@ -188,6 +196,7 @@ impl GenOpts {
             max_tokens: self.max_tokens,
             sampling: self.sampling(SamplerConfig::default()),
             stop: self.stop.clone(),
+            thinking: if self.think { Some(true) } else if self.no_think { Some(false) } else { None },
             ..GenerationConfig::default()
         })
     }

@@ -4,7 +4,7 @@
 //! without a batched forward keeps one too, so sampling, constraints and their forced runs,
 //! end-of-sequence, stop strings, the token limit and the statistics are written once.
 
-use crate::pipeline::{flush_tail, FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline};
+use crate::pipeline::{flush_tail, split_reasoning, FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline};
 use crate::speculative::{self, PromptLookup, Proposal, Proposer};
 use crate::{Error, Result};
 use rand::rngs::StdRng;
@@ -245,8 +245,13 @@ impl Decoder {
         }
         self.stats.decode = self.first_token.map_or(Duration::ZERO, |f| f.elapsed());
         self.stats.generated_tokens = self.generated().len();
+        let (reasoning, text) = match split_reasoning(&self.text) {
+            (Some(r), answer) => (Some(r), answer),
+            (None, _) => (None, std::mem::take(&mut self.text)),
+        };
         Ok(Generation {
-            text: std::mem::take(&mut self.text),
+            text,
+            reasoning,
             tokens: self.generated().to_vec(),
             finish,
             stats: self.stats.clone(),

@@ -336,7 +336,7 @@ impl Engine {
 
     /// Queue a chat answer (the model's chat template).
     pub fn submit_chat(&self, messages: &[Message], cfg: GenerationConfig) -> Result<RequestHandle> {
-        let prompt = self.pipeline.render_chat(messages)?;
+        let prompt = self.pipeline.render_chat_with(messages, cfg.thinking)?;
         let ids = self.pipeline.tokenizer().encode(&prompt, false)?;
         self.submit(ids, cfg)
     }
@@ -704,6 +704,7 @@ impl Scheduler {
                     self.shared.cancelled.fetch_add(1, Ordering::Relaxed);
                     let g = Generation {
                         text: String::new(),
+                        reasoning: None,
                         tokens: Vec::new(),
                         finish: FinishReason::Cancelled,
                         stats: GenerationStats { prompt_tokens: r.prompt.len(), ..Default::default() },

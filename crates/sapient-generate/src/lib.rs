@@ -23,7 +23,8 @@ mod stream;
 pub mod task;
 
 pub use pipeline::{
-    Drafter, FinishReason, Generation, GenerationConfig, GenerationStats, ModelInfo, Pipeline, PipelineOptions,
+    split_reasoning, Drafter, FinishReason, Generation, GenerationConfig, GenerationStats, ModelInfo, Pipeline,
+    PipelineOptions,
 };
 pub use sapient_hub::Progress;
 pub use sapient_sample::{Expr, Grammar, JsonOptions, SamplerConfig};

@@ -64,6 +64,10 @@ pub struct GenerationConfig {
     /// plain greedy decoding's; sampled output keeps the model's distribution. Pays off when
     /// the answer repeats its input (code edits, extraction, quoting). Not with a constraint.
     pub lookup: Option<crate::speculative::LookupDecoding>,
+    /// The chat template's thinking switch (`enable_thinking`, as Qwen3's and SmolLM3's
+    /// templates read it) for [`Pipeline::chat`] and [`Engine::submit_chat`]; `None`: the
+    /// template's default. Templates without the switch ignore it.
+    pub thinking: Option<bool>,
 }
 
 impl Default for GenerationConfig {
@@ -77,6 +81,7 @@ impl Default for GenerationConfig {
             constraint: None,
             fast_forward: true,
             lookup: None,
+            thinking: None,
         }
     }
 }
@@ -149,10 +154,35 @@ impl GenerationStats {
 
 #[derive(Debug, Clone)]
 pub struct Generation {
+    /// The answer: the whole output, or with a reasoning block, what follows it.
     pub text: String,
+    /// What a reasoning model wrote inside `<think>…</think>` before its answer (Qwen3,
+    /// DeepSeek-R1 style; the opening tag may be in the prompt instead); `None` without one.
+    /// The streamed pieces carry the whole output, tags included.
+    pub reasoning: Option<String>,
     pub tokens: Vec<u32>,
     pub finish: FinishReason,
     pub stats: GenerationStats,
+}
+
+/// Split an output into its reasoning (inside `<think>…</think>`, at the start) and the
+/// answer after it. A `</think>` with no `<think>` before it closes a block that the prompt
+/// opened; an unclosed `<think>` (the output was cut) is all reasoning.
+pub fn split_reasoning(output: &str) -> (Option<String>, String) {
+    const OPEN: &str = "<think>";
+    const CLOSE: &str = "</think>";
+    let body = output.trim_start();
+    let (opened, body) = match body.strip_prefix(OPEN) {
+        Some(rest) => (true, rest),
+        None => (false, body),
+    };
+    match body.find(CLOSE) {
+        Some(end) if opened || !body[..end].contains(OPEN) => {
+            (Some(body[..end].trim().to_string()), body[end + CLOSE.len()..].trim_start().to_string())
+        }
+        _ if opened => (Some(body.trim().to_string()), String::new()),
+        _ => (None, output.to_string()),
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -343,11 +373,21 @@ impl Pipeline {
 
     /// The chat prompt the model's template renders for `messages` (with the generation prompt).
     pub fn render_chat(&self, messages: &[Message]) -> Result<String> {
+        self.render_chat_with(messages, None)
+    }
+
+    /// [`render_chat`](Self::render_chat) with the template's thinking switch
+    /// ([`GenerationConfig::thinking`]).
+    pub fn render_chat_with(&self, messages: &[Message], thinking: Option<bool>) -> Result<String> {
         let template = self
             .tokenizer
             .chat_template()
             .ok_or_else(|| Error::NoChatTemplate(self.info.id.clone()))?;
-        Ok(template.render(messages, &RenderOptions::default())?)
+        let mut opts = RenderOptions::default();
+        if let Some(t) = thinking {
+            opts.extra.insert("enable_thinking".into(), t.into());
+        }
+        Ok(template.render(messages, &opts)?)
     }
 
     /// Complete a raw prompt (no chat template), blocking.
@@ -381,7 +421,7 @@ impl Pipeline {
         cfg: &GenerationConfig,
         on_text: impl FnMut(&str) -> ControlFlow<()>,
     ) -> Result<Generation> {
-        let prompt = self.render_chat(messages)?;
+        let prompt = self.render_chat_with(messages, cfg.thinking)?;
         let ids = self.tokenizer.encode(&prompt, false)?;
         self.run(ids, cfg, on_text)
     }
@@ -486,7 +526,7 @@ impl Pipeline {
                     let mut g = r?;
                     if stopped {
                         g.finish = FinishReason::Cancelled;
-                        g.text = given;
+                        (g.reasoning, g.text) = split_reasoning(&given);
                     }
                     return Ok(g);
                 }
@@ -599,7 +639,7 @@ impl Pipeline {
         spec: &crate::speculative::SpecConfig,
         on_text: impl FnMut(&str) -> ControlFlow<()>,
     ) -> Result<(Generation, crate::speculative::SpecStats)> {
-        let prompt = self.render_chat(messages)?;
+        let prompt = self.render_chat_with(messages, cfg.thinking)?;
         let ids = self.tokenizer.encode(&prompt, false)?;
         self.run_speculative(ids, cfg, drafter, spec, on_text)
     }
@@ -756,8 +796,10 @@ impl Pipeline {
         let _ = on_text(&rest);
         let elapsed = t0.elapsed();
         let ttft = first.unwrap_or(elapsed);
+        let (reasoning, text) = split_reasoning(&text);
         let gen = Generation {
             text,
+            reasoning,
             tokens: out.clone(),
             finish,
             stats: GenerationStats {
@@ -775,5 +817,26 @@ impl Pipeline {
             },
         };
         Ok((gen, stats))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_reasoning;
+
+    #[test]
+    fn reasoning_is_split_from_the_answer() {
+        let some = |r: &str, a: &str| (Some(r.to_string()), a.to_string());
+        assert_eq!(split_reasoning("<think>\nLet me add.\n</think>\n\n4"), some("Let me add.", "4"));
+        // Thinking switched off: the template put an empty block in the prompt; or the model wrote one.
+        assert_eq!(split_reasoning("<think>\n\n</think>\n\nHello"), some("", "Hello"));
+        // The prompt opened the block (DeepSeek-R1 style): only the closing tag is in the output.
+        assert_eq!(split_reasoning("First, 2+2.\n</think>\nIt is 4."), some("First, 2+2.", "It is 4."));
+        // Cut off while thinking.
+        assert_eq!(split_reasoning("<think>Hmm, the"), some("Hmm, the", ""));
+        // No block: the output is the answer, untouched.
+        assert_eq!(split_reasoning("  Paris."), (None, "  Paris.".to_string()));
+        // Tags later in an answer are text, not reasoning.
+        assert_eq!(split_reasoning("Use <think> and </think> tags."), (None, "Use <think> and </think> tags.".to_string()));
     }
 }
