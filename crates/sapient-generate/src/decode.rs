@@ -33,6 +33,20 @@ pub(crate) struct Decoder {
     first_token: Option<Instant>,
     pub(crate) stats: GenerationStats,
     lookup: Option<Lookup>,
+    think: Think,
+}
+
+/// Where the output stands with a `<think>` block, for [`GenerationConfig::reasoning_budget`].
+#[derive(Default)]
+struct Think {
+    /// The tokens that close a block (`\n</think>\n\n`), when there is a budget.
+    close: Option<Vec<u32>>,
+    /// Inside an open block, and the tokens generated in it so far.
+    open: bool,
+    used: usize,
+    /// The output's text so far (what the stop matcher holds back included), while a
+    /// block may still open or close.
+    seen: String,
 }
 
 /// Prompt-lookup speculation state ([`GenerationConfig::lookup`]).
@@ -61,7 +75,16 @@ impl Decoder {
             }),
             None => None,
         };
+        let mut think = Think::default();
+        if let Some(_budget) = cfg.reasoning_budget {
+            let tok = pipeline.tokenizer();
+            think.close = Some(tok.encode("\n</think>\n\n", false)?);
+            // A prompt that ends by opening the block (the template's, or a raw prompt's).
+            let tail = &prompt[prompt.len().saturating_sub(8)..];
+            think.open = tok.decode(tail, false)?.trim_end().ends_with("<think>");
+        }
         Ok(Self {
+            think,
             lookup,
             sampler,
             matcher,
@@ -104,6 +127,23 @@ impl Decoder {
     ) -> Result<Option<FinishReason>> {
         *fed = 0;
         self.stats.forwards += 1;
+        if let Some(close) = self.over_budget() {
+            // The reasoning budget is spent: close the block without sampling.
+            self.think.open = false;
+            self.think.close = None;
+            self.stats.forced_tokens += close.len();
+            self.first_token.get_or_insert_with(Instant::now);
+            for t in close {
+                *fed += 1;
+                if let Some(reason) = self.push(t, emit)? {
+                    return Ok(Some(reason));
+                }
+                if self.generated().len() >= self.cfg.max_tokens {
+                    return Ok(Some(FinishReason::MaxTokens));
+                }
+            }
+            return Ok(None);
+        }
         let ts = Instant::now();
         let next = match self.matcher.as_mut() {
             Some(m) => self.sampler.sample_constrained(logits, &self.tokens, m)?,
@@ -218,10 +258,39 @@ impl Decoder {
         Ok(None)
     }
 
+    /// The tokens that close the `<think>` block, when the budget for it is spent.
+    fn over_budget(&self) -> Option<Vec<u32>> {
+        let budget = self.cfg.reasoning_budget?;
+        match &self.think.close {
+            Some(close) if self.think.open && self.think.used >= budget => Some(close.clone()),
+            _ => None,
+        }
+    }
+
+    /// Follow the output in and out of a `<think>` block (while there is a budget to keep).
+    fn track_think(&mut self, piece: &str) {
+        if self.think.close.is_none() {
+            return;
+        }
+        if self.think.open {
+            self.think.used += 1;
+        }
+        self.think.seen.push_str(piece);
+        if !self.think.open && self.think.seen.contains("<think>") && !self.think.seen.contains("</think>") {
+            self.think.open = true;
+            self.think.used = 0;
+        }
+        if self.think.open && self.think.seen.contains("</think>") {
+            self.think.open = false;
+            self.think.close = None;
+        }
+    }
+
     /// Append a chosen token and emit its text; `Some` when that ends the sequence.
     fn push(&mut self, t: u32, emit: &mut dyn FnMut(String) -> bool) -> Result<Option<FinishReason>> {
         self.tokens.push(t);
         let piece = self.detok.push(t)?.unwrap_or_default();
+        self.track_think(&piece);
         let out = self.stops.push(&piece);
         if !out.emit.is_empty() {
             self.text.push_str(&out.emit);

@@ -68,6 +68,10 @@ pub struct GenerationConfig {
     /// templates read it) for [`Pipeline::chat`] and [`Engine::submit_chat`]; `None`: the
     /// template's default. Templates without the switch ignore it.
     pub thinking: Option<bool>,
+    /// Close a `<think>` block after this many tokens inside it (`\n</think>\n\n` is fed
+    /// without sampling), so that a reasoning model gets to its answer; a block the prompt
+    /// opens counts from the first generated token.
+    pub reasoning_budget: Option<usize>,
 }
 
 impl Default for GenerationConfig {
@@ -82,6 +86,7 @@ impl Default for GenerationConfig {
             fast_forward: true,
             lookup: None,
             thinking: None,
+            reasoning_budget: None,
         }
     }
 }
@@ -832,6 +837,7 @@ mod tests {
         assert_eq!(split_reasoning("<think>\n\n</think>\n\nHello"), some("", "Hello"));
         // The prompt opened the block (DeepSeek-R1 style): only the closing tag is in the output.
         assert_eq!(split_reasoning("First, 2+2.\n</think>\nIt is 4."), some("First, 2+2.", "It is 4."));
+        assert_eq!(split_reasoning("17 * 3 = 5\n</think>\n\nThe answer is: 5"), some("17 * 3 = 5", "The answer is: 5"));
         // Cut off while thinking.
         assert_eq!(split_reasoning("<think>Hmm, the"), some("Hmm, the", ""));
         // No block: the output is the answer, untouched.

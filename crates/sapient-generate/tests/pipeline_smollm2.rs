@@ -222,3 +222,26 @@ fn a_model_over_the_memory_limit_is_an_error() {
         Ok(_) => panic!("a 4 KiB allocation limit must refuse a 100 MB model"),
     }
 }
+
+#[test]
+fn a_reasoning_budget_closes_the_think_block() -> Result<()> {
+    let p = pipeline();
+    // A prompt that opens the block, as a thinking template's generation prompt does.
+    let prompt = "Question: what is 17 times 3? Think step by step.\n<think>\n";
+    let budget = 8;
+    let cfg = GenerationConfig { reasoning_budget: Some(budget), ..GenerationConfig::default().max_tokens(40) };
+    let g = p.generate(prompt, &cfg)?;
+    let close = p.tokenizer().encode("\n</think>\n\n", false)?;
+    assert_eq!(g.tokens[budget..budget + close.len()], close[..], "the block closes after {budget} tokens: {:?}", g.text);
+    assert_eq!(g.stats.forced_tokens, close.len());
+    // The reasoning is the budget's tokens, apart from the answer that follows.
+    let reasoning = g.reasoning.as_deref().expect("a reasoning block");
+    assert_eq!(reasoning, p.tokenizer().decode(&g.tokens[..budget], true)?.trim());
+    let answer = p.tokenizer().decode(&g.tokens[budget + close.len()..], true)?;
+    assert_eq!(g.text, answer.trim_start(), "the answer is what follows the closed block");
+    // Without a budget the same prompt thinks on.
+    let free = p.generate(prompt, &GenerationConfig::default().max_tokens(40))?;
+    assert_eq!(free.tokens[..budget], g.tokens[..budget]);
+    assert_ne!(free.tokens[budget..budget + close.len()], close[..]);
+    Ok(())
+}
