@@ -536,7 +536,10 @@ async fn soak(plan: Plan) -> Result<()> {
 async fn soak_short() -> Result<()> {
     tokio::time::timeout(
         Duration::from_secs(300),
-        soak(Plan { clients: 3, warmup: Duration::ZERO, requests: 36, duration: Duration::from_secs(60), rss_slack_kib: 128 << 10, trend_slack_kib: 128 << 10 }),
+        // No warm-up: the first concurrent use of the three models grows the server by up to
+        // ~250 MiB (allocator arenas, model buffers; see the long run), so the memory bounds
+        // here only catch gross growth. The long run, after its warm-up, is the memory check.
+        soak(Plan { clients: 3, warmup: Duration::ZERO, requests: 36, duration: Duration::from_secs(60), rss_slack_kib: 512 << 10, trend_slack_kib: 512 << 10 }),
     )
     .await?
 }
