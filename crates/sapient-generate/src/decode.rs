@@ -65,7 +65,10 @@ impl Decoder {
             Some(_) if matcher.is_some() => return Err(Error::Unsupported("constrained generation with speculative decoding")),
             Some(l) => Some(Lookup {
                 proposer: PromptLookup { max_ngram: l.max_ngram.max(1) },
-                k: l.spec.k.clamp(l.spec.k_min.max(1), l.spec.k_max.max(1)),
+                k: {
+                    l.spec.validate()?;
+                    l.spec.k.clamp(l.spec.k_min, l.spec.k_max)
+                },
                 // Its own stream, seeded from the request's seed (acceptance draws).
                 rng: match cfg.sampling.seed {
                     Some(s) => StdRng::seed_from_u64(s ^ 0x5eed_5eed_5eed_5eed),
@@ -233,12 +236,8 @@ impl Decoder {
             return Err(Error::Worker("verification rows missing".into()));
         };
         // K follows the acceptance rate, as in `speculative::generate`.
-        if let Some(cfg) = self.cfg.lookup.as_ref().filter(|c| c.spec.adaptive) {
-            if n == drafts.len() && !drafts.is_empty() {
-                l.k = (l.k + 1).min(cfg.spec.k_max.max(1));
-            } else if n * 2 < drafts.len() {
-                l.k = l.k.saturating_sub(1).max(cfg.spec.k_min.max(1));
-            }
+        if let Some(cfg) = &self.cfg.lookup {
+            l.k = cfg.spec.next_k(l.k, n, drafts.len());
         }
         self.stats.proposed_tokens += drafts.len();
         self.stats.accepted_tokens += n;

@@ -517,12 +517,17 @@ impl Scheduler {
         }
     }
 
-    fn forget_session(&mut self, s: u64) {
-        if let Some(k) = self.sessions.remove(&s) {
-            let _ = self.kv.free(k.seq);
-        }
+    /// Take session `s`'s kept sequence (it stops counting as kept).
+    fn take_kept(&mut self, s: u64) -> Option<Kept> {
         if let Ok(mut m) = self.shared.sessions.lock() {
             m.remove(&s);
+        }
+        self.sessions.remove(&s)
+    }
+
+    fn forget_session(&mut self, s: u64) {
+        if let Some(k) = self.take_kept(s) {
+            let _ = self.kv.free(k.seq);
         }
     }
 
@@ -763,12 +768,12 @@ impl Scheduler {
                     None => continue,
                 }
             };
-            let kept = if resume { None } else { a.session.and_then(|s| self.sessions.remove(&s)) };
+            let kept = match a.session {
+                Some(s) if !resume => self.take_kept(s),
+                _ => None,
+            };
             let (seq, reused) = match kept {
                 Some(k) => {
-                    if let Ok(mut m) = self.shared.sessions.lock() {
-                        m.remove(&a.session.unwrap_or_default());
-                    }
                     // Everything the new prompt starts with, keeping at least one token to feed.
                     let common = common_prefix(&k.tokens, &a.kv_tokens).min(a.kv_tokens.len() - 1);
                     match self.kv.truncate(k.seq, common) {

@@ -226,6 +226,8 @@ pub struct Pipeline {
     engine_opts: Option<EngineOptions>,
     /// Held (shared) by every running call; `cache_len` and `reset_cache` take it alone.
     runs: Arc<RwLock<()>>,
+    /// The model has a batched forward, so calls go through the engine (fixed at load).
+    batched: bool,
 }
 
 enum Source {
@@ -323,10 +325,11 @@ impl Pipeline {
             has_chat_template: tokenizer.chat_template().is_some(),
         };
         Ok(Self {
-            inner: Arc::new(Mutex::new(Inner { model, cached: Vec::new(), logits: Vec::new() })),
             tokenizer,
             info: Arc::new(info),
             token_index: Arc::default(),
+            batched: model.supports_batches(),
+            inner: Arc::new(Mutex::new(Inner { model, cached: Vec::new(), logits: Vec::new() })),
             engine: Arc::default(),
             engine_opts: opts.engine,
             runs: Arc::default(),
@@ -495,8 +498,7 @@ impl Pipeline {
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
         }
-        let batched = self.lock_inner()?.model.supports_batches();
-        if !batched {
+        if !self.batched {
             return self.run_alone(prompt, cfg, on_text);
         }
         let _running = self.runs.read().map_err(|_| Error::Worker("a previous generation panicked".into()))?;
@@ -681,8 +683,9 @@ impl Pipeline {
             return Err(Error::EmptyPrompt);
         }
         cfg.sampling.validate()?;
+        spec.validate()?;
         if let Drafter::PromptLookup { max_ngram } = drafter {
-            if self.lock_inner()?.model.supports_batches() {
+            if self.batched {
                 // Verified inside the engine's batched step, beside any other calls.
                 let lookup = LookupDecoding { max_ngram: *max_ngram, spec: spec.clone() };
                 let g = self.run(prompt, &GenerationConfig { lookup: Some(lookup), ..cfg.clone() }, on_text)?;

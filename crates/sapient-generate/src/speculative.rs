@@ -269,6 +269,33 @@ impl Default for SpecConfig {
     }
 }
 
+impl SpecConfig {
+    /// An error naming the problem when K's bounds make no sense (`1 <= k_min <= k_max`).
+    pub fn validate(&self) -> Result<()> {
+        if self.k_min == 0 || self.k_min > self.k_max {
+            return Err(crate::Error::InvalidOptions(format!(
+                "speculative decoding needs 1 <= k_min <= k_max, got k_min {} and k_max {}",
+                self.k_min, self.k_max
+            )));
+        }
+        Ok(())
+    }
+
+    /// K for the next step, after `accepted` of `proposed` guesses were kept: one more after
+    /// a fully accepted step, one fewer after a mostly rejected one (when `adaptive`).
+    pub fn next_k(&self, k: usize, accepted: usize, proposed: usize) -> usize {
+        if !self.adaptive {
+            k
+        } else if accepted == proposed && proposed > 0 {
+            (k + 1).min(self.k_max)
+        } else if accepted * 2 < proposed {
+            k.saturating_sub(1).max(self.k_min)
+        } else {
+            k
+        }
+    }
+}
+
 /// Speculative decoding by prompt lookup inside the engine's step
 /// ([`GenerationConfig::lookup`](crate::GenerationConfig::lookup)): each decode step feeds
 /// the newest token and up to K tokens that followed an earlier occurrence of the sequence's
@@ -428,13 +455,7 @@ pub fn generate<T: CausalLm, P: Proposer>(
             }
         }
         proposer.accepted(&seq);
-        if spec.adaptive {
-            if accepted == proposal.tokens.len() && !proposal.tokens.is_empty() {
-                k = (k + 1).min(spec.k_max);
-            } else if accepted * 2 < proposal.tokens.len() {
-                k = k.saturating_sub(1).max(spec.k_min);
-            }
-        }
+        k = spec.next_k(k, accepted, proposal.tokens.len());
     }
     // Leave the target's cache consistent with `seq` minus its last token.
     let keep = target.cache_len().min(seq.len() - 1);

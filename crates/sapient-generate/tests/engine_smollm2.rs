@@ -298,6 +298,13 @@ fn prompt_lookup_in_the_batched_step_keeps_greedy_output() -> Result<()> {
     let constrained = GenerationConfig { lookup: Some(LookupDecoding::default()), ..GenerationConfig::default() }
         .constrain(sapient_generate::Grammar::regex("[a-z]+")?);
     assert!(engine.submit_chat(&prompts[0], constrained)?.wait().is_err());
+    // K bounds that make no sense are an error naming them.
+    let bounds = sapient_generate::speculative::SpecConfig { k_min: 5, k_max: 2, ..Default::default() };
+    let bad = GenerationConfig { lookup: Some(LookupDecoding { spec: bounds, ..Default::default() }), ..plain_cfg.clone() };
+    match engine.submit_chat(&prompts[0], bad)?.wait() {
+        Err(e) => assert!(e.to_string().contains("k_min"), "{e}"),
+        Ok(g) => panic!("bad K bounds accepted: {:?}", g.text),
+    }
     wait_idle(&engine)?;
     Ok(())
 }
