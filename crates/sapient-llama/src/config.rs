@@ -161,6 +161,12 @@ impl LlamaConfig {
                 None
             }
         };
+        if g.contains_tensor("rope_factors_long.weight") || g.contains_tensor("rope_factors_short.weight") {
+            return Err(Error::Config(format!(
+                "{}: LongRoPE scaling (rope_factors_long/short: Phi-3 128k, Phi-3.5, Phi-4-mini) is not supported yet",
+                g.path().display()
+            )));
+        }
         let rope_scaling = match g.tensor_info("rope_freqs.weight") {
             Some(_) => {
                 let t = g.tensor("rope_freqs.weight", &candle_core::Device::Cpu)?;
@@ -332,6 +338,12 @@ impl LlamaConfig {
                             .unwrap_or(8192) as usize,
                     }),
                     "default" | "" => None,
+                    "longrope" | "su" => {
+                        return Err(Error::Config(format!(
+                            "{}: LongRoPE scaling ('{ty}': Phi-3 128k, Phi-3.5, Phi-4-mini) is not supported yet",
+                            path.display()
+                        )))
+                    }
                     other => {
                         tracing::warn!("rope scaling type '{other}' not supported; ignoring it");
                         None
@@ -351,7 +363,12 @@ impl LlamaConfig {
             vocab_size: c.vocab_size,
             rms_norm_eps: c.rms_norm_eps.unwrap_or(1e-6),
             rope_theta: c.rope_theta.unwrap_or(10_000.0),
-            rope_dim: head_dim,
+            // Phi-3-family configs rotate only part of each head (Phi-4-mini: 0.75).
+            rope_dim: match c.partial_rotary_factor {
+                Some(f) if f > 0.0 && f <= 1.0 => ((head_dim as f64 * f) as usize) & !1,
+                Some(f) => return Err(Error::Config(format!("{}: partial_rotary_factor {f} is not in (0, 1]", path.display()))),
+                None => head_dim,
+            },
             rope_scaling,
             max_position_embeddings: c.max_position_embeddings.unwrap_or(4096),
             tie_word_embeddings: c.tie_word_embeddings.unwrap_or(false),
@@ -390,6 +407,7 @@ struct HfConfig {
     rms_norm_eps: Option<f64>,
     rope_theta: Option<f32>,
     rope_scaling: Option<serde_json::Value>,
+    partial_rotary_factor: Option<f64>,
     max_position_embeddings: Option<usize>,
     tie_word_embeddings: Option<bool>,
     attention_bias: Option<bool>,

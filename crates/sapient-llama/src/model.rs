@@ -703,7 +703,9 @@ impl LlamaModel {
             let k = k.transpose(1, 2)?;
             let v = v.reshape((1, seq, nkv, hd))?.transpose(1, 2)?.contiguous()?;
             let q = self.apply_rope(&q, &cos, &sin)?;
-            let k = self.apply_rope(&k, &cos, &sin)?;
+            // Partial RoPE concatenates the rotated and the passed-through dimensions, which
+            // candle may leave strided; the cache takes contiguous rows.
+            let k = self.apply_rope(&k, &cos, &sin)?.contiguous()?;
             let layer = &mut self.layers[li];
             let cache = layer.cache.as_ref().ok_or(Error::Internal("kv cache not allocated"))?;
             cache.k.slice_set(&k, 2, start)?;

@@ -27,30 +27,41 @@ const LAYER_NAMES: &[(&str, &str)] = &[
     ("attn_q_norm.weight", "self_attn.q_norm.weight"),
     ("attn_k_norm.weight", "self_attn.k_norm.weight"),
 ];
+/// phi3's fused projections, looked up before `LAYER_NAMES`: llama.cpp keeps HF's fused
+/// gate/up projection (gate rows first) as `ffn_up`.
+const PHI3_LAYER_NAMES: &[(&str, &str)] = &[
+    ("attn_qkv.weight", "self_attn.qkv_proj.weight"),
+    ("ffn_up.weight", "mlp.gate_up_proj.weight"),
+];
 const GLOBAL_NAMES: &[(&str, &str)] = &[
     ("token_embd.weight", "model.embed_tokens.weight"),
     ("output_norm.weight", "model.norm.weight"),
     ("output.weight", "lm_head.weight"),
 ];
 
-fn gguf_to_hf_name(name: &str) -> Option<String> {
+fn layer_names(arch: Arch) -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+    let fused: &[(&str, &str)] = if arch == Arch::Phi3 { PHI3_LAYER_NAMES } else { &[] };
+    fused.iter().chain(LAYER_NAMES)
+}
+
+fn gguf_to_hf_name(arch: Arch, name: &str) -> Option<String> {
     if let Some((_, hf)) = GLOBAL_NAMES.iter().find(|(g, _)| *g == name) {
         return Some(hf.to_string());
     }
     let rest = name.strip_prefix("blk.")?;
     let (layer, what) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    LAYER_NAMES.iter().find(|(g, _)| *g == what).map(|(_, hf)| format!("model.layers.{layer}.{hf}"))
+    layer_names(arch).find(|(g, _)| *g == what).map(|(_, hf)| format!("model.layers.{layer}.{hf}"))
 }
 
-fn hf_to_gguf_name(name: &str) -> Option<String> {
+fn hf_to_gguf_name(arch: Arch, name: &str) -> Option<String> {
     if let Some((g, _)) = GLOBAL_NAMES.iter().find(|(_, hf)| *hf == name) {
         return Some(g.to_string());
     }
     let rest = name.strip_prefix("model.layers.")?;
     let (layer, what) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    LAYER_NAMES.iter().find(|(_, hf)| *hf == what).map(|(g, _)| format!("blk.{layer}.{g}"))
+    layer_names(arch).find(|(_, hf)| *hf == what).map(|(g, _)| format!("blk.{layer}.{g}"))
 }
 
 /// llama.cpp's `permute` for Q/K rows (HF rotate-half -> interleaved pairs), or its inverse.
@@ -95,7 +106,7 @@ pub fn gguf_to_safetensors(input: &Path, out_dir: &Path, dtype: &str) -> Result<
     std::fs::create_dir_all(out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
     let mut tensors: HashMap<String, Tensor> = HashMap::new();
     for info in g.tensors() {
-        let Some(hf) = gguf_to_hf_name(&info.name) else {
+        let Some(hf) = gguf_to_hf_name(cfg.arch, &info.name) else {
             if info.name == "rope_freqs.weight" {
                 continue;
             }
@@ -117,7 +128,7 @@ pub fn gguf_to_safetensors(input: &Path, out_dir: &Path, dtype: &str) -> Result<
         Arch::Llama => ("llama", "LlamaForCausalLM"),
         Arch::Qwen2 => ("qwen2", "Qwen2ForCausalLM"),
         Arch::Mistral => ("mistral", "MistralForCausalLM"),
-        Arch::Phi3 => bail!("phi3 conversion is not supported yet (fused QKV)"),
+        Arch::Phi3 => ("phi3", "Phi3ForCausalLM"),
         Arch::Gemma3 => bail!("gemma3 conversion is not supported (the GGUF's norms have Gemma's +1 folded in)"),
         Arch::Qwen3 => ("qwen3", "Qwen3ForCausalLM"),
     };
@@ -130,6 +141,7 @@ pub fn gguf_to_safetensors(input: &Path, out_dir: &Path, dtype: &str) -> Result<
         "num_attention_heads": cfg.num_heads,
         "num_key_value_heads": cfg.num_kv_heads,
         "head_dim": cfg.head_dim,
+        "partial_rotary_factor": (cfg.rope_dim != cfg.head_dim).then(|| cfg.rope_dim as f64 / cfg.head_dim as f64),
         "rms_norm_eps": cfg.rms_norm_eps,
         "rope_theta": cfg.rope_theta,
         "max_position_embeddings": cfg.max_position_embeddings,
@@ -280,7 +292,7 @@ pub fn safetensors_to_gguf(input: &Path, output: &Path, ty: &str) -> Result<usiz
         Arch::Llama => "llama",
         Arch::Qwen2 => "qwen2",
         Arch::Mistral => "llama",
-        Arch::Phi3 => bail!("phi3 conversion is not supported yet"),
+        Arch::Phi3 => "phi3",
         Arch::Gemma3 => bail!("gemma3 conversion is not supported"),
         Arch::Qwen3 => "qwen3",
     };
@@ -311,7 +323,7 @@ pub fn safetensors_to_gguf(input: &Path, output: &Path, ty: &str) -> Result<usiz
     let mut names = src.names();
     // llama.cpp's order: embeddings, then layers in order, then the head.
     let order = |n: &String| -> (usize, usize, String) {
-        match hf_to_gguf_name(n) {
+        match hf_to_gguf_name(cfg.arch, n) {
             Some(g) if g.starts_with("token_embd") => (0, 0, g),
             Some(g) if g.starts_with("blk.") => {
                 let l = g[4..].split('.').next().and_then(|x| x.parse().ok()).unwrap_or(0);
@@ -324,7 +336,7 @@ pub fn safetensors_to_gguf(input: &Path, output: &Path, ty: &str) -> Result<usiz
     names.sort_by_key(order);
     let mut count = 0;
     for name in names {
-        let Some(gname) = hf_to_gguf_name(&name) else {
+        let Some(gname) = hf_to_gguf_name(cfg.arch, &name) else {
             if name.contains("rotary_emb") {
                 continue;
             }
@@ -402,11 +414,21 @@ mod tests {
     #[test]
     fn names_map_both_ways() {
         for n in ["token_embd.weight", "output.weight", "blk.7.attn_q.bias", "blk.29.ffn_down.weight"] {
-            let hf = gguf_to_hf_name(n).unwrap();
-            assert_eq!(hf_to_gguf_name(&hf).unwrap(), n);
+            let hf = gguf_to_hf_name(Arch::Llama, n).unwrap();
+            assert_eq!(hf_to_gguf_name(Arch::Llama, &hf).unwrap(), n);
         }
-        assert_eq!(gguf_to_hf_name("blk.3.attn_k.weight").unwrap(), "model.layers.3.self_attn.k_proj.weight");
-        assert!(gguf_to_hf_name("blk.x.attn_k.weight").is_none());
+        assert_eq!(gguf_to_hf_name(Arch::Llama, "blk.3.attn_k.weight").unwrap(), "model.layers.3.self_attn.k_proj.weight");
+        assert!(gguf_to_hf_name(Arch::Llama, "blk.x.attn_k.weight").is_none());
+        // phi3: fused QKV and gate/up, both ways; the unfused names still map.
+        for (g, hf) in [
+            ("blk.2.attn_qkv.weight", "model.layers.2.self_attn.qkv_proj.weight"),
+            ("blk.2.ffn_up.weight", "model.layers.2.mlp.gate_up_proj.weight"),
+            ("blk.2.ffn_down.weight", "model.layers.2.mlp.down_proj.weight"),
+        ] {
+            assert_eq!(gguf_to_hf_name(Arch::Phi3, g).unwrap(), hf);
+            assert_eq!(hf_to_gguf_name(Arch::Phi3, hf).unwrap(), g);
+        }
+        assert_eq!(gguf_to_hf_name(Arch::Llama, "blk.2.ffn_up.weight").unwrap(), "model.layers.2.mlp.up_proj.weight");
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //!   embeddings): scripts/reference/qwen3_synthetic.py, tests/data/llama/qwen3_synthetic.json;
 //! - Llama 3.2 style (llama3 RoPE scaling with a 64-position original context and a 169-token
 //!   prompt, tied embeddings, no output.weight): scripts/reference/llama3_rope_synthetic.py,
-//!   tests/data/llama/llama3_rope_synthetic.json.
+//!   tests/data/llama/llama3_rope_synthetic.json;
+//! - Phi-3 (fused QKV and gate/up projections, RoPE over 3/4 of each head as Phi-4-mini, an
+//!   untied lm_head): scripts/reference/phi3_synthetic.py, tests/data/llama/phi3_synthetic.json.
 //!
 //! Each checks the HF directory (F32 safetensors, candle's ops) against the script's float64
 //! numpy forward pass at every position, and the q8_0 GGUF `safetensors_to_gguf` writes (the
@@ -205,5 +207,49 @@ fn llama3_rope_scaling_matches_numpy_and_llama_cpp() -> Result<()> {
     let cfg = check("llama3_rope_synthetic.json", llama3_tensors)?;
     assert_eq!(cfg.arch, sapient_llama::Arch::Llama);
     assert!(matches!(cfg.rope_scaling, Some(sapient_llama::RopeScaling::FreqFactors(_))) && cfg.tie_word_embeddings);
+    Ok(())
+}
+
+/// phi3_synthetic.py's `tensors`, in index order.
+fn phi3_tensors(vocab: usize) -> Vec<TensorSpec> {
+    const LAYERS: usize = 2;
+    const HD: usize = H / HEADS;
+    let lin = |i: usize| (3.0 / i as f64).sqrt();
+    let mut out = vec![("model.embed_tokens.weight".to_string(), vec![vocab, H], 0.0, 1.0)];
+    for l in 0..LAYERS {
+        let p = |n: &str| format!("model.layers.{l}.{n}");
+        let norm = |n: &str| (p(n), vec![H], 1.0, 0.2);
+        let linear = |n: &str, o: usize, i: usize| (p(n), vec![o, i], 0.0, lin(i));
+        out.extend([
+            norm("input_layernorm.weight"),
+            linear("self_attn.qkv_proj.weight", (HEADS + 2 * KV) * HD, H),
+            linear("self_attn.o_proj.weight", H, HEADS * HD),
+            norm("post_attention_layernorm.weight"),
+            linear("mlp.gate_up_proj.weight", 2 * I, H),
+            linear("mlp.down_proj.weight", H, I),
+        ]);
+    }
+    out.push(("model.norm.weight".to_string(), vec![H], 1.0, 0.2));
+    out.push(("lm_head.weight".to_string(), vec![vocab, H], 0.0, lin(H)));
+    out
+}
+
+/// Phi-3: the fused projections through `cargo xtask convert` (llama.cpp's `attn_qkv` and
+/// `ffn_up` holding gate and up), partial RoPE from HF `partial_rotary_factor` and from the
+/// GGUF's `rope.dimension_count`, an untied output layer.
+#[test]
+fn phi3_synthetic_matches_numpy_and_llama_cpp() -> Result<()> {
+    let cfg = check("phi3_synthetic.json", phi3_tensors)?;
+    assert_eq!(cfg.arch, sapient_llama::Arch::Phi3);
+    assert!(!cfg.tie_word_embeddings && cfg.rope_dim == 12 && cfg.head_dim == 16);
+    // LongRoPE (Phi-3 128k, Phi-3.5) is refused by name rather than run without its scaling.
+    let dir = tempfile::tempdir()?;
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/llama/phi3_synthetic.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(file)?)?;
+    config = config["config"].take();
+    config["rope_scaling"] = serde_json::json!({"type": "longrope", "short_factor": vec![1.0; 6], "long_factor": vec![2.0; 6]});
+    std::fs::write(dir.path().join("config.json"), config.to_string())?;
+    let e = sapient_llama::LlamaConfig::from_hf_config(&dir.path().join("config.json")).unwrap_err().to_string();
+    assert!(e.contains("LongRoPE") && e.contains("longrope"), "{e}");
     Ok(())
 }
