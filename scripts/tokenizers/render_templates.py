@@ -41,6 +41,7 @@ TEMPLATES = [
     ('mistral-v3', '<s>', '</s>'),
     ('mistral-nemo', '<s>', '</s>'),
     ('gemma2', '<bos>', '<eos>'),
+    ('gemma3', '<bos>', '<eos>'),
     ('deepseek-r1-distill-qwen', '<｜begin▁of▁sentence｜>', '<｜end▁of▁sentence｜>'),
     ('hermes3-tool-use', '<|begin_of_text|>', '<|im_end|>'),
     ('smollm3', None, '<|im_end|>'),

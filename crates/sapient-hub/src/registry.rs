@@ -85,6 +85,19 @@ pub struct Preset {
     pub files: Vec<FileSpec>,
 }
 
+impl Preset {
+    /// Where its files come from: `hub+mirror`, `mirror` or `hub` (no package mirror).
+    pub fn sources(&self) -> &'static str {
+        let hub = self.files.iter().all(|f| f.hub.is_some());
+        let mirror = self.files.iter().all(|f| !f.parts.is_empty());
+        match (hub, mirror) {
+            (true, true) => "hub+mirror",
+            (false, true) => "mirror",
+            _ => "hub",
+        }
+    }
+}
+
 impl FileSpec {
     /// The sha256 a copy from the Hub must have.
     pub fn hub_sha256(&self) -> &str {
@@ -208,6 +221,15 @@ impl Registry {
                 if file.name.is_empty() || file.name.contains('/') || file.name.contains('\\') || file.name.starts_with('.') {
                     return Err(err(format!("{}/{}: file names must be plain names", p.id, file.name)));
                 }
+            }
+            // A file only the Hub has makes the preset unfetchable where the Hub is out of
+            // reach: such presets are grouped as `hub`, and only they.
+            let hub_only = p.files.iter().any(|f| f.parts.is_empty());
+            if hub_only != p.groups.iter().any(|g| g == "hub") {
+                return Err(err(format!(
+                    "preset '{}': the `hub` group is for presets with a file that has no package mirror, and only for them",
+                    p.id
+                )));
             }
         }
         Ok(Self { presets: f.models })

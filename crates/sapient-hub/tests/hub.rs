@@ -58,9 +58,22 @@ fn builtin_registry_is_complete() -> Result<()> {
         for f in &p.files {
             assert!(f.sha256.len() == 64 && f.sha256.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)), "{}/{}", p.id, f.name);
             assert!(f.size > 0, "{}/{}", p.id, f.name);
-            assert!(!f.parts.is_empty(), "{}/{}: every file has a package mirror source", p.id, f.name);
+            let hub_only = p.groups.iter().any(|g| g == "hub");
+            assert_eq!(f.parts.is_empty(), hub_only, "{}/{}: a package mirror source, unless grouped `hub`", p.id, f.name);
         }
     }
+    // The Hub-only presets: one GGUF each, pinned by the Hub's sha256 and size.
+    let hub_ids: Vec<&str> = r.group("hub")?.iter().map(|p| p.id.as_str()).collect();
+    assert_eq!(hub_ids, ["qwen3-0.6b", "llama-3.2-1b-instruct", "gemma-3-270m-it"]);
+    for p in r.group("hub")? {
+        assert_eq!((p.kind.as_str(), p.files.len(), p.files[0].role.as_str(), p.sources()), ("llm", 1, "gguf", "hub"));
+        assert!(p.files[0].hub.as_ref().is_some_and(|h| h.file == p.files[0].name), "{}", p.id);
+        assert!(!ci.contains(&p.id), "{} stays out of CI", p.id);
+    }
+    let q3 = &r.get("qwen3-0.6b")?.files[0];
+    assert_eq!((q3.size, q3.sha256.as_str()), (639_446_688, "9465e63a22add5354d9bb4b99e90117043c7124007664907259bd16d043bb031"));
+    assert_eq!(r.get("smollm2-135m-instruct")?.sources(), "hub+mirror");
+    assert_eq!(r.get("kokoro-82m")?.sources(), "mirror");
     let q05 = &r.get("qwen2.5-coder-0.5b-instruct")?.files[0];
     assert_eq!((q05.size, q05.sha256.as_str()), (491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"));
     assert_eq!(q05.parts.len(), 6);
@@ -364,6 +377,38 @@ fn hf_cache_layout_is_used_and_checked() -> Result<()> {
     Ok(())
 }
 
+/// A preset whose file only the Hub has (group `hub`): found in the Hugging Face cache and
+/// checked there; without it, the error says the preset has no package mirror.
+#[test]
+fn hub_only_preset() -> Result<()> {
+    let registry = |hash: &str| {
+        let t = format!(
+            "[[model]]\nid = \"fake\"\nkind = \"llm\"\ngroups = [\"hub\"]\n  [[model.file]]\n  role = \"gguf\"\n  name = \"m.gguf\"\n  \
+             sha256 = \"{hash}\"\n  size = 8\n  hub = {{ repo = \"sapient-test/fake\", file = \"m.gguf\", revision = \"main\" }}\n"
+        );
+        Registry::from_toml_str(&t, "test").unwrap()
+    };
+    let hf = tempfile::tempdir()?;
+    fake_hf_cache(hf.path(), "m.gguf", b"hub only")?;
+    let cache = tempfile::tempdir()?;
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(registry(&sha(b"hub only"))).with_hf_cache_dir(hf.path());
+    assert_eq!(hub.registry().get("fake")?.sources(), "hub");
+    let r = hub.fetch_preset("fake", &mut |_| {})?;
+    assert_eq!(std::fs::read(r.file("gguf")?)?, b"hub only");
+
+    let empty = tempfile::tempdir()?;
+    let cache = tempfile::tempdir()?;
+    let hub = Hub::with_cache_dir(cache.path())?.with_registry(registry(&sha(b"hub only"))).with_hf_cache_dir(empty.path());
+    match hub.fetch_preset("fake", &mut |_| {}) {
+        Err(Error::NoSource { tried, .. }) => {
+            let all = tried.join(" | ");
+            assert!(all.contains("no package mirror: fake is only on the Hugging Face Hub"), "{all}");
+        }
+        other => panic!("expected NoSource, got {other:?}"),
+    }
+    Ok(())
+}
+
 #[test]
 fn hub_build_with_its_own_hash() -> Result<()> {
     // The Hub serves another build of the file: its hash and size are in the registry.
@@ -401,6 +446,7 @@ fn registry_validation_names_the_problem() {
         (ok.replace("kind = \"llm\"", "kind = \"diffusion\""), "diffusion"),
         (ok.replace(&"a".repeat(64), &"A".repeat(64)), "lowercase"),
         (format!("{ok}\n{ok}"), "listed twice"),
+        (ok.replace("kind = \"llm\"", "kind = \"llm\"\ngroups = [\"hub\"]"), "`hub` group"),
     ] {
         let e = Registry::from_toml_str(&text, "t").unwrap_err().to_string();
         assert!(e.contains(needle), "expected '{needle}' in: {e}");
