@@ -1,6 +1,7 @@
 //! `POST /v1/chat/completions` and `POST /v1/completions`.
 
 use crate::error::{from_generate, ApiError};
+use crate::reasoning;
 use crate::tools::{self, Piece};
 use crate::{new_id, parse_body, unix_now, AppState, Llm};
 use axum::body::{Body, Bytes};
@@ -82,6 +83,9 @@ struct ChatRequest {
     tools: Option<Value>,
     tool_choice: Option<Value>,
     parallel_tool_calls: Option<bool>,
+    /// Not OpenAI's (vLLM's and llama.cpp's): variables for the chat template, e.g.
+    /// `{"enable_thinking": false}` for Qwen3.
+    chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 #[derive(Deserialize)]
@@ -105,6 +109,9 @@ struct Prepared {
     include_usage: bool,
     /// Tools are on: parse `<tool_call>` blocks out of the text.
     tools: bool,
+    /// Chat: split a `<think>` block into `reasoning_content`; `Some(true)` when the prompt
+    /// opened the block already.
+    reasoning: Option<bool>,
 }
 
 impl Sampling {
@@ -309,6 +316,7 @@ struct CheckedChat {
     stream: bool,
     include_usage: bool,
     tools: bool,
+    template_vars: serde_json::Map<String, Value>,
 }
 
 /// Everything in a chat request that does not need the model: sampling fields (`vocab` for
@@ -339,18 +347,19 @@ fn check_chat(st: &AppState, vocab: usize, native: bool, req: &ChatRequest) -> R
         stream: req.sampling.stream.unwrap_or(false),
         include_usage: req.sampling.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
         tools: choice != tools::Choice::None,
+        template_vars: req.chat_template_kwargs.clone().unwrap_or_default(),
     })
 }
 
 fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, ApiError> {
     let pipe = llm.engine.pipeline();
     let native = llm.template_tools;
-    let CheckedChat { cfg, n, fns, mut msgs, stream, include_usage, tools: calls } = check_chat(st, pipe.info().vocab_size, native, &req)?;
+    let CheckedChat { cfg, n, fns, mut msgs, stream, include_usage, tools: calls, template_vars } = check_chat(st, pipe.info().vocab_size, native, &req)?;
     let template = pipe
         .tokenizer()
         .chat_template()
         .ok_or_else(|| ApiError::bad_request(format!("model '{}' has no chat template; use /v1/completions", llm.id)))?;
-    let mut ropts = sapient_tokenizers::RenderOptions::default();
+    let mut ropts = sapient_tokenizers::RenderOptions { extra: template_vars, ..Default::default() };
     if !fns.is_empty() {
         if native {
             ropts.tools = Some(Value::Array(fns.iter().map(|f| f.definition.clone()).collect()));
@@ -366,7 +375,8 @@ fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, 
     }
     let text = template.render(&msgs, &ropts).map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
     let ids = pipe.tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls })
+    let opened = text.trim_end().ends_with("<think>");
+    Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls, reasoning: Some(opened) })
 }
 
 /// A completion request's fields checked, its prompts encoded with `encode` (strings) or
@@ -407,6 +417,7 @@ fn check_completion(st: &AppState, vocab: usize, req: &CompletionRequest, encode
         stream: req.sampling.stream.unwrap_or(false),
         include_usage: req.sampling.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
         tools: false,
+        reasoning: None,
     })
 }
 
@@ -492,6 +503,8 @@ pub(crate) async fn completions(
 
 /// Per choice: its parser and what it has said.
 struct ChoiceState {
+    thinking: Option<reasoning::Splitter>,
+    reasoning: String,
     parser: Option<tools::Parser>,
     call_ids: Vec<String>,
     content: String,
@@ -502,24 +515,54 @@ struct ChoiceState {
 }
 
 impl ChoiceState {
-    fn new(tools: bool) -> Self {
-        Self { parser: tools.then(tools::Parser::new), call_ids: vec![], content: String::new(), calls: vec![], started: false, last: None, result: None }
-    }
-    /// Split a piece of generated text into content and call pieces.
-    fn pieces(&mut self, text: &str) -> Vec<Piece> {
-        match &mut self.parser {
-            Some(p) => p.push(text),
-            None => vec![Piece::Content(text.to_string())],
+    fn new(tools: bool, reasoning: Option<bool>) -> Self {
+        Self {
+            thinking: reasoning.map(reasoning::Splitter::new),
+            reasoning: String::new(),
+            parser: tools.then(tools::Parser::new),
+            call_ids: vec![],
+            content: String::new(),
+            calls: vec![],
+            started: false,
+            last: None,
+            result: None,
         }
     }
+    /// Split a piece of generated text into reasoning, content and call pieces.
+    fn pieces(&mut self, text: &str) -> Vec<Piece> {
+        let parts = match &mut self.thinking {
+            Some(s) => s.push(text),
+            None => vec![reasoning::Part::Content(text.to_string())],
+        };
+        self.after_reasoning(parts, false)
+    }
     fn finish_pieces(&mut self) -> Vec<Piece> {
-        self.parser.as_mut().map(|p| p.finish()).unwrap_or_default()
+        let parts = self.thinking.as_mut().map(|s| s.finish()).unwrap_or_default();
+        self.after_reasoning(parts, true)
+    }
+    /// The answer's text through the tool-call parser; reasoning as it is.
+    fn after_reasoning(&mut self, parts: Vec<reasoning::Part>, end: bool) -> Vec<Piece> {
+        let mut out = Vec::new();
+        for p in parts {
+            match p {
+                reasoning::Part::Reasoning(r) => out.push(Piece::Reasoning(r)),
+                reasoning::Part::Content(c) => match &mut self.parser {
+                    Some(p) => out.extend(p.push(&c)),
+                    None => out.push(Piece::Content(c)),
+                },
+            }
+        }
+        if end {
+            out.extend(self.parser.as_mut().map(|p| p.finish()).unwrap_or_default());
+        }
+        out
     }
     /// Keep the pieces (for the whole answer) and give their ids to new calls.
     fn record(&mut self, pieces: &[Piece]) {
         for p in pieces {
             match p {
                 Piece::Content(c) => self.content.push_str(c),
+                Piece::Reasoning(r) => self.reasoning.push_str(r),
                 Piece::CallStart { name, .. } => {
                     let id = new_id("call_");
                     self.call_ids.push(id.clone());
@@ -574,7 +617,7 @@ async fn run(st: Arc<AppState>, llm: Arc<Llm>, p: Prepared, kind: Kind) -> Resul
     let ctx = Ctx { id, created, model: llm.id.clone(), kind, include_usage: p.include_usage, groups: p.prompts.len(), n: p.n };
     if p.stream {
         let (tx, rx) = mpsc::channel::<Bytes>(64);
-        let states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools)).collect();
+        let states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools, p.reasoning)).collect();
         tokio::spawn(stream_task(handles, states, tx, ctx, llm, guard, t0));
         let body = Body::from_stream(tokio_stream_from(rx));
         return Ok((
@@ -584,7 +627,7 @@ async fn run(st: Arc<AppState>, llm: Arc<Llm>, p: Prepared, kind: Kind) -> Resul
             .into_response());
     }
     // Whole answers: wait for every choice.
-    let mut states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools)).collect();
+    let mut states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools, p.reasoning)).collect();
     let mut merged = merged(handles);
     while let Some((i, ev)) = merged.next().await {
         let s = &mut states[i];
@@ -628,6 +671,9 @@ async fn run(st: Arc<AppState>, llm: Arc<Llm>, p: Prepared, kind: Kind) -> Resul
         .map(|(i, (s, g))| match kind {
             Kind::Chat => {
                 let mut message = json!({"role": "assistant", "content": if s.calls.is_empty() || !s.content.trim().is_empty() { Value::String(s.content.clone()) } else { Value::Null }});
+                if !s.reasoning.is_empty() {
+                    message["reasoning_content"] = Value::String(s.reasoning.clone());
+                }
                 if !s.calls.is_empty() {
                     message["tool_calls"] = s
                         .calls
@@ -752,6 +798,7 @@ async fn stream_task(
         for p in pieces {
             let delta = match p {
                 Piece::Content(c) => json!({"content": c}),
+                Piece::Reasoning(r) => json!({"reasoning_content": r}),
                 Piece::CallStart { index, name } => {
                     let id = s.call_ids.get(index).cloned().unwrap_or_default();
                     json!({"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]})

@@ -24,6 +24,7 @@
 mod chat;
 mod error;
 mod media;
+mod reasoning;
 pub mod metrics;
 pub mod tools;
 

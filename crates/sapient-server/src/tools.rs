@@ -148,6 +148,9 @@ pub fn system_prompt(tools: &[Function]) -> String {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Piece {
     Content(String),
+    /// Text of a reasoning model's `<think>` block (chat's `reasoning_content`; the tool
+    /// parser never gives it).
+    Reasoning(String),
     /// A call starts: its index among the answer's calls, and its function's name.
     CallStart { index: usize, name: String },
     /// More of a call's `arguments` (JSON text).
@@ -410,6 +413,7 @@ mod tests {
                     calls.push((name.clone(), String::new()));
                 }
                 Piece::CallArgs { index, text } => calls[*index].1.push_str(text),
+                Piece::Reasoning(r) => panic!("the tool parser gave reasoning: {r}"),
             }
         }
         (content, calls)
