@@ -4,7 +4,7 @@
 //! without a batched forward keeps one too, so sampling, constraints and their forced runs,
 //! end-of-sequence, stop strings, the token limit and the statistics are written once.
 
-use crate::pipeline::{flush_tail, split_reasoning, FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline};
+use crate::pipeline::{flush_tail, split_reasoning, FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline, TokenLogprob};
 use crate::speculative::{self, PromptLookup, Proposal, Proposer};
 use crate::{Error, Result};
 use rand::rngs::StdRng;
@@ -34,6 +34,9 @@ pub(crate) struct Decoder {
     pub(crate) stats: GenerationStats,
     lookup: Option<Lookup>,
     think: Think,
+    /// With `cfg.logprobs`: one per generated token, and how many were handed out.
+    logprobs: Vec<TokenLogprob>,
+    logprobs_given: usize,
 }
 
 /// Where the output stands with a `<think>` block, for [`GenerationConfig::reasoning_budget`].
@@ -58,7 +61,15 @@ struct Lookup {
 }
 
 impl Decoder {
-    pub(crate) fn new(pipeline: &Pipeline, prompt: Vec<u32>, cfg: GenerationConfig, submitted: Instant) -> Result<Self> {
+    pub(crate) fn new(pipeline: &Pipeline, prompt: Vec<u32>, mut cfg: GenerationConfig, submitted: Instant) -> Result<Self> {
+        if let Some(k) = cfg.logprobs {
+            if k > crate::MAX_TOP_LOGPROBS {
+                return Err(Error::InvalidOptions(format!("logprobs: at most {} alternatives per token, not {k}", crate::MAX_TOP_LOGPROBS)));
+            }
+            // Every token from its own logits.
+            cfg.fast_forward = false;
+            cfg.lookup = None;
+        }
         let sampler = Sampler::new(cfg.sampling.clone())?;
         let matcher = cfg.constraint.as_ref().map(|g| Matcher::new(g.clone(), pipeline.token_index()));
         let lookup = match &cfg.lookup {
@@ -101,7 +112,16 @@ impl Decoder {
             submitted,
             started: None,
             first_token: None,
+            logprobs: Vec::new(),
+            logprobs_given: 0,
         })
+    }
+
+    /// The log-probabilities of tokens chosen since the last call (none unless asked for).
+    pub(crate) fn new_logprobs(&mut self) -> Vec<TokenLogprob> {
+        let new = self.logprobs[self.logprobs_given..].to_vec();
+        self.logprobs_given = self.logprobs.len();
+        new
     }
 
     pub(crate) fn prompt_len(&self) -> usize {
@@ -137,6 +157,9 @@ impl Decoder {
             self.stats.forced_tokens += close.len();
             self.first_token.get_or_insert_with(Instant::now);
             for t in close {
+                if self.cfg.logprobs.is_some() {
+                    self.logprobs.push(TokenLogprob { token: t, logprob: 0.0, top: Vec::new() });
+                }
                 *fed += 1;
                 if let Some(reason) = self.push(t, emit)? {
                     return Ok(Some(reason));
@@ -148,6 +171,8 @@ impl Decoder {
             return Ok(None);
         }
         let ts = Instant::now();
+        // The model's distribution, before the sampler changes the logits in place.
+        let raw = self.cfg.logprobs.map(|_| logits.to_vec());
         let next = match self.matcher.as_mut() {
             Some(m) => self.sampler.sample_constrained(logits, &self.tokens, m)?,
             None => self.sampler.sample(logits, &self.tokens)?,
@@ -161,6 +186,9 @@ impl Decoder {
         if (!self.cfg.ignore_eos || self.matcher.is_some()) && eos.contains(&next) {
             self.stats.sampling += ts.elapsed();
             return Ok(Some(FinishReason::Eos));
+        }
+        if let (Some(raw), Some(k)) = (raw, self.cfg.logprobs) {
+            self.logprobs.push(TokenLogprob::from_logits(&raw, next, k));
         }
         let mut feed = vec![next];
         if let (Some(m), true) = (self.matcher.as_mut(), self.cfg.fast_forward) {
@@ -320,6 +348,7 @@ impl Decoder {
         Ok(Generation {
             text,
             reasoning,
+            logprobs: std::mem::take(&mut self.logprobs),
             tokens: self.generated().to_vec(),
             finish,
             stats: self.stats.clone(),

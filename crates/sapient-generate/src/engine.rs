@@ -94,9 +94,13 @@ impl Default for EngineOptions {
 
 /// What a request's receiver gets.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Event {
     /// A piece of text (stop strings held back until they cannot match).
     Text(String),
+    /// With [`GenerationConfig::logprobs`]: the tokens chosen in a step, after that step's
+    /// text (whose last piece may be held back for stop strings).
+    Logprobs(Vec<crate::TokenLogprob>),
     /// The end, with the whole generation (or why it failed).
     Done(Result<Generation>),
 }
@@ -616,6 +620,10 @@ impl Scheduler {
                     let mut fed = 0;
                     r = a.dec.advance(logits, &self.eos, &mut emit, &mut fed);
                 }
+                let lps = a.dec.new_logprobs();
+                if !lps.is_empty() {
+                    let _ = a.tx.send(Event::Logprobs(lps));
+                }
                 let new = &a.dec.tokens()[had..];
                 a.kv_tokens.extend_from_slice(new);
                 self.shared.generated.fetch_add(new.len() as u64, Ordering::Relaxed);
@@ -711,6 +719,7 @@ impl Scheduler {
                         text: String::new(),
                         reasoning: None,
                         tokens: Vec::new(),
+                        logprobs: Vec::new(),
                         finish: FinishReason::Cancelled,
                         stats: GenerationStats { prompt_tokens: r.prompt.len(), ..Default::default() },
                     };

@@ -23,7 +23,7 @@ mod stream;
 pub mod task;
 
 pub use pipeline::{
-    split_reasoning, Drafter, FinishReason, Generation, GenerationConfig, GenerationStats, ModelInfo, Pipeline,
+    split_reasoning, Drafter, TokenLogprob, MAX_TOP_LOGPROBS, FinishReason, Generation, GenerationConfig, GenerationStats, ModelInfo, Pipeline,
     PipelineOptions,
 };
 pub use sapient_hub::Progress;

@@ -72,6 +72,53 @@ pub struct GenerationConfig {
     /// without sampling), so that a reasoning model gets to its answer; a block the prompt
     /// opens counts from the first generated token.
     pub reasoning_budget: Option<usize>,
+    /// Log-probabilities of the chosen tokens with this many of the most likely alternatives
+    /// (0 to [`MAX_TOP_LOGPROBS`]), from the model's distribution before the sampler's
+    /// changes (temperature, penalties, filters, constraint masks), as OpenAI's `logprobs`:
+    /// [`Generation::logprobs`], and [`Event::Logprobs`](crate::Event::Logprobs) after each
+    /// step's text. Every token then gets its own forward: forced runs and prompt lookup
+    /// are off. Tokens a reasoning budget forces have log-probability 0 and no alternatives.
+    pub logprobs: Option<usize>,
+}
+
+/// Most alternatives [`GenerationConfig::logprobs`] gives per token (OpenAI's limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// A chosen token's log-probability and the most likely alternatives at its position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+    /// Most likely first, `(token, logprob)`.
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprob {
+    /// From a position's raw logits: `token`'s log-softmax and the `k` most likely tokens.
+    pub fn from_logits(logits: &[f32], token: u32, k: usize) -> Self {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+        let lse = max + sum.ln() as f32;
+        let lp = |l: f32| if l.is_finite() { l - lse } else { f32::NEG_INFINITY };
+        let k = k.min(MAX_TOP_LOGPROBS).min(logits.len());
+        let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+        if k > 0 {
+            // One pass keeping the k best, highest first (ties: lower id first).
+            for (i, &l) in logits.iter().enumerate() {
+                if top.len() == k && l <= top[k - 1].1 {
+                    continue;
+                }
+                let at = top.partition_point(|&(_, x)| x >= l);
+                top.insert(at, (i as u32, l));
+                top.truncate(k);
+            }
+        }
+        Self {
+            token,
+            logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| lp(l)),
+            top: top.into_iter().map(|(t, l)| (t, lp(l))).collect(),
+        }
+    }
 }
 
 impl Default for GenerationConfig {
@@ -87,6 +134,7 @@ impl Default for GenerationConfig {
             lookup: None,
             thinking: None,
             reasoning_budget: None,
+            logprobs: None,
         }
     }
 }
@@ -166,6 +214,8 @@ pub struct Generation {
     /// The streamed pieces carry the whole output, tags included.
     pub reasoning: Option<String>,
     pub tokens: Vec<u32>,
+    /// With [`GenerationConfig::logprobs`]: one per token of [`tokens`](Self::tokens).
+    pub logprobs: Vec<TokenLogprob>,
     pub finish: FinishReason,
     pub stats: GenerationStats,
 }
@@ -528,7 +578,7 @@ impl Pipeline {
                         handle.cancel();
                     }
                 }
-                Event::Text(_) => {}
+                Event::Text(_) | Event::Logprobs(_) => {}
                 Event::Done(r) => {
                     let mut g = r?;
                     if stopped {
@@ -678,6 +728,9 @@ impl Pipeline {
         if cfg.constraint.is_some() {
             return Err(Error::Unsupported("constrained generation with speculative decoding"));
         }
+        if cfg.logprobs.is_some() {
+            return Err(Error::Unsupported("logprobs with speculative decoding"));
+        }
         use crate::speculative::{generate, DraftModel, LookupDecoding, PromptLookup, SpecStats};
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
@@ -809,6 +862,7 @@ impl Pipeline {
             text,
             reasoning,
             tokens: out.clone(),
+            logprobs: Vec::new(),
             finish,
             stats: GenerationStats {
                 prompt_tokens: prompt.len(),

@@ -80,6 +80,7 @@ fn concurrent_requests_give_what_they_give_alone() -> Result<()> {
     let first_text = match h0.blocking_next() {
         Some(Event::Text(t)) => t,
         Some(Event::Done(r)) => anyhow::bail!("request 0 ended before streaming: {:?}", r.map(|g| g.text)),
+        Some(other) => anyhow::bail!("unexpected event {other:?}"),
         None => anyhow::bail!("request 0 vanished"),
     };
     for (i, q) in qs.iter().enumerate().skip(4) {
@@ -307,4 +308,61 @@ fn prompt_lookup_in_the_batched_step_keeps_greedy_output() -> Result<()> {
     }
     wait_idle(&engine)?;
     Ok(())
+}
+
+/// `GenerationConfig::logprobs`: one entry per generated token, from the model's own
+/// distribution (the same whatever the sampler does to it), streamed after each step's text
+/// and whole in the result; constrained tokens get theirs too.
+#[test]
+fn logprobs_of_the_chosen_tokens() -> Result<()> {
+    let p = pipeline();
+    let engine = Engine::new(p, small(EngineOptions::default()))?;
+    let msgs = &questions()[0];
+    let run = |cfg: GenerationConfig| -> Result<(Generation, Vec<sapient_generate::TokenLogprob>)> {
+        let mut h = engine.submit_chat(msgs, cfg)?;
+        let mut streamed = Vec::new();
+        while let Some(e) = h.blocking_next() {
+            match e {
+                Event::Logprobs(l) => streamed.extend(l),
+                Event::Done(r) => return Ok((r?, streamed)),
+                _ => {}
+            }
+        }
+        anyhow::bail!("no end")
+    };
+    let greedy = GenerationConfig { logprobs: Some(5), ..GenerationConfig::default().max_tokens(12) };
+    let (g, streamed) = run(greedy.clone())?;
+    assert_eq!(g.logprobs, streamed, "streamed and final logprobs agree");
+    assert_eq!(g.logprobs.iter().map(|l| l.token).collect::<Vec<_>>(), g.tokens);
+    for l in &g.logprobs {
+        assert_eq!(l.top.len(), 5);
+        // Greedy takes the most likely token, whose log-probability heads the list.
+        assert_eq!(l.top[0], (l.token, l.logprob));
+        assert!(l.top.windows(2).all(|w| w[0].1 >= w[1].1) && l.logprob <= 0.0);
+        let mass: f32 = l.top.iter().map(|t| t.1.exp()).sum();
+        assert!(mass > 0.0 && mass <= 1.0 + 1e-5, "{mass}");
+    }
+    // The same generation without logprobs: same tokens (asking for them changes nothing).
+    let plain = engine.submit_chat(msgs, GenerationConfig::default().max_tokens(12))?.wait()?;
+    assert_eq!(plain.tokens, g.tokens);
+    assert!(plain.logprobs.is_empty());
+    // Sampling hot: the first position's distribution is the model's, not the sampler's.
+    let hot = GenerationConfig {
+        logprobs: Some(5),
+        sampling: SamplerConfig { temperature: 1.8, seed: Some(3), ..Default::default() },
+        ..GenerationConfig::default().max_tokens(1)
+    };
+    let (h, _) = run(hot)?;
+    assert_eq!(h.logprobs[0].top, g.logprobs[0].top);
+    // A constraint's forced tokens each get their own logits, hence log-probabilities.
+    let grammar = sapient_generate::Grammar::new(&sapient_generate::Expr::Regex("The capital is (Paris|Rome)\\.".into()))?;
+    let cons = GenerationConfig { logprobs: Some(0), constraint: Some(std::sync::Arc::new(grammar)), ..GenerationConfig::default().max_tokens(32) };
+    let (c, _) = run(cons)?;
+    assert!(c.text.starts_with("The capital is "), "{}", c.text);
+    assert_eq!(c.logprobs.len(), c.tokens.len());
+    assert!(c.logprobs.iter().all(|l| l.top.is_empty() && l.logprob <= 0.0 && l.logprob.is_finite()));
+    // Too many alternatives is an error naming the limit.
+    let e = engine.submit_chat(msgs, GenerationConfig { logprobs: Some(21), ..GenerationConfig::default() })?.wait().unwrap_err();
+    assert!(e.to_string().contains("at most 20"), "{e}");
+    wait_idle(&engine)
 }

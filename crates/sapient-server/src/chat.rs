@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use sapient_generate::{Event, FinishReason, Generation, GenerationConfig, Grammar, Message, RequestHandle, SamplerConfig};
+use sapient_generate::{Event, FinishReason, Generation, GenerationConfig, Grammar, Message, RequestHandle, SamplerConfig, TokenLogprob};
 use sapient_sample::{Expr, JsonOptions};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -115,10 +115,33 @@ struct Prepared {
 }
 
 impl Sampling {
-    fn check(&self, st: &AppState, vocab: usize) -> Result<(GenerationConfig, usize), ApiError> {
-        if self.logprobs.as_ref().is_some_and(|v| !matches!(v, Value::Null | Value::Bool(false))) || self.top_logprobs.unwrap_or(0) > 0 {
-            return Err(ApiError::invalid_param("logprobs", "logprobs are not supported by this server yet"));
+    /// `logprobs` as each endpoint takes it: chat `logprobs: true` with `top_logprobs`
+    /// alternatives; completions `logprobs: N` alternatives.
+    fn logprobs(&self, chat: bool) -> Result<Option<usize>, ApiError> {
+        let max = sapient_generate::MAX_TOP_LOGPROBS as i64;
+        let top = |n: i64, name: &str| -> Result<usize, ApiError> {
+            if !(0..=max).contains(&n) {
+                return Err(ApiError::invalid_param(name, format!("{name} must be between 0 and {max}, got {n}")));
+            }
+            Ok(n as usize)
+        };
+        match (chat, &self.logprobs) {
+            (true, None | Some(Value::Null) | Some(Value::Bool(false))) => match self.top_logprobs {
+                Some(n) if n > 0 => Err(ApiError::invalid_param("top_logprobs", "top_logprobs needs logprobs: true")),
+                _ => Ok(None),
+            },
+            (true, Some(Value::Bool(true))) => Ok(Some(top(self.top_logprobs.unwrap_or(0), "top_logprobs")?)),
+            (true, Some(_)) => Err(ApiError::invalid_param("logprobs", "logprobs must be true or false")),
+            (false, None | Some(Value::Null)) => Ok(None),
+            (false, Some(v)) => match v.as_i64() {
+                Some(n) => Ok(Some(top(n, "logprobs")?)),
+                None => Err(ApiError::invalid_param("logprobs", "logprobs must be the number of alternatives to return")),
+            },
         }
+    }
+
+    fn check(&self, st: &AppState, vocab: usize, chat: bool) -> Result<(GenerationConfig, usize), ApiError> {
+        let logprobs = self.logprobs(chat)?;
         let n = self.n.unwrap_or(1);
         if n < 1 || n as usize > st.opts.max_n {
             return Err(ApiError::invalid_param("n", format!("n must be between 1 and {}, got {n}", st.opts.max_n)));
@@ -185,7 +208,7 @@ impl Sampling {
         if let Some(u) = &self.user {
             tracing::debug!(user = %u, "request user");
         }
-        Ok((GenerationConfig { max_tokens: max, sampling, stop, ignore_eos: self.ignore_eos.unwrap_or(false), ..GenerationConfig::default() }, n as usize))
+        Ok((GenerationConfig { max_tokens: max, sampling, stop, ignore_eos: self.ignore_eos.unwrap_or(false), logprobs, ..GenerationConfig::default() }, n as usize))
     }
 }
 
@@ -323,7 +346,7 @@ struct CheckedChat {
 /// `logit_bias`), tools, `response_format` and the tool constraint (compiled), messages
 /// (`native`: the template renders tool calls itself).
 fn check_chat(st: &AppState, vocab: usize, native: bool, req: &ChatRequest) -> Result<CheckedChat, ApiError> {
-    let (mut cfg, n) = req.sampling.check(st, vocab)?;
+    let (mut cfg, n) = req.sampling.check(st, vocab, true)?;
     let (fns, choice) = tools::parse(req.tools.as_ref(), req.tool_choice.as_ref())?;
     // Tools offered are described in the prompt even with tool_choice none (then the
     // constraint keeps calls out of the answer).
@@ -382,7 +405,7 @@ fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, 
 /// A completion request's fields checked, its prompts encoded with `encode` (strings) or
 /// checked against `vocab` (token ids).
 fn check_completion(st: &AppState, vocab: usize, req: &CompletionRequest, encode: &dyn Fn(&str) -> Result<Vec<u32>, ApiError>) -> Result<Prepared, ApiError> {
-    let (cfg, n) = req.sampling.check(st, vocab)?;
+    let (cfg, n) = req.sampling.check(st, vocab, false)?;
     if req.echo.unwrap_or(false) {
         return Err(ApiError::invalid_param("echo", "echo is not supported"));
     }
@@ -512,6 +535,8 @@ struct ChoiceState {
     started: bool,
     last: Option<Instant>,
     result: Option<Result<Generation, ApiError>>,
+    /// Streaming with logprobs: a step's pieces wait for its log-probabilities.
+    held: Vec<Piece>,
 }
 
 impl ChoiceState {
@@ -526,6 +551,7 @@ impl ChoiceState {
             started: false,
             last: None,
             result: None,
+            held: Vec::new(),
         }
     }
     /// Split a piece of generated text into reasoning, content and call pieces.
@@ -614,7 +640,8 @@ async fn run(st: Arc<AppState>, llm: Arc<Llm>, p: Prepared, kind: Kind) -> Resul
     }
     let id = new_id(if kind == Kind::Chat { "chatcmpl-" } else { "cmpl-" });
     let created = unix_now();
-    let ctx = Ctx { id, created, model: llm.id.clone(), kind, include_usage: p.include_usage, groups: p.prompts.len(), n: p.n };
+    let lp = LogprobFormat { bytes: p.cfg.logprobs.map(|_| llm.clone()) };
+    let ctx = Ctx { id, created, model: llm.id.clone(), kind, include_usage: p.include_usage, groups: p.prompts.len(), n: p.n, lp };
     if p.stream {
         let (tx, rx) = mpsc::channel::<Bytes>(64);
         let states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools, p.reasoning)).collect();
@@ -646,6 +673,7 @@ async fn run(st: Arc<AppState>, llm: Arc<Llm>, p: Prepared, kind: Kind) -> Resul
                 s.result = Some(r.map_err(from_generate));
                 llm.stats.e2e.observe(t0.elapsed());
             }
+            _ => {}
         }
     }
     drop(guard);
@@ -681,9 +709,13 @@ async fn run(st: Arc<AppState>, llm: Arc<Llm>, p: Prepared, kind: Kind) -> Resul
                         .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
                         .collect();
                 }
-                json!({"index": i, "message": message, "logprobs": null, "finish_reason": s.finish_reason(g)})
+                let lps = ctx.lp.bytes.as_ref().map(|_| ctx.lp.chat(&g.logprobs));
+                json!({"index": i, "message": message, "logprobs": lps, "finish_reason": s.finish_reason(g)})
             }
-            Kind::Completion => json!({"index": i, "text": s.content, "logprobs": null, "finish_reason": s.finish_reason(g)}),
+            Kind::Completion => {
+                let lps = ctx.lp.bytes.as_ref().map(|_| ctx.lp.completion(&g.logprobs));
+                json!({"index": i, "text": s.content, "logprobs": lps, "finish_reason": s.finish_reason(g)})
+            }
         })
         .collect();
     let refs: Vec<&Generation> = gens.iter().collect();
@@ -708,6 +740,70 @@ struct Ctx {
     include_usage: bool,
     groups: usize,
     n: usize,
+    lp: LogprobFormat,
+}
+
+/// OpenAI's log-probability objects, with each token's text and bytes.
+struct LogprobFormat {
+    /// Asked for (`None`: every choice's `logprobs` is null).
+    bytes: Option<Arc<Llm>>,
+}
+
+impl LogprobFormat {
+    fn token(&self, t: u32) -> (String, Vec<u8>) {
+        let b = self
+            .bytes
+            .as_ref()
+            .and_then(|llm| llm.token_bytes.get_or_init(|| llm.engine.pipeline().tokenizer().token_bytes()).get(t as usize).cloned())
+            .unwrap_or_default();
+        (String::from_utf8_lossy(&b).into_owned(), b)
+    }
+    /// JSON has no infinities: an impossible token gets OpenAI's -9999.
+    fn value(lp: f32) -> f32 {
+        if lp.is_finite() {
+            lp
+        } else {
+            -9999.0
+        }
+    }
+    fn chat(&self, lps: &[TokenLogprob]) -> Value {
+        let entry = |t: u32, lp: f32| {
+            let (text, bytes) = self.token(t);
+            json!({"token": text, "logprob": Self::value(lp), "bytes": bytes})
+        };
+        let content: Vec<Value> = lps
+            .iter()
+            .map(|l| {
+                let mut e = entry(l.token, l.logprob);
+                e["top_logprobs"] = l.top.iter().map(|&(t, lp)| entry(t, lp)).collect();
+                e
+            })
+            .collect();
+        json!({"content": content, "refusal": null})
+    }
+    /// The legacy completions shape; `text_offset` counts characters from the start of this
+    /// piece of the completion.
+    fn completion(&self, lps: &[TokenLogprob]) -> Value {
+        let mut tokens = Vec::new();
+        let mut offsets = Vec::new();
+        let mut at = 0;
+        for l in lps {
+            let (text, _) = self.token(l.token);
+            offsets.push(at);
+            at += text.chars().count();
+            tokens.push(text);
+        }
+        let top: Vec<Value> = lps
+            .iter()
+            .map(|l| Value::Object(l.top.iter().map(|&(t, lp)| (self.token(t).0, json!(Self::value(lp)))).collect()))
+            .collect();
+        json!({
+            "tokens": tokens,
+            "token_logprobs": lps.iter().map(|l| Self::value(l.logprob)).collect::<Vec<_>>(),
+            "top_logprobs": top,
+            "text_offset": offsets,
+        })
+    }
 }
 
 impl Ctx {
@@ -719,13 +815,14 @@ impl Ctx {
         }
         sse(&v)
     }
-    /// A chunk with one choice's delta (chat) or text (completions).
-    fn delta(&self, index: usize, delta: Value, finish: Option<&str>) -> Bytes {
+    /// A chunk with one choice's delta (chat) or text (completions), and the
+    /// log-probabilities of its tokens when asked for.
+    fn delta(&self, index: usize, delta: Value, finish: Option<&str>, lps: Option<&[TokenLogprob]>) -> Bytes {
         let choice = match self.kind {
-            Kind::Chat => json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": finish}),
+            Kind::Chat => json!({"index": index, "delta": delta, "logprobs": lps.map(|l| self.lp.chat(l)), "finish_reason": finish}),
             Kind::Completion => {
                 let text = delta.get("content").and_then(Value::as_str).unwrap_or_default();
-                json!({"index": index, "text": text, "logprobs": null, "finish_reason": finish})
+                json!({"index": index, "text": text, "logprobs": lps.map(|l| self.lp.completion(l)), "finish_reason": finish})
             }
         };
         self.chunk(json!([choice]))
@@ -781,20 +878,30 @@ async fn stream_task(
             llm.stats.ttft.observe(t0.elapsed());
             let first = if ctx.kind == Kind::Chat { json!({"role": "assistant", "content": ""}) } else { json!({"content": ""}) };
             if ctx.kind == Kind::Chat {
-                out.push(ctx.delta(i, first, None));
+                out.push(ctx.delta(i, first, None, None));
             }
         }
-        let (pieces, done) = match ev {
+        let (mut pieces, done, lps) = match ev {
             Event::Text(t) => {
                 let now = Instant::now();
                 if let Some(l) = s.last.replace(now) {
                     llm.stats.inter_token.observe(now - l);
                 }
-                (s.pieces(&t), None)
+                (s.pieces(&t), None, None)
             }
-            Event::Done(r) => (s.finish_pieces(), Some(r)),
+            Event::Logprobs(l) => (Vec::new(), None, Some(l)),
+            Event::Done(r) => (s.finish_pieces(), Some(r), None),
+            _ => (Vec::new(), None, None),
         };
         s.record(&pieces);
+        if ctx.lp.bytes.is_some() {
+            // A step's text comes before its log-probabilities: send them together.
+            s.held.append(&mut pieces);
+            if lps.is_some() || done.is_some() {
+                pieces = std::mem::take(&mut s.held);
+            }
+        }
+        let mut lps = lps;
         for p in pieces {
             let delta = match p {
                 Piece::Content(c) => json!({"content": c}),
@@ -805,12 +912,17 @@ async fn stream_task(
                 }
                 Piece::CallArgs { index, text } => json!({"tool_calls": [{"index": index, "function": {"arguments": text}}]}),
             };
-            out.push(ctx.delta(i, delta, None));
+            out.push(ctx.delta(i, delta, None, lps.take().as_deref()));
+        }
+        if let Some(l) = lps {
+            // Tokens whose text is still held back (a possible stop string, a partial tag).
+            let empty = if ctx.kind == Kind::Chat { json!({}) } else { json!({"content": ""}) };
+            out.push(ctx.delta(i, empty, None, Some(&l)));
         }
         match done {
             None => {}
             Some(Ok(g)) => {
-                out.push(ctx.delta(i, json!({}), Some(s.finish_reason(&g))));
+                out.push(ctx.delta(i, json!({}), Some(s.finish_reason(&g)), None));
                 gens[i] = Some(g);
             }
             Some(Err(e)) => {

@@ -74,6 +74,8 @@ pub struct Llm {
     pub(crate) created: u64,
     /// The chat template renders `tools` itself (otherwise they go in the system prompt).
     pub(crate) template_tools: bool,
+    /// Every token's bytes, made on the first request for logprobs.
+    pub(crate) token_bytes: std::sync::OnceLock<Vec<Vec<u8>>>,
 }
 
 impl Llm {
@@ -90,6 +92,7 @@ impl Llm {
             in_flight: AtomicUsize::new(0),
             created: unix_now(),
             template_tools,
+            token_bytes: std::sync::OnceLock::new(),
         }
     }
 }

@@ -58,6 +58,21 @@ check(usage is not None and usage.completion_tokens == r.usage.completion_tokens
 check(reasons == [r.choices[0].finish_reason], reasons)
 print("stream: ok,", len(pieces), "pieces")
 
+# Log-probabilities, whole and streamed: one entry per token, the chosen one first among
+# its alternatives (greedy), and the same in both.
+lp = client.chat.completions.create(model=MODEL, messages=question, max_tokens=12, temperature=0, logprobs=True, top_logprobs=3)
+content = lp.choices[0].logprobs.content
+check(len(content) == lp.usage.completion_tokens, f"{len(content)} logprobs for {lp.usage.completion_tokens} tokens")
+check(all(len(t.top_logprobs) == 3 and t.top_logprobs[0].token == t.token and t.logprob <= 0 for t in content), content[:2])
+check(bytes(b for t in content for b in t.bytes).decode("utf-8", "replace").strip() == lp.choices[0].message.content.strip(), "tokens spell the answer")
+streamed = []
+for chunk in client.chat.completions.create(model=MODEL, messages=question, max_tokens=12, temperature=0, logprobs=True, top_logprobs=3, stream=True):
+    for c in chunk.choices:
+        if c.logprobs and c.logprobs.content:
+            streamed.extend(c.logprobs.content)
+check([(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in content], "streamed logprobs")
+print("logprobs: ok,", len(content), "tokens")
+
 # Completions.
 c = client.completions.create(model=MODEL, prompt="def fibonacci(n):", max_tokens=16, temperature=0)
 check(len(c.choices[0].text) > 0 and c.choices[0].finish_reason in ("stop", "length"), c)

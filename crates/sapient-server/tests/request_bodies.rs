@@ -67,7 +67,11 @@ fn bad_bodies_are_4xx_naming_the_field() {
         (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}).to_string(), 400, Some("max_tokens")),
         (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "logit_bias": {"49152": 1}}).to_string(), 400, Some("logit_bias")),
         (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "stop": vec!["a"; 17]}).to_string(), 400, Some("stop")),
-        (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "logprobs": true}).to_string(), 400, Some("logprobs")),
+        (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21}).to_string(), 400, Some("top_logprobs")),
+        (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}).to_string(), 400, Some("top_logprobs")),
+        (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "logprobs": 3}).to_string(), 400, Some("logprobs")),
+        (Endpoint::Completions, json!({"prompt": "x", "logprobs": true}).to_string(), 400, Some("logprobs")),
+        (Endpoint::Completions, json!({"prompt": "x", "logprobs": -1}).to_string(), 400, Some("logprobs")),
         (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}).to_string(), 400, Some("response_format")),
         // Nested deeper than serde_json's limit (128): invalid JSON before it is a schema.
         (Endpoint::ChatCompletions, deep_schema, 400, None),

@@ -101,6 +101,61 @@ async fn chat_whole_and_streamed_match_the_pipeline() -> Result<()> {
     .await?
 }
 
+/// `logprobs` / `top_logprobs` (chat) and `logprobs: N` (completions): the pipeline's own
+/// log-probabilities, whole and streamed alike, with each token's text and bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logprobs_whole_and_streamed() -> Result<()> {
+    tokio::time::timeout(LIMIT, async {
+        let s = start(ServerOptions::default()).await?;
+        let req = json!({"model": MODEL, "messages": question(), "max_tokens": 12, "temperature": 0, "logprobs": true, "top_logprobs": 3});
+        let v = post(s.addr, "/v1/chat/completions", &req).await?.json()?;
+        let content = v["choices"][0]["logprobs"]["content"].as_array().context("logprobs.content")?.clone();
+        let msgs = vec![Message::system("You are a helpful assistant."), Message::user("What is the capital of France?")];
+        let want = pipeline().chat(&msgs, &GenerationConfig { logprobs: Some(3), ..GenerationConfig::default().max_tokens(12) })?;
+        ensure!(content.len() == want.tokens.len() && v["usage"]["completion_tokens"] == want.tokens.len(), "{v}");
+        let mut bytes = Vec::new();
+        for (e, w) in content.iter().zip(&want.logprobs) {
+            ensure!((e["logprob"].as_f64().unwrap_or(1.0) - w.logprob as f64).abs() < 1e-6, "{e} vs {w:?}");
+            let top = e["top_logprobs"].as_array().context("top_logprobs")?;
+            ensure!(top.len() == 3 && top[0]["token"] == e["token"] && top[0]["logprob"] == e["logprob"], "greedy takes the most likely: {e}");
+            let b: Vec<u8> = serde_json::from_value(e["bytes"].clone())?;
+            ensure!(String::from_utf8_lossy(&b) == e["token"].as_str().unwrap_or_default(), "{e}");
+            bytes.extend(b);
+        }
+        let text = v["choices"][0]["message"]["content"].as_str().context("content")?;
+        ensure!(String::from_utf8_lossy(&bytes).trim_end() == text.trim_end(), "tokens spell the answer: {text:?}");
+
+        // Streamed: the chunks' logprobs add up to the whole answer's.
+        let mut sreq = req.clone();
+        sreq["stream"] = json!(true);
+        let events = post(s.addr, "/v1/chat/completions", &sreq).await?.events();
+        let (streamed_text, _, _) = join_stream(&events)?;
+        ensure!(streamed_text == text, "{streamed_text:?} vs {text:?}");
+        let mut streamed = Vec::new();
+        for e in &events[..events.len() - 1] {
+            let c: Value = serde_json::from_str(e)?;
+            streamed.extend(c["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default());
+        }
+        ensure!(streamed == content, "streamed logprobs differ");
+
+        // Completions: the legacy shape.
+        let creq = json!({"model": MODEL, "prompt": "The capital of France is", "max_tokens": 6, "temperature": 0, "logprobs": 2});
+        let c = post(s.addr, "/v1/completions", &creq).await?.json()?;
+        let lp = &c["choices"][0]["logprobs"];
+        let n = c["usage"]["completion_tokens"].as_u64().context("usage")? as usize;
+        for key in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
+            ensure!(lp[key].as_array().map(Vec::len) == Some(n), "{key}: {lp}");
+        }
+        ensure!(lp["top_logprobs"].as_array().into_iter().flatten().all(|t| t.as_object().is_some_and(|o| o.len() == 2)), "{lp}");
+        ensure!(lp["text_offset"][0] == 0, "{lp}");
+        // Without asking, null.
+        let plain = post(s.addr, "/v1/chat/completions", &json!({"model": MODEL, "messages": question(), "max_tokens": 4})).await?.json()?;
+        ensure!(plain["choices"][0]["logprobs"].is_null(), "{plain}");
+        Ok(())
+    })
+    .await?
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completions_and_stop_strings() -> Result<()> {
     tokio::time::timeout(LIMIT, async {
@@ -249,7 +304,7 @@ async fn errors_have_openai_shape_and_status() -> Result<()> {
         expect_error(get(a, "/v1/chat/completions").await?, 405, "GET").await?;
         let big = json!({"model": MODEL, "messages": [{"role": "user", "content": "x".repeat(20_000)}]});
         expect_error(post(a, "/v1/chat/completions", &big).await?, 413, "16384").await?;
-        expect_error(post(a, "/v1/chat/completions", &json!({"model": MODEL, "messages": question(), "logprobs": true})).await?, 400, "logprobs").await?;
+        expect_error(post(a, "/v1/chat/completions", &json!({"model": MODEL, "messages": question(), "logprobs": true, "top_logprobs": 30})).await?, 400, "top_logprobs").await?;
         expect_error(post(a, "/v1/chat/completions", &json!({"model": MODEL, "messages": question(), "tool_choice": "required"})).await?, 400, "tools").await?;
         let too_long = json!({"model": MODEL, "prompt": "hello ".repeat(2100)});
         expect_error(post(a, "/v1/completions", &too_long).await?, 400, "context").await?;
