@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// cpu, cuda, cuda:N, metal, auto.
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Let web pages from this origin call the API (CORS; repeat for several, `*` for
+    /// any). Off by default.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -70,6 +74,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         max_tokens_limit: args.max_tokens_limit.max(1),
         max_queue: args.max_queue.max(1),
         max_audio_bytes: args.max_audio_mib.max(1) << 20,
+        cors_origins: args.cors_origins.clone(),
         ..ServerOptions::default()
     };
     let server = Server::new(opts);

@@ -56,11 +56,23 @@ pub struct ServerOptions {
     pub max_n: usize,
     /// Largest audio upload in bytes (`/v1/audio/*`).
     pub max_audio_bytes: usize,
+    /// Browser origins allowed to call the API (CORS), e.g. `http://localhost:3000`; `*`
+    /// allows any. Empty (the default): no CORS headers, so browsers on other origins are
+    /// refused.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
-        Self { api_key: None, max_body_bytes: 2 << 20, max_tokens_limit: 4096, max_queue: 256, max_n: 8, max_audio_bytes: 25 << 20 }
+        Self {
+            api_key: None,
+            max_body_bytes: 2 << 20,
+            max_tokens_limit: 4096,
+            max_queue: 256,
+            max_n: 8,
+            max_audio_bytes: 25 << 20,
+            cors_origins: Vec::new(),
+        }
     }
 }
 
@@ -227,6 +239,7 @@ impl Server {
             .merge(api)
             .layer(DefaultBodyLimit::max(st.opts.max_body_bytes))
             .layer(axum::middleware::from_fn_with_state(st.clone(), declared_size))
+            .layer(axum::middleware::from_fn_with_state(st.clone(), cors))
             .layer(axum::middleware::from_fn_with_state(st.clone(), log))
             .with_state(st)
     }
@@ -278,6 +291,32 @@ async fn declared_size(State(st): State<Arc<AppState>>, req: Request, next: Next
         return ApiError::too_large(limit).into_response();
     }
     next.run(req).await
+}
+
+/// CORS for the listed origins: a preflight (`OPTIONS` with `Access-Control-Request-Method`)
+/// is answered here, before authentication (browsers send it without credentials); other
+/// requests get `Access-Control-Allow-Origin`. Origins not listed get no CORS headers.
+async fn cors(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    use axum::http::{HeaderValue, Method};
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    let allowed = origin.filter(|o| o.to_str().is_ok_and(|o| st.opts.cors_origins.iter().any(|a| a == "*" || a == o)));
+    let Some(origin) = allowed else { return next.run(req).await };
+    let preflight = req.method() == Method::OPTIONS && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut r = if preflight {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        let asked = req.headers().get(header::ACCESS_CONTROL_REQUEST_HEADERS).cloned();
+        let h = r.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, OPTIONS"));
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked.unwrap_or(HeaderValue::from_static("authorization, content-type")));
+        h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+        r
+    } else {
+        next.run(req).await
+    };
+    let h = r.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    h.append(header::VARY, HeaderValue::from_static("Origin"));
+    r
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

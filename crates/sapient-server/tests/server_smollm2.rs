@@ -318,6 +318,22 @@ async fn errors_have_openai_shape_and_status() -> Result<()> {
         expect_error(get(k.addr, "/v1/models").await?, 401, "API key").await?;
         expect_error(send(k.addr, "GET", "/metrics", &[("Authorization", "Bearer wrong")], b"").await?, 401, "API key").await?;
         ensure!(send(k.addr, "GET", "/v1/models", &[("Authorization", "Bearer sk-test-123")], b"").await?.status == 200);
+
+        // CORS: off by default; for a listed origin, preflights are answered before the key
+        // is checked and answers carry the origin; other origins get no CORS headers.
+        let pre = [("Origin", "http://localhost:3000"), ("Access-Control-Request-Method", "POST"), ("Access-Control-Request-Headers", "authorization, content-type")];
+        let r = send(a, "OPTIONS", "/v1/chat/completions", &pre, b"").await?;
+        ensure!(r.header("access-control-allow-origin").is_none() && r.status == 405, "no CORS unless asked: {} {:?}", r.status, r.headers);
+        let c = start(ServerOptions { api_key: Some("sk-test-123".into()), cors_origins: vec!["http://localhost:3000".into()], ..ServerOptions::default() }).await?;
+        let r = send(c.addr, "OPTIONS", "/v1/chat/completions", &pre, b"").await?;
+        ensure!(r.status == 204 && r.header("access-control-allow-origin") == Some("http://localhost:3000"), "{} {:?}", r.status, r.headers);
+        ensure!(r.header("access-control-allow-headers") == Some("authorization, content-type") && r.header("access-control-allow-methods").is_some_and(|m| m.contains("POST")), "{:?}", r.headers);
+        let r = send(c.addr, "GET", "/v1/models", &[("Origin", "http://localhost:3000"), ("Authorization", "Bearer sk-test-123")], b"").await?;
+        ensure!(r.status == 200 && r.header("access-control-allow-origin") == Some("http://localhost:3000"), "{:?}", r.headers);
+        let r = send(c.addr, "GET", "/v1/models", &[("Origin", "http://localhost:3000")], b"").await?;
+        ensure!(r.status == 401 && r.header("access-control-allow-origin").is_some(), "a refused request still tells the page why: {:?}", r.headers);
+        let r = send(c.addr, "OPTIONS", "/v1/chat/completions", &[("Origin", "https://evil.example"), ("Access-Control-Request-Method", "POST")], b"").await?;
+        ensure!(r.header("access-control-allow-origin").is_none(), "{:?}", r.headers);
         Ok(())
     })
     .await?
