@@ -35,17 +35,17 @@ async fn client(addr: std::net::SocketAddr, i: u64) -> Result<bool> {
     let mut sock = tokio::net::TcpStream::connect(addr).await?;
     match (r >> 16) % 6 {
         // Gone before sending anything.
-        0 => return Ok(false),
+        0 => Ok(false),
         // Gone halfway through the body.
         1 => {
             sock.write_all(&bytes[..bytes.len() / 2]).await?;
-            return Ok(false);
+            Ok(false)
         }
         // Gone right after the request, or a little later, before reading.
         2 => {
             sock.write_all(&bytes).await?;
             tokio::time::sleep(Duration::from_millis((r >> 24) % 40)).await;
-            return Ok(false);
+            Ok(false)
         }
         // Gone after some of the answer.
         3 | 4 => {
@@ -60,7 +60,7 @@ async fn client(addr: std::net::SocketAddr, i: u64) -> Result<bool> {
                 }
                 seen += n;
             }
-            return Ok(false);
+            Ok(false)
         }
         // Stays to the end.
         _ => {
