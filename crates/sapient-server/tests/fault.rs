@@ -25,7 +25,7 @@ fn splitmix(mut z: u64) -> u64 {
 async fn client(addr: std::net::SocketAddr, i: u64) -> Result<bool> {
     let r = splitmix(i);
     let stream = r & 1 == 0;
-    let body: Value = if (r >> 1) % 2 == 0 {
+    let body: Value = if (r >> 1).is_multiple_of(2) {
         json!({"model": MODEL, "prompt": format!("Story {i}: once upon a time"), "max_tokens": 8 + (r >> 8) % 56, "temperature": 0.7, "seed": i, "stream": stream})
     } else {
         json!({"model": MODEL, "messages": [{"role": "user", "content": format!("Tell me fact number {i} about the sea.")}], "max_tokens": 8 + (r >> 8) % 56, "stream": stream})
