@@ -1,0 +1,172 @@
+//! Scale-out: two `sapient serve` replicas behind a stock reverse proxy (nginx, Debian's
+//! `nginx-light`) on 127.0.0.1. Requests through the proxy, whole and streamed, are spread
+//! over both replicas and all succeed; with one replica stopped, the proxy sends everything to
+//! the other and requests still succeed (replicas keep no state a request depends on).
+//! Bounded in requests and time; loopback only. Needs nginx (`SAPIENT_NGINX`, else `nginx` on
+//! the PATH or /usr/sbin/nginx); without it the test says so and passes.
+
+#[path = "../../sapient-server/tests/common/mod.rs"]
+mod common;
+
+use anyhow::{ensure, Context, Result};
+use common::{get, metric, post};
+use serde_json::json;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MODEL: &str = "smollm2-135m-instruct";
+
+/// A child process killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn nginx() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SAPIENT_NGINX") {
+        return Some(p.into());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin")])
+        .map(|d| d.join("nginx"))
+        .find(|p| p.is_file())
+}
+
+/// A replica on a free port; its address once it listens.
+fn replica() -> Result<(Proc, SocketAddr)> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sapient"))
+        .args(["serve", "--host", "127.0.0.1", "--port", "0", "--model", MODEL])
+        .args(["--ctx", "1024", "--kv-tokens", "4096", "--max-seqs", "8", "--max-tokens-limit", "64"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting sapient serve")?;
+    let stderr = child.stderr.take().context("stderr")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(a) = line.split("listening on http://").nth(1).and_then(|r| r.split_whitespace().next()) {
+                let _ = tx.send(a.to_string());
+            }
+        }
+    });
+    let p = Proc(child);
+    let addr = rx.recv_timeout(Duration::from_secs(60)).context("the replica did not start listening")?;
+    Ok((p, addr.parse()?))
+}
+
+async fn wait_ready(addr: SocketAddr) -> Result<()> {
+    let t = Instant::now();
+    loop {
+        if get(addr, "/health").await.is_ok_and(|r| r.status == 200) {
+            return Ok(());
+        }
+        ensure!(t.elapsed() < Duration::from_secs(120), "{addr} not ready after 120 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `n` requests through `addr`, `par` at a time, half of them streamed; every one must be a
+/// 200 with an answer.
+async fn load(addr: SocketAddr, n: usize, par: usize) -> Result<()> {
+    let mut left = (0..n).collect::<Vec<_>>();
+    while !left.is_empty() {
+        let batch: Vec<usize> = left.drain(..par.min(left.len())).collect();
+        let tasks: Vec<_> = batch
+            .into_iter()
+            .map(|i| {
+                tokio::spawn(async move {
+                    let stream = i % 2 == 1;
+                    let body = json!({"model": MODEL, "messages": [{"role": "user", "content": format!("Give me one word that rhymes with cat ({i}).")}], "max_tokens": 12, "stream": stream, "seed": i});
+                    let r = post(addr, "/v1/chat/completions", &body).await?;
+                    ensure!(r.status == 200, "request {i}: {} {}", r.status, r.text());
+                    if stream {
+                        let ev = r.events();
+                        ensure!(ev.last().map(String::as_str) == Some("[DONE]") && ev.len() > 2, "request {i}: {ev:?}");
+                    } else {
+                        let v = r.json()?;
+                        ensure!(v["choices"][0]["message"]["content"].is_string(), "request {i}: {v}");
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await??;
+        }
+    }
+    Ok(())
+}
+
+async fn answered(addr: SocketAddr) -> Result<f64> {
+    let m = get(addr, "/metrics").await?.text();
+    Ok(m.lines()
+        .filter(|l| l.starts_with("sapient:generation_requests_total") && l.contains("ok"))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum::<f64>()
+        .max(metric(&m, "sapient:requests_finished_total").unwrap_or(0.0)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_behind_nginx() -> Result<()> {
+    let Some(nginx) = nginx() else {
+        eprintln!("skipped: no nginx (apt-get install nginx-light, or set SAPIENT_NGINX)");
+        return Ok(());
+    };
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let (a, a_addr) = replica()?;
+        let (_b, b_addr) = replica()?;
+        wait_ready(a_addr).await?;
+        wait_ready(b_addr).await?;
+        let dir = tempfile::tempdir()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let d = dir.path().display();
+        let conf = format!(
+            "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\nevents {{ worker_connections 256; }}\nhttp {{\n  access_log off;\n  \
+             client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n  \
+             upstream sapient {{ server {a_addr} max_fails=1 fail_timeout=30s; server {b_addr} max_fails=1 fail_timeout=30s; }}\n  \
+             server {{\n    listen 127.0.0.1:{port};\n    location / {{\n      proxy_pass http://sapient;\n      proxy_http_version 1.1;\n      \
+             proxy_buffering off;\n      proxy_read_timeout 120s;\n    }}\n  }}\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf)?;
+        let proxy = Proc(
+            Command::new(&nginx)
+                .arg("-p")
+                .arg(dir.path())
+                .arg("-c")
+                .arg(dir.path().join("nginx.conf"))
+                .args(["-g", "daemon off; master_process off;"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting nginx")?,
+        );
+        let p_addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        wait_ready(p_addr).await?;
+
+        load(p_addr, 24, 6).await?;
+        let (na, nb) = (answered(a_addr).await?, answered(b_addr).await?);
+        ensure!(na > 0.0 && nb > 0.0, "the proxy spreads requests over both replicas: {na} and {nb}");
+        eprintln!("through nginx: 24 requests, {na} answered by one replica and {nb} by the other");
+
+        // One replica goes away: the other answers everything.
+        drop(a);
+        load(p_addr, 8, 4).await?;
+        let nb2 = answered(b_addr).await?;
+        ensure!(nb2 >= nb + 8.0, "the remaining replica took over: {nb} -> {nb2}");
+        drop(proxy);
+        Ok(())
+    })
+    .await?
+}
