@@ -238,13 +238,13 @@ impl GenOpts {
 
 /// Progress bars for downloads, one per file.
 #[derive(Default)]
-struct Bars {
+pub(crate) struct Bars {
     bars: HashMap<String, ProgressBar>,
     loading: Option<ProgressBar>,
 }
 
 impl Bars {
-    fn update(&mut self, p: Progress) {
+    pub(crate) fn update(&mut self, p: Progress) {
         match p {
             Progress::Downloading { source, file, done, total, .. } => {
                 let bar = self.bars.entry(file.clone()).or_insert_with(|| {
@@ -277,7 +277,7 @@ impl Bars {
             _ => {}
         }
     }
-    fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         for (_, b) in self.bars.drain() {
             b.finish_and_clear();
         }

@@ -1,16 +1,22 @@
 //! `sapient serve`: the OpenAI-compatible HTTP server (crate sapient-server).
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use sapient_generate::{DeviceRequest, Engine, EngineOptions, KvBudget, KvOptions, Pipeline, PipelineOptions};
 use sapient_server::{Llm, Models, Server, ServerOptions};
+use serde::Deserialize;
+use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct ServeArgs {
+    /// Models and settings from a TOML file (see `docs/serve.md`); flags given as well win
+    /// over the file's settings and add to its models.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// A language model to serve: a preset id, local GGUF / HF directory or Hub repo id,
     /// optionally as NAME=REFERENCE to serve it under NAME (repeatable; the first one answers
-    /// requests that name no model).
-    #[arg(short, long = "model", default_value = "smollm2-135m-instruct")]
+    /// requests that name no model). Without any model: smollm2-135m-instruct.
+    #[arg(short, long = "model")]
     models: Vec<String>,
     /// A sentence embedder for /v1/embeddings (preset such as all-minilm-l6-v2, file or
     /// directory; NAME=REFERENCE to name it; repeatable).
@@ -24,45 +30,142 @@ pub struct ServeArgs {
     /// repeatable).
     #[arg(long = "tts-model")]
     tts_models: Vec<String>,
-    /// Largest audio upload, in MiB.
-    #[arg(long, default_value_t = 25)]
-    max_audio_mib: usize,
-    /// Address to bind (127.0.0.1: this machine only; 0.0.0.0 to serve the network).
-    #[arg(long, default_value = "127.0.0.1")]
-    host: String,
-    #[arg(long, default_value_t = 8080)]
-    port: u16,
+    /// Largest audio upload, in MiB [default: 25].
+    #[arg(long)]
+    max_audio_mib: Option<usize>,
+    /// Address to bind (127.0.0.1: this machine only; 0.0.0.0 to serve the network)
+    /// [default: 127.0.0.1].
+    #[arg(long)]
+    host: Option<String>,
+    /// [default: 8080]
+    #[arg(long)]
+    port: Option<u16>,
     /// Require `Authorization: Bearer KEY` on every route but /health.
     #[arg(long, env = "SAPIENT_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// Cap on prompt + answer tokens per request (default: the model's context, at most 8192).
     #[arg(long)]
     ctx: Option<usize>,
-    /// KV cache budget per model, in positions over all sequences.
-    #[arg(long, default_value_t = 32768)]
-    kv_tokens: usize,
-    /// Sequences decoded at once per model.
-    #[arg(long, default_value_t = 64)]
-    max_seqs: usize,
-    /// Requests (choices) in flight per model, running or waiting; more get 429.
-    #[arg(long, default_value_t = 256)]
-    max_queue: usize,
-    /// max_tokens above this is lowered to it (and is the default).
-    #[arg(long, default_value_t = 4096)]
-    max_tokens_limit: usize,
-    /// Largest request body, in MiB.
-    #[arg(long, default_value_t = 2)]
-    max_body_mib: usize,
-    /// cpu, cuda, cuda:N, metal, auto.
-    #[arg(long, default_value = "cpu")]
-    device: String,
+    /// KV cache budget per model, in positions over all sequences [default: 32768].
+    #[arg(long)]
+    kv_tokens: Option<usize>,
+    /// Sequences decoded at once per model [default: 64].
+    #[arg(long)]
+    max_seqs: Option<usize>,
+    /// Requests (choices) in flight per model, running or waiting; more get 429 [default: 256].
+    #[arg(long)]
+    max_queue: Option<usize>,
+    /// max_tokens above this is lowered to it (and is the default) [default: 4096].
+    #[arg(long)]
+    max_tokens_limit: Option<usize>,
+    /// Largest request body, in MiB [default: 2].
+    #[arg(long)]
+    max_body_mib: Option<usize>,
+    /// cpu, cuda, cuda:N, metal, auto [default: cpu].
+    #[arg(long)]
+    device: Option<String>,
     /// Let web pages from this origin call the API (CORS; repeat for several, `*` for
     /// any). Off by default.
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
     cors_origins: Vec<String>,
 }
 
+/// `--config`: the same settings as the flags (snake_case), and the models as tables.
+#[derive(Deserialize, Default, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct ServeFile {
+    host: Option<String>,
+    port: Option<u16>,
+    api_key: Option<String>,
+    ctx: Option<usize>,
+    kv_tokens: Option<usize>,
+    max_seqs: Option<usize>,
+    max_queue: Option<usize>,
+    max_tokens_limit: Option<usize>,
+    max_body_mib: Option<usize>,
+    max_audio_mib: Option<usize>,
+    device: Option<String>,
+    #[serde(default)]
+    cors_origins: Vec<String>,
+    #[serde(default)]
+    llm: Vec<ModelEntry>,
+    #[serde(default)]
+    embedding: Vec<ModelEntry>,
+    #[serde(default)]
+    whisper: Vec<ModelEntry>,
+    #[serde(default)]
+    tts: Vec<ModelEntry>,
+}
+
+/// `[[llm]]` and the other model tables: what to load, and the name requests use.
+#[derive(Deserialize, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct ModelEntry {
+    model: String,
+    name: Option<String>,
+}
+
+impl ServeFile {
+    fn read(path: &std::path::Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    }
+}
+
+/// Flags over the file over the defaults; the file's models, then the flags'.
+fn merge(mut args: ServeArgs, file: ServeFile) -> Result<ServeArgs> {
+    fn pick<T>(flag: &mut Option<T>, file: Option<T>) {
+        if flag.is_none() {
+            *flag = file;
+        }
+    }
+    pick(&mut args.host, file.host);
+    pick(&mut args.port, file.port);
+    pick(&mut args.api_key, file.api_key);
+    pick(&mut args.ctx, file.ctx);
+    pick(&mut args.kv_tokens, file.kv_tokens);
+    pick(&mut args.max_seqs, file.max_seqs);
+    pick(&mut args.max_queue, file.max_queue);
+    pick(&mut args.max_tokens_limit, file.max_tokens_limit);
+    pick(&mut args.max_body_mib, file.max_body_mib);
+    pick(&mut args.max_audio_mib, file.max_audio_mib);
+    pick(&mut args.device, file.device);
+    if args.cors_origins.is_empty() {
+        args.cors_origins = file.cors_origins;
+    }
+    let specs = |v: Vec<ModelEntry>, kind: &str| -> Result<Vec<String>> {
+        v.into_iter()
+            .map(|m| {
+                if m.model.trim().is_empty() {
+                    bail!("a [[{kind}]] entry has an empty `model`");
+                }
+                Ok(match m.name {
+                    Some(n) if n.is_empty() || n.contains('=') => bail!("[[{kind}]] {}: name '{n}' must be non-empty, without '='", m.model),
+                    Some(n) => format!("{n}={}", m.model),
+                    None => m.model,
+                })
+            })
+            .collect()
+    };
+    let prepend = |mut from_file: Vec<String>, flags: Vec<String>| {
+        from_file.extend(flags);
+        from_file
+    };
+    args.models = prepend(specs(file.llm, "llm")?, args.models);
+    args.embed_models = prepend(specs(file.embedding, "embedding")?, args.embed_models);
+    args.whisper_models = prepend(specs(file.whisper, "whisper")?, args.whisper_models);
+    args.tts_models = prepend(specs(file.tts, "tts")?, args.tts_models);
+    Ok(args)
+}
+
 pub fn run(args: ServeArgs) -> Result<()> {
+    let mut args = match args.config.clone() {
+        Some(path) => merge(args, ServeFile::read(&path)?)?,
+        None => args,
+    };
+    if args.models.is_empty() && args.embed_models.is_empty() && args.whisper_models.is_empty() && args.tts_models.is_empty() {
+        args.models.push("smollm2-135m-instruct".into());
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
     rt.block_on(serve(args))
 }
@@ -70,15 +173,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
 async fn serve(args: ServeArgs) -> Result<()> {
     let opts = ServerOptions {
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
-        max_body_bytes: args.max_body_mib.max(1) << 20,
-        max_tokens_limit: args.max_tokens_limit.max(1),
-        max_queue: args.max_queue.max(1),
-        max_audio_bytes: args.max_audio_mib.max(1) << 20,
+        max_body_bytes: args.max_body_mib.unwrap_or(2).max(1) << 20,
+        max_tokens_limit: args.max_tokens_limit.unwrap_or(4096).max(1),
+        max_queue: args.max_queue.unwrap_or(256).max(1),
+        max_audio_bytes: args.max_audio_mib.unwrap_or(25).max(1) << 20,
         cors_origins: args.cors_origins.clone(),
         ..ServerOptions::default()
     };
     let server = Server::new(opts);
-    let addr = format!("{}:{}", args.host, args.port);
+    let addr = format!("{}:{}", args.host.as_deref().unwrap_or("127.0.0.1"), args.port.unwrap_or(8080));
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
     let local = listener.local_addr()?;
     eprintln!("sapient serve: listening on http://{local} (/health answers 503 until the models are loaded)");
@@ -86,17 +189,23 @@ async fn serve(args: ServeArgs) -> Result<()> {
         eprintln!("warning: serving on {} without --api-key", local.ip());
     }
     let serving = tokio::spawn(server.clone().serve(listener, std::future::pending()));
-    let device: DeviceRequest = args.device.parse()?;
+    let device: DeviceRequest = args.device.as_deref().unwrap_or("cpu").parse()?;
+    let (kv_tokens, max_seqs) = (args.kv_tokens.unwrap_or(32768), args.max_seqs.unwrap_or(64));
     let mut llms = Vec::new();
     for spec in &args.models {
         let (name, reference) = named(spec);
         eprintln!("loading {reference} as '{name}' ...");
         let popts = PipelineOptions { device, max_seq_len: args.ctx, ..PipelineOptions::default() };
         let r2 = reference.clone();
-        let pipe = tokio::task::spawn_blocking(move || Pipeline::load(&r2, popts, |_| {}))
-            .await?
+        let pipe = tokio::task::spawn_blocking(move || {
+            let mut bars = crate::Bars::default();
+            let r = Pipeline::load(&r2, popts, |p| bars.update(p));
+            bars.finish();
+            r
+        })
+        .await?
             .with_context(|| format!("loading model '{reference}'"))?;
-        let eopts = EngineOptions { kv: KvOptions { budget: KvBudget::Tokens(args.kv_tokens), ..KvOptions::default() }, max_seqs: args.max_seqs.max(1), ..EngineOptions::default() };
+        let eopts = EngineOptions { kv: KvOptions { budget: KvBudget::Tokens(kv_tokens), ..KvOptions::default() }, max_seqs: max_seqs.max(1), ..EngineOptions::default() };
         let engine = Engine::new(&pipe, eopts).with_context(|| format!("starting the engine for '{name}'"))?;
         llms.push(Llm::new(name, engine));
     }
@@ -105,8 +214,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
         let (name, reference) = named(spec);
         eprintln!("loading {reference} as '{name}' ...");
         let r2 = reference.clone();
-        let e = tokio::task::spawn_blocking(move || sapient_embed::Embedder::load(&r2, Default::default(), &mut |_| {}))
-            .await?
+        let e = tokio::task::spawn_blocking(move || {
+            let mut bars = crate::Bars::default();
+            let r = sapient_embed::Embedder::load(&r2, Default::default(), &mut |p| bars.update(p));
+            bars.finish();
+            r
+        })
+        .await?
             .with_context(|| format!("loading embedding model '{reference}'"))?;
         models.embedders.push((name, e));
     }
@@ -114,8 +228,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
         let (name, reference) = named(spec);
         eprintln!("loading {reference} as '{name}' ...");
         let r2 = reference.clone();
-        let t = tokio::task::spawn_blocking(move || sapient_whisper::Transcriber::load(&r2, &candle_core::Device::Cpu, &mut |_| {}))
-            .await?
+        let t = tokio::task::spawn_blocking(move || {
+            let mut bars = crate::Bars::default();
+            let r = sapient_whisper::Transcriber::load(&r2, &candle_core::Device::Cpu, &mut |p| bars.update(p));
+            bars.finish();
+            r
+        })
+        .await?
             .with_context(|| format!("loading Whisper model '{reference}'"))?;
         models.transcribers.push((name, t));
     }
@@ -124,7 +243,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
         eprintln!("loading {reference} as '{name}' ...");
         let r2 = reference.clone();
         let t = tokio::task::spawn_blocking(move || -> Result<sapient_kokoro::KokoroTts> {
-            let resolved = sapient_hub::Hub::new()?.resolve(&r2, &mut |_| {})?;
+            let mut bars = crate::Bars::default();
+            let resolved = sapient_hub::Hub::new()?.resolve(&r2, &mut |p| bars.update(p));
+            bars.finish();
+            let resolved = resolved?;
             let dir = if resolved.dir.is_dir() { resolved.dir.clone() } else { resolved.file("onnx")?.parent().map(|p| p.to_path_buf()).unwrap_or_default() };
             Ok(sapient_kokoro::KokoroTts::from_dir(&dir, &candle_core::Device::Cpu)?)
         })
@@ -143,5 +265,66 @@ fn named(spec: &str) -> (String, String) {
     match spec.split_once('=') {
         Some((n, r)) if !n.is_empty() && !std::path::Path::new(spec).exists() => (n.to_string(), r.to_string()),
         _ => (spec.to_string(), spec.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn args(flags: &[&str]) -> ServeArgs {
+        Cli::parse_from(std::iter::once("serve").chain(flags.iter().copied())).serve
+    }
+
+    #[test]
+    fn the_file_gives_models_and_settings_and_flags_win() -> Result<()> {
+        let file: ServeFile = toml::from_str(
+            r#"
+            port = 9000
+            max_seqs = 16
+            cors_origins = ["http://localhost:3000"]
+            [[llm]]
+            model = "qwen2.5-coder-0.5b-instruct"
+            name = "coder"
+            [[llm]]
+            model = "smollm2-135m-instruct"
+            [[embedding]]
+            model = "all-minilm-l6-v2"
+            name = "emb"
+            "#,
+        )?;
+        let a = merge(args(&["--port", "8081", "-m", "extra=/models/x.gguf"]), file)?;
+        assert_eq!(a.port, Some(8081), "the flag wins");
+        assert_eq!(a.max_seqs, Some(16), "the file fills what flags leave");
+        assert_eq!(a.host, None);
+        assert_eq!(a.cors_origins, ["http://localhost:3000"]);
+        assert_eq!(a.models, ["coder=qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct", "extra=/models/x.gguf"]);
+        assert_eq!(a.embed_models, ["emb=all-minilm-l6-v2"]);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_files_name_the_problem() {
+        for (text, needle) in [
+            ("prot = 1", "unknown field `prot`"),
+            ("[[llm]]\nname = \"x\"", "missing field `model`"),
+            ("[[llm]]\nmodel = \"a\"\nsize = 3", "unknown field `size`"),
+            ("port = \"eighty\"", "invalid type"),
+        ] {
+            let e = toml::from_str::<ServeFile>(text).unwrap_err().to_string();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+        let file: ServeFile = toml::from_str("[[tts]]\nmodel = \"kokoro-82m\"\nname = \"a=b\"").unwrap();
+        let e = merge(args(&[]), file).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("name 'a=b'"), "{e}");
+        let e = ServeFile::read(std::path::Path::new("/nonexistent/models.toml")).unwrap_err();
+        assert!(format!("{e:#}").contains("/nonexistent/models.toml"), "{e:#}");
     }
 }

@@ -1,5 +1,5 @@
-//! Scale-out: two `sapient serve` replicas behind a stock reverse proxy (nginx, Debian's
-//! `nginx-light`) on 127.0.0.1. Requests through the proxy, whole and streamed, are spread
+//! `sapient serve` as a process on 127.0.0.1: models and settings from a `--config` file, and
+//! scale-out, two replicas behind a stock reverse proxy (nginx, Debian's `nginx-light`). Requests through the proxy, whole and streamed, are spread
 //! over both replicas and all succeed; with one replica stopped, the proxy sends everything to
 //! the other and requests still succeed (replicas keep no state a request depends on).
 //! Bounded in requests and time; loopback only. Needs nginx (`SAPIENT_NGINX`, else `nginx` on
@@ -42,9 +42,14 @@ fn nginx() -> Option<PathBuf> {
 
 /// A replica on a free port; its address once it listens.
 fn replica() -> Result<(Proc, SocketAddr)> {
+    serve(&["--model", MODEL, "--ctx", "1024", "--kv-tokens", "4096", "--max-seqs", "8", "--max-tokens-limit", "64"])
+}
+
+/// `sapient serve --host 127.0.0.1 --port 0` with `args`; its address once it listens.
+fn serve(args: &[&str]) -> Result<(Proc, SocketAddr)> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sapient"))
-        .args(["serve", "--host", "127.0.0.1", "--port", "0", "--model", MODEL])
-        .args(["--ctx", "1024", "--kv-tokens", "4096", "--max-seqs", "8", "--max-tokens-limit", "64"])
+        .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .args(args)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -166,6 +171,34 @@ async fn two_replicas_behind_nginx() -> Result<()> {
         let nb2 = answered(b_addr).await?;
         ensure!(nb2 >= nb + 8.0, "the remaining replica took over: {nb} -> {nb2}");
         drop(proxy);
+        Ok(())
+    })
+    .await?
+}
+
+/// `--config`: named models of two kinds from a TOML file, its settings applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_and_settings_from_a_config_file() -> Result<()> {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("models.toml");
+        std::fs::write(
+            &file,
+            format!("max_tokens_limit = 5\nkv_tokens = 4096\n[[llm]]\nmodel = \"{MODEL}\"\nname = \"chat\"\n[[embedding]]\nmodel = \"all-minilm-l6-v2\"\nname = \"emb\"\n"),
+        )?;
+        let (_p, addr) = serve(&["--config", file.to_str().context("path")?])?;
+        wait_ready(addr).await?;
+        let ids: Vec<String> = get(addr, "/v1/models").await?.json()?["data"].as_array().context("data")?.iter().filter_map(|m| m["id"].as_str().map(String::from)).collect();
+        ensure!(ids == ["chat", "emb"], "{ids:?}");
+        let r = post(addr, "/v1/chat/completions", &json!({"model": "chat", "messages": [{"role": "user", "content": "Count to twenty."}], "max_tokens": 50})).await?.json()?;
+        ensure!(r["usage"]["completion_tokens"].as_u64().is_some_and(|n| n <= 5), "max_tokens_limit from the file caps the answer: {r}");
+        let e = post(addr, "/v1/embeddings", &json!({"model": "emb", "input": "hello"})).await?.json()?;
+        ensure!(e["data"][0]["embedding"].as_array().map(Vec::len) == Some(384), "{e}");
+        // A file with a typo is refused at start, naming it.
+        std::fs::write(&file, "max_tokenz = 5\n")?;
+        let out = Command::new(env!("CARGO_BIN_EXE_sapient")).args(["serve", "--port", "0", "--config"]).arg(&file).output()?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        ensure!(!out.status.success() && err.contains("max_tokenz"), "{err}");
         Ok(())
     })
     .await?
