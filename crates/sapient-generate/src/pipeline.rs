@@ -34,6 +34,9 @@ pub struct PipelineOptions {
     /// The most a model file may make the loader allocate (see [`sapient_tensor::Limits`]):
     /// GGUF metadata arrays and tensors, safetensors tensors.
     pub limits: sapient_tensor::Limits,
+    /// A chat template (Jinja source) to use instead of the model's own, as llama.cpp's
+    /// `--chat-template-file`: for a model without one, or one whose template is wrong.
+    pub chat_template: Option<String>,
 }
 
 /// What to generate.
@@ -360,6 +363,10 @@ impl Pipeline {
                 (model, tokenizer, dir, cfg)
             }
         };
+        let mut tokenizer = tokenizer;
+        if let Some(t) = &opts.chat_template {
+            tokenizer.set_chat_template(t)?;
+        }
         let mut model = model;
         if opts.candle_forward {
             model.set_cpu_kernels(false)?;

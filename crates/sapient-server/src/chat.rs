@@ -112,6 +112,8 @@ struct Prepared {
     /// Chat: split a `<think>` block into `reasoning_content`; `Some(true)` when the prompt
     /// opened the block already.
     reasoning: Option<bool>,
+    /// The model's tool-call syntax.
+    tool_format: tools::Format,
 }
 
 impl Sampling {
@@ -345,21 +347,21 @@ struct CheckedChat {
 /// Everything in a chat request that does not need the model: sampling fields (`vocab` for
 /// `logit_bias`), tools, `response_format` and the tool constraint (compiled), messages
 /// (`native`: the template renders tool calls itself).
-fn check_chat(st: &AppState, vocab: usize, native: bool, req: &ChatRequest) -> Result<CheckedChat, ApiError> {
+fn check_chat(st: &AppState, vocab: usize, native: bool, format: tools::Format, req: &ChatRequest) -> Result<CheckedChat, ApiError> {
     let (mut cfg, n) = req.sampling.check(st, vocab, true)?;
     let (fns, choice) = tools::parse(req.tools.as_ref(), req.tool_choice.as_ref())?;
     // Tools offered are described in the prompt even with tool_choice none (then the
     // constraint keeps calls out of the answer).
     let use_tools = !fns.is_empty();
-    let format = response_format(req.response_format.as_ref())?;
-    if choice != tools::Choice::None && format.is_some() {
+    let response = response_format(req.response_format.as_ref())?;
+    if choice != tools::Choice::None && response.is_some() {
         return Err(ApiError::invalid_param("response_format", "response_format cannot be combined with tools (set tool_choice to 'none' to get structured text)"));
     }
     let msgs = to_messages(&req.messages, native)?;
     let grammar = match choice {
-        tools::Choice::None if use_tools && format.is_none() => Some(Grammar::new(&Expr::text_without(tools::OPEN)).map_err(|e| tools::schema_error("tools", e))?),
-        tools::Choice::None => format,
-        _ => tools::grammar(&fns, &choice, req.parallel_tool_calls.unwrap_or(true), JsonOptions::default())?,
+        tools::Choice::None if use_tools && response.is_none() => Some(Grammar::new(&Expr::text_without(format.marker())).map_err(|e| tools::schema_error("tools", e))?),
+        tools::Choice::None => response,
+        _ => tools::grammar_for(format, &fns, &choice, req.parallel_tool_calls.unwrap_or(true), JsonOptions::default())?,
     };
     cfg.constraint = grammar.map(Arc::new);
     Ok(CheckedChat {
@@ -377,11 +379,16 @@ fn check_chat(st: &AppState, vocab: usize, native: bool, req: &ChatRequest) -> R
 fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, ApiError> {
     let pipe = llm.engine.pipeline();
     let native = llm.template_tools;
-    let CheckedChat { cfg, n, fns, mut msgs, stream, include_usage, tools: calls, template_vars } = check_chat(st, pipe.info().vocab_size, native, &req)?;
     let template = pipe
         .tokenizer()
         .chat_template()
         .ok_or_else(|| ApiError::bad_request(format!("model '{}' has no chat template; use /v1/completions", llm.id)))?;
+    let format = if native { tools::Format::detect(template.source()) } else { tools::Format::Hermes };
+    let CheckedChat { mut cfg, n, fns, mut msgs, stream, include_usage, tools: calls, template_vars } = check_chat(st, pipe.info().vocab_size, native, format, &req)?;
+    if calls && format == tools::Format::Mistral {
+        // Its marker is a special token: keep it in the text for the parser.
+        cfg.skip_special_tokens = false;
+    }
     let mut ropts = sapient_tokenizers::RenderOptions { extra: template_vars, ..Default::default() };
     if !fns.is_empty() {
         if native {
@@ -399,7 +406,7 @@ fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, 
     let text = template.render(&msgs, &ropts).map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
     let ids = pipe.tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let opened = text.trim_end().ends_with("<think>");
-    Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls, reasoning: Some(opened) })
+    Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls, reasoning: Some(opened), tool_format: format })
 }
 
 /// A completion request's fields checked, its prompts encoded with `encode` (strings) or
@@ -441,6 +448,7 @@ fn check_completion(st: &AppState, vocab: usize, req: &CompletionRequest, encode
         include_usage: req.sampling.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
         tools: false,
         reasoning: None,
+        tool_format: tools::Format::Hermes,
     })
 }
 
@@ -457,7 +465,7 @@ pub(crate) fn check_body(st: &AppState, chat: bool, body: &[u8], vocab: usize) -
     let body = Ok(Bytes::copy_from_slice(body));
     if chat {
         let req: ChatRequest = parse_body(st, &HeaderMap::new(), body)?;
-        check_chat(st, vocab, false, &req).map(drop)
+        check_chat(st, vocab, false, tools::Format::Hermes, &req).map(drop)
     } else {
         let req: CompletionRequest = parse_body(st, &HeaderMap::new(), body)?;
         check_completion(st, vocab, &req, &|s: &str| Ok(s.bytes().map(u32::from).collect())).map(drop)
@@ -526,6 +534,7 @@ pub(crate) async fn completions(
 
 /// Per choice: its parser and what it has said.
 struct ChoiceState {
+    format: tools::Format,
     thinking: Option<reasoning::Splitter>,
     reasoning: String,
     parser: Option<tools::Parser>,
@@ -540,11 +549,12 @@ struct ChoiceState {
 }
 
 impl ChoiceState {
-    fn new(tools: bool, reasoning: Option<bool>) -> Self {
+    fn new(tools: bool, reasoning: Option<bool>, format: tools::Format) -> Self {
         Self {
+            format,
             thinking: reasoning.map(reasoning::Splitter::new),
             reasoning: String::new(),
-            parser: tools.then(tools::Parser::new),
+            parser: tools.then(|| tools::Parser::for_format(format)),
             call_ids: vec![],
             content: String::new(),
             calls: vec![],
@@ -590,7 +600,7 @@ impl ChoiceState {
                 Piece::Content(c) => self.content.push_str(c),
                 Piece::Reasoning(r) => self.reasoning.push_str(r),
                 Piece::CallStart { name, .. } => {
-                    let id = new_id("call_");
+                    let id = self.format.call_id();
                     self.call_ids.push(id.clone());
                     self.calls.push((id, name.clone(), String::new()));
                 }
@@ -644,7 +654,7 @@ async fn run(st: Arc<AppState>, llm: Arc<Llm>, p: Prepared, kind: Kind) -> Resul
     let ctx = Ctx { id, created, model: llm.id.clone(), kind, include_usage: p.include_usage, groups: p.prompts.len(), n: p.n, lp };
     if p.stream {
         let (tx, rx) = mpsc::channel::<Bytes>(64);
-        let states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools, p.reasoning)).collect();
+        let states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools, p.reasoning, p.tool_format)).collect();
         tokio::spawn(stream_task(handles, states, tx, ctx, llm, guard, t0));
         let body = Body::from_stream(tokio_stream_from(rx));
         return Ok((
@@ -654,7 +664,7 @@ async fn run(st: Arc<AppState>, llm: Arc<Llm>, p: Prepared, kind: Kind) -> Resul
             .into_response());
     }
     // Whole answers: wait for every choice.
-    let mut states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools, p.reasoning)).collect();
+    let mut states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools, p.reasoning, p.tool_format)).collect();
     let mut merged = merged(handles);
     while let Some((i, ev)) = merged.next().await {
         let s = &mut states[i];

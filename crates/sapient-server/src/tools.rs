@@ -1,6 +1,8 @@
 //! Tool calls: the prompt that tells a model about its tools, the constraint that keeps its
-//! calls valid, and the parser that turns `<tool_call>` blocks into OpenAI `tool_calls`
-//! (incrementally, for streaming).
+//! calls valid, and the parser that turns the model's calls into OpenAI `tool_calls`. Three
+//! syntaxes ([`Format`]), picked from the chat template: Qwen2.5 / Hermes `<tool_call>`
+//! blocks (parsed incrementally, arguments streamed as they come), Llama 3.1 / 3.2 JSON
+//! calls and Mistral's `[TOOL_CALLS]` lists (parsed when the answer ends).
 
 use crate::error::ApiError;
 use sapient_sample::{Expr, Grammar};
@@ -9,6 +11,67 @@ use serde_json::{json, Value};
 /// Markers of the Qwen2.5 / Hermes tool-call format: `<tool_call>\n{"name": .., "arguments": ..}\n</tool_call>`.
 pub const OPEN: &str = "<tool_call>";
 pub const CLOSE: &str = "</tool_call>";
+
+/// Mistral's marker before a list of calls.
+pub const MISTRAL_OPEN: &str = "[TOOL_CALLS]";
+/// How a Llama 3 JSON call starts (the whole answer is the call).
+const LLAMA3_OPEN: &str = "{\"name\"";
+
+/// A model family's tool-call syntax.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Qwen2.5, Hermes and templates without their own: `<tool_call>\n{"name": .., "arguments": ..}\n</tool_call>`,
+    /// after any text, several in a row.
+    Hermes,
+    /// Llama 3.1 / 3.2 JSON tool calling: the whole answer is one `{"name": .., "parameters": ..}`.
+    Llama3,
+    /// Mistral: `[TOOL_CALLS] [{"name": .., "arguments": ..}, ..]` after any text; call ids of
+    /// nine letters and digits, as its template requires.
+    Mistral,
+}
+
+impl Format {
+    /// The syntax a chat template renders tool calls in.
+    pub fn detect(template: &str) -> Self {
+        if template.contains(MISTRAL_OPEN) {
+            Format::Mistral
+        } else if template.contains("<|python_tag|>") || (template.contains("ipython") && template.contains("\"parameters\"")) {
+            Format::Llama3
+        } else {
+            Format::Hermes
+        }
+    }
+
+    /// What starts a call in this syntax (text without it is plain text).
+    pub fn marker(self) -> &'static str {
+        match self {
+            Format::Hermes => OPEN,
+            Format::Llama3 => LLAMA3_OPEN,
+            Format::Mistral => MISTRAL_OPEN,
+        }
+    }
+
+    /// The key a call's arguments go under.
+    fn args_key(self) -> &'static str {
+        if self == Format::Llama3 {
+            "parameters"
+        } else {
+            "arguments"
+        }
+    }
+
+    /// A new call id: `call_…`, or nine letters and digits for Mistral.
+    pub fn call_id(self) -> String {
+        let id = crate::new_id("call_");
+        if self == Format::Mistral {
+            let h = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+            const ABC: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+            (0..9).map(|i| ABC[((h >> (i * 6)) % ABC.len() as u64) as usize] as char).collect()
+        } else {
+            id
+        }
+    }
+}
 
 /// A function the client offers.
 #[derive(Debug, Clone)]
@@ -87,6 +150,12 @@ pub fn parse(tools: Option<&Value>, choice: Option<&Value>) -> Result<(Vec<Funct
 /// The constraint for a tool choice (`None` for [`Choice::None`]): free text or calls (auto),
 /// or calls only (required, named); each call's arguments follow its function's schema.
 pub fn grammar(tools: &[Function], choice: &Choice, parallel: bool, json: sapient_sample::JsonOptions) -> Result<Option<Grammar>, ApiError> {
+    grammar_for(Format::Hermes, tools, choice, parallel, json)
+}
+
+/// [`grammar`] in a model family's syntax. Llama 3 answers with one call (its templates
+/// take one per turn); Mistral's list holds one call unless `parallel`.
+pub fn grammar_for(format: Format, tools: &[Function], choice: &Choice, parallel: bool, json: sapient_sample::JsonOptions) -> Result<Option<Grammar>, ApiError> {
     let offered: Vec<&Function> = match choice {
         Choice::None => return Ok(None),
         Choice::Named(n) => tools.iter().filter(|f| &f.name == n).collect(),
@@ -97,13 +166,39 @@ pub fn grammar(tools: &[Function], choice: &Choice, parallel: bool, json: sapien
         .map(|t| {
             json!({
                 "type": "object",
-                "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-                "required": ["name", "arguments"],
+                "properties": {"name": {"const": t.name}, format.args_key(): t.parameters},
+                "required": ["name", format.args_key()],
                 "additionalProperties": false
             })
         })
         .collect();
-    let call = Expr::JsonSchema(json!({"anyOf": calls}));
+    let any = json!({"anyOf": calls});
+    let e = match format {
+        Format::Hermes => hermes_calls(Expr::JsonSchema(any), choice, parallel),
+        Format::Llama3 => {
+            let call = Expr::JsonSchema(any);
+            match choice {
+                Choice::Auto => Expr::choice([Expr::text_without(LLAMA3_OPEN), call]),
+                _ => call,
+            }
+        }
+        Format::Mistral => {
+            let mut list = json!({"type": "array", "items": any, "minItems": 1});
+            if !parallel {
+                list["maxItems"] = json!(1);
+            }
+            let list = Expr::seq([Expr::literal(" "), Expr::JsonSchema(list)]);
+            match choice {
+                // Text, or text up to the marker and the list after it.
+                Choice::Auto => Expr::choice([Expr::text_without(MISTRAL_OPEN), Expr::seq([Expr::stop_at(MISTRAL_OPEN), list])]),
+                _ => Expr::seq([Expr::literal(MISTRAL_OPEN), list]),
+            }
+        }
+    };
+    Grammar::with_options(&e, json).map(Some).map_err(|e| schema_error("tools", e))
+}
+
+fn hermes_calls(call: Expr, choice: &Choice, parallel: bool) -> Expr {
     // "\n" CALL "\n" CLOSE, then (parallel) more of "\n" OPEN that.
     let one = Expr::seq([Expr::literal("\n"), call, Expr::literal("\n"), Expr::literal(CLOSE)]);
     let calls = if parallel {
@@ -111,11 +206,10 @@ pub fn grammar(tools: &[Function], choice: &Choice, parallel: bool, json: sapien
     } else {
         one
     };
-    let e = match choice {
+    match choice {
         Choice::Auto => Expr::choice([Expr::text_without(OPEN), Expr::seq([Expr::stop_at(OPEN), calls])]),
         _ => Expr::seq([Expr::literal(OPEN), calls]),
-    };
-    Grammar::with_options(&e, json).map(Some).map_err(|e| schema_error("tools", e))
+    }
 }
 
 /// A grammar error as a 400 (naming the unsupported keyword, if that is what it is).
@@ -159,6 +253,10 @@ pub enum Piece {
 
 #[derive(Debug)]
 enum State {
+    /// Llama 3: nothing but a possible start of a call yet.
+    Start,
+    /// Llama 3 and Mistral: the calls, parsed when the answer ends.
+    Calls,
     Text,
     /// Inside a call (after OPEN): the text so far, the header's length once parsed, the
     /// bytes of arguments already given out.
@@ -173,6 +271,7 @@ pub struct Parser {
     buf: String,
     state: State,
     calls: usize,
+    format: Format,
 }
 
 /// Bytes of a call held back while streaming its arguments: the end `}` and CLOSE with a
@@ -187,7 +286,12 @@ impl Default for Parser {
 
 impl Parser {
     pub fn new() -> Self {
-        Self { buf: String::new(), state: State::Text, calls: 0 }
+        Self::for_format(Format::Hermes)
+    }
+
+    /// A parser for a model family's syntax.
+    pub fn for_format(format: Format) -> Self {
+        Self { buf: String::new(), state: if format == Format::Llama3 { State::Start } else { State::Text }, calls: 0, format }
     }
 
     /// Number of calls started so far.
@@ -212,6 +316,59 @@ impl Parser {
     fn run(&mut self, out: &mut Vec<Piece>, end: bool) {
         loop {
             match &mut self.state {
+                State::Start => {
+                    let t = self.buf.trim_start();
+                    if t.starts_with(LLAMA3_OPEN) {
+                        self.state = State::Calls;
+                    } else if !end && LLAMA3_OPEN.starts_with(t) {
+                        return;
+                    } else {
+                        self.state = State::Text;
+                    }
+                }
+                State::Calls => {
+                    if end {
+                        let body = std::mem::take(&mut self.buf);
+                        match whole_calls(self.format, &body) {
+                            Some(calls) => {
+                                for (name, args) in calls {
+                                    let index = self.calls;
+                                    self.calls += 1;
+                                    out.push(Piece::CallStart { index, name });
+                                    out.push(Piece::CallArgs { index, text: args });
+                                }
+                            }
+                            // Not calls after all (cut short, or not JSON): the text as it was.
+                            None if self.format == Format::Mistral => out.push(Piece::Content(format!("{MISTRAL_OPEN}{body}"))),
+                            None => out.push(Piece::Content(body)),
+                        }
+                    }
+                    return;
+                }
+                State::Text if self.format == Format::Llama3 => {
+                    if !self.buf.is_empty() {
+                        out.push(Piece::Content(std::mem::take(&mut self.buf)));
+                    }
+                    return;
+                }
+                State::Text if self.format == Format::Mistral => {
+                    if let Some(i) = self.buf.find(MISTRAL_OPEN) {
+                        let before = &self.buf[..i];
+                        if !before.is_empty() {
+                            out.push(Piece::Content(before.to_string()));
+                        }
+                        self.buf.drain(..i + MISTRAL_OPEN.len());
+                        self.state = State::Calls;
+                        continue;
+                    }
+                    let keep = if end { 0 } else { partial_suffix(&self.buf, MISTRAL_OPEN) };
+                    let give = self.buf.len() - keep;
+                    if give > 0 {
+                        out.push(Piece::Content(self.buf[..give].to_string()));
+                        self.buf.drain(..give);
+                    }
+                    return;
+                }
                 State::Text => {
                     if let Some(i) = self.buf.find(OPEN) {
                         if i > 0 {
@@ -385,6 +542,26 @@ fn args_text(rest: &str) -> &str {
     t.strip_suffix('}').unwrap_or(t).trim_end()
 }
 
+/// Llama 3's call object or Mistral's list of them, parsed whole: names and arguments (JSON
+/// text).
+fn whole_calls(format: Format, body: &str) -> Option<Vec<(String, String)>> {
+    let v: Value = serde_json::from_str(body.trim()).ok()?;
+    let one = |c: &Value| -> Option<(String, String)> {
+        let name = c.get("name")?.as_str()?.to_string();
+        let args = match c.get(format.args_key()).or_else(|| c.get("arguments")).or_else(|| c.get("parameters")) {
+            Some(Value::String(s)) => s.clone(),
+            Some(a) => a.to_string(),
+            None => "{}".into(),
+        };
+        Some((name, args))
+    };
+    match (format, &v) {
+        (Format::Mistral, Value::Array(list)) if !list.is_empty() => list.iter().map(one).collect(),
+        (Format::Llama3, Value::Object(_)) => Some(vec![one(&v)?]),
+        _ => None,
+    }
+}
+
 /// A call's body parsed whole: `{"name": .., "arguments": ..}` in any key order.
 fn whole_call(body: &str) -> Option<(String, String)> {
     let v: Value = serde_json::from_str(body.trim()).ok()?;
@@ -420,7 +597,11 @@ mod tests {
     }
 
     fn parse_in_pieces(text: &str, step: usize) -> (String, Vec<(String, String)>) {
-        let mut p = Parser::new();
+        parse_format_in_pieces(Format::Hermes, text, step)
+    }
+
+    fn parse_format_in_pieces(format: Format, text: &str, step: usize) -> (String, Vec<(String, String)>) {
+        let mut p = Parser::for_format(format);
         let mut all = Vec::new();
         let chars: Vec<char> = text.chars().collect();
         for c in chars.chunks(step) {
@@ -493,5 +674,65 @@ mod tests {
         assert!(e.message.contains("patternProperties"), "{}", e.message);
         let e = parse(Some(&t), Some(&json!({"type": "function", "function": {"name": "nope"}}))).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tool_choice"));
+    }
+
+    #[test]
+    fn formats_are_told_apart_by_their_templates() {
+        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/tokenizers/templates");
+        for (file, want) in [
+            ("llama3.1.jinja", Format::Llama3),
+            ("llama3.2.jinja", Format::Llama3),
+            ("mistral-v3.jinja", Format::Mistral),
+            ("mistral-nemo.jinja", Format::Mistral),
+            ("qwen2.5.jinja", Format::Hermes),
+            ("hermes3-tool-use.jinja", Format::Hermes),
+        ] {
+            let src = std::fs::read_to_string(data.join(file)).unwrap();
+            assert_eq!(Format::detect(&src), want, "{file}");
+        }
+        let id = Format::Mistral.call_id();
+        assert!(id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()), "{id}");
+        assert_ne!(id, Format::Mistral.call_id());
+        assert!(Format::Hermes.call_id().starts_with("call_"));
+    }
+
+    #[test]
+    fn llama3_and_mistral_calls_parse_in_any_chunking() {
+        let llama = "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}";
+        let mistral = "Checking. [TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"time\", \"arguments\": {}}]";
+        for step in [1, 2, 5, 1000] {
+            let (c, calls) = parse_format_in_pieces(Format::Llama3, llama, step);
+            assert_eq!((c.as_str(), calls), ("", vec![("get_weather".to_string(), "{\"city\":\"Paris\"}".to_string())]), "step {step}");
+            let (c, calls) = parse_format_in_pieces(Format::Mistral, mistral, step);
+            assert_eq!(c, "Checking. ", "step {step}");
+            assert_eq!(calls, vec![("get_weather".into(), "{\"city\":\"Paris\"}".into()), ("time".into(), "{}".into())], "step {step}");
+            // Text stays text: a Llama 3 answer that is not a call, one that only starts like
+            // one, a Mistral answer without the marker, a marker with no list after it.
+            for (f, t) in [(Format::Llama3, "Paris is sunny."), (Format::Llama3, "{\"nam is not a call"), (Format::Llama3, "  {\"name\": oops"), (Format::Mistral, "No tools [TOOL_CALL"), (Format::Mistral, "[TOOL_CALLS] nope")] {
+                let (c, calls) = parse_format_in_pieces(f, t, step);
+                assert!(calls.is_empty(), "{t}");
+                assert_eq!(c.trim(), t.trim(), "{f:?} {t} step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn llama3_and_mistral_grammars() {
+        let t = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}]);
+        let (tools, _) = parse(Some(&t), None).unwrap();
+        let accepts = |g: &Grammar, s: &str| g.advance_bytes(&g.start(), s.as_bytes()).unwrap().is_some_and(|st| g.is_accepting(&st));
+        let g = grammar_for(Format::Llama3, &tools, &Choice::Required, true, Default::default()).unwrap().unwrap();
+        assert!(accepts(&g, "{\"name\":\"f\",\"parameters\":{\"a\":3}}"));
+        assert!(!accepts(&g, "{\"name\":\"f\",\"arguments\":{\"a\":3}}"), "Llama 3 calls take parameters");
+        assert!(!accepts(&g, "Sure."));
+        let g = grammar_for(Format::Llama3, &tools, &Choice::Auto, true, Default::default()).unwrap().unwrap();
+        assert!(accepts(&g, "Sure.") && accepts(&g, "{\"name\":\"f\",\"parameters\":{\"a\":3}}"));
+        assert!(g.advance_bytes(&g.start(), b"{\"name\":\"g\"").unwrap().is_none(), "unknown function");
+        let g = grammar_for(Format::Mistral, &tools, &Choice::Auto, false, Default::default()).unwrap().unwrap();
+        assert!(accepts(&g, "Sure.") && accepts(&g, "Let me see.[TOOL_CALLS] [{\"name\":\"f\",\"arguments\":{\"a\":3}}]"));
+        assert!(!accepts(&g, "[TOOL_CALLS] [{\"name\":\"f\",\"arguments\":{\"a\":3}},{\"name\":\"f\",\"arguments\":{\"a\":4}}]"), "one call unless parallel");
+        let g = grammar_for(Format::Mistral, &tools, &Choice::Required, true, Default::default()).unwrap().unwrap();
+        assert!(accepts(&g, "[TOOL_CALLS] [{\"name\":\"f\",\"arguments\":{\"a\":3}},{\"name\":\"f\",\"arguments\":{\"a\":4}}]"));
+        assert!(!accepts(&g, "Sure."));
     }
 }

@@ -58,7 +58,6 @@ struct Meta {
     eos: Option<(u32, String)>,
     eos_ids: Vec<u32>,
     add_bos: bool,
-    template: Option<ChatTemplate>,
     byte_level: bool,
     /// llama.cpp's SentencePiece encoder for GGUF `llama` tokenizers (else `inner` encodes).
     spm: Option<spm::SpmEncoder>,
@@ -69,6 +68,7 @@ struct Meta {
 pub struct Tokenizer {
     inner: Arc<tokenizers::Tokenizer>,
     meta: Arc<Meta>,
+    template: Option<Arc<ChatTemplate>>,
 }
 
 fn tk_err(e: impl std::fmt::Display) -> Error {
@@ -252,10 +252,10 @@ impl Tokenizer {
                 eos,
                 eos_ids,
                 add_bos,
-                template,
                 byte_level,
                 spm: None,
             }),
+            template: template.map(Arc::new),
         })
     }
 
@@ -299,10 +299,10 @@ impl Tokenizer {
                 eos,
                 eos_ids,
                 add_bos: built.add_bos,
-                template,
                 byte_level: built.byte_level,
                 spm: built.spm,
             }),
+            template: template.map(Arc::new),
         })
     }
 
@@ -367,7 +367,14 @@ impl Tokenizer {
         self.meta.add_bos
     }
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
-        self.meta.template.as_ref()
+        self.template.as_deref()
+    }
+    /// Replace the model's chat template with `source` (Jinja, as HF templates are), with
+    /// this tokenizer's BOS and EOS tokens; an error names what does not parse.
+    pub fn set_chat_template(&mut self, source: &str) -> Result<()> {
+        let t = ChatTemplate::new(source, self.bos_token(), self.eos_token())?;
+        self.template = Some(Arc::new(t));
+        Ok(())
     }
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
@@ -530,6 +537,24 @@ mod tests {
         let g = sapient_tensor::GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap();
         let e = Tokenizer::from_gguf(&g).unwrap_err().to_string();
         assert!(e.contains("chat template") && e.contains("line 1"), "{e}");
+
+        // A template set later replaces the model's, in this copy only; a broken one is an
+        // error and changes nothing.
+        let mut w = GgufWriter::new();
+        w.set("tokenizer.ggml.model", Value::String("gpt2".into()))
+            .set("tokenizer.ggml.tokens", Value::string_array(["a", "b", "ab"]))
+            .set("tokenizer.ggml.merges", Value::string_array(["a b"]));
+        let g = sapient_tensor::GgufFile::from_bytes("x.gguf", w.to_bytes()).unwrap();
+        let mut t = Tokenizer::from_gguf(&g).unwrap();
+        let before = t.clone();
+        assert!(t.chat_template().is_none());
+        t.set_chat_template("{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}").unwrap();
+        let msgs = [Message::user("hi")];
+        assert_eq!(t.chat_template().unwrap().render(&msgs, &RenderOptions::default()).unwrap(), "[user] hi");
+        assert!(before.chat_template().is_none());
+        let e = t.set_chat_template("{% for %}").unwrap_err().to_string();
+        assert!(e.contains("chat template"), "{e}");
+        assert!(t.chat_template().is_some());
 
         let mut w = GgufWriter::new();
         w.set("tokenizer.ggml.model", Value::String("gpt2".into()))

@@ -34,7 +34,12 @@ impl Drop for TestServer {
 }
 
 pub async fn start(opts: ServerOptions) -> Result<TestServer> {
-    let engine = Engine::new(pipeline(), EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(8192) }, ..EngineOptions::default() })?;
+    start_with(pipeline(), opts).await
+}
+
+/// [`start`] on another pipeline (e.g. one loaded with another chat template).
+pub async fn start_with(pipeline: &Pipeline, opts: ServerOptions) -> Result<TestServer> {
+    let engine = Engine::new(pipeline, EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(8192) }, ..EngineOptions::default() })?;
     let server = Server::new(opts);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
