@@ -400,7 +400,7 @@ impl Whisper {
             }),
             _ => None,
         };
-        let use_plain = std::env::var("SAPIENT_WHISPER_CANDLE_DECODER").map_or(true, |v| v.is_empty() || v == "0");
+        let use_plain = true;
         let emb_w = src.load_checked("model.decoder.embed_tokens.weight", &[config.vocab_size, d], device)?;
         let embed = emb_w.dequantize(device, dtype)?;
         let proj = match emb_w {
@@ -433,7 +433,7 @@ impl Whisper {
     }
 
     /// Whether decoding steps run on plain buffers (the CPU default) or as candle ops
-    /// (`SAPIENT_WHISPER_CANDLE_DECODER=1` at load, or this); the results agree to f32
+    /// ([`LoadOptions::candle_decoder`](crate::LoadOptions::candle_decoder), or this); the results agree to f32
     /// rounding. Returns whether the plain path is in use (it exists for f32 on the CPU).
     pub fn set_plain_decoder(&mut self, on: bool) -> bool {
         self.use_plain = on;

@@ -110,6 +110,9 @@ pub struct LoadOptions {
     /// What a model file may make the loader allocate (a CTranslate2 `model.bin` is read
     /// whole; safetensors/GGUF tensors are checked one by one).
     pub limits: sapient_tensor::Limits,
+    /// Run the decoding steps as candle ops instead of on plain buffers (for comparisons;
+    /// the results agree to f32 rounding).
+    pub candle_decoder: bool,
 }
 
 impl LoadOptions {
@@ -222,12 +225,15 @@ impl Transcriber {
         let tok = WhisperTokenizer::from_file(tokenizer, &cfg)?;
         let mel = LogMel::new(cfg.num_mel_bins)?;
         let dtype = if device.is_cpu() { DType::F32 } else { sapient_tensor::activation_dtype(device) };
-        let model = if device.is_cpu() && (load.quantize_decoder.is_some() || load.quantize_encoder.is_some()) {
+        let mut model = if device.is_cpu() && (load.quantize_decoder.is_some() || load.quantize_encoder.is_some()) {
             let q = QuantizeWeights { inner: src, encoder: load.quantize_encoder, decoder: load.quantize_decoder };
             Whisper::load(cfg, &q, device, dtype)?
         } else {
             Whisper::load(cfg, src, device, dtype)?
         };
+        if load.candle_decoder {
+            model.set_plain_decoder(false);
+        }
         tracing::debug!(multilingual = tok.multilingual, "whisper model loaded");
         Ok(Self { model, tokenizer: tok, mel, vad: None })
     }
