@@ -129,6 +129,9 @@ struct GenOpts {
     /// Activation dtype: f32, bf16 or f16 (default: f32 on CPU, bf16 on CUDA).
     #[arg(long)]
     dtype: Option<String>,
+    /// A chat template (Jinja file) to use instead of the model's own.
+    #[arg(long, value_name = "FILE")]
+    chat_template: Option<std::path::PathBuf>,
     /// Cap on prompt + answer tokens.
     #[arg(long)]
     ctx: Option<usize>,
@@ -227,7 +230,11 @@ impl GenOpts {
         };
         // SAPIENT_CANDLE_FORWARD: the candle-op forward pass, for comparisons.
         let candle_forward = std::env::var_os("SAPIENT_CANDLE_FORWARD").is_some();
-        let opts = PipelineOptions { device, max_seq_len: self.ctx, dtype, kernels: None, candle_forward, engine: None, limits: Default::default() };
+        let chat_template = match &self.chat_template {
+            Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
+            None => None,
+        };
+        let opts = PipelineOptions { device, max_seq_len: self.ctx, dtype, kernels: None, candle_forward, engine: None, limits: Default::default(), chat_template };
         let mut bars = Bars::default();
         let pipe = Pipeline::load(&self.model, opts, |p| bars.update(p))
             .with_context(|| format!("loading model '{}'", self.model))?;
