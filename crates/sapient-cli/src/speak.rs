@@ -34,6 +34,10 @@ pub struct SpeakArgs {
     /// List the voices and stop.
     #[arg(long)]
     list_voices: bool,
+    /// Also write when each word is spoken, as JSON (`[{"word", "start", "end"}]`, seconds),
+    /// from the durations the model predicts for the word's phonemes.
+    #[arg(long, value_name = "FILE")]
+    timestamps: Option<PathBuf>,
 }
 
 pub fn run(args: SpeakArgs) -> Result<()> {
@@ -80,6 +84,7 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     let stream = tts.stream(&text, &args.voice, args.speed)?;
     let n = stream.remaining();
     let mut samples = Vec::new();
+    let mut words = Vec::new();
     let mut first_audio = None;
     for (i, chunk) in stream.enumerate() {
         let chunk = chunk?;
@@ -91,6 +96,7 @@ pub fn run(args: SpeakArgs) -> Result<()> {
             eprintln!("[{}/{n}] {:.2} s of audio at {:.2} s: {}", i + 1, secs, t0.elapsed().as_secs_f64(), chunk.text);
         }
         samples.extend(chunk.samples);
+        words.extend(chunk.words);
     }
     let total = t0.elapsed().as_secs_f64();
     sapient_audio::write_wav(&args.output, &samples, tts.sample_rate(), sapient_audio::WavFormat::Pcm16)
@@ -106,5 +112,9 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         )?;
     }
     eprintln!("wrote {}", args.output.display());
+    if let Some(path) = &args.timestamps {
+        std::fs::write(path, serde_json::to_string_pretty(&words)?).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {} ({} words)", path.display(), words.len());
+    }
     Ok(())
 }

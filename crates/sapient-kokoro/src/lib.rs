@@ -46,7 +46,7 @@ pub use config::KokoroConfig;
 pub use error::{Error, Result};
 pub use g2p::{G2p, PhonemeVocab};
 pub use model::{KModel, Synthesis, MAX_PHONEMES};
-pub use tts::{AudioChunk, KokoroTts, Speech, SpeechStream};
+pub use tts::{AudioChunk, KokoroTts, Speech, SpeechStream, WordTiming};
 pub use voices::{VoicePack, Voices};
 pub use weights::KokoroWeights;
 

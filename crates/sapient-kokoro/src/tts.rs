@@ -36,6 +36,48 @@ pub struct AudioChunk {
     /// The phonemes spoken.
     pub phonemes: String,
     pub samples: Vec<f32>,
+    /// The chunk's words and when each is spoken, in seconds from the start of the whole
+    /// stream, from the durations the model predicted for their phonemes.
+    pub words: Vec<WordTiming>,
+}
+
+/// A spoken word and its time span (seconds).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct WordTiming {
+    pub word: String,
+    pub start: f32,
+    pub end: f32,
+}
+
+/// Where each word's phonemes are among the model's input tokens: `words` (text, phonemes)
+/// in order, found left to right in `phonemes`; the model takes one token per phoneme
+/// character in the vocabulary, after one padding token. Words not found here (they are in
+/// a later chunk of the same sentence) are left for it: the count consumed is returned.
+fn word_tokens(words: &[(String, String)], phonemes: &str, vocab: &PhonemeVocab) -> (Vec<(String, usize, usize)>, usize) {
+    let chars: Vec<char> = phonemes.chars().collect();
+    // token index (padding included) of each character; characters outside the vocabulary
+    // have none and take no time.
+    let mut tok = Vec::with_capacity(chars.len() + 1);
+    let mut t = 1;
+    for &c in &chars {
+        tok.push(t);
+        if vocab.contains(c) {
+            t += 1;
+        }
+    }
+    tok.push(t);
+    let mut out = Vec::new();
+    let mut at = 0;
+    let mut used = 0;
+    for (word, ps) in words {
+        let p: Vec<char> = ps.chars().collect();
+        let found = (at..=chars.len().saturating_sub(p.len())).find(|&i| chars[i..].starts_with(&p));
+        let Some(i) = found else { break };
+        out.push((word.clone(), tok[i], tok[i + p.len()]));
+        at = i + p.len();
+        used += 1;
+    }
+    (out, used)
 }
 
 /// Kokoro-82M with its English G2P, phoneme vocabulary and voices.
@@ -117,30 +159,30 @@ impl KokoroTts {
     /// Speaks phonemes directly (at most 510 symbols; symbols outside the vocabulary are
     /// skipped with a warning).
     pub fn speak_phonemes(&self, phonemes: &str, voice: &VoicePack, speed: f32) -> Result<Vec<f32>> {
-        let (ids, _skipped) = self.vocab.encode(phonemes);
-        if ids.is_empty() {
-            return Err(Error::Input(format!("no phonemes in Kokoro's vocabulary in {phonemes:?}")));
-        }
-        if ids.len() > MAX_PHONEMES {
-            return Err(Error::Input(format!(
-                "{} phonemes, more than Kokoro's {MAX_PHONEMES} in one call (split the text)",
-                ids.len()
-            )));
-        }
-        let style = voice.style_for(ids.len())?;
-        self.model.synthesize(&ids, style, speed)
+        Ok(self.speak_timed(phonemes, voice, speed)?.0)
     }
 
     /// The whole text at once (all chunks, concatenated).
     pub fn synthesize(&self, text: &str, voice: &str, speed: f32) -> Result<Speech> {
+        Ok(self.synthesize_timed(text, voice, speed)?.0)
+    }
+
+    /// [`synthesize`](Self::synthesize), and when each word is spoken.
+    pub fn synthesize_timed(&self, text: &str, voice: &str, speed: f32) -> Result<(Speech, Vec<WordTiming>)> {
         let mut samples = Vec::new();
+        let mut words = Vec::new();
         for chunk in self.stream(text, voice, speed)? {
-            samples.extend(chunk?.samples);
+            let chunk = chunk?;
+            samples.extend(chunk.samples);
+            words.extend(chunk.words);
         }
-        Ok(Speech {
-            samples,
-            sample_rate: self.sample_rate(),
-        })
+        Ok((
+            Speech {
+                samples,
+                sample_rate: self.sample_rate(),
+            },
+            words,
+        ))
     }
 
     /// Sentence by sentence: the text is split and phonemized up front (cheap), and each
@@ -158,7 +200,27 @@ impl KokoroTts {
             voice,
             speed,
             chunks: chunks.into_iter(),
+            sentence: None,
+            offset: 0,
         })
+    }
+
+    /// Phonemes -> samples and the frames (600 samples each) of every input token,
+    /// padding included.
+    fn speak_timed(&self, phonemes: &str, voice: &VoicePack, speed: f32) -> Result<(Vec<f32>, Vec<u32>)> {
+        let (ids, _skipped) = self.vocab.encode(phonemes);
+        if ids.is_empty() {
+            return Err(Error::Input(format!("no phonemes in Kokoro's vocabulary in {phonemes:?}")));
+        }
+        if ids.len() > MAX_PHONEMES {
+            return Err(Error::Input(format!(
+                "{} phonemes, more than Kokoro's {MAX_PHONEMES} in one call (split the text)",
+                ids.len()
+            )));
+        }
+        let style = voice.style_for(ids.len())?;
+        let s = self.model.forward(&ids, style, speed, None)?;
+        Ok((s.audio, s.durations))
     }
 }
 
@@ -168,6 +230,10 @@ pub struct SpeechStream<'a> {
     voice: VoicePack,
     speed: f32,
     chunks: std::vec::IntoIter<Chunk>,
+    /// The sentence being spoken and its words not yet placed in a chunk.
+    sentence: Option<(String, Vec<(String, String)>)>,
+    /// Samples given out so far.
+    offset: usize,
 }
 
 impl SpeechStream<'_> {
@@ -182,15 +248,36 @@ impl Iterator for SpeechStream<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let c = self.chunks.next()?;
-        Some(
-            self.tts
-                .speak_phonemes(&c.phonemes, &self.voice, self.speed)
-                .map(|samples| AudioChunk {
-                    text: c.text,
-                    phonemes: c.phonemes,
-                    samples,
-                }),
-        )
+        let (samples, durations) = match self.tts.speak_timed(&c.phonemes, &self.voice, self.speed) {
+            Ok(r) => r,
+            Err(e) => return Some(Err(e)),
+        };
+        if self.sentence.as_ref().is_none_or(|(t, _)| *t != c.text) {
+            self.sentence = Some((c.text.clone(), self.tts.g2p.phonemize_with_words(&c.text).1));
+        }
+        let mut words = Vec::new();
+        if let Some((_, left)) = self.sentence.as_mut() {
+            let (spans, used) = word_tokens(left, &c.phonemes, &self.tts.vocab);
+            left.drain(..used);
+            // Frames to seconds: 600 samples a frame at 24 kHz.
+            let mut cum = Vec::with_capacity(durations.len() + 1);
+            cum.push(0u64);
+            for d in &durations {
+                cum.push(cum[cum.len() - 1] + u64::from(*d));
+            }
+            let sr = self.tts.sample_rate() as f32;
+            let at = |tok: usize| (self.offset as f32 + 600.0 * cum[tok.min(cum.len() - 1)] as f32) / sr;
+            for (word, a, b) in spans {
+                words.push(WordTiming { word, start: at(a), end: at(b) });
+            }
+        }
+        self.offset += samples.len();
+        Some(Ok(AudioChunk {
+            text: c.text,
+            phonemes: c.phonemes,
+            samples,
+            words,
+        }))
     }
 }
 

@@ -98,6 +98,13 @@ impl G2p {
     /// Characters that are neither letters, digits nor known punctuation/symbols are dropped
     /// (with a `tracing` debug line); the result may be empty (then there is nothing to say).
     pub fn phonemize(&self, text: &str) -> String {
+        self.phonemize_with_words(text).0
+    }
+
+    /// [`phonemize`](Self::phonemize), and each spoken word of the text with its phonemes in
+    /// order (punctuation and words with no phonemes left out): what word timestamps are
+    /// computed from.
+    pub fn phonemize_with_words(&self, text: &str) -> (String, Vec<(String, String)>) {
         let mut tokens = tokenize(&normalize(text));
         // right to left, carrying whether the next word starts with a vowel
         let mut ctx = Ctx::default();
@@ -118,6 +125,7 @@ impl G2p {
             }
         }
         let mut out = String::new();
+        let mut words = Vec::new();
         for t in &tokens {
             match &t.piece {
                 Piece::Punct(p) => out.push_str(p),
@@ -131,6 +139,10 @@ impl G2p {
                         }
                         ps.push_str(p);
                     }
+                    if !ps.trim().is_empty() {
+                        let text: String = subs.iter().map(|s| s.text.as_str()).collect();
+                        words.push((text, finish(ps.trim())));
+                    }
                     out.push_str(&ps);
                 }
             }
@@ -138,7 +150,7 @@ impl G2p {
                 out.push(' ');
             }
         }
-        finish(out.trim())
+        (finish(out.trim()), words)
     }
 
     /// misaki's span search over one word's sub-tokens, then its `resolve_tokens`.
