@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3_synthetic import make_references  # noqa: E402
+from qwen3_synthetic import attend, make_references, rms, rope_fn, swiglu  # noqa: E402
 
 H, I, LAYERS, HEADS, KV = 64, 160, 2, 4, 2
 HD = H // HEADS
@@ -53,39 +53,20 @@ def inv_freq():
     return np.where(wavelen < old / hi, inv, np.where(wavelen > old / lo, inv / f, (1 - smooth) * inv / f + smooth * inv))
 
 
-def rms(x, w):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * w
-
-
 def forward(W, ids):
     x = W['model.embed_tokens.weight'][ids].astype(np.float64)
     T = len(ids)
-    ang = np.arange(T, dtype=np.float64)[:, None] * inv_freq()[None, :]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
-
-    def rope(t):
-        a, b = t[..., :HD // 2], t[..., HD // 2:]
-        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
-
-    mask = np.triu(np.full((T, T), -np.inf), 1)
+    rope = rope_fn(T, inv_freq())
     for l in range(LAYERS):
         p = lambda n: W[f'model.layers.{l}.{n}'].astype(np.float64)
-        h = rms(x, p('input_layernorm.weight'))
+        h = rms(x, p('input_layernorm.weight'), EPS)
         q = rope((h @ p('self_attn.q_proj.weight').T).reshape(T, HEADS, HD))
         k = rope((h @ p('self_attn.k_proj.weight').T).reshape(T, KV, HD))
         v = (h @ p('self_attn.v_proj.weight').T).reshape(T, KV, HD)
-        out = np.zeros((T, HEADS, HD))
-        for hh in range(HEADS):
-            g = hh // (HEADS // KV)
-            s = q[:, hh, :] @ k[:, g, :].T / np.sqrt(HD) + mask
-            s = np.exp(s - s.max(axis=-1, keepdims=True))
-            s /= s.sum(axis=-1, keepdims=True)
-            out[:, hh, :] = s @ v[:, g, :]
-        x = x + out.reshape(T, H) @ p('self_attn.o_proj.weight').T
-        h = rms(x, p('post_attention_layernorm.weight'))
-        gate = h @ p('mlp.gate_proj.weight').T
-        x = x + ((gate / (1 + np.exp(-gate))) * (h @ p('mlp.up_proj.weight').T)) @ p('mlp.down_proj.weight').T
-    x = rms(x, W['model.norm.weight'].astype(np.float64))
+        x = x + attend(q, k, v) @ p('self_attn.o_proj.weight').T
+        h = rms(x, p('post_attention_layernorm.weight'), EPS)
+        x = x + swiglu(h @ p('mlp.gate_proj.weight').T, h @ p('mlp.up_proj.weight').T) @ p('mlp.down_proj.weight').T
+    x = rms(x, W['model.norm.weight'].astype(np.float64), EPS)
     return x @ W['model.embed_tokens.weight'].astype(np.float64).T
 
 

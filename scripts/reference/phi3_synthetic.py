@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3_synthetic import make_references  # noqa: E402
+from qwen3_synthetic import attend, make_references, rms, rope_fn, swiglu  # noqa: E402
 
 H, I, LAYERS, HEADS, KV = 64, 160, 2, 4, 2
 HD = H // HEADS
@@ -44,42 +44,22 @@ def tensors(vocab):
     return out
 
 
-def rms(x, w):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * w
-
-
 def forward(W, ids):
     x = W['model.embed_tokens.weight'][ids].astype(np.float64)
     T = len(ids)
-    inv = THETA ** (-np.arange(0, ROT, 2, dtype=np.float64) / ROT)
-    ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
-
-    def rope(t):
-        a, b, rest = t[..., :ROT // 2], t[..., ROT // 2:ROT], t[..., ROT:]
-        return np.concatenate([a * cos - b * sin, b * cos + a * sin, rest], axis=-1)
-
-    mask = np.triu(np.full((T, T), -np.inf), 1)
+    rope = rope_fn(T, THETA ** (-np.arange(0, ROT, 2, dtype=np.float64) / ROT))
     for l in range(LAYERS):
         p = lambda n: W[f'model.layers.{l}.{n}'].astype(np.float64)
-        h = rms(x, p('input_layernorm.weight'))
+        h = rms(x, p('input_layernorm.weight'), EPS)
         qkv = h @ p('self_attn.qkv_proj.weight').T
         q = rope(qkv[:, :HEADS * HD].reshape(T, HEADS, HD))
         k = rope(qkv[:, HEADS * HD:(HEADS + KV) * HD].reshape(T, KV, HD))
         v = qkv[:, (HEADS + KV) * HD:].reshape(T, KV, HD)
-        out = np.zeros((T, HEADS, HD))
-        for hh in range(HEADS):
-            g = hh // (HEADS // KV)
-            s = q[:, hh, :] @ k[:, g, :].T / np.sqrt(HD) + mask
-            s = np.exp(s - s.max(axis=-1, keepdims=True))
-            s /= s.sum(axis=-1, keepdims=True)
-            out[:, hh, :] = s @ v[:, g, :]
-        x = x + out.reshape(T, H) @ p('self_attn.o_proj.weight').T
-        h = rms(x, p('post_attention_layernorm.weight'))
+        x = x + attend(q, k, v) @ p('self_attn.o_proj.weight').T
+        h = rms(x, p('post_attention_layernorm.weight'), EPS)
         gu = h @ p('mlp.gate_up_proj.weight').T
-        gate, up = gu[:, :I], gu[:, I:]
-        x = x + ((gate / (1 + np.exp(-gate))) * up) @ p('mlp.down_proj.weight').T
-    x = rms(x, W['model.norm.weight'].astype(np.float64))
+        x = x + swiglu(gu[:, :I], gu[:, I:]) @ p('mlp.down_proj.weight').T
+    x = rms(x, W['model.norm.weight'].astype(np.float64), EPS)
     return x @ W['lm_head.weight'].astype(np.float64).T
 
 

@@ -87,22 +87,46 @@ def write_safetensors(path, arrays):
         f.write(struct.pack('<Q', len(h)) + h + b''.join(blobs))
 
 
-def rms(x, w):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * w
+def rms(x, w, eps=EPS):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope_fn(T, inv):
+    """Rotate-half RoPE at positions 0..T over the first 2 * len(inv) dimensions of a head
+    (partial RoPE leaves the rest), frequencies `inv`."""
+    ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    r = len(inv)
+
+    def rope(t):
+        a, b, rest = t[..., :r], t[..., r:2 * r], t[..., 2 * r:]
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin, rest], axis=-1)
+    return rope
+
+
+def attend(q, k, v):
+    """Causal grouped-query attention: q (T, heads, d), k and v (T, kv heads, d) -> (T, heads * d)."""
+    T, heads, d = q.shape
+    kv = k.shape[1]
+    mask = np.triu(np.full((T, T), -np.inf), 1)
+    out = np.zeros((T, heads, d))
+    for hh in range(heads):
+        g = hh // (heads // kv)
+        s = q[:, hh, :] @ k[:, g, :].T / np.sqrt(d) + mask
+        s = np.exp(s - s.max(axis=-1, keepdims=True))
+        s /= s.sum(axis=-1, keepdims=True)
+        out[:, hh, :] = s @ v[:, g, :]
+    return out.reshape(T, heads * d)
+
+
+def swiglu(gate, up):
+    return (gate / (1 + np.exp(-gate))) * up
 
 
 def forward(W, ids):
     x = W['model.embed_tokens.weight'][ids].astype(np.float64)
     T = len(ids)
-    inv = THETA ** (-np.arange(0, HD, 2, dtype=np.float64) / HD)
-    ang = np.arange(T, dtype=np.float64)[:, None] * inv[None, :]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
-
-    def rope(t):
-        a, b = t[..., :HD // 2], t[..., HD // 2:]
-        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
-
-    mask = np.triu(np.full((T, T), -np.inf), 1)
+    rope = rope_fn(T, THETA ** (-np.arange(0, HD, 2, dtype=np.float64) / HD))
     for l in range(LAYERS):
         p = lambda n: W[f'model.layers.{l}.{n}'].astype(np.float64)
         h = rms(x, p('input_layernorm.weight'))
@@ -111,17 +135,9 @@ def forward(W, ids):
         v = (h @ p('self_attn.v_proj.weight').T).reshape(T, KV, HD)
         q = rope(rms(q, p('self_attn.q_norm.weight')))
         k = rope(rms(k, p('self_attn.k_norm.weight')))
-        out = np.zeros((T, HEADS, HD))
-        for hh in range(HEADS):
-            g = hh // (HEADS // KV)
-            s = q[:, hh, :] @ k[:, g, :].T / np.sqrt(HD) + mask
-            s = np.exp(s - s.max(axis=-1, keepdims=True))
-            s /= s.sum(axis=-1, keepdims=True)
-            out[:, hh, :] = s @ v[:, g, :]
-        x = x + out.reshape(T, HEADS * HD) @ p('self_attn.o_proj.weight').T
+        x = x + attend(q, k, v) @ p('self_attn.o_proj.weight').T
         h = rms(x, p('post_attention_layernorm.weight'))
-        gate = h @ p('mlp.gate_proj.weight').T
-        x = x + ((gate / (1 + np.exp(-gate))) * (h @ p('mlp.up_proj.weight').T)) @ p('mlp.down_proj.weight').T
+        x = x + swiglu(h @ p('mlp.gate_proj.weight').T, h @ p('mlp.up_proj.weight').T) @ p('mlp.down_proj.weight').T
     x = rms(x, W['model.norm.weight'].astype(np.float64))
     return x @ W['model.embed_tokens.weight'].astype(np.float64).T
 
