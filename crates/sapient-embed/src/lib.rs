@@ -353,3 +353,8 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     }
     (ab / (aa.sqrt() * bb.sqrt())) as f32
 }
+
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;

@@ -3,13 +3,7 @@
 //! `—` and quotes/parentheses, then a space, and only then anywhere), like Kokoro's own
 //! pipeline waterfall.
 
-use crate::g2p::G2p;
-
-/// Titles and abbreviations whose final dot does not end a sentence.
-pub(crate) const ABBREVIATIONS: &[&str] = &[
-    "mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "vs", "etc", "e.g", "i.e", "inc", "ltd", "co", "no", "fig",
-    "approx", "dept", "est", "mt", "gen", "col", "lt", "sgt", "capt", "rev", "hon", "u.s", "u.k", "a.m", "p.m",
-];
+use crate::g2p::{G2p, ABBREVIATIONS};
 
 /// Splits text into sentences: after `.` `!` `?` `…` (and any closing quotes or brackets)
 /// followed by whitespace, except after an abbreviation ("Mr.", "e.g.") or an initial ("J."),

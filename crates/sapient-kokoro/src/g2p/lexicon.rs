@@ -8,7 +8,6 @@
 //! `None` variant at the end of a sentence, as misaki does), and the few words misaki
 //! decides by tag (`a`, `I`, `in`, ...) use the readings that are right in running text.
 
-use super::numbers;
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::path::Path;
@@ -85,11 +84,11 @@ fn is_lexicon_chars(w: &str) -> bool {
     w.chars().all(|c| c.is_ascii_alphabetic() || c == '\'' || c == '-')
 }
 
-fn is_upper(w: &str) -> bool {
+pub(crate) fn is_upper(w: &str) -> bool {
     w.to_uppercase() == w
 }
 
-fn is_lower(w: &str) -> bool {
+pub(crate) fn is_lower(w: &str) -> bool {
     w.to_lowercase() == w
 }
 
@@ -413,7 +412,7 @@ impl Lexicon {
         }
     }
 
-    fn get_word(&self, word: &str, stress: Option<f32>, mode: Mode) -> Option<String> {
+    pub(crate) fn get_word(&self, word: &str, stress: Option<f32>, mode: Mode) -> Option<String> {
         if let Some(ps) = self.special_case(word, stress, mode) {
             return Some(ps);
         }
@@ -452,38 +451,6 @@ impl Lexicon {
         self.stem_s(&word, stress, ctx)
             .or_else(|| self.stem_ed(&word, stress, ctx))
             .or_else(|| self.stem_ing(&word, Some(stress.unwrap_or(0.5)), ctx))
-    }
-
-    /// misaki's `Lexicon.__call__` for one token: its phonemes, or `None` when the lexicons
-    /// and rules have nothing (the caller's fallback decides). `currency` is the symbol
-    /// before a number (`$`, `£`, `€`); `is_head` is false for the non-first piece of a word
-    /// written without spaces (digits there are read one by one).
-    pub(crate) fn word(&self, text: &str, currency: Option<char>, is_head: bool, mode: Mode) -> Option<String> {
-        let word: String = text.chars().map(|c| if c == '‘' || c == '’' { '\'' } else { c }).collect();
-        let stress = if is_lower(&word) {
-            None
-        } else if is_upper(&word) {
-            Some(2.0)
-        } else {
-            Some(0.5)
-        };
-        if let Some(ps) = self.get_word(&word, stress, mode) {
-            return Some(self.append_currency(ps, currency));
-        }
-        if numbers::is_number(&word, is_head) {
-            return numbers::get_number(self, &word, currency, is_head);
-        }
-        None
-    }
-
-    fn append_currency(&self, ps: String, currency: Option<char>) -> String {
-        match currency.and_then(numbers::currency_units) {
-            Some((unit, _)) => match self.stem_s(&format!("{unit}s"), None, None) {
-                Some(c) => format!("{ps} {c}"),
-                None => ps,
-            },
-            None => ps,
-        }
     }
 
     pub(crate) fn plural(&self, unit: &str) -> Option<String> {

@@ -25,6 +25,12 @@ use crate::{Error, Result};
 use lexicon::{apply_stress, stress_weight, Ctx, Lexicon, Mode, CONSONANTS, PRIMARY};
 use std::path::Path;
 
+/// Titles and abbreviations whose final dot does not end a sentence (nor make a pause).
+pub(crate) const ABBREVIATIONS: &[&str] = &[
+    "mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "vs", "etc", "e.g", "i.e", "inc", "ltd", "co", "no", "fig",
+    "approx", "dept", "est", "mt", "gen", "col", "lt", "sgt", "capt", "rev", "hon", "u.s", "u.k", "a.m", "p.m",
+];
+
 /// Punctuation Kokoro's vocabulary has and misaki keeps as phonemes.
 pub const PUNCTUATION: &str = ";:,.!?—…\"()“”";
 const NON_QUOTE_PUNCTS: &str = ";:,.!?—…";
@@ -85,7 +91,7 @@ impl G2p {
             running_text: false,
             ctx: Some(Ctx::default()),
         };
-        self.lex.word(word, currency, true, mode).map(|p| finish(&p))
+        word(&self.lex, word, currency, true, mode).map(|p| finish(&p))
     }
 
     /// A word's phonemes as [`Self::phonemize`] reads it alone, the fallback included.
@@ -166,7 +172,7 @@ impl G2p {
             let found = if w[left..right].iter().any(|s| s.phonemes.is_some()) {
                 None
             } else {
-                self.lex.word(&text, cur, w[left].is_head, mode)
+                word(&self.lex, &text, cur, w[left].is_head, mode)
             };
             if let Some(ps) = found {
                 *ctx = next_ctx(*ctx, &ps);
@@ -341,7 +347,7 @@ fn tokenize(text: &str) -> Vec<Token> {
             // "Dr." / "Mr." inside a sentence: the dot is not a pause
             if chars[b - 1] == '.' && !last_chunk && trail.is_empty() {
                 let core: String = chars[a..b - 1].iter().collect::<String>().to_lowercase();
-                if crate::text::ABBREVIATIONS.contains(&core.as_str()) {
+                if ABBREVIATIONS.contains(&core.as_str()) {
                     b -= 1;
                     continue;
                 }
@@ -521,6 +527,33 @@ impl PhonemeVocab {
         }
         (ids, skipped)
     }
+}
+
+/// misaki's `Lexicon.__call__` for one token: its phonemes, or `None` when the lexicons,
+/// rules and number readings have nothing (the caller's fallback decides). `currency` is the
+/// symbol before a number (`$`, `£`, `€`); `is_head` is false for the non-first piece of a
+/// word written without spaces (digits there are read one by one). Here rather than in
+/// `lexicon` so that `numbers` (which looks words up) sits between the two.
+fn word(lex: &Lexicon, text: &str, currency: Option<char>, is_head: bool, mode: Mode) -> Option<String> {
+    let word: String = text.chars().map(|c| if c == '‘' || c == '’' { '\'' } else { c }).collect();
+    let stress = if lexicon::is_lower(&word) {
+        None
+    } else if lexicon::is_upper(&word) {
+        Some(2.0)
+    } else {
+        Some(0.5)
+    };
+    if let Some(ps) = lex.get_word(&word, stress, mode) {
+        // a currency symbol before a word read as a word: its unit, in the plural, after it
+        return Some(match currency.and_then(numbers::currency_units).and_then(|(unit, _)| lex.plural(unit)) {
+            Some(c) => format!("{ps} {c}"),
+            None => ps,
+        });
+    }
+    if numbers::is_number(&word, is_head) {
+        return numbers::get_number(lex, &word, currency, is_head);
+    }
+    None
 }
 
 #[cfg(test)]
