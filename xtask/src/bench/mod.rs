@@ -11,6 +11,7 @@ mod llm;
 mod sample;
 mod serve;
 mod spec;
+mod step_cost;
 mod tts;
 mod whisper;
 mod whisper_profile;
@@ -44,6 +45,9 @@ pub enum Suite {
     Serve(serve::Args),
     /// Plain vs speculative vs prompt-lookup decoding (Qwen2.5-Coder 1.5B with the 0.5B draft).
     Spec(spec::Args),
+    /// One forward of n new tokens after a cached prefix against one token (the cost model
+    /// of speculative verification and of the batched step).
+    StepCost(step_cost::Args),
     /// Kokoro-82M real-time factor and time to first audio against onnxruntime on the same
     /// int8 ONNX file, phoneme ids and styles.
     Tts(tts::Args),
@@ -83,6 +87,7 @@ pub fn run(args: Args) -> Result<()> {
         Suite::Sample(a) => sample::run(a),
         Suite::Serve(a) => serve::run(a),
         Suite::Spec(a) => spec::run(a),
+        Suite::StepCost(a) => step_cost::run(a),
         Suite::Tts(a) => tts::run(a),
         Suite::Whisper(a) => whisper::run(a),
         Suite::WhisperProfile(a) => whisper_profile::run(a),
