@@ -25,27 +25,15 @@ use candle_core::Device;
 use sapient_llama::{BatchSeq, KvBudget, KvOptions, LlamaModel, Logits};
 use serde_json::Value;
 
+mod common;
+use common::top2;
+
 fn enabled() -> bool {
     if std::env::var("SAPIENT_GEMMA_TESTS").ok().as_deref() == Some("1") {
         return true;
     }
     eprintln!("skipped: set SAPIENT_GEMMA_TESTS=1 (fetches the 253 MB Gemma 3 270M GGUF)");
     false
-}
-
-/// Arg-max, the runner-up, and the gap between them (logits).
-fn top2(l: &[f32]) -> (u32, u32, f32) {
-    let mut best = (0usize, f32::NEG_INFINITY);
-    let mut second = (0usize, f32::NEG_INFINITY);
-    for (i, &x) in l.iter().enumerate() {
-        if x > best.1 {
-            second = best;
-            best = (i, x);
-        } else if x > second.1 {
-            second = (i, x);
-        }
-    }
-    (best.0 as u32, second.0 as u32, best.1 - second.1)
 }
 
 fn load() -> Result<(sapient_tokenizers::Tokenizer, LlamaModel)> {
@@ -83,65 +71,18 @@ fn gemma3_greedy_matches_llama_cpp() -> Result<()> {
     let mut prefixes = Vec::new();
     let (mut flips, mut steps, mut worst) = (0, 0, 0f32);
     for (prompt, want) in &cases {
-        let ids = tok.encode(prompt, true)?;
         let short: String = prompt.chars().take(40).collect();
-        // (1) Free-running greedy.
-        m.clear_cache();
-        let mut logits = m.forward(&ids, Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
-        let mut out = Vec::new();
-        let mut agreed = None;
-        for i in 0..64 {
-            let (next, second, gap) = top2(&logits);
-            if tok.eos_token_ids().contains(&next) {
-                break;
-            }
-            out.push(next);
-            let text = tok.decode(&out, false)?;
-            if agreed.is_none() && !want.starts_with(text.trim_end_matches('\u{FFFD}')) {
-                agreed = Some(i);
-                eprintln!(
-                    "{short:?} ({} tokens): agrees for {i} tokens, then ours {:?} over {:?} by {gap:.3}",
-                    ids.len(),
-                    tok.decode(&[next], false)?,
-                    tok.decode(&[second], false)?
-                );
-            }
-            logits = m.forward(&[next], Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
+        let c = common::compare(&mut m, &tok, prompt, want, &format!("{short:?}"))?;
+        match c.agreed {
+            None => full += 1,
+            Some(n) => prefixes.push(n),
         }
-        let text = tok.decode(&out, false)?;
-        match agreed {
-            None => {
-                assert_eq!(&text, want, "{short:?}");
-                eprintln!("{short:?} ({} tokens): identical for 64 tokens", ids.len());
-                full += 1;
-            }
-            Some(n) => {
-                eprintln!("  ours:      {text:?}\n  llama.cpp: {want:?}");
-                prefixes.push(n);
-            }
+        for &(i, rank, margin) in &c.differ {
+            assert!(rank <= 3, "{short:?} step {i}: llama.cpp's token is our number {rank}");
+            worst = worst.max(margin);
         }
-        // (2) Teacher-forced on llama.cpp's tokens.
-        let theirs = tok.encode(want, false)?;
-        assert_eq!(tok.decode(&theirs, false)?, *want, "{short:?}: llama.cpp's text does not re-tokenize to itself");
-        m.clear_cache();
-        let mut logits = m.forward(&ids, Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
-        let mut differ = Vec::new();
-        for (i, &t) in theirs.iter().enumerate() {
-            let (best, _, _) = top2(&logits);
-            if best != t {
-                let margin = logits[best as usize] - logits[t as usize];
-                let rank = 1 + logits.iter().filter(|&&x| x > logits[t as usize]).count();
-                worst = worst.max(margin);
-                assert!(rank <= 3, "{short:?} step {i}: llama.cpp's token is our number {rank}");
-                differ.push((i, rank, margin));
-            }
-            if i + 1 < theirs.len() {
-                logits = m.forward(&[t], Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
-            }
-        }
-        eprintln!("  teacher-forced: our arg-max differs at (step, rank of llama.cpp's token, margin) {differ:.3?}");
-        flips += differ.len();
-        steps += theirs.len();
+        flips += c.differ.len();
+        steps += c.steps;
     }
     let agreed_total = prefixes.iter().sum::<usize>() + 64 * full;
     let mean = agreed_total as f64 / cases.len() as f64;

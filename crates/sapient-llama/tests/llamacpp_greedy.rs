@@ -34,15 +34,9 @@
 
 use anyhow::Result;
 use candle_core::Device;
-use sapient_llama::Logits;
 use serde_json::Value;
 
-/// Arg-max, the runner-up, and the gap between them (logits).
-fn top2(l: &[f32]) -> (u32, u32, f32) {
-    let (best, &top) = l.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap();
-    let (second, &next) = l.iter().enumerate().filter(|&(i, _)| i != best).max_by(|a, b| a.1.total_cmp(b.1)).unwrap();
-    (best as u32, second as u32, top - next)
-}
+mod common;
 
 #[test]
 fn greedy_matches_llama_cpp() -> Result<()> {
@@ -64,65 +58,17 @@ fn greedy_matches_llama_cpp() -> Result<()> {
     for case in cases {
         let prompt = case["prompt"].as_str().unwrap();
         let want = case["continuation"].as_str().unwrap();
-        let ids = tok.encode(prompt, true)?;
-
-        // (1) Free-running greedy.
-        m.clear_cache();
-        let mut logits = m.forward(&ids, Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
-        let mut out = Vec::new();
-        let mut agreed = None;
-        for i in 0..64 {
-            let (next, second, gap) = top2(&logits);
-            if tok.eos_token_ids().contains(&next) {
-                break;
-            }
-            out.push(next);
-            let text = tok.decode(&out, false)?;
-            if agreed.is_none() && !want.starts_with(text.trim_end_matches('\u{FFFD}')) {
-                agreed = Some(i);
-                eprintln!(
-                    "{prompt:?}: agrees for {i} tokens, then ours {:?} over {:?} by {gap:.3}",
-                    tok.decode(&[next], false)?,
-                    tok.decode(&[second], false)?
-                );
-            }
-            logits = m.forward(&[next], Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
-        }
-        let text = tok.decode(&out, false)?;
-        match agreed {
-            None => {
-                assert_eq!(text, want, "{prompt:?}");
-                eprintln!("{prompt:?}: identical for 64 tokens");
-                full += 1;
-            }
+        let c = common::compare(&mut m, &tok, prompt, want, &format!("{prompt:?}"))?;
+        match c.agreed {
+            None => full += 1,
             Some(n) => {
-                eprintln!("  ours:      {text:?}\n  llama.cpp: {want:?}");
                 assert!(n >= 6, "{prompt:?}: only {n} tokens agree");
                 prefixes.push(n);
             }
         }
-
-        // (2) Teacher-forced on llama.cpp's tokens.
-        let theirs = tok.encode(want, false)?;
-        assert_eq!(tok.decode(&theirs, false)?, want, "{prompt:?}: llama.cpp's text does not re-tokenize to itself");
-        m.clear_cache();
-        let mut logits = m.forward(&ids, Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
-        let mut differ = Vec::new();
-        for (i, &t) in theirs.iter().enumerate() {
-            let (best, _, _) = top2(&logits);
-            if best != t {
-                let margin = logits[best as usize] - logits[t as usize];
-                let rank = 1 + logits.iter().filter(|&&x| x > logits[t as usize]).count();
-                worst = worst.max(margin);
-                differ.push((i, rank, margin));
-            }
-            if i + 1 < theirs.len() {
-                logits = m.forward(&[t], Logits::Last)?.squeeze(0)?.to_vec1::<f32>()?;
-            }
-        }
-        eprintln!("  teacher-forced: our arg-max differs at (step, rank of llama.cpp's token, margin) {differ:.3?}");
-        flips += differ.len();
-        steps += theirs.len();
+        worst = c.differ.iter().fold(worst, |w, d| w.max(d.2));
+        flips += c.differ.len();
+        steps += c.steps;
     }
     let mean = (prefixes.iter().sum::<usize>() + 64 * full) as f64 / cases.len() as f64;
     eprintln!("free-running: {full} of {} prompts identical for 64 tokens, the others agree for {prefixes:?} tokens, mean {mean:.1}", cases.len());

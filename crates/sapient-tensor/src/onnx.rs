@@ -1111,29 +1111,10 @@ fn attr_kind(v: &AttributeValue) -> i32 {
 mod tests {
     use super::*;
 
-    /// A tiny protobuf writer for hand-made messages.
-    pub(super) fn varint(mut v: u64, out: &mut Vec<u8>) {
-        loop {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                out.push(b);
-                return;
-            }
-            out.push(b | 0x80);
-        }
-    }
-
-    fn field_len(field: u64, body: &[u8], out: &mut Vec<u8>) {
-        varint(field << 3 | 2, out);
-        varint(body.len() as u64, out);
-        out.extend_from_slice(body);
-    }
-
-    fn field_int(field: u64, v: u64, out: &mut Vec<u8>) {
-        varint(field << 3, out);
-        varint(v, out);
-    }
+    // The protobuf writer the integration tests use too (relative to src/onnx/tests/).
+    #[path = "../../../tests/support/protobuf.rs"]
+    mod protobuf;
+    use protobuf::{field_bytes, field_int, varint};
 
     #[test]
     fn varint_limits() {
@@ -1161,14 +1142,14 @@ mod tests {
         field_int(1, 3, &mut t1);
         field_int(2, 1, &mut t1);
         let mut t2 = Vec::new();
-        field_len(1, &[2, 3], &mut t2);
+        field_bytes(1, &[2, 3], &mut t2);
         field_int(2, 1, &mut t2);
         for mut t in [t1, t2] {
             let mut fl = Vec::new();
             for i in 0..6 {
                 fl.extend_from_slice(&(i as f32).to_le_bytes());
             }
-            field_len(4, &fl, &mut t);
+            field_bytes(4, &fl, &mut t);
             let p = PathBuf::from("x");
             let arc = Arc::new(Source { path: p.clone(), bytes: Bytes::Owned(t.clone()) });
             let parser = Parser { path: &p, b: &t, arc: &arc, limits: Limits::default() };

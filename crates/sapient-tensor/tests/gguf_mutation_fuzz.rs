@@ -6,18 +6,8 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use sapient_tensor::gguf::{GgufFile, GgufWriter, TensorData, Value};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+#[path = "support/hostile.rs"]
+mod support;
 
 fn seeds() -> Vec<Vec<u8>> {
     let dev = Device::Cpu;
@@ -60,58 +50,11 @@ fn exercise(bytes: Vec<u8>) -> bool {
 
 #[test]
 fn mutated_files_never_panic() {
-    let seeds = seeds();
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let mut parsed = 0;
+    // The mutations of the other formats' tests (support/hostile.rs); no time budget, so the
+    // run is the same on every machine.
     let total = 20_000;
-    for iter in 0..total {
-        let mut b = seeds[iter % seeds.len()].clone();
-        let n_mut = 1 + rng.below(4);
-        for _ in 0..n_mut {
-            if b.len() < 16 {
-                break;
-            }
-            match rng.below(6) {
-                0 => {
-                    let i = rng.below(b.len());
-                    b[i] = rng.next() as u8;
-                }
-                1 => {
-                    // Overwrite 8 bytes with an extreme value (counts, lengths, offsets, dims).
-                    let i = rng.below(b.len().saturating_sub(8));
-                    let v = [u64::MAX, 1 << 62, 1 << 32, 0, 255, 7][rng.below(6)];
-                    b[i..i + 8].copy_from_slice(&v.to_le_bytes());
-                }
-                2 => b.truncate(rng.below(b.len())),
-                3 => {
-                    let i = rng.below(b.len());
-                    let extra: Vec<u8> = (0..rng.below(16)).map(|_| rng.next() as u8).collect();
-                    b.splice(i..i, extra);
-                }
-                4 => {
-                    let i = rng.below(b.len());
-                    let len = rng.below(32).min(b.len() - i);
-                    b.drain(i..i + len);
-                }
-                _ => {
-                    // Overwrite 4 bytes (type ids, dims counts, versions).
-                    let i = rng.below(b.len().saturating_sub(4));
-                    let v = rng.below(64) as u32;
-                    b[i..i + 4].copy_from_slice(&v.to_le_bytes());
-                }
-            }
-        }
-        let r = std::panic::catch_unwind(|| exercise(b.clone()));
-        if let Ok(true) = r {
-            parsed += 1;
-        }
-        if r.is_err() {
-            let path = std::env::temp_dir().join(format!("gguf-fuzz-crash-{iter}.gguf"));
-            let _ = std::fs::write(&path, &b);
-            panic!("iteration {iter} panicked; input saved to {}", path.display());
-        }
-    }
+    let (ran, parsed) = support::mutation_run("gguf", &seeds(), total, std::time::Duration::MAX, |b| exercise(b.to_vec()));
+    assert_eq!(ran, total);
     // Many mutations hit tensor data and still parse: those exercise the loaders.
     assert!(parsed > total / 20, "only {parsed} of {total} mutated files parsed");
-    eprintln!("{parsed} of {total} mutated files parsed and were read whole");
 }

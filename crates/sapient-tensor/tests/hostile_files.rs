@@ -196,26 +196,10 @@ fn safetensors_hostile_headers() {
 
 // ---- ONNX ----
 
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-fn field_int(f: u64, v: u64, out: &mut Vec<u8>) {
-    varint(f << 3, out);
-    varint(v, out);
-}
-fn field_bytes(f: u64, b: &[u8], out: &mut Vec<u8>) {
-    varint(f << 3 | 2, out);
-    varint(b.len() as u64, out);
-    out.extend_from_slice(b);
-}
+#[path = "support/protobuf.rs"]
+mod protobuf;
+use protobuf::{field_bytes, field_int, varint};
+
 /// A model whose graph has the one initializer `tensor`.
 fn onnx_with(tensor: &[u8]) -> Vec<u8> {
     let mut g = Vec::new();

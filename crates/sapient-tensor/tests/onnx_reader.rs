@@ -6,52 +6,9 @@
 use sapient_tensor::onnx::{AttributeValue, DataType, Dim, OnnxModel, TensorData};
 use sapient_tensor::Error;
 
-// ---- a tiny protobuf writer ----
-
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    loop {
-        let b = (v & 0x7f) as u8;
-        v >>= 7;
-        if v == 0 {
-            out.push(b);
-            return;
-        }
-        out.push(b | 0x80);
-    }
-}
-
-#[derive(Default, Clone)]
-struct Pb(Vec<u8>);
-
-impl Pb {
-    fn int(mut self, field: u64, v: i64) -> Self {
-        varint(field << 3, &mut self.0);
-        varint(v as u64, &mut self.0);
-        self
-    }
-    fn bytes(mut self, field: u64, b: &[u8]) -> Self {
-        varint(field << 3 | 2, &mut self.0);
-        varint(b.len() as u64, &mut self.0);
-        self.0.extend_from_slice(b);
-        self
-    }
-    fn str(self, field: u64, s: &str) -> Self {
-        self.bytes(field, s.as_bytes())
-    }
-    fn msg(self, field: u64, m: &Pb) -> Self {
-        self.bytes(field, &m.0)
-    }
-    fn f32(mut self, field: u64, v: f32) -> Self {
-        varint(field << 3 | 5, &mut self.0);
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn fixed64(mut self, field: u64, v: u64) -> Self {
-        varint(field << 3 | 1, &mut self.0);
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-}
+#[path = "support/protobuf.rs"]
+mod protobuf;
+use protobuf::{varint, Pb};
 
 fn tensor_raw(name: &str, dims: &[i64], dt: i64, raw: &[u8]) -> Pb {
     let mut t = Pb::default();
