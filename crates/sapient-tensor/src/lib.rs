@@ -2,14 +2,16 @@
 //!
 //! - [`device`]: device selection (CPU by default; `cuda` / `metal` cargo features) and the
 //!   dtype policy per device.
-//! - [`gguf`]: our own GGUF v2/v3 reader and writer.
+//! - [`formats`] (`src/formats/`): the file formats, each also at the crate root:
+//!   - [`gguf`]: our own GGUF v2/v3 reader and writer;
+//!   - [`onnx`]: a minimal ONNX (protobuf) reader for importing weights from `.onnx` files;
+//!   - [`npy`]: NumPy `.npy` arrays and `.npz` archives.
 //! - [`weights`]: the [`WeightSource`] trait every model loads through (GGUF, safetensors),
 //!   and a [`Linear`] layer over quantized or dense weights.
-//! - [`onnx`]: a minimal ONNX (protobuf) reader for importing weights from `.onnx` files.
 //! - [`limits`]: [`Limits`], the memory ceiling loaders apply to hostile files.
-//! - [`npy`]: NumPy `.npy` arrays and `.npz` archives.
-//! - [`kernels`]: quantized matrix products on the CPU (AVX2, AVX-512 VNNI, AMX), chosen at
-//!   run time, over one persistent thread pool ([`kernels::pool`]).
+//! - [`kernels`] (`src/kernels/`): quantized matrix products on the CPU (AVX2, AVX-512 VNNI,
+//!   AMX), chosen at run time, over one persistent thread pool ([`kernels::pool`]), with
+//!   their CPU detection, dispatch and memory policy (huge pages, prefetch distances).
 //!
 //! ```no_run
 //! use sapient_tensor::{GgufFile, WeightSource};
@@ -23,12 +25,12 @@
 
 pub mod device;
 mod error;
-pub mod gguf;
+pub mod formats;
 pub mod kernels;
 pub mod limits;
-pub mod npy;
-pub mod onnx;
 pub mod weights;
+
+pub use formats::{gguf, npy, onnx};
 
 pub use candle_core;
 pub use device::{activation_dtype, DeviceRequest};

@@ -91,7 +91,7 @@ impl G2p {
             running_text: false,
             ctx: Some(Ctx::default()),
         };
-        word(&self.lex, word, currency, true, mode).map(|p| finish(&p))
+        lexicon_lookup(&self.lex, word, currency, true, mode).map(|p| finish(&p))
     }
 
     /// A word's phonemes as [`Self::phonemize`] reads it alone, the fallback included.
@@ -172,7 +172,7 @@ impl G2p {
             let found = if w[left..right].iter().any(|s| s.phonemes.is_some()) {
                 None
             } else {
-                word(&self.lex, &text, cur, w[left].is_head, mode)
+                lexicon_lookup(&self.lex, &text, cur, w[left].is_head, mode)
             };
             if let Some(ps) = found {
                 *ctx = next_ctx(*ctx, &ps);
@@ -534,7 +534,7 @@ impl PhonemeVocab {
 /// symbol before a number (`$`, `£`, `€`); `is_head` is false for the non-first piece of a
 /// word written without spaces (digits there are read one by one). Here rather than in
 /// `lexicon` so that `numbers` (which looks words up) sits between the two.
-fn word(lex: &Lexicon, text: &str, currency: Option<char>, is_head: bool, mode: Mode) -> Option<String> {
+fn lexicon_lookup(lex: &Lexicon, text: &str, currency: Option<char>, is_head: bool, mode: Mode) -> Option<String> {
     let word: String = text.chars().map(|c| if c == '‘' || c == '’' { '\'' } else { c }).collect();
     let stress = if lexicon::is_lower(&word) {
         None

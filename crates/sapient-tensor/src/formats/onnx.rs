@@ -1111,8 +1111,8 @@ fn attr_kind(v: &AttributeValue) -> i32 {
 mod tests {
     use super::*;
 
-    // The protobuf writer the integration tests use too (relative to src/onnx/tests/).
-    #[path = "../../../tests/support/protobuf.rs"]
+    // The protobuf writer the integration tests use too (relative to src/formats/onnx/tests/).
+    #[path = "../../../../tests/support/protobuf.rs"]
     mod protobuf;
     use protobuf::{field_bytes, field_int, varint};
 
