@@ -10,7 +10,7 @@ use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Preset ids or group names (see models/registry.toml). Default: the `ci` group.
+    /// Preset ids or group names (see crates/sapient-hub/registry.toml). Default: the `ci` group.
     pub names: Vec<String>,
     /// List presets and groups, and whether each preset is cached.
     #[arg(long)]

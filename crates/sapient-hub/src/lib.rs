@@ -1,7 +1,7 @@
 //! `sapient-hub`: the model registry, the cache, verified downloads and progress.
 //!
 //! A model reference ([`Hub::resolve`]) is an explicit local path (file or folder), a preset
-//! id from `models/registry.toml`, or a Hugging Face repo id (`org/name`). A preset's files
+//! id from the built-in registry (`registry.toml`), or a Hugging Face repo id (`org/name`). A preset's files
 //! come, in this order, from:
 //!
 //! 1. the cache, `$SAPIENT_HOME/models/<preset>/<name>` (default `~/.cache/sapient`), when the

@@ -1,4 +1,4 @@
-//! The preset registry (`models/registry.toml`).
+//! The preset registry (`registry.toml` in this crate's folder, compiled in).
 
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -6,8 +6,7 @@ use serde::{Deserialize, Serialize};
 /// The kinds a preset may have.
 pub const KINDS: &[&str] = &["llm", "whisper", "tts", "vad", "tokenizer", "data", "embedding"];
 
-// `registry.toml` in this folder is a link to `models/registry.toml` (so that the packaged
-// crate carries the file).
+// The one copy of the registry: it lives in this crate so that the packaged crate carries it.
 const BUILTIN: &str = include_str!("../registry.toml");
 
 /// Where a file lives on the Hugging Face Hub.
@@ -150,7 +149,7 @@ impl Registry {
     pub fn builtin() -> Result<Self> {
         match std::env::var_os("SAPIENT_REGISTRY") {
             Some(p) if !p.is_empty() => Self::from_path(std::path::Path::new(&p)),
-            _ => Self::from_toml_str(BUILTIN, "models/registry.toml"),
+            _ => Self::from_toml_str(BUILTIN, "the built-in registry.toml"),
         }
     }
 
