@@ -49,7 +49,7 @@ const WORDS: &[&str] = &[
     "students", "read", "history", "books", "under", "bright", "lamps", "until", "evening", "bells", "rang", "twice",
 ];
 
-/// 64 sentences, each grown word by word to 30 tokens ([CLS] and [SEP] included).
+/// 64 sentences, each grown word by word to 30 tokens (`[CLS]` and `[SEP]` included).
 fn sentences(e: &Embedder) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for i in 0..64usize {
