@@ -3,6 +3,8 @@
 //!
 //! - `speech_roundtrip.rs`: text -> Kokoro-82M speech -> resampled to 16 kHz -> Whisper
 //!   tiny.en text, word error rate bounded.
+//! - `no_unwrap.rs`: library code takes no `unwrap()` / `expect(..)`.
+//! - `module_cycles.rs`: the modules inside each crate depend one way.
 //!
 //! Run them with `cargo test --release -p sapient-e2e`; `cargo test --release --workspace`
 //! runs them too. The command line is tested end to end in `crates/sapient-cli/tests`.
@@ -11,3 +13,9 @@
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctest;
+
+/// sapient-llama's README example, compiled here (as a doc test of this crate) so that the
+/// crate's own sources need no doctest hook.
+#[cfg(doctest)]
+#[doc = include_str!("../crates/sapient-llama/README.md")]
+struct LlamaReadmeDoctest;
