@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch + transformers side of the CUDA comparison (issue #10), for the GPU machine.
+"""PyTorch + transformers side of the CUDA comparison, for the GPU machine.
 
 Loads a Hugging Face directory written by
 `cargo xtask convert gguf-to-safetensors MODEL.gguf DIR --dtype f32` (the same weights as the

@@ -14,7 +14,7 @@
 //!
 //! So the test checks two things, measured at 31ecac6 (AVX2 and AVX-512 kernels give identical
 //! logits there; figures for the portable kernels, SAPIENT_NO_AVX2, in brackets).
-//! (1) Free-running, as the issue asks: how many tokens agree before the first divergence:
+//! (1) Free-running: how many tokens agree before the first divergence:
 //! 36, 6, 27, 64, 8, 19 (mean 26.7, one prompt identical) [16, 10, 24, 23, 8, 8: mean 14.8].
 //! Every divergence is at a near-tie: our top-2 gap 0.01-0.22 logits, llama.cpp's pick our
 //! runner-up. One flipped near-tie moves these a lot (at 90f099b, before the AVX-512 kernels

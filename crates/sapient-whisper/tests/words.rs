@@ -28,7 +28,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn word_timestamps_agree_with_faster_whisper() -> Result<()> {
     let t = Transcriber::from_pretrained("whisper-tiny.en")?;
     let (med, max) = check_words(&t, "fw_words_tiny_en.json")?;
-    // the criterion is a median within 0.2 s; on these clips every boundary matches
+    // the criterion is a median within 0.2 s; on these clips every boundary matches
     // to the 10 ms faster-whisper rounds to, so the largest difference is held to 0.2 s too
     assert!(med <= 0.2, "median difference {med:.3} s");
     assert!(max <= 0.2, "largest difference {max:.3} s");
