@@ -12,3 +12,8 @@
 pub mod gguf;
 pub mod npy;
 pub mod onnx;
+
+/// The protobuf writer of the ONNX tests (tests/support/protobuf.rs), for `onnx`'s unit tests.
+#[cfg(test)]
+#[path = "../../tests/support/protobuf.rs"]
+mod protobuf;

@@ -1111,10 +1111,8 @@ fn attr_kind(v: &AttributeValue) -> i32 {
 mod tests {
     use super::*;
 
-    // The protobuf writer the integration tests use too (relative to src/formats/onnx/tests/).
-    #[path = "../../../../tests/support/protobuf.rs"]
-    mod protobuf;
-    use protobuf::{field_bytes, field_int, varint};
+    // The protobuf writer the integration tests use too (declared in formats/mod.rs).
+    use crate::formats::protobuf::{field_bytes, field_int, varint};
 
     #[test]
     fn varint_limits() {

@@ -1,5 +1,5 @@
 //! A tiny protobuf writer for hand-made ONNX messages, shared by the ONNX reader's tests
-//! (`src/formats/onnx.rs`'s unit tests, tests/onnx_reader.rs, tests/hostile_files.rs; included with
+//! (`src/formats/onnx.rs`'s unit tests through `src/formats/mod.rs`, tests/onnx_reader.rs, tests/hostile_files.rs; included with
 //! `#[path]`): free functions that append one field, and [`Pb`], a builder over them.
 // Each test binary uses part of it.
 #![allow(dead_code)]
