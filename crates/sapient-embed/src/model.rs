@@ -1,5 +1,5 @@
 //! The encoder (BERT and nomic-bert are one definition with a few switches) on plain f32
-//! buffers: linear layers through `sapient_tensor::kernels::matmul_f32`, attention per
+//! buffers: linear layers through `sapient_tensor::kernels::DenseMatrix`, attention per
 //! sequence and head over the kernel pool.
 //!
 //! A batch is packed: the sequences' tokens are laid end to end with no padding, every
@@ -11,29 +11,64 @@ use crate::config::{Arch, EncoderConfig};
 use crate::{Error, Result};
 use candle_core::{DType, Device};
 use sapient_tensor::kernels::{self, pool};
-use sapient_tensor::WeightSource;
+use candle_core::quantized::GgmlDType;
+use sapient_tensor::kernels::DenseMatrix;
+use sapient_tensor::{Weight, WeightSource};
 use std::ops::Range;
 
-/// A linear layer, `[out, in]` f32 weight and optional bias.
+/// A linear layer: `[out, in]` weight prepacked for the kernels, optional bias.
 struct Lin {
-    w: Vec<f32>,
+    w: DenseMatrix,
     b: Option<Vec<f32>>,
     out: usize,
-    inp: usize,
 }
 
 impl Lin {
     fn forward(&self, x: &[f32], m: usize, y: &mut Vec<f32>) {
-        y.clear();
+        // Every value is written by the product.
         y.resize(m * self.out, 0.0);
-        kernels::matmul_f32(&self.w, self.out, self.inp, x, m, y);
-        if let Some(b) = &self.b {
-            for r in y.chunks_exact_mut(self.out) {
-                for (o, b) in r.iter_mut().zip(b) {
-                    *o += b;
-                }
-            }
+        self.w.matmul(x, m, self.b.as_deref(), y);
+    }
+}
+
+/// A weight as stored: f16 stays f16 (the kernels read half the bytes), the rest is f32.
+enum Raw {
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+}
+
+impl Raw {
+    fn into_f32(self) -> Vec<f32> {
+        match self {
+            Raw::F32(v) => v,
+            Raw::F16(v) => v.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect(),
         }
+    }
+    fn concat(parts: Vec<Raw>) -> Raw {
+        if parts.iter().all(|p| matches!(p, Raw::F16(_))) {
+            Raw::F16(parts.into_iter().flat_map(|p| if let Raw::F16(v) = p { v } else { Vec::new() }).collect())
+        } else {
+            Raw::F32(parts.into_iter().flat_map(Raw::into_f32).collect())
+        }
+    }
+    fn matrix(&self, n: usize, k: usize) -> DenseMatrix {
+        match self {
+            Raw::F32(v) => DenseMatrix::from_f32(v, n, k),
+            Raw::F16(v) => DenseMatrix::from_f16_bits(v, n, k),
+        }
+    }
+}
+
+fn load_raw(w: &dyn WeightSource, name: &str, shape: &[usize]) -> Result<Raw> {
+    let f16 = match w.load_checked(name, shape, &Device::Cpu)? {
+        Weight::Dense(t) => t.dtype() == DType::F16,
+        Weight::Quantized(q) => q.dtype() == GgmlDType::F16,
+    };
+    if f16 {
+        let t = w.tensor(name, shape, &Device::Cpu, DType::F16)?;
+        Ok(Raw::F16(t.flatten_all()?.to_vec1::<half::f16>()?.into_iter().map(half::f16::to_bits).collect()))
+    } else {
+        load_vec(w, name, shape).map(Raw::F32)
     }
 }
 
@@ -144,11 +179,12 @@ fn load_opt(w: &dyn WeightSource, name: &str, shape: &[usize]) -> Result<Option<
 }
 
 fn lin(w: &dyn WeightSource, wn: &str, bn: &str, out: usize, inp: usize) -> Result<Lin> {
-    Ok(Lin { w: load_vec(w, wn, &[out, inp])?, b: load_opt(w, bn, &[out])?, out, inp })
+    Ok(Lin { w: load_raw(w, wn, &[out, inp])?.matrix(out, inp), b: load_opt(w, bn, &[out])?, out })
 }
 
 impl Encoder {
-    /// Load every weight as f32 (f16 and quantized weights are widened).
+    /// Load the weights: linear layers prepacked for the kernels (f16 kept as f16 where AMX
+    /// runs them), the rest as f32 (quantized weights are widened).
     pub fn load(cfg: EncoderConfig, w: &dyn WeightSource, gguf: bool, progress: &mut dyn FnMut(f32)) -> Result<Self> {
         let prefix = if !gguf && w.contains("bert.embeddings.word_embeddings.weight") { "bert.".to_string() } else { String::new() };
         let names = Names { gguf, prefix };
@@ -167,13 +203,18 @@ impl Encoder {
             let qkv = if w.contains(&l("qkv", "weight")) {
                 lin(w, &l("qkv", "weight"), &l("qkv", "bias"), 3 * d, d)?
             } else {
-                let (q, k, v) = (lin(w, &l("q", "weight"), &l("q", "bias"), d, d)?, lin(w, &l("k", "weight"), &l("k", "bias"), d, d)?, lin(w, &l("v", "weight"), &l("v", "bias"), d, d)?);
-                let b = match (&q.b, &k.b, &v.b) {
-                    (Some(a), Some(b), Some(c)) => Some([a.as_slice(), b, c].concat()),
-                    (None, None, None) => None,
+                let mut ws = Vec::with_capacity(3);
+                let mut bs = Vec::with_capacity(3);
+                for p in ["q", "k", "v"] {
+                    ws.push(load_raw(w, &l(p, "weight"), &[d, d])?);
+                    bs.push(load_opt(w, &l(p, "bias"), &[d])?);
+                }
+                let b = match bs.as_slice() {
+                    [Some(a), Some(b), Some(c)] => Some([a.as_slice(), b, c].concat()),
+                    [None, None, None] => None,
                     _ => return Err(Error::Config { path: w.location().to_path_buf(), what: format!("layer {i}: some of q/k/v have biases, others not") }),
                 };
-                Lin { w: [q.w, k.w, v.w].concat(), b, out: 3 * d, inp: d }
+                Lin { w: Raw::concat(ws).matrix(3 * d, d), b, out: 3 * d }
             };
             let out = lin(w, &l("o", "weight"), &l("o", "bias"), d, d)?;
             let norm1 = Norm { w: load_vec(w, &l("norm1", "weight"), &[d])?, b: load_vec(w, &l("norm1", "bias"), &[d])? };

@@ -22,6 +22,7 @@ mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
 mod dense;
+mod dense_bf16;
 mod options;
 pub mod pool;
 pub mod quant;
@@ -33,6 +34,7 @@ use crate::{Error, Result};
 use candle_core::quantized::QTensor;
 pub use act::{exp_in_place, gelu_erf_in_place};
 pub use dense::matmul_f32;
+pub use dense_bf16::{has_amx_bf16, DenseMatrix};
 use quant::{BlockQ8, BlockQ8K, QType};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU8, Ordering};

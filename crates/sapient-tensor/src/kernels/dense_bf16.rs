@@ -1,0 +1,467 @@
+//! Dense (f32 or f16) weights prepacked at load for Intel AMX-BF16 products at close to f32
+//! accuracy, for encoders whose weights are not quantized (sentence embedders).
+//!
+//! Each f32 value `x` is split into two bf16 values, `hi = bf16(x)` and `lo = bf16(x - hi)`
+//! (round to nearest even), which together hold 16 of its 24 mantissa bits (relative error
+//! below 2^-16; an f16 weight's 11 bits are held exactly). A product sums the three terms
+//! that matter, `a_hi·b_hi + a_hi·b_lo + a_lo·b_hi` (the dropped `a_lo·b_lo` is below 2^-16
+//! of the product), with `tdpbf16ps`, which accumulates in f32: three tile products per
+//! 16 x 16 x 32 block, still several times the f32 FMA rate of the vector units.
+//!
+//! Layout. Weights `[n, k]` are stored as tiles of 16 output columns by 32 inputs, in
+//! `tdpbf16ps`'s B layout (tile row `r` holds, for each column `c`, the pair of inputs
+//! `2r, 2r + 1`): f32 sources as their `hi` and `lo` tiles, f16 sources as f16 tiles (half
+//! the bytes to read), split per panel of 16 columns when a product uses them. Activations
+//! are split into row-major `hi` and `lo` buffers, padded to a multiple of 32 rows and 32
+//! columns, loaded directly as A tiles.
+//!
+//! Every output element depends only on its own input row and the weights, so a row gives
+//! the same bits alone or in any batch. Machines without AMX-BF16 keep the weights in f32
+//! and use [`super::matmul_f32`].
+
+use super::pool;
+use std::cell::RefCell;
+
+/// bf16 (or f16) values per 16 x 32 tile.
+const TILE: usize = 512;
+
+enum Store {
+    /// `[n, k]` f32 for [`super::matmul_f32`] (no AMX-BF16 on this machine).
+    F32(Vec<f32>),
+    /// `[n / 16][k / 32][hi tile, lo tile]`.
+    Split(Vec<u16>),
+    /// `[n / 16][k / 32][f16 tile]`.
+    F16(Vec<u16>),
+}
+
+/// A dense weight matrix `[n, k]` (PyTorch's `[out, in]` layout) prepacked for
+/// [`DenseMatrix::matmul`].
+pub struct DenseMatrix {
+    n: usize,
+    k: usize,
+    store: Store,
+}
+
+impl std::fmt::Debug for DenseMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.store {
+            Store::F32(_) => "f32",
+            Store::Split(_) => "bf16x2 (AMX)",
+            Store::F16(_) => "f16 (AMX)",
+        };
+        f.debug_struct("DenseMatrix").field("n", &self.n).field("k", &self.k).field("store", &kind).finish()
+    }
+}
+
+/// Whether products of [`DenseMatrix`] run on AMX-BF16 here (AMX-TILE and AMX-BF16 with the
+/// tile state granted, AVX-512; [`super::KernelOptions::amx`] turns it off).
+pub fn has_amx_bf16() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    match STATE.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            #[cfg(target_arch = "x86_64")]
+            let yes = super::has_amx() && std::arch::x86_64::__cpuid_count(7, 0).edx & (1 << 22) != 0;
+            #[cfg(not(target_arch = "x86_64"))]
+            let yes = false;
+            STATE.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
+/// bf16 bits of `x`, rounded to nearest even.
+#[inline(always)]
+fn bf16_rne(x: f32) -> u16 {
+    let b = x.to_bits();
+    (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+}
+
+#[inline(always)]
+fn split1(x: f32) -> (u16, u16) {
+    let h = bf16_rne(x);
+    (h, bf16_rne(x - f32::from_bits((h as u32) << 16)))
+}
+
+/// Tiles `[n / 16][k / 32][512]` of `get(row, col)`, zero outside `n x k`.
+fn pack<T: Copy>(n: usize, k: usize, zero: T, get: impl Fn(usize, usize) -> T) -> Vec<T> {
+    let (nb, kb) = (n.div_ceil(16), k.div_ceil(32));
+    let mut v = vec![zero; nb * kb * TILE];
+    for b in 0..nb {
+        for s in 0..kb {
+            let t = &mut v[(b * kb + s) * TILE..][..TILE];
+            for r in 0..16 {
+                for c in 0..16 {
+                    for j in 0..2 {
+                        let (row, col) = (b * 16 + c, s * 32 + 2 * r + j);
+                        if row < n && col < k {
+                            t[r * 32 + c * 2 + j] = get(row, col);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+impl DenseMatrix {
+    /// From f32 values `[n, k]`.
+    pub fn from_f32(w: &[f32], n: usize, k: usize) -> Self {
+        assert!(w.len() >= n * k, "DenseMatrix: weight is {} values, not {n} x {k}", w.len());
+        if !has_amx_bf16() {
+            return Self { n, k, store: Store::F32(w[..n * k].to_vec()) };
+        }
+        let p = pack(n, k, 0.0f32, |r, c| w[r * k + c]);
+        let mut v = vec![0u16; p.len() * 2];
+        for (t, o) in p.chunks_exact(TILE).zip(v.chunks_exact_mut(2 * TILE)) {
+            let (hi, lo) = o.split_at_mut(TILE);
+            for i in 0..TILE {
+                (hi[i], lo[i]) = split1(t[i]);
+            }
+        }
+        Self { n, k, store: Store::Split(v) }
+    }
+
+    /// From f16 values `[n, k]` (their bits), kept in f16 where AMX-BF16 runs the products.
+    pub fn from_f16_bits(w: &[u16], n: usize, k: usize) -> Self {
+        assert!(w.len() >= n * k, "DenseMatrix: weight is {} values, not {n} x {k}", w.len());
+        if !has_amx_bf16() {
+            let f: Vec<f32> = w[..n * k].iter().map(|&b| half::f16::from_bits(b).to_f32()).collect();
+            return Self { n, k, store: Store::F32(f) };
+        }
+        Self { n, k, store: Store::F16(pack(n, k, 0u16, |r, c| w[r * k + c])) }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.n
+    }
+    pub fn cols(&self) -> usize {
+        self.k
+    }
+
+    /// `out[m, n] = x[m, k] · wᵀ (+ bias)`, split over the kernel pool by output columns.
+    pub fn matmul(&self, x: &[f32], m: usize, bias: Option<&[f32]>, out: &mut [f32]) {
+        let (n, k) = (self.n, self.k);
+        assert!(x.len() >= m * k, "DenseMatrix::matmul: input is {} values, not {m} x {k}", x.len());
+        assert!(out.len() >= m * n, "DenseMatrix::matmul: output is {} values, not {m} x {n}", out.len());
+        if let Some(b) = bias {
+            assert!(b.len() >= n, "DenseMatrix::matmul: bias is {} values, not {n}", b.len());
+        }
+        if m == 0 || n == 0 {
+            return;
+        }
+        match &self.store {
+            Store::F32(w) => {
+                super::matmul_f32(w, n, k, x, m, out);
+                if let Some(b) = bias {
+                    for r in out[..m * n].chunks_exact_mut(n) {
+                        for (o, b) in r.iter_mut().zip(b) {
+                            *o += b;
+                        }
+                    }
+                }
+            }
+            #[cfg(target_arch = "x86_64")]
+            Store::Split(w) => amx_product(w, false, n, k, x, m, bias, out),
+            #[cfg(target_arch = "x86_64")]
+            Store::F16(w) => amx_product(w, true, n, k, x, m, bias, out),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("AMX stores are only built on x86_64"),
+        }
+    }
+}
+
+struct Ptr<T>(*mut T);
+// SAFETY: users write disjoint ranges (or only read).
+unsafe impl<T> Sync for Ptr<T> {}
+unsafe impl<T> Send for Ptr<T> {}
+impl<T> Ptr<T> {
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
+thread_local! {
+    /// The caller's split activations (hi, lo).
+    static ACTS: RefCell<(Vec<u16>, Vec<u16>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// A worker's split panel of f16 weights.
+    static PANEL: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
+}
+
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+fn amx_product(w: &[u16], f16: bool, n: usize, k: usize, x: &[f32], m: usize, bias: Option<&[f32]>, out: &mut [f32]) {
+    let kb = k.div_ceil(32);
+    let kp = kb * 32;
+    let mp = m.div_ceil(32) * 32;
+    ACTS.with(|a| {
+        let mut a = a.borrow_mut();
+        let (hi, lo) = &mut *a;
+        if hi.len() < mp * kp {
+            hi.resize(mp * kp, 0);
+            lo.resize(mp * kp, 0);
+        }
+        // Split the activations, rows over the pool when there are many.
+        let (hp, lp) = (Ptr(hi.as_mut_ptr()), Ptr(lo.as_mut_ptr()));
+        const ROWS: usize = 32;
+        let split = |c: usize| {
+            for i in c * ROWS..((c + 1) * ROWS).min(mp) {
+                // SAFETY: row i of the buffers (mp * kp values) belongs to this chunk only.
+                let (h, l) = unsafe { (std::slice::from_raw_parts_mut(hp.get().add(i * kp), kp), std::slice::from_raw_parts_mut(lp.get().add(i * kp), kp)) };
+                if i < m {
+                    // SAFETY: AVX-512 is present (has_amx_bf16).
+                    unsafe { split_row(&x[i * k..(i + 1) * k], h, l) };
+                    h[k..].fill(0);
+                    l[k..].fill(0);
+                } else {
+                    h.fill(0);
+                    l.fill(0);
+                }
+            }
+        };
+        let schunks = mp.div_ceil(ROWS);
+        if schunks == 1 || mp * kp < 64 * 1024 {
+            (0..schunks).for_each(split);
+        } else {
+            pool::pool().run_chunks(schunks, &split);
+        }
+        // Rows per slab: the slab's split activations stay within ~1 MB (L2) while every
+        // panel of columns passes over them.
+        let slab = ((1 << 20) / (kp * 4)).clamp(32, 1024) / 32 * 32;
+        let nbs = n.div_ceil(16);
+        let threads = pool::pool().threads();
+        let chunks = if m * n * k < 1 << 20 { 1 } else { (threads * 4).min(nbs) };
+        let per = nbs.div_ceil(chunks);
+        let o = Ptr(out.as_mut_ptr());
+        let (ah, al) = (hi.as_ptr() as usize, lo.as_ptr() as usize);
+        let job = |c: usize| {
+            let (b0, b1) = (c * per, ((c + 1) * per).min(nbs));
+            if b0 >= b1 {
+                return;
+            }
+            PANEL.with(|p| {
+                let mut p = p.borrow_mut();
+                if f16 && p.len() < kb * 2 * TILE {
+                    p.resize(kb * 2 * TILE, 0);
+                }
+                // SAFETY: AMX-BF16 and AVX-512 are present; the buffers hold mp x kp
+                // activations and nbs x kb tiles; this chunk writes only its columns.
+                unsafe {
+                    panel_products(
+                        w,
+                        f16,
+                        &mut p,
+                        (b0, b1),
+                        kb,
+                        (ah as *const u16, al as *const u16),
+                        m,
+                        mp,
+                        slab,
+                        n,
+                        bias,
+                        o.get(),
+                    )
+                }
+            });
+        };
+        if chunks == 1 {
+            job(0);
+        } else {
+            pool::pool().run_chunks(chunks, &job);
+        }
+    });
+}
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Round the f32 lanes of `b` (bits) to bf16, returned in the high halves (low halves zero).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn rne16(b: __m512i) -> __m512i {
+    let lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    let r = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+    _mm512_and_si512(r, _mm512_set1_epi32(0xFFFF_0000u32 as i32))
+}
+
+/// Split 16 f32 lanes into bf16 hi and lo at `h`, `l`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn split16(v: __m512, h: *mut u16, l: *mut u16) {
+    let hb = rne16(_mm512_castps_si512(v));
+    let r = _mm512_sub_ps(v, _mm512_castsi512_ps(hb));
+    let lb = rne16(_mm512_castps_si512(r));
+    _mm256_storeu_si256(h as *mut __m256i, _mm512_cvtepi32_epi16(_mm512_srli_epi32(hb, 16)));
+    _mm256_storeu_si256(l as *mut __m256i, _mm512_cvtepi32_epi16(_mm512_srli_epi32(lb, 16)));
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn split_row(x: &[f32], h: &mut [u16], l: &mut [u16]) {
+    let n = x.len();
+    let mut i = 0;
+    while i + 16 <= n {
+        split16(_mm512_loadu_ps(x.as_ptr().add(i)), h.as_mut_ptr().add(i), l.as_mut_ptr().add(i));
+        i += 16;
+    }
+    for j in i..n {
+        (h[j], l[j]) = split1(x[j]);
+    }
+}
+
+/// Split one panel of f16 tiles (`kb` of them) into hi/lo tiles.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn split_f16_panel(src: *const u16, kb: usize, dst: *mut u16) {
+    for s in 0..kb {
+        let (t, d) = (src.add(s * TILE), dst.add(s * 2 * TILE));
+        for i in (0..TILE).step_by(16) {
+            let v = _mm512_cvtph_ps(_mm256_loadu_si256(t.add(i) as *const __m256i));
+            split16(v, d.add(i), d.add(TILE + i));
+        }
+    }
+}
+
+#[repr(C, align(64))]
+struct TileCfg([u8; 64]);
+
+/// Eight 16 x 64-byte tiles: tmm0/1 the sums of two row blocks, tmm2/3 the weights' hi/lo,
+/// tmm4/5 and tmm6/7 the two row blocks' activations hi/lo.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn configure() {
+    let mut c = TileCfg([0; 64]);
+    c.0[0] = 1;
+    for t in 0..8 {
+        c.0[16 + 2 * t] = 64;
+        c.0[48 + t] = 16;
+    }
+    std::arch::asm!("ldtilecfg [{}]", in(reg) c.0.as_ptr(), options(nostack, readonly));
+}
+
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+unsafe fn panel_products(
+    w: &[u16],
+    f16: bool,
+    scratch: &mut [u16],
+    (b0, b1): (usize, usize),
+    kb: usize,
+    (ah, al): (*const u16, *const u16),
+    m: usize,
+    mp: usize,
+    slab: usize,
+    n: usize,
+    bias: Option<&[f32]>,
+    out: *mut f32,
+) {
+    use std::arch::asm;
+    let kp = kb * 32;
+    let sa = kp * 2; // bytes per activation row
+    let mut c = [[0.0f32; 16]; 32];
+    configure();
+    for s0 in (0..mp).step_by(slab) {
+        let s1 = (s0 + slab).min(mp);
+        for b in b0..b1 {
+            let panel: *const u16 = if f16 {
+                split_f16_panel(w.as_ptr().add(b * kb * TILE), kb, scratch.as_mut_ptr());
+                scratch.as_ptr()
+            } else {
+                w.as_ptr().add(b * kb * 2 * TILE)
+            };
+            let cols = (n - b * 16).min(16);
+            for r0 in (s0..s1).step_by(32) {
+                asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+                let (a0h, a0l) = (ah.add(r0 * kp), al.add(r0 * kp));
+                for s in 0..kb {
+                    asm!(
+                        "tileloadd tmm2, [{b} + {s64}*1]",
+                        "tileloadd tmm3, [{b} + {s64}*1 + 1024]",
+                        "tileloadd tmm4, [{a0h} + {sa}*1]",
+                        "tileloadd tmm5, [{a0l} + {sa}*1]",
+                        "tdpbf16ps tmm0, tmm4, tmm2",
+                        "tdpbf16ps tmm0, tmm4, tmm3",
+                        "tdpbf16ps tmm0, tmm5, tmm2",
+                        "tileloadd tmm6, [{a1h} + {sa}*1]",
+                        "tileloadd tmm7, [{a1l} + {sa}*1]",
+                        "tdpbf16ps tmm1, tmm6, tmm2",
+                        "tdpbf16ps tmm1, tmm6, tmm3",
+                        "tdpbf16ps tmm1, tmm7, tmm2",
+                        b = in(reg) panel.add(s * 2 * TILE),
+                        s64 = in(reg) 64usize,
+                        a0h = in(reg) a0h.add(s * 32),
+                        a0l = in(reg) a0l.add(s * 32),
+                        a1h = in(reg) a0h.add(16 * kp + s * 32),
+                        a1l = in(reg) a0l.add(16 * kp + s * 32),
+                        sa = in(reg) sa,
+                        options(nostack, readonly),
+                    );
+                }
+                asm!(
+                    "tilestored [{c} + {s64}*1], tmm0",
+                    "tilestored [{c} + {s64}*1 + 1024], tmm1",
+                    c = in(reg) c.as_mut_ptr(),
+                    s64 = in(reg) 64usize,
+                    options(nostack),
+                );
+                for (i, row) in c.iter().enumerate().take(m.saturating_sub(r0).min(32)) {
+                    let o = out.add((r0 + i) * n + b * 16);
+                    match bias {
+                        Some(bv) => {
+                            for j in 0..cols {
+                                *o.add(j) = row[j] + bv[b * 16 + j];
+                            }
+                        }
+                        None => std::ptr::copy_nonoverlapping(row.as_ptr(), o, cols),
+                    }
+                }
+            }
+        }
+    }
+    asm!("tilerelease", options(nostack, nomem));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DenseMatrix;
+
+    fn check(d: &DenseMatrix, w: &dyn Fn(usize, usize) -> f64, n: usize, k: usize, bias: &[f32]) {
+        for m in [1usize, 5, 31, 32, 33, 70] {
+            let x: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 47) as f32 - 23.0) / 17.0 + (i as f32 * 1e-3).sin()).collect();
+            let mut out = vec![0.0f32; m * n];
+            d.matmul(&x, m, Some(bias), &mut out);
+            for i in 0..m {
+                for j in 0..n {
+                    let r: f64 = (0..k).map(|t| x[i * k + t] as f64 * w(j, t)).sum::<f64>() + bias[j] as f64;
+                    let scale: f64 = (0..k).map(|t| (x[i * k + t] as f64 * w(j, t)).abs()).sum();
+                    let err = (out[i * n + j] as f64 - r).abs();
+                    assert!(err <= 2e-5 * scale + 1e-6, "m={m} ({i},{j}): {} vs {r} (scale {scale})", out[i * n + j]);
+                }
+            }
+            // A row gives the same bits alone as in the batch.
+            if m > 1 {
+                let mut one = vec![0.0f32; n];
+                d.matmul(&x[(m - 1) * k..], 1, Some(bias), &mut one);
+                assert_eq!(one, out[(m - 1) * n..], "m={m}: last row alone differs");
+            }
+        }
+    }
+
+    #[test]
+    fn f32_and_f16_weights_match_f64_reference() {
+        // Odd sizes: a partial column panel and a partial tile of inputs.
+        let (n, k) = (70, 83);
+        let w: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 61.0 + (i as f32).cos() * 1e-3).collect();
+        let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.01 - 0.3).collect();
+        let d = DenseMatrix::from_f32(&w, n, k);
+        eprintln!("{d:?}");
+        check(&d, &|j, t| w[j * k + t] as f64, n, k, &bias);
+        let h: Vec<u16> = w.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+        let d = DenseMatrix::from_f16_bits(&h, n, k);
+        check(&d, &|j, t| half::f16::from_bits(h[j * k + t]).to_f64(), n, k, &bias);
+    }
+}
