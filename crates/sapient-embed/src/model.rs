@@ -384,47 +384,75 @@ impl Rope {
 /// `qkv`: rows of `[q | k | v]` (3 dim); `ctx`: rows of dim.
 fn attention(qkv: &[f32], seqs: &[Range<usize>], heads: usize, hd: usize, ctx: &mut [f32]) {
     let d = heads * hd;
-    let scale = 1.0 / (hd as f32).sqrt();
     let out = SendPtr(ctx.as_mut_ptr());
     let units = seqs.len() * heads;
+    let fma = has_fma();
     let job = |u: usize| {
         let (s, h) = (&seqs[u / heads], u % heads);
-        let l = s.len();
-        let mut p = vec![0.0f32; l];
-        let mut acc = vec![0.0f32; hd];
-        for qi in s.clone() {
-            let q = &qkv[qi * 3 * d + h * hd..][..hd];
-            let mut max = f32::NEG_INFINITY;
-            for (j, ki) in s.clone().enumerate() {
-                let k = &qkv[ki * 3 * d + d + h * hd..][..hd];
-                p[j] = kernels::dot_f32(q, k) * scale;
-                max = max.max(p[j]);
-            }
-            let mut sum = 0.0f32;
-            for v in p.iter_mut() {
-                *v = kernels::exp_approx(*v - max);
-                sum += *v;
-            }
-            acc.fill(0.0);
-            for (j, vi) in s.clone().enumerate() {
-                let v = &qkv[vi * 3 * d + 2 * d + h * hd..][..hd];
-                let w = p[j];
-                for (a, &x) in acc.iter_mut().zip(v) {
-                    *a += w * x;
-                }
-            }
-            let inv = 1.0 / sum;
-            // SAFETY: (token qi, head h) is written by this unit only; in bounds of ctx.
-            let o = unsafe { std::slice::from_raw_parts_mut(out.get().add(qi * d + h * hd), hd) };
-            for (o, a) in o.iter_mut().zip(&acc) {
-                *o = a * inv;
-            }
+        let o = out.get();
+        #[cfg(target_arch = "x86_64")]
+        if fma {
+            // SAFETY: AVX2 and FMA are present.
+            unsafe { attend_fma(qkv, s.clone(), h, hd, d, o) };
+            return;
         }
+        let _ = fma;
+        attend(qkv, s.clone(), h, hd, d, o);
     };
     let work: usize = seqs.iter().map(|s| s.len() * s.len()).sum::<usize>() * d;
     if work < 64 * 1024 || units == 1 {
         (0..units).for_each(job);
     } else {
         pool::pool().run_chunks(units, &job);
+    }
+}
+
+fn has_fma() -> bool {
+    kernels::has_avx2()
+}
+
+/// [`attend`] compiled with FMA (`exp_approx`'s multiply-adds are otherwise library calls).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_fma(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: usize, out: *mut f32) {
+    attend(qkv, s, h, hd, d, out)
+}
+
+/// Head `h` of sequence `s`: writes `out[token * d + h * hd..][..hd]` for its tokens (`out`:
+/// the `[tokens, d]` context, whose other heads and sequences other units write).
+#[inline(always)]
+fn attend(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: usize, out: *mut f32) {
+    let scale = 1.0 / (hd as f32).sqrt();
+    let l = s.len();
+    let mut p = vec![0.0f32; l];
+    let mut acc = vec![0.0f32; hd];
+    for qi in s.clone() {
+        let q = &qkv[qi * 3 * d + h * hd..][..hd];
+        let mut max = f32::NEG_INFINITY;
+        for (j, ki) in s.clone().enumerate() {
+            let k = &qkv[ki * 3 * d + d + h * hd..][..hd];
+            p[j] = kernels::dot_f32(q, k) * scale;
+            max = max.max(p[j]);
+        }
+        let mut sum = 0.0f32;
+        for v in p.iter_mut() {
+            *v = kernels::exp_approx(*v - max);
+            sum += *v;
+        }
+        acc.fill(0.0);
+        for (j, vi) in s.clone().enumerate() {
+            let v = &qkv[vi * 3 * d + 2 * d + h * hd..][..hd];
+            let w = p[j];
+            for (a, &x) in acc.iter_mut().zip(v) {
+                *a += w * x;
+            }
+        }
+        let inv = 1.0 / sum;
+        // SAFETY: (token qi, head h) is written by this unit only; in bounds of the context,
+        // which has a row of d for every token of `qkv`.
+        let o = unsafe { std::slice::from_raw_parts_mut(out.add(qi * d + h * hd), hd) };
+        for (o, a) in o.iter_mut().zip(&acc) {
+            *o = a * inv;
+        }
     }
 }

@@ -228,9 +228,9 @@ fn amx_product(w: &[u16], f16: bool, n: usize, k: usize, x: &[f32], m: usize, bi
         } else {
             pool::pool().run_chunks(schunks, &split);
         }
-        // Rows per slab: the slab's split activations stay within ~1 MB (L2) while every
-        // panel of columns passes over them.
-        let slab = ((1 << 20) / (kp * 4)).clamp(32, 1024) / 32 * 32;
+        // Rows per slab: the slab's split activations stay within ~512 KB (L2) while every
+        // panel of columns passes over them (256 KB to 8 MB: within the noise on 64 sentences).
+        let slab = ((1 << 19) / (kp * 4)).clamp(32, 1 << 20) / 32 * 32;
         let nbs = n.div_ceil(16);
         let threads = pool::pool().threads();
         let chunks = if m * n * k < 1 << 20 { 1 } else { (threads * 4).min(nbs) };
@@ -312,18 +312,23 @@ unsafe fn split_row(x: &[f32], h: &mut [u16], l: &mut [u16]) {
     }
 }
 
-/// Split one panel of f16 tiles (`kb` of them) into hi/lo tiles.
+/// Split one f16 tile at `src` into hi/lo tiles at `dst`, prefetching the source `ahead`
+/// bytes on.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,f16c")]
-unsafe fn split_f16_panel(src: *const u16, kb: usize, dst: *mut u16) {
-    for s in 0..kb {
-        let (t, d) = (src.add(s * TILE), dst.add(s * 2 * TILE));
-        for i in (0..TILE).step_by(16) {
-            let v = _mm512_cvtph_ps(_mm256_loadu_si256(t.add(i) as *const __m256i));
-            split16(v, d.add(i), d.add(TILE + i));
-        }
+#[inline(always)]
+unsafe fn split_f16_tile(src: *const u16, dst: *mut u16) {
+    for i in (0..TILE).step_by(32) {
+        _mm_prefetch::<_MM_HINT_T0>((src.add(i) as *const i8).add(AHEAD));
+        let v = _mm512_cvtph_ps(_mm256_loadu_si256(src.add(i) as *const __m256i));
+        split16(v, dst.add(i), dst.add(TILE + i));
+        let v = _mm512_cvtph_ps(_mm256_loadu_si256(src.add(i + 16) as *const __m256i));
+        split16(v, dst.add(i + 16), dst.add(TILE + i + 16));
     }
 }
+
+/// How far ahead of their use weights are prefetched (bytes): a few tiles, across the page
+/// boundaries the hardware prefetchers stop at.
+const AHEAD: usize = 8192;
 
 #[repr(C, align(64))]
 struct TileCfg([u8; 64]);
@@ -367,17 +372,25 @@ unsafe fn panel_products(
     for s0 in (0..mp).step_by(slab) {
         let s1 = (s0 + slab).min(mp);
         for b in b0..b1 {
-            let panel: *const u16 = if f16 {
-                split_f16_panel(w.as_ptr().add(b * kb * TILE), kb, scratch.as_mut_ptr());
-                scratch.as_ptr()
-            } else {
-                w.as_ptr().add(b * kb * 2 * TILE)
-            };
+            // f16 weights are split into `scratch` tile by tile during the first pass of the
+            // slab (the vector units split tile s + 1 while the tile unit multiplies tile s).
+            let src = w.as_ptr().add(b * kb * TILE);
+            let panel: *const u16 = if f16 { scratch.as_ptr() } else { w.as_ptr().add(b * kb * 2 * TILE) };
             let cols = (n - b * 16).min(16);
             for r0 in (s0..s1).step_by(32) {
+                let first = f16 && r0 == s0;
+                if first {
+                    split_f16_tile(src, scratch.as_mut_ptr());
+                }
                 asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
                 let (a0h, a0l) = (ah.add(r0 * kp), al.add(r0 * kp));
                 for s in 0..kb {
+                    let bt = panel.add(s * 2 * TILE);
+                    if !f16 && r0 == s0 {
+                        for l in (0..2 * TILE * 2).step_by(64) {
+                            _mm_prefetch::<_MM_HINT_T0>((bt as *const i8).add(AHEAD + l));
+                        }
+                    }
                     asm!(
                         "tileloadd tmm2, [{b} + {s64}*1]",
                         "tileloadd tmm3, [{b} + {s64}*1 + 1024]",
@@ -391,7 +404,7 @@ unsafe fn panel_products(
                         "tdpbf16ps tmm1, tmm6, tmm2",
                         "tdpbf16ps tmm1, tmm6, tmm3",
                         "tdpbf16ps tmm1, tmm7, tmm2",
-                        b = in(reg) panel.add(s * 2 * TILE),
+                        b = in(reg) bt,
                         s64 = in(reg) 64usize,
                         a0h = in(reg) a0h.add(s * 32),
                         a0l = in(reg) a0l.add(s * 32),
@@ -400,6 +413,9 @@ unsafe fn panel_products(
                         sa = in(reg) sa,
                         options(nostack, readonly),
                     );
+                    if first && s + 1 < kb {
+                        split_f16_tile(src.add((s + 1) * TILE), scratch.as_mut_ptr().add((s + 1) * 2 * TILE));
+                    }
                 }
                 asm!(
                     "tilestored [{c} + {s64}*1], tmm0",
