@@ -392,17 +392,19 @@ unsafe fn panel_products(
                         }
                     }
                     asm!(
+                        // The two row blocks' sums alternate, so each product
+                        // waits less on the one before it into the same tile.
                         "tileloadd tmm2, [{b} + {s64}*1]",
-                        "tileloadd tmm3, [{b} + {s64}*1 + 1024]",
                         "tileloadd tmm4, [{a0h} + {sa}*1]",
-                        "tileloadd tmm5, [{a0l} + {sa}*1]",
-                        "tdpbf16ps tmm0, tmm4, tmm2",
-                        "tdpbf16ps tmm0, tmm4, tmm3",
-                        "tdpbf16ps tmm0, tmm5, tmm2",
                         "tileloadd tmm6, [{a1h} + {sa}*1]",
-                        "tileloadd tmm7, [{a1l} + {sa}*1]",
+                        "tdpbf16ps tmm0, tmm4, tmm2",
                         "tdpbf16ps tmm1, tmm6, tmm2",
+                        "tileloadd tmm3, [{b} + {s64}*1 + 1024]",
+                        "tdpbf16ps tmm0, tmm4, tmm3",
                         "tdpbf16ps tmm1, tmm6, tmm3",
+                        "tileloadd tmm5, [{a0l} + {sa}*1]",
+                        "tileloadd tmm7, [{a1l} + {sa}*1]",
+                        "tdpbf16ps tmm0, tmm5, tmm2",
                         "tdpbf16ps tmm1, tmm7, tmm2",
                         b = in(reg) bt,
                         s64 = in(reg) 64usize,
@@ -432,7 +434,11 @@ unsafe fn panel_products(
                                 *o.add(j) = row[j] + bv[b * 16 + j];
                             }
                         }
-                        None => std::ptr::copy_nonoverlapping(row.as_ptr(), o, cols),
+                        None => {
+                            for j in 0..cols {
+                                *o.add(j) = row[j];
+                            }
+                        }
                     }
                 }
             }
