@@ -5,11 +5,12 @@
 //!   scripts/embed/bench_reference.py, padded batches with a mask), `--python` with numpy,
 //!   onnx, onnxruntime and safetensors.
 //! - nomic-embed-text-v1.5 (F16 GGUF): llama.cpp's `llama-embedding` on the same file
-//!   (`--llamacpp DIR`), all sentences of a batch in one `llama_decode` batch. The build
-//!   prints no timings, but its log lines carry time stamps: its time is what the process
-//!   takes after the `batch_decode` line (the decode, pooling, printing the vectors and exit),
-//!   less the same for one 3-token text (exit and a tiny decode). Without that line: the wall
-//!   time less that of the 3-token run (start-up and model load too).
+//!   (`--llamacpp DIR`), all sentences of a batch in one batch. Its time is read from its
+//!   log's time stamps (verbosity 4): from the `batch_decode` line to the
+//!   `llama_perf_context_print` lines, i.e. the encode, pooling and printing the vectors,
+//!   without start-up, load and tokenization. (Its own `prompt eval time` reads 0 ms for 64
+//!   sequences in this build.) Without those lines: the process's wall time less that of a
+//!   run on one 3-token text.
 //!
 //! Times are the best of `--reps` after a warm-up; ours is `Embedder::embed` from text
 //! (tokenization included), the references' from token ids (onnxruntime) or their own
@@ -130,10 +131,10 @@ fn minilm(a: &Args, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
-/// Time stamp (seconds since start) of `llama-embedding`'s `batch_decode` log line, e.g.
+/// Time stamp in seconds of `llama-embedding`'s last log line containing `what`, e.g.
 /// `0.00.266.533 I batch_decode: ...` (minutes, seconds, milliseconds, microseconds).
-fn decode_stamp(stderr: &str) -> Option<f64> {
-    let line = stderr.lines().rev().find(|l| l.contains("batch_decode"))?;
+fn stamp(stderr: &str, what: &str) -> Option<f64> {
+    let line = stderr.lines().rev().find(|l| l.contains(what))?;
     let p: Vec<f64> = line.split_whitespace().next()?.split('.').map(|x| x.parse().ok()).collect::<Option<_>>()?;
     match p.as_slice() {
         [m, s, ms, us] => Some(m * 60.0 + s + ms * 1e-3 + us * 1e-6),
@@ -141,8 +142,13 @@ fn decode_stamp(stderr: &str) -> Option<f64> {
     }
 }
 
-/// One `llama-embedding` process on `file`: its wall time, and the time from its
-/// `batch_decode` log line to its exit when the log shows it.
+/// From the `batch_decode` log line to the perf print (encode, pooling, printing).
+fn encode_time(stderr: &str) -> Option<f64> {
+    Some(stamp(stderr, "llama_perf_context_print")? - stamp(stderr, "batch_decode")?)
+}
+
+/// One `llama-embedding` process on `file`: its wall time, and its encode time when the log
+/// shows it.
 fn run_llama(bin: &Path, gguf: &Path, file: &Path, threads: usize) -> Result<(f64, Option<f64>)> {
     let t = Instant::now();
     let out = std::process::Command::new(bin.join("llama-embedding"))
@@ -151,13 +157,13 @@ fn run_llama(bin: &Path, gguf: &Path, file: &Path, threads: usize) -> Result<(f6
         .arg("-f")
         .arg(file)
         .args(["--pooling", "mean", "--embd-normalize", "2", "-c", "2048", "-b", "2048", "-ub", "2048", "--embd-output-format", "array"])
-        .args(["-t", &threads.to_string()])
+        .args(["-t", &threads.to_string(), "-lv", "4"])
         .output()
         .with_context(|| format!("running {}", bin.join("llama-embedding").display()))?;
     let secs = t.elapsed().as_secs_f64();
     let err = String::from_utf8_lossy(&out.stderr);
     anyhow::ensure!(out.status.success(), "llama-embedding failed: {}", err.lines().rev().take(5).collect::<Vec<_>>().join(" | "));
-    Ok((secs, decode_stamp(&err).map(|d| secs - d)))
+    Ok((secs, encode_time(&err)))
 }
 
 fn nomic(a: &Args, rows: &mut Vec<Row>) -> Result<()> {
@@ -177,31 +183,29 @@ fn nomic(a: &Args, rows: &mut Vec<Row>) -> Result<()> {
         return Ok(());
     };
     std::fs::create_dir_all("target/bench")?;
-    // This build of llama-embedding prints no timings: best of the time after its
-    // `batch_decode` log line (or of the wall time), less the same for a 3-token text.
+    // Best of llama-embedding's encode time from its log (or of the wall time).
     let best_of = |file: &Path| -> Result<(f64, Option<f64>)> {
-        let (mut wall, mut tail) = (f64::INFINITY, Some(f64::INFINITY));
+        let (mut wall, mut eval) = (f64::INFINITY, Some(f64::INFINITY));
         for _ in 0..=a.reps.max(1) {
-            let (w, t) = run_llama(bin, &gguf, file, threads(a))?;
+            let (w, e) = run_llama(bin, &gguf, file, threads(a))?;
             wall = wall.min(w);
-            tail = tail.zip(t).map(|(a, b)| a.min(b));
+            eval = eval.zip(e).map(|(a, b)| a.min(b));
         }
-        Ok((wall, tail))
+        Ok((wall, eval))
     };
     let empty = PathBuf::from("target/bench/embed-0.txt");
     std::fs::write(&empty, "x\n")?;
-    let (wall0, tail0) = best_of(&empty)?;
-    match tail0 {
-        Some(t) => println!("llama-embedding on one 3-token text: {wall0:.3} s, of which {t:.3} s after batch_decode (subtracted below)"),
-        None => println!("llama-embedding start-up + load (one 3-token text): {wall0:.3} s, subtracted below"),
-    }
+    let (wall0, _) = best_of(&empty)?;
     for (i, &b) in BATCHES.iter().enumerate() {
         let file = PathBuf::from(format!("target/bench/embed-{b}.txt"));
         std::fs::write(&file, s[..b].join("\n") + "\n")?;
-        let (wall, tail) = best_of(&file)?;
-        let (t, how) = match (tail, tail0) {
-            (Some(t), Some(t0)) => (t - t0, "after batch_decode"),
-            _ => (wall - wall0, "wall - load"),
+        let (wall, eval) = best_of(&file)?;
+        let (t, how) = match eval {
+            Some(e) => (e, "log: decode to end"),
+            None => {
+                println!("(llama-embedding's log shows no batch_decode / perf lines: wall time less a 3-token run's {wall0:.3} s)");
+                (wall - wall0, "wall - load")
+            }
         };
         rows[start + i].reference = Some((format!("llama-embedding ({} threads, {how})", threads(a)), t.max(1e-4)));
     }

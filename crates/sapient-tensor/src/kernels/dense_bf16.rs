@@ -432,13 +432,13 @@ unsafe fn panel_products(
                     let o = out.add((r0 + i) * n + b * 16);
                     match bias {
                         Some(bv) => {
-                            for j in 0..cols {
-                                *o.add(j) = row[j] + bv[b * 16 + j];
+                            for (j, (&v, &bj)) in row.iter().zip(&bv[b * 16..]).enumerate().take(cols) {
+                                *o.add(j) = v + bj;
                             }
                         }
                         None => {
-                            for j in 0..cols {
-                                *o.add(j) = row[j];
+                            for (j, &v) in row.iter().enumerate().take(cols) {
+                                *o.add(j) = v;
                             }
                         }
                     }
