@@ -7,6 +7,7 @@
 //! query attends only to the keys of its own sequence. That is what a padded batch with an
 //! attention mask computes, without the pad rows.
 
+use sapient_tensor::kernels::SendPtr;
 use crate::config::{Arch, EncoderConfig};
 use crate::{Error, Result};
 use candle_core::{DType, Device};
@@ -326,23 +327,13 @@ fn gelu(x: &mut [f32]) {
     let job = |c: usize| {
         let r = c * CHUNK..((c + 1) * CHUNK).min(n);
         // SAFETY: chunks are disjoint ranges of `x`, which outlives the call.
-        kernels::gelu_erf_in_place(unsafe { std::slice::from_raw_parts_mut(p.get().add(r.start), r.len()) });
+        kernels::gelu_erf_in_place(unsafe { std::slice::from_raw_parts_mut(p.ptr().add(r.start), r.len()) });
     };
     let chunks = n.div_ceil(CHUNK);
     if chunks <= 1 {
         (0..chunks).for_each(job);
     } else {
         pool::pool().run_chunks(chunks, &job);
-    }
-}
-
-struct SendPtr(*mut f32);
-// SAFETY: users write disjoint ranges.
-unsafe impl Sync for SendPtr {}
-unsafe impl Send for SendPtr {}
-impl SendPtr {
-    fn get(&self) -> *mut f32 {
-        self.0
     }
 }
 
@@ -389,7 +380,7 @@ fn attention(qkv: &[f32], seqs: &[Range<usize>], heads: usize, hd: usize, ctx: &
     let fma = has_fma();
     let job = |u: usize| {
         let (s, h) = (&seqs[u / heads], u % heads);
-        let o = out.get();
+        let o = out.ptr();
         #[cfg(target_arch = "x86_64")]
         if fma {
             // SAFETY: AVX2 and FMA are present.

@@ -17,7 +17,7 @@
 //! dequantized f32 GEMM through the layer's `Linear` (`weights::dense_prefill_rows`).
 
 use candle_core::{Device, Module, Tensor};
-use sapient_tensor::kernels::{self, pool, QMatrix};
+use sapient_tensor::kernels::{self, pool, QMatrix, SendPtr as OutPtr};
 use sapient_tensor::weights::dense_prefill_rows;
 use sapient_tensor::Linear;
 use std::cell::RefCell;
@@ -862,7 +862,3 @@ fn split4(s: &mut [f32], stride: usize) -> [&mut [f32]; 4] {
     [a, b, c, d]
 }
 
-struct OutPtr(*mut f32);
-// SAFETY: threads write disjoint parts of the output.
-unsafe impl Sync for OutPtr {}
-unsafe impl Send for OutPtr {}

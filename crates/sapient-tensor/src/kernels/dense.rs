@@ -2,11 +2,7 @@
 //! the kernel [`pool`](super::pool) by blocks of output columns.
 
 use super::pool;
-
-struct OutPtr(*mut f32);
-// SAFETY: each chunk writes its own columns of the output.
-unsafe impl Sync for OutPtr {}
-unsafe impl Send for OutPtr {}
+use super::SendPtr as OutPtr;
 
 /// `out[m, n] = x[m, k] · w[n, k]ᵀ` (a linear layer with `w` in PyTorch's `[out, in]` layout).
 /// Up to 8 rows: dot products ([`super::dot_f32`]), each weight row read once for all rows;

@@ -174,15 +174,7 @@ impl DenseMatrix {
     }
 }
 
-struct Ptr<T>(*mut T);
-// SAFETY: users write disjoint ranges (or only read).
-unsafe impl<T> Sync for Ptr<T> {}
-unsafe impl<T> Send for Ptr<T> {}
-impl<T> Ptr<T> {
-    fn get(&self) -> *mut T {
-        self.0
-    }
-}
+use super::SendPtr as Ptr;
 
 thread_local! {
     /// The caller's split activations (hi, lo).
@@ -210,7 +202,7 @@ fn amx_product(w: &[u16], f16: bool, n: usize, k: usize, x: &[f32], m: usize, bi
         let split = |c: usize| {
             for i in c * ROWS..((c + 1) * ROWS).min(mp) {
                 // SAFETY: row i of the buffers (mp * kp values) belongs to this chunk only.
-                let (h, l) = unsafe { (std::slice::from_raw_parts_mut(hp.get().add(i * kp), kp), std::slice::from_raw_parts_mut(lp.get().add(i * kp), kp)) };
+                let (h, l) = unsafe { (std::slice::from_raw_parts_mut(hp.ptr().add(i * kp), kp), std::slice::from_raw_parts_mut(lp.ptr().add(i * kp), kp)) };
                 if i < m {
                     // SAFETY: AVX-512 is present (has_amx_bf16).
                     unsafe { split_row(&x[i * k..(i + 1) * k], h, l) };
@@ -264,7 +256,7 @@ fn amx_product(w: &[u16], f16: bool, n: usize, k: usize, x: &[f32], m: usize, bi
                         slab,
                         n,
                         bias,
-                        o.get(),
+                        o.ptr(),
                     )
                 }
             });
