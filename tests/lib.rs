@@ -19,3 +19,17 @@ struct ReadmeDoctest;
 #[cfg(doctest)]
 #[doc = include_str!("../crates/sapient-llama/README.md")]
 struct LlamaReadmeDoctest;
+
+/// Every `.rs` file under `dir`, recursively (for the source checks: `no_unwrap.rs`,
+/// `module_cycles.rs`).
+pub fn rs_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rs_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}

@@ -8,25 +8,14 @@
 //! A listed group that has become acyclic fails too, so the list stays exact.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use sapient_e2e::rs_files;
+use std::path::Path;
 
 /// (crate, the modules of one cycle, sorted): cycles known and not yet taken apart.
 const ALLOWED: &[(&str, &[&str])] = &[
     ("sapient-generate", &["decode", "engine", "pipeline", "stream"]),
     ("sapient-llama", &["cpu", "model"]),
 ];
-
-fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rs_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 /// The module path of a source file (`a/b.rs` and `a/b/mod.rs` -> `a::b`; `lib.rs` -> ``).
 fn module_of(src_dir: &Path, file: &Path) -> String {

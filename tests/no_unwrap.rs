@@ -7,23 +7,12 @@
 //! the list stays exact.
 
 use std::collections::BTreeMap;
+use sapient_e2e::rs_files;
 use std::path::{Path, PathBuf};
 
 /// (file relative to the workspace root, number of calls, justification). Empty: no library
 /// code unwraps today.
 const ALLOWED: &[(&str, usize, &str)] = &[];
-
-fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = std::fs::read_dir(dir) else { return };
-    for e in rd.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            rs_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 /// Module files declared under `#[cfg(test)]` (`#[cfg(test)] mod tests;`), relative to `file`.
 fn test_module_files(file: &Path, src: &str) -> Vec<PathBuf> {

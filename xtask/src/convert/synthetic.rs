@@ -48,30 +48,53 @@ fn values(index: u64, n: usize, offset: f64, scale: f64) -> Vec<f32> {
 /// Name, shape, offset and scale of a tensor's values.
 type TensorSpec = (String, Vec<usize>, f64, f64);
 
-/// qwen3_synthetic.py's `tensors`, in index order.
-fn qwen3_tensors(vocab: usize) -> Vec<TensorSpec> {
-    let lin = |i: usize| (0.0, (3.0 / i as f64).sqrt());
+/// A tensor list in index order: the embedding, `layers` blocks of `block(l)`, the final
+/// norm, then `head` (the scripts' `tensors`). Norm weights are 1 +- 0.2, linear weights
+/// 0 +- sqrt(3 / fan-in).
+fn stacked(vocab: usize, layers: usize, block: impl Fn(&Layer) -> Vec<TensorSpec>, head: Vec<TensorSpec>) -> Vec<TensorSpec> {
     let mut out = vec![("model.embed_tokens.weight".to_string(), vec![vocab, H], 0.0, 1.0)];
-    for l in 0..LAYERS {
-        let p = |n: &str| format!("model.layers.{l}.{n}");
-        let norm = |n: &str, d: usize| (p(n), vec![d], 1.0, 0.2);
-        let linear = |n: &str, o: usize, i: usize| (p(n), vec![o, i], lin(i).0, lin(i).1);
-        out.extend([
-            norm("input_layernorm.weight", H),
-            linear("self_attn.q_proj.weight", HEADS * HD, H),
-            linear("self_attn.k_proj.weight", KV * HD, H),
-            linear("self_attn.v_proj.weight", KV * HD, H),
-            norm("self_attn.q_norm.weight", HD),
-            norm("self_attn.k_norm.weight", HD),
-            linear("self_attn.o_proj.weight", H, HEADS * HD),
-            norm("post_attention_layernorm.weight", H),
-            linear("mlp.gate_proj.weight", I, H),
-            linear("mlp.up_proj.weight", I, H),
-            linear("mlp.down_proj.weight", H, I),
-        ]);
+    for l in 0..layers {
+        out.extend(block(&Layer(l)));
     }
     out.push(("model.norm.weight".to_string(), vec![H], 1.0, 0.2));
+    out.extend(head);
     out
+}
+
+/// The names and value ranges of one block's tensors.
+struct Layer(usize);
+
+impl Layer {
+    fn norm(&self, n: &str, d: usize) -> TensorSpec {
+        (format!("model.layers.{}.{n}", self.0), vec![d], 1.0, 0.2)
+    }
+    fn linear(&self, n: &str, o: usize, i: usize) -> TensorSpec {
+        (format!("model.layers.{}.{n}", self.0), vec![o, i], 0.0, (3.0 / i as f64).sqrt())
+    }
+}
+
+/// qwen3_synthetic.py's `tensors`, in index order.
+fn qwen3_tensors(vocab: usize) -> Vec<TensorSpec> {
+    stacked(
+        vocab,
+        LAYERS,
+        |b| {
+            vec![
+                b.norm("input_layernorm.weight", H),
+                b.linear("self_attn.q_proj.weight", HEADS * HD, H),
+                b.linear("self_attn.k_proj.weight", KV * HD, H),
+                b.linear("self_attn.v_proj.weight", KV * HD, H),
+                b.norm("self_attn.q_norm.weight", HD),
+                b.norm("self_attn.k_norm.weight", HD),
+                b.linear("self_attn.o_proj.weight", H, HEADS * HD),
+                b.norm("post_attention_layernorm.weight", H),
+                b.linear("mlp.gate_proj.weight", I, H),
+                b.linear("mlp.up_proj.weight", I, H),
+                b.linear("mlp.down_proj.weight", H, I),
+            ]
+        },
+        vec![],
+    )
 }
 
 fn top10(v: &Value) -> Result<Vec<Vec<(u32, f32)>>> {
@@ -175,28 +198,25 @@ fn qwen3_synthetic_matches_numpy_and_llama_cpp() -> Result<()> {
 
 /// llama3_rope_synthetic.py's `tensors`, in index order.
 fn llama3_tensors(vocab: usize) -> Vec<TensorSpec> {
-    const LAYERS: usize = 2;
     const HD: usize = H / HEADS;
-    let lin = |i: usize| (3.0 / i as f64).sqrt();
-    let mut out = vec![("model.embed_tokens.weight".to_string(), vec![vocab, H], 0.0, 1.0)];
-    for l in 0..LAYERS {
-        let p = |n: &str| format!("model.layers.{l}.{n}");
-        let norm = |n: &str| (p(n), vec![H], 1.0, 0.2);
-        let linear = |n: &str, o: usize, i: usize| (p(n), vec![o, i], 0.0, lin(i));
-        out.extend([
-            norm("input_layernorm.weight"),
-            linear("self_attn.q_proj.weight", HEADS * HD, H),
-            linear("self_attn.k_proj.weight", KV * HD, H),
-            linear("self_attn.v_proj.weight", KV * HD, H),
-            linear("self_attn.o_proj.weight", H, HEADS * HD),
-            norm("post_attention_layernorm.weight"),
-            linear("mlp.gate_proj.weight", I, H),
-            linear("mlp.up_proj.weight", I, H),
-            linear("mlp.down_proj.weight", H, I),
-        ]);
-    }
-    out.push(("model.norm.weight".to_string(), vec![H], 1.0, 0.2));
-    out
+    stacked(
+        vocab,
+        2,
+        |b| {
+            vec![
+                b.norm("input_layernorm.weight", H),
+                b.linear("self_attn.q_proj.weight", HEADS * HD, H),
+                b.linear("self_attn.k_proj.weight", KV * HD, H),
+                b.linear("self_attn.v_proj.weight", KV * HD, H),
+                b.linear("self_attn.o_proj.weight", H, HEADS * HD),
+                b.norm("post_attention_layernorm.weight", H),
+                b.linear("mlp.gate_proj.weight", I, H),
+                b.linear("mlp.up_proj.weight", I, H),
+                b.linear("mlp.down_proj.weight", H, I),
+            ]
+        },
+        vec![],
+    )
 }
 
 /// Llama 3.1/3.2 RoPE scaling from HF `rope_scaling` (the HF directory) and from the GGUF's
@@ -212,26 +232,22 @@ fn llama3_rope_scaling_matches_numpy_and_llama_cpp() -> Result<()> {
 
 /// phi3_synthetic.py's `tensors`, in index order.
 fn phi3_tensors(vocab: usize) -> Vec<TensorSpec> {
-    const LAYERS: usize = 2;
     const HD: usize = H / HEADS;
-    let lin = |i: usize| (3.0 / i as f64).sqrt();
-    let mut out = vec![("model.embed_tokens.weight".to_string(), vec![vocab, H], 0.0, 1.0)];
-    for l in 0..LAYERS {
-        let p = |n: &str| format!("model.layers.{l}.{n}");
-        let norm = |n: &str| (p(n), vec![H], 1.0, 0.2);
-        let linear = |n: &str, o: usize, i: usize| (p(n), vec![o, i], 0.0, lin(i));
-        out.extend([
-            norm("input_layernorm.weight"),
-            linear("self_attn.qkv_proj.weight", (HEADS + 2 * KV) * HD, H),
-            linear("self_attn.o_proj.weight", H, HEADS * HD),
-            norm("post_attention_layernorm.weight"),
-            linear("mlp.gate_up_proj.weight", 2 * I, H),
-            linear("mlp.down_proj.weight", H, I),
-        ]);
-    }
-    out.push(("model.norm.weight".to_string(), vec![H], 1.0, 0.2));
-    out.push(("lm_head.weight".to_string(), vec![vocab, H], 0.0, lin(H)));
-    out
+    stacked(
+        vocab,
+        2,
+        |b| {
+            vec![
+                b.norm("input_layernorm.weight", H),
+                b.linear("self_attn.qkv_proj.weight", (HEADS + 2 * KV) * HD, H),
+                b.linear("self_attn.o_proj.weight", H, HEADS * HD),
+                b.norm("post_attention_layernorm.weight", H),
+                b.linear("mlp.gate_up_proj.weight", 2 * I, H),
+                b.linear("mlp.down_proj.weight", H, I),
+            ]
+        },
+        vec![("lm_head.weight".to_string(), vec![vocab, H], 0.0, (3.0 / H as f64).sqrt())],
+    )
 }
 
 /// Phi-3: the fused projections through `cargo xtask convert` (llama.cpp's `attn_qkv` and

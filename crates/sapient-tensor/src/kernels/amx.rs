@@ -215,10 +215,10 @@ pub fn acts_from(t: QType, q8k: &[BlockQ8K], m: usize, nsb: usize, tiles: &mut [
 #[repr(C, align(64))]
 struct TileCfg([u8; 64]);
 
-/// Eight 16 x 64-byte tiles: tmm0..3 the sums of the four steps, tmm4/tmm6 weights,
-/// tmm5/tmm7 activations.
+/// Eight 16 x 64-byte tiles (here: tmm0..3 the sums of the four steps, tmm4/tmm6 weights,
+/// tmm5/tmm7 activations; `dense_bf16` uses the same shapes).
 #[inline(always)]
-unsafe fn configure() {
+pub(super) unsafe fn configure() {
     let mut c = TileCfg([0; 64]);
     c.0[0] = 1;
     for t in 0..8 {

@@ -324,22 +324,10 @@ unsafe fn split_f16_tile(src: *const u16, dst: *mut u16) {
 /// boundaries the hardware prefetchers stop at.
 const AHEAD: usize = 8192;
 
-#[repr(C, align(64))]
-struct TileCfg([u8; 64]);
-
-/// Eight 16 x 64-byte tiles: tmm0/1 the sums of two row blocks, tmm2/3 the weights' hi/lo,
-/// tmm4/5 and tmm6/7 the two row blocks' activations hi/lo.
+// The tiles: tmm0/1 the sums of two row blocks, tmm2/3 the weights' hi/lo, tmm4/5 and
+// tmm6/7 the two row blocks' activations hi/lo, all 16 x 64 bytes (`amx::configure`).
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn configure() {
-    let mut c = TileCfg([0; 64]);
-    c.0[0] = 1;
-    for t in 0..8 {
-        c.0[16 + 2 * t] = 64;
-        c.0[48 + t] = 16;
-    }
-    std::arch::asm!("ldtilecfg [{}]", in(reg) c.0.as_ptr(), options(nostack, readonly));
-}
+use super::amx::configure;
 
 #[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
