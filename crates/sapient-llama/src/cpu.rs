@@ -706,7 +706,7 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16],
                     }
                     let mut inv = [0f32; G];
                     for (r, iv) in inv.iter_mut().enumerate() {
-                        *iv = softmax_unnormalized(&mut s[r * len..(r + 1) * len]);
+                        *iv = kernels::softmax_unnormalized(&mut s[r * len..(r + 1) * len]);
                     }
                     let (s, spare) = s.split_at_mut(G * len);
                     let mut spare = spare.chunks_exact_mut(hd);
@@ -785,7 +785,7 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16],
                 }
                 let mut inv = [0f32; G];
                 for r in 0..rows {
-                    inv[r] = softmax_unnormalized(&mut s[r * stride..r * stride + lens[r]]);
+                    inv[r] = kernels::softmax_unnormalized(&mut s[r * stride..r * stride + lens[r]]);
                 }
                 // SAFETY: each (row, head) output slice is written by exactly one unit, and
                 // the rows of a group are distinct.
@@ -839,19 +839,6 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16],
         let per = units.div_ceil(pool::pool().threads() * 4).max(1);
         pool::pool().run_chunks(units.div_ceil(per), &|c| work(c * per, ((c + 1) * per).min(units)));
     }
-}
-
-/// A row of attention scores to `e^(score - max)`; returns `1 / sum`, by which the caller
-/// scales each weight as it accumulates the values.
-#[inline]
-fn softmax_unnormalized(sc: &mut [f32]) -> f32 {
-    let max = sc.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-    let mut sum = 0f32;
-    for sv in sc.iter_mut() {
-        *sv = (*sv - max).exp();
-        sum += *sv;
-    }
-    1.0 / sum
 }
 
 /// Four consecutive rows of `stride` values.

@@ -28,9 +28,14 @@
 //! multiply-add per block; AVX-512 BITALG machines) the same run gives 16, 37, 25, 8, 8, 64
 //! (mean 26.3, one prompt identical) and 15 teacher-forced steps, our margin at most 0.432:
 //! the same near-ties flipping the other way, within llama.cpp's own `-fa off` spread.
-//! Limits, covering both arithmetics: at least one prompt identical, every prompt agrees for
-//! at least 6 tokens, 150 agreeing tokens in all (mean 25); at most 16 teacher-forced steps
-//! differ, each by less than 0.45 logits.
+//! With the softmax's exponentials computed by `kernels::exp_approx` and summed in 16 lanes
+//! (`kernels::softmax_unnormalized`, shared by every attention path) instead of libm's `expf`
+//! summed in order: 10, 6, 24, 8, 8, 64 (mean 20.0, one prompt identical) and 15
+//! teacher-forced steps, our margin at most 0.202 (closer to llama.cpp where they differ).
+//! Limits, covering these arithmetics: at least one prompt identical, every prompt agrees for
+//! at least 6 tokens, a mean agreement of at least 16 tokens (96 in all: llama.cpp agrees
+//! with its own `-fa off` run for a mean of 16.7); at most 16 teacher-forced steps differ,
+//! each by less than 0.45 logits.
 
 use anyhow::Result;
 use candle_core::Device;
@@ -74,7 +79,7 @@ fn greedy_matches_llama_cpp() -> Result<()> {
     eprintln!("free-running: {full} of {} prompts identical for 64 tokens, the others agree for {prefixes:?} tokens, mean {mean:.1}", cases.len());
     eprintln!("teacher-forced: our arg-max differs from llama.cpp's token at {flips} of {steps} steps, margin at most {worst:.3}");
     assert!(full >= 1, "no prompt identical to llama.cpp for 64 tokens");
-    assert!(prefixes.iter().sum::<usize>() + 64 * full >= 150, "mean agreement {mean:.1} tokens");
+    assert!(prefixes.iter().sum::<usize>() + 64 * full >= 96, "mean agreement {mean:.1} tokens");
     assert!(flips <= 16, "{flips} of {steps} teacher-forced steps differ");
     assert!(worst < 0.45, "a teacher-forced step differs by {worst:.3} logits");
     Ok(())

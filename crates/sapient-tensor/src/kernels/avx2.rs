@@ -797,24 +797,26 @@ pub unsafe fn values4_f16(p: [*const f32; 4], inv: [f32; 4], vc: &[u16], stride:
     }
 }
 
+/// e^x of 4 f32 lanes as [`super::exp_approx`] computes it (the same bits).
+#[inline(always)]
+pub(super) unsafe fn exp4(x: __m128) -> __m128 {
+    let x = _mm256_min_pd(_mm256_max_pd(_mm256_cvtps_pd(x), _mm256_set1_pd(-110.0)), _mm256_set1_pd(100.0));
+    let n = _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_pd(x, _mm256_set1_pd(std::f64::consts::LOG2_E)));
+    let r = _mm256_fmadd_pd(n, _mm256_set1_pd(-std::f64::consts::LN_2), x);
+    let mut p = _mm256_set1_pd(super::EXP_TAYLOR[0]);
+    for c in &super::EXP_TAYLOR[1..] {
+        p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(*c));
+    }
+    // 2^n: n + 1023 in the exponent field (n is integral, |n| < 160). Adding 2^52 puts
+    // the integer n in the low mantissa bits.
+    let nb = _mm256_castpd_si256(_mm256_add_pd(n, _mm256_set1_pd(4503599627370496.0 + 1023.0)));
+    let pow2 = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(nb));
+    _mm256_cvtpd_ps(_mm256_mul_pd(p, pow2))
+}
+
 /// [`super::silu_mul`] on whole vectors of 8; returns how many values it did.
 #[target_feature(enable = "avx2,fma")]
 pub unsafe fn silu_mul(g: &mut [f32], u: &[f32]) -> usize {
-    // e^x of 4 f32 lanes as super::exp_approx computes it.
-    let exp4 = |x: __m128| -> __m128 {
-        let x = _mm256_min_pd(_mm256_max_pd(_mm256_cvtps_pd(x), _mm256_set1_pd(-110.0)), _mm256_set1_pd(100.0));
-        let n = _mm256_round_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_pd(x, _mm256_set1_pd(std::f64::consts::LOG2_E)));
-        let r = _mm256_fmadd_pd(n, _mm256_set1_pd(-std::f64::consts::LN_2), x);
-        let mut p = _mm256_set1_pd(super::EXP_TAYLOR[0]);
-        for c in &super::EXP_TAYLOR[1..] {
-            p = _mm256_fmadd_pd(p, r, _mm256_set1_pd(*c));
-        }
-        // 2^n: n + 1023 in the exponent field (n is integral, |n| < 160). Adding 2^52 puts
-        // the integer n in the low mantissa bits.
-        let nb = _mm256_castpd_si256(_mm256_add_pd(n, _mm256_set1_pd(4503599627370496.0 + 1023.0)));
-        let pow2 = _mm256_castsi256_pd(_mm256_slli_epi64::<52>(nb));
-        _mm256_cvtpd_ps(_mm256_mul_pd(p, pow2))
-    };
     let one = _mm256_set1_ps(1.0);
     let n_all = g.len().min(u.len()) / 8 * 8;
     let mut i = 0;

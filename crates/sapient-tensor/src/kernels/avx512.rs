@@ -816,20 +816,22 @@ range_k_wrappers! {
     range_q6k => q6k_rows_pf;
 }
 
+/// e^x of 8 f32 lanes as [`super::exp_approx`] computes it (the same bits).
+#[inline(always)]
+pub(super) unsafe fn exp8(x: __m256) -> __m256 {
+    let x = _mm512_min_pd(_mm512_max_pd(_mm512_cvtps_pd(x), _mm512_set1_pd(-110.0)), _mm512_set1_pd(100.0));
+    let n = _mm512_roundscale_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_pd(x, _mm512_set1_pd(std::f64::consts::LOG2_E)));
+    let r = _mm512_fmadd_pd(n, _mm512_set1_pd(-std::f64::consts::LN_2), x);
+    let mut p = _mm512_set1_pd(super::EXP_TAYLOR[0]);
+    for c in &super::EXP_TAYLOR[1..] {
+        p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(*c));
+    }
+    _mm512_cvtpd_ps(_mm512_scalef_pd(p, n))
+}
+
 /// [`super::silu_mul`] on whole vectors of 16; returns how many values it did.
 #[target_feature(enable = "avx512f")]
 pub unsafe fn silu_mul(g: &mut [f32], u: &[f32]) -> usize {
-    // e^x of 8 f32 lanes as super::exp_approx computes it.
-    let exp8 = |x: __m256| -> __m256 {
-        let x = _mm512_min_pd(_mm512_max_pd(_mm512_cvtps_pd(x), _mm512_set1_pd(-110.0)), _mm512_set1_pd(100.0));
-        let n = _mm512_roundscale_pd::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_pd(x, _mm512_set1_pd(std::f64::consts::LOG2_E)));
-        let r = _mm512_fmadd_pd(n, _mm512_set1_pd(-std::f64::consts::LN_2), x);
-        let mut p = _mm512_set1_pd(super::EXP_TAYLOR[0]);
-        for c in &super::EXP_TAYLOR[1..] {
-            p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(*c));
-        }
-        _mm512_cvtpd_ps(_mm512_scalef_pd(p, n))
-    };
     let one = _mm512_set1_ps(1.0);
     let n_all = g.len().min(u.len()) / 16 * 16;
     let mut i = 0;

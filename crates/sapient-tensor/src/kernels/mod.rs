@@ -15,6 +15,7 @@
 mod act;
 #[cfg(target_arch = "x86_64")]
 mod amx;
+mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -33,6 +34,7 @@ use crate::gguf::GgmlType;
 use crate::{Error, Result};
 use candle_core::quantized::QTensor;
 pub use act::{exp_in_place, gelu_erf_in_place};
+pub use attention::{axpy_f16, dot_f32_f16, scores1_f16, scores4_f16, softmax_unnormalized, values1_f16, values4_f16};
 pub use dense::matmul_f32;
 pub use dense_bf16::{has_amx_bf16, DenseMatrix};
 use quant::{BlockQ8, BlockQ8K, QType};
@@ -359,109 +361,6 @@ pub(crate) const EXP_TAYLOR: [f64; 12] = {
     }
     t
 };
-
-/// Dot product of f32 `x` with f16 `y` (raw bits, as in an f16 KV cache).
-#[inline]
-pub fn dot_f32_f16(x: &[f32], y: &[u16]) -> f32 {
-    let n = x.len().min(y.len());
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present; `y` is cut to `x`'s length.
-        return unsafe { avx2::dot_f32_f16(x, &y[..n]) };
-    }
-    x.iter().zip(y).map(|(a, b)| a * half::f16::from_bits(*b).to_f32()).sum()
-}
-
-/// Attention scores of four query rows against keys `t0..t1` of an f16 cache (key `t` at
-/// `kc[t * stride + off..][..hd]`): `out[r][t - t0] = dot(qs[r], key) * scale`, each exactly
-/// as [`dot_f32_f16`] computes it.
-#[allow(clippy::too_many_arguments)]
-pub fn scores4_f16(qs: [&[f32]; 4], kc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, scale: f32, out: [&mut [f32]; 4]) {
-    let hd = qs.iter().map(|q| q.len()).min().unwrap_or(0);
-    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= kc.len(), "scores4_f16: keys out of range");
-    assert!(out.iter().all(|o| o.len() >= t1.saturating_sub(t0)), "scores4_f16: output rows too short");
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
-        return unsafe { avx2::scores4_f16(qs, &kc[off.min(kc.len())..], stride, hd, t0, t1, scale, out.map(|o| o.as_mut_ptr())) };
-    }
-    for t in t0..t1 {
-        let key = &kc[t * stride + off..t * stride + off + hd];
-        for r in 0..4 {
-            out[r][t - t0] = dot_f32_f16(qs[r], key) * scale;
-        }
-    }
-}
-
-/// Attention outputs of four rows from values `t0..t1` of an f16 cache: `ys[r] +=
-/// (p[r][t - t0] * inv[r]) * value_t` in order of `t`, each row exactly as [`axpy_f16`] calls
-/// would do it.
-#[allow(clippy::too_many_arguments)]
-pub fn values4_f16(p: [&[f32]; 4], inv: [f32; 4], vc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, ys: [&mut [f32]; 4]) {
-    let hd = ys.iter().map(|y| y.len()).min().unwrap_or(0);
-    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= vc.len(), "values4_f16: values out of range");
-    assert!(p.iter().all(|pr| pr.len() >= t1.saturating_sub(t0)), "values4_f16: probability rows too short");
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present; ranges checked above; the rows are
-        // distinct `&mut` slices at least `hd` long.
-        return unsafe { avx2::values4_f16(p.map(|x| x.as_ptr()), inv, &vc[off.min(vc.len())..], stride, hd, t0, t1, ys.map(|y| y.as_mut_ptr())) };
-    }
-    for t in t0..t1 {
-        let v = &vc[t * stride + off..t * stride + off + hd];
-        for r in 0..4 {
-            axpy_f16(p[r][t - t0] * inv[r], v, ys[r]);
-        }
-    }
-}
-
-/// [`scores4_f16`] for one query row: `out[t - t0] = dot(q, key_t) * scale`, each exactly as
-/// [`dot_f32_f16`] computes it (a decode step's attention, without a call per key).
-#[allow(clippy::too_many_arguments)]
-pub fn scores1_f16(q: &[f32], kc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, scale: f32, out: &mut [f32]) {
-    let hd = q.len();
-    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= kc.len(), "scores1_f16: keys out of range");
-    assert!(out.len() >= t1.saturating_sub(t0), "scores1_f16: output row too short");
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
-        return unsafe { avx2::scores1_f16(q, &kc[off.min(kc.len())..], stride, hd, t0, t1, scale, out.as_mut_ptr()) };
-    }
-    for t in t0..t1 {
-        out[t - t0] = dot_f32_f16(q, &kc[t * stride + off..t * stride + off + hd]) * scale;
-    }
-}
-
-/// [`values4_f16`] for one row: `y += (p[t - t0] * inv) * value_t` in order of `t`, exactly
-/// as [`axpy_f16`] calls would do it.
-#[allow(clippy::too_many_arguments)]
-pub fn values1_f16(p: &[f32], inv: f32, vc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, y: &mut [f32]) {
-    let hd = y.len();
-    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= vc.len(), "values1_f16: values out of range");
-    assert!(p.len() >= t1.saturating_sub(t0), "values1_f16: probability row too short");
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
-        return unsafe { avx2::values1_f16(p.as_ptr(), inv, &vc[off.min(vc.len())..], stride, hd, t0, t1, y.as_mut_ptr()) };
-    }
-    for t in t0..t1 {
-        axpy_f16(p[t - t0] * inv, &vc[t * stride + off..t * stride + off + hd], y);
-    }
-}
-
-/// `y += a * x` with f16 `x` (raw bits).
-#[inline]
-pub fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
-    let n = x.len().min(y.len());
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present; `x` is cut to `y`'s length.
-        return unsafe { avx2::axpy_f16(a, &x[..n], y) };
-    }
-    for (yi, xi) in y.iter_mut().zip(x) {
-        *yi += a * half::f16::from_bits(*xi).to_f32();
-    }
-}
 
 /// Round f32 values to f16 (raw bits), e.g. into an f16 KV cache.
 pub fn f32_to_f16(x: &[f32], out: &mut [u16]) {

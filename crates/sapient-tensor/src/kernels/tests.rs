@@ -455,32 +455,33 @@ fn simd_quantizers_match_portable() {
 /// The four-row attention helpers give each row exactly its single-row results.
 #[test]
 fn four_row_attention_helpers_equal_single_rows() {
-    for hd in [64, 80, 37] {
-        let (stride, off, keys) = (3 * hd, hd, 9);
+    for hd in [64, 80, 128, 37] {
+        let (stride, off, keys) = (3 * hd, hd, 40);
         let qs: Vec<Vec<f32>> = (0..4).map(|r| data(hd, 30 + r)).collect();
         let mut cache = vec![0u16; keys * stride];
         f32_to_f16(&data(keys * stride, 40), &mut cache);
-        let (t0, t1) = (2, 7);
-        let mut sc = vec![vec![0f32; t1 - t0]; 4];
-        let [s0, s1, s2, s3] = &mut sc[..] else { unreachable!() };
-        scores4_f16([&qs[0], &qs[1], &qs[2], &qs[3]], &cache, stride, off, t0, t1, 0.125, [s0, s1, s2, s3]);
-        for r in 0..4 {
-            for t in t0..t1 {
-                let want = dot_f32_f16(&qs[r], &cache[t * stride + off..t * stride + off + hd]) * 0.125;
-                assert_eq!(sc[r][t - t0].to_bits(), want.to_bits(), "score row {r} key {t}, hd={hd}");
+        for (t0, t1) in [(2, 7), (0, 40), (3, 36)] {
+            let mut sc = vec![vec![0f32; t1 - t0]; 4];
+            let [s0, s1, s2, s3] = &mut sc[..] else { unreachable!() };
+            scores4_f16([&qs[0], &qs[1], &qs[2], &qs[3]], &cache, stride, off, t0, t1, 0.125, [s0, s1, s2, s3]);
+            for r in 0..4 {
+                for t in t0..t1 {
+                    let want = dot_f32_f16(&qs[r], &cache[t * stride + off..t * stride + off + hd]) * 0.125;
+                    assert_eq!(sc[r][t - t0].to_bits(), want.to_bits(), "score row {r} key {t}, hd={hd}");
+                }
             }
-        }
-        let inv = [0.5f32, 1.25, 3.0, 0.001];
-        let mut single = qs.clone();
-        for r in 0..4 {
-            for t in t0..t1 {
-                axpy_f16(sc[r][t - t0] * inv[r], &cache[t * stride + off..t * stride + off + hd], &mut single[r]);
+            let inv = [0.5f32, 1.25, 3.0, 0.001];
+            let mut single = qs.clone();
+            for r in 0..4 {
+                for t in t0..t1 {
+                    axpy_f16(sc[r][t - t0] * inv[r], &cache[t * stride + off..t * stride + off + hd], &mut single[r]);
+                }
             }
+            let mut multi = qs.clone();
+            let [m0, m1, m2, m3] = &mut multi[..] else { unreachable!() };
+            values4_f16([&sc[0], &sc[1], &sc[2], &sc[3]], inv, &cache, stride, off, t0, t1, [m0, m1, m2, m3]);
+            assert_eq!(single, multi, "values hd={hd}");
         }
-        let mut multi = qs.clone();
-        let [m0, m1, m2, m3] = &mut multi[..] else { unreachable!() };
-        values4_f16([&sc[0], &sc[1], &sc[2], &sc[3]], inv, &cache, stride, off, t0, t1, [m0, m1, m2, m3]);
-        assert_eq!(single, multi, "values hd={hd}");
     }
 }
 
