@@ -52,9 +52,12 @@ struct Think {
     seen: String,
 }
 
-/// Prompt-lookup speculation state ([`GenerationConfig::lookup`]).
+/// Speculation state ([`GenerationConfig::lookup`], or [`GenerationConfig::draft`] with the
+/// engine's draft model proposing).
 struct Lookup {
-    proposer: PromptLookup,
+    /// `None`: the engine's draft model proposes.
+    proposer: Option<PromptLookup>,
+    spec: speculative::SpecConfig,
     k: usize,
     rng: StdRng,
     scratch: Vec<f32>,
@@ -69,17 +72,27 @@ impl Decoder {
             // Every token from its own logits.
             cfg.fast_forward = false;
             cfg.lookup = None;
+            cfg.draft = None;
+        }
+        if cfg.lookup.is_some() && cfg.draft.is_some() {
+            return Err(Error::InvalidOptions("prompt lookup and a draft model cannot both propose for one request".into()));
         }
         let sampler = Sampler::new(cfg.sampling.clone())?;
         let matcher = cfg.constraint.as_ref().map(|g| Matcher::new(g.clone(), pipeline.token_index()));
-        let lookup = match &cfg.lookup {
+        let spec = match (&cfg.lookup, &cfg.draft) {
+            (Some(l), _) => Some((Some(PromptLookup { max_ngram: l.max_ngram.max(1) }), l.spec.clone())),
+            (None, Some(d)) => Some((None, d.clone())),
+            (None, None) => None,
+        };
+        let lookup = match spec {
             Some(_) if matcher.is_some() => return Err(Error::Unsupported("constrained generation with speculative decoding")),
-            Some(l) => Some(Lookup {
-                proposer: PromptLookup { max_ngram: l.max_ngram.max(1) },
+            Some((proposer, spec)) => Some(Lookup {
+                proposer,
                 k: {
-                    l.spec.validate()?;
-                    l.spec.k.clamp(l.spec.k_min, l.spec.k_max)
+                    spec.validate()?;
+                    spec.k.clamp(spec.k_min, spec.k_max)
                 },
+                spec,
                 // Its own stream, seeded from the request's seed (acceptance draws).
                 rng: match cfg.sampling.seed {
                     Some(s) => StdRng::seed_from_u64(s ^ 0x5eed_5eed_5eed_5eed),
@@ -230,12 +243,27 @@ impl Decoder {
         let left = self.cfg.max_tokens.saturating_sub(self.generated().len() + 1);
         let Some(l) = self.lookup.as_mut() else { return Vec::new() };
         let want = l.k.min(room).min(left);
-        if want == 0 {
+        let Some(proposer) = l.proposer.as_mut().filter(|_| want > 0) else {
             return Vec::new();
-        }
-        match l.proposer.propose(&self.tokens, want, &self.cfg.sampling, &mut l.rng) {
+        };
+        match proposer.propose(&self.tokens, want, &self.cfg.sampling, &mut l.rng) {
             Ok(p) => p.tokens,
             Err(_) => Vec::new(),
+        }
+    }
+
+    /// With [`GenerationConfig::draft`]: [`SpecConfig::draft_vocab`](speculative::SpecConfig::draft_vocab).
+    pub(crate) fn draft_vocab(&self) -> Option<usize> {
+        self.lookup.as_ref().and_then(|l| l.spec.draft_vocab)
+    }
+
+    /// With [`GenerationConfig::draft`]: how many tokens the engine's draft model should
+    /// propose after [`tokens`](Self::tokens), at most `room` (0: none this step).
+    pub(crate) fn draft_wanted(&self, room: usize) -> usize {
+        let left = self.cfg.max_tokens.saturating_sub(self.generated().len() + 1);
+        match &self.lookup {
+            Some(l) if l.proposer.is_none() => l.k.min(room).min(left),
+            _ => 0,
         }
     }
 
@@ -264,9 +292,7 @@ impl Decoder {
             return Err(Error::Worker("verification rows missing".into()));
         };
         // K follows the acceptance rate, as in `speculative::generate`.
-        if let Some(cfg) = &self.cfg.lookup {
-            l.k = cfg.spec.next_k(l.k, n, drafts.len());
-        }
+        l.k = l.spec.next_k(l.k, n, drafts.len());
         self.stats.proposed_tokens += drafts.len();
         self.stats.accepted_tokens += n;
         self.stats.sampling += ts.elapsed();

@@ -95,6 +95,9 @@ impl Default for EngineOptions {
 /// What a request's receiver gets.
 #[derive(Debug)]
 #[non_exhaustive]
+// `Done` is the large one and comes once per request: boxing it would cost every caller a
+// match on a box for nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     /// A piece of text (stop strings held back until they cannot match).
     Text(String),
@@ -245,6 +248,8 @@ impl Drop for Session {
 /// behind an `Arc`; dropping the last handle stops the scheduler once its requests end.
 pub struct Engine {
     pipeline: Pipeline,
+    /// Whether [`Engine::with_draft`] gave it a draft model.
+    has_draft: bool,
     tx: Option<std::sync::mpsc::Sender<Msg>>,
     shared: Arc<Shared>,
     next_id: AtomicU64,
@@ -256,6 +261,25 @@ impl Engine {
     /// its own KV cache). Fails when the model has no batched forward (see
     /// [`sapient_llama::LlamaModel::supports_batches`]) or the options make no sense.
     pub fn new(pipeline: &Pipeline, opts: EngineOptions) -> Result<Self> {
+        Self::start(pipeline, None, opts)
+    }
+
+    /// An engine whose requests with [`GenerationConfig::draft`] speculate with `draft`, a
+    /// smaller model with the same vocabulary and a batched forward (loaded on its own: not
+    /// `pipeline` itself). The draft gets a KV cache of its own under the same options.
+    pub fn with_draft(pipeline: &Pipeline, draft: &Pipeline, opts: EngineOptions) -> Result<Self> {
+        if pipeline.same_model(draft) {
+            return Err(Error::VocabMismatch {
+                target: pipeline.info().id.clone(),
+                draft: draft.info().id.clone(),
+                what: "the draft must be a separate pipeline (load the model twice)".into(),
+            });
+        }
+        pipeline.check_same_vocab(draft)?;
+        Self::start(pipeline, Some(draft), opts)
+    }
+
+    fn start(pipeline: &Pipeline, draft: Option<&Pipeline>, opts: EngineOptions) -> Result<Self> {
         if opts.max_seqs == 0 || opts.max_step_tokens == 0 || opts.prefill_chunk == 0 {
             return Err(Error::InvalidOptions("max_seqs, max_step_tokens and prefill_chunk must be at least 1".into()));
         }
@@ -266,14 +290,27 @@ impl Engine {
             }
             inner.model.new_kv_cache(opts.kv)?
         };
+        let draft = match draft {
+            Some(d) => {
+                let inner = d.lock_inner()?;
+                if !inner.model.supports_batches() {
+                    return Err(sapient_llama::Error::NoBatchedForward.into());
+                }
+                let kv = inner.model.new_kv_cache(opts.kv)?;
+                Some(Draft { pipeline: d.detached(), kv, logits: Vec::new() })
+            }
+            None => None,
+        };
+        let has_draft = draft.is_some();
         let shared = Arc::new(Shared::default());
         let (tx, rx) = std::sync::mpsc::channel();
         let mut sched = Scheduler::new(pipeline.detached(), opts, kv, shared.clone());
+        sched.draft = draft;
         let worker = std::thread::Builder::new()
             .name("sapient-engine".into())
             .spawn(move || sched.run(rx))
             .map_err(|e| Error::Worker(format!("cannot start the engine thread: {e}")))?;
-        Ok(Self { pipeline: pipeline.detached(), tx: Some(tx), shared, next_id: AtomicU64::new(1), worker: Some(worker) })
+        Ok(Self { pipeline: pipeline.detached(), has_draft, tx: Some(tx), shared, next_id: AtomicU64::new(1), worker: Some(worker) })
     }
 
     pub fn pipeline(&self) -> &Pipeline {
@@ -316,6 +353,9 @@ impl Engine {
             return Err(Error::PromptTooLong { tokens: prompt.len(), max });
         }
         cfg.sampling.validate()?;
+        if cfg.draft.is_some() && !self.has_draft {
+            return Err(Error::InvalidOptions("speculation with a draft model needs an engine made by Engine::with_draft".into()));
+        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));
@@ -389,8 +429,12 @@ struct Active {
     dec: Decoder,
     tx: mpsc::UnboundedSender<Event>,
     cancel: Arc<AtomicBool>,
-    /// Prompt-lookup guesses at the end of `kv_tokens`, fed this step to be verified.
+    /// Guesses (prompt lookup or the draft model's) at the end of `kv_tokens`, fed this step
+    /// to be verified.
     drafts: usize,
+    /// The sequence in the draft model's cache, and how many of `kv_tokens` it holds.
+    draft_seq: Option<SeqId>,
+    draft_computed: usize,
 }
 
 impl Active {
@@ -399,6 +443,7 @@ impl Active {
         let len = self.kv_tokens.len() - self.drafts;
         self.kv_tokens.truncate(len);
         self.drafts = 0;
+        self.draft_computed = self.draft_computed.min(len);
     }
 
     fn cancelled(&self) -> bool {
@@ -428,6 +473,14 @@ struct Scheduler {
     logits: Vec<f32>,
     eos: Vec<u32>,
     steps: u64,
+    draft: Option<Draft>,
+}
+
+/// The draft model of [`Engine::with_draft`], with its own cache.
+struct Draft {
+    pipeline: Pipeline,
+    kv: KvCache,
+    logits: Vec<f32>,
 }
 
 /// What one sequence feeds in a step.
@@ -454,6 +507,7 @@ impl Scheduler {
             logits: Vec::new(),
             eos,
             steps: 0,
+            draft: None,
         }
     }
 
@@ -503,6 +557,12 @@ impl Scheduler {
         match self.pipeline.lock_inner().and_then(|inner| Ok(inner.model.new_kv_cache(self.opts.kv)?)) {
             Ok(kv) => self.kv = kv,
             Err(e) => tracing::error!("cannot make a fresh KV cache after a failed step: {e}"),
+        }
+        if let Some(d) = &mut self.draft {
+            match d.pipeline.lock_inner().and_then(|inner| Ok(inner.model.new_kv_cache(self.opts.kv)?)) {
+                Ok(kv) => d.kv = kv,
+                Err(e) => tracing::error!("cannot make a fresh draft KV cache after a failed step: {e}"),
+            }
         }
     }
 
@@ -616,6 +676,8 @@ impl Scheduler {
                     a.drafts = 0;
                     a.kv_tokens.truncate(before + 1);
                     a.computed = before + 1 + accepted;
+                    // The draft's cache keeps what was accepted.
+                    a.draft_computed = a.draft_computed.min(a.computed);
                 } else {
                     let mut fed = 0;
                     r = a.dec.advance(logits, &self.eos, &mut emit, &mut fed);
@@ -663,6 +725,7 @@ impl Scheduler {
     /// End a request: its blocks go (full ones to the prefix cache; the whole sequence kept
     /// for its session), its receiver gets the result.
     fn finish(&mut self, mut a: Active, r: Result<Generation>) {
+        self.free_draft(&mut a);
         match (a.session, a.seq, r.is_ok()) {
             (Some(s), Some(seq), true) => {
                 if self.opts.prefix_cache {
@@ -823,6 +886,8 @@ impl Scheduler {
                 tx: r.tx,
                 cancel: r.cancel,
                 drafts: 0,
+                draft_seq: None,
+                draft_computed: 0,
             }),
             Err(e) => {
                 let _ = r.tx.send(Event::Done(Err(e)));
@@ -840,6 +905,7 @@ impl Scheduler {
             let a = &self.running[i];
             (a.computed < a.dec.prompt_len(), a.id)
         });
+        self.propose_with_draft(max_seq);
         // Prompt lookup: decoding sequences that speculate feed their guesses after their
         // newest token, to be verified by this step's forward.
         for a in self.running.iter_mut() {
@@ -882,6 +948,7 @@ impl Scheduler {
             let drop = (len - keep) / 2;
             a.kv_tokens.drain(keep..keep + drop);
             a.computed = a.computed.min(keep);
+            a.draft_computed = a.draft_computed.min(a.computed);
             if let Some(seq) = a.seq {
                 let _ = self.kv.truncate(seq, a.computed);
             }
@@ -945,11 +1012,129 @@ impl Scheduler {
 
     /// Give back `a`'s sequence: full blocks to the prefix cache (when on), the rest freed.
     fn release(&mut self, a: &mut Active) {
+        self.free_draft(a);
         if let Some(seq) = a.seq.take() {
             if self.opts.prefix_cache {
                 let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed.min(a.kv_tokens.len())]);
             }
             let _ = self.kv.free(seq);
+        }
+    }
+
+    /// Give back `a`'s sequence in the draft model's cache.
+    fn free_draft(&mut self, a: &mut Active) {
+        if let (Some(d), Some(seq)) = (&mut self.draft, a.draft_seq.take()) {
+            let _ = d.kv.free(seq);
+        }
+        a.draft_computed = 0;
+    }
+
+    /// Draft-model speculation: every decoding sequence whose request asks for it
+    /// ([`GenerationConfig::draft`]) gets up to K guesses appended after its newest token, to
+    /// be verified by this step's forward. The draft first catches up with what the sequence
+    /// holds (its prompt, then the tokens accepted since), then proposes its greedy choice
+    /// one token at a time, each a batched forward over all those sequences. A failed draft
+    /// forward (e.g. its cache full) only costs the guesses: those sequences decode plainly.
+    fn propose_with_draft(&mut self, max_seq: usize) {
+        let Scheduler { draft, running, eos, .. } = self;
+        let Some(d) = draft.as_mut() else { return };
+        let want: Vec<(usize, usize)> = running
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.drafts == 0 && a.computed >= a.dec.prompt_len() && a.kv_tokens.len() == a.computed + 1)
+            .map(|(i, a)| (i, a.dec.draft_wanted(max_seq.saturating_sub(a.computed + 1))))
+            .filter(|&(_, k)| k > 0)
+            .collect();
+        if want.is_empty() {
+            return;
+        }
+        let Ok(mut inner) = d.pipeline.lock_inner() else { return };
+        let vocab = d.pipeline.info().vocab_size;
+        let target_vocab = self.pipeline.info().vocab_size;
+        for &(i, _) in &want {
+            let a = &mut running[i];
+            // At least the newest token is fed, so that its logits give the first guess.
+            a.draft_computed = a.draft_computed.min(a.kv_tokens.len() - 1);
+            let seq = *a.draft_seq.get_or_insert_with(|| d.kv.new_seq());
+            if d.kv.truncate(seq, a.draft_computed).is_err() {
+                let _ = d.kv.free(seq);
+                a.draft_seq = Some(d.kv.new_seq());
+                a.draft_computed = 0;
+            }
+        }
+        let started = Instant::now();
+        // Logits of the frequent ids only (`SpecConfig::draft_vocab`, the largest the
+        // requests ask for), the end-of-sequence ids and the rarer ones their text holds.
+        let first = want.iter().try_fold(0usize, |m, &(i, _)| running[i].dec.draft_vocab().map(|v| m.max(v)));
+        let restricted = match first {
+            Some(first) if first < vocab => {
+                let mut extra: Vec<u32> = eos.clone();
+                for &(i, _) in &want {
+                    extra.extend(running[i].kv_tokens.iter().filter(|&&t| t as usize >= first));
+                }
+                extra.sort_unstable();
+                extra.dedup();
+                inner.model.restrict_logits(Some((first, &extra))).unwrap_or(false)
+            }
+            _ => false,
+        };
+        let mut guesses: Vec<Vec<u32>> = vec![Vec::new(); want.len()];
+        let mut live: Vec<usize> = (0..want.len()).collect();
+        let mut feeds: Vec<Vec<u32>> = Vec::new();
+        while !live.is_empty() {
+            feeds.clear();
+            for &w in &live {
+                let a = &running[want[w].0];
+                feeds.push(match guesses[w].last() {
+                    Some(&g) => vec![g],
+                    None => a.kv_tokens[a.draft_computed..].to_vec(),
+                });
+            }
+            let batch: Vec<BatchSeq<'_>> = live
+                .iter()
+                .zip(&feeds)
+                .filter_map(|(&w, f)| Some(BatchSeq { seq: running[want[w].0].draft_seq?, tokens: f, logits: Some(Logits::Last) }))
+                .collect();
+            let result = inner.model.forward_batch(&mut d.kv, &batch, &mut d.logits);
+            if let Err(e) = result {
+                if restricted {
+                    let _ = inner.model.restrict_logits(None);
+                }
+                // The cache lengths of this batch are unknown: start those sequences afresh.
+                tracing::debug!("draft forward failed, no guesses this step: {e}");
+                for &(i, _) in &want {
+                    let a = &mut running[i];
+                    if let Some(seq) = a.draft_seq.take() {
+                        let _ = d.kv.free(seq);
+                    }
+                    a.draft_computed = 0;
+                }
+                return;
+            }
+            for (row, &w) in live.iter().enumerate() {
+                let logits = &d.logits[row * vocab..(row + 1) * vocab];
+                let best = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (t, &l)| if l > b.1 { (t, l) } else { b }).0 as u32;
+                running[want[w].0].draft_computed += feeds[row].len();
+                if (best as usize) < target_vocab {
+                    guesses[w].push(best);
+                }
+            }
+            live.retain(|&w| {
+                let g = &guesses[w];
+                // Nothing after an end of sequence (nor after a token the target lacks).
+                g.len() < want[w].1 && g.last().is_some_and(|t| !eos.contains(t))
+            });
+        }
+        if restricted {
+            // Other users of the draft pipeline get every logit.
+            let _ = inner.model.restrict_logits(None);
+        }
+        let took = started.elapsed();
+        for (w, &(i, _)) in want.iter().enumerate() {
+            let a = &mut running[i];
+            a.drafts = guesses[w].len();
+            a.kv_tokens.extend_from_slice(&guesses[w]);
+            a.dec.stats.draft_time += took / want.len() as u32;
         }
     }
 

@@ -67,6 +67,13 @@ pub struct GenerationConfig {
     /// plain greedy decoding's; sampled output keeps the model's distribution. Pays off when
     /// the answer repeats its input (code edits, extraction, quoting). Not with a constraint.
     pub lookup: Option<crate::speculative::LookupDecoding>,
+    /// Speculative decoding with the draft model of an engine made by [`Engine::with_draft`]
+    /// (and by [`Pipeline::chat_speculative`] with [`Drafter::Model`]): each decode step the
+    /// draft proposes K tokens (its greedy choices, one batched draft forward per proposed
+    /// token over every speculating sequence), the target verifies them in its batched step.
+    /// Greedy output is exactly plain greedy decoding's; sampled output keeps the target's
+    /// distribution. `draft_vocab` does not apply. Not with a constraint, nor with `lookup`.
+    pub draft: Option<crate::speculative::SpecConfig>,
     /// The chat template's thinking switch (`enable_thinking`, as Qwen3's and SmolLM3's
     /// templates read it) for [`Pipeline::chat`] and [`Engine::submit_chat`]; `None`: the
     /// template's default. Templates without the switch ignore it.
@@ -135,6 +142,7 @@ impl Default for GenerationConfig {
             constraint: None,
             fast_forward: true,
             lookup: None,
+            draft: None,
             thinking: None,
             reasoning_budget: None,
             logprobs: None,
@@ -183,9 +191,13 @@ pub struct GenerationStats {
     pub generated_tokens: usize,
     /// Generated tokens appended without sampling because the constraint forced them.
     pub forced_tokens: usize,
-    /// With [`GenerationConfig::lookup`]: tokens proposed, and those the model accepted.
+    /// With [`GenerationConfig::lookup`] or [`GenerationConfig::draft`]: tokens proposed, and
+    /// those the model accepted.
     pub proposed_tokens: usize,
     pub accepted_tokens: usize,
+    /// With [`GenerationConfig::draft`]: this request's share of the draft model's forwards
+    /// (part of `decode`).
+    pub draft_time: Duration,
     /// Forward passes whose logits chose tokens (the prompt's last and every decode step;
     /// fewer than the tokens when forced runs or accepted guesses came along).
     pub forwards: usize,
@@ -276,6 +288,9 @@ pub struct Pipeline {
     /// keeps between calls; made on first use. Not shared with the engine's own handle of
     /// the pipeline (that would be a cycle that keeps both alive).
     engine: Arc<Mutex<Option<(Engine, Session)>>>,
+    /// The engine of draft-model speculation ([`Pipeline::chat_speculative`] with
+    /// [`Drafter::Model`]), with the draft it was made for; made on first use.
+    draft_engine: Arc<Mutex<Option<(Pipeline, Engine, Session)>>>,
     engine_opts: Option<EngineOptions>,
     /// Held (shared) by every running call; `cache_len` and `reset_cache` take it alone.
     runs: Arc<RwLock<()>>,
@@ -388,6 +403,7 @@ impl Pipeline {
             batched: model.supports_batches(),
             inner: Arc::new(Mutex::new(Inner { model, cached: Vec::new(), logits: Vec::new() })),
             engine: Arc::default(),
+            draft_engine: Arc::default(),
             engine_opts: opts.engine,
             runs: Arc::default(),
         })
@@ -395,7 +411,7 @@ impl Pipeline {
 
     /// The same model and tokenizer without this pipeline's engine (what an [`Engine`] keeps).
     pub(crate) fn detached(&self) -> Self {
-        Self { engine: Arc::default(), runs: Arc::default(), ..self.clone() }
+        Self { engine: Arc::default(), draft_engine: Arc::default(), runs: Arc::default(), ..self.clone() }
     }
 
     /// The options of the pipeline's own engine.
@@ -505,6 +521,11 @@ impl Pipeline {
     }
 
     /// The model, for one step (waits for a running generation to finish).
+    /// Whether `other` is this pipeline's model (a clone or a detached copy of it).
+    pub(crate) fn same_model(&self, other: &Pipeline) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     pub(crate) fn lock_inner(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
         match self.inner.lock() {
             Ok(g) => Ok(g),
@@ -540,6 +561,11 @@ impl Pipeline {
                 engine.clear_cache();
             }
         }
+        if let Ok(e) = self.draft_engine.lock() {
+            if let Some((_, engine, _)) = e.as_ref() {
+                engine.clear_cache();
+            }
+        }
         if let Ok(mut inner) = self.inner.lock() {
             inner.model.clear_cache();
             inner.cached.clear();
@@ -550,7 +576,7 @@ impl Pipeline {
         &self,
         prompt: Vec<u32>,
         cfg: &GenerationConfig,
-        mut on_text: impl FnMut(&str) -> ControlFlow<()>,
+        on_text: impl FnMut(&str) -> ControlFlow<()>,
     ) -> Result<Generation> {
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
@@ -559,7 +585,7 @@ impl Pipeline {
             return self.run_alone(prompt, cfg, on_text);
         }
         let _running = self.runs.read().map_err(|_| Error::Worker("a previous generation panicked".into()))?;
-        let mut handle = {
+        let handle = {
             let mut slot = self.engine.lock().map_err(|_| Error::Worker("a previous generation panicked".into()))?;
             if slot.is_none() {
                 let engine = Engine::new(self, self.engine_options())?;
@@ -571,6 +597,31 @@ impl Pipeline {
                 None => return Err(Error::Worker("the pipeline's engine vanished".into())),
             }
         };
+        Self::follow(handle, on_text)
+    }
+
+    /// [`run`](Self::run) with `draft` proposing ([`GenerationConfig::draft`]) through an
+    /// engine made with it (the pipeline keeps one, remade when the draft changes).
+    fn run_with_draft(&self, prompt: Vec<u32>, cfg: &GenerationConfig, draft: &Pipeline, on_text: impl FnMut(&str) -> ControlFlow<()>) -> Result<Generation> {
+        let _running = self.runs.read().map_err(|_| Error::Worker("a previous generation panicked".into()))?;
+        let handle = {
+            let mut slot = self.draft_engine.lock().map_err(|_| Error::Worker("a previous generation panicked".into()))?;
+            if !slot.as_ref().is_some_and(|(d, _, _)| d.same_model(draft)) {
+                *slot = None;
+                let engine = Engine::with_draft(self, draft, self.engine_options())?;
+                let session = engine.session()?;
+                *slot = Some((draft.detached(), engine, session));
+            }
+            match slot.as_ref() {
+                Some((_, engine, session)) => engine.submit_in(session, prompt, cfg.clone())?,
+                None => return Err(Error::Worker("the pipeline's engine vanished".into())),
+            }
+        };
+        Self::follow(handle, on_text)
+    }
+
+    /// Stream a request's text to `on_text` until it ends (cancelling it when `on_text` breaks).
+    fn follow(mut handle: crate::engine::RequestHandle, mut on_text: impl FnMut(&str) -> ControlFlow<()>) -> Result<Generation> {
         // What the caller was given, up to where it stopped listening.
         let mut given = String::new();
         let mut stopped = false;
@@ -769,6 +820,19 @@ impl Pipeline {
                 });
             }
             self.check_same_vocab(d)?;
+            if self.batched && d.batched {
+                // Drafted and verified in the engine's batched steps, beside any other calls.
+                let g = self.run_with_draft(prompt, &GenerationConfig { draft: Some(spec.clone()), ..cfg.clone() }, d, on_text)?;
+                let stats = SpecStats {
+                    target_forwards: g.stats.forwards,
+                    proposed: g.stats.proposed_tokens,
+                    accepted: g.stats.accepted_tokens,
+                    generated: g.tokens.len(),
+                    propose_time: g.stats.draft_time,
+                    verify_time: (g.stats.prefill + g.stats.decode).saturating_sub(g.stats.draft_time),
+                };
+                return Ok((g, stats));
+            }
         }
         let mut guard = self.inner.lock().map_err(|_| Error::Worker("a previous generation panicked".into()))?;
         let target = &mut *guard;
@@ -878,6 +942,7 @@ impl Pipeline {
                 forced_tokens: 0,
                 proposed_tokens: stats.proposed,
                 accepted_tokens: stats.accepted,
+                draft_time: stats.propose_time,
                 forwards: stats.target_forwards,
                 sampling: Duration::ZERO,
                 prefill: ttft,

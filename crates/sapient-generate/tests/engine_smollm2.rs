@@ -310,6 +310,63 @@ fn prompt_lookup_in_the_batched_step_keeps_greedy_output() -> Result<()> {
     Ok(())
 }
 
+/// Draft-model speculation in the batched step (`Engine::with_draft`): a second copy of
+/// SmolLM2 drafts for several requests at once, some joining while others decode; every
+/// greedy answer is token for token what plain decoding gives, the draft's guesses are
+/// accepted, and the target runs fewer forwards than it writes tokens.
+#[test]
+fn a_draft_model_in_the_batched_step_keeps_greedy_output() -> Result<()> {
+    use sapient_generate::speculative::LookupDecoding;
+    let p = pipeline();
+    let draft = Pipeline::load("smollm2-135m-instruct", PipelineOptions { max_seq_len: Some(1024), ..Default::default() }, |_| {})?;
+    let plain_cfg = GenerationConfig::default().max_tokens(40);
+    let qs = questions();
+    let plain_engine = Engine::new(p, small(EngineOptions::default()))?;
+    let plain: Vec<Generation> = qs.iter().map(|m| plain_engine.submit_chat(m, plain_cfg.clone())?.wait()).collect::<Result<_, _>>()?;
+    // Asking for a draft from an engine without one is an error naming the fix.
+    let spec = sapient_generate::speculative::SpecConfig::default();
+    let draft_cfg = GenerationConfig { draft: Some(spec.clone()), ..plain_cfg.clone() };
+    let err = plain_engine.submit_chat(&qs[0], draft_cfg.clone()).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("with_draft"), "{err}");
+    wait_idle(&plain_engine)?;
+    drop(plain_engine);
+    // The target itself cannot be its own draft object.
+    assert!(Engine::with_draft(p, p, small(EngineOptions::default())).is_err());
+
+    let engine = Engine::with_draft(p, &draft, small(EngineOptions::default()))?;
+    // Half at once (one of them plain), the rest after the first has streamed a token.
+    let full = GenerationConfig { draft: Some(sapient_generate::speculative::SpecConfig { draft_vocab: None, ..spec.clone() }), ..plain_cfg.clone() };
+    let cfg_for = |i: usize| match i {
+        2 => plain_cfg.clone(),
+        5 => full.clone(),
+        _ => draft_cfg.clone(),
+    };
+    let mut first: Vec<_> = (0..4).map(|i| engine.submit_chat(&qs[i], cfg_for(i))).collect::<Result<_, _>>()?;
+    assert!(matches!(first[0].blocking_next(), Some(Event::Text(_))), "the first request streams");
+    let later: Vec<_> = (4..qs.len()).map(|i| engine.submit_chat(&qs[i], cfg_for(i))).collect::<Result<_, _>>()?;
+    let got: Vec<Generation> = first.into_iter().chain(later).map(|h| h.wait()).collect::<Result<_, _>>()?;
+    for (i, (a, b)) in plain.iter().zip(&got).enumerate() {
+        assert_eq!(a.tokens, b.tokens, "request {i}: {:?} vs {:?}", a.text, b.text);
+        assert_eq!(a.text, b.text);
+    }
+    let (proposed, accepted, forwards, tokens) = got.iter().enumerate().filter(|(i, _)| *i != 2).fold((0, 0, 0, 0), |acc, (_, g)| {
+        (acc.0 + g.stats.proposed_tokens, acc.1 + g.stats.accepted_tokens, acc.2 + g.stats.forwards, acc.3 + g.tokens.len())
+    });
+    assert!(accepted * 10 >= proposed * 9, "the same weights draft: nearly every guess is accepted ({accepted} of {proposed})");
+    assert!(forwards * 2 < tokens, "accepted guesses save target forwards: {forwards} forwards for {tokens} tokens");
+    assert_eq!(got[2].stats.proposed_tokens, 0, "a plain request beside them does not speculate");
+    // Sampled with a seed: the same tokens every time.
+    let sampled = GenerationConfig { sampling: SamplerConfig { temperature: 0.8, seed: Some(5), ..Default::default() }, ..draft_cfg.clone() };
+    let a = engine.submit_chat(&qs[6], sampled.clone())?.wait()?;
+    let b = engine.submit_chat(&qs[6], sampled)?.wait()?;
+    assert_eq!(a.tokens, b.tokens);
+    // Not with prompt lookup at the same time.
+    let both = GenerationConfig { lookup: Some(LookupDecoding::default()), ..draft_cfg.clone() };
+    assert!(engine.submit_chat(&qs[0], both)?.wait().is_err());
+    wait_idle(&engine)?;
+    Ok(())
+}
+
 /// `GenerationConfig::logprobs`: one entry per generated token, from the model's own
 /// distribution (the same whatever the sampler does to it), streamed after each step's text
 /// and whole in the result; constrained tokens get theirs too.

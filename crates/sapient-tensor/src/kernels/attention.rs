@@ -238,7 +238,7 @@ unsafe fn softmax_avx2(sc: &mut [f32]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod x512 {
-    #![allow(clippy::missing_safety_doc)]
+    #![allow(clippy::missing_safety_doc, clippy::needless_range_loop)]
     use super::super::avx512::exp8;
     use std::arch::x86_64::*;
 
