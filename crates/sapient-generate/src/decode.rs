@@ -4,7 +4,8 @@
 //! without a batched forward keeps one too, so sampling, constraints and their forced runs,
 //! end-of-sequence, stop strings, the token limit and the statistics are written once.
 
-use crate::pipeline::{flush_tail, split_reasoning, FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline, TokenLogprob};
+use crate::generation::{flush_tail, split_reasoning, FinishReason, Generation, GenerationConfig, GenerationStats, TokenLogprob};
+use crate::model::Model;
 use crate::speculative::{self, PromptLookup, Proposal, Proposer};
 use crate::{Error, Result};
 use rand::rngs::StdRng;
@@ -64,7 +65,7 @@ struct Lookup {
 }
 
 impl Decoder {
-    pub(crate) fn new(pipeline: &Pipeline, prompt: Vec<u32>, mut cfg: GenerationConfig, submitted: Instant) -> Result<Self> {
+    pub(crate) fn new(pipeline: &Model, prompt: Vec<u32>, mut cfg: GenerationConfig, submitted: Instant) -> Result<Self> {
         if let Some(k) = cfg.logprobs {
             if k > crate::MAX_TOP_LOGPROBS {
                 return Err(Error::InvalidOptions(format!("logprobs: at most {} alternatives per token, not {k}", crate::MAX_TOP_LOGPROBS)));

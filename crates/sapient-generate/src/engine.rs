@@ -36,7 +36,8 @@
 //! ```
 
 use crate::decode::Decoder;
-use crate::pipeline::{common_prefix, FinishReason, Generation, GenerationConfig, GenerationStats, Pipeline};
+use crate::generation::{FinishReason, Generation, GenerationConfig, GenerationStats};
+use crate::model::{common_prefix, Model};
 use crate::{Error, Result};
 use sapient_llama::{BatchSeq, KvBudget, KvCache, KvOptions, KvUsage, Logits, SeqId};
 use sapient_tokenizers::Message;
@@ -247,7 +248,7 @@ impl Drop for Session {
 /// Many requests on one model, decoded together (see the module docs). Cheap to share
 /// behind an `Arc`; dropping the last handle stops the scheduler once its requests end.
 pub struct Engine {
-    pipeline: Pipeline,
+    model: Model,
     /// Whether [`Engine::with_draft`] gave it a draft model.
     has_draft: bool,
     tx: Option<std::sync::mpsc::Sender<Msg>>,
@@ -260,14 +261,14 @@ impl Engine {
     /// An engine over `pipeline`'s model (the weights are shared, not copied; the engine has
     /// its own KV cache). Fails when the model has no batched forward (see
     /// [`sapient_llama::LlamaModel::supports_batches`]) or the options make no sense.
-    pub fn new(pipeline: &Pipeline, opts: EngineOptions) -> Result<Self> {
+    pub fn new(pipeline: &Model, opts: EngineOptions) -> Result<Self> {
         Self::start(pipeline, None, opts)
     }
 
     /// An engine whose requests with [`GenerationConfig::draft`] speculate with `draft`, a
     /// smaller model with the same vocabulary and a batched forward (loaded on its own: not
     /// `pipeline` itself). The draft gets a KV cache of its own under the same options.
-    pub fn with_draft(pipeline: &Pipeline, draft: &Pipeline, opts: EngineOptions) -> Result<Self> {
+    pub fn with_draft(pipeline: &Model, draft: &Model, opts: EngineOptions) -> Result<Self> {
         if pipeline.same_model(draft) {
             return Err(Error::VocabMismatch {
                 target: pipeline.info().id.clone(),
@@ -279,7 +280,7 @@ impl Engine {
         Self::start(pipeline, Some(draft), opts)
     }
 
-    fn start(pipeline: &Pipeline, draft: Option<&Pipeline>, opts: EngineOptions) -> Result<Self> {
+    fn start(pipeline: &Model, draft: Option<&Model>, opts: EngineOptions) -> Result<Self> {
         if opts.max_seqs == 0 || opts.max_step_tokens == 0 || opts.prefill_chunk == 0 {
             return Err(Error::InvalidOptions("max_seqs, max_step_tokens and prefill_chunk must be at least 1".into()));
         }
@@ -297,24 +298,25 @@ impl Engine {
                     return Err(sapient_llama::Error::NoBatchedForward.into());
                 }
                 let kv = inner.model.new_kv_cache(opts.kv)?;
-                Some(Draft { pipeline: d.detached(), kv, logits: Vec::new() })
+                Some(Draft { model: d.clone(), kv, logits: Vec::new() })
             }
             None => None,
         };
         let has_draft = draft.is_some();
         let shared = Arc::new(Shared::default());
         let (tx, rx) = std::sync::mpsc::channel();
-        let mut sched = Scheduler::new(pipeline.detached(), opts, kv, shared.clone());
+        let mut sched = Scheduler::new(pipeline.clone(), opts, kv, shared.clone());
         sched.draft = draft;
         let worker = std::thread::Builder::new()
             .name("sapient-engine".into())
             .spawn(move || sched.run(rx))
             .map_err(|e| Error::Worker(format!("cannot start the engine thread: {e}")))?;
-        Ok(Self { pipeline: pipeline.detached(), has_draft, tx: Some(tx), shared, next_id: AtomicU64::new(1), worker: Some(worker) })
+        Ok(Self { model: pipeline.clone(), has_draft, tx: Some(tx), shared, next_id: AtomicU64::new(1), worker: Some(worker) })
     }
 
-    pub fn pipeline(&self) -> &Pipeline {
-        &self.pipeline
+    /// The model (and tokenizer) it runs.
+    pub fn model(&self) -> &Model {
+        &self.model
     }
 
     /// Queue a request for `prompt` (token ids).
@@ -348,7 +350,7 @@ impl Engine {
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
         }
-        let max = self.pipeline.info().max_seq_len;
+        let max = self.model.info().max_seq_len;
         if prompt.len() >= max {
             return Err(Error::PromptTooLong { tokens: prompt.len(), max });
         }
@@ -374,14 +376,14 @@ impl Engine {
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
         }
-        let ids = self.pipeline.tokenizer().encode(prompt, true)?;
+        let ids = self.model.tokenizer().encode(prompt, true)?;
         self.submit(ids, cfg)
     }
 
     /// Queue a chat answer (the model's chat template).
     pub fn submit_chat(&self, messages: &[Message], cfg: GenerationConfig) -> Result<RequestHandle> {
-        let prompt = self.pipeline.render_chat_with(messages, cfg.thinking)?;
-        let ids = self.pipeline.tokenizer().encode(&prompt, false)?;
+        let prompt = self.model.render_chat_with(messages, cfg.thinking)?;
+        let ids = self.model.tokenizer().encode(&prompt, false)?;
         self.submit(ids, cfg)
     }
 
@@ -461,7 +463,7 @@ struct Kept {
 }
 
 struct Scheduler {
-    pipeline: Pipeline,
+    model: Model,
     opts: EngineOptions,
     kv: KvCache,
     shared: Arc<Shared>,
@@ -478,7 +480,7 @@ struct Scheduler {
 
 /// The draft model of [`Engine::with_draft`], with its own cache.
 struct Draft {
-    pipeline: Pipeline,
+    model: Model,
     kv: KvCache,
     logits: Vec<f32>,
 }
@@ -493,10 +495,10 @@ struct Plan {
 }
 
 impl Scheduler {
-    fn new(pipeline: Pipeline, opts: EngineOptions, kv: KvCache, shared: Arc<Shared>) -> Self {
-        let eos = pipeline.tokenizer().eos_token_ids().to_vec();
+    fn new(model: Model, opts: EngineOptions, kv: KvCache, shared: Arc<Shared>) -> Self {
+        let eos = model.tokenizer().eos_token_ids().to_vec();
         Self {
-            pipeline,
+            model,
             opts,
             kv,
             shared,
@@ -554,12 +556,12 @@ impl Scheduler {
         if let Ok(mut m) = self.shared.sessions.lock() {
             m.clear();
         }
-        match self.pipeline.lock_inner().and_then(|inner| Ok(inner.model.new_kv_cache(self.opts.kv)?)) {
+        match self.model.lock_inner().and_then(|inner| Ok(inner.model.new_kv_cache(self.opts.kv)?)) {
             Ok(kv) => self.kv = kv,
             Err(e) => tracing::error!("cannot make a fresh KV cache after a failed step: {e}"),
         }
         if let Some(d) = &mut self.draft {
-            match d.pipeline.lock_inner().and_then(|inner| Ok(inner.model.new_kv_cache(self.opts.kv)?)) {
+            match d.model.lock_inner().and_then(|inner| Ok(inner.model.new_kv_cache(self.opts.kv)?)) {
                 Ok(kv) => d.kv = kv,
                 Err(e) => tracing::error!("cannot make a fresh draft KV cache after a failed step: {e}"),
             }
@@ -635,7 +637,7 @@ impl Scheduler {
                 })
             })
             .collect();
-        let result = match self.pipeline.lock_inner() {
+        let result = match self.model.lock_inner() {
             Ok(mut inner) => inner.model.forward_batch(&mut self.kv, &batch, &mut self.logits).map_err(Error::from),
             Err(e) => Err(e),
         };
@@ -653,7 +655,7 @@ impl Scheduler {
             }
             return;
         }
-        let vocab = self.pipeline.info().vocab_size;
+        let vocab = self.model.info().vocab_size;
         let mut row = 0;
         let mut done: Vec<(usize, Result<FinishReason>)> = Vec::new();
         for p in &plans {
@@ -875,7 +877,7 @@ impl Scheduler {
     }
 
     fn activate(&mut self, r: NewRequest) -> Option<Active> {
-        match Decoder::new(&self.pipeline, r.prompt.clone(), r.cfg, r.submitted) {
+        match Decoder::new(&self.model, r.prompt.clone(), r.cfg, r.submitted) {
             Ok(dec) => Some(Active {
                 id: r.id,
                 seq: None,
@@ -898,7 +900,7 @@ impl Scheduler {
 
     /// This step's rows, with their blocks reserved (preempting when the cache is full).
     fn plan(&mut self) -> Vec<Plan> {
-        let max_seq = self.pipeline.info().max_seq_len;
+        let max_seq = self.model.info().max_seq_len;
         // Decoding sequences first (one token, or a forced run), oldest first; then prompts.
         let mut order: Vec<usize> = (0..self.running.len()).collect();
         order.sort_by_key(|&i| {
@@ -1048,9 +1050,9 @@ impl Scheduler {
         if want.is_empty() {
             return;
         }
-        let Ok(mut inner) = d.pipeline.lock_inner() else { return };
-        let vocab = d.pipeline.info().vocab_size;
-        let target_vocab = self.pipeline.info().vocab_size;
+        let Ok(mut inner) = d.model.lock_inner() else { return };
+        let vocab = d.model.info().vocab_size;
+        let target_vocab = self.model.info().vocab_size;
         for &(i, _) in &want {
             let a = &mut running[i];
             // At least the newest token is fed, so that its logits give the first guess.

@@ -17,15 +17,16 @@
 
 pub mod engine;
 mod decode;
+mod generation;
+mod model;
 mod pipeline;
 pub mod speculative;
 mod stream;
 pub mod task;
 
-pub use pipeline::{
-    split_reasoning, Drafter, TokenLogprob, MAX_TOP_LOGPROBS, FinishReason, Generation, GenerationConfig, GenerationStats, ModelInfo, Pipeline,
-    PipelineOptions,
-};
+pub use generation::{split_reasoning, FinishReason, Generation, GenerationConfig, GenerationStats, TokenLogprob, MAX_TOP_LOGPROBS};
+pub use model::{Model, ModelInfo};
+pub use pipeline::{Drafter, Pipeline, PipelineOptions};
 pub use sapient_hub::Progress;
 pub use sapient_sample::{Expr, Grammar, JsonOptions, SamplerConfig};
 pub use sapient_tensor::DeviceRequest;

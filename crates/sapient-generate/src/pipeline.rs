@@ -1,11 +1,13 @@
 use crate::decode::Decoder;
 use crate::engine::{Engine, EngineOptions, Event, Session};
+use crate::generation::{flush_tail, split_reasoning, FinishReason, Generation, GenerationConfig, GenerationStats};
+use crate::model::{common_prefix, Model, ModelInfo};
 use crate::{Error, Result, TextStream};
 use sapient_hub::{Hub, Progress};
 use sapient_llama::{KvBudget, KvOptions, LlamaConfig, LlamaModel, Logits};
-use sapient_sample::{Grammar, SamplerConfig, TokenIndex};
+
 use sapient_tensor::{DeviceRequest, GgufFile};
-use sapient_tokenizers::{Message, RenderOptions, StopMatcher, TokenStream, Tokenizer};
+use sapient_tokenizers::{Message, StopMatcher, TokenStream, Tokenizer};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -39,263 +41,29 @@ pub struct PipelineOptions {
     pub chat_template: Option<String>,
 }
 
-/// What to generate.
-#[derive(Debug, Clone)]
-pub struct GenerationConfig {
-    pub max_tokens: usize,
-    pub sampling: SamplerConfig,
-    /// Stop when any of these strings appears in the output (it is not included).
-    pub stop: Vec<String>,
-    /// Keep going past end-of-sequence tokens.
-    pub ignore_eos: bool,
-    pub skip_special_tokens: bool,
-    /// Structured generation: every token is checked against this grammar (regex, JSON
-    /// Schema, ... see `sapient_sample::Expr`), and generation ends with end-of-sequence
-    /// as soon as the grammar is complete and nothing else is allowed, or when the model
-    /// chooses to end a complete text.
-    pub constraint: Option<Arc<Grammar>>,
-    /// With a constraint: append the tokens it forces without sampling (`Matcher::forced_token`:
-    /// the only allowed token, or text the constraint forces, such as a key with its quotes
-    /// and colon, split by the model's tokenizer, all but its last token) and feed such runs
-    /// (up to 16 tokens) to the model with the sampled token before them in one forward pass.
-    /// The CPU forward computes batches under 32 rows row by row, bit-identical to single
-    /// decode steps. The tokenizer's split of forced text need not be the tokens the model
-    /// would have sampled one by one, so the text can differ from a run without it.
-    pub fast_forward: bool,
-    /// Speculative decoding by prompt lookup, verified in the engine's batched step (see
-    /// [`LookupDecoding`](crate::speculative::LookupDecoding)). Greedy output is exactly
-    /// plain greedy decoding's; sampled output keeps the model's distribution. Pays off when
-    /// the answer repeats its input (code edits, extraction, quoting). Not with a constraint.
-    pub lookup: Option<crate::speculative::LookupDecoding>,
-    /// Speculative decoding with the draft model of an engine made by [`Engine::with_draft`]
-    /// (and by [`Pipeline::chat_speculative`] with [`Drafter::Model`]): each decode step the
-    /// draft proposes K tokens (its greedy choices, one batched draft forward per proposed
-    /// token over every speculating sequence), the target verifies them in its batched step.
-    /// Greedy output is exactly plain greedy decoding's; sampled output keeps the target's
-    /// distribution. `draft_vocab` does not apply. Not with a constraint, nor with `lookup`.
-    pub draft: Option<crate::speculative::SpecConfig>,
-    /// The chat template's thinking switch (`enable_thinking`, as Qwen3's and SmolLM3's
-    /// templates read it) for [`Pipeline::chat`] and [`Engine::submit_chat`]; `None`: the
-    /// template's default. Templates without the switch ignore it.
-    pub thinking: Option<bool>,
-    /// Close a `<think>` block after this many tokens inside it (`\n</think>\n\n` is fed
-    /// without sampling), so that a reasoning model gets to its answer; a block the prompt
-    /// opens counts from the first generated token.
-    pub reasoning_budget: Option<usize>,
-    /// Log-probabilities of the chosen tokens with this many of the most likely alternatives
-    /// (0 to [`MAX_TOP_LOGPROBS`]), from the model's distribution before the sampler's
-    /// changes (temperature, penalties, filters, constraint masks), as OpenAI's `logprobs`:
-    /// [`Generation::logprobs`], and [`Event::Logprobs`](crate::Event::Logprobs) after each
-    /// step's text. Every token then gets its own forward: forced runs and prompt lookup
-    /// are off. Tokens a reasoning budget forces have log-probability 0 and no alternatives.
-    pub logprobs: Option<usize>,
-}
-
-/// Most alternatives [`GenerationConfig::logprobs`] gives per token (OpenAI's limit).
-pub const MAX_TOP_LOGPROBS: usize = 20;
-
-/// A chosen token's log-probability and the most likely alternatives at its position.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenLogprob {
-    pub token: u32,
-    pub logprob: f32,
-    /// Most likely first, `(token, logprob)`.
-    pub top: Vec<(u32, f32)>,
-}
-
-impl TokenLogprob {
-    /// From a position's raw logits: `token`'s log-softmax and the `k` most likely tokens.
-    pub fn from_logits(logits: &[f32], token: u32, k: usize) -> Self {
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
-        let lse = max + sum.ln() as f32;
-        let lp = |l: f32| if l.is_finite() { l - lse } else { f32::NEG_INFINITY };
-        let k = k.min(MAX_TOP_LOGPROBS).min(logits.len());
-        let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
-        if k > 0 {
-            // One pass keeping the k best, highest first (ties: lower id first).
-            for (i, &l) in logits.iter().enumerate() {
-                if top.len() == k && l <= top[k - 1].1 {
-                    continue;
-                }
-                let at = top.partition_point(|&(_, x)| x >= l);
-                top.insert(at, (i as u32, l));
-                top.truncate(k);
-            }
-        }
-        Self {
-            token,
-            logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| lp(l)),
-            top: top.into_iter().map(|(t, l)| (t, lp(l))).collect(),
-        }
-    }
-}
-
-impl Default for GenerationConfig {
-    fn default() -> Self {
-        Self {
-            max_tokens: 256,
-            sampling: SamplerConfig::default(),
-            stop: Vec::new(),
-            ignore_eos: false,
-            skip_special_tokens: true,
-            constraint: None,
-            fast_forward: true,
-            lookup: None,
-            draft: None,
-            thinking: None,
-            reasoning_budget: None,
-            logprobs: None,
-        }
-    }
-}
-
-impl GenerationConfig {
-    pub fn max_tokens(mut self, n: usize) -> Self {
-        self.max_tokens = n;
-        self
-    }
-    pub fn sampling(mut self, s: SamplerConfig) -> Self {
-        self.sampling = s;
-        self
-    }
-    pub fn stop(mut self, s: impl Into<String>) -> Self {
-        self.stop.push(s.into());
-        self
-    }
-    /// Constrain the output to `grammar` (e.g. `Grammar::json_schema(&schema)?`).
-    pub fn constrain(mut self, grammar: Grammar) -> Self {
-        self.constraint = Some(Arc::new(grammar));
-        self
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FinishReason {
-    /// The model produced an end-of-sequence token.
-    Eos,
-    /// A stop string appeared.
-    Stop,
-    MaxTokens,
-    /// The context is full.
-    ContextFull,
-    /// The consumer stopped listening.
-    Cancelled,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct GenerationStats {
-    pub prompt_tokens: usize,
-    /// Prompt tokens found already in the KV cache (not recomputed).
-    pub reused_prompt_tokens: usize,
-    pub generated_tokens: usize,
-    /// Generated tokens appended without sampling because the constraint forced them.
-    pub forced_tokens: usize,
-    /// With [`GenerationConfig::lookup`] or [`GenerationConfig::draft`]: tokens proposed, and
-    /// those the model accepted.
-    pub proposed_tokens: usize,
-    pub accepted_tokens: usize,
-    /// With [`GenerationConfig::draft`]: this request's share of the draft model's forwards
-    /// (part of `decode`).
-    pub draft_time: Duration,
-    /// Forward passes whose logits chose tokens (the prompt's last and every decode step;
-    /// fewer than the tokens when forced runs or accepted guesses came along).
-    pub forwards: usize,
-    /// Time spent choosing tokens (sampler, constraint checks and masks, fast-forward),
-    /// part of `decode`.
-    pub sampling: Duration,
-    pub prefill: Duration,
-    pub decode: Duration,
-    pub time_to_first_token: Duration,
-}
-
-impl GenerationStats {
-    /// Prompt tokens actually processed per second.
-    pub fn prefill_tokens_per_s(&self) -> f64 {
-        (self.prompt_tokens - self.reused_prompt_tokens) as f64 / self.prefill.as_secs_f64().max(1e-9)
-    }
-    /// Generated tokens per second (sampling included), after the prompt was processed.
-    pub fn decode_tokens_per_s(&self) -> f64 {
-        self.generated_tokens as f64 / self.decode.as_secs_f64().max(1e-9)
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Generation {
-    /// The answer: the whole output, or with a reasoning block, what follows it.
-    pub text: String,
-    /// What a reasoning model wrote inside `<think>…</think>` before its answer (Qwen3,
-    /// DeepSeek-R1 style; the opening tag may be in the prompt instead); `None` without one.
-    /// The streamed pieces carry the whole output, tags included.
-    pub reasoning: Option<String>,
-    pub tokens: Vec<u32>,
-    /// With [`GenerationConfig::logprobs`]: one per token of [`tokens`](Self::tokens).
-    pub logprobs: Vec<TokenLogprob>,
-    pub finish: FinishReason,
-    pub stats: GenerationStats,
-}
-
-/// Split an output into its reasoning (inside `<think>…</think>`, at the start) and the
-/// answer after it. A `</think>` with no `<think>` before it closes a block that the prompt
-/// opened; an unclosed `<think>` (the output was cut) is all reasoning.
-pub fn split_reasoning(output: &str) -> (Option<String>, String) {
-    const OPEN: &str = "<think>";
-    const CLOSE: &str = "</think>";
-    let body = output.trim_start();
-    let (opened, body) = match body.strip_prefix(OPEN) {
-        Some(rest) => (true, rest),
-        None => (false, body),
-    };
-    match body.find(CLOSE) {
-        Some(end) if opened || !body[..end].contains(OPEN) => {
-            (Some(body[..end].trim().to_string()), body[end + CLOSE.len()..].trim_start().to_string())
-        }
-        _ if opened => (Some(body.trim().to_string()), String::new()),
-        _ => (None, output.to_string()),
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct ModelInfo {
-    /// The reference it was loaded from (preset id, path or repo).
-    pub id: String,
-    pub path: PathBuf,
-    pub architecture: String,
-    pub context_length: usize,
-    pub max_seq_len: usize,
-    pub vocab_size: usize,
-    pub has_chat_template: bool,
-}
-
-pub(crate) struct Inner {
-    pub(crate) model: LlamaModel,
-    /// Tokens whose keys/values are in the model's cache, in order.
-    cached: Vec<u32>,
-    /// The newest logits, one buffer reused by every forward (no allocation per token).
-    logits: Vec<f32>,
-}
-
-/// A loaded language model with its tokenizer. Clone to share: calls from several threads
-/// run together, batched by the pipeline's [`Engine`].
+/// A loaded language model with its tokenizer ([`Model`], which it derefs to) and the
+/// simple one-request API on top of an [`Engine`]. Clone to share: calls from several
+/// threads run together, batched by the pipeline's engine.
 #[derive(Clone)]
 pub struct Pipeline {
-    inner: Arc<Mutex<Inner>>,
-    tokenizer: Tokenizer,
-    info: Arc<ModelInfo>,
-    /// The vocabulary trie for constrained generation, built on first use.
-    token_index: Arc<std::sync::OnceLock<Arc<TokenIndex>>>,
+    model: Model,
     /// The engine that runs `generate` and `chat`, with the conversation whose cache it
     /// keeps between calls; made on first use. Not shared with the engine's own handle of
     /// the pipeline (that would be a cycle that keeps both alive).
     engine: Arc<Mutex<Option<(Engine, Session)>>>,
     /// The engine of draft-model speculation ([`Pipeline::chat_speculative`] with
     /// [`Drafter::Model`]), with the draft it was made for; made on first use.
-    draft_engine: Arc<Mutex<Option<(Pipeline, Engine, Session)>>>,
+    draft_engine: Arc<Mutex<Option<(Model, Engine, Session)>>>,
     engine_opts: Option<EngineOptions>,
     /// Held (shared) by every running call; `cache_len` and `reset_cache` take it alone.
     runs: Arc<RwLock<()>>,
-    /// The model has a batched forward, so calls go through the engine (fixed at load).
-    batched: bool,
+}
+
+impl std::ops::Deref for Pipeline {
+    type Target = Model;
+    fn deref(&self) -> &Model {
+        &self.model
+    }
 }
 
 enum Source {
@@ -397,11 +165,7 @@ impl Pipeline {
             has_chat_template: tokenizer.chat_template().is_some(),
         };
         Ok(Self {
-            tokenizer,
-            info: Arc::new(info),
-            token_index: Arc::default(),
-            batched: model.supports_batches(),
-            inner: Arc::new(Mutex::new(Inner { model, cached: Vec::new(), logits: Vec::new() })),
+            model: Model::new(model, tokenizer, info),
             engine: Arc::default(),
             draft_engine: Arc::default(),
             engine_opts: opts.engine,
@@ -409,9 +173,9 @@ impl Pipeline {
         })
     }
 
-    /// The same model and tokenizer without this pipeline's engine (what an [`Engine`] keeps).
-    pub(crate) fn detached(&self) -> Self {
-        Self { engine: Arc::default(), draft_engine: Arc::default(), runs: Arc::default(), ..self.clone() }
+    /// The model and tokenizer (what an [`Engine`] runs).
+    pub fn model(&self) -> &Model {
+        &self.model
     }
 
     /// The options of the pipeline's own engine.
@@ -421,54 +185,6 @@ impl Pipeline {
             max_seqs: 16,
             ..EngineOptions::default()
         })
-    }
-
-    /// The vocabulary prepared for token masks (built once, on first use): special tokens
-    /// are never allowed by a constraint, end-of-sequence tokens only when it is complete.
-    pub fn token_index(&self) -> Arc<TokenIndex> {
-        self.token_index
-            .get_or_init(|| {
-                let special: Vec<u32> = self
-                    .tokenizer
-                    .inner()
-                    .get_added_tokens_decoder()
-                    .iter()
-                    .filter(|(_, t)| t.special)
-                    .map(|(id, _)| *id)
-                    .collect();
-                // The tokenizer splits text the constraint forces (fed without sampling).
-                let tok = self.tokenizer.clone();
-                let tokenize: sapient_sample::Tokenize = Arc::new(move |text: &str| tok.encode(text, false).ok());
-                Arc::new(TokenIndex::new(self.tokenizer.token_bytes(), self.tokenizer.eos_token_ids(), &special).with_tokenizer(tokenize))
-            })
-            .clone()
-    }
-
-    pub fn info(&self) -> &ModelInfo {
-        &self.info
-    }
-
-    pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
-    }
-
-    /// The chat prompt the model's template renders for `messages` (with the generation prompt).
-    pub fn render_chat(&self, messages: &[Message]) -> Result<String> {
-        self.render_chat_with(messages, None)
-    }
-
-    /// [`render_chat`](Self::render_chat) with the template's thinking switch
-    /// ([`GenerationConfig::thinking`]).
-    pub fn render_chat_with(&self, messages: &[Message], thinking: Option<bool>) -> Result<String> {
-        let template = self
-            .tokenizer
-            .chat_template()
-            .ok_or_else(|| Error::NoChatTemplate(self.info.id.clone()))?;
-        let mut opts = RenderOptions::default();
-        if let Some(t) = thinking {
-            opts.extra.insert("enable_thinking".into(), t.into());
-        }
-        Ok(template.render(messages, &opts)?)
     }
 
     /// Complete a raw prompt (no chat template), blocking.
@@ -521,26 +237,6 @@ impl Pipeline {
     }
 
     /// The model, for one step (waits for a running generation to finish).
-    /// Whether `other` is this pipeline's model (a clone or a detached copy of it).
-    pub(crate) fn same_model(&self, other: &Pipeline) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
-
-    pub(crate) fn lock_inner(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
-        match self.inner.lock() {
-            Ok(g) => Ok(g),
-            Err(poisoned) => {
-                // A forward that panicked leaves nothing half-written that the next one
-                // reads (its buffers are refilled, the caches are the callers'); go on.
-                self.inner.clear_poison();
-                let mut g = poisoned.into_inner();
-                g.model.clear_cache();
-                g.cached.clear();
-                Ok(g)
-            }
-        }
-    }
-
     /// Tokens of the last conversation held in the KV cache, which the next call reuses
     /// where its prompt starts with them (waits for running generations to finish).
     pub fn cache_len(&self) -> usize {
@@ -610,7 +306,7 @@ impl Pipeline {
                 *slot = None;
                 let engine = Engine::with_draft(self, draft, self.engine_options())?;
                 let session = engine.session()?;
-                *slot = Some((draft.detached(), engine, session));
+                *slot = Some((draft.model.clone(), engine, session));
             }
             match slot.as_ref() {
                 Some((_, engine, session)) => engine.submit_in(session, prompt, cfg.clone())?,
@@ -697,23 +393,6 @@ impl Pipeline {
     }
 }
 
-/// The text still held back at the end of a generation: an incomplete character in the
-/// detokenizer and a possible stop-string prefix. Nothing when it stopped or was cancelled.
-pub(crate) fn flush_tail(detok: &mut TokenStream, stops: &mut StopMatcher, finish: &mut FinishReason) -> Result<String> {
-    if matches!(finish, FinishReason::Stop | FinishReason::Cancelled) {
-        return Ok(String::new());
-    }
-    let tail = detok.finish()?.unwrap_or_default();
-    let out = stops.push(&tail);
-    let mut rest = out.emit;
-    if out.stopped {
-        *finish = FinishReason::Stop;
-    } else {
-        rest.push_str(&stops.flush());
-    }
-    Ok(rest)
-}
-
 /// Where speculative proposals come from.
 pub enum Drafter<'a> {
     /// n-gram matches in the prompt and output so far (no draft model needed).
@@ -722,28 +401,7 @@ pub enum Drafter<'a> {
     Model(&'a Pipeline),
 }
 
-pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
 impl Pipeline {
-    /// Check that `other` can draft for this model: same vocabulary, token for token.
-    pub fn check_same_vocab(&self, other: &Pipeline) -> Result<()> {
-        let (a, b) = (&self.tokenizer, &other.tokenizer);
-        let n = a.vocab_size().min(self.info.vocab_size);
-        let m = b.vocab_size().min(other.info.vocab_size);
-        let mismatch = |what: String| Error::VocabMismatch { target: self.info.id.clone(), draft: other.info.id.clone(), what };
-        if n != m {
-            return Err(mismatch(format!("{n} vs {m} tokens")));
-        }
-        for id in 0..n as u32 {
-            if a.id_to_token(id) != b.id_to_token(id) {
-                return Err(mismatch(format!("token {id} is {:?} vs {:?}", a.id_to_token(id), b.id_to_token(id))));
-            }
-        }
-        Ok(())
-    }
-
     /// Chat with speculative decoding. Under greedy sampling the output equals plain greedy
     /// decoding of this model; under sampling it has the same distribution.
     pub fn chat_speculative(

@@ -1,4 +1,5 @@
-use crate::{Error, Generation, Result};
+use crate::generation::Generation;
+use crate::{Error, Result};
 use futures::Stream;
 use std::ops::ControlFlow;
 use std::pin::Pin;

@@ -10,6 +10,7 @@
 //! # Ok(()) }
 //! ```
 
+mod batch;
 mod config;
 mod cpu;
 pub mod kv;
@@ -17,7 +18,8 @@ mod model;
 
 pub use config::{Activation, Arch, LlamaConfig, RopeScaling, WeightLayout};
 pub use kv::{KvBudget, KvCache, KvOptions, KvUsage, SeqId};
-pub use model::{BatchSeq, LlamaModel, Logits};
+pub use batch::{BatchSeq, Logits};
+pub use model::LlamaModel;
 
 use candle_core::Device;
 use std::path::{Path, PathBuf};

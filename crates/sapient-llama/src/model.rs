@@ -5,6 +5,7 @@
 use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Module, Tensor, D};
+use crate::batch::{BatchSeq, Logits};
 use crate::kv::{KvBudget, KvCache, KvOptions, SeqId};
 use crate::cpu::{CpuLayer, CpuModel, Dims, LayerExtra, Lin, LinGateUp, LinQkv};
 use sapient_tensor::kernels::{self, QMatrix};
@@ -23,13 +24,6 @@ fn window_free(window: Option<usize>, len: usize) -> bool {
 /// the sliding window when there is one).
 pub(crate) fn visible(key: usize, query: usize, window: Option<usize>) -> bool {
     key <= query && window.is_none_or(|w| query - key < w)
-}
-
-/// Whether `forward` returns logits for every new position or only the last one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Logits {
-    Last,
-    All,
 }
 
 struct Names {
@@ -135,16 +129,6 @@ pub struct LlamaModel {
     cpu: Option<CpuModel>,
     /// The single sequence of [`forward`](Self::forward) on the CPU path, made on first use.
     kv: Option<(KvCache, SeqId)>,
-}
-
-/// One sequence's part of a batched forward ([`LlamaModel::forward_batch`]): `tokens` at the
-/// positions after what the cache holds for `seq`, and which logits to return (`None`: none,
-/// e.g. a prompt chunk that does not end the prompt).
-#[derive(Debug, Clone, Copy)]
-pub struct BatchSeq<'a> {
-    pub seq: SeqId,
-    pub tokens: &'a [u32],
-    pub logits: Option<Logits>,
 }
 
 fn rope_tables(cfg: &LlamaConfig, max_len: usize, device: &Device, dtype: DType) -> Result<(Tensor, Tensor)> {

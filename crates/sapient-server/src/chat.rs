@@ -377,7 +377,7 @@ fn check_chat(st: &AppState, vocab: usize, native: bool, format: tools::Format, 
 }
 
 fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, ApiError> {
-    let pipe = llm.engine.pipeline();
+    let pipe = llm.engine.model();
     let native = llm.template_tools;
     let template = pipe
         .tokenizer()
@@ -453,7 +453,7 @@ fn check_completion(st: &AppState, vocab: usize, req: &CompletionRequest, encode
 }
 
 fn prepare_completion(st: &AppState, llm: &Llm, req: CompletionRequest) -> Result<Prepared, ApiError> {
-    let pipe = llm.engine.pipeline();
+    let pipe = llm.engine.model();
     let tok = pipe.tokenizer();
     let encode = |s: &str| tok.encode(s, true).map_err(|e| ApiError::bad_request(e.to_string()));
     check_completion(st, pipe.info().vocab_size, &req, &encode)
@@ -764,7 +764,7 @@ impl LogprobFormat {
         let b = self
             .bytes
             .as_ref()
-            .and_then(|llm| llm.token_bytes.get_or_init(|| llm.engine.pipeline().tokenizer().token_bytes()).get(t as usize).cloned())
+            .and_then(|llm| llm.token_bytes.get_or_init(|| llm.engine.model().tokenizer().token_bytes()).get(t as usize).cloned())
             .unwrap_or_default();
         (String::from_utf8_lossy(&b).into_owned(), b)
     }

@@ -93,7 +93,7 @@ pub struct Llm {
 impl Llm {
     pub fn new(id: impl Into<String>, engine: sapient_generate::Engine) -> Self {
         let template_tools = engine
-            .pipeline()
+            .model()
             .tokenizer()
             .chat_template()
             .is_some_and(|t| t.source().contains("tools") && t.source().contains("tool_call"));

@@ -1,0 +1,144 @@
+//! A loaded language model with its tokenizer, shared by the [`Pipeline`](crate::Pipeline),
+//! the [`Engine`](crate::Engine) and each request's decoder.
+
+use crate::{Error, Result};
+use sapient_llama::LlamaModel;
+use sapient_sample::TokenIndex;
+use sapient_tokenizers::{Message, RenderOptions, Tokenizer};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// The reference it was loaded from (preset id, path or repo).
+    pub id: String,
+    pub path: PathBuf,
+    pub architecture: String,
+    pub context_length: usize,
+    pub max_seq_len: usize,
+    pub vocab_size: usize,
+    pub has_chat_template: bool,
+}
+
+pub(crate) struct Inner {
+    pub(crate) model: LlamaModel,
+    /// Tokens whose keys/values are in the model's cache, in order.
+    pub(crate) cached: Vec<u32>,
+    /// The newest logits, one buffer reused by every forward (no allocation per token).
+    pub(crate) logits: Vec<f32>,
+}
+
+/// A loaded language model with its tokenizer (what a [`Pipeline`](crate::Pipeline) derefs
+/// to and an [`Engine`](crate::Engine) runs). Clones share the weights.
+#[derive(Clone)]
+pub struct Model {
+    pub(crate) inner: Arc<Mutex<Inner>>,
+    pub(crate) tokenizer: Tokenizer,
+    pub(crate) info: Arc<ModelInfo>,
+    /// The vocabulary trie for constrained generation, built on first use.
+    pub(crate) token_index: Arc<std::sync::OnceLock<Arc<TokenIndex>>>,
+    /// The model has a batched forward, so calls go through the engine (fixed at load).
+    pub(crate) batched: bool,
+}
+
+impl Model {
+    pub(crate) fn new(model: LlamaModel, tokenizer: Tokenizer, info: ModelInfo) -> Self {
+        Self {
+            tokenizer,
+            info: Arc::new(info),
+            token_index: Arc::default(),
+            batched: model.supports_batches(),
+            inner: Arc::new(Mutex::new(Inner { model, cached: Vec::new(), logits: Vec::new() })),
+        }
+    }
+
+    /// The vocabulary prepared for token masks (built once, on first use): special tokens
+    /// are never allowed by a constraint, end-of-sequence tokens only when it is complete.
+    pub fn token_index(&self) -> Arc<TokenIndex> {
+        self.token_index
+            .get_or_init(|| {
+                let special: Vec<u32> = self
+                    .tokenizer
+                    .inner()
+                    .get_added_tokens_decoder()
+                    .iter()
+                    .filter(|(_, t)| t.special)
+                    .map(|(id, _)| *id)
+                    .collect();
+                // The tokenizer splits text the constraint forces (fed without sampling).
+                let tok = self.tokenizer.clone();
+                let tokenize: sapient_sample::Tokenize = Arc::new(move |text: &str| tok.encode(text, false).ok());
+                Arc::new(TokenIndex::new(self.tokenizer.token_bytes(), self.tokenizer.eos_token_ids(), &special).with_tokenizer(tokenize))
+            })
+            .clone()
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The chat prompt the model's template renders for `messages` (with the generation prompt).
+    pub fn render_chat(&self, messages: &[Message]) -> Result<String> {
+        self.render_chat_with(messages, None)
+    }
+
+    /// [`render_chat`](Self::render_chat) with the template's thinking switch
+    /// ([`GenerationConfig::thinking`]).
+    pub fn render_chat_with(&self, messages: &[Message], thinking: Option<bool>) -> Result<String> {
+        let template = self
+            .tokenizer
+            .chat_template()
+            .ok_or_else(|| Error::NoChatTemplate(self.info.id.clone()))?;
+        let mut opts = RenderOptions::default();
+        if let Some(t) = thinking {
+            opts.extra.insert("enable_thinking".into(), t.into());
+        }
+        Ok(template.render(messages, &opts)?)
+    }
+
+    /// Whether `other` is this model (a clone of it).
+    pub fn same_model(&self, other: &Model) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    pub(crate) fn lock_inner(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
+        match self.inner.lock() {
+            Ok(g) => Ok(g),
+            Err(poisoned) => {
+                // A forward that panicked leaves nothing half-written that the next one
+                // reads (its buffers are refilled, the caches are the callers'); go on.
+                self.inner.clear_poison();
+                let mut g = poisoned.into_inner();
+                g.model.clear_cache();
+                g.cached.clear();
+                Ok(g)
+            }
+        }
+    }
+
+    /// Check that `other` can draft for this model: same vocabulary, token for token.
+    pub fn check_same_vocab(&self, other: &Model) -> Result<()> {
+        let (a, b) = (&self.tokenizer, &other.tokenizer);
+        let n = a.vocab_size().min(self.info.vocab_size);
+        let m = b.vocab_size().min(other.info.vocab_size);
+        let mismatch = |what: String| Error::VocabMismatch { target: self.info.id.clone(), draft: other.info.id.clone(), what };
+        if n != m {
+            return Err(mismatch(format!("{n} vs {m} tokens")));
+        }
+        for id in 0..n as u32 {
+            if a.id_to_token(id) != b.id_to_token(id) {
+                return Err(mismatch(format!("token {id} is {:?} vs {:?}", a.id_to_token(id), b.id_to_token(id))));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How many tokens `a` and `b` start with in common.
+pub(crate) fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
