@@ -3,7 +3,7 @@
 
 use crate::{KokoroWeights, Result};
 use candle_core::{Tensor, D};
-use sapient_tensor::kernels::SendPtr;
+use sapient_tensor::kernels::{pool::pool, SendPtr};
 
 /// `nn.Linear`: the weight kept transposed (`[in, out]`) for `x @ w`.
 pub struct Linear {
@@ -156,12 +156,7 @@ impl Conv1d {
                 );
             }
         };
-        if blocks > 1 {
-            use rayon::prelude::*;
-            (0..blocks).into_par_iter().for_each(run);
-        } else {
-            run(0);
-        }
+        pool().run_chunks(blocks, &run);
         Ok((y, cout, tout))
     }
 
@@ -320,9 +315,9 @@ impl AdaInStyle {
     /// Instance norm + style affine + Snake (`y + 1/alpha sin(alpha y)^2`) in one pass per
     /// channel over a plain `[c, t]` buffer, channels in parallel.
     pub fn forward_snake(&self, x: &[f32], t: usize, alpha: &[f32], inv_alpha: &[f32]) -> Vec<f32> {
-        use rayon::prelude::*;
         let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(t).zip(x.par_chunks(t)).enumerate().for_each(|(c, (o, xr))| {
+        pool().for_each_chunk_mut(&mut out, t, |c, o| {
+            let xr = &x[c * t..(c + 1) * t];
             let n = t as f64;
             let mean = xr.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
             let var = xr.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n;
@@ -389,10 +384,12 @@ impl BiLstm {
         let h = self.hidden;
         let xw0 = x.matmul(&self.dirs[0].w_ih_t)?.broadcast_add(&self.dirs[0].bias)?.flatten_all()?.to_vec1::<f32>()?;
         let xw1 = x.matmul(&self.dirs[1].w_ih_t)?.broadcast_add(&self.dirs[1].bias)?.flatten_all()?.to_vec1::<f32>()?;
-        let (fw, bw) = rayon::join(
-            || recur(&xw0, &self.dirs[0].w_hh_t, t, h, false),
-            || recur(&xw1, &self.dirs[1].w_hh_t, t, h, true),
-        );
+        let mut dirs = [Vec::new(), Vec::new()];
+        pool().for_each_chunk_mut(&mut dirs, 1, |d, out| {
+            let xw = if d == 0 { &xw0 } else { &xw1 };
+            out[0] = recur(xw, &self.dirs[d].w_hh_t, t, h, d == 1);
+        });
+        let [fw, bw] = dirs;
         let mut out = vec![0f32; t * 2 * h];
         for (i, row) in out.chunks_exact_mut(2 * h).enumerate() {
             row[..h].copy_from_slice(&fw[i * h..(i + 1) * h]);

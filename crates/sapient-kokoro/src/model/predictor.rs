@@ -148,7 +148,7 @@ impl ProsodyPredictor {
             }
             Ok(proj.forward(&y)?.squeeze(0)?)
         };
-        let (f0, n) = rayon::join(|| run(&self.f0, &self.f0_proj), || run(&self.n, &self.n_proj));
-        Ok((f0?, n?))
+        // The two stacks one after the other, each spreading its convolutions over the pool.
+        Ok((run(&self.f0, &self.f0_proj)?, run(&self.n, &self.n_proj)?))
     }
 }
