@@ -192,6 +192,8 @@ struct SpeechRequest {
     voice: Option<Value>,
     speed: Option<f32>,
     response_format: Option<String>,
+    /// OpenAI's: `audio` (the default: the body itself); `sse` is not supported.
+    stream_format: Option<String>,
 }
 
 /// A speech request's fields, checked without the model: the speed, the voice asked for
@@ -212,6 +214,9 @@ fn check_speech(req: &SpeechRequest) -> Result<(f32, Option<String>, String), Ap
     let format = req.response_format.clone().unwrap_or_else(|| "wav".into());
     if format != "wav" && format != "pcm" {
         return Err(ApiError::invalid_param("response_format", format!("response_format '{format}' is not supported (wav, pcm)")));
+    }
+    if let Some(f) = req.stream_format.as_deref().filter(|f| *f != "audio") {
+        return Err(ApiError::invalid_param("stream_format", format!("stream_format '{f}' is not supported (audio)")));
     }
     Ok((speed, voice, format))
 }
@@ -241,15 +246,70 @@ pub(crate) async fn speech(State(st): State<Arc<AppState>>, headers: HeaderMap, 
     const OPENAI: &[&str] = &["alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse"];
     let voice = if OPENAI.contains(&voice.as_str()) && !names.iter().any(|n| *n == voice) { names.first().map(|v| v.to_string()).unwrap_or(voice) } else { voice };
     let input = req.input;
+    if format == "pcm" {
+        return stream_pcm(tts, input, voice, speed).await;
+    }
     let speech = tokio::task::spawn_blocking(move || tts.synthesize(&input, &voice, speed).map_err(|e| ApiError::bad_request(e.to_string())))
         .await
         .map_err(blocking_err)??;
-    if format == "pcm" {
-        let pcm: Vec<u8> = speech.samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes()).collect();
-        return Ok(([(header::CONTENT_TYPE, "audio/pcm")], pcm).into_response());
-    }
     let wav = sapient_audio::encode_wav(&speech.samples, speech.sample_rate, sapient_audio::WavFormat::Pcm16).map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(([(header::CONTENT_TYPE, "audio/wav")], wav).into_response())
+}
+
+/// 16-bit little-endian PCM of samples in [-1, 1].
+fn pcm16(samples: &[f32]) -> Vec<u8> {
+    samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes()).collect()
+}
+
+/// Raw PCM streamed as it is synthesized: each sentence's samples go out as soon as they
+/// exist (a chunked body), so playback can start after the first sentence. An error before
+/// the first sentence is an ordinary error reply; a client that goes away stops the
+/// synthesis at the next sentence.
+async fn stream_pcm(tts: Arc<sapient_kokoro::KokoroTts>, input: String, voice: String, speed: f32) -> Result<Response, ApiError> {
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<Result<(), ApiError>>();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
+    tokio::task::spawn_blocking(move || {
+        let mut first = Some(first_tx);
+        let stream = match tts.stream(&input, &voice, speed) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(f) = first.take() {
+                    let _ = f.send(Err(ApiError::bad_request(e.to_string())));
+                }
+                return;
+            }
+        };
+        for chunk in stream {
+            match chunk {
+                Ok(c) => {
+                    if let Some(f) = first.take() {
+                        let _ = f.send(Ok(()));
+                    }
+                    if tx.blocking_send(Ok(Bytes::from(pcm16(&c.samples)))).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    match first.take() {
+                        Some(f) => {
+                            let _ = f.send(Err(ApiError::bad_request(e.to_string())));
+                        }
+                        None => {
+                            tracing::warn!("speech synthesis failed mid-stream: {e}");
+                            let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+        if let Some(f) = first.take() {
+            let _ = f.send(Ok(()));
+        }
+    });
+    first_rx.await.map_err(|_| ApiError::internal("speech synthesis stopped".to_string()))??;
+    let body = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
+    Ok(([(header::CONTENT_TYPE, "audio/pcm")], axum::body::Body::from_stream(body)).into_response())
 }
 
 #[cfg(test)]

@@ -79,6 +79,37 @@ async fn embeddings_speech_and_transcription() -> Result<()> {
         ensure!(wav.starts_with(b"RIFF") && wav.len() > 24_000, "a WAV of some length: {} bytes", wav.len());
         let pcm = post(a, "/v1/audio/speech", &json!({"input": said, "response_format": "pcm"})).await?;
         ensure!(pcm.status == 200 && pcm.body.len() + 44 == wav.len(), "pcm {} vs wav {}", pcm.body.len(), wav.len());
+        // PCM is streamed as it is synthesized: a chunked body, one piece per sentence, as
+        // long as the sentences spoken one by one.
+        let two = "The quick brown fox jumps over the lazy dog. It was a bright cold day in April.";
+        let head = request_bytes("POST", "/v1/audio/speech", &[("Content-Type", "application/json")], json!({"input": two, "response_format": "pcm"}).to_string().as_bytes());
+        let mut sock = tokio::net::TcpStream::connect(a).await?;
+        tokio::io::AsyncWriteExt::write_all(&mut sock, &head).await?;
+        let mut raw = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut sock, &mut raw).await?;
+        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").context("headers")? + 4;
+        let head_text = String::from_utf8_lossy(&raw[..split]).to_lowercase();
+        ensure!(head_text.contains("transfer-encoding: chunked"), "{head_text}");
+        let mut pieces = Vec::new();
+        let mut at = split;
+        loop {
+            let eol = raw[at..].windows(2).position(|w| w == b"\r\n").context("chunk size")? + at;
+            let n = usize::from_str_radix(String::from_utf8_lossy(&raw[at..eol]).trim(), 16)?;
+            if n == 0 {
+                break;
+            }
+            pieces.push(raw[eol + 2..eol + 2 + n].to_vec());
+            at = eol + 2 + n + 2;
+        }
+        let streamed: Vec<u8> = pieces.concat();
+        let mut alone = Vec::new();
+        for sentence in ["The quick brown fox jumps over the lazy dog.", "It was a bright cold day in April."] {
+            alone.extend(post(a, "/v1/audio/speech", &json!({"input": sentence, "response_format": "pcm"})).await?.body);
+        }
+        ensure!(pieces.len() >= 2, "one piece per sentence, got {}", pieces.len());
+        ensure!(streamed.len() == alone.len(), "streamed {} bytes, sentences alone {}", streamed.len(), alone.len());
+        let r = post(a, "/v1/audio/speech", &json!({"input": said, "stream_format": "sse"})).await?;
+        ensure!(r.status == 400 && r.json()?["error"]["param"] == "stream_format", "{}", r.text());
         let words = |s: &str| s.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_string).collect::<Vec<_>>();
         let want = words(said);
         let transcribe = |fields: Vec<(&'static str, &'static str)>| {
