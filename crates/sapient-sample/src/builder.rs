@@ -49,11 +49,27 @@ pub struct JsonOptions {
     /// Most digits after the decimal point (1 to 12). A fraction never ends in `0`
     /// (`2.5`, not `2.50`), and `-0` (`-0.0`, ...) is never generated.
     pub max_fraction_digits: u32,
+    /// How many levels deep a recursive `$ref` may nest (at least 1; 5 by default). A
+    /// schema's `$ref` inside its own expansion is unrolled up to this many levels; at the
+    /// last level the branches that would nest it again (an optional property, an array
+    /// item, an `anyOf` branch) are removed, so the model is made to close the document
+    /// instead of nesting without end. A schema whose recursion cannot stop (a required
+    /// property that is its own type) is refused as unsatisfiable.
+    pub max_ref_depth: u32,
+    /// Deepest parse stack, in grammar frames (each level of JSON nesting takes two to four):
+    /// 1 to [`MAX_STACK_DEPTH`], 2048 by default. Text that would need a deeper stack is not
+    /// allowed: its tokens are masked out, and feeding it is rejected like any other text
+    /// the grammar refuses. Free JSON (and a schema's free-form values) nest as deep as this
+    /// allows; a grammar whose start alone needs more is refused.
+    pub max_stack_depth: u32,
 }
+
+/// The largest [`JsonOptions::max_stack_depth`].
+pub const MAX_STACK_DEPTH: u32 = 1 << 16;
 
 impl Default for JsonOptions {
     fn default() -> Self {
-        Self { layout: JsonLayout::Compact, max_fraction_digits: 6 }
+        Self { layout: JsonLayout::Compact, max_fraction_digits: 6, max_ref_depth: 5, max_stack_depth: 2048 }
     }
 }
 

@@ -22,6 +22,8 @@ pub enum GrammarError {
     Loop,
     #[error("{what} is over the limit of {limit}")]
     TooLarge { what: String, limit: usize },
+    #[error("invalid grammar option: {0}")]
+    InvalidOption(String),
     #[error("the grammar is too ambiguous: more than {0} parses alive at once")]
     TooAmbiguous(usize),
 }

@@ -288,8 +288,6 @@ thread_local! {
 
 /// Most stacks alive at once before `TooAmbiguous`.
 const MAX_STACKS: usize = 512;
-/// Deepest stack; deeper nesting is rejected (a byte that would need it is not allowed).
-const MAX_DEPTH: usize = 2048;
 /// Distinct token rests leaving a lexeme above which its precomputed set is not used.
 const MAX_LEXEME_RESTS: usize = 4096;
 /// Expansion steps for one byte before `Loop`.
@@ -301,6 +299,9 @@ pub struct Grammar {
     pub(crate) nodes: Vec<Node>,
     pub(crate) dfas: Vec<DfaTable>,
     start: GrammarState,
+    /// Deepest stack ([`JsonOptions::max_stack_depth`]); a parse that would go deeper is
+    /// dropped (a byte that would need it is not allowed).
+    max_depth: usize,
     /// Per token index, DFA and DFA state: tokens inside the lexeme and boundary groups.
     lexemes: LexemeCache,
 }
@@ -354,8 +355,15 @@ impl Grammar {
     }
     pub fn with_options(e: &Expr, json: JsonOptions) -> Result<Self, GrammarError> {
         let mut b = Builder::new(json);
+        if json.max_stack_depth == 0 || json.max_stack_depth > crate::builder::MAX_STACK_DEPTH {
+            return Err(GrammarError::InvalidOption(format!(
+                "JsonOptions::max_stack_depth must be between 1 and {}, got {}",
+                crate::builder::MAX_STACK_DEPTH,
+                json.max_stack_depth
+            )));
+        }
         let root = build(&mut b, e)?;
-        Self::from_parts(b.nodes, b.dfas, root)
+        Self::from_parts_with(b.nodes, b.dfas, root, json.max_stack_depth as usize)
     }
     /// A regex constraint.
     pub fn regex(pattern: &str) -> Result<Self, GrammarError> {
@@ -370,13 +378,28 @@ impl Grammar {
         Self::new(&Expr::JsonSchema(schema.clone()))
     }
 
+    #[cfg(test)]
     pub(crate) fn from_parts(nodes: Vec<Node>, dfas: Vec<DfaTable>, root: NodeId) -> Result<Self, GrammarError> {
+        Self::from_parts_with(nodes, dfas, root, JsonOptions::default().max_stack_depth as usize)
+    }
+
+    fn from_parts_with(mut nodes: Vec<Node>, dfas: Vec<DfaTable>, root: NodeId, max_depth: usize) -> Result<Self, GrammarError> {
+        if !prune_unproductive(&mut nodes, root) {
+            return Err(GrammarError::Unsatisfiable(
+                "the grammar accepts no finite text (a recursion that cannot stop, e.g. a required property of its own type nested deeper than JsonOptions::max_ref_depth)".into(),
+            ));
+        }
         check_grammar(&nodes, &dfas)?;
-        let mut g = Self { nodes, dfas, start: GrammarState::default(), lexemes: LexemeCache::default() };
+        let mut g = Self { nodes, dfas, start: GrammarState::default(), max_depth, lexemes: LexemeCache::default() };
         let mut st = GrammarState::default();
         g.expand(&[g.enter(root)], &mut st)?;
         st.normalize();
         if st.num_stacks() == 0 {
+            let deeper = Self { max_depth: usize::MAX, ..g.clone() };
+            let mut st2 = GrammarState::default();
+            if deeper.expand(&[deeper.enter(root)], &mut st2).is_ok() && st2.num_stacks() > 0 {
+                return Err(GrammarError::TooLarge { what: "the parse stack the grammar starts with (JsonOptions::max_stack_depth)".into(), limit: max_depth });
+            }
             return Err(GrammarError::Unsatisfiable("the grammar accepts nothing".into()));
         }
         g.start = st;
@@ -612,7 +635,7 @@ impl Grammar {
             work.truncate(start);
             loop {
                 budget = budget.checked_sub(1).ok_or(GrammarError::Loop)?;
-                if st.len() > MAX_DEPTH {
+                if st.len() > self.max_depth {
                     break; // too deep: this parse is dropped
                 }
                 let Some(top) = st.last().copied() else {
@@ -793,6 +816,53 @@ impl Constraint for Grammar {
     fn prepare(&self, index: &TokenIndex) {
         Grammar::prepare(self, index);
     }
+}
+
+/// Remove what can derive no finite text: choice alternatives, and items of repetitions
+/// that may be empty (a `$ref` beyond `max_ref_depth` is an empty choice, and so is every
+/// sequence needing one). Returns whether `root` still derives some text.
+fn prune_unproductive(nodes: &mut [Node], root: NodeId) -> bool {
+    let mut ok = vec![false; nodes.len()];
+    loop {
+        let mut changed = false;
+        for (i, n) in nodes.iter().enumerate() {
+            if ok[i] {
+                continue;
+            }
+            let v = match n {
+                Node::Bytes(_) | Node::Dfa(_) | Node::Int { .. } | Node::Float { .. } => true,
+                Node::Seq(c) => c.iter().all(|&c| ok[c as usize]),
+                Node::Choice(c) => c.iter().any(|&c| ok[c as usize]),
+                Node::Repeat { item, sep, min, .. } => {
+                    *min == 0 || (ok[*item as usize] && (*min <= 1 || sep.is_none_or(|s| ok[s as usize])))
+                }
+            };
+            if v {
+                ok[i] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    if ok.iter().all(|&o| o) {
+        return ok.get(root as usize).copied().unwrap_or(false);
+    }
+    for (i, n) in nodes.iter_mut().enumerate() {
+        if !ok[i] {
+            continue;
+        }
+        match n {
+            Node::Choice(c) if c.iter().any(|&x| !ok[x as usize]) => {
+                *c = c.iter().copied().filter(|&x| ok[x as usize]).collect();
+            }
+            Node::Repeat { item, max, .. } if !ok[*item as usize] => *max = 0,
+            Node::Repeat { sep: Some(s), max, .. } if !ok[*s as usize] => *max = (*max).min(1),
+            _ => {}
+        }
+    }
+    ok.get(root as usize).copied().unwrap_or(false)
 }
 
 /// Reject unbounded repetitions of items that can match the empty string and left

@@ -57,7 +57,7 @@ pub mod typed;
 mod recommended;
 mod repetition;
 
-pub use builder::{JsonLayout, JsonOptions};
+pub use builder::{JsonLayout, JsonOptions, MAX_STACK_DEPTH};
 pub use constraint::Constraint;
 pub use error::GrammarError;
 pub use grammar::{Expr, Frame, Grammar, GrammarState, Tool};

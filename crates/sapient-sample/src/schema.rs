@@ -56,7 +56,12 @@ pub(crate) const FORMATS: &[&str] = &["date", "time", "date-time", "email", "uui
 
 struct Ctx<'a> {
     root: &'a Value,
-    refs: HashMap<String, NodeId>,
+    /// Compiled `$ref`s by (reference, how many expansions of it enclose this one).
+    refs: HashMap<(String, u32), NodeId>,
+    /// How many expansions of each `$ref` enclose the subschema being compiled.
+    active: HashMap<String, u32>,
+    /// [`crate::JsonOptions::max_ref_depth`].
+    max_ref_depth: u32,
     depth: usize,
 }
 
@@ -64,7 +69,11 @@ struct Ctx<'a> {
 pub const MAX_SCHEMA_DEPTH: usize = 128;
 
 pub(crate) fn compile(b: &mut Builder, schema: &Value) -> Result<NodeId, GrammarError> {
-    let mut cx = Ctx { root: schema, refs: HashMap::new(), depth: 0 };
+    let max_ref_depth = b.json.max_ref_depth;
+    if max_ref_depth == 0 {
+        return Err(GrammarError::InvalidOption("JsonOptions::max_ref_depth must be at least 1".into()));
+    }
+    let mut cx = Ctx { root: schema, refs: HashMap::new(), active: HashMap::new(), max_ref_depth, depth: 0 };
     node(b, &mut cx, schema, "#")
 }
 
@@ -109,14 +118,27 @@ fn node_at_depth(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result
     };
     if let Some(r) = obj.get("$ref") {
         let r = r.as_str().ok_or_else(|| invalid(path, "$ref must be a string"))?;
-        if let Some(&id) = cx.refs.get(r) {
+        // A recursive `$ref` is unrolled: each level of nesting is its own copy (regex
+        // lexemes are shared), up to `max_ref_depth` levels; deeper, the reference accepts
+        // nothing, and the grammar's pruning removes the branches that would need it (an
+        // optional property, an array item), so the document is forced to close.
+        let k = cx.active.get(r).copied().unwrap_or(0);
+        let key = (r.to_string(), k);
+        if let Some(&id) = cx.refs.get(&key) {
             return Ok(id);
         }
         let target = resolve(cx.root, r).ok_or_else(|| GrammarError::UnresolvedRef(r.to_string()))?;
+        if k >= cx.max_ref_depth {
+            return Ok(b.choice(vec![]));
+        }
         let placeholder = b.choice(vec![]);
-        cx.refs.insert(r.to_string(), placeholder);
-        let inner = node(b, cx, target, r)?;
-        b.nodes[placeholder as usize] = crate::builder::Node::Choice(vec![inner].into());
+        cx.refs.insert(key, placeholder);
+        *cx.active.entry(r.to_string()).or_default() += 1;
+        let inner = node(b, cx, target, r);
+        if let Some(a) = cx.active.get_mut(r) {
+            *a -= 1;
+        }
+        b.nodes[placeholder as usize] = crate::builder::Node::Choice(vec![inner?].into());
         return Ok(placeholder);
     }
     for k in UNSUPPORTED {

@@ -193,3 +193,108 @@ fn hundred_random_free_json_documents_parse() {
     // The walk reaches every kind of value at the top level.
     assert_eq!(kinds.len(), 6, "{kinds:?}");
 }
+
+/// How deeply `children` nest in a tree document (a node alone is depth 1).
+fn tree_depth(v: &Value) -> usize {
+    1 + v.get("children").and_then(Value::as_array).map_or(0, |c| c.iter().map(tree_depth).max().unwrap_or(0))
+}
+
+#[test]
+fn recursive_refs_nest_at_most_max_ref_depth_levels() {
+    use sapient_sample::{Expr, GrammarError, JsonOptions};
+    let schema = json!({
+        "$defs": {"node": {"type": "object", "properties": {
+            "label": {"type": "string", "maxLength": 4},
+            "children": {"type": "array", "maxItems": 2, "items": {"$ref": "#/$defs/node"}}
+        }, "required": ["label"], "additionalProperties": false}},
+        "$ref": "#/$defs/node"
+    });
+    let opts = JsonOptions { max_ref_depth: 3, ..JsonOptions::default() };
+    let g = Arc::new(Grammar::with_options(&Expr::JsonSchema(schema.clone()), opts).unwrap());
+    // Three levels are accepted; at the third, `children` may only be empty.
+    let three = r#"{"label":"a","children":[{"label":"b","children":[{"label":"c","children":[]}]}]}"#;
+    let s = g.advance_bytes(&g.start(), three.as_bytes()).unwrap().expect("three levels are allowed");
+    assert!(g.is_accepting(&s));
+    let at_bound = r#"{"label":"a","children":[{"label":"b","children":[{"label":"c","children":["#;
+    let s = g.advance_bytes(&g.start(), at_bound.as_bytes()).unwrap().expect("an array at the bound");
+    assert!(g.advance_bytes(&s, b"{").unwrap().is_none(), "a fourth level is refused");
+    assert!(g.advance_bytes(&s, b"]}]}]}").unwrap().is_some_and(|s| g.is_accepting(&s)));
+    // The default allows five levels, not six.
+    let dflt = Grammar::json_schema(&schema).unwrap();
+    let nest = |n: usize| "{\"label\":\"x\",\"children\":[".repeat(n);
+    assert!(dflt.advance_bytes(&dflt.start(), nest(4).as_bytes()).unwrap().is_some_and(|s| dflt.advance_bytes(&s, b"{").unwrap().is_some()));
+    assert!(dflt.advance_bytes(&dflt.start(), nest(5).as_bytes()).unwrap().is_some_and(|s| dflt.advance_bytes(&s, b"{").unwrap().is_none()));
+
+    // Random documents (the adversarial walker of the test above) stay valid and stop at the
+    // bound, and some reach it.
+    let toks = vocab();
+    let index = Arc::new(TokenIndex::new(toks.clone(), &[0], &[]));
+    let mut rng = StdRng::seed_from_u64(24);
+    let mut deepest = 0;
+    for i in 0..100 {
+        let mut m = Matcher::new(g.clone(), index.clone());
+        let mut text = Vec::new();
+        loop {
+            assert!(text.len() < 20_000, "#{i}: runaway document");
+            let mask = m.mask().unwrap();
+            let allowed: Vec<u32> = mask.iter().filter(|&t| t != 0).collect();
+            assert!(!allowed.is_empty() || mask.is_allowed(0), "#{i}: dead end after {}", String::from_utf8_lossy(&text));
+            // Nest eagerly: prefer tokens that open an array or object (and the `children`
+            // key's letters), so the walk runs into the bound.
+            let opening: Vec<u32> = allowed.iter().copied().filter(|&t| toks[t as usize].iter().any(|b| b"{[c".contains(b))).collect();
+            let t = match opening.len() {
+                n if n > 0 && rng.random::<f32>() < 0.8 => opening[rng.random_range(0..n)],
+                _ if allowed.is_empty() || (mask.is_allowed(0) && rng.random::<f32>() < 0.5) => 0,
+                _ => allowed[rng.random_range(0..allowed.len())],
+            };
+            m.consume(t).unwrap();
+            if t == 0 {
+                break;
+            }
+            text.extend_from_slice(&toks[t as usize]);
+        }
+        let s = String::from_utf8(text).unwrap();
+        let v: Value = serde_json::from_str(&s).unwrap_or_else(|e| panic!("#{i}: {e}: {s}"));
+        if let Err(e) = valid(&schema, &schema, &v) {
+            panic!("#{i}: {e}: {s}");
+        }
+        assert!(tree_depth(&v) <= 3, "#{i}: nested {} levels: {s}", tree_depth(&v));
+        deepest = deepest.max(tree_depth(&v));
+    }
+    assert_eq!(deepest, 3, "the walk reaches the bound");
+
+    // A recursion that cannot stop is refused, not generated without end.
+    let endless = json!({"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}, "required": ["next"]}}, "$ref": "#/$defs/n"});
+    assert!(matches!(Grammar::json_schema(&endless), Err(GrammarError::Unsatisfiable(_))));
+    // ... unless a branch ends it.
+    let list = json!({"$defs": {"n": {"type": "object", "properties": {"next": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]}}, "required": ["next"]}}, "$ref": "#/$defs/n"});
+    let g = Grammar::with_options(&Expr::JsonSchema(list), JsonOptions { max_ref_depth: 2, ..JsonOptions::default() }).unwrap();
+    assert!(g.advance_bytes(&g.start(), br#"{"next":{"next":null}}"#).unwrap().is_some_and(|s| g.is_accepting(&s)));
+    assert!(g.advance_bytes(&g.start(), br#"{"next":{"next":{"#).unwrap().is_none());
+    // Limits out of range are clear errors.
+    for bad in [JsonOptions { max_ref_depth: 0, ..JsonOptions::default() }, JsonOptions { max_stack_depth: 0, ..JsonOptions::default() }] {
+        assert!(matches!(Grammar::with_options(&Expr::JsonSchema(schema.clone()), bad), Err(GrammarError::InvalidOption(_))), "{bad:?}");
+    }
+}
+
+#[test]
+fn stack_depth_is_an_option() {
+    use sapient_sample::{Expr, GrammarError, JsonOptions};
+    let depth = |d: u32| JsonOptions { max_stack_depth: d, ..JsonOptions::default() };
+    // Free JSON nests as deep as the stack allows, and no deeper.
+    let g = Grammar::with_options(&Expr::Json, depth(64)).unwrap();
+    let mut s = g.start();
+    let mut levels = 0;
+    while let Some(next) = g.advance_bytes(&s, b"[").unwrap() {
+        s = next;
+        levels += 1;
+        assert!(levels < 1000);
+    }
+    assert!((10..64).contains(&levels), "{levels} levels in 64 frames");
+    let g2 = Grammar::with_options(&Expr::Json, depth(128)).unwrap();
+    assert!(g2.advance_bytes(&g2.start(), "[".repeat(levels + 1).as_bytes()).unwrap().is_some());
+    // A grammar whose start alone needs a deeper stack is refused, naming the limit.
+    let nested = Expr::seq([Expr::seq([Expr::seq([Expr::seq([Expr::literal("a")])])])]);
+    assert!(matches!(Grammar::with_options(&nested, depth(2)), Err(GrammarError::TooLarge { limit: 2, .. })));
+    assert!(Grammar::with_options(&nested, depth(5)).is_ok());
+}

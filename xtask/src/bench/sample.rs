@@ -464,25 +464,37 @@ fn validate(model: &str, n: usize, out: &std::path::Path, python: &std::path::Pa
         std::fs::create_dir_all(parent)?;
     }
     let mut f = std::io::BufWriter::new(std::fs::File::create(out)?);
-    println!("validation: {n} sampled documents per schema with {model} (temperature 0.8, top-p 0.95)");
-    for (name, schema) in validation_schemas() {
-        let g = Arc::new(Grammar::json_schema(&schema)?);
-        let msgs = [
-            Message::system("You are a helpful assistant that answers in JSON."),
-            Message::user(format!("Write a realistic example that follows this JSON schema:\n{schema}")),
-        ];
-        let t = Instant::now();
-        let mut tokens = 0usize;
-        for seed in 0..n as u64 {
+    println!("validation: {n} sampled documents per schema with {model} (temperature 0.8, top-p 0.95), seed by seed over the schemas");
+    let schemas = validation_schemas()
+        .into_iter()
+        .map(|(name, schema)| {
+            let g = Arc::new(Grammar::json_schema(&schema)?);
+            let msgs = [
+                Message::system("You are a helpful assistant that answers in JSON."),
+                Message::user(format!("Write a realistic example that follows this JSON schema:\n{schema}")),
+            ];
+            Ok((name, schema, g, msgs))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // Seeds in the outer loop, so that a run stopped early has as many documents of each
+    // schema (the JSONL is flushed after each document and can be validated as it grows).
+    let mut tokens = vec![0usize; schemas.len()];
+    let t = Instant::now();
+    for seed in 0..n as u64 {
+        for (i, (name, schema, g, msgs)) in schemas.iter().enumerate() {
             let mut cfg = GenerationConfig::default()
                 .max_tokens(2048)
                 .sampling(SamplerConfig { temperature: 0.8, top_p: Some(0.95), seed: Some(seed), ..Default::default() });
             cfg.constraint = Some(g.clone());
-            let r = p.chat(&msgs, &cfg)?;
-            tokens += r.tokens.len();
-            writeln!(f, "{}", serde_json::json!({"schema_name": name, "schema": schema, "text": r.text, "finish": format!("{:?}", r.finish)}))?;
+            let r = p.chat(msgs, &cfg)?;
+            tokens[i] += r.tokens.len();
+            writeln!(f, "{}", serde_json::json!({"schema_name": name, "schema": schema, "seed": seed, "tokens": r.tokens.len(), "text": r.text, "finish": format!("{:?}", r.finish)}))?;
+            f.flush()?;
         }
-        println!("  {name}: {n} documents, {:.0} tokens on average, {:.1} s", tokens as f64 / n as f64, t.elapsed().as_secs_f64());
+        println!("  seed {seed}: {} documents so far, {:.0} s", (seed as usize + 1) * schemas.len(), t.elapsed().as_secs_f64());
+    }
+    for ((name, ..), tok) in schemas.iter().zip(&tokens) {
+        println!("  {name}: {n} documents, {:.0} tokens on average", *tok as f64 / n as f64);
     }
     f.flush()?;
     drop(f);
