@@ -8,6 +8,7 @@ use crate::error::GrammarError;
 use crate::vocab::{TokenIndex, TokenMask};
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::sync::Arc;
 
 /// An incremental parser over bytes whose state can be cloned (and so rolled back).
 pub trait Constraint: Send + Sync {
@@ -32,8 +33,9 @@ pub trait Constraint: Send + Sync {
         Ok(Some(cur))
     }
     /// Optional acceleration of [`TokenIndex::mask`]: return the mask for `state`
-    /// computed some faster way, or `None` to let the index walk its trie.
-    fn fast_mask(&self, _index: &TokenIndex, _state: &Self::State) -> Result<Option<TokenMask>, GrammarError> {
+    /// computed some faster way (possibly shared with a cache), or `None` to let the index
+    /// walk its trie.
+    fn fast_mask(&self, _index: &TokenIndex, _state: &Self::State) -> Result<Option<Arc<TokenMask>>, GrammarError> {
         Ok(None)
     }
     /// Compute ahead whatever [`Constraint::fast_mask`] needs for this vocabulary (called by

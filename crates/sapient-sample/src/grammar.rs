@@ -313,7 +313,59 @@ struct LexemeTable {
     lexemes: Vec<Vec<OnceLock<LexemeTokens>>>,
     /// Masks of single parse stacks seen so far (shared by every generation with this
     /// grammar and vocabulary).
-    stacks: Mutex<std::collections::HashMap<Vec<Frame>, Arc<StackMask>>>,
+    stacks: Mutex<FastMap<Vec<Frame>, Arc<StackMask>>>,
+    /// Whole masks of the states seen so far (the union over their stacks), shared.
+    states: Mutex<FastMap<GrammarState, Arc<TokenMask>>>,
+}
+
+/// A hash map keyed by parse states with a cheap multiplicative hash (the keys are small
+/// integers; no untrusted input chooses them).
+type FastMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
+
+/// The rustc "Fx" hash: rotate, xor, multiply per word.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl std::hash::Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        for &b in chunks.remainder() {
+            self.add(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl LexemeTable {
@@ -321,6 +373,7 @@ impl LexemeTable {
         Self {
             lexemes: dfas.iter().map(|d| (0..d.num_states()).map(|_| OnceLock::new()).collect()).collect(),
             stacks: Mutex::new(Default::default()),
+            states: Mutex::new(Default::default()),
         }
     }
 }
@@ -457,11 +510,22 @@ impl Grammar {
         let m = match self.lexeme_mask(index, table, state)? {
             Some(m) => m,
             None => {
-                let full = index.mask_by_walk(self, state)?;
-                if full.count() <= 4096 {
-                    StackMask::Tokens(full.iter().collect())
+                // A literal on top: every allowed token starts with a prefix of its rest.
+                let prefix: &[u8] = match state.frames.last().map(|f| (&self.nodes[f.node as usize], f.pos as usize)) {
+                    Some((Node::Bytes(b), p)) => b.get(p..).unwrap_or_default(),
+                    _ => &[],
+                };
+                if prefix.is_empty() {
+                    let full = index.mask_by_walk(self, state)?;
+                    if full.count() <= 4096 {
+                        StackMask::Tokens(full.iter().collect())
+                    } else {
+                        StackMask::Full(full)
+                    }
                 } else {
-                    StackMask::Full(full)
+                    let mut toks = Vec::new();
+                    index.walk_from(self, state, prefix, |t| toks.push(t))?;
+                    StackMask::Tokens(toks)
                 }
             }
         };
@@ -475,27 +539,34 @@ impl Grammar {
         Ok(m)
     }
 
-    /// Add a stack's mask to `out` (`fresh`: `out` is still empty).
-    fn add_stack_mask(&self, table: &LexemeTable, m: &StackMask, out: &mut TokenMask, fresh: bool) {
+    /// Add a stack's mask to `out` (`None`: nothing yet).
+    fn add_stack_mask(&self, index: &TokenIndex, table: &LexemeTable, m: &StackMask, out: &mut Option<TokenMask>) {
         match m {
             StackMask::Lexeme { dfa, state, extra } => {
-                if let Some(lt) = table.lexemes.get(*dfa as usize).and_then(|v| v.get(*state as usize)).and_then(|c| c.get()) {
-                    if fresh {
-                        out.clone_from(&lt.inner);
-                    } else {
-                        out.union_with(&lt.inner);
+                let inner = table.lexemes.get(*dfa as usize).and_then(|v| v.get(*state as usize)).and_then(|c| c.get());
+                let o = match (out.as_mut(), inner) {
+                    (Some(o), Some(lt)) => {
+                        o.union_with(&lt.inner);
+                        o
                     }
-                }
+                    (Some(o), None) => o,
+                    (None, Some(lt)) => out.insert(lt.inner.clone()),
+                    (None, None) => out.insert(TokenMask::empty(index.vocab_size())),
+                };
                 for &t in extra {
-                    out.set(t);
+                    o.set(t);
                 }
             }
             StackMask::Tokens(v) => {
+                let o = out.get_or_insert_with(|| TokenMask::empty(index.vocab_size()));
                 for &t in v {
-                    out.set(t);
+                    o.set(t);
                 }
             }
-            StackMask::Full(f) => out.union_with(f),
+            StackMask::Full(f) => match out.as_mut() {
+                Some(o) => o.union_with(f),
+                None => *out = Some(f.clone()),
+            },
         }
     }
 
@@ -790,25 +861,38 @@ impl Constraint for Grammar {
     /// iff it is allowed from one of them): stacks topped by a regex lexeme use the
     /// precomputed lexeme sets, the others walk the trie with that stack alone (literal,
     /// number and stop-string tops prune the walk at once).
-    fn fast_mask(&self, index: &TokenIndex, state: &GrammarState) -> Result<Option<TokenMask>, GrammarError> {
+    fn fast_mask(&self, index: &TokenIndex, state: &GrammarState) -> Result<Option<Arc<TokenMask>>, GrammarError> {
         let table = self.lexeme_table(index);
-        let mut mask = TokenMask::empty(index.vocab_size());
+        if let Some(m) = table.states.lock().ok().and_then(|c| c.get(state).cloned()) {
+            return Ok(Some(m));
+        }
+        let mut mask: Option<TokenMask> = None;
         if state.ends.len() == 1 {
             let m = self.stack_mask(index, &table, state)?;
-            self.add_stack_mask(&table, &m, &mut mask, true);
+            self.add_stack_mask(index, &table, &m, &mut mask);
         } else {
             let mut single = GrammarState::default();
             for st in state.stacks() {
                 single.clear();
                 single.push_stack(st);
                 let m = self.stack_mask(index, &table, &single)?;
-                self.add_stack_mask(&table, &m, &mut mask, false);
+                self.add_stack_mask(index, &table, &m, &mut mask);
             }
         }
+        let mut mask = mask.unwrap_or_else(|| TokenMask::empty(index.vocab_size()));
         if self.is_accepting(state) {
             for &e in index.eos() {
                 mask.set(e);
             }
+        }
+        let mask = Arc::new(mask);
+        if let Ok(mut c) = table.states.lock() {
+            // Bounded by memory: about 32 MiB of masks per grammar and vocabulary.
+            let limit = ((32usize << 20) / index.vocab_size().div_ceil(8).max(1)).max(16);
+            if c.len() >= limit {
+                c.clear();
+            }
+            c.insert(state.clone(), mask.clone());
         }
         Ok(Some(mask))
     }

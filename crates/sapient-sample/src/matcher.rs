@@ -18,25 +18,68 @@ impl TokenIndex {
     /// Compute the allowed tokens for `state` (EOS included when the state is complete).
     /// Uses the constraint's accelerated path when it has one ([`Constraint::fast_mask`]).
     pub fn mask<C: Constraint>(&self, c: &C, state: &C::State) -> Result<TokenMask, GrammarError> {
+        Ok(Arc::unwrap_or_clone(self.mask_shared(c, state)?))
+    }
+
+    /// [`TokenIndex::mask`], shared rather than copied where the constraint caches it (a
+    /// [`crate::Grammar`] keeps the masks of the states it has seen, per vocabulary).
+    pub fn mask_shared<C: Constraint>(&self, c: &C, state: &C::State) -> Result<Arc<TokenMask>, GrammarError> {
         if let Some(m) = c.fast_mask(self, state)? {
             return Ok(m);
         }
-        self.mask_by_walk(c, state)
+        Ok(Arc::new(self.mask_by_walk(c, state)?))
     }
 
     /// The mask by walking the whole trie with the constraint (no acceleration).
     pub fn mask_by_walk<C: Constraint>(&self, c: &C, state: &C::State) -> Result<TokenMask, GrammarError> {
+        self.mask_by_walk_from(c, state, &[])
+    }
+
+    /// The mask by walking the trie, only below `prefix` (the caller knows every allowed
+    /// token starts with a prefix of it, e.g. a literal; its first two bytes are looked up).
+    pub(crate) fn mask_by_walk_from<C: Constraint>(&self, c: &C, state: &C::State, prefix: &[u8]) -> Result<TokenMask, GrammarError> {
         let mut mask = TokenMask::empty(self.bytes.len());
-        let mut states: Vec<C::State> = vec![C::State::default(); self.max_depth + 1];
+        self.walk_from(c, state, prefix, |t| mask.set(t))?;
+        Ok(mask)
+    }
+
+    /// The tokens allowed after `state` (EOS included when complete), each passed to `f`,
+    /// walking only below `prefix` (see [`TokenIndex::mask_by_walk_from`]).
+    pub(crate) fn walk_from<C: Constraint>(&self, c: &C, state: &C::State, prefix: &[u8], mut f: impl FnMut(u32)) -> Result<(), GrammarError> {
+        let depth = if prefix.is_empty() { self.max_depth + 1 } else { 2 };
+        let mut states: Vec<C::State> = vec![C::State::default(); depth];
         states[0] = state.clone();
-        let mut i = 1;
-        while i < self.nodes.len() {
+        let (mut i, end) = match *prefix {
+            [] => (1, self.nodes.len()),
+            [b0] => match self.root_child[b0 as usize] {
+                0 => (0, 0),
+                n => (n as usize, self.nodes[n as usize].end as usize),
+            },
+            [b0, b1, ..] => {
+                let n1 = self.root_child[b0 as usize] as usize;
+                let n2 = self.root_child2[(b0 as usize) << 8 | b1 as usize] as usize;
+                let (lo, hi) = states.split_at_mut(1);
+                if n1 != 0 && c.advance(&lo[0], b0, &mut hi[0])? {
+                    let n = self.nodes[n1];
+                    for &t in &self.tok_ids[n.tok_start as usize..n.tok_end as usize] {
+                        f(t);
+                    }
+                    if n2 == 0 { (0, 0) } else { (n2, self.nodes[n2].end as usize) }
+                } else {
+                    (0, 0)
+                }
+            }
+        };
+        while i < end {
             let n = self.nodes[i];
             let d = n.depth as usize;
+            if states.len() <= d {
+                states.resize(d + 1, C::State::default());
+            }
             let (lo, hi) = states.split_at_mut(d);
             if c.advance(&lo[d - 1], n.byte, &mut hi[0])? {
                 for &t in &self.tok_ids[n.tok_start as usize..n.tok_end as usize] {
-                    mask.set(t);
+                    f(t);
                 }
                 i += 1;
             } else {
@@ -45,10 +88,10 @@ impl TokenIndex {
         }
         if c.is_accepting(state) {
             for &e in &self.eos {
-                mask.set(e);
+                f(e);
             }
         }
-        Ok(mask)
+        Ok(())
     }
 
     /// Is `token` allowed after `state`? Returns the next state if so.
@@ -214,22 +257,30 @@ impl<C: Constraint> Matcher<C> {
             self.stats.mask_cache_hits += 1;
             return Ok(m.clone());
         }
-        let m = self.compute_mask_uncached()?;
+        self.stats.masks_computed += 1;
+        let m = self.compute_mask_shared()?;
         if self.cache.len() >= MASK_CACHE {
             self.cache.clear();
         }
-        let m = Arc::new(m);
         self.cache.insert(self.state.clone(), m.clone());
         Ok(m)
     }
 
-    /// The full mask without the cache (benchmarks).
+    /// The full mask without the matcher's cache (benchmarks; a grammar's own cache of
+    /// masks by state may still serve it).
     pub fn compute_mask_uncached(&mut self) -> Result<TokenMask, Error> {
         self.stats.masks_computed += 1;
         if self.finished {
             return Ok(TokenMask::empty(self.index.vocab_size()));
         }
-        let m = self.index.mask(&*self.constraint, &self.state)?;
+        Ok(Arc::unwrap_or_clone(self.compute_mask_shared()?))
+    }
+
+    fn compute_mask_shared(&mut self) -> Result<Arc<TokenMask>, Error> {
+        if self.finished {
+            return Ok(Arc::new(TokenMask::empty(self.index.vocab_size())));
+        }
+        let m = self.index.mask_shared(&*self.constraint, &self.state)?;
         if m.is_empty() {
             tracing::warn!(state = ?self.state, "constraint reached a dead end");
             return Err(Error::DeadEnd);

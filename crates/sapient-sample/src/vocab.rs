@@ -45,12 +45,16 @@ pub struct TokenIndex {
     pub(crate) single_byte: [bool; 256],
     /// How the model's tokenizer splits forced text.
     pub(crate) tokenize: TokenizeFn,
+    /// The trie node of each first byte (0: no token starts with it).
+    pub(crate) root_child: [u32; 256],
+    /// The trie node of each two first bytes, `[256 * b0 + b1]` (0: none).
+    pub(crate) root_child2: Arc<[u32]>,
 }
 
 static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// Tokens that leave a lexeme at the same place: (DFA state before the boundary byte, the
-/// byte, [(rest of the token after the byte, token ids)]).
+/// Tokens that leave a lexeme into the same DFA state: (a DFA state before the boundary
+/// byte, the byte, [(rest of the token after the byte, token ids)]).
 pub(crate) type BoundaryGroup = (u32, u8, Vec<(Vec<u8>, Vec<u32>)>);
 
 /// For one DFA state: the tokens that stay inside the lexeme (allowed whatever the parse
@@ -120,7 +124,30 @@ impl TokenIndex {
                 single_byte[b[0] as usize] = true;
             }
         }
-        Self { nodes, tok_ids, bytes: token_bytes, in_trie, eos: eos.to_vec(), max_depth, uid, single_byte, tokenize: TokenizeFn(None) }
+        let mut root_child = [0u32; 256];
+        let mut root_child2 = vec![0u32; 1 << 16];
+        let mut b0 = 0usize;
+        for (i, n) in nodes.iter().enumerate().skip(1) {
+            if n.depth == 1 {
+                root_child[n.byte as usize] = i as u32;
+                b0 = n.byte as usize;
+            } else if n.depth == 2 {
+                root_child2[b0 << 8 | n.byte as usize] = i as u32;
+            }
+        }
+        Self {
+            nodes,
+            tok_ids,
+            bytes: token_bytes,
+            in_trie,
+            eos: eos.to_vec(),
+            max_depth,
+            uid,
+            single_byte,
+            tokenize: TokenizeFn(None),
+            root_child,
+            root_child2: root_child2.into(),
+        }
     }
 
     /// Give the index the model's tokenizer: [`crate::Matcher::forced_token`] then also
@@ -150,7 +177,11 @@ impl TokenIndex {
     pub(crate) fn lexeme_tokens(&self, dfa: &crate::dfa::DfaTable, s: u32) -> LexemeTokens {
         use crate::dfa::DEAD;
         let mut inner = TokenMask::empty(self.bytes.len());
-        let mut groups: HashMap<(u32, u8), HashMap<Vec<u8>, Vec<u32>>> = HashMap::new();
+        // Keyed by the DFA state after the boundary byte: the parse after it depends only on
+        // that state (and the stack below), so tokens leaving at different places but into
+        // the same state share one group and their common rests are checked once.
+        type Rests = HashMap<Vec<u8>, Vec<u32>>;
+        let mut groups: HashMap<u32, (u32, u8, Rests)> = HashMap::new();
         let mut st = vec![0u32; self.max_depth + 1];
         // acc[d]: the first point on the path where the lexeme could end (DFA state before
         // the byte, the byte, depth after it).
@@ -165,7 +196,7 @@ impl TokenIndex {
             if t == DEAD {
                 // The token leaves the lexeme: possible only after a point where it could end.
                 if let Some((ap, ab, ad)) = acc[d - 1] {
-                    let g = groups.entry((ap, ab)).or_default();
+                    let g = &mut groups.entry(dfa.next(ap, ab)).or_insert_with(|| (ap, ab, HashMap::new())).2;
                     for j in i..n.end as usize {
                         let m = self.nodes[j];
                         for &tok in &self.tok_ids[m.tok_start as usize..m.tok_end as usize] {
@@ -186,7 +217,7 @@ impl TokenIndex {
         }
         let mut groups: Vec<_> = groups
             .into_iter()
-            .map(|((p, b), m)| {
+            .map(|(_, (p, b, m))| {
                 let mut rests: Vec<_> = m.into_iter().collect();
                 rests.sort_unstable();
                 (p, b, rests)
