@@ -11,7 +11,8 @@
 //! escapes), `format` (`date`, `time`, `date-time`, `email`, `uuid`, `uri`, `ipv4`),
 //! `minimum` / `maximum` / `exclusiveMinimum` / `exclusiveMaximum`, `anyOf`, `oneOf`
 //! (generated as `anyOf`), `allOf` (merged into one schema), `$ref` within the schema (`#`,
-//! `#/$defs/..`, `#/definitions/..`, any JSON pointer; recursion allowed), and boolean
+//! `#/$defs/..`, `#/definitions/..`, any JSON pointer; recursion unrolled up to
+//! `JsonOptions::max_ref_depth` levels, deeper branches removed), and boolean
 //! schemas. Annotations (`title`, `description`, `default`, `examples`, ...) are ignored.
 //! Every other JSON Schema keyword (`not`, `if`, `uniqueItems`, `multipleOf`,
 //! `patternProperties`, an unknown `format`, ...) is a [`GrammarError::UnsupportedSchema`]
