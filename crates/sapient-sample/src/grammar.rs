@@ -586,18 +586,18 @@ impl Grammar {
         let mut extra = Vec::new();
         let mut before = state.clone();
         let mut states: Vec<GrammarState> = vec![GrammarState::default()];
-        for (p, b, rests) in &lt.groups {
+        for g in &lt.groups {
             if let Some(t) = before.frames.last_mut() {
-                t.pos = *p;
+                t.pos = g.p;
             }
-            if !self.advance(&before, *b, &mut states[0])? {
+            if !self.advance(&before, g.b, &mut states[0])? {
                 continue;
             }
             // states[k]: the state after the first k bytes of the previous rest.
             let mut prev: &[u8] = &[];
             let mut ok_depth = 0usize;
             let mut dead_at: Option<usize> = None;
-            for (rest, toks) in rests {
+            for (rest, toks) in g.rests() {
                 let l = prev.iter().zip(rest.iter()).take_while(|(a, b)| a == b).count();
                 prev = rest;
                 if dead_at.is_some_and(|d| l > d) {

@@ -55,7 +55,42 @@ static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 
 /// Tokens that leave a lexeme into the same DFA state: (a DFA state before the boundary
 /// byte, the byte, [(rest of the token after the byte, token ids)]).
-pub(crate) type BoundaryGroup = (u32, u8, Vec<(Vec<u8>, Vec<u32>)>);
+/// Stored flat (the rests' bytes and token ids each in one array), so that a mask reads them
+/// in order rather than chasing a pointer per rest.
+#[derive(Debug)]
+pub(crate) struct BoundaryGroup {
+    pub p: u32,
+    pub b: u8,
+    /// The rests' bytes, concatenated in sorted order; rest `i` ends at `rest_ends[i]`.
+    rest_bytes: Vec<u8>,
+    rest_ends: Vec<u32>,
+    /// The token ids of each rest; rest `i`'s end at `tok_ends[i]`.
+    toks: Vec<u32>,
+    tok_ends: Vec<u32>,
+}
+
+impl BoundaryGroup {
+    fn new(p: u32, b: u8, rests: &[(Vec<u8>, Vec<u32>)]) -> Self {
+        let mut g = Self { p, b, rest_bytes: Vec::new(), rest_ends: Vec::new(), toks: Vec::new(), tok_ends: Vec::new() };
+        for (r, t) in rests {
+            g.rest_bytes.extend_from_slice(r);
+            g.rest_ends.push(g.rest_bytes.len() as u32);
+            g.toks.extend_from_slice(t);
+            g.tok_ends.push(g.toks.len() as u32);
+        }
+        g
+    }
+    pub fn len(&self) -> usize {
+        self.rest_ends.len()
+    }
+    /// The rests in sorted order, each with its token ids.
+    pub fn rests(&self) -> impl Iterator<Item = (&[u8], &[u32])> + '_ {
+        (0..self.rest_ends.len()).map(move |i| {
+            let (r0, t0) = if i == 0 { (0, 0) } else { (self.rest_ends[i - 1] as usize, self.tok_ends[i - 1] as usize) };
+            (&self.rest_bytes[r0..self.rest_ends[i] as usize], &self.toks[t0..self.tok_ends[i] as usize])
+        })
+    }
+}
 
 /// For one DFA state: the tokens that stay inside the lexeme (allowed whatever the parse
 /// stack below holds) and, grouped by where they leave it, the tokens that complete the
@@ -220,11 +255,11 @@ impl TokenIndex {
             .map(|(_, (p, b, m))| {
                 let mut rests: Vec<_> = m.into_iter().collect();
                 rests.sort_unstable();
-                (p, b, rests)
+                BoundaryGroup::new(p, b, &rests)
             })
             .collect();
-        groups.sort_unstable_by_key(|g| (g.0, g.1));
-        let num_rests = groups.iter().map(|g| g.2.len()).sum();
+        groups.sort_unstable_by_key(|g| (g.p, g.b));
+        let num_rests = groups.iter().map(|g| g.len()).sum();
         LexemeTokens { inner, groups, num_rests }
     }
 
