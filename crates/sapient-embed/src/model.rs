@@ -30,6 +30,12 @@ impl Lin {
         y.resize(m * self.out, 0.0);
         self.w.matmul(x, m, self.b.as_deref(), y);
     }
+
+    /// [`Lin::forward`] with GELU (erf form) applied to the output inside the product.
+    fn forward_gelu(&self, x: &[f32], m: usize, y: &mut Vec<f32>) {
+        y.resize(m * self.out, 0.0);
+        self.w.matmul_gelu(x, m, self.b.as_deref(), y);
+    }
 }
 
 /// A weight as stored: f16 stays f16 (the kernels read half the bytes), the rest is f32.
@@ -278,8 +284,7 @@ impl Encoder {
             layer_norm_rows(&mut x, d, &layer.norm1, c.eps);
             match &layer.mlp {
                 Mlp::Gelu { up, down } => {
-                    up.forward(&x, t, &mut h);
-                    gelu(&mut h);
+                    up.forward_gelu(&x, t, &mut h);
                     down.forward(&h, t, &mut y);
                 }
                 Mlp::SwiGlu { up, gate, down } => {
@@ -316,24 +321,6 @@ pub(crate) fn layer_norm(r: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     let inv = 1.0 / (var + eps as f64).sqrt();
     for (i, v) in r.iter_mut().enumerate() {
         *v = ((*v as f64 - mean) * inv) as f32 * w[i] + b[i];
-    }
-}
-
-/// GELU (erf form, BERT's `gelu`), split over the pool for long inputs.
-fn gelu(x: &mut [f32]) {
-    const CHUNK: usize = 16 * 1024;
-    let n = x.len();
-    let p = SendPtr(x.as_mut_ptr());
-    let job = |c: usize| {
-        let r = c * CHUNK..((c + 1) * CHUNK).min(n);
-        // SAFETY: chunks are disjoint ranges of `x`, which outlives the call.
-        kernels::gelu_erf_in_place(unsafe { std::slice::from_raw_parts_mut(p.ptr().add(r.start), r.len()) });
-    };
-    let chunks = n.div_ceil(CHUNK);
-    if chunks <= 1 {
-        (0..chunks).for_each(job);
-    } else {
-        pool::pool().run_chunks(chunks, &job);
     }
 }
 

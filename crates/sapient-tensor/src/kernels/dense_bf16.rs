@@ -12,8 +12,11 @@
 //! `tdpbf16ps`'s B layout (tile row `r` holds, for each column `c`, the pair of inputs
 //! `2r, 2r + 1`): f32 sources as their `hi` and `lo` tiles, f16 sources as f16 tiles (half
 //! the bytes to read), split per panel of 16 columns when a product uses them. Activations
-//! are split into row-major `hi` and `lo` buffers, padded to a multiple of 32 rows and 32
-//! columns, loaded directly as A tiles.
+//! are split into A tiles, padded to a multiple of 32 rows and 32 columns: for each block of
+//! 16 rows and each 32 inputs, a `hi` and a `lo` tile of 1 KB, contiguous, so tile loads
+//! stream. Split weights are multiplied two panels at a time against two blocks of rows (four
+//! sums in tiles, ten tile loads per twelve products); the bias (and GELU for
+//! [`DenseMatrix::matmul_gelu`]) is applied to each 32 x 32 block of sums while in cache.
 //!
 //! Every output element depends only on its own input row and the weights, so a row gives
 //! the same bits alone or in any batch. Machines without AMX-BF16 keep the weights in f32
@@ -144,6 +147,17 @@ impl DenseMatrix {
 
     /// `out[m, n] = x[m, k] · wᵀ (+ bias)`, split over the kernel pool by output columns.
     pub fn matmul(&self, x: &[f32], m: usize, bias: Option<&[f32]>, out: &mut [f32]) {
+        self.product(x, m, bias, false, out)
+    }
+
+    /// `out[m, n] = gelu(x[m, k] · wᵀ (+ bias))`, GELU in its erf form
+    /// ([`super::gelu_erf_in_place`]), applied to each block of results while it is still in
+    /// cache: the same values as [`DenseMatrix::matmul`] followed by that function.
+    pub fn matmul_gelu(&self, x: &[f32], m: usize, bias: Option<&[f32]>, out: &mut [f32]) {
+        self.product(x, m, bias, true, out)
+    }
+
+    fn product(&self, x: &[f32], m: usize, bias: Option<&[f32]>, gelu: bool, out: &mut [f32]) {
         let (n, k) = (self.n, self.k);
         assert!(x.len() >= m * k, "DenseMatrix::matmul: input is {} values, not {m} x {k}", x.len());
         assert!(out.len() >= m * n, "DenseMatrix::matmul: output is {} values, not {m} x {n}", out.len());
@@ -163,11 +177,14 @@ impl DenseMatrix {
                         }
                     }
                 }
+                if gelu {
+                    super::gelu_erf_in_place(&mut out[..m * n]);
+                }
             }
             #[cfg(target_arch = "x86_64")]
-            Store::Split(w) => amx_product(w, false, n, k, x, m, bias, out),
+            Store::Split(w) => amx_product(w, false, n, k, x, m, bias, gelu, out),
             #[cfg(target_arch = "x86_64")]
-            Store::F16(w) => amx_product(w, true, n, k, x, m, bias, out),
+            Store::F16(w) => amx_product(w, true, n, k, x, m, bias, gelu, out),
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("AMX stores are only built on x86_64"),
         }
@@ -177,40 +194,41 @@ impl DenseMatrix {
 use super::SendPtr as Ptr;
 
 thread_local! {
-    /// The caller's split activations (hi, lo).
-    static ACTS: RefCell<(Vec<u16>, Vec<u16>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// The caller's split activations: `[rows / 16][k / 32][hi tile, lo tile]`, each tile
+    /// 16 rows of 32 values, contiguous (A tiles load with a 64-byte stride).
+    static ACTS: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
     /// A worker's split panel of f16 weights.
     static PANEL: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
 }
 
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
-fn amx_product(w: &[u16], f16: bool, n: usize, k: usize, x: &[f32], m: usize, bias: Option<&[f32]>, out: &mut [f32]) {
+fn amx_product(w: &[u16], f16: bool, n: usize, k: usize, x: &[f32], m: usize, bias: Option<&[f32]>, gelu: bool, out: &mut [f32]) {
     let kb = k.div_ceil(32);
     let kp = kb * 32;
     let mp = m.div_ceil(32) * 32;
     ACTS.with(|a| {
         let mut a = a.borrow_mut();
-        let (hi, lo) = &mut *a;
-        if hi.len() < mp * kp {
-            hi.resize(mp * kp, 0);
-            lo.resize(mp * kp, 0);
+        if a.len() < 2 * mp * kp {
+            a.resize(2 * mp * kp, 0);
         }
         // Split the activations, rows over the pool when there are many.
-        let (hp, lp) = (Ptr(hi.as_mut_ptr()), Ptr(lo.as_mut_ptr()));
+        let ap = Ptr(a.as_mut_ptr());
         const ROWS: usize = 32;
         let split = |c: usize| {
             for i in c * ROWS..((c + 1) * ROWS).min(mp) {
-                // SAFETY: row i of the buffers (mp * kp values) belongs to this chunk only.
-                let (h, l) = unsafe { (std::slice::from_raw_parts_mut(hp.ptr().add(i * kp), kp), std::slice::from_raw_parts_mut(lp.ptr().add(i * kp), kp)) };
-                if i < m {
-                    // SAFETY: AVX-512 is present (has_amx_bf16).
-                    unsafe { split_row(&x[i * k..(i + 1) * k], h, l) };
-                    h[k..].fill(0);
-                    l[k..].fill(0);
-                } else {
-                    h.fill(0);
-                    l.fill(0);
+                // SAFETY: row i's slots of the tiles (mp * kp pairs of values) belong to this
+                // chunk only; AVX-512 is present (has_amx_bf16).
+                unsafe {
+                    let dst = ap.ptr().add((i / 16) * kb * 2 * TILE + (i % 16) * 32);
+                    if i < m {
+                        split_row_tiles(&x[i * k..(i + 1) * k], kb, dst);
+                    } else {
+                        for s in 0..kb {
+                            std::ptr::write_bytes(dst.add(s * 2 * TILE), 0, 32);
+                            std::ptr::write_bytes(dst.add(s * 2 * TILE + TILE), 0, 32);
+                        }
+                    }
                 }
             }
         };
@@ -226,11 +244,14 @@ fn amx_product(w: &[u16], f16: bool, n: usize, k: usize, x: &[f32], m: usize, bi
         // (5% faster than 32 on nomic-embed's 3072-wide down projection).
         let slab = ((1 << 19) / (kp * 4)).clamp(if f16 { 128 } else { 32 }, 1 << 20) / 32 * 32;
         let nbs = n.div_ceil(16);
+        // Split weights go in pairs of panels (32 columns), f16 ones one panel at a time.
+        let unit = if f16 { 1 } else { 2 };
+        let units = nbs.div_ceil(unit);
         let threads = pool::pool().threads();
-        let chunks = if m * n * k < 1 << 20 { 1 } else { (threads * 4).min(nbs) };
-        let per = nbs.div_ceil(chunks);
+        let chunks = if m * n * k < 1 << 20 { 1 } else { (threads * 4).min(units) };
+        let per = units.div_ceil(chunks) * unit;
         let o = Ptr(out.as_mut_ptr());
-        let (ah, al) = (hi.as_ptr() as usize, lo.as_ptr() as usize);
+        let acts = a.as_ptr() as usize;
         let job = |c: usize| {
             let (b0, b1) = (c * per, ((c + 1) * per).min(nbs));
             if b0 >= b1 {
@@ -243,22 +264,7 @@ fn amx_product(w: &[u16], f16: bool, n: usize, k: usize, x: &[f32], m: usize, bi
                 }
                 // SAFETY: AMX-BF16 and AVX-512 are present; the buffers hold mp x kp
                 // activations and nbs x kb tiles; this chunk writes only its columns.
-                unsafe {
-                    panel_products(
-                        w,
-                        f16,
-                        &mut p,
-                        (b0, b1),
-                        kb,
-                        (ah as *const u16, al as *const u16),
-                        m,
-                        mp,
-                        slab,
-                        n,
-                        bias,
-                        o.ptr(),
-                    )
-                }
+                unsafe { panel_products(w, f16, &mut p, (b0, b1), kb, acts as *const u16, m, mp, slab, n, bias, gelu, o.ptr()) }
             });
         };
         if chunks == 1 {
@@ -292,17 +298,26 @@ unsafe fn split16(v: __m512, h: *mut u16, l: *mut u16) {
     _mm256_storeu_si256(l as *mut __m256i, _mm512_cvtepi32_epi16(_mm512_srli_epi32(lb, 16)));
 }
 
+/// Split one row of activations into its slots of the A tiles: 32 values per tile at
+/// `dst + s * 2 TILE` (hi) and `+ TILE` (lo), zero past the row's end.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn split_row(x: &[f32], h: &mut [u16], l: &mut [u16]) {
-    let n = x.len();
-    let mut i = 0;
-    while i + 16 <= n {
-        split16(_mm512_loadu_ps(x.as_ptr().add(i)), h.as_mut_ptr().add(i), l.as_mut_ptr().add(i));
-        i += 16;
-    }
-    for j in i..n {
-        (h[j], l[j]) = split1(x[j]);
+unsafe fn split_row_tiles(x: &[f32], kb: usize, dst: *mut u16) {
+    let k = x.len();
+    for s in 0..kb {
+        let (h, l) = (dst.add(s * 2 * TILE), dst.add(s * 2 * TILE + TILE));
+        let c0 = s * 32;
+        for half in [0usize, 16] {
+            let c = c0 + half;
+            let v = if c + 16 <= k {
+                _mm512_loadu_ps(x.as_ptr().add(c))
+            } else if c < k {
+                _mm512_maskz_loadu_ps(((1u32 << (k - c)) - 1) as u16, x.as_ptr().add(c))
+            } else {
+                _mm512_setzero_ps()
+            };
+            split16(v, h.add(half), l.add(half));
+        }
     }
 }
 
@@ -324,8 +339,44 @@ unsafe fn split_f16_tile(src: *const u16, dst: *mut u16) {
 /// boundaries the hardware prefetchers stop at.
 const AHEAD: usize = 8192;
 
-// The tiles: tmm0/1 the sums of two row blocks, tmm2/3 the weights' hi/lo, tmm4/5 and
-// tmm6/7 the two row blocks' activations hi/lo, all 16 x 64 bytes (`amx::configure`).
+/// Write a block of sums `c` (32 rows of `ld` values; `cols` of them real) to `out` (rows
+/// `n` apart) for its first `rows` rows, adding `bias` (its first `cols` values) and applying
+/// GELU when asked.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn epilogue(c: &mut [f32], ld: usize, rows: usize, cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, n: usize) {
+    for j in (0..cols).step_by(16) {
+        let mask: u16 = if cols - j >= 16 { 0xFFFF } else { ((1u32 << (cols - j)) - 1) as u16 };
+        let bv = match bias {
+            Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(j)),
+            None => _mm512_setzero_ps(),
+        };
+        for r in 0..rows {
+            let p = c.as_mut_ptr().add(r * ld + j);
+            let v = _mm512_add_ps(_mm512_loadu_ps(p), bv);
+            if gelu {
+                _mm512_storeu_ps(p, v);
+            } else {
+                _mm512_mask_storeu_ps(out.add(r * n + j), mask, v);
+            }
+        }
+    }
+    if gelu {
+        super::gelu_erf_in_place(&mut c[..rows * ld]);
+        for r in 0..rows {
+            for j in (0..cols).step_by(16) {
+                let mask: u16 = if cols - j >= 16 { 0xFFFF } else { ((1u32 << (cols - j)) - 1) as u16 };
+                _mm512_mask_storeu_ps(out.add(r * n + j), mask, _mm512_loadu_ps(c.as_ptr().add(r * ld + j)));
+            }
+        }
+    }
+}
+
+// The tiles (`amx::configure`: eight of 16 x 64 bytes). One panel at a time: tmm0/1 the sums
+// of two row blocks, tmm2/3 the weights' hi/lo, tmm4/5 and tmm6/7 the two row blocks'
+// activations hi/lo. Two panels at a time: tmm0-3 the sums of 2 row blocks x 2 panels,
+// tmm4/5 the row blocks' activations, tmm6/7 the panels' weights.
 #[cfg(target_arch = "x86_64")]
 use super::amx::configure;
 
@@ -338,34 +389,101 @@ unsafe fn panel_products(
     scratch: &mut [u16],
     (b0, b1): (usize, usize),
     kb: usize,
-    (ah, al): (*const u16, *const u16),
+    acts: *const u16,
     m: usize,
     mp: usize,
     slab: usize,
     n: usize,
     bias: Option<&[f32]>,
+    gelu: bool,
     out: *mut f32,
 ) {
     use std::arch::asm;
-    let kp = kb * 32;
-    let sa = kp * 2; // bytes per activation row
-    let mut c = [[0.0f32; 16]; 32];
+    // Bytes from one row block's tiles to the next's.
+    let blk = kb * 2 * TILE;
+    let mut c = [0.0f32; 32 * 32];
     configure();
     for s0 in (0..mp).step_by(slab) {
         let s1 = (s0 + slab).min(mp);
-        for b in b0..b1 {
+        let mut b = b0;
+        while b < b1 {
+            let pair = !f16 && b + 1 < b1;
+            let cols = (n - b * 16).min(if pair { 32 } else { 16 });
+            let bias_b = bias.map(|v| &v[b * 16..]);
+            if pair {
+                let p0 = w.as_ptr().add(b * kb * 2 * TILE);
+                let p1 = p0.add(kb * 2 * TILE);
+                for r0 in (s0..s1).step_by(32) {
+                    asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+                    let a0 = acts.add((r0 / 16) * blk);
+                    for s in 0..kb {
+                        let (x0, x1) = (p0.add(s * 2 * TILE), p1.add(s * 2 * TILE));
+                        if r0 == s0 {
+                            for l in (0..2 * TILE * 2).step_by(64) {
+                                _mm_prefetch::<_MM_HINT_T0>((x0 as *const i8).add(AHEAD + l));
+                                _mm_prefetch::<_MM_HINT_T0>((x1 as *const i8).add(AHEAD + l));
+                            }
+                        }
+                        asm!(
+                            // hi x hi
+                            "tileloadd tmm4, [{a0} + {s64}*1]",
+                            "tileloadd tmm6, [{x0} + {s64}*1]",
+                            "tdpbf16ps tmm0, tmm4, tmm6",
+                            "tileloadd tmm7, [{x1} + {s64}*1]",
+                            "tdpbf16ps tmm1, tmm4, tmm7",
+                            "tileloadd tmm5, [{a1} + {s64}*1]",
+                            "tdpbf16ps tmm2, tmm5, tmm6",
+                            "tdpbf16ps tmm3, tmm5, tmm7",
+                            // hi x lo
+                            "tileloadd tmm6, [{x0} + {s64}*1 + 1024]",
+                            "tdpbf16ps tmm0, tmm4, tmm6",
+                            "tdpbf16ps tmm2, tmm5, tmm6",
+                            "tileloadd tmm7, [{x1} + {s64}*1 + 1024]",
+                            "tdpbf16ps tmm1, tmm4, tmm7",
+                            "tdpbf16ps tmm3, tmm5, tmm7",
+                            // lo x hi
+                            "tileloadd tmm6, [{x0} + {s64}*1]",
+                            "tileloadd tmm4, [{a0} + {s64}*1 + 1024]",
+                            "tdpbf16ps tmm0, tmm4, tmm6",
+                            "tileloadd tmm5, [{a1} + {s64}*1 + 1024]",
+                            "tdpbf16ps tmm2, tmm5, tmm6",
+                            "tileloadd tmm7, [{x1} + {s64}*1]",
+                            "tdpbf16ps tmm1, tmm4, tmm7",
+                            "tdpbf16ps tmm3, tmm5, tmm7",
+                            x0 = in(reg) x0,
+                            x1 = in(reg) x1,
+                            s64 = in(reg) 64usize,
+                            a0 = in(reg) a0.add(s * 2 * TILE),
+                            a1 = in(reg) a0.add(blk + s * 2 * TILE),
+                            options(nostack, readonly),
+                        );
+                    }
+                    asm!(
+                        "tilestored [{c} + {s128}*1], tmm0",
+                        "tilestored [{c} + {s128}*1 + 64], tmm1",
+                        "tilestored [{c} + {s128}*1 + 2048], tmm2",
+                        "tilestored [{c} + {s128}*1 + 2112], tmm3",
+                        c = in(reg) c.as_mut_ptr(),
+                        s128 = in(reg) 128usize,
+                        options(nostack),
+                    );
+                    let rows = m.saturating_sub(r0).min(32);
+                    epilogue(&mut c, 32, rows, cols, bias_b, gelu, out.add(r0 * n + b * 16), n);
+                }
+                b += 2;
+                continue;
+            }
             // f16 weights are split into `scratch` tile by tile during the first pass of the
             // slab (the vector units split tile s + 1 while the tile unit multiplies tile s).
             let src = w.as_ptr().add(b * kb * TILE);
             let panel: *const u16 = if f16 { scratch.as_ptr() } else { w.as_ptr().add(b * kb * 2 * TILE) };
-            let cols = (n - b * 16).min(16);
             for r0 in (s0..s1).step_by(32) {
                 let first = f16 && r0 == s0;
                 if first {
                     split_f16_tile(src, scratch.as_mut_ptr());
                 }
                 asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
-                let (a0h, a0l) = (ah.add(r0 * kp), al.add(r0 * kp));
+                let a0 = acts.add((r0 / 16) * blk);
                 for s in 0..kb {
                     let bt = panel.add(s * 2 * TILE);
                     if !f16 && r0 == s0 {
@@ -377,24 +495,21 @@ unsafe fn panel_products(
                         // The two row blocks' sums alternate, so each product
                         // waits less on the one before it into the same tile.
                         "tileloadd tmm2, [{b} + {s64}*1]",
-                        "tileloadd tmm4, [{a0h} + {sa}*1]",
-                        "tileloadd tmm6, [{a1h} + {sa}*1]",
+                        "tileloadd tmm4, [{a0} + {s64}*1]",
+                        "tileloadd tmm6, [{a1} + {s64}*1]",
                         "tdpbf16ps tmm0, tmm4, tmm2",
                         "tdpbf16ps tmm1, tmm6, tmm2",
                         "tileloadd tmm3, [{b} + {s64}*1 + 1024]",
                         "tdpbf16ps tmm0, tmm4, tmm3",
                         "tdpbf16ps tmm1, tmm6, tmm3",
-                        "tileloadd tmm5, [{a0l} + {sa}*1]",
-                        "tileloadd tmm7, [{a1l} + {sa}*1]",
+                        "tileloadd tmm5, [{a0} + {s64}*1 + 1024]",
+                        "tileloadd tmm7, [{a1} + {s64}*1 + 1024]",
                         "tdpbf16ps tmm0, tmm5, tmm2",
                         "tdpbf16ps tmm1, tmm7, tmm2",
                         b = in(reg) bt,
                         s64 = in(reg) 64usize,
-                        a0h = in(reg) a0h.add(s * 32),
-                        a0l = in(reg) a0l.add(s * 32),
-                        a1h = in(reg) a0h.add(16 * kp + s * 32),
-                        a1l = in(reg) a0l.add(16 * kp + s * 32),
-                        sa = in(reg) sa,
+                        a0 = in(reg) a0.add(s * 2 * TILE),
+                        a1 = in(reg) a0.add(blk + s * 2 * TILE),
                         options(nostack, readonly),
                     );
                     if first && s + 1 < kb {
@@ -408,22 +523,10 @@ unsafe fn panel_products(
                     s64 = in(reg) 64usize,
                     options(nostack),
                 );
-                for (i, row) in c.iter().enumerate().take(m.saturating_sub(r0).min(32)) {
-                    let o = out.add((r0 + i) * n + b * 16);
-                    match bias {
-                        Some(bv) => {
-                            for (j, (&v, &bj)) in row.iter().zip(&bv[b * 16..]).enumerate().take(cols) {
-                                *o.add(j) = v + bj;
-                            }
-                        }
-                        None => {
-                            for (j, &v) in row.iter().enumerate().take(cols) {
-                                *o.add(j) = v;
-                            }
-                        }
-                    }
-                }
+                let rows = m.saturating_sub(r0).min(32);
+                epilogue(&mut c, 16, rows, cols, bias_b, gelu, out.add(r0 * n + b * 16), n);
             }
+            b += 1;
         }
     }
     asm!("tilerelease", options(nostack, nomem));
@@ -446,6 +549,12 @@ mod tests {
                     assert!(err <= 2e-5 * scale + 1e-6, "m={m} ({i},{j}): {} vs {r} (scale {scale})", out[i * n + j]);
                 }
             }
+            // GELU fused into the product: the same bits as applied afterwards.
+            let mut g = vec![0.0f32; m * n];
+            d.matmul_gelu(&x, m, Some(bias), &mut g);
+            let mut want = out.clone();
+            crate::kernels::gelu_erf_in_place(&mut want);
+            assert_eq!(g, want, "m={m}: matmul_gelu differs from matmul then gelu");
             // A row gives the same bits alone as in the batch.
             if m > 1 {
                 let mut one = vec![0.0f32; n];
@@ -459,6 +568,16 @@ mod tests {
     fn f32_and_f16_weights_match_f64_reference() {
         // Odd sizes: a partial column panel and a partial tile of inputs.
         let (n, k) = (70, 83);
+        check_sizes(n, k);
+    }
+
+    #[test]
+    fn panel_pairs_and_whole_tiles_match_f64_reference() {
+        // An even number of panels (pairs only) and whole tiles of inputs, as in BERT's layers.
+        check_sizes(96, 64);
+    }
+
+    fn check_sizes(n: usize, k: usize) {
         let w: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 61.0 + (i as f32).cos() * 1e-3).collect();
         let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.01 - 0.3).collect();
         let d = DenseMatrix::from_f32(&w, n, k);
