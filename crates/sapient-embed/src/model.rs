@@ -365,9 +365,20 @@ fn attention(qkv: &[f32], seqs: &[Range<usize>], heads: usize, hd: usize, ctx: &
     let out = SendPtr(ctx.as_mut_ptr());
     let units = seqs.len() * heads;
     let fma = has_fma();
+    #[cfg(target_arch = "x86_64")]
+    let wide = kernels::has_avx512() && hd % 32 == 0;
     let job = |u: usize| {
         let (s, h) = (&seqs[u / heads], u % heads);
         let o = out.ptr();
+        #[cfg(target_arch = "x86_64")]
+        if wide {
+            SCRATCH.with(|b| {
+                let (kt, p) = &mut *b.borrow_mut();
+                // SAFETY: AVX-512 F is present; hd is a multiple of 32.
+                unsafe { attend_avx512(qkv, s.clone(), h, hd, d, o, kt, p) };
+            });
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if fma {
             // SAFETY: AVX2 and FMA are present.
@@ -382,6 +393,75 @@ fn attention(qkv: &[f32], seqs: &[Range<usize>], heads: usize, hd: usize, ctx: &
         (0..units).for_each(job);
     } else {
         pool::pool().run_chunks(units, &job);
+    }
+}
+
+thread_local! {
+    /// A worker's keys of one head, transposed, and its scores.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// [`attend`] on AVX-512 for head sizes that are multiples of 32: the head's keys are
+/// transposed once (`kt[dim][key]`), so each query's scores are 16 keys per vector
+/// multiply-add; softmax's exp is [`kernels::exp_in_place`]; the weighted sum of values runs
+/// over 32 dimensions at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_avx512(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: usize, out: *mut f32, kt: &mut Vec<f32>, p: &mut Vec<f32>) {
+    use std::arch::x86_64::*;
+    let l = s.len();
+    let lp = l.div_ceil(16) * 16;
+    let scale = _mm512_set1_ps(1.0 / (hd as f32).sqrt());
+    kt.clear();
+    kt.resize(hd * lp, 0.0);
+    for (j, ki) in s.clone().enumerate() {
+        let k = &qkv[ki * 3 * d + d + h * hd..][..hd];
+        for (t, &v) in k.iter().enumerate() {
+            kt[t * lp + j] = v;
+        }
+    }
+    p.clear();
+    p.resize(lp, 0.0);
+    let (ktp, pp) = (kt.as_ptr(), p.as_mut_ptr());
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    for qi in s.clone() {
+        let q = &qkv[qi * 3 * d + h * hd..][..hd];
+        let mut maxv = ninf;
+        for j in (0..lp).step_by(16) {
+            let mut acc = [_mm512_setzero_ps(); 4];
+            for t in (0..hd).step_by(4) {
+                for (u, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(q[t + u]), _mm512_loadu_ps(ktp.add((t + u) * lp + j)), *a);
+                }
+            }
+            let v = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])), scale);
+            let valid = (l - j).min(16);
+            let v = _mm512_mask_blend_ps(((1u32 << valid) - 1) as u16, ninf, v);
+            _mm512_storeu_ps(pp.add(j), v);
+            maxv = _mm512_max_ps(maxv, v);
+        }
+        let max = _mm512_set1_ps(_mm512_reduce_max_ps(maxv));
+        for j in (0..lp).step_by(16) {
+            _mm512_storeu_ps(pp.add(j), _mm512_sub_ps(_mm512_loadu_ps(pp.add(j)), max));
+        }
+        let ps = std::slice::from_raw_parts_mut(pp, l);
+        kernels::exp_in_place(ps);
+        let inv = _mm512_set1_ps(1.0 / ps.iter().sum::<f32>());
+        for c in (0..hd).step_by(32) {
+            let mut acc = [_mm512_setzero_ps(); 4];
+            for (j, vi) in s.clone().enumerate() {
+                let v = qkv.as_ptr().add(vi * 3 * d + 2 * d + h * hd + c);
+                let w = _mm512_set1_ps(ps[j]);
+                let e = 2 * (j & 1);
+                acc[e] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v), acc[e]);
+                acc[e + 1] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v.add(16)), acc[e + 1]);
+            }
+            // SAFETY (caller): (token qi, head h) is written by this unit only.
+            let o = out.add(qi * d + h * hd + c);
+            _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_add_ps(acc[0], acc[2]), inv));
+            _mm512_storeu_ps(o.add(16), _mm512_mul_ps(_mm512_add_ps(acc[1], acc[3]), inv));
+        }
     }
 }
 
