@@ -280,8 +280,7 @@ impl Encoder {
             }
             attention(&qkv, seqs, c.heads, c.head_dim(), &mut ctx);
             layer.out.forward(&ctx, t, &mut y);
-            add(&mut x, &y);
-            layer_norm_rows(&mut x, d, &layer.norm1, c.eps);
+            add_norm_rows(&mut x, &y, d, &layer.norm1, c.eps);
             match &layer.mlp {
                 Mlp::Gelu { up, down } => {
                     up.forward_gelu(&x, t, &mut h);
@@ -294,8 +293,7 @@ impl Encoder {
                     down.forward(&g, t, &mut y);
                 }
             }
-            add(&mut x, &y);
-            layer_norm_rows(&mut x, d, &layer.norm2, c.eps);
+            add_norm_rows(&mut x, &y, d, &layer.norm2, c.eps);
         }
         Ok(x)
     }
@@ -313,14 +311,80 @@ fn layer_norm_rows(x: &mut [f32], d: usize, n: &Norm, eps: f32) {
     }
 }
 
+/// `x = layer_norm(x + y)` row by row (the residual and the norm after it), rows over the
+/// kernel pool when there are many.
+fn add_norm_rows(x: &mut [f32], y: &[f32], d: usize, n: &Norm, eps: f32) {
+    const ROWS: usize = 32;
+    let rows = x.len() / d;
+    let xp = SendPtr(x.as_mut_ptr());
+    let job = |c: usize| {
+        for i in c * ROWS..((c + 1) * ROWS).min(rows) {
+            // SAFETY: row i belongs to this chunk only; `x` outlives the call.
+            let r = unsafe { std::slice::from_raw_parts_mut(xp.ptr().add(i * d), d) };
+            add(r, &y[i * d..(i + 1) * d]);
+            layer_norm(r, &n.w, &n.b, eps);
+        }
+    };
+    let chunks = rows.div_ceil(ROWS);
+    if chunks <= 1 || x.len() < 64 * 1024 {
+        (0..chunks).for_each(job);
+    } else {
+        pool::pool().run_chunks(chunks, &job);
+    }
+}
+
 /// LayerNorm with the statistics accumulated in f64.
 pub(crate) fn layer_norm(r: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if r.len() % 16 == 0 && w.len() >= r.len() && b.len() >= r.len() && kernels::has_avx512() {
+        // SAFETY: AVX-512 F is present; the lengths are checked above.
+        unsafe { layer_norm_avx512(r, w, b, eps) };
+        return;
+    }
     let n = r.len() as f64;
     let mean = r.iter().map(|&v| v as f64).sum::<f64>() / n;
     let var = r.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
     let inv = 1.0 / (var + eps as f64).sqrt();
     for (i, v) in r.iter_mut().enumerate() {
         *v = ((*v as f64 - mean) * inv) as f32 * w[i] + b[i];
+    }
+}
+
+/// [`layer_norm`] with 8 lanes of f64 sums (rows of a multiple of 16 values).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn layer_norm_avx512(r: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    use std::arch::x86_64::*;
+    let len = r.len();
+    let p = r.as_mut_ptr();
+    let wide = |i: usize| {
+        let v = _mm512_loadu_ps(p.add(i));
+        (_mm512_cvtps_pd(_mm512_castps512_ps256(v)), _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))))
+    };
+    let (mut s0, mut s1) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+    for i in (0..len).step_by(16) {
+        let (a, c) = wide(i);
+        s0 = _mm512_add_pd(s0, a);
+        s1 = _mm512_add_pd(s1, c);
+    }
+    let mean = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / len as f64;
+    let m = _mm512_set1_pd(mean);
+    let (mut q0, mut q1) = (_mm512_setzero_pd(), _mm512_setzero_pd());
+    for i in (0..len).step_by(16) {
+        let (a, c) = wide(i);
+        let (a, c) = (_mm512_sub_pd(a, m), _mm512_sub_pd(c, m));
+        q0 = _mm512_fmadd_pd(a, a, q0);
+        q1 = _mm512_fmadd_pd(c, c, q1);
+    }
+    let var = _mm512_reduce_add_pd(_mm512_add_pd(q0, q1)) / len as f64;
+    let inv = _mm512_set1_pd(1.0 / (var + eps as f64).sqrt());
+    for i in (0..len).step_by(16) {
+        let (a, c) = wide(i);
+        let lo = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(a, m), inv));
+        let hi = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(c, m), inv));
+        let v = _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi)));
+        let v = _mm512_add_ps(_mm512_mul_ps(v, _mm512_loadu_ps(w.as_ptr().add(i))), _mm512_loadu_ps(b.as_ptr().add(i)));
+        _mm512_storeu_ps(p.add(i), v);
     }
 }
 
