@@ -42,6 +42,12 @@ fn exp_portable(x: &mut [f32]) {
 /// error below 1.5e-7, f32 rounding of 1 + erf) with [`exp_in_place`]'s exp.
 pub fn gelu_erf_in_place(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if super::has_avx512() {
+        // SAFETY: AVX-512 F and FMA are present.
+        unsafe { gelu_avx512(x) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if super::has_avx2() {
         // SAFETY: AVX2 and FMA are present.
         unsafe { gelu_avx2(x) };
@@ -53,6 +59,13 @@ pub fn gelu_erf_in_place(x: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn gelu_avx2(x: &mut [f32]) {
+    gelu_portable(x)
+}
+
+/// The same operations 16 lanes wide (the same bits: no reassociation).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn gelu_avx512(x: &mut [f32]) {
     gelu_portable(x)
 }
 
