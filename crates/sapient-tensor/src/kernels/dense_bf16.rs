@@ -373,6 +373,44 @@ unsafe fn epilogue(c: &mut [f32], ld: usize, rows: usize, cols: usize, bias: Opt
     }
 }
 
+/// Rows `r0..r1` of [`epilogue`] for a 32 x 32 block (`ld` 32): the bias (and GELU) on those
+/// rows of `c`, stored to `out` for those below `rows`. The two-panel product runs it a few
+/// rows per step on the previous block, while the tile unit works on the next.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn epilogue_rows(c: &mut [f32; 1024], r0: usize, r1: usize, rows: usize, cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, n: usize) {
+    let r1 = r1.min(rows);
+    if r0 >= r1 {
+        return;
+    }
+    for j in (0..cols).step_by(16) {
+        let mask: u16 = if cols - j >= 16 { 0xFFFF } else { ((1u32 << (cols - j)) - 1) as u16 };
+        let bv = match bias {
+            Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(j)),
+            None => _mm512_setzero_ps(),
+        };
+        for r in r0..r1 {
+            let p = c.as_mut_ptr().add(r * 32 + j);
+            let v = _mm512_add_ps(_mm512_loadu_ps(p), bv);
+            if gelu {
+                _mm512_storeu_ps(p, v);
+            } else {
+                _mm512_mask_storeu_ps(out.add(r * n + j), mask, v);
+            }
+        }
+    }
+    if gelu {
+        super::gelu_erf_in_place(&mut c[r0 * 32..r1 * 32]);
+        for r in r0..r1 {
+            for j in (0..cols).step_by(16) {
+                let mask: u16 = if cols - j >= 16 { 0xFFFF } else { ((1u32 << (cols - j)) - 1) as u16 };
+                _mm512_mask_storeu_ps(out.add(r * n + j), mask, _mm512_loadu_ps(c.as_ptr().add(r * 32 + j)));
+            }
+        }
+    }
+}
+
 // The tiles (`amx::configure`: eight of 16 x 64 bytes). One panel at a time: tmm0/1 the sums
 // of two row blocks, tmm2/3 the weights' hi/lo, tmm4/5 and tmm6/7 the two row blocks'
 // activations hi/lo. Two panels at a time: tmm0-3 the sums of 2 row blocks x 2 panels,
@@ -402,6 +440,7 @@ unsafe fn panel_products(
     // Bytes from one row block's tiles to the next's.
     let blk = kb * 2 * TILE;
     let mut c = [0.0f32; 32 * 32];
+    let mut cs = [[0.0f32; 32 * 32]; 2];
     configure();
     for s0 in (0..mp).step_by(slab) {
         let s1 = (s0 + slab).min(mp);
@@ -413,6 +452,11 @@ unsafe fn panel_products(
             if pair {
                 let p0 = w.as_ptr().add(b * kb * 2 * TILE);
                 let p1 = p0.add(kb * 2 * TILE);
+                // The previous block's sums (in `cs[cur ^ 1]`) and its first row, finished a
+                // few rows per step of the next block's products.
+                let mut prev: Option<usize> = None;
+                let mut cur = 0usize;
+                let per_step = 32usize.div_ceil(kb);
                 for r0 in (s0..s1).step_by(32) {
                     asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
                     let a0 = acts.add((r0 / 16) * blk);
@@ -457,18 +501,26 @@ unsafe fn panel_products(
                             a1 = in(reg) a0.add(blk + s * 2 * TILE),
                             options(nostack, readonly),
                         );
+                        if let Some(q0) = prev {
+                            let rows = m.saturating_sub(q0).min(32);
+                            epilogue_rows(&mut cs[cur ^ 1], s * per_step, (s + 1) * per_step, rows, cols, bias_b, gelu, out.add(q0 * n + b * 16), n);
+                        }
                     }
                     asm!(
                         "tilestored [{c} + {s128}*1], tmm0",
                         "tilestored [{c} + {s128}*1 + 64], tmm1",
                         "tilestored [{c} + {s128}*1 + 2048], tmm2",
                         "tilestored [{c} + {s128}*1 + 2112], tmm3",
-                        c = in(reg) c.as_mut_ptr(),
+                        c = in(reg) cs[cur].as_mut_ptr(),
                         s128 = in(reg) 128usize,
                         options(nostack),
                     );
-                    let rows = m.saturating_sub(r0).min(32);
-                    epilogue(&mut c, 32, rows, cols, bias_b, gelu, out.add(r0 * n + b * 16), n);
+                    prev = Some(r0);
+                    cur ^= 1;
+                }
+                if let Some(q0) = prev {
+                    let rows = m.saturating_sub(q0).min(32);
+                    epilogue_rows(&mut cs[cur ^ 1], 0, 32, rows, cols, bias_b, gelu, out.add(q0 * n + b * 16), n);
                 }
                 b += 2;
                 continue;
