@@ -15,7 +15,7 @@
 //! are split into A tiles, padded to a multiple of 32 rows and 32 columns: for each block of
 //! 16 rows and each 32 inputs, a `hi` and a `lo` tile of 1 KB, contiguous, so tile loads
 //! stream. Split weights are multiplied two panels at a time against two blocks of rows (four
-//! sums in tiles, ten tile loads per twelve products); the bias (and GELU for
+//! sums in tiles, eight tile loads per twelve products); the bias (and GELU for
 //! [`DenseMatrix::matmul_gelu`]) is applied to each 32 x 32 block of sums while in cache.
 //!
 //! Every output element depends only on its own input row and the weights, so a row gives
@@ -469,30 +469,31 @@ unsafe fn panel_products(
                             }
                         }
                         asm!(
-                            // hi x hi
-                            "tileloadd tmm4, [{a0} + {s64}*1]",
-                            "tileloadd tmm6, [{x0} + {s64}*1]",
-                            "tdpbf16ps tmm0, tmm4, tmm6",
-                            "tileloadd tmm7, [{x1} + {s64}*1]",
-                            "tdpbf16ps tmm1, tmm4, tmm7",
-                            "tileloadd tmm5, [{a1} + {s64}*1]",
-                            "tdpbf16ps tmm2, tmm5, tmm6",
-                            "tdpbf16ps tmm3, tmm5, tmm7",
+                            // Three phases that each share a tile with the next (eight
+                            // loads for twelve products); in each, the tile loaded next is
+                            // read first, so its load waits least on the products before.
                             // hi x lo
+                            "tileloadd tmm4, [{a0} + {s64}*1]",
                             "tileloadd tmm6, [{x0} + {s64}*1 + 1024]",
                             "tdpbf16ps tmm0, tmm4, tmm6",
+                            "tileloadd tmm5, [{a1} + {s64}*1]",
                             "tdpbf16ps tmm2, tmm5, tmm6",
                             "tileloadd tmm7, [{x1} + {s64}*1 + 1024]",
                             "tdpbf16ps tmm1, tmm4, tmm7",
                             "tdpbf16ps tmm3, tmm5, tmm7",
-                            // lo x hi
+                            // hi x hi
                             "tileloadd tmm6, [{x0} + {s64}*1]",
-                            "tileloadd tmm4, [{a0} + {s64}*1 + 1024]",
                             "tdpbf16ps tmm0, tmm4, tmm6",
-                            "tileloadd tmm5, [{a1} + {s64}*1 + 1024]",
                             "tdpbf16ps tmm2, tmm5, tmm6",
                             "tileloadd tmm7, [{x1} + {s64}*1]",
                             "tdpbf16ps tmm1, tmm4, tmm7",
+                            "tdpbf16ps tmm3, tmm5, tmm7",
+                            // lo x hi
+                            "tileloadd tmm4, [{a0} + {s64}*1 + 1024]",
+                            "tdpbf16ps tmm0, tmm4, tmm6",
+                            "tdpbf16ps tmm1, tmm4, tmm7",
+                            "tileloadd tmm5, [{a1} + {s64}*1 + 1024]",
+                            "tdpbf16ps tmm2, tmm5, tmm6",
                             "tdpbf16ps tmm3, tmm5, tmm7",
                             x0 = in(reg) x0,
                             x1 = in(reg) x1,
