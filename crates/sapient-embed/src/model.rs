@@ -509,7 +509,8 @@ unsafe fn attend_avx512(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: us
         for j in (0..lp).step_by(16) {
             _mm512_storeu_ps(pp.add(j), _mm512_sub_ps(_mm512_loadu_ps(pp.add(j)), max));
         }
-        let ps = std::slice::from_raw_parts_mut(pp, l);
+        // The padding's scores are -inf: exp gives 0 (whole vectors, no scalar tail).
+        let ps = std::slice::from_raw_parts_mut(pp, lp);
         kernels::exp_in_place(ps);
         let inv = _mm512_set1_ps(1.0 / ps.iter().sum::<f32>());
         for c in (0..hd).step_by(32) {
