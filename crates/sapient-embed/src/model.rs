@@ -336,7 +336,7 @@ fn add_norm_rows(x: &mut [f32], y: &[f32], d: usize, n: &Norm, eps: f32) {
 /// LayerNorm with the statistics accumulated in f64.
 pub(crate) fn layer_norm(r: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     #[cfg(target_arch = "x86_64")]
-    if r.len() % 16 == 0 && w.len() >= r.len() && b.len() >= r.len() && kernels::has_avx512() {
+    if r.len().is_multiple_of(16) && w.len() >= r.len() && b.len() >= r.len() && kernels::has_avx512() {
         // SAFETY: AVX-512 F is present; the lengths are checked above.
         unsafe { layer_norm_avx512(r, w, b, eps) };
         return;
@@ -430,7 +430,7 @@ fn attention(qkv: &[f32], seqs: &[Range<usize>], heads: usize, hd: usize, ctx: &
     let units = seqs.len() * heads;
     let fma = has_fma();
     #[cfg(target_arch = "x86_64")]
-    let wide = kernels::has_avx512() && hd % 32 == 0;
+    let wide = kernels::has_avx512() && hd.is_multiple_of(32);
     let job = |u: usize| {
         let (s, h) = (&seqs[u / heads], u % heads);
         let o = out.ptr();
