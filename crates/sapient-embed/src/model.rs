@@ -467,7 +467,7 @@ thread_local! {
 
 /// [`attend`] on AVX-512 for head sizes that are multiples of 32: the head's keys are
 /// transposed once (`kt[dim][key]`), so each query's scores are 16 keys per vector
-/// multiply-add; softmax's exp is [`kernels::exp_in_place`]; the weighted sum of values runs
+/// multiply-add; softmax is [`kernels::softmax_unnormalized`]; the weighted sum of values runs
 /// over 32 dimensions at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
@@ -488,10 +488,8 @@ unsafe fn attend_avx512(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: us
     p.clear();
     p.resize(lp, 0.0);
     let (ktp, pp) = (kt.as_ptr(), p.as_mut_ptr());
-    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
     for qi in s.clone() {
         let q = &qkv[qi * 3 * d + h * hd..][..hd];
-        let mut maxv = ninf;
         for j in (0..lp).step_by(16) {
             let mut acc = [_mm512_setzero_ps(); 4];
             for t in (0..hd).step_by(4) {
@@ -500,19 +498,10 @@ unsafe fn attend_avx512(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: us
                 }
             }
             let v = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])), scale);
-            let valid = (l - j).min(16);
-            let v = _mm512_mask_blend_ps(((1u32 << valid) - 1) as u16, ninf, v);
             _mm512_storeu_ps(pp.add(j), v);
-            maxv = _mm512_max_ps(maxv, v);
         }
-        let max = _mm512_set1_ps(_mm512_reduce_max_ps(maxv));
-        for j in (0..lp).step_by(16) {
-            _mm512_storeu_ps(pp.add(j), _mm512_sub_ps(_mm512_loadu_ps(pp.add(j)), max));
-        }
-        // The padding's scores are -inf: exp gives 0 (whole vectors, no scalar tail).
-        let ps = std::slice::from_raw_parts_mut(pp, lp);
-        kernels::exp_in_place(ps);
-        let inv = _mm512_set1_ps(1.0 / ps.iter().sum::<f32>());
+        let ps = std::slice::from_raw_parts_mut(pp, l);
+        let inv = _mm512_set1_ps(kernels::softmax_unnormalized(ps));
         for c in (0..hd).step_by(32) {
             let mut acc = [_mm512_setzero_ps(); 4];
             for (j, vi) in s.clone().enumerate() {
