@@ -12,11 +12,12 @@ GGUF that `sapient --device cuda` runs) and prints one JSON object:
   each raw prompt (`--n` tokens: ids and text) and the first step's logits summary (top-5 ids
   and values), to compare with ours token for token and within a logits tolerance.
 
-Not run yet (no GPU has been lent since it was written): expect to fix small things on first
-use. Usage: python3 scripts/gpu/torch_llm.py DIR --dtype bf16 --greedy tests/data/llama/llamacpp_greedy.json
+`MODEL` may also be a GGUF file, which transformers dequantizes (needs the `gguf` package).
+Usage: python3 scripts/gpu/torch_llm.py DIR_OR_GGUF --dtype bf16 --greedy tests/data/llama/llamacpp_greedy.json
 """
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -24,11 +25,19 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
+def where(model):
+    """(directory, extra from_pretrained arguments) for a directory or a GGUF file."""
+    if model.endswith(".gguf"):
+        return os.path.dirname(os.path.abspath(model)), {"gguf_file": os.path.basename(model)}
+    return model, {}
+
+
 def load(model_dir, dtype):
+    d, extra = where(model_dir)
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, **extra)
     except TypeError:  # transformers < 4.56 calls it torch_dtype
-        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(d, torch_dtype=dtype, **extra)
     return model.to("cuda").eval()
 
 
@@ -72,7 +81,8 @@ def main():
     res.update(pp=a.pp, tg=a.tg, pp_tok_s=statistics.median(pp), tg_tok_s=statistics.median(tg))
 
     if a.greedy:
-        tok = AutoTokenizer.from_pretrained(a.model_dir)
+        d, extra = where(a.model_dir)
+        tok = AutoTokenizer.from_pretrained(d, **extra)
         cases = []
         for case in json.load(open(a.greedy)):
             ids = tok(case["prompt"], return_tensors="pt").input_ids.to("cuda")

@@ -11,6 +11,14 @@
 //! rows, so a batch of rows gives bit-identical results to the same rows one at a time
 //! (speculative decoding relies on that). On machines with AMX ([`has_amx`]) Q4_K and Q6_K
 //! products follow the AMX kernels' arithmetic whichever kernel runs them (`amx.rs`).
+//!
+//! Where things are: this file holds the quantized matrix ([`QMatrix`]), its dispatch over
+//! the instruction sets and the activations' 8-bit layouts; `detect.rs` what the CPU can do,
+//! `options.rs` the knobs ([`KernelOptions`], passed at load), `pool.rs` the one thread pool,
+//! `memory.rs` huge pages and prefetch distances; the products by instruction set in
+//! `avx2.rs`, `avx512.rs`, `lanes.rs` and `amx.rs`, the block formats in `quant.rs`; dense
+//! f32/bf16 products in `dense.rs` and `dense_bf16.rs`; element-wise activations in `act.rs`;
+//! attention over an f16 KV cache in `attention.rs`.
 
 mod act;
 #[cfg(target_arch = "x86_64")]
@@ -24,6 +32,8 @@ mod avx512;
 mod lanes;
 mod dense;
 mod dense_bf16;
+mod detect;
+mod memory;
 mod options;
 pub mod pool;
 pub mod quant;
@@ -36,10 +46,13 @@ use candle_core::quantized::QTensor;
 pub use act::{exp_in_place, gelu_erf_in_place};
 pub use attention::{axpy_f16, dot_f32_f16, scores1_f16, scores4_f16, softmax_unnormalized, values1_f16, values4_f16};
 pub use dense::matmul_f32;
+pub use detect::{has_amx, has_avx2, has_avx512, has_lanes, has_vnni};
+pub use memory::{huge_pages, huge_pages_for};
+pub(crate) use memory::Ahead;
+use memory::prefetch;
 pub use dense_bf16::{has_amx_bf16, DenseMatrix};
 use quant::{BlockQ8, BlockQ8K, QType};
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 impl QType {
@@ -73,88 +86,6 @@ impl QType {
             _ => return None,
         })
     }
-}
-
-/// A CPU capability probed once: 0 = not yet, 1 = yes, 2 = no.
-fn cached(state: &AtomicU8, probe: impl FnOnce() -> bool) -> bool {
-    match state.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let yes = probe();
-            state.store(if yes { 1 } else { 2 }, Ordering::Relaxed);
-            yes
-        }
-    }
-}
-
-/// Whether the AVX2 kernels are in use (x86_64 with AVX2, FMA and F16C; the option
-/// [`KernelOptions::avx2`] turns them off).
-pub fn has_avx2() -> bool {
-    static STATE: AtomicU8 = AtomicU8::new(0);
-    cached(&STATE, || {
-        #[cfg(target_arch = "x86_64")]
-        return std::is_x86_feature_detected!("avx2")
-            && std::is_x86_feature_detected!("fma")
-            && std::is_x86_feature_detected!("f16c")
-            && options().avx2;
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    })
-}
-
-/// Whether the AVX-VNNI variants are in use (on top of AVX2; [`KernelOptions::vnni`]).
-pub fn has_vnni() -> bool {
-    static STATE: AtomicU8 = AtomicU8::new(0);
-    cached(&STATE, || {
-        #[cfg(target_arch = "x86_64")]
-        return has_avx2() && std::is_x86_feature_detected!("avxvnni") && options().vnni;
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    })
-}
-
-/// Whether the AVX-512 kernels are in use (AVX-512 F/BW/VL/VNNI with FMA and F16C;
-/// [`KernelOptions::avx512`]).
-pub fn has_avx512() -> bool {
-    static STATE: AtomicU8 = AtomicU8::new(0);
-    cached(&STATE, || {
-        #[cfg(target_arch = "x86_64")]
-        return has_avx2()
-            && std::is_x86_feature_detected!("avx512f")
-            && std::is_x86_feature_detected!("avx512bw")
-            && std::is_x86_feature_detected!("avx512vl")
-            && std::is_x86_feature_detected!("avx512vnni")
-            && options().avx512;
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    })
-}
-
-/// Whether the AMX kernels are in use for Q4_K and Q6_K products of two or more activation
-/// rows (AVX-512 as above plus AMX-TILE/AMX-INT8 with the tile state granted by the OS;
-/// [`KernelOptions::amx`]). One-row products of those formats then use kernels
-/// with the same arithmetic, so batches stay bit-identical to single rows.
-pub fn has_amx() -> bool {
-    static STATE: AtomicU8 = AtomicU8::new(0);
-    cached(&STATE, || {
-        #[cfg(target_arch = "x86_64")]
-        return has_avx512() && options().amx && amx::available();
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    })
-}
-
-/// Whether products of the 32-value formats use the sixteen-rows-at-a-time kernels (AVX-512
-/// as above plus BITALG; [`KernelOptions::lanes`]), for every number of activation rows.
-pub fn has_lanes() -> bool {
-    static STATE: AtomicU8 = AtomicU8::new(0);
-    cached(&STATE, || {
-        #[cfg(target_arch = "x86_64")]
-        return has_avx512() && std::is_x86_feature_detected!("avx512bitalg") && options().lanes;
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    })
 }
 
 /// Whether the AVX-512 kernels handle format `t`.
@@ -775,189 +706,6 @@ fn chunk_len(rows: usize, m: usize) -> usize {
         return (rows.div_ceil(nth).div_ceil(16) * 16).max(16);
     }
     (rows / (nth * 8)).clamp(16, 512).div_ceil(16) * 16
-}
-
-/// Back the weights of `mats` with 2 MiB pages where Linux allows it ([`huge_pages`]), the
-/// stretches between matrices included: a model's matrices are allocated one after another at
-/// load, most of them smaller than 2 MiB or straddling page boundaries, so page-by-page advice
-/// per matrix would leave most of them in 4 KiB pages. Call once the model is loaded.
-pub fn huge_pages_for(mats: &[&QMatrix]) {
-    let mut spans: Vec<(usize, usize)> = mats
-        .iter()
-        .map(|m| m.with_bytes(|b| (b.as_ptr() as usize, b.as_ptr() as usize + b.len())))
-        .filter(|(a, b)| b > a)
-        .collect();
-    spans.sort_unstable();
-    // Matrices less than a huge page apart (allocator headers, small tensors between them)
-    // form one stretch.
-    let mut merged: Vec<(usize, usize)> = Vec::new();
-    for (a, b) in spans {
-        match merged.last_mut() {
-            Some(last) if a <= last.1 + HUGE_PAGE => last.1 = last.1.max(b),
-            _ => merged.push((a, b)),
-        }
-    }
-    for (a, b) in merged {
-        huge_pages_range(a, b);
-    }
-}
-
-const HUGE_PAGE: usize = 2 << 20;
-
-/// Ask Linux to back the whole 2 MiB pages inside `b` with huge pages (`huge_pages_range`);
-/// public for the bandwidth probe of `cargo xtask bench`, which reads memory backed as the
-/// weights are.
-pub fn huge_pages(b: &[u8]) {
-    huge_pages_range(b.as_ptr() as usize, b.as_ptr() as usize + b.len())
-}
-
-/// Ask Linux to back the whole 2 MiB pages of addresses `start..end` (weights in anonymous
-/// memory: candle copies GGUF tensors out of the file) with huge pages, now (`MADV_COLLAPSE`,
-/// Linux 6.1+) and for later faults (`MADV_HUGEPAGE`). Decode streams every weight once per
-/// token; with 4 KiB pages every page is a TLB miss and the hardware prefetchers stop at each
-/// page boundary. On the 2-core Intel VM a Q8_0 [48640, 896] product from memory went from
-/// 1.9-2.2 ms to 1.66-1.70 ms. Contents are unchanged; where it fails (old kernels, THP
-/// disabled, other systems) the pages stay as they were. [`KernelOptions::huge_pages`].
-fn huge_pages_range(start: usize, end: usize) {
-    #[cfg(target_os = "linux")]
-    {
-        if !options().huge_pages {
-            return;
-        }
-        let (a, b) = (start.next_multiple_of(HUGE_PAGE), end / HUGE_PAGE * HUGE_PAGE);
-        if b <= a {
-            return;
-        }
-        // SAFETY: madvise only changes how the pages are backed, never their contents (the
-        // collapse copies them into a huge page), so it is sound on any mapped memory; on
-        // unmapped addresses it fails and changes nothing.
-        unsafe {
-            let p = a as *mut libc::c_void;
-            libc::madvise(p, b - a, libc::MADV_HUGEPAGE);
-            libc::madvise(p, b - a, libc::MADV_COLLAPSE);
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (start, end);
-}
-
-/// How far ahead of the row being multiplied a product prefetches its weight rows, for each
-/// of two prefetch hints: `t0` rows into L1 and `t1` rows into L2 (0 = no such prefetch).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Ahead {
-    t0: usize,
-    t1: usize,
-    /// The same distances in bytes, for kernels that prefetch as they go along a row.
-    b0: usize,
-    b1: usize,
-}
-
-/// Prefetch distances in bytes ([`KernelOptions::prefetch_l1`] and `prefetch_l2`). 2 KiB
-/// into L1 and 8 KiB into L2, asked for line by line as a decode kernel moves along its rows:
-/// on a 2-core Intel Xeon VM Qwen2.5-0.5B's decode step went 21-25 ms (16 rows ahead into
-/// L1, a row at a time) -> 16-18 ms (two levels, a row at a time) -> 13.8-14.6 ms (two
-/// levels, streamed), SmolLM2's 3.2-3.9 -> 3.3-3.4 ms. Alone, far L1 prefetches starve
-/// DRAM-bound products (the fill buffers) and near ones starve the cache-resident SmolLM2;
-/// 1/4, 1.5/6 and 2/16 KiB were within the noise of 2/8, 0.5/2 and 3/12 slower.
-fn prefetch_bytes() -> (usize, usize) {
-    let o = options();
-    (o.prefetch_l1, o.prefetch_l2)
-}
-
-impl Ahead {
-    /// The distances for rows of `rb` bytes.
-    pub(crate) fn of(rb: usize) -> Self {
-        let (b0, b1) = prefetch_bytes();
-        let rows = |b: usize| if b == 0 { 0 } else { b.div_ceil(rb.max(1)) };
-        Self { t0: rows(b0), t1: rows(b1), b0, b1 }
-    }
-
-    pub(crate) const NONE: Ahead = Ahead { t0: 0, t1: 0, b0: 0, b1: 0 };
-
-    /// At `p`, `len` bytes into a stretch of rows being read: the lines `b0` (into L1) and
-    /// `b1` (into L2) bytes ahead, one line per 64 bytes of `len`. The addresses may lie
-    /// past the weights (prefetches never fault).
-    #[inline(always)]
-    pub(crate) fn stream(self, p: *const u8, len: usize) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
-            let mut off = 0;
-            while off < len {
-                // SAFETY: prefetching never faults, whatever the address.
-                unsafe {
-                    if self.b0 > 0 {
-                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(self.b0 + off) as *const i8);
-                    }
-                    if self.b1 > 0 {
-                        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(self.b1 + off) as *const i8);
-                    }
-                }
-                off += 64;
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (p, len);
-    }
-
-    /// Before reading bytes `start..` of `w` as a stream ([`stream`](Self::stream)): the
-    /// first `b1` bytes, the first `b0` of them into L1.
-    #[inline]
-    pub(crate) fn begin_stream(self, w: &[u8], start: usize) {
-        let ahead = w.get(start..(start + self.b0.max(self.b1)).min(w.len())).unwrap_or(&[]);
-        let (l1, l2) = ahead.split_at(self.b0.min(ahead.len()));
-        prefetch_hint::<0>(l1);
-        prefetch_hint::<1>(l2);
-    }
-
-    /// Before row `start` of rows `..end` (`rb` bytes each, from `w`): the rows the loop's
-    /// own prefetches will not ask for.
-    #[inline]
-    pub(crate) fn begin(self, w: &[u8], rb: usize, start: usize, end: usize) {
-        let far = start + self.t0.max(self.t1);
-        prefetch_hint::<0>(w.get(start * rb..far.min(end) * rb).unwrap_or(&[]));
-    }
-
-    /// At row `j` of rows `..end`: the rows `t0` and `t1` ahead.
-    #[inline(always)]
-    pub(crate) fn at(self, w: &[u8], rb: usize, j: usize, end: usize) {
-        if self.t0 > 0 && j + self.t0 < end {
-            prefetch_hint::<0>(&w[(j + self.t0) * rb..(j + self.t0 + 1) * rb]);
-        }
-        if self.t1 > 0 && j + self.t1 < end {
-            prefetch_hint::<1>(&w[(j + self.t1) * rb..(j + self.t1 + 1) * rb]);
-        }
-    }
-}
-
-/// Prefetch `b` into L1, a line at a time.
-#[inline]
-fn prefetch(b: &[u8]) {
-    prefetch_hint::<0>(b)
-}
-
-/// Prefetch `b` a line at a time, into L1 (`H` = 0) or L2 (`H` = 1).
-#[inline(always)]
-fn prefetch_hint<const H: u8>(b: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
-        let mut off = 0;
-        while off < b.len() {
-            // SAFETY: prefetching never faults; the address is inside `b`.
-            unsafe {
-                let a = b.as_ptr().add(off) as *const i8;
-                if H == 0 {
-                    _mm_prefetch::<_MM_HINT_T0>(a)
-                } else {
-                    _mm_prefetch::<_MM_HINT_T1>(a)
-                }
-            };
-            off += 64;
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = b;
 }
 
 /// A raw pointer into one output buffer, shared by the pool's threads while each writes its

@@ -1,0 +1,187 @@
+//! How weights sit in memory and are read ahead: huge pages for a loaded model's matrices,
+//! and the prefetch distances of the products.
+
+use super::{options, QMatrix};
+
+/// Back the weights of `mats` with 2 MiB pages where Linux allows it ([`huge_pages`]), the
+/// stretches between matrices included: a model's matrices are allocated one after another at
+/// load, most of them smaller than 2 MiB or straddling page boundaries, so page-by-page advice
+/// per matrix would leave most of them in 4 KiB pages. Call once the model is loaded.
+pub fn huge_pages_for(mats: &[&QMatrix]) {
+    let mut spans: Vec<(usize, usize)> = mats
+        .iter()
+        .map(|m| m.with_bytes(|b| (b.as_ptr() as usize, b.as_ptr() as usize + b.len())))
+        .filter(|(a, b)| b > a)
+        .collect();
+    spans.sort_unstable();
+    // Matrices less than a huge page apart (allocator headers, small tensors between them)
+    // form one stretch.
+    let mut merged: Vec<(usize, usize)> = Vec::new();
+    for (a, b) in spans {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 + HUGE_PAGE => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    for (a, b) in merged {
+        huge_pages_range(a, b);
+    }
+}
+
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Ask Linux to back the whole 2 MiB pages inside `b` with huge pages (`huge_pages_range`);
+/// public for the bandwidth probe of `cargo xtask bench`, which reads memory backed as the
+/// weights are.
+pub fn huge_pages(b: &[u8]) {
+    huge_pages_range(b.as_ptr() as usize, b.as_ptr() as usize + b.len())
+}
+
+/// Ask Linux to back the whole 2 MiB pages of addresses `start..end` (weights in anonymous
+/// memory: candle copies GGUF tensors out of the file) with huge pages, now (`MADV_COLLAPSE`,
+/// Linux 6.1+) and for later faults (`MADV_HUGEPAGE`). Decode streams every weight once per
+/// token; with 4 KiB pages every page is a TLB miss and the hardware prefetchers stop at each
+/// page boundary. On the 2-core Intel VM a Q8_0 [48640, 896] product from memory went from
+/// 1.9-2.2 ms to 1.66-1.70 ms. Contents are unchanged; where it fails (old kernels, THP
+/// disabled, other systems) the pages stay as they were. [`KernelOptions::huge_pages`](super::KernelOptions::huge_pages).
+fn huge_pages_range(start: usize, end: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        if !options().huge_pages {
+            return;
+        }
+        let (a, b) = (start.next_multiple_of(HUGE_PAGE), end / HUGE_PAGE * HUGE_PAGE);
+        if b <= a {
+            return;
+        }
+        // SAFETY: madvise only changes how the pages are backed, never their contents (the
+        // collapse copies them into a huge page), so it is sound on any mapped memory; on
+        // unmapped addresses it fails and changes nothing.
+        unsafe {
+            let p = a as *mut libc::c_void;
+            libc::madvise(p, b - a, libc::MADV_HUGEPAGE);
+            libc::madvise(p, b - a, libc::MADV_COLLAPSE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (start, end);
+}
+
+/// How far ahead of the row being multiplied a product prefetches its weight rows, for each
+/// of two prefetch hints: `t0` rows into L1 and `t1` rows into L2 (0 = no such prefetch).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Ahead {
+    t0: usize,
+    t1: usize,
+    /// The same distances in bytes, for kernels that prefetch as they go along a row.
+    b0: usize,
+    b1: usize,
+}
+
+/// Prefetch distances in bytes ([`KernelOptions::prefetch_l1`](super::KernelOptions::prefetch_l1) and `prefetch_l2`). 2 KiB
+/// into L1 and 8 KiB into L2, asked for line by line as a decode kernel moves along its rows:
+/// on a 2-core Intel Xeon VM Qwen2.5-0.5B's decode step went 21-25 ms (16 rows ahead into
+/// L1, a row at a time) -> 16-18 ms (two levels, a row at a time) -> 13.8-14.6 ms (two
+/// levels, streamed), SmolLM2's 3.2-3.9 -> 3.3-3.4 ms. Alone, far L1 prefetches starve
+/// DRAM-bound products (the fill buffers) and near ones starve the cache-resident SmolLM2;
+/// 1/4, 1.5/6 and 2/16 KiB were within the noise of 2/8, 0.5/2 and 3/12 slower.
+fn prefetch_bytes() -> (usize, usize) {
+    let o = options();
+    (o.prefetch_l1, o.prefetch_l2)
+}
+
+impl Ahead {
+    /// The distances for rows of `rb` bytes.
+    pub(crate) fn of(rb: usize) -> Self {
+        let (b0, b1) = prefetch_bytes();
+        let rows = |b: usize| if b == 0 { 0 } else { b.div_ceil(rb.max(1)) };
+        Self { t0: rows(b0), t1: rows(b1), b0, b1 }
+    }
+
+    pub(crate) const NONE: Ahead = Ahead { t0: 0, t1: 0, b0: 0, b1: 0 };
+
+    /// At `p`, `len` bytes into a stretch of rows being read: the lines `b0` (into L1) and
+    /// `b1` (into L2) bytes ahead, one line per 64 bytes of `len`. The addresses may lie
+    /// past the weights (prefetches never fault).
+    #[inline(always)]
+    pub(crate) fn stream(self, p: *const u8, len: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+            let mut off = 0;
+            while off < len {
+                // SAFETY: prefetching never faults, whatever the address.
+                unsafe {
+                    if self.b0 > 0 {
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(self.b0 + off) as *const i8);
+                    }
+                    if self.b1 > 0 {
+                        _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(self.b1 + off) as *const i8);
+                    }
+                }
+                off += 64;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (p, len);
+    }
+
+    /// Before reading bytes `start..` of `w` as a stream ([`stream`](Self::stream)): the
+    /// first `b1` bytes, the first `b0` of them into L1.
+    #[inline]
+    pub(crate) fn begin_stream(self, w: &[u8], start: usize) {
+        let ahead = w.get(start..(start + self.b0.max(self.b1)).min(w.len())).unwrap_or(&[]);
+        let (l1, l2) = ahead.split_at(self.b0.min(ahead.len()));
+        prefetch_hint::<0>(l1);
+        prefetch_hint::<1>(l2);
+    }
+
+    /// Before row `start` of rows `..end` (`rb` bytes each, from `w`): the rows the loop's
+    /// own prefetches will not ask for.
+    #[inline]
+    pub(crate) fn begin(self, w: &[u8], rb: usize, start: usize, end: usize) {
+        let far = start + self.t0.max(self.t1);
+        prefetch_hint::<0>(w.get(start * rb..far.min(end) * rb).unwrap_or(&[]));
+    }
+
+    /// At row `j` of rows `..end`: the rows `t0` and `t1` ahead.
+    #[inline(always)]
+    pub(crate) fn at(self, w: &[u8], rb: usize, j: usize, end: usize) {
+        if self.t0 > 0 && j + self.t0 < end {
+            prefetch_hint::<0>(&w[(j + self.t0) * rb..(j + self.t0 + 1) * rb]);
+        }
+        if self.t1 > 0 && j + self.t1 < end {
+            prefetch_hint::<1>(&w[(j + self.t1) * rb..(j + self.t1 + 1) * rb]);
+        }
+    }
+}
+
+/// Prefetch `b` into L1, a line at a time.
+#[inline]
+pub(super) fn prefetch(b: &[u8]) {
+    prefetch_hint::<0>(b)
+}
+
+/// Prefetch `b` a line at a time, into L1 (`H` = 0) or L2 (`H` = 1).
+#[inline(always)]
+fn prefetch_hint<const H: u8>(b: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        let mut off = 0;
+        while off < b.len() {
+            // SAFETY: prefetching never faults; the address is inside `b`.
+            unsafe {
+                let a = b.as_ptr().add(off) as *const i8;
+                if H == 0 {
+                    _mm_prefetch::<_MM_HINT_T0>(a)
+                } else {
+                    _mm_prefetch::<_MM_HINT_T1>(a)
+                }
+            };
+            off += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = b;
+}
