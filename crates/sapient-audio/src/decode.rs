@@ -418,12 +418,7 @@ pub fn encode_wav(samples: &[f32], sample_rate: u32, format: WavFormat) -> Resul
     out.extend_from_slice(b"data");
     out.extend_from_slice(&(data_len as u32).to_le_bytes());
     match format {
-        WavFormat::Pcm16 => {
-            for &s in samples {
-                let v = (s * 32768.0).round().clamp(-32768.0, 32767.0) as i16;
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-        }
+        WavFormat::Pcm16 => out.extend_from_slice(&encode_pcm16(samples)),
         WavFormat::Float32 => {
             for &s in samples {
                 out.extend_from_slice(&s.to_le_bytes());
@@ -431,6 +426,12 @@ pub fn encode_wav(samples: &[f32], sample_rate: u32, format: WavFormat) -> Resul
         }
     }
     Ok(out)
+}
+
+/// Samples as 16-bit little-endian PCM (`round(s * 32768)`, clamped), as [`WavFormat::Pcm16`]
+/// writes them: raw PCM for streaming.
+pub fn encode_pcm16(samples: &[f32]) -> Vec<u8> {
+    samples.iter().flat_map(|&s| ((s * 32768.0).round().clamp(-32768.0, 32767.0) as i16).to_le_bytes()).collect()
 }
 
 /// Writes mono samples as a WAV file (e.g. TTS output).

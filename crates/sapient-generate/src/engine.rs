@@ -1,6 +1,6 @@
 //! The engine: many requests decoded together, one batched forward per step.
 //!
-//! An [`Engine`] owns a paged KV cache ([`sapient_llama::KvCache`]) for a [`Pipeline`]'s
+//! An [`Engine`] owns a paged KV cache ([`sapient_llama::KvCache`]) for a [`Pipeline`](crate::Pipeline)'s
 //! model and runs a scheduler on its own thread. Requests wait in a queue; each step
 //!
 //! 1. drops requests whose receiver is gone (cancellation frees their blocks at once),

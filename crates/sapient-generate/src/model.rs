@@ -87,7 +87,7 @@ impl Model {
     }
 
     /// [`render_chat`](Self::render_chat) with the template's thinking switch
-    /// ([`GenerationConfig::thinking`]).
+    /// ([`GenerationConfig::thinking`](crate::GenerationConfig::thinking)).
     pub fn render_chat_with(&self, messages: &[Message], thinking: Option<bool>) -> Result<String> {
         let template = self
             .tokenizer

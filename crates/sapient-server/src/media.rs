@@ -256,11 +256,6 @@ pub(crate) async fn speech(State(st): State<Arc<AppState>>, headers: HeaderMap, 
     Ok(([(header::CONTENT_TYPE, "audio/wav")], wav).into_response())
 }
 
-/// 16-bit little-endian PCM of samples in [-1, 1].
-fn pcm16(samples: &[f32]) -> Vec<u8> {
-    samples.iter().flat_map(|s| ((s.clamp(-1.0, 1.0) * 32767.0).round() as i16).to_le_bytes()).collect()
-}
-
 /// Raw PCM streamed as it is synthesized: each sentence's samples go out as soon as they
 /// exist (a chunked body), so playback can start after the first sentence. An error before
 /// the first sentence is an ordinary error reply; a client that goes away stops the
@@ -285,7 +280,7 @@ async fn stream_pcm(tts: Arc<sapient_kokoro::KokoroTts>, input: String, voice: S
                     if let Some(f) = first.take() {
                         let _ = f.send(Ok(()));
                     }
-                    if tx.blocking_send(Ok(Bytes::from(pcm16(&c.samples)))).is_err() {
+                    if tx.blocking_send(Ok(Bytes::from(sapient_audio::encode_pcm16(&c.samples)))).is_err() {
                         return;
                     }
                 }

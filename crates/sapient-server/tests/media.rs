@@ -79,6 +79,7 @@ async fn embeddings_speech_and_transcription() -> Result<()> {
         ensure!(wav.starts_with(b"RIFF") && wav.len() > 24_000, "a WAV of some length: {} bytes", wav.len());
         let pcm = post(a, "/v1/audio/speech", &json!({"input": said, "response_format": "pcm"})).await?;
         ensure!(pcm.status == 200 && pcm.body.len() + 44 == wav.len(), "pcm {} vs wav {}", pcm.body.len(), wav.len());
+        ensure!(pcm.body[..] == wav[44..], "the streamed PCM is the WAV's samples");
         // PCM is streamed as it is synthesized: a chunked body, one piece per sentence, as
         // long as the sentences spoken one by one.
         let two = "The quick brown fox jumps over the lazy dog. It was a bright cold day in April.";

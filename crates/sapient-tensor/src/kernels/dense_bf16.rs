@@ -339,73 +339,38 @@ unsafe fn split_f16_tile(src: *const u16, dst: *mut u16) {
 /// boundaries the hardware prefetchers stop at.
 const AHEAD: usize = 8192;
 
-/// Write a block of sums `c` (32 rows of `ld` values; `cols` of them real) to `out` (rows
-/// `n` apart) for its first `rows` rows, adding `bias` (its first `cols` values) and applying
-/// GELU when asked.
+/// Rows `r0..r1` of a block of sums `c` (rows of `ld` values; `cols` of them real) to `out`
+/// (rows `n` apart), adding `bias` (its first `cols` values) and applying GELU when asked.
+/// The two-panel product runs it a few rows per step on the previous block, while the tile
+/// unit works on the next.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn epilogue(c: &mut [f32], ld: usize, rows: usize, cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, n: usize) {
+unsafe fn epilogue(c: &mut [f32], ld: usize, r0: usize, r1: usize, cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, n: usize) {
+    if r0 >= r1 {
+        return;
+    }
+    let mask = |j: usize| -> u16 { if cols - j >= 16 { 0xFFFF } else { ((1u32 << (cols - j)) - 1) as u16 } };
     for j in (0..cols).step_by(16) {
-        let mask: u16 = if cols - j >= 16 { 0xFFFF } else { ((1u32 << (cols - j)) - 1) as u16 };
         let bv = match bias {
-            Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(j)),
+            Some(b) => _mm512_maskz_loadu_ps(mask(j), b.as_ptr().add(j)),
             None => _mm512_setzero_ps(),
         };
-        for r in 0..rows {
+        for r in r0..r1 {
             let p = c.as_mut_ptr().add(r * ld + j);
             let v = _mm512_add_ps(_mm512_loadu_ps(p), bv);
             if gelu {
                 _mm512_storeu_ps(p, v);
             } else {
-                _mm512_mask_storeu_ps(out.add(r * n + j), mask, v);
+                _mm512_mask_storeu_ps(out.add(r * n + j), mask(j), v);
             }
         }
     }
     if gelu {
-        super::gelu_erf_in_place(&mut c[..rows * ld]);
-        for r in 0..rows {
-            for j in (0..cols).step_by(16) {
-                let mask: u16 = if cols - j >= 16 { 0xFFFF } else { ((1u32 << (cols - j)) - 1) as u16 };
-                _mm512_mask_storeu_ps(out.add(r * n + j), mask, _mm512_loadu_ps(c.as_ptr().add(r * ld + j)));
-            }
-        }
-    }
-}
-
-/// Rows `r0..r1` of [`epilogue`] for a 32 x 32 block (`ld` 32): the bias (and GELU) on those
-/// rows of `c`, stored to `out` for those below `rows`. The two-panel product runs it a few
-/// rows per step on the previous block, while the tile unit works on the next.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn epilogue_rows(c: &mut [f32; 1024], r0: usize, r1: usize, rows: usize, cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, n: usize) {
-    let r1 = r1.min(rows);
-    if r0 >= r1 {
-        return;
-    }
-    for j in (0..cols).step_by(16) {
-        let mask: u16 = if cols - j >= 16 { 0xFFFF } else { ((1u32 << (cols - j)) - 1) as u16 };
-        let bv = match bias {
-            Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(j)),
-            None => _mm512_setzero_ps(),
-        };
-        for r in r0..r1 {
-            let p = c.as_mut_ptr().add(r * 32 + j);
-            let v = _mm512_add_ps(_mm512_loadu_ps(p), bv);
-            if gelu {
-                _mm512_storeu_ps(p, v);
-            } else {
-                _mm512_mask_storeu_ps(out.add(r * n + j), mask, v);
-            }
-        }
-    }
-    if gelu {
-        super::gelu_erf_in_place(&mut c[r0 * 32..r1 * 32]);
+        super::gelu_erf_in_place(&mut c[r0 * ld..r1 * ld]);
         for r in r0..r1 {
             for j in (0..cols).step_by(16) {
-                let mask: u16 = if cols - j >= 16 { 0xFFFF } else { ((1u32 << (cols - j)) - 1) as u16 };
-                _mm512_mask_storeu_ps(out.add(r * n + j), mask, _mm512_loadu_ps(c.as_ptr().add(r * 32 + j)));
+                _mm512_mask_storeu_ps(out.add(r * n + j), mask(j), _mm512_loadu_ps(c.as_ptr().add(r * ld + j)));
             }
         }
     }
@@ -504,7 +469,7 @@ unsafe fn panel_products(
                         );
                         if let Some(q0) = prev {
                             let rows = m.saturating_sub(q0).min(32);
-                            epilogue_rows(&mut cs[cur ^ 1], s * per_step, (s + 1) * per_step, rows, cols, bias_b, gelu, out.add(q0 * n + b * 16), n);
+                            epilogue(&mut cs[cur ^ 1], 32, s * per_step, ((s + 1) * per_step).min(rows), cols, bias_b, gelu, out.add(q0 * n + b * 16), n);
                         }
                     }
                     asm!(
@@ -521,7 +486,7 @@ unsafe fn panel_products(
                 }
                 if let Some(q0) = prev {
                     let rows = m.saturating_sub(q0).min(32);
-                    epilogue_rows(&mut cs[cur ^ 1], 0, 32, rows, cols, bias_b, gelu, out.add(q0 * n + b * 16), n);
+                    epilogue(&mut cs[cur ^ 1], 32, 0, rows.min(32), cols, bias_b, gelu, out.add(q0 * n + b * 16), n);
                 }
                 b += 2;
                 continue;
@@ -577,7 +542,7 @@ unsafe fn panel_products(
                     options(nostack),
                 );
                 let rows = m.saturating_sub(r0).min(32);
-                epilogue(&mut c, 16, rows, cols, bias_b, gelu, out.add(r0 * n + b * 16), n);
+                epilogue(&mut c, 16, 0, rows, cols, bias_b, gelu, out.add(r0 * n + b * 16), n);
             }
             b += 1;
         }
