@@ -1115,9 +1115,9 @@ impl Scheduler {
             }
             for (row, &w) in live.iter().enumerate() {
                 let logits = &d.logits[row * vocab..(row + 1) * vocab];
-                let best = logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (t, &l)| if l > b.1 { (t, l) } else { b }).0 as u32;
                 running[want[w].0].draft_computed += feeds[row].len();
-                if (best as usize) < target_vocab {
+                // No guess from logits with nothing finite, nor a token the target lacks.
+                if let Some(best) = sapient_sample::argmax(logits).ok().filter(|&t| (t as usize) < target_vocab) {
                     guesses[w].push(best);
                 }
             }
