@@ -323,12 +323,18 @@ pub unsafe fn range(t: QType, w: &[u8], rb: usize, r0: usize, r1: usize, acts: &
     }
 }
 
-/// Whether products of format `t` go to the lane kernels. Q4_0 and Q4_1 do. The others have
-/// kernels here (tested) but are left to the row-at-a-time ones: in a whole decode step of
-/// Qwen2.5-0.5B (Q5_0 and Q8_0 weights streamed from memory) one activation row took ~15%
-/// longer through these, and a sequence decoded alone must use the batch's arithmetic.
+/// Whether products of format `t` go to the lane kernels. Q4_0 and Q4_1 do. The others do
+/// when the options say [`LanesFormats::All`](super::LanesFormats::All): in a whole decode
+/// step of Qwen2.5-0.5B (Q5_0 and Q8_0 weights streamed from memory) one activation row takes
+/// ~14% longer through these, and a sequence decoded alone must use the batch's arithmetic,
+/// while prompts and batches of sequences take about two thirds of the time. (A kernel with
+/// these kernels' arithmetic that reads the weights row after row, reducing sixteen rows'
+/// partial sums with a shuffle tree, decoded no faster.)
 pub fn handles(t: QType) -> bool {
-    matches!(t, QType::Q4_0 | QType::Q4_1)
+    match super::options().lanes_formats {
+        super::LanesFormats::Q4 => matches!(t, QType::Q4_0 | QType::Q4_1),
+        super::LanesFormats::All => matches!(t, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0),
+    }
 }
 
 /// Every format the lane kernels can compute (for the tests).

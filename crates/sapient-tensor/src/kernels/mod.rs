@@ -38,7 +38,7 @@ mod options;
 pub mod pool;
 pub mod quant;
 
-pub use options::{configure, options, AmxQ6k, KernelOptions};
+pub use options::{configure, options, AmxQ6k, KernelOptions, LanesFormats};
 
 use crate::gguf::GgmlType;
 use crate::{Error, Result};
