@@ -1,8 +1,8 @@
 //! Tool calls: the prompt that tells a model about its tools, the constraint that keeps its
 //! calls valid, and the parser that turns the model's calls into OpenAI `tool_calls`. Three
 //! syntaxes ([`Format`]), picked from the chat template: Qwen2.5 / Hermes `<tool_call>`
-//! blocks (parsed incrementally, arguments streamed as they come), Llama 3.1 / 3.2 JSON
-//! calls and Mistral's `[TOOL_CALLS]` lists (parsed when the answer ends).
+//! blocks, Llama 3.1 / 3.2 JSON calls and Mistral's `[TOOL_CALLS]` lists, each parsed
+//! incrementally: a call starts once its name is whole, and its arguments stream as they come.
 
 use crate::error::ApiError;
 use sapient_sample::{Expr, Grammar};
@@ -255,14 +255,91 @@ pub enum Piece {
 enum State {
     /// Llama 3: nothing but a possible start of a call yet.
     Start,
-    /// Llama 3 and Mistral: the calls, parsed when the answer ends.
+    /// Llama 3 and Mistral: the calls, parsed when the answer ends (what does not stream:
+    /// another key order than the constraint's).
     Calls,
+    /// Llama 3's call object or Mistral's list, streamed: `buf` holds the text since the call
+    /// (Llama 3) or the marker (Mistral), `at` how much of it is parsed, `first` the number
+    /// of calls before it.
+    Json { at: usize, step: Step, first: usize },
     Text,
     /// Inside a call (after OPEN): the text so far, the header's length once parsed, the
     /// bytes of arguments already given out.
     Call { header: Option<usize>, emitted: usize },
     /// After a call's CLOSE: whitespace, another OPEN, or text.
     Between,
+}
+
+/// Where the streamed parse of a Llama 3 call or a Mistral list is.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// Mistral: before the list's `[`.
+    List,
+    /// Before a call's `{"name": "..", "arguments": ` is whole.
+    Header,
+    /// In a call's arguments.
+    Args(Scan),
+    /// After the arguments: the call object's `}`.
+    Close,
+    /// Mistral: after a call, `,` and another, or the list's `]`.
+    Next,
+    /// After the calls.
+    Done,
+}
+
+/// The scan of a JSON value's text, as it comes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Scan {
+    depth: usize,
+    string: bool,
+    escape: bool,
+    started: bool,
+}
+
+impl Scan {
+    /// Scan more of the value: where in `b` its text starts (after leading whitespace) and,
+    /// once it is whole, where it ends.
+    fn feed(&mut self, b: &[u8]) -> (usize, Option<usize>) {
+        let mut from = if self.started { 0 } else { b.len() };
+        for (i, &c) in b.iter().enumerate() {
+            if !self.started {
+                if c.is_ascii_whitespace() {
+                    continue;
+                }
+                self.started = true;
+                from = i;
+            }
+            if self.string {
+                if self.escape {
+                    self.escape = false;
+                } else if c == b'\\' {
+                    self.escape = true;
+                } else if c == b'"' {
+                    self.string = false;
+                    if self.depth == 0 {
+                        return (from, Some(i + 1));
+                    }
+                }
+                continue;
+            }
+            match c {
+                b'"' => self.string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' if self.depth == 0 => return (from, Some(i)),
+                b'}' | b']' => {
+                    self.depth -= 1;
+                    if self.depth == 0 {
+                        return (from, Some(i + 1));
+                    }
+                }
+                // The end of a number or literal.
+                b',' if self.depth == 0 => return (from, Some(i)),
+                c if c.is_ascii_whitespace() && self.depth == 0 => return (from, Some(i)),
+                _ => {}
+            }
+        }
+        (from, None)
+    }
 }
 
 /// Splits generated text into content and tool calls as it streams.
@@ -319,7 +396,7 @@ impl Parser {
                 State::Start => {
                     let t = self.buf.trim_start();
                     if t.starts_with(LLAMA3_OPEN) {
-                        self.state = State::Calls;
+                        self.state = State::Json { at: 0, step: Step::Header, first: self.calls };
                     } else if !end && LLAMA3_OPEN.starts_with(t) {
                         return;
                     } else {
@@ -345,6 +422,12 @@ impl Parser {
                     }
                     return;
                 }
+                State::Json { at, step, first } => {
+                    let (at, step, first) = (*at, *step, *first);
+                    if !self.json(at, step, first, out, end) {
+                        return;
+                    }
+                }
                 State::Text if self.format == Format::Llama3 => {
                     if !self.buf.is_empty() {
                         out.push(Piece::Content(std::mem::take(&mut self.buf)));
@@ -358,7 +441,7 @@ impl Parser {
                             out.push(Piece::Content(before.to_string()));
                         }
                         self.buf.drain(..i + MISTRAL_OPEN.len());
-                        self.state = State::Calls;
+                        self.state = State::Json { at: 0, step: Step::List, first: self.calls };
                         continue;
                     }
                     let keep = if end { 0 } else { partial_suffix(&self.buf, MISTRAL_OPEN) };
@@ -471,6 +554,75 @@ impl Parser {
     }
 }
 
+impl Parser {
+    /// One step of [`State::Json`]; false when it needs more text (or the text has ended).
+    fn json(&mut self, at: usize, step: Step, first: usize, out: &mut Vec<Piece>, end: bool) -> bool {
+        let rest = &self.buf[at..];
+        let t = rest.trim_start();
+        let past = |n: usize| at + rest.len() - t.len() + n;
+        // Wait for more, unless the text has ended.
+        let more = t.is_empty() && !end;
+        let next = match step {
+            Step::List if t.starts_with('[') => Some((past(1), Step::Header)),
+            Step::Header => match header(rest, self.format.args_key()) {
+                Head::Whole(name, len) => {
+                    out.push(Piece::CallStart { index: self.calls, name });
+                    self.calls += 1;
+                    Some((at + len, Step::Args(Scan::default())))
+                }
+                Head::Partial if !end => return false,
+                _ => None,
+            },
+            Step::Args(mut scan) => {
+                let (from, stop) = scan.feed(rest.as_bytes());
+                let to = stop.unwrap_or(rest.len());
+                if to > from {
+                    out.push(Piece::CallArgs { index: self.calls - 1, text: rest[from..to].to_string() });
+                }
+                match stop {
+                    Some(_) => Some((at + to, Step::Close)),
+                    None if end => {
+                        // Cut short (max_tokens): the arguments there are.
+                        self.buf.clear();
+                        self.state = State::Text;
+                        return false;
+                    }
+                    None => {
+                        self.state = State::Json { at: self.buf.len(), step: Step::Args(scan), first };
+                        return false;
+                    }
+                }
+            }
+            Step::Close if t.starts_with('}') => Some((past(1), if self.format == Format::Mistral { Step::Next } else { Step::Done })),
+            Step::Next if t.starts_with(',') => Some((past(1), Step::Header)),
+            Step::Next if t.starts_with(']') => Some((past(1), Step::Done)),
+            Step::Done if t.is_empty() => {
+                if end {
+                    self.buf.clear();
+                }
+                return false;
+            }
+            _ if more => return false,
+            _ => None,
+        };
+        match next {
+            Some((at, step)) => self.state = State::Json { at, step, first },
+            // Not calls in the expected shape: parsed whole at the end if none has started,
+            // else the rest is text (dropped if only whitespace).
+            None if self.calls == first => self.state = State::Calls,
+            None => {
+                self.buf.drain(..at);
+                self.state = State::Text;
+                if end && self.buf.trim().is_empty() {
+                    self.buf.clear();
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
 /// The length of the longest suffix of `s` that is a proper prefix of `pat`.
 fn partial_suffix(s: &str, pat: &str) -> usize {
     (1..pat.len().min(s.len() + 1))
@@ -479,60 +631,87 @@ fn partial_suffix(s: &str, pat: &str) -> usize {
         .unwrap_or(0)
 }
 
-/// `ws { ws "name" ws : ws "NAME" ws , ws "arguments" ws : ws` at the start of `s`: the name
-/// and the header's length.
+/// How much of a call's header there is.
+enum Head {
+    /// The function's name and the header's length.
+    Whole(String, usize),
+    /// The text so far could still become one.
+    Partial,
+    Invalid,
+}
+
+/// `ws { ws "name" ws : ws "NAME" ws , ws "arguments" ws : ws` at the start of `s` (with
+/// `key` for "arguments").
+fn header(s: &str, key: &str) -> Head {
+    // Err(true): the text ends inside the header; Err(false): it is not one.
+    fn go(s: &str, key: &str) -> Result<(String, usize), bool> {
+        let b = s.as_bytes();
+        let mut i = 0;
+        let ws = |i: &mut usize| {
+            while *i < b.len() && b[*i].is_ascii_whitespace() {
+                *i += 1;
+            }
+        };
+        let lit = |i: &mut usize, l: &str| -> Result<(), bool> {
+            let r = &b[*i..];
+            if r.starts_with(l.as_bytes()) {
+                *i += l.len();
+                Ok(())
+            } else {
+                Err(l.as_bytes().starts_with(r))
+            }
+        };
+        ws(&mut i);
+        lit(&mut i, "{")?;
+        ws(&mut i);
+        lit(&mut i, "\"name\"")?;
+        ws(&mut i);
+        lit(&mut i, ":")?;
+        ws(&mut i);
+        match b.get(i) {
+            None => return Err(true),
+            Some(b'"') => {}
+            Some(_) => return Err(false),
+        }
+        // The JSON string: up to the first unescaped quote.
+        let start = i;
+        i += 1;
+        while i < b.len() {
+            match b[i] {
+                b'\\' => i += 2,
+                b'"' => break,
+                _ => i += 1,
+            }
+        }
+        if i >= b.len() {
+            return Err(true);
+        }
+        i += 1;
+        let name: String = serde_json::from_str(&s[start..i]).map_err(|_| false)?;
+        ws(&mut i);
+        lit(&mut i, ",")?;
+        ws(&mut i);
+        lit(&mut i, &format!("\"{key}\""))?;
+        ws(&mut i);
+        lit(&mut i, ":")?;
+        Ok((name, i))
+    }
+    match go(s, key) {
+        Ok((name, len)) => Head::Whole(name, len),
+        Err(true) => Head::Partial,
+        Err(false) => Head::Invalid,
+    }
+}
+
+/// Hermes: the header and its whitespace, with the first byte of the arguments after it.
 fn parse_header(s: &str) -> Option<(String, usize)> {
-    let b = s.as_bytes();
-    let mut i = 0;
-    let ws = |i: &mut usize| {
-        while *i < b.len() && b[*i].is_ascii_whitespace() {
-            *i += 1;
+    match header(s, "arguments") {
+        Head::Whole(name, mut len) => {
+            len += s[len..].len() - s[len..].trim_start().len();
+            (len < s.len()).then_some((name, len))
         }
-    };
-    let lit = |i: &mut usize, l: &str| -> Option<()> {
-        if s[*i..].starts_with(l) {
-            *i += l.len();
-            Some(())
-        } else {
-            None
-        }
-    };
-    ws(&mut i);
-    lit(&mut i, "{")?;
-    ws(&mut i);
-    lit(&mut i, "\"name\"")?;
-    ws(&mut i);
-    lit(&mut i, ":")?;
-    ws(&mut i);
-    if b.get(i) != Some(&b'"') {
-        return None;
+        _ => None,
     }
-    // The JSON string: up to the first unescaped quote.
-    let start = i;
-    i += 1;
-    while i < b.len() {
-        match b[i] {
-            b'\\' => i += 2,
-            b'"' => break,
-            _ => i += 1,
-        }
-    }
-    if i >= b.len() {
-        return None;
-    }
-    i += 1;
-    let name: String = serde_json::from_str(&s[start..i]).ok()?;
-    ws(&mut i);
-    lit(&mut i, ",")?;
-    ws(&mut i);
-    lit(&mut i, "\"arguments\"")?;
-    ws(&mut i);
-    lit(&mut i, ":")?;
-    ws(&mut i);
-    if i >= b.len() {
-        return None;
-    }
-    Some((name, i))
 }
 
 /// The arguments' text from the rest of a call after its header: without the call object's
@@ -702,10 +881,10 @@ mod tests {
         let mistral = "Checking. [TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"time\", \"arguments\": {}}]";
         for step in [1, 2, 5, 1000] {
             let (c, calls) = parse_format_in_pieces(Format::Llama3, llama, step);
-            assert_eq!((c.as_str(), calls), ("", vec![("get_weather".to_string(), "{\"city\":\"Paris\"}".to_string())]), "step {step}");
+            assert_eq!((c.as_str(), calls), ("", vec![("get_weather".to_string(), "{\"city\": \"Paris\"}".to_string())]), "step {step}");
             let (c, calls) = parse_format_in_pieces(Format::Mistral, mistral, step);
             assert_eq!(c, "Checking. ", "step {step}");
-            assert_eq!(calls, vec![("get_weather".into(), "{\"city\":\"Paris\"}".into()), ("time".into(), "{}".into())], "step {step}");
+            assert_eq!(calls, vec![("get_weather".into(), "{\"city\": \"Paris\"}".into()), ("time".into(), "{}".into())], "step {step}");
             // Text stays text: a Llama 3 answer that is not a call, one that only starts like
             // one, a Mistral answer without the marker, a marker with no list after it.
             for (f, t) in [(Format::Llama3, "Paris is sunny."), (Format::Llama3, "{\"nam is not a call"), (Format::Llama3, "  {\"name\": oops"), (Format::Mistral, "No tools [TOOL_CALL"), (Format::Mistral, "[TOOL_CALLS] nope")] {
@@ -714,6 +893,48 @@ mod tests {
                 assert_eq!(c.trim(), t.trim(), "{f:?} {t} step {step}");
             }
         }
+    }
+
+    #[test]
+    fn llama3_and_mistral_arguments_stream_as_they_come() {
+        // Braces and quotes inside strings, nested values, a number last.
+        let args = "{\"q\": \"a}b\\\"]\", \"n\": [1, {\"x\": [2]}], \"k\": -3.5e2}";
+        let llama = format!(" {{\"name\": \"f\", \"parameters\": {args}}} ");
+        let mistral = format!("[TOOL_CALLS] [{{\"name\": \"f\", \"arguments\": {args}}},{{\"name\":\"g\",\"arguments\":7}}]");
+        for (format, text, want) in [(Format::Llama3, llama, vec![("f", args)]), (Format::Mistral, mistral, vec![("f", args), ("g", "7")])] {
+            for step in [1, 2, 3, 1000] {
+                let mut p = Parser::for_format(format);
+                let mut all = Vec::new();
+                let mut first_args_at = None;
+                let chars: Vec<char> = text.chars().collect();
+                for (k, c) in chars.chunks(step).enumerate() {
+                    let pieces = p.push(&c.iter().collect::<String>());
+                    if first_args_at.is_none() && pieces.iter().any(|x| matches!(x, Piece::CallArgs { .. })) {
+                        first_args_at = Some(k * step);
+                    }
+                    all.extend(pieces);
+                }
+                all.extend(p.finish());
+                let (content, calls) = collect(&all);
+                assert_eq!(content, "", "{format:?} step {step}");
+                let want: Vec<(String, String)> = want.iter().map(|(n, a)| (n.to_string(), a.to_string())).collect();
+                assert_eq!(calls, want, "{format:?} step {step}");
+                // The arguments start before the text ends, in many pieces at small steps.
+                assert!(first_args_at.is_some_and(|k| k < text.len() / 2), "{format:?} step {step}");
+                let pieces = all.iter().filter(|x| matches!(x, Piece::CallArgs { index: 0, .. })).count();
+                assert!(step == 1000 || pieces >= args.len() / step / 2, "{format:?} step {step}: {pieces} pieces");
+            }
+        }
+        // Cut short: the arguments there are, no content.
+        for (format, text) in [(Format::Llama3, "{\"name\": \"f\", \"parameters\": {\"a\": [1, 2"), (Format::Mistral, "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\": [1, 2")] {
+            for step in [1, 4, 1000] {
+                let (c, calls) = parse_format_in_pieces(format, text, step);
+                assert_eq!((c.as_str(), calls), ("", vec![("f".to_string(), "{\"a\": [1, 2".to_string())]), "{format:?} step {step}");
+            }
+        }
+        // Another key order than the constraint's does not stream but still parses whole.
+        let (c, calls) = parse_format_in_pieces(Format::Mistral, "[TOOL_CALLS] [{\"arguments\": {\"a\": 1}, \"name\": \"f\"}]", 2);
+        assert_eq!((c.as_str(), calls), ("", vec![("f".to_string(), "{\"a\":1}".to_string())]));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Tool calls in the Llama 3 and Mistral syntaxes: SmolLM2's weights under Llama 3.2's and
 //! Mistral's own chat templates (tests/data/tokenizers/templates), so the server picks each
 //! family's format from the template. A required call comes back as OpenAI `tool_calls`,
-//! whole and streamed, with arguments that follow the schema; the call and its result go
+//! whole and streamed (the arguments in pieces as they are generated), with arguments that
+//! follow the schema; the call and its result go
 //! back through the template (Mistral's checks its nine-character call ids) to a final
 //! answer.
 
@@ -47,15 +48,31 @@ async fn round_trip(file: &str, id_len: Option<usize>) -> Result<()> {
     let mut sreq = req.clone();
     sreq["stream"] = json!(true);
     let events = post(s.addr, "/v1/chat/completions", &sreq).await?.events();
-    let (mut name, mut streamed_args) = (String::new(), String::new());
+    // As OpenAI streams them: a first delta with the id, type and name, then the arguments
+    // in pieces as they are generated, which put together are the whole answer's arguments.
+    let (mut name, mut streamed_args, mut deltas) = (String::new(), String::new(), Vec::new());
     for e in &events[..events.len().saturating_sub(1)] {
         let c: Value = serde_json::from_str(e)?;
         for tc in c["choices"][0]["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            ensure!(tc["index"] == 0, "{file}: {tc}");
             name.push_str(tc["function"]["name"].as_str().unwrap_or_default());
             streamed_args.push_str(tc["function"]["arguments"].as_str().unwrap_or_default());
+            deltas.push(tc.clone());
         }
     }
-    ensure!(name == "get_weather" && serde_json::from_str::<Value>(&streamed_args)? == args, "{file}: streamed {name} {streamed_args}");
+    let first = deltas.first().context("no tool_calls delta")?;
+    ensure!(
+        first["id"].as_str().is_some_and(|i| !i.is_empty()) && first["type"] == "function" && first["function"]["name"] == "get_weather",
+        "{file}: first delta {first}"
+    );
+    let arg_pieces = deltas.iter().filter(|d| d["function"]["arguments"].as_str().is_some_and(|a| !a.is_empty())).count();
+    ensure!(arg_pieces > 1, "{file}: the arguments came in {arg_pieces} delta(s): {deltas:?}");
+    ensure!(deltas[1..].iter().all(|d| d.get("id").is_none() && d["function"].get("name").is_none()), "{file}: {deltas:?}");
+    ensure!(
+        name == "get_weather" && streamed_args == call["function"]["arguments"].as_str().unwrap_or_default() && serde_json::from_str::<Value>(&streamed_args)? == args,
+        "{file}: streamed {name} {streamed_args}"
+    );
+    eprintln!("{file}: arguments in {arg_pieces} deltas");
 
     // The call and its result go back through the template to an answer.
     let mut turns = question.as_array().context("array")?.clone();
