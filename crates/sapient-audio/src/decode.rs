@@ -383,22 +383,46 @@ pub enum WavFormat {
 
 /// A mono WAV file in memory.
 pub fn encode_wav(samples: &[f32], sample_rate: u32, format: WavFormat) -> Result<Vec<u8>> {
-    check_rate(sample_rate)?;
     crate::error::check_finite("WAV output", samples)?;
+    let mut out = wav_header(sample_rate, format, Some(samples.len()))?;
+    match format {
+        WavFormat::Pcm16 => out.extend_from_slice(&encode_pcm16(samples)),
+        WavFormat::Float32 => {
+            for &s in samples {
+                out.extend_from_slice(&s.to_le_bytes());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The header of a mono WAV file of `samples` samples; `None` for a stream whose length is not
+/// known yet: the RIFF and data sizes (and float's sample count) are then 0xFFFFFFFF, as
+/// streaming servers write them and decoders read them (up to the end of the stream). The
+/// samples follow as [`encode_pcm16`] (or little-endian f32) writes them.
+pub fn wav_header(sample_rate: u32, format: WavFormat, samples: Option<usize>) -> Result<Vec<u8>> {
+    check_rate(sample_rate)?;
     let (tag, bits): (u16, u16) = match format {
         WavFormat::Pcm16 => (1, 16),
         WavFormat::Float32 => (3, 32),
     };
     let block = bits / 8;
-    let data_len = samples.len() as u64 * block as u64;
-    // RIFF sizes are u32: 4 GiB of audio is the format's own limit.
-    let riff_len = 36 + data_len + if format == WavFormat::Float32 { 14 } else { 0 };
-    if riff_len > u32::MAX as u64 {
-        return Err(Error::InvalidInput(format!("{} samples do not fit in a WAV file", samples.len())));
-    }
-    let mut out = Vec::with_capacity(riff_len as usize + 8);
+    let extra = if format == WavFormat::Float32 { 14 } else { 0 };
+    let (riff_len, data_len, frames) = match samples {
+        Some(n) => {
+            let data_len = n as u64 * block as u64;
+            // RIFF sizes are u32: 4 GiB of audio is the format's own limit.
+            let riff_len = 36 + data_len + extra;
+            if riff_len >= u32::MAX as u64 {
+                return Err(Error::InvalidInput(format!("{n} samples do not fit in a WAV file")));
+            }
+            (riff_len as u32, data_len as u32, n as u32)
+        }
+        None => (u32::MAX, u32::MAX, u32::MAX),
+    };
+    let mut out = Vec::with_capacity(44 + extra as usize);
     out.extend_from_slice(b"RIFF");
-    out.extend_from_slice(&(riff_len as u32).to_le_bytes());
+    out.extend_from_slice(&riff_len.to_le_bytes());
     out.extend_from_slice(b"WAVE");
     out.extend_from_slice(b"fmt ");
     let fmt_len: u32 = if format == WavFormat::Float32 { 18 } else { 16 };
@@ -413,18 +437,10 @@ pub fn encode_wav(samples: &[f32], sample_rate: u32, format: WavFormat) -> Resul
         out.extend_from_slice(&0u16.to_le_bytes()); // cbSize
         out.extend_from_slice(b"fact");
         out.extend_from_slice(&4u32.to_le_bytes());
-        out.extend_from_slice(&(samples.len() as u32).to_le_bytes());
+        out.extend_from_slice(&frames.to_le_bytes());
     }
     out.extend_from_slice(b"data");
-    out.extend_from_slice(&(data_len as u32).to_le_bytes());
-    match format {
-        WavFormat::Pcm16 => out.extend_from_slice(&encode_pcm16(samples)),
-        WavFormat::Float32 => {
-            for &s in samples {
-                out.extend_from_slice(&s.to_le_bytes());
-            }
-        }
-    }
+    out.extend_from_slice(&data_len.to_le_bytes());
     Ok(out)
 }
 

@@ -35,7 +35,7 @@ pub mod vad;
 mod mic;
 
 pub use decode::{
-    decode_bytes, decode_file, decode_raw_pcm, decode_raw_pcm_interleaved, encode_pcm16, encode_wav, write_wav, Audio, Decoder,
+    decode_bytes, decode_file, decode_raw_pcm, decode_raw_pcm_interleaved, encode_pcm16, encode_wav, wav_header, write_wav, Audio, Decoder,
     PcmFormat, WavFormat, DEFAULT_MAX_DURATION_S,
 };
 pub use error::{check_rate, Error, Result, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE};

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use sapient_audio::{decode_bytes, decode_file, decode_raw_pcm, write_wav, Error, PcmFormat, WavFormat};
+use sapient_audio::{decode_bytes, decode_file, decode_raw_pcm, encode_wav, wav_header, write_wav, Error, PcmFormat, WavFormat};
 
 fn check_against_ref(name: &str, audio: &sapient_audio::Audio, exact: bool) {
     let r = &json("decode_ref.json")[name];
@@ -145,6 +145,29 @@ fn wav_writer_round_trips() {
     assert!(matches!(write_wav(dir.join("x.wav"), &[0.0, f32::NAN], 16_000, WavFormat::Pcm16), Err(Error::NonFinite { .. })));
     assert!(matches!(write_wav(dir.join("x.wav"), &[0.0], 0, WavFormat::Pcm16), Err(Error::InvalidSampleRate { rate: 0 })));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_streamed_wav_of_unknown_length_decodes() {
+    let src = decode_file(clip("0880")).unwrap();
+    for format in [WavFormat::Pcm16, WavFormat::Float32] {
+        let whole = encode_wav(&src.samples, 16_000, format).unwrap();
+        let head = wav_header(16_000, format, None).unwrap();
+        let known = wav_header(16_000, format, Some(src.samples.len())).unwrap();
+        // The same header but for the sizes, which say "unknown" (0xFFFFFFFF), and the same
+        // samples after it.
+        assert_eq!(head.len(), known.len());
+        assert_eq!(&head[4..8], &[0xFF; 4]);
+        assert_eq!(&head[head.len() - 4..], &[0xFF; 4]);
+        assert_eq!(&head[8..head.len() - 8], &whole[8..head.len() - 8]);
+        assert_eq!(known[..], whole[..known.len()]);
+        let mut streamed = head.clone();
+        streamed.extend_from_slice(&whole[head.len()..]);
+        let back = decode_bytes(streamed).unwrap();
+        assert_eq!((back.sample_rate, back.samples.len()), (16_000, src.samples.len()), "{format:?}");
+        assert_eq!(back.samples, decode_bytes(whole).unwrap().samples, "{format:?}");
+    }
+    assert!(matches!(wav_header(0, WavFormat::Pcm16, None), Err(Error::InvalidSampleRate { rate: 0 })));
 }
 
 #[test]

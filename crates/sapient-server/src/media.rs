@@ -192,13 +192,15 @@ struct SpeechRequest {
     voice: Option<Value>,
     speed: Option<f32>,
     response_format: Option<String>,
-    /// OpenAI's: `audio` (the default: the body itself); `sse` is not supported.
+    /// OpenAI's: `audio` (the body itself); `sse` is not supported. Given, a WAV is streamed.
     stream_format: Option<String>,
+    /// Not OpenAI's (Kokoro-FastAPI's): stream the WAV as it is synthesized. PCM always streams.
+    stream: Option<bool>,
 }
 
 /// A speech request's fields, checked without the model: the speed, the voice asked for
-/// (`None`: the model's first) and the output format.
-fn check_speech(req: &SpeechRequest) -> Result<(f32, Option<String>, String), ApiError> {
+/// (`None`: the model's first), the output format and whether to stream it.
+fn check_speech(req: &SpeechRequest) -> Result<(f32, Option<String>, String, bool), ApiError> {
     if req.input.trim().is_empty() || req.input.len() > 8192 {
         return Err(ApiError::invalid_param("input", "input must be 1 to 8192 bytes of text"));
     }
@@ -218,7 +220,8 @@ fn check_speech(req: &SpeechRequest) -> Result<(f32, Option<String>, String), Ap
     if let Some(f) = req.stream_format.as_deref().filter(|f| *f != "audio") {
         return Err(ApiError::invalid_param("stream_format", format!("stream_format '{f}' is not supported (audio)")));
     }
-    Ok((speed, voice, format))
+    let stream = format == "pcm" || req.stream.unwrap_or(false) || req.stream_format.is_some();
+    Ok((speed, voice, format, stream))
 }
 
 /// Parse and check an embedding or speech body without a model (see [`crate::check_request`]).
@@ -238,7 +241,7 @@ pub(crate) async fn speech(State(st): State<Arc<AppState>>, headers: HeaderMap, 
     let m = st.models()?;
     let (_, tts) = m.find(&m.tts, req.model.as_deref(), "text-to-speech")?;
     let tts = tts.clone();
-    let (speed, voice, format) = check_speech(&req)?;
+    let (speed, voice, format, stream) = check_speech(&req)?;
     let names = tts.voices().names();
     let first = names.first().map(|v| v.to_string()).unwrap_or_default();
     let voice = voice.unwrap_or(first);
@@ -246,8 +249,15 @@ pub(crate) async fn speech(State(st): State<Arc<AppState>>, headers: HeaderMap, 
     const OPENAI: &[&str] = &["alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse"];
     let voice = if OPENAI.contains(&voice.as_str()) && !names.iter().any(|n| *n == voice) { names.first().map(|v| v.to_string()).unwrap_or(voice) } else { voice };
     let input = req.input;
-    if format == "pcm" {
-        return stream_pcm(tts, input, voice, speed).await;
+    if stream {
+        // PCM as it is; a WAV behind a header of unknown length (sizes 0xFFFFFFFF).
+        let head = match format.as_str() {
+            "wav" => Some(Bytes::from(
+                sapient_audio::wav_header(tts.sample_rate(), sapient_audio::WavFormat::Pcm16, None).map_err(|e| ApiError::internal(e.to_string()))?,
+            )),
+            _ => None,
+        };
+        return stream_audio(tts, input, voice, speed, head).await;
     }
     let speech = tokio::task::spawn_blocking(move || tts.synthesize(&input, &voice, speed).map_err(|e| ApiError::bad_request(e.to_string())))
         .await
@@ -256,11 +266,11 @@ pub(crate) async fn speech(State(st): State<Arc<AppState>>, headers: HeaderMap, 
     Ok(([(header::CONTENT_TYPE, "audio/wav")], wav).into_response())
 }
 
-/// Raw PCM streamed as it is synthesized: each sentence's samples go out as soon as they
-/// exist (a chunked body), so playback can start after the first sentence. An error before
-/// the first sentence is an ordinary error reply; a client that goes away stops the
-/// synthesis at the next sentence.
-async fn stream_pcm(tts: Arc<sapient_kokoro::KokoroTts>, input: String, voice: String, speed: f32) -> Result<Response, ApiError> {
+/// Speech streamed as it is synthesized: each sentence's samples go out as 16-bit PCM as soon
+/// as they exist (a chunked body), after the WAV header `wav` if given, so playback can start
+/// after the first sentence. An error before the first sentence is an ordinary error reply; a
+/// client that goes away stops the synthesis at the next sentence.
+async fn stream_audio(tts: Arc<sapient_kokoro::KokoroTts>, input: String, voice: String, speed: f32, wav: Option<Bytes>) -> Result<Response, ApiError> {
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<Result<(), ApiError>>();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
     tokio::task::spawn_blocking(move || {
@@ -303,8 +313,10 @@ async fn stream_pcm(tts: Arc<sapient_kokoro::KokoroTts>, input: String, voice: S
         }
     });
     first_rx.await.map_err(|_| ApiError::internal("speech synthesis stopped".to_string()))??;
-    let body = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
-    Ok(([(header::CONTENT_TYPE, "audio/pcm")], axum::body::Body::from_stream(body)).into_response())
+    let content_type = if wav.is_some() { "audio/wav" } else { "audio/pcm" };
+    let samples = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) });
+    let body = futures::StreamExt::chain(futures::stream::iter(wav.map(Ok)), samples);
+    Ok(([(header::CONTENT_TYPE, content_type)], axum::body::Body::from_stream(body)).into_response())
 }
 
 #[cfg(test)]

@@ -30,6 +30,31 @@ fn unb64(s: &str) -> Vec<u8> {
     out
 }
 
+/// A speech request's reply read from the raw socket: its headers (lower case) and the pieces
+/// of its chunked body as they were sent.
+async fn chunked_speech(a: std::net::SocketAddr, body: &Value) -> Result<(String, Vec<Vec<u8>>)> {
+    let head = request_bytes("POST", "/v1/audio/speech", &[("Content-Type", "application/json")], body.to_string().as_bytes());
+    let mut sock = tokio::net::TcpStream::connect(a).await?;
+    tokio::io::AsyncWriteExt::write_all(&mut sock, &head).await?;
+    let mut raw = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut sock, &mut raw).await?;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").context("headers")? + 4;
+    let head_text = String::from_utf8_lossy(&raw[..split]).to_lowercase();
+    ensure!(head_text.contains("transfer-encoding: chunked"), "{head_text}");
+    let mut pieces = Vec::new();
+    let mut at = split;
+    loop {
+        let eol = raw[at..].windows(2).position(|w| w == b"\r\n").context("chunk size")? + at;
+        let n = usize::from_str_radix(String::from_utf8_lossy(&raw[at..eol]).trim(), 16)?;
+        if n == 0 {
+            break;
+        }
+        pieces.push(raw.get(eol + 2..eol + 2 + n).context("a chunk cut short")?.to_vec());
+        at = eol + 2 + n + 2;
+    }
+    Ok((head_text, pieces))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embeddings_speech_and_transcription() -> Result<()> {
     tokio::time::timeout(Duration::from_secs(300), async {
@@ -83,25 +108,7 @@ async fn embeddings_speech_and_transcription() -> Result<()> {
         // PCM is streamed as it is synthesized: a chunked body, one piece per sentence, as
         // long as the sentences spoken one by one.
         let two = "The quick brown fox jumps over the lazy dog. It was a bright cold day in April.";
-        let head = request_bytes("POST", "/v1/audio/speech", &[("Content-Type", "application/json")], json!({"input": two, "response_format": "pcm"}).to_string().as_bytes());
-        let mut sock = tokio::net::TcpStream::connect(a).await?;
-        tokio::io::AsyncWriteExt::write_all(&mut sock, &head).await?;
-        let mut raw = Vec::new();
-        tokio::io::AsyncReadExt::read_to_end(&mut sock, &mut raw).await?;
-        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").context("headers")? + 4;
-        let head_text = String::from_utf8_lossy(&raw[..split]).to_lowercase();
-        ensure!(head_text.contains("transfer-encoding: chunked"), "{head_text}");
-        let mut pieces = Vec::new();
-        let mut at = split;
-        loop {
-            let eol = raw[at..].windows(2).position(|w| w == b"\r\n").context("chunk size")? + at;
-            let n = usize::from_str_radix(String::from_utf8_lossy(&raw[at..eol]).trim(), 16)?;
-            if n == 0 {
-                break;
-            }
-            pieces.push(raw[eol + 2..eol + 2 + n].to_vec());
-            at = eol + 2 + n + 2;
-        }
+        let (_, pieces) = chunked_speech(a, &json!({"input": two, "response_format": "pcm"})).await?;
         let streamed: Vec<u8> = pieces.concat();
         let mut alone = Vec::new();
         for sentence in ["The quick brown fox jumps over the lazy dog.", "It was a bright cold day in April."] {
@@ -109,6 +116,26 @@ async fn embeddings_speech_and_transcription() -> Result<()> {
         }
         ensure!(pieces.len() >= 2, "one piece per sentence, got {}", pieces.len());
         ensure!(streamed.len() == alone.len(), "streamed {} bytes, sentences alone {}", streamed.len(), alone.len());
+        // A streamed WAV: a header of unknown length (RIFF and data sizes 0xFFFFFFFF) first,
+        // then the PCM sentence by sentence; it decodes to the whole WAV's samples.
+        let whole = post(a, "/v1/audio/speech", &json!({"input": two})).await?;
+        ensure!(whole.status == 200 && whole.header("content-type") == Some("audio/wav"), "{}", whole.text());
+        let whole = sapient_audio::decode_bytes(whole.body.clone())?;
+        for req in [json!({"input": two, "stream": true}), json!({"input": two, "response_format": "wav", "stream_format": "audio"})] {
+            let (head_text, pieces) = chunked_speech(a, &req).await?;
+            ensure!(head_text.contains("content-type: audio/wav"), "{head_text}");
+            ensure!(pieces.len() >= 3 && pieces[0].len() == 44, "a header, then a piece per sentence: {:?}", pieces.iter().map(Vec::len).collect::<Vec<_>>());
+            let h = &pieces[0];
+            let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
+            let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+            ensure!(&h[0..4] == b"RIFF" && u32_at(4) == u32::MAX && &h[8..16] == b"WAVEfmt " && u32_at(16) == 16, "{h:?}");
+            // PCM, mono, 24 kHz, 16-bit, then a data chunk of unknown length.
+            ensure!(u16_at(20) == 1 && u16_at(22) == 1 && u32_at(24) == 24_000 && u32_at(28) == 48_000 && u16_at(32) == 2 && u16_at(34) == 16, "{h:?}");
+            ensure!(&h[36..40] == b"data" && u32_at(40) == u32::MAX, "{h:?}");
+            ensure!(pieces[1..].concat() == streamed, "the WAV's samples are the streamed PCM's");
+            let back = sapient_audio::decode_bytes(pieces.concat())?;
+            ensure!(back.sample_rate == whole.sample_rate && back.samples == whole.samples, "{} samples streamed, {} whole", back.samples.len(), whole.samples.len());
+        }
         let r = post(a, "/v1/audio/speech", &json!({"input": said, "stream_format": "sse"})).await?;
         ensure!(r.status == 400 && r.json()?["error"]["param"] == "stream_format", "{}", r.text());
         let words = |s: &str| s.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_string).collect::<Vec<_>>();
