@@ -167,7 +167,25 @@ pub fn run(args: ServeArgs) -> Result<()> {
         args.models.push("smollm2-135m-instruct".into());
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
-    rt.block_on(serve(args))
+    let r = rt.block_on(serve(args));
+    // A model still loading when a stop signal came is not waited for.
+    rt.shutdown_background();
+    r
+}
+
+/// SIGTERM (what `docker stop` and Kubernetes send) or Ctrl-C.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        if let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 async fn serve(args: ServeArgs) -> Result<()> {
@@ -188,7 +206,33 @@ async fn serve(args: ServeArgs) -> Result<()> {
     if args.api_key.is_none() && !local.ip().is_loopback() {
         eprintln!("warning: serving on {} without --api-key", local.ip());
     }
-    let serving = tokio::spawn(server.clone().serve(listener, std::future::pending()));
+    // A stop signal ends the server gracefully: no new connections, the requests in flight
+    // finish; a second one exits at once.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        stop_signal().await;
+        eprintln!("sapient serve: stopping (the requests in flight finish; signal again to exit now)");
+        let _ = stop_tx.send(true);
+        stop_signal().await;
+        std::process::exit(130);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let serving = tokio::spawn(server.clone().serve(listener, stopped(stop_rx.clone())));
+    let models = tokio::select! {
+        m = load_models(&args) => m?,
+        _ = stopped(stop_rx) => return Ok(()),
+    };
+    server.set_models(models)?;
+    eprintln!("ready: http://{local}/v1");
+    serving.await??;
+    eprintln!("sapient serve: stopped");
+    Ok(())
+}
+
+/// Every model the arguments name, loaded with progress bars.
+async fn load_models(args: &ServeArgs) -> Result<Models> {
     let device: DeviceRequest = args.device.as_deref().unwrap_or("cpu").parse()?;
     let (kv_tokens, max_seqs) = (args.kv_tokens.unwrap_or(32768), args.max_seqs.unwrap_or(64));
     let mut llms = Vec::new();
@@ -254,10 +298,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .with_context(|| format!("loading Kokoro model '{reference}'"))?;
         models.tts.push((name, t));
     }
-    server.set_models(models)?;
-    eprintln!("ready: http://{local}/v1");
-    serving.await??;
-    Ok(())
+    Ok(models)
 }
 
 /// `NAME=REFERENCE` or `REFERENCE` (named after itself).
