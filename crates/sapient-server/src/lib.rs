@@ -165,6 +165,7 @@ pub(crate) struct AppState {
     pub(crate) opts: ServerOptions,
     pub(crate) models: OnceLock<Loaded>,
     pub(crate) http: metrics::HttpStats,
+    pub(crate) speech: metrics::SpeechStats,
 }
 
 impl AppState {
@@ -182,7 +183,7 @@ pub struct Server {
 
 impl Server {
     pub fn new(opts: ServerOptions) -> Self {
-        Self { state: Arc::new(AppState { opts, models: OnceLock::new(), http: Default::default() }) }
+        Self { state: Arc::new(AppState { opts, models: OnceLock::new(), http: Default::default(), speech: Default::default() }) }
     }
 
     /// Install the models; the server is ready from now on.
@@ -400,7 +401,7 @@ pub enum Endpoint {
 /// the voices, the embedding size) is not checked. The fuzz target `server_request` runs
 /// this on arbitrary bytes.
 pub fn check_request(endpoint: Endpoint, body: &[u8], opts: &ServerOptions, vocab_size: usize) -> Result<(), ApiError> {
-    let st = AppState { opts: opts.clone(), models: OnceLock::new(), http: Default::default() };
+    let st = AppState { opts: opts.clone(), models: OnceLock::new(), http: Default::default(), speech: Default::default() };
     if body.len() > opts.max_body_bytes {
         return Err(ApiError::too_large(opts.max_body_bytes));
     }

@@ -257,12 +257,22 @@ pub(crate) async fn speech(State(st): State<Arc<AppState>>, headers: HeaderMap, 
             )),
             _ => None,
         };
-        return stream_audio(tts, input, voice, speed, head).await;
+        return stream_audio(st.clone(), tts, input, voice, speed, head).await;
     }
-    let speech = tokio::task::spawn_blocking(move || tts.synthesize(&input, &voice, speed).map_err(|e| ApiError::bad_request(e.to_string())))
-        .await
-        .map_err(blocking_err)??;
-    let wav = sapient_audio::encode_wav(&speech.samples, speech.sample_rate, sapient_audio::WavFormat::Pcm16).map_err(|e| ApiError::internal(e.to_string()))?;
+    let rate = tts.sample_rate();
+    let samples = tokio::task::spawn_blocking(move || -> Result<Vec<f32>, ApiError> {
+        // Sentence by sentence, as the streams go (the same samples as synthesizing it whole).
+        let bad = |e: sapient_kokoro::Error| ApiError::bad_request(e.to_string());
+        let mut samples = Vec::new();
+        for chunk in tts.stream(&input, &voice, speed).map_err(bad)? {
+            samples.extend(chunk.map_err(bad)?.samples);
+            st.speech.sentences.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(samples)
+    })
+    .await
+    .map_err(blocking_err)??;
+    let wav = sapient_audio::encode_wav(&samples, rate, sapient_audio::WavFormat::Pcm16).map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(([(header::CONTENT_TYPE, "audio/wav")], wav).into_response())
 }
 
@@ -270,7 +280,7 @@ pub(crate) async fn speech(State(st): State<Arc<AppState>>, headers: HeaderMap, 
 /// as they exist (a chunked body), after the WAV header `wav` if given, so playback can start
 /// after the first sentence. An error before the first sentence is an ordinary error reply; a
 /// client that goes away stops the synthesis at the next sentence.
-async fn stream_audio(tts: Arc<sapient_kokoro::KokoroTts>, input: String, voice: String, speed: f32, wav: Option<Bytes>) -> Result<Response, ApiError> {
+async fn stream_audio(st: Arc<AppState>, tts: Arc<sapient_kokoro::KokoroTts>, input: String, voice: String, speed: f32, wav: Option<Bytes>) -> Result<Response, ApiError> {
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<Result<(), ApiError>>();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
     tokio::task::spawn_blocking(move || {
@@ -287,10 +297,12 @@ async fn stream_audio(tts: Arc<sapient_kokoro::KokoroTts>, input: String, voice:
         for chunk in stream {
             match chunk {
                 Ok(c) => {
+                    st.speech.sentences.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if let Some(f) = first.take() {
                         let _ = f.send(Ok(()));
                     }
                     if tx.blocking_send(Ok(Bytes::from(sapient_audio::encode_pcm16(&c.samples)))).is_err() {
+                        st.speech.streams_cancelled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         return;
                     }
                 }

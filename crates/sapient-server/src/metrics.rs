@@ -68,6 +68,13 @@ impl Default for LlmStats {
     }
 }
 
+/// Speech synthesis: sentences synthesized, and streams whose client left before the end.
+#[derive(Debug, Default)]
+pub struct SpeechStats {
+    pub sentences: AtomicU64,
+    pub streams_cancelled: AtomicU64,
+}
+
 /// Counters of HTTP answers by status class.
 #[derive(Debug, Default)]
 pub struct HttpStats {
@@ -139,6 +146,9 @@ pub(crate) fn render(state: &crate::AppState) -> String {
         .map(|m| m.iter().map(|(s, n)| (format!("code=\"{s}\""), *n as f64)).collect())
         .unwrap_or_default();
     gauge(&mut out, "sapient:http_responses_total", "HTTP responses by status code.", "counter", &http);
+    let speech = &state.speech;
+    gauge(&mut out, "sapient:speech_sentences_total", "Sentences (text chunks) synthesized to speech.", "counter", &[(String::new(), speech.sentences.load(Ordering::Relaxed) as f64)]);
+    gauge(&mut out, "sapient:speech_streams_cancelled_total", "Streamed speech stopped because the client left.", "counter", &[(String::new(), speech.streams_cancelled.load(Ordering::Relaxed) as f64)]);
     gauge(&mut out, "sapient:ready", "1 once the models are loaded.", "gauge", &[(String::new(), if models.is_some() { 1.0 } else { 0.0 })]);
     out
 }

@@ -1,7 +1,8 @@
 //! Embeddings, speech and transcription over HTTP: the server's vectors are the embedder's
 //! (float and base64), Kokoro's speech through /v1/audio/speech transcribes back to its text
-//! through /v1/audio/transcriptions (json, text, srt, vtt, verbose_json with words), and the
-//! audio routes' errors are OpenAI-shaped.
+//! through /v1/audio/transcriptions (json, text, srt, vtt, verbose_json with words), speech
+//! streams (PCM, and WAV behind a header of unknown length) and stops when its client leaves,
+//! and the audio routes' errors are OpenAI-shaped.
 
 mod common;
 
@@ -136,6 +137,34 @@ async fn embeddings_speech_and_transcription() -> Result<()> {
             let back = sapient_audio::decode_bytes(pieces.concat())?;
             ensure!(back.sample_rate == whole.sample_rate && back.samples == whole.samples, "{} samples streamed, {} whole", back.samples.len(), whole.samples.len());
         }
+        // A client that leaves stops the synthesis: of twelve sentences, only those made
+        // before the server found the connection closed (a few: the channel holds two).
+        let count = |m: &str, name: &str| metric(m, name).unwrap_or(-1.0);
+        let before = get(a, "/metrics").await?.text();
+        let long: String = (1..=12).map(|i| format!("This is sentence number {i} of a long text. ")).collect();
+        let head = request_bytes("POST", "/v1/audio/speech", &[("Content-Type", "application/json")], json!({"input": long, "stream": true}).to_string().as_bytes());
+        let mut sock = tokio::net::TcpStream::connect(a).await?;
+        tokio::io::AsyncWriteExt::write_all(&mut sock, &head).await?;
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        while got.len() < 20_000 {
+            let n = tokio::io::AsyncReadExt::read(&mut sock, &mut buf).await?;
+            ensure!(n > 0, "the stream ended early");
+            got.extend_from_slice(&buf[..n]);
+        }
+        drop(sock);
+        let t = std::time::Instant::now();
+        let after = loop {
+            let m = get(a, "/metrics").await?.text();
+            if count(&m, "sapient:speech_streams_cancelled_total") > count(&before, "sapient:speech_streams_cancelled_total") {
+                break m;
+            }
+            ensure!(t.elapsed() < Duration::from_secs(60), "the synthesis did not stop after the client left");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let made = count(&after, "sapient:speech_sentences_total") - count(&before, "sapient:speech_sentences_total");
+        ensure!((1.0..12.0).contains(&made), "{made} of 12 sentences synthesized for a client that left after the first");
+        eprintln!("a client that left after the first sentence: {made} of 12 sentences synthesized");
         let r = post(a, "/v1/audio/speech", &json!({"input": said, "stream_format": "sse"})).await?;
         ensure!(r.status == 400 && r.json()?["error"]["param"] == "stream_format", "{}", r.text());
         let words = |s: &str| s.to_lowercase().split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_string).collect::<Vec<_>>();
