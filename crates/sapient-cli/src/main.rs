@@ -151,6 +151,10 @@ struct GenOpts {
     /// and `,`) or flexible (any whitespace, up to 24 characters per gap).
     #[arg(long, default_value = "compact", value_parser = ["compact", "spaced", "flexible"])]
     json_layout: String,
+    /// How many levels deep a recursive `$ref` of the JSON Schema may nest; at the last level
+    /// the grammar makes the model close the document.
+    #[arg(long, requires = "json_schema", default_value_t = sapient_sample::JsonOptions::default().max_ref_depth, value_parser = clap::value_parser!(u32).range(1..))]
+    json_ref_depth: u32,
 }
 
 /// Speculative decoding (`generate` only): the answer is the one plain decoding gives.
@@ -174,11 +178,12 @@ struct SpecOpts {
 
 impl GenOpts {
     fn json_options(&self) -> sapient_sample::JsonOptions {
-        match self.json_layout.as_str() {
+        let layout = match self.json_layout.as_str() {
             "spaced" => sapient_sample::JsonOptions::spaced(),
             "flexible" => sapient_sample::JsonOptions::flexible(24),
             _ => sapient_sample::JsonOptions::compact(),
-        }
+        };
+        sapient_sample::JsonOptions { max_ref_depth: self.json_ref_depth, ..layout }
     }
 
     fn generation_config(&self) -> Result<GenerationConfig> {

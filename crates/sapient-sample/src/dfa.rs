@@ -15,12 +15,14 @@ use std::collections::HashMap;
 /// No transition (the byte is rejected).
 pub(crate) const DEAD: u32 = u32::MAX;
 
-/// Largest table we accept (states); beyond it building fails with `RegexTooLarge`.
-const MAX_STATES: usize = 200_000;
+/// Most DFA states a regex may need: compiling one that needs more stops once the
+/// determinizer's table would hold this many states of the regex's alphabet (or once it
+/// would take more than 16 MiB, for wide alphabets), with [`GrammarError::RegexTooLarge`].
+/// This bounds a compile's work by a count of states, whatever the pattern.
+pub const MAX_REGEX_STATES: usize = 200_000;
 /// The longest regex pattern compiled (a JSON Schema `pattern` too).
 pub const MAX_PATTERN_BYTES: usize = 64 << 10;
-/// Heap bounds on compiling one regex: its NFA, and the DFA determinized from it (which also
-/// bounds the compile time: under a second on a 2-core machine at this size).
+/// Heap bounds on compiling one regex: its NFA, and the DFA determinized from it.
 const MAX_NFA_BYTES: usize = 16 << 20;
 const MAX_DFA_BYTES: usize = 16 << 20;
 
@@ -40,38 +42,52 @@ impl DfaTable {
     /// Bytes in `forbidden` are removed from the language (used to keep pattern-constrained
     /// JSON strings free of quotes, backslashes and control characters).
     pub fn new(pattern: &str, forbidden: &dyn Fn(u8) -> bool) -> Result<Self, GrammarError> {
-        let bad = |e: String| GrammarError::InvalidRegex { pattern: pattern.to_string(), message: e };
+        Self::with_max_states(pattern, forbidden, MAX_REGEX_STATES)
+    }
+
+    /// [`DfaTable::new`] with at most `max_states` DFA states (see [`MAX_REGEX_STATES`]).
+    pub(crate) fn with_max_states(pattern: &str, forbidden: &dyn Fn(u8) -> bool, max_states: usize) -> Result<Self, GrammarError> {
+        use regex_automata::nfa::thompson;
+        // The innermost cause says what is wrong with the pattern.
+        let bad = |e: &dyn std::error::Error| {
+            let mut msg = e.to_string();
+            let mut src = e.source();
+            while let Some(s) = src {
+                msg = s.to_string();
+                src = s.source();
+            }
+            GrammarError::InvalidRegex { pattern: pattern.to_string(), message: msg }
+        };
+        let too_large = || GrammarError::RegexTooLarge { pattern: pattern.to_string(), states: max_states };
         if pattern.len() > MAX_PATTERN_BYTES {
             return Err(GrammarError::TooLarge {
                 what: format!("a regex of {} bytes", pattern.len()),
                 limit: MAX_PATTERN_BYTES,
             });
         }
+        let nfa = thompson::Compiler::new()
+            // Counted repetitions multiply: `(a{100}){100}...` or a JSON string's
+            // `minLength: 1e9` would build an NFA of gigabytes without this bound.
+            .configure(thompson::Config::new().nfa_size_limit(Some(MAX_NFA_BYTES)).which_captures(thompson::WhichCaptures::None))
+            .build(pattern)
+            .map_err(|e| bad(&e))?;
+        // A dense state is one transition (4 bytes) per class of the alphabet, rounded up to
+        // a power of two: the table limit that stops the determinizer at `max_states` states.
+        let stride = nfa.byte_classes().alphabet_len().next_power_of_two();
+        let table_limit = max_states.saturating_mul(stride * 4).min(MAX_DFA_BYTES);
         let dfa = dense::Builder::new()
             .configure(
                 dense::Config::new()
                     .match_kind(MatchKind::All)
                     .start_kind(StartKind::Anchored)
-                    .dfa_size_limit(Some(MAX_DFA_BYTES))
+                    .dfa_size_limit(Some(table_limit))
                     .determinize_size_limit(Some(MAX_DFA_BYTES)),
             )
-            // Counted repetitions multiply: `(a{100}){100}...` or a JSON string's
-            // `minLength: 1e9` would build an NFA of gigabytes without this bound.
-            .thompson(regex_automata::nfa::thompson::Config::new().nfa_size_limit(Some(MAX_NFA_BYTES)))
-            .build(pattern)
-            .map_err(|e| {
-                // The innermost cause says what is wrong with the pattern.
-                let mut msg = e.to_string();
-                let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&e);
-                while let Some(s) = src {
-                    msg = s.to_string();
-                    src = s.source();
-                }
-                bad(msg)
-            })?;
+            .build_from_nfa(&nfa)
+            .map_err(|e| if e.is_size_limit_exceeded() { too_large() } else { bad(&e) })?;
         let start = dfa
             .start_state(&start::Config::new().anchored(Anchored::Yes))
-            .map_err(|e| bad(e.to_string()))?;
+            .map_err(|e| bad(&e))?;
         // Breadth-first copy of the reachable states.
         let mut ids: HashMap<regex_automata::util::primitives::StateID, u32> = HashMap::new();
         let mut order = vec![start];
@@ -97,8 +113,8 @@ impl DfaTable {
                     Some(&n) => n,
                     None => {
                         let n = order.len() as u32;
-                        if order.len() >= MAX_STATES {
-                            return Err(GrammarError::RegexTooLarge { pattern: pattern.to_string(), states: MAX_STATES });
+                        if order.len() >= max_states {
+                            return Err(too_large());
                         }
                         ids.insert(t, n);
                         order.push(t);
@@ -254,6 +270,25 @@ mod tests {
         let without = DfaTable::stop_string(b"abab", false).unwrap();
         for (s, ok) in [("", true), ("aba", true), ("abaab", true), ("xabab", false), ("abaaba", true), ("ababa", false)] {
             assert_eq!(without.matches(s.as_bytes()), ok, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn dfa_size_is_bounded_by_a_count_of_states() {
+        // "The (k+1)-th byte from the end is an a": a DFA must remember the last k+1 bytes,
+        // and regex-automata's DFAs report a match one byte late, so theirs remember k+2:
+        // 2^(k+2) states, and the start state. It grows exponentially with k.
+        let pattern = |k: u32| format!("[ab]*a[ab]{{{k}}}");
+        let limit = 1000;
+        for k in 0..=7 {
+            let d = DfaTable::with_max_states(&pattern(k), &none, limit).unwrap();
+            assert_eq!(d.num_states(), (1 << (k + 2)) + 1, "k = {k}");
+        }
+        // 1025 states and more are refused, an exponential blow-up at once: the determinizer
+        // stops at the limit instead of building 2^26 states.
+        for k in [8, 24] {
+            let e = DfaTable::with_max_states(&pattern(k), &none, limit).unwrap_err();
+            assert_eq!(e, GrammarError::RegexTooLarge { pattern: pattern(k), states: limit }, "k = {k}");
         }
     }
 

@@ -6,7 +6,7 @@
 pub enum GrammarError {
     #[error("invalid regex {pattern:?}: {message}")]
     InvalidRegex { pattern: String, message: String },
-    #[error("regex {pattern:?} needs more than {states} DFA states")]
+    #[error("regex {pattern:?} needs more than {states} DFA states (or more than 16 MiB to compile)")]
     RegexTooLarge { pattern: String, states: usize },
     #[error("unsatisfiable constraint: {0}")]
     Unsatisfiable(String),

@@ -284,6 +284,9 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+    /// The longest stack any expansion on this thread has held since it was last reset
+    /// (see [`Grammar::top_mask`]).
+    static DEEPEST: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Most stacks alive at once before `TooAmbiguous`.
@@ -316,6 +319,29 @@ struct LexemeTable {
     stacks: Mutex<FastMap<Vec<Frame>, Arc<StackMask>>>,
     /// Whole masks of the states seen so far (the union over their stacks), shared.
     states: Mutex<FastMap<GrammarState, Arc<TokenMask>>>,
+    /// What the tops of the stacks that enter each choice node allow on their own (see
+    /// [`TopMask`]), keyed by those tops; built once per grammar and vocabulary.
+    tops: OnceLock<FastMap<GrammarState, TopMask>>,
+}
+
+/// The tokens allowed by a set of stack tops, whatever lies below them. A state whose stacks
+/// share a common part `below` and differ in their `tops` (a JSON value about to start: an
+/// object, an array, a string, a number, `true`, `false` or `null`, each on the same stack
+/// below) allows: the tokens consumed inside the tops with a parse still open after them
+/// (`open`); the tokens after which every parse has closed the tops exactly at their end
+/// (`closed`), if `below` can go on at all; and the tokens that close the tops part-way and
+/// whose rest `below` accepts (`rests`, checked per state; few: `1,` or `"a",`). Only the
+/// rests depend on `below`, so the rest is computed once per grammar and vocabulary instead
+/// of once per nesting level.
+#[derive(Debug)]
+struct TopMask {
+    open: TokenMask,
+    closed: Vec<u32>,
+    /// Token bytes after each point where the tops close, sorted, with their tokens.
+    rests: crate::vocab::BoundaryGroup,
+    /// The longest stack (tops alone) an expansion held during the walk: the split is exact
+    /// when `below`'s length plus this is within the grammar's stack limit.
+    depth: usize,
 }
 
 /// A hash map keyed by parse states with a cheap multiplicative hash (the keys are small
@@ -374,6 +400,7 @@ impl LexemeTable {
             lexemes: dfas.iter().map(|d| (0..d.num_states()).map(|_| OnceLock::new()).collect()).collect(),
             stacks: Mutex::new(Default::default()),
             states: Mutex::new(Default::default()),
+            tops: OnceLock::new(),
         }
     }
 }
@@ -499,7 +526,158 @@ impl Grammar {
                 cell.get_or_init(|| index.lexeme_tokens(&self.dfas[d], s as u32));
             }
         }
+        table.tops.get_or_init(|| self.choice_tops(index));
         t.elapsed()
+    }
+
+    /// For each choice node whose alternatives start more than one parse: those parses' tops
+    /// and what they allow on their own ([`TopMask`]).
+    fn choice_tops(&self, index: &TokenIndex) -> FastMap<GrammarState, TopMask> {
+        let mut out = FastMap::default();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !matches!(n, Node::Choice(_)) {
+                continue;
+            }
+            let mut tops = GrammarState::default();
+            if self.expand(&[self.enter(i as NodeId)], &mut tops).is_err() {
+                continue;
+            }
+            tops.normalize();
+            // An empty stack would be the stack below itself: never a split of a state.
+            if tops.num_stacks() < 2 || tops.stacks().any(|s| s.is_empty()) || out.contains_key(&tops) {
+                continue;
+            }
+            if let Ok(m) = self.top_mask(index, &tops) {
+                out.insert(tops, m);
+            }
+        }
+        out
+    }
+
+    /// Walk the trie with `tops` alone (a state whose parses stop, accepting, where the tops
+    /// close): see [`TopMask`].
+    fn top_mask(&self, index: &TokenIndex, tops: &GrammarState) -> Result<TopMask, GrammarError> {
+        let mut open = TokenMask::empty(index.vocab_size());
+        let mut closed = Vec::new();
+        let mut rests: std::collections::HashMap<Vec<u8>, Vec<u32>> = Default::default();
+        let mut states = vec![GrammarState::default(); index.max_depth + 1];
+        states[0] = tops.clone();
+        DEEPEST.with(|d| d.set(0));
+        let mut i = 1;
+        while i < index.nodes.len() {
+            let n = index.nodes[i];
+            let d = n.depth as usize;
+            let (lo, hi) = states.split_at_mut(d);
+            if !self.advance(&lo[d - 1], n.byte, &mut hi[0])? {
+                i = n.end as usize;
+                continue;
+            }
+            let s = &hi[0];
+            let has_closed = s.stacks().any(|x| x.is_empty());
+            let has_open = s.stacks().any(|x| !x.is_empty());
+            let toks = &index.tok_ids[n.tok_start as usize..n.tok_end as usize];
+            if has_open {
+                for &t in toks {
+                    open.set(t);
+                }
+            } else {
+                closed.extend_from_slice(toks);
+            }
+            if has_closed {
+                // The tokens below this node go on after the tops close.
+                for j in i + 1..n.end as usize {
+                    let m = index.nodes[j];
+                    for &tok in &index.tok_ids[m.tok_start as usize..m.tok_end as usize] {
+                        rests.entry(index.bytes[tok as usize][d..].to_vec()).or_default().push(tok);
+                    }
+                }
+            }
+            i = if has_open { i + 1 } else { n.end as usize };
+        }
+        let depth = DEEPEST.with(|d| d.get()).max(tops.stacks().map(|s| s.len()).max().unwrap_or(0));
+        let mut rests: Vec<_> = rests.into_iter().collect();
+        rests.sort_unstable();
+        Ok(TopMask { open, closed, rests: crate::vocab::BoundaryGroup::new(0, 0, &rests), depth })
+    }
+
+    /// The mask of a state with several stacks that share a part below and whose tops are
+    /// in the grammar's precomputed [`TopMask`]s; `None` otherwise.
+    fn split_mask(&self, index: &TokenIndex, table: &LexemeTable, state: &GrammarState) -> Result<Option<TokenMask>, GrammarError> {
+        let tops_map = table.tops.get_or_init(|| self.choice_tops(index));
+        if tops_map.is_empty() {
+            return Ok(None);
+        }
+        let (Some(first), Some(last)) = (state.stacks().next(), state.stacks().last()) else { return Ok(None) };
+        // Stacks are sorted: the part common to all is the common part of the first and last.
+        let k = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+        let mut tops = GrammarState::default();
+        for st in state.stacks() {
+            tops.push_stack(&st[k..]);
+        }
+        let Some(tm) = tops_map.get(&tops) else { return Ok(None) };
+        if k + tm.depth > self.max_depth {
+            return Ok(None);
+        }
+        let mut mask = tm.open.clone();
+        let mut below = GrammarState::default();
+        self.expand(&first[..k], &mut below)?;
+        below.normalize();
+        if below.num_stacks() == 0 {
+            return Ok(Some(mask));
+        }
+        for &t in &tm.closed {
+            mask.set(t);
+        }
+        let mut extra = Vec::new();
+        self.rests_from(&mut vec![below], &tm.rests, &mut extra)?;
+        for t in extra {
+            mask.set(t);
+        }
+        Ok(Some(mask))
+    }
+
+    /// Add to `extra` the tokens of each rest of `g` that `states[0]` accepts (rests sharing
+    /// a prefix share its parse; a rejected prefix skips every rest that has it). `states`
+    /// holds the states along the previous rest (`states[k]`: after its first k bytes).
+    fn rests_from(&self, states: &mut Vec<GrammarState>, g: &crate::vocab::BoundaryGroup, extra: &mut Vec<u32>) -> Result<(), GrammarError> {
+        let mut prev: &[u8] = &[];
+        let mut ok_depth = 0usize;
+        let mut dead_at: Option<usize> = None;
+        let mut i = 0;
+        while i < g.len() {
+            let (rest, toks) = g.rest(i);
+            let l = prev.iter().zip(rest.iter()).take_while(|(a, b)| a == b).count();
+            prev = rest;
+            if dead_at.is_some_and(|d| l > d) {
+                i += 1;
+                continue; // the same rejected prefix
+            }
+            dead_at = None;
+            let mut k = l.min(ok_depth);
+            while k < rest.len() {
+                if states.len() <= k + 1 {
+                    states.push(GrammarState::default());
+                }
+                let (a, b) = states.split_at_mut(k + 1);
+                if !self.advance(&a[k], rest[k], &mut b[0])? {
+                    dead_at = Some(k);
+                    break;
+                }
+                k += 1;
+            }
+            ok_depth = k;
+            match dead_at {
+                None => extra.extend_from_slice(toks),
+                // A rejected first byte: no rest starting with it is accepted.
+                Some(0) => {
+                    i = g.next_first(i);
+                    continue;
+                }
+                Some(_) => {}
+            }
+            i += 1;
+        }
+        Ok(())
     }
 
     /// The mask of a state holding one parse stack, from the cache or computed.
@@ -593,34 +771,7 @@ impl Grammar {
             if !self.advance(&before, g.b, &mut states[0])? {
                 continue;
             }
-            // states[k]: the state after the first k bytes of the previous rest.
-            let mut prev: &[u8] = &[];
-            let mut ok_depth = 0usize;
-            let mut dead_at: Option<usize> = None;
-            for (rest, toks) in g.rests() {
-                let l = prev.iter().zip(rest.iter()).take_while(|(a, b)| a == b).count();
-                prev = rest;
-                if dead_at.is_some_and(|d| l > d) {
-                    continue; // the same rejected prefix
-                }
-                dead_at = None;
-                let mut k = l.min(ok_depth);
-                while k < rest.len() {
-                    if states.len() <= k + 1 {
-                        states.push(GrammarState::default());
-                    }
-                    let (a, b) = states.split_at_mut(k + 1);
-                    if !self.advance(&a[k], rest[k], &mut b[0])? {
-                        dead_at = Some(k);
-                        break;
-                    }
-                    k += 1;
-                }
-                ok_depth = k;
-                if dead_at.is_none() {
-                    extra.extend_from_slice(toks);
-                }
-            }
+            self.rests_from(&mut states, g, &mut extra)?;
         }
         Ok(Some(StackMask::Lexeme { dfa: d, state: top.pos, extra }))
     }
@@ -699,6 +850,7 @@ impl Grammar {
         work.extend_from_slice(stack);
         work_ends.push(work.len());
         let mut budget = EXPAND_BUDGET;
+        let mut deepest = 0;
         while let Some(end) = work_ends.pop() {
             let start = work_ends.last().copied().unwrap_or(0);
             st.clear();
@@ -706,6 +858,7 @@ impl Grammar {
             work.truncate(start);
             loop {
                 budget = budget.checked_sub(1).ok_or(GrammarError::Loop)?;
+                deepest = deepest.max(st.len());
                 if st.len() > self.max_depth {
                     break; // too deep: this parse is dropped
                 }
@@ -780,6 +933,7 @@ impl Grammar {
                 return Err(GrammarError::TooAmbiguous(MAX_STACKS));
             }
         }
+        DEEPEST.with(|d| d.set(d.get().max(deepest)));
         Ok(())
     }
 }
@@ -870,6 +1024,8 @@ impl Constraint for Grammar {
         if state.ends.len() == 1 {
             let m = self.stack_mask(index, &table, state)?;
             self.add_stack_mask(index, &table, &m, &mut mask);
+        } else if let Some(m) = self.split_mask(index, &table, state)? {
+            mask = Some(m);
         } else {
             let mut single = GrammarState::default();
             for st in state.stacks() {
@@ -1380,6 +1536,58 @@ mod tests {
         b.nodes[v as usize] = Node::Choice(vec![rec, y].into());
         let r = Grammar::from_parts(b.nodes, b.dfas, v);
         assert!(matches!(r, Err(GrammarError::Loop)), "{r:?}");
+    }
+
+    /// States where a value starts take the split path (the tops' tokens computed once,
+    /// the rests after them per state): every mask equals the plain walk, over random
+    /// documents, with tokens that run from one value into what follows it, and with stack
+    /// limits small enough that the tops' depth matters.
+    #[test]
+    fn split_masks_equal_the_walk() {
+        let words = [
+            "<eos>", "{", "}", "[", "]", ",", ":", "\"", "\"a", "\"a\"", "\"a\",", "\"\"", "\"\"}", "1", "12", "1,", "0}", "1]",
+            "true", "true,", "null]", "false}", "[[", "[[[", "[{", "{\"", "{\"a\":", "{}", "[]", "[],", "{},", "]}", "}]",
+            "a", "-", "-1", ".5", "0.5,", "\":", "\",\"", "t", "n", "nu", "f", "2", "0", "]]", "}}", "\":[", "\":{",
+        ];
+        let toks: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+        let idx = TokenIndex::new(toks, &[0], &[]);
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"type": ["string", "null", "boolean"]}}]}, "b": {}},
+            "required": ["a"]
+        });
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut split = 0;
+        for depth in [5u32, 7, 9, 12, 16, 2048] {
+            let opts = JsonOptions { max_stack_depth: depth, ..JsonOptions::default() };
+            for e in [Expr::Json, Expr::JsonSchema(schema.clone())] {
+                let Ok(g) = Grammar::with_options(&e, opts) else { continue };
+                let table = g.lexeme_table(&idx);
+                for _ in 0..40 {
+                    let mut st = g.start();
+                    for _ in 0..30 {
+                        let m = idx.mask(&g, &st).unwrap();
+                        assert_eq!(m, idx.mask_by_walk(&g, &st).unwrap(), "depth {depth}, {e:?}, state {st:?}");
+                        if st.num_stacks() > 1 && g.split_mask(&idx, &table, &st).unwrap().is_some() {
+                            split += 1;
+                        }
+                        let allowed: Vec<u32> = m.iter().filter(|&t| t != 0).collect();
+                        if allowed.is_empty() {
+                            break;
+                        }
+                        let t = allowed[rand(allowed.len())];
+                        st = g.advance_bytes(&st, words[t as usize].as_bytes()).unwrap().unwrap();
+                    }
+                }
+            }
+        }
+        assert!(split > 200, "{split} masks took the split path");
     }
 
     #[test]

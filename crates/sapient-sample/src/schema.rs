@@ -47,7 +47,8 @@ pub const SUPPORTED_KEYWORDS: &[&str] = &[
     "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
     "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions",
 ];
-pub(crate) const ANNOTATIONS: &[&str] = &[
+/// The annotation keywords a grammar ignores (they do not constrain a document).
+pub const ANNOTATIONS: &[&str] = &[
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
     "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "$vocabulary",
 ];

@@ -67,28 +67,38 @@ pub(crate) struct BoundaryGroup {
     /// The token ids of each rest; rest `i`'s end at `tok_ends[i]`.
     toks: Vec<u32>,
     tok_ends: Vec<u32>,
+    /// The first rest after rest `i` whose first byte differs from its first byte (a
+    /// rejected first byte skips all the rests that start with it at once).
+    next_first: Vec<u32>,
 }
 
 impl BoundaryGroup {
-    fn new(p: u32, b: u8, rests: &[(Vec<u8>, Vec<u32>)]) -> Self {
-        let mut g = Self { p, b, rest_bytes: Vec::new(), rest_ends: Vec::new(), toks: Vec::new(), tok_ends: Vec::new() };
+    pub(crate) fn new(p: u32, b: u8, rests: &[(Vec<u8>, Vec<u32>)]) -> Self {
+        let mut g = Self { p, b, rest_bytes: Vec::new(), rest_ends: Vec::new(), toks: Vec::new(), tok_ends: Vec::new(), next_first: Vec::new() };
         for (r, t) in rests {
             g.rest_bytes.extend_from_slice(r);
             g.rest_ends.push(g.rest_bytes.len() as u32);
             g.toks.extend_from_slice(t);
             g.tok_ends.push(g.toks.len() as u32);
         }
+        let n = rests.len();
+        g.next_first = vec![n as u32; n];
+        for i in (0..n.saturating_sub(1)).rev() {
+            g.next_first[i] = if rests[i].0.first() == rests[i + 1].0.first() { g.next_first[i + 1] } else { i as u32 + 1 };
+        }
         g
     }
     pub fn len(&self) -> usize {
         self.rest_ends.len()
     }
-    /// The rests in sorted order, each with its token ids.
-    pub fn rests(&self) -> impl Iterator<Item = (&[u8], &[u32])> + '_ {
-        (0..self.rest_ends.len()).map(move |i| {
-            let (r0, t0) = if i == 0 { (0, 0) } else { (self.rest_ends[i - 1] as usize, self.tok_ends[i - 1] as usize) };
-            (&self.rest_bytes[r0..self.rest_ends[i] as usize], &self.toks[t0..self.tok_ends[i] as usize])
-        })
+    /// Rest `i` (in sorted order) and its token ids.
+    pub fn rest(&self, i: usize) -> (&[u8], &[u32]) {
+        let (r0, t0) = if i == 0 { (0, 0) } else { (self.rest_ends[i - 1] as usize, self.tok_ends[i - 1] as usize) };
+        (&self.rest_bytes[r0..self.rest_ends[i] as usize], &self.toks[t0..self.tok_ends[i] as usize])
+    }
+    /// The first rest after rest `i` that starts with another byte.
+    pub fn next_first(&self, i: usize) -> usize {
+        self.next_first[i] as usize
     }
 }
 
