@@ -296,6 +296,10 @@ const MAX_LEXEME_RESTS: usize = 4096;
 /// Choice nodes whose tops' tokens are computed ahead (a mask each: about 19 KB with Qwen's
 /// vocabulary); states at the others take the per-stack path.
 const MAX_CHOICE_TOPS: usize = 256;
+/// Trie steps all the choice nodes' walks may take together (about 0.1 s at most), a fifth
+/// of them for one; a choice whose walk would take more (free text walks the whole trie)
+/// takes the per-stack path.
+const CHOICE_TOPS_BUDGET: usize = 1 << 20;
 /// Expansion steps for one byte before `Loop`.
 const EXPAND_BUDGET: usize = 100_000;
 
@@ -537,8 +541,9 @@ impl Grammar {
     /// [`MAX_CHOICE_TOPS`]): those parses' tops and what they allow on their own ([`TopMask`]).
     fn choice_tops(&self, index: &TokenIndex) -> FastMap<GrammarState, TopMask> {
         let mut out = FastMap::default();
+        let mut budget = CHOICE_TOPS_BUDGET;
         for (i, n) in self.nodes.iter().enumerate() {
-            if !matches!(n, Node::Choice(_)) || out.len() >= MAX_CHOICE_TOPS {
+            if !matches!(n, Node::Choice(_)) || out.len() >= MAX_CHOICE_TOPS || budget == 0 {
                 continue;
             }
             let mut tops = GrammarState::default();
@@ -550,16 +555,22 @@ impl Grammar {
             if tops.num_stacks() < 2 || tops.stacks().any(|s| s.is_empty()) || out.contains_key(&tops) {
                 continue;
             }
-            if let Ok(m) = self.top_mask(index, &tops) {
+            // One walk takes at most a fifth of the whole budget.
+            let mut own = budget.min(CHOICE_TOPS_BUDGET / 5);
+            let r = self.top_mask(index, &tops, &mut own);
+            budget -= budget.min(CHOICE_TOPS_BUDGET / 5) - own;
+            if let Ok(Some(m)) = r {
                 out.insert(tops, m);
             }
         }
+        tracing::debug!(tops = out.len(), steps = CHOICE_TOPS_BUDGET - budget, "choice tops computed");
         out
     }
 
     /// Walk the trie with `tops` alone (a state whose parses stop, accepting, where the tops
-    /// close): see [`TopMask`].
-    fn top_mask(&self, index: &TokenIndex, tops: &GrammarState) -> Result<TopMask, GrammarError> {
+    /// close): see [`TopMask`]. `None` when the walk would take more than `budget` steps (a
+    /// choice of free text walks the whole trie); the steps taken are subtracted.
+    fn top_mask(&self, index: &TokenIndex, tops: &GrammarState, budget: &mut usize) -> Result<Option<TopMask>, GrammarError> {
         let mut open = TokenMask::empty(index.vocab_size());
         let mut closed = Vec::new();
         let mut rests: std::collections::HashMap<Vec<u8>, Vec<u32>> = Default::default();
@@ -568,6 +579,8 @@ impl Grammar {
         DEEPEST.with(|d| d.set(0));
         let mut i = 1;
         while i < index.nodes.len() {
+            let Some(b) = budget.checked_sub(1) else { return Ok(None) };
+            *budget = b;
             let n = index.nodes[i];
             let d = n.depth as usize;
             let (lo, hi) = states.split_at_mut(d);
@@ -600,7 +613,7 @@ impl Grammar {
         let depth = DEEPEST.with(|d| d.get()).max(tops.stacks().map(|s| s.len()).max().unwrap_or(0));
         let mut rests: Vec<_> = rests.into_iter().collect();
         rests.sort_unstable();
-        Ok(TopMask { open, closed, rests: crate::vocab::BoundaryGroup::new(0, 0, &rests), depth })
+        Ok(Some(TopMask { open, closed, rests: crate::vocab::BoundaryGroup::new(0, 0, &rests), depth }))
     }
 
     /// The mask of a state with several stacks that share a part below and whose tops are
