@@ -337,9 +337,9 @@ struct LexemeTable {
 /// below) allows: the tokens consumed inside the tops with a parse still open after them
 /// (`open`); the tokens after which every parse has closed the tops exactly at their end
 /// (`closed`), if `below` can go on at all; and the tokens that close the tops part-way and
-/// whose rest `below` accepts (`rests`, checked per state; few: `1,` or `"a",`). Only the
-/// rests depend on `below`, so the rest is computed once per grammar and vocabulary instead
-/// of once per nesting level.
+/// whose remainder `below` accepts (`rests`, checked per state; few: `1,` or `"a",`). Only
+/// that check depends on `below`, so everything else is computed once per grammar and
+/// vocabulary instead of once per nesting level.
 #[derive(Debug)]
 struct TopMask {
     open: TokenMask,
