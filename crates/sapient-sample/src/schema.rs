@@ -486,7 +486,7 @@ pub(crate) fn format_regex(f: &str) -> Option<&'static str> {
         // Shorter than RFC 5321 allows (64 / 63 x 8): long runs are where small models loop.
         "email" => r"[A-Za-z0-9._%+-]{1,32}@[A-Za-z0-9-]{1,24}(?:\.[A-Za-z0-9-]{1,24}){1,3}",
         // Absolute http(s) URIs with a host name (a subset of RFC 3986 that validators accept).
-        "uri" => r"https?://[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?){0,4}(?::[1-9][0-9]{0,4})?(?:/[A-Za-z0-9._~%!$&'()*+,;=:@-]{0,32}){0,8}(?:\?[A-Za-z0-9._~%!$&'()*+,;=:@/?-]{0,64})?",
+        "uri" => r"https?://[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?){0,4}(?::[1-9][0-9]{0,4})?(?:/(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2}){0,32}){0,8}(?:\?(?:[A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2}){0,64})?",
         "ipv4" => r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])",
         _ => return None,
     })
@@ -907,6 +907,16 @@ mod tests {
         let g = gs(&json!({"type": "string", "format": "date-time"})).unwrap();
         assert!(ok(&g, &json!("2024-11-30T23:59:59Z")) && ok(&g, &json!("2024-01-01T00:00:00.5+02:00")));
         assert!(!ok(&g, &json!("2024-11-31T10:00:00Z")) && !ok(&g, &json!("2024-11-30T24:00:00Z")));
+    }
+
+    #[test]
+    fn uri_percent_encodings_are_whole() {
+        // A sampled document once ended a path in "%2" (a percent sign and one hex digit),
+        // which RFC 3986 validators refuse.
+        let g = gs(&json!({"type": "string", "format": "uri"})).unwrap();
+        for (u, want) in [("https://a.example/x%2Fy", true), ("https://a.example/q?a=%20b", true), ("https://a.example/x%2", false), ("https://a.example/x%", false), ("https://a.example/%zz", false), ("https://a.example/?q=%2", false)] {
+            assert_eq!(ok(&g, &json!(u)), want, "{u}");
+        }
     }
 
     #[test]
