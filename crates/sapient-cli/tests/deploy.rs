@@ -9,13 +9,14 @@
 
 #[path = "../../sapient-server/tests/common/mod.rs"]
 mod common;
+mod process;
 
 use anyhow::{bail, ensure, Context, Result};
 use common::{get, send};
-use std::io::{BufRead, BufReader};
+use process::{listening, sapient, spawn, wait_ready, Proc};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const KEY: &str = "deploy-test-key";
@@ -77,56 +78,17 @@ fn with_flag(args: &[String], name: &str, value: &str) -> Vec<String> {
     out
 }
 
-/// A child process killed when dropped (unless it has exited).
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `sapient ARGS` with the API key in the environment; the port it listens on.
 fn start(args: &[String]) -> Result<(Proc, SocketAddr)> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sapient"))
-        .args(args)
-        .env("SAPIENT_API_KEY", KEY)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting sapient")?;
-    let stderr = child.stderr.take().context("stderr")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let p = Proc(child);
-    let t = Instant::now();
-    loop {
-        let line = rx.recv_timeout(Duration::from_secs(60).saturating_sub(t.elapsed())).context("the server did not start listening")?;
+    let mut cmd = sapient();
+    cmd.args(args).env("SAPIENT_API_KEY", KEY);
+    let (p, rx) = spawn(cmd)?;
+    let a = listening(&rx, Duration::from_secs(60), |line| {
         ensure!(!line.contains("warning: serving on"), "the API key from SAPIENT_API_KEY was not taken: {line}");
-        if let Some(a) = line.split("listening on http://").nth(1).and_then(|r| r.split_whitespace().next()) {
-            let a: SocketAddr = a.parse()?;
-            ensure!(a.ip().is_unspecified(), "the container must listen on every address, got {a}");
-            return Ok((p, SocketAddr::from(([127, 0, 0, 1], a.port()))));
-        }
-    }
-}
-
-async fn wait_ready(addr: SocketAddr, path: &str) -> Result<()> {
-    let t = Instant::now();
-    loop {
-        if get(addr, path).await.is_ok_and(|r| r.status == 200) {
-            return Ok(());
-        }
-        ensure!(t.elapsed() < Duration::from_secs(120), "{addr}{path} not 200 after 120 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Ok(())
+    })?;
+    ensure!(a.ip().is_unspecified(), "the container must listen on every address, got {a}");
+    Ok((p, SocketAddr::from(([127, 0, 0, 1], a.port()))))
 }
 
 /// The key guards the API (`/health` stays open for probes): the models served.

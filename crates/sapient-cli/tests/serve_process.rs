@@ -7,27 +7,18 @@
 
 #[path = "../../sapient-server/tests/common/mod.rs"]
 mod common;
+mod process;
 
 use anyhow::{ensure, Context, Result};
 use common::{get, metric, post};
+use process::{listening, sapient, spawn, wait_ready, Proc};
 use serde_json::json;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const MODEL: &str = "smollm2-135m-instruct";
-
-/// A child process killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn nginx() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("SAPIENT_NGINX") {
@@ -47,38 +38,11 @@ fn replica() -> Result<(Proc, SocketAddr)> {
 
 /// `sapient serve --host 127.0.0.1 --port 0` with `args`; its address once it listens.
 fn serve(args: &[&str]) -> Result<(Proc, SocketAddr)> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sapient"))
-        .args(["serve", "--host", "127.0.0.1", "--port", "0"])
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting sapient serve")?;
-    let stderr = child.stderr.take().context("stderr")?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(a) = line.split("listening on http://").nth(1).and_then(|r| r.split_whitespace().next()) {
-                let _ = tx.send(a.to_string());
-            }
-        }
-    });
-    let p = Proc(child);
-    let addr = rx.recv_timeout(Duration::from_secs(60)).context("the replica did not start listening")?;
-    Ok((p, addr.parse()?))
-}
-
-async fn wait_ready(addr: SocketAddr) -> Result<()> {
-    let t = Instant::now();
-    loop {
-        if get(addr, "/health").await.is_ok_and(|r| r.status == 200) {
-            return Ok(());
-        }
-        ensure!(t.elapsed() < Duration::from_secs(120), "{addr} not ready after 120 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut cmd = sapient();
+    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"]).args(args);
+    let (p, rx) = spawn(cmd)?;
+    let addr = listening(&rx, Duration::from_secs(60), |_| Ok(()))?;
+    Ok((p, addr))
 }
 
 /// `n` requests through `addr`, `par` at a time, half of them streamed; every one must be a
@@ -131,8 +95,8 @@ async fn two_replicas_behind_nginx() -> Result<()> {
     tokio::time::timeout(Duration::from_secs(300), async {
         let (a, a_addr) = replica()?;
         let (_b, b_addr) = replica()?;
-        wait_ready(a_addr).await?;
-        wait_ready(b_addr).await?;
+        wait_ready(a_addr, "/health").await?;
+        wait_ready(b_addr, "/health").await?;
         let dir = tempfile::tempdir()?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let d = dir.path().display();
@@ -158,7 +122,7 @@ async fn two_replicas_behind_nginx() -> Result<()> {
                 .context("starting nginx")?,
         );
         let p_addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-        wait_ready(p_addr).await?;
+        wait_ready(p_addr, "/health").await?;
 
         load(p_addr, 24, 6).await?;
         let (na, nb) = (answered(a_addr).await?, answered(b_addr).await?);
@@ -187,7 +151,7 @@ async fn models_and_settings_from_a_config_file() -> Result<()> {
             format!("max_tokens_limit = 5\nkv_tokens = 4096\n[[llm]]\nmodel = \"{MODEL}\"\nname = \"chat\"\n[[embedding]]\nmodel = \"all-minilm-l6-v2\"\nname = \"emb\"\n"),
         )?;
         let (_p, addr) = serve(&["--config", file.to_str().context("path")?])?;
-        wait_ready(addr).await?;
+        wait_ready(addr, "/health").await?;
         let ids: Vec<String> = get(addr, "/v1/models").await?.json()?["data"].as_array().context("data")?.iter().filter_map(|m| m["id"].as_str().map(String::from)).collect();
         ensure!(ids == ["chat", "emb"], "{ids:?}");
         let r = post(addr, "/v1/chat/completions", &json!({"model": "chat", "messages": [{"role": "user", "content": "Count to twenty."}], "max_tokens": 50})).await?.json()?;
@@ -196,7 +160,7 @@ async fn models_and_settings_from_a_config_file() -> Result<()> {
         ensure!(e["data"][0]["embedding"].as_array().map(Vec::len) == Some(384), "{e}");
         // A file with a typo is refused at start, naming it.
         std::fs::write(&file, "max_tokenz = 5\n")?;
-        let out = Command::new(env!("CARGO_BIN_EXE_sapient")).args(["serve", "--port", "0", "--config"]).arg(&file).output()?;
+        let out = sapient().args(["serve", "--port", "0", "--config"]).arg(&file).output()?;
         let err = String::from_utf8_lossy(&out.stderr);
         ensure!(!out.status.success() && err.contains("max_tokenz"), "{err}");
         Ok(())
