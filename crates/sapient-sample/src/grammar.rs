@@ -1074,34 +1074,34 @@ impl Constraint for Grammar {
     }
 }
 
-/// Remove what can derive no finite text: choice alternatives, and items of repetitions
-/// that may be empty (a `$ref` beyond `max_ref_depth` is an empty choice, and so is every
-/// sequence needing one). Returns whether `root` still derives some text.
-fn prune_unproductive(nodes: &mut [Node], root: NodeId) -> bool {
-    let mut ok = vec![false; nodes.len()];
+/// The least set of nodes for which `holds(node, set)` is true, grown until nothing changes
+/// (a property of a node that follows from its children's: productive, nullable).
+fn least_fixpoint(nodes: &[Node], holds: impl Fn(&Node, &[bool]) -> bool) -> Vec<bool> {
+    let mut set = vec![false; nodes.len()];
     loop {
         let mut changed = false;
         for (i, n) in nodes.iter().enumerate() {
-            if ok[i] {
-                continue;
-            }
-            let v = match n {
-                Node::Bytes(_) | Node::Dfa(_) | Node::Int { .. } | Node::Float { .. } => true,
-                Node::Seq(c) => c.iter().all(|&c| ok[c as usize]),
-                Node::Choice(c) => c.iter().any(|&c| ok[c as usize]),
-                Node::Repeat { item, sep, min, .. } => {
-                    *min == 0 || (ok[*item as usize] && (*min <= 1 || sep.is_none_or(|s| ok[s as usize])))
-                }
-            };
-            if v {
-                ok[i] = true;
+            if !set[i] && holds(n, &set) {
+                set[i] = true;
                 changed = true;
             }
         }
         if !changed {
-            break;
+            return set;
         }
     }
+}
+
+/// Remove what can derive no finite text: choice alternatives, and items of repetitions
+/// that may be empty (a `$ref` beyond `max_ref_depth` is an empty choice, and so is every
+/// sequence needing one). Returns whether `root` still derives some text.
+fn prune_unproductive(nodes: &mut [Node], root: NodeId) -> bool {
+    let ok = least_fixpoint(nodes, |n, ok| match n {
+        Node::Bytes(_) | Node::Dfa(_) | Node::Int { .. } | Node::Float { .. } => true,
+        Node::Seq(c) => c.iter().all(|&c| ok[c as usize]),
+        Node::Choice(c) => c.iter().any(|&c| ok[c as usize]),
+        Node::Repeat { item, sep, min, .. } => *min == 0 || (ok[*item as usize] && (*min <= 1 || sep.is_none_or(|s| ok[s as usize]))),
+    });
     if ok.iter().all(|&o| o) {
         return ok.get(root as usize).copied().unwrap_or(false);
     }
@@ -1124,30 +1124,14 @@ fn prune_unproductive(nodes: &mut [Node], root: NodeId) -> bool {
 /// Reject unbounded repetitions of items that can match the empty string and left
 /// recursion (either would make the expansion loop).
 fn check_grammar(nodes: &[Node], dfas: &[DfaTable]) -> Result<(), GrammarError> {
-    let mut nullable = vec![false; nodes.len()];
-    loop {
-        let mut changed = false;
-        for (i, n) in nodes.iter().enumerate() {
-            if nullable[i] {
-                continue;
-            }
-            let v = match n {
-                Node::Bytes(b) => b.is_empty(),
-                Node::Dfa(d) => dfas[*d as usize].accepting[dfas[*d as usize].start as usize],
-                Node::Int { .. } | Node::Float { .. } => false,
-                Node::Seq(c) => c.iter().all(|&c| nullable[c as usize]),
-                Node::Choice(c) => c.iter().any(|&c| nullable[c as usize]),
-                Node::Repeat { item, min, .. } => *min == 0 || nullable[*item as usize],
-            };
-            if v {
-                nullable[i] = true;
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
+    let nullable = least_fixpoint(nodes, |n, nullable| match n {
+        Node::Bytes(b) => b.is_empty(),
+        Node::Dfa(d) => dfas[*d as usize].accepting[dfas[*d as usize].start as usize],
+        Node::Int { .. } | Node::Float { .. } => false,
+        Node::Seq(c) => c.iter().all(|&c| nullable[c as usize]),
+        Node::Choice(c) => c.iter().any(|&c| nullable[c as usize]),
+        Node::Repeat { item, min, .. } => *min == 0 || nullable[*item as usize],
+    });
     for n in nodes {
         if let Node::Repeat { item, sep, max, .. } = n {
             let sep_null = sep.is_none_or(|s| nullable[s as usize]);
