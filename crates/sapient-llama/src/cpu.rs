@@ -4,16 +4,17 @@
 //! allocation and a dispatch for each, which is several milliseconds per token for small
 //! models. This path runs the same transformer on preallocated f32 buffers with the
 //! quantized kernels of `sapient_tensor::kernels` (threaded over the kernel pool), RMSNorm,
-//! RoPE, SwiGLU and attention written out directly, and its own KV cache in f16 (as
-//! llama.cpp keeps it) laid out `[position][kv head][head dim]` so that it grows by
-//! appending.
+//! RoPE, SwiGLU and attention written out directly, over the paged KV cache (`kv.rs`) in
+//! f16 as llama.cpp keeps it: values `[slot][kv head][head dim]`, keys transposed per block
+//! (`[block][kv head x head dim][position in block]`) so that the attention kernels score 16
+//! positions per vector without horizontal sums.
 //!
 //! Short batches (decode, speculative verification) use the quantized kernels, whose results
-//! do not depend on how rows are batched; attention also runs row by row. So a batch of
-//! tokens gives bit-identical logits to the same tokens fed one at a time. With the AVX-512
-//! kernels long batches (prefill) use them too, and attention stays row by row (four rows of
-//! a head sharing each key read), so the whole forward is row-invariant: a reused prefix gives
-//! the logits a fresh prompt gives. Without AVX-512, batches of 32 tokens or more use a
+//! do not depend on how rows are batched; attention's arithmetic is per row too (the queries
+//! of a head group, and neighbouring rows, share each key read). So a batch of tokens gives
+//! bit-identical logits to the same tokens fed one at a time. With the AVX-512 kernels long
+//! batches (prefill) use them too, so the whole forward is row-invariant: a reused prefix
+//! gives the logits a fresh prompt gives. Without AVX-512, batches of 32 tokens or more use a
 //! dequantized f32 GEMM through the layer's `Linear` (`weights::dense_prefill_rows`).
 
 use candle_core::{Device, Module, Tensor};
@@ -222,6 +223,8 @@ struct Bufs {
     /// Rows whose logits are wanted.
     out_rows: Vec<usize>,
     units: Vec<usize>,
+    /// This step's keys as f16 bits, before they go to their slots.
+    kh: Vec<u16>,
 }
 
 /// One sequence's rows in a batch: rows `row0..row0 + n` at positions `start..start + n`,
@@ -235,9 +238,9 @@ struct Seg {
     tabn: usize,
 }
 
-fn grow(v: &mut Vec<f32>, n: usize) {
+fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
     if v.len() < n {
-        v.resize(n, 0.0);
+        v.resize(n, T::default());
     }
 }
 
@@ -364,6 +367,9 @@ impl CpuModel {
         let (q_out, kv_out) = (nh * hd, nkv * hd);
         if kv.width() != kv_out || kv.num_layers() != self.layers.len() {
             return Err(Error::Internal("the KV cache was made for another model"));
+        }
+        if !kv.block_size().is_multiple_of(16) {
+            return Err(Error::Config(format!("the KV cache's block size must be a multiple of 16 (it is {})", kv.block_size())));
         }
         let inter = self.dims.inter;
         let eps = self.dims.eps;
@@ -535,8 +541,10 @@ impl CpuModel {
             }
             {
                 let (kc, vc) = kv.layer_mut(li);
+                grow(&mut b.kh, n * kv_out);
+                kernels::f32_to_f16(&b.k[..n * kv_out], &mut b.kh[..n * kv_out]);
+                write_keys(kc, &b.kh[..n * kv_out], &b.slot, kv_out, bs);
                 for (i, &slot) in b.slot.iter().enumerate() {
-                    kernels::f32_to_f16(&b.k[i * kv_out..(i + 1) * kv_out], &mut kc[slot * kv_out..(slot + 1) * kv_out]);
                     kernels::f32_to_f16(&b.v[i * kv_out..(i + 1) * kv_out], &mut vc[slot * kv_out..(slot + 1) * kv_out]);
                 }
             }
@@ -622,7 +630,8 @@ impl CpuModel {
 }
 
 thread_local! {
-    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A worker's attention scratch: scores (then weights) and key-chunk offsets.
+    static SCORES: RefCell<(Vec<f32>, Vec<usize>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// Calls `f(slot, t, len)` for each stretch `t..t + len` of positions `a..b` of a sequence
@@ -645,184 +654,106 @@ fn runs(tab: &[u32], bs: usize, a: usize, b: usize, mut f: impl FnMut(usize, usi
 
 /// Causal (and sliding-window) grouped-query attention of every sequence of a batch: the
 /// rows of `seg` at positions `seg.start..seg.start + seg.n` over that sequence's cached
-/// keys and values (its block table in `tabs`). Each row's result is computed exactly as a
-/// decode step computes it alone (the same dot products, softmax and accumulation order), so
-/// results do not depend on how tokens were batched, nor on where the blocks lie; up to four
-/// consecutive rows of a head go together so that each key and value is read and converted
-/// once for all of them.
+/// keys and values (its block table in `tabs`). Keys are stored transposed per block
+/// (`[block][kv head x head dim][position in block]`, see [`write_keys`]), values in rows
+/// (`[slot][kv head x head dim]`).
+///
+/// A unit of work is up to [`kernels::MAX_QUERIES`] queries that share a key/value head:
+/// the query heads of a group, and consecutive rows of the sequence when the group has few
+/// heads. The unit's keys (from its first row's window start to its last row's position, in
+/// chunks of 16) are scored for all its queries at once, so each key is read and converted
+/// once for all of them. Each query's softmax then runs over exactly its own keys, and its
+/// weights outside them are zero, which adds nothing to its values (`fma(0, v, y) = y`). So
+/// every row's result is what it gives alone in a decode step, bit for bit, whatever the
+/// batch, and wherever its blocks lie.
 #[allow(clippy::too_many_arguments)]
 fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16], segs: &[Seg], tabs: &[u32], bs: usize, units_at: &mut Vec<usize>, out: &mut [f32]) {
-    const G: usize = 4;
+    const MQ: usize = kernels::MAX_QUERIES;
     let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
     let n_rep = nh / nkv;
     let kv_out = nkv * hd;
     let scale = d.attn_scale;
-    // A sequence with one row (a decode step) of a grouped-query model takes the query heads
-    // that share a key/value head up to four at a time, so each key and value is read and
-    // converted once for all of them (the four-row helpers give each head exactly what the
-    // one-row ones give).
-    let grouped = |n: usize| n == 1 && n_rep > 1;
-    let per_group = n_rep.div_ceil(G);
+    // Heads per unit (the group's heads in near-equal parts) and rows per unit.
+    let head_parts = n_rep.div_ceil(MQ);
+    let hh = n_rep.div_ceil(head_parts);
+    let rr = (MQ / hh).max(1);
     units_at.clear();
     units_at.push(0);
     for s in segs {
         let last = units_at[units_at.len() - 1];
-        units_at.push(last + if grouped(s.n) { nkv * per_group } else { s.n.div_ceil(G) * nh });
+        units_at.push(last + s.n.div_ceil(rr) * nkv * head_parts);
     }
     let units = units_at[units_at.len() - 1];
     let units_at = &units_at[..];
     let out_ptr = OutPtr(out.as_mut_ptr());
     let lo = |pos: usize| window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    let pool_slots = kc.len() / kv_out.max(1);
     let work = |u0: usize, u1: usize| {
         let out_ptr = &out_ptr;
-        SCORES.with(|s| {
-            let mut s = s.borrow_mut();
+        SCORES.with(|cell| {
+            let (s, bases) = &mut *cell.borrow_mut();
             for u in u0..u1 {
                 let si = units_at.partition_point(|&x| x <= u) - 1;
                 let seg = &segs[si];
                 let tab = &tabs[seg.tab0..seg.tab0 + seg.tabn];
-                let (n, start) = (seg.n, seg.start);
                 let u = u - units_at[si];
-                if grouped(n) {
-                    let (g, part) = (u / per_group, u % per_group);
-                    let h0 = g * n_rep + part * G;
-                    let k = (n_rep - part * G).min(G);
-                    let (pos, row) = (start, seg.row0);
-                    let lo = lo(pos);
-                    let len = pos + 1 - lo;
-                    if s.len() < G * len + G * hd {
-                        s.resize(G * len.max(kc.len() / kv_out) + G * hd, 0.0);
+                let (rg, rest) = (u / (nkv * head_parts), u % (nkv * head_parts));
+                let (g, part) = (rest / head_parts, rest % head_parts);
+                let h0 = g * n_rep + part * hh;
+                let k = (n_rep - part * hh).min(hh);
+                let i0 = rg * rr;
+                let rows = (seg.n - i0).min(rr);
+                let nq = rows * k;
+                let pos0 = seg.start + i0;
+                let (first, last) = (lo(pos0), pos0 + rows - 1);
+                let c0 = first / 16 * 16;
+                let c1 = (last + 1).div_ceil(16) * 16;
+                let ostride = c1 - c0;
+                bases.clear();
+                bases.extend((c0..c1).step_by(16).map(|t| tab[t / bs] as usize * bs * kv_out + g * hd * bs + t % bs));
+                if s.len() < nq * ostride {
+                    // Room for every position the pool holds: growing a key at a time would
+                    // reallocate now and then during decode.
+                    s.resize(nq * ostride.max(pool_slots + 16), 0.0);
+                }
+                // Query `qi` is row `qi / k` of the unit, head `h0 + qi % k`.
+                let qrow = |qi: usize| seg.row0 + i0 + qi / k;
+                let qv: [&[f32]; MQ] = std::array::from_fn(|qi| {
+                    let (i, h) = (qrow(qi.min(nq - 1)), h0 + qi.min(nq - 1) % k);
+                    &q[i * nh * hd + h * hd..i * nh * hd + (h + 1) * hd]
+                });
+                kernels::scores_chunks(&qv[..nq], kc, bases, bs, scale, &mut s[..nq * ostride], ostride);
+                for qi in 0..nq {
+                    let p = pos0 + qi / k;
+                    let w = &mut s[qi * ostride..(qi + 1) * ostride];
+                    let (a, b) = (lo(p) - c0, p + 1 - c0);
+                    let inv = kernels::softmax_unnormalized(&mut w[a..b]);
+                    for x in &mut w[a..b] {
+                        *x *= inv;
                     }
-                    let qh: [&[f32]; G] = std::array::from_fn(|r| {
-                        let h = h0 + r.min(k - 1);
-                        &q[row * nh * hd + h * hd..row * nh * hd + (h + 1) * hd]
+                    w[first - c0..a].fill(0.0);
+                    w[b..last + 1 - c0].fill(0.0);
+                }
+                let s = &s[..nq * ostride];
+                for q0 in (0..nq).step_by(kernels::MAX_VALUE_ROWS) {
+                    let m = (nq - q0).min(kernels::MAX_VALUE_ROWS);
+                    // SAFETY: each (row, head) output slice is written by exactly one unit,
+                    // and the queries of a unit are distinct (row, head) pairs.
+                    let mut ys: [&mut [f32]; kernels::MAX_VALUE_ROWS] = std::array::from_fn(|j| {
+                        let qi = (q0 + j).min(nq - 1);
+                        let (i, h) = (qrow(qi), h0 + qi % k);
+                        unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(i * nh * hd + h * hd), if j < m { hd } else { 0 }) }
                     });
-                    {
-                        let [s0, s1, s2, s3] = split4(&mut s[..G * len], len);
-                        runs(tab, bs, lo, pos + 1, |sl, t, l| {
-                            let o: [&mut [f32]; G] = [&mut s0[t - lo..], &mut s1[t - lo..], &mut s2[t - lo..], &mut s3[t - lo..]];
-                            kernels::scores4_f16(qh, kc, kv_out, g * hd, sl, sl + l, scale, o);
+                    for y in &mut ys[..m] {
+                        y.fill(0.0);
+                    }
+                    runs(tab, bs, first, last + 1, |sl, t, l| {
+                        let ws: [&[f32]; kernels::MAX_VALUE_ROWS] = std::array::from_fn(|j| {
+                            let qi = (q0 + j).min(nq - 1);
+                            &s[qi * ostride + t - c0..(qi + 1) * ostride]
                         });
-                    }
-                    let mut inv = [0f32; G];
-                    for (r, iv) in inv.iter_mut().enumerate() {
-                        *iv = kernels::softmax_unnormalized(&mut s[r * len..(r + 1) * len]);
-                    }
-                    let (s, spare) = s.split_at_mut(G * len);
-                    let mut spare = spare.chunks_exact_mut(hd);
-                    // SAFETY: each (row, head) output slice is written by exactly one unit; the
-                    // heads of a unit are distinct. Heads past `k` (repeats of the last one) go
-                    // to scratch.
-                    let mut o: [&mut [f32]; G] = std::array::from_fn(|r| {
-                        if r < k {
-                            unsafe { std::slice::from_raw_parts_mut(out_ptr.0.add(row * nh * hd + (h0 + r) * hd), hd) }
-                        } else {
-                            spare.next().unwrap_or_default()
-                        }
+                        kernels::values_f16(&ws[..m], vc, kv_out, g * hd, sl, sl + l, &mut ys[..m]);
                     });
-                    for x in o.iter_mut() {
-                        x.fill(0.0);
-                    }
-                    let [o0, o1, o2, o3] = &mut o;
-                    runs(tab, bs, lo, pos + 1, |sl, t, l| {
-                        let p: [&[f32]; G] = std::array::from_fn(|r| &s[r * len + t - lo..(r + 1) * len]);
-                        kernels::values4_f16(p, inv, vc, kv_out, g * hd, sl, sl + l, [&mut **o0, &mut **o1, &mut **o2, &mut **o3]);
-                    });
-                    continue;
-                }
-                let (grp, head) = (u / nh, u % nh);
-                let g = head / n_rep;
-                let i0 = grp * G;
-                let rows = (n - i0).min(G);
-                let pos: [usize; G] = std::array::from_fn(|r| start + i0 + r.min(rows - 1));
-                let los: [usize; G] = pos.map(lo);
-                let lens: [usize; G] = std::array::from_fn(|r| pos[r] + 1 - los[r]);
-                let stride = lens[rows - 1].max(lens[0]);
-                if s.len() < G * stride {
-                    // Room for every position the cache holds (and the grouped decode path's
-                    // spare outputs): growing a key at a time would reallocate now and then
-                    // during decode.
-                    s.resize(G * stride.max(kc.len() / kv_out) + G * hd, 0.0);
-                }
-                let qh: [&[f32]; G] = std::array::from_fn(|r| {
-                    let i = seg.row0 + i0 + r.min(rows - 1);
-                    &q[i * nh * hd + head * hd..i * nh * hd + (head + 1) * hd]
-                });
-                let (first, last) = (los[0], pos[rows - 1]);
-                let visible = |r: usize, t: usize| r < rows && los[r] <= t && t <= pos[r];
-                let slot = |t: usize| tab[t / bs] as usize * bs + t % bs;
-                let key = |t: usize| &kc[slot(t) * kv_out + g * hd..slot(t) * kv_out + (g + 1) * hd];
-                let val = |t: usize| &vc[slot(t) * kv_out + g * hd..slot(t) * kv_out + (g + 1) * hd];
-                // Keys every row of a full group sees go four rows at a time.
-                let (all0, all1) = if rows == G && los[G - 1] <= pos[0] { (los[G - 1], pos[0] + 1) } else { (first, first) };
-                let one = |s: &mut [f32], t: usize| {
-                    for r in (0..rows).filter(|&r| visible(r, t)) {
-                        s[r * stride + t - los[r]] = kernels::dot_f32_f16(qh[r], key(t)) * scale;
-                    }
-                };
-                if rows == 1 {
-                    // One row (a decode step): its keys a stretch of slots at a time.
-                    let s0 = &mut s[..lens[0]];
-                    runs(tab, bs, first, last + 1, |sl, t, len| {
-                        kernels::scores1_f16(qh[0], kc, kv_out, g * hd, sl, sl + len, scale, &mut s0[t - first..]);
-                    });
-                } else {
-                    for t in first..all0.max(first) {
-                        one(&mut s, t);
-                    }
-                }
-                if all1 > all0 {
-                    let [s0, s1, s2, s3] = split4(&mut s[..G * stride], stride);
-                    runs(tab, bs, all0, all1, |sl, t, len| {
-                        let o: [&mut [f32]; G] = [&mut s0[t - los[0]..], &mut s1[t - los[1]..], &mut s2[t - los[2]..], &mut s3[t - los[3]..]];
-                        kernels::scores4_f16(qh, kc, kv_out, g * hd, sl, sl + len, scale, o);
-                    });
-                }
-                if rows > 1 {
-                    for t in all1.max(first)..=last {
-                        one(&mut s, t);
-                    }
-                }
-                let mut inv = [0f32; G];
-                for r in 0..rows {
-                    inv[r] = kernels::softmax_unnormalized(&mut s[r * stride..r * stride + lens[r]]);
-                }
-                // SAFETY: each (row, head) output slice is written by exactly one unit, and
-                // the rows of a group are distinct.
-                let mut o: [&mut [f32]; G] = std::array::from_fn(|r| unsafe {
-                    let i = seg.row0 + i0 + r.min(rows - 1);
-                    let ptr = if r < rows { out_ptr.0.add(i * nh * hd + head * hd) } else { std::ptr::NonNull::<f32>::dangling().as_ptr() };
-                    std::slice::from_raw_parts_mut(ptr, if r < rows { hd } else { 0 })
-                });
-                for x in o.iter_mut() {
-                    x.fill(0.0);
-                }
-                let one = |o: &mut [&mut [f32]; G], t: usize| {
-                    for r in (0..rows).filter(|&r| visible(r, t)) {
-                        kernels::axpy_f16(s[r * stride + t - los[r]] * inv[r], val(t), o[r]);
-                    }
-                };
-                if rows == 1 {
-                    let y = &mut *o[0];
-                    runs(tab, bs, first, last + 1, |sl, t, len| {
-                        kernels::values1_f16(&s[t - first..lens[0]], inv[0], vc, kv_out, g * hd, sl, sl + len, y);
-                    });
-                } else {
-                    for t in first..all0.max(first) {
-                        one(&mut o, t);
-                    }
-                }
-                if all1 > all0 {
-                    let [o0, o1, o2, o3] = &mut o;
-                    runs(tab, bs, all0, all1, |sl, t, len| {
-                        let p: [&[f32]; G] = std::array::from_fn(|r| &s[r * stride + t - los[r]..(r + 1) * stride]);
-                        kernels::values4_f16(p, inv, vc, kv_out, g * hd, sl, sl + len, [&mut **o0, &mut **o1, &mut **o2, &mut **o3]);
-                    });
-                }
-                if rows > 1 {
-                    for t in all1.max(first)..=last {
-                        one(&mut o, t);
-                    }
                 }
             }
         })
@@ -841,11 +772,16 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16],
     }
 }
 
-/// Four consecutive rows of `stride` values.
-fn split4(s: &mut [f32], stride: usize) -> [&mut [f32]; 4] {
-    let (a, rest) = s.split_at_mut(stride);
-    let (b, rest) = rest.split_at_mut(stride);
-    let (c, d) = rest.split_at_mut(stride);
-    [a, b, c, d]
+/// Rows of keys (`kv_out` values each, f16 bits) into their slots of a layer's key cache,
+/// transposed per block: component `c` of the key at slot `blk * bs + j` goes to
+/// `kc[blk * bs * kv_out + c * bs + j]`, so that [`kernels::scores_chunks`] reads 16
+/// consecutive positions' component `c` at once.
+fn write_keys(kc: &mut [u16], keys: &[u16], slots: &[usize], kv_out: usize, bs: usize) {
+    for (key, &slot) in keys.chunks_exact(kv_out).zip(slots) {
+        let base = slot / bs * bs * kv_out + slot % bs;
+        for (c, &x) in key.iter().enumerate() {
+            kc[base + c * bs] = x;
+        }
+    }
 }
 

@@ -1,11 +1,12 @@
 //! The paged KV cache: a pool of fixed-size blocks shared by many sequences.
 //!
 //! Every layer's keys and values live in one f16 buffer each, cut into blocks of
-//! `block_size` positions laid out `[block][position in block][kv head][head dim]`. A sequence
+//! `block_size` positions: values laid out `[block][position in block][kv head][head dim]`,
+//! keys transposed within each block, `[block][kv head][head dim][position in block]` (the
+//! model writes and reads them; this module only moves whole blocks). A sequence
 //! is a list of blocks (its block table) and a length; position `p` of a sequence is slot
-//! `blocks[p / block_size] * block_size + p % block_size` of the pool. So the attention
-//! kernels, which read keys at `slot * stride + offset`, walk a sequence block by block
-//! (consecutive blocks in one go).
+//! `blocks[p / block_size] * block_size + p % block_size` of the pool, and the attention
+//! kernels walk a sequence block by block (values of consecutive blocks in one go).
 //!
 //! - Blocks are reference-counted: [`KvCache::fork`] shares a sequence's blocks with a new
 //!   one, and a shared block is copied before it is written (copy on write).
@@ -36,7 +37,7 @@ pub enum KvBudget {
 /// Shape of a KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvOptions {
-    /// Positions per block.
+    /// Positions per block (a multiple of 16 for [`crate::LlamaModel::new_kv_cache`]).
     pub block_size: usize,
     pub budget: KvBudget,
 }

@@ -19,7 +19,7 @@ mod model;
 pub use config::{Activation, Arch, LlamaConfig, RopeScaling, WeightLayout};
 pub use kv::{KvBudget, KvCache, KvOptions, KvUsage, SeqId};
 pub use batch::{BatchSeq, Logits};
-pub use model::LlamaModel;
+pub use model::{LlamaModel, DEFAULT_PREFILL_CHUNK};
 
 use candle_core::Device;
 use std::path::{Path, PathBuf};

@@ -129,7 +129,15 @@ pub struct LlamaModel {
     cpu: Option<CpuModel>,
     /// The single sequence of [`forward`](Self::forward) on the CPU path, made on first use.
     kv: Option<(KvCache, SeqId)>,
+    /// Most positions one forward pass of [`forward`](Self::forward) takes on the CPU path.
+    prefill_chunk: usize,
 }
+
+/// Most positions [`LlamaModel::forward`] runs through the CPU path at once: a longer input
+/// goes in pieces of this many, whose activations stay in the caches. On a 2-core Xeon
+/// (AVX-512, AMX) Qwen2.5-0.5B's 2,048-token prefill ran 1.3x faster in pieces of 128 than
+/// whole; 64 to 128 were within the noise of each other.
+pub const DEFAULT_PREFILL_CHUNK: usize = 128;
 
 fn rope_tables(cfg: &LlamaConfig, max_len: usize, device: &Device, dtype: DType) -> Result<(Tensor, Tensor)> {
     rope_tables_base(cfg, cfg.rope_theta, max_len, device, dtype)
@@ -306,6 +314,7 @@ impl LlamaModel {
             pos: 0,
             cpu: None,
             kv: None,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
         };
         let use_cpu = device.is_cpu() && dtype == DType::F32;
         if use_cpu {
@@ -471,8 +480,20 @@ impl LlamaModel {
         }
     }
 
-    /// A paged KV cache for this model, for [`forward_batch`](Self::forward_batch).
+    /// Most positions one CPU forward pass of [`forward`](Self::forward) takes (at least 1;
+    /// [`DEFAULT_PREFILL_CHUNK`] unless set). With the AVX-512 kernels the results do not
+    /// depend on it (every row is computed as alone); without, pieces under
+    /// `weights::dense_prefill_rows` take the quantized kernels instead of the dense GEMM.
+    pub fn set_prefill_chunk(&mut self, positions: usize) {
+        self.prefill_chunk = positions.max(1);
+    }
+
+    /// A paged KV cache for this model, for [`forward_batch`](Self::forward_batch). Its block
+    /// size must be a multiple of 16 (the attention kernels take keys 16 at a time).
     pub fn new_kv_cache(&self, opts: KvOptions) -> Result<KvCache> {
+        if !opts.block_size.is_multiple_of(16) {
+            return Err(Error::Config(format!("the KV cache's block size must be a multiple of 16 (it is {})", opts.block_size)));
+        }
         KvCache::new(self.cfg.num_layers, self.cfg.num_kv_heads * self.cfg.head_dim, opts)
     }
 
@@ -608,9 +629,37 @@ impl LlamaModel {
         let Some((mut kv, seq)) = self.kv.take() else {
             return Err(Error::Internal("the KV cache vanished"));
         };
+        let chunk = self.prefill_chunk;
         let r = kv.truncate(seq, self.pos).and_then(|_| {
-            let batch = [BatchSeq { seq, tokens, logits: Some(logits) }];
-            self.forward_cache(&mut kv, &batch, false, out)
+            if tokens.len() <= chunk {
+                let batch = [BatchSeq { seq, tokens, logits: Some(logits) }];
+                return self.forward_cache(&mut kv, &batch, false, out);
+            }
+            // A long input in pieces (as llama.cpp's micro-batches): each piece's activations
+            // stay in the caches while the weights pass. Rows do not depend on the batch, so
+            // the results are those of one piece.
+            let mut part = Vec::new();
+            if logits == Logits::All {
+                out.clear();
+            }
+            for (i, piece) in tokens.chunks(chunk).enumerate() {
+                let last = (i + 1) * chunk >= tokens.len();
+                let want = match logits {
+                    Logits::All => Some(Logits::All),
+                    Logits::Last => last.then_some(Logits::Last),
+                };
+                let batch = [BatchSeq { seq, tokens: piece, logits: want }];
+                match logits {
+                    Logits::All => {
+                        self.forward_cache(&mut kv, &batch, false, &mut part)?;
+                        out.extend_from_slice(&part);
+                    }
+                    Logits::Last => {
+                        self.forward_cache(&mut kv, &batch, false, out)?;
+                    }
+                }
+            }
+            Ok(rows)
         });
         self.pos = kv.len(seq).unwrap_or(0);
         self.kv = Some((kv, seq));

@@ -67,10 +67,11 @@ fn every_sequence_in_a_batch_gets_what_it_gets_alone() -> Result<()> {
     assert!(lens.iter().min() < Some(&4) && lens.iter().max() > Some(&30), "mixed lengths: {lens:?}");
     let reference: Vec<Vec<Vec<u32>>> = prompts.iter().map(|p| alone(&mut model, p)).collect::<Result<_>>()?;
 
-    // Small blocks, a pool shared by all: sequences' blocks interleave.
-    let mut kv: KvCache = model.new_kv_cache(KvOptions { block_size: 8, budget: KvBudget::Tokens(2048) })?;
+    // The smallest blocks, a pool shared by all: sequences' blocks interleave.
+    let mut kv: KvCache = model.new_kv_cache(KvOptions { block_size: 16, budget: KvBudget::Tokens(2048) })?;
     let joins = [0, 0, 1, 2, 4, 4, 6, 9];
-    let chunk = 16;
+    // Prompt chunks that do not line up with the blocks.
+    let chunk = 12;
     let mut running: Vec<Option<Running>> = (0..prompts.len()).map(|_| None).collect();
     let mut logits = Vec::new();
     let mut reused = 0;
@@ -137,7 +138,7 @@ fn every_sequence_in_a_batch_gets_what_it_gets_alone() -> Result<()> {
     // The last prompt takes the third's full blocks of their common prefix.
     let common = prompts[2].iter().zip(&prompts[7]).take_while(|(a, b)| a == b).count();
     assert!(common >= 16, "the prompts share {common} tokens");
-    assert_eq!(reused, common / 8 * 8, "positions taken from the prefix cache");
+    assert_eq!(reused, common / 16 * 16, "positions taken from the prefix cache");
     for (i, r) in running.iter().enumerate() {
         let r = r.as_ref().ok_or_else(|| anyhow::anyhow!("prompt {i} never ran"))?;
         assert_eq!(r.got.len(), STEPS, "prompt {i}");
@@ -146,4 +147,47 @@ fn every_sequence_in_a_batch_gets_what_it_gets_alone() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A long input fed in pieces (`set_prefill_chunk`) gives the logits of every position, and
+/// the next decode step, exactly as one piece does.
+#[test]
+fn prefill_in_pieces_equals_one_piece() -> Result<()> {
+    let r = sapient_hub::Hub::new()?.fetch_preset("smollm2-135m-instruct", &mut |_| {})?;
+    let g = sapient_tensor::GgufFile::open(r.file("gguf")?)?;
+    let tok = sapient_tokenizers::Tokenizer::from_gguf(&g)?;
+    let mut model = sapient_llama::load(r.file("gguf")?, &Device::Cpu, Some(1024))?;
+    let text = prompts(&tok)?.concat();
+    let mut prompt = Vec::new();
+    while prompt.len() < 300 {
+        prompt.extend_from_slice(&text);
+    }
+    prompt.truncate(300);
+    let mut run = |chunk: usize| -> Result<(Vec<u32>, Vec<u32>)> {
+        model.set_prefill_chunk(chunk);
+        model.clear_cache();
+        let mut all = Vec::new();
+        model.forward_into(&prompt, Logits::All, &mut all)?;
+        let next = argmax(&all[all.len() - model.config().vocab_size..]);
+        let mut step = Vec::new();
+        model.forward_into(&[next], Logits::Last, &mut step)?;
+        Ok((bits(&all), bits(&step)))
+    };
+    let whole = run(1000)?;
+    assert_eq!(whole.0.len(), 300 * model_vocab(&g)?, "logits of every position");
+    for chunk in [128, 77] {
+        let pieces = run(chunk)?;
+        if sapient_tensor::kernels::has_avx512() {
+            assert!(pieces == whole, "pieces of {chunk}: logits differ from one piece");
+        } else {
+            let (a, b) = (&pieces.0, &whole.0);
+            let worst = a.iter().zip(b).map(|(x, y)| (f32::from_bits(*x) - f32::from_bits(*y)).abs()).fold(0f32, f32::max);
+            assert!(worst < 0.05, "pieces of {chunk}: logits differ by {worst}");
+        }
+    }
+    Ok(())
+}
+
+fn model_vocab(g: &sapient_tensor::GgufFile) -> Result<usize> {
+    Ok(sapient_llama::LlamaConfig::from_gguf(g)?.vocab_size)
 }

@@ -1,14 +1,14 @@
 //! Attention over an f16 KV cache: scores of query rows against cached keys, the softmax,
 //! and the probability-weighted sum of cached values.
 //!
-//! Every score is computed exactly as [`dot_f32_f16`] computes it (the same products, the same
-//! accumulators and the same additions), every value row exactly as [`axpy_f16`] calls in key
-//! order would accumulate it, and [`softmax_unnormalized`] gives the same bits on every path,
-//! so a row's attention does not depend on how many rows, keys or heads a call takes: a
-//! prompt's rows, a decode step's single row and speculative verification rows agree bit for
-//! bit. The AVX-512 kernels (head sizes that are multiples of 16) keep the AVX2 kernels'
-//! order of additions: a 16-lane accumulator holds the AVX2 kernels' two 8-lane ones, and 16
-//! sums are reduced together by a tree of shuffles that adds the same pairs as `hsum`.
+//! Keys are kept transposed in chunks of 16 ([`scores_chunks`]): each key has a vector lane
+//! of its own, and its score is a chain of fused multiply-adds over the head's components, so
+//! there is no horizontal sum and the result does not depend on the vector width or on how
+//! many queries share a call. Values stay in rows ([`values_f16`]: one fused multiply-add
+//! per output and value, in order of the values), and [`softmax_unnormalized`] gives the same
+//! bits on every path. So a row's attention does not depend on how many rows, keys or heads
+//! a call takes: a prompt's rows, a decode step's single row and speculative verification
+//! rows agree bit for bit.
 
 #[cfg(target_arch = "x86_64")]
 use super::avx2;
@@ -31,117 +31,148 @@ pub fn dot_f32_f16(x: &[f32], y: &[u16]) -> f32 {
         .sum()
 }
 
-/// Attention scores of four query rows against keys `t0..t1` of an f16 cache (key `t` at
-/// `kc[t * stride + off..][..hd]`): `out[r][t - t0] = dot(qs[r], key) * scale`, each exactly
-/// as [`dot_f32_f16`] computes it.
-#[allow(clippy::too_many_arguments)]
-pub fn scores4_f16(qs: [&[f32]; 4], kc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, scale: f32, out: [&mut [f32]; 4]) {
-    let hd = qs.iter().map(|q| q.len()).min().unwrap_or(0);
-    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= kc.len(), "scores4_f16: keys out of range");
-    assert!(out.iter().all(|o| o.len() >= t1.saturating_sub(t0)), "scores4_f16: output rows too short");
+/// Most query rows [`scores_chunks`] and [`values_f16`] take in one call.
+pub const MAX_QUERIES: usize = 8;
+/// Rows [`values_f16`] takes in one call.
+pub const MAX_VALUE_ROWS: usize = 4;
+
+/// Attention scores against keys stored transposed in chunks of 16, as the paged KV cache
+/// keeps them: component `d` of the 16 keys of a chunk is `kc[base + d * pitch..][..16]`
+/// (f16 bits), for `d` in `0..hd` (`hd` = the queries' length).
+///
+/// `out[i * ostride + 16 * c + j]` becomes `score(qs[i], key j of chunk bases[c]) * scale`,
+/// where a score is the chain of fused multiply-adds `s = fma(q[d], key[d], s)` for `d` from
+/// 0 up, starting from `s = 0`. Each key sits in a vector lane of its own, so every path (any
+/// number of queries or chunks, 16 or 8 lanes, or none) gives the same bits: a decode step's
+/// one row, a prompt's rows and speculative verification agree exactly, with no horizontal
+/// sums. At most [`MAX_QUERIES`] queries.
+pub fn scores_chunks(qs: &[&[f32]], kc: &[u16], bases: &[usize], pitch: usize, scale: f32, out: &mut [f32], ostride: usize) {
+    let nq = qs.len();
+    assert!((1..=MAX_QUERIES).contains(&nq), "scores_chunks: 1 to {MAX_QUERIES} queries");
+    let hd = qs[0].len();
+    assert!(qs.iter().all(|q| q.len() == hd), "scores_chunks: queries of different lengths");
+    assert!(pitch >= 16 || hd <= 1, "scores_chunks: pitch under 16");
+    let span = if hd == 0 { 0 } else { (hd - 1) * pitch + 16 };
+    assert!(bases.iter().all(|&b| b + span <= kc.len()), "scores_chunks: keys out of range");
+    assert!(ostride >= 16 * bases.len() && out.len() >= (nq - 1) * ostride + 16 * bases.len(), "scores_chunks: output too short");
     #[cfg(target_arch = "x86_64")]
-    if has_avx512() && hd.is_multiple_of(16) {
-        // SAFETY: AVX-512 F/VL, FMA and F16C are present; ranges checked above.
-        return unsafe {
-            x512::scores::<4>(qs.map(|q| q.as_ptr()), kc[off.min(kc.len())..].as_ptr(), stride, hd, t0, t1, scale, out.map(|o| o.as_mut_ptr()))
-        };
+    if has_avx512() {
+        let o = out.as_mut_ptr();
+        macro_rules! go {
+            ($q:literal, $u:literal) => {{
+                let q: [*const f32; $q] = std::array::from_fn(|i| qs[i].as_ptr());
+                // SAFETY: AVX-512 F/VL, FMA and F16C are present; ranges checked above.
+                unsafe { x512::scores_chunks::<$q, $u>(q, hd, kc.as_ptr(), bases, pitch, scale, o, ostride) }
+            }};
+        }
+        match nq {
+            1 => go!(1, 8),
+            2 => go!(2, 8),
+            3 => go!(3, 4),
+            4 => go!(4, 4),
+            5 => go!(5, 3),
+            6 => go!(6, 2),
+            7 => go!(7, 2),
+            _ => go!(8, 2),
+        }
+        return;
     }
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
-        return unsafe {
-            avx2::scores4_f16(qs, &kc[off.min(kc.len())..], stride, hd, t0, t1, scale, out.map(|o| o.as_mut_ptr()))
-        };
+        for (g, part) in qs.chunks(4).enumerate() {
+            let o = out[g * 4 * ostride..].as_mut_ptr();
+            macro_rules! go {
+                ($q:literal, $u:literal) => {{
+                    let q: [*const f32; $q] = std::array::from_fn(|i| part[i].as_ptr());
+                    // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
+                    unsafe { avx2::scores_chunks::<$q, $u>(q, hd, kc.as_ptr(), bases, pitch, scale, o, ostride) }
+                }};
+            }
+            match part.len() {
+                1 => go!(1, 4),
+                2 => go!(2, 2),
+                3 => go!(3, 1),
+                _ => go!(4, 1),
+            }
+        }
+        return;
     }
-    for t in t0..t1 {
-        let key = &kc[t * stride + off..t * stride + off + hd];
-        for r in 0..4 {
-            out[r][t - t0] = dot_f32_f16(qs[r], key) * scale;
+    for (c, &b) in bases.iter().enumerate() {
+        for (i, q) in qs.iter().enumerate() {
+            for j in 0..16 {
+                let mut s = 0f32;
+                for (d, qd) in q.iter().enumerate() {
+                    s = qd.mul_add(half::f16::from_bits(kc[b + d * pitch + j]).to_f32(), s);
+                }
+                out[i * ostride + 16 * c + j] = s * scale;
+            }
         }
     }
 }
 
-/// Attention outputs of four rows from values `t0..t1` of an f16 cache: `ys[r] +=
-/// (p[r][t - t0] * inv[r]) * value_t` in order of `t`, each row exactly as [`axpy_f16`] calls
-/// would do it.
+/// The weighted sums of attention: for values `t0..t1` of an f16 cache (value `t` at
+/// `vc[t * stride + off..][..hd]`, `hd` = the outputs' length), in order of `t`,
+/// `ys[r][d] = fma(ws[r][t - t0], value_t[d], ys[r][d])`. Every path does exactly these
+/// fused multiply-adds in this order, so a row's result does not depend on how many rows a
+/// call takes or where a run of values is cut. At most [`MAX_VALUE_ROWS`] rows.
 #[allow(clippy::too_many_arguments)]
-pub fn values4_f16(p: [&[f32]; 4], inv: [f32; 4], vc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, ys: [&mut [f32]; 4]) {
-    let hd = ys.iter().map(|y| y.len()).min().unwrap_or(0);
-    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= vc.len(), "values4_f16: values out of range");
-    assert!(p.iter().all(|pr| pr.len() >= t1.saturating_sub(t0)), "values4_f16: probability rows too short");
+pub fn values_f16(ws: &[&[f32]], vc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, ys: &mut [&mut [f32]]) {
+    let nr = ys.len();
+    assert!(nr == ws.len() && (1..=MAX_VALUE_ROWS).contains(&nr), "values_f16: 1 to {MAX_VALUE_ROWS} rows, as many weights");
+    let hd = ys[0].len();
+    assert!(ys.iter().all(|y| y.len() == hd), "values_f16: outputs of different lengths");
+    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= vc.len(), "values_f16: values out of range");
+    assert!(ws.iter().all(|w| w.len() >= t1.saturating_sub(t0)), "values_f16: weight rows too short");
+    if t1 <= t0 {
+        return;
+    }
+    let v = vc[off..].as_ptr();
     #[cfg(target_arch = "x86_64")]
     if has_avx512() && hd.is_multiple_of(16) {
-        // SAFETY: AVX-512 F/VL, FMA and F16C are present; ranges checked above; the rows
-        // are distinct `&mut` slices at least `hd` long.
-        return unsafe {
-            x512::values::<4>(p.map(|x| x.as_ptr()), inv, vc[off.min(vc.len())..].as_ptr(), stride, hd, t0, t1, ys.map(|y| y.as_mut_ptr()))
-        };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present; ranges checked above; the rows are
-        // distinct `&mut` slices at least `hd` long.
-        return unsafe {
-            avx2::values4_f16(p.map(|x| x.as_ptr()), inv, &vc[off.min(vc.len())..], stride, hd, t0, t1, ys.map(|y| y.as_mut_ptr()))
-        };
-    }
-    for t in t0..t1 {
-        let v = &vc[t * stride + off..t * stride + off + hd];
-        for r in 0..4 {
-            axpy_f16(p[r][t - t0] * inv[r], v, ys[r]);
+        macro_rules! go {
+            ($r:literal) => {{
+                let w: [*const f32; $r] = std::array::from_fn(|i| ws[i].as_ptr());
+                let y: [*mut f32; $r] = std::array::from_fn(|i| ys[i].as_mut_ptr());
+                // SAFETY: AVX-512 F/VL, FMA and F16C are present; ranges checked above; the
+                // rows are distinct `&mut` slices of `hd` values.
+                unsafe { x512::values::<$r>(w, v, stride, hd, t0, t1, y) }
+            }};
         }
-    }
-}
-
-/// [`scores4_f16`] for one query row: `out[t - t0] = dot(q, key_t) * scale`, each exactly as
-/// [`dot_f32_f16`] computes it (a decode step's attention, without a call per key).
-#[allow(clippy::too_many_arguments)]
-pub fn scores1_f16(q: &[f32], kc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, scale: f32, out: &mut [f32]) {
-    let hd = q.len();
-    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= kc.len(), "scores1_f16: keys out of range");
-    assert!(out.len() >= t1.saturating_sub(t0), "scores1_f16: output row too short");
-    #[cfg(target_arch = "x86_64")]
-    if has_avx512() && hd.is_multiple_of(16) {
-        // SAFETY: AVX-512 F/VL, FMA and F16C are present; ranges checked above.
-        return unsafe {
-            x512::scores::<1>([q.as_ptr()], kc[off.min(kc.len())..].as_ptr(), stride, hd, t0, t1, scale, [out.as_mut_ptr()])
-        };
+        match nr {
+            1 => go!(1),
+            2 => go!(2),
+            3 => go!(3),
+            _ => go!(4),
+        }
+        return;
     }
     #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
-        return unsafe {
-            avx2::scores1_f16(q, &kc[off.min(kc.len())..], stride, hd, t0, t1, scale, out.as_mut_ptr())
-        };
+    if has_avx2() && hd.is_multiple_of(8) {
+        macro_rules! go {
+            ($r:literal, $nb:literal) => {{
+                let w: [*const f32; $r] = std::array::from_fn(|i| ws[i].as_ptr());
+                let y: [*mut f32; $r] = std::array::from_fn(|i| ys[i].as_mut_ptr());
+                // SAFETY: AVX2, FMA and F16C are present; ranges checked above; the rows are
+                // distinct `&mut` slices of `hd` values.
+                unsafe { avx2::values_w::<$r, $nb>(w, v, stride, hd, t0, t1, y) }
+            }};
+        }
+        match nr {
+            1 => go!(1, 8),
+            2 => go!(2, 4),
+            3 => go!(3, 2),
+            _ => go!(4, 2),
+        }
+        return;
     }
     for t in t0..t1 {
-        out[t - t0] = dot_f32_f16(q, &kc[t * stride + off..t * stride + off + hd]) * scale;
-    }
-}
-
-/// [`values4_f16`] for one row: `y += (p[t - t0] * inv) * value_t` in order of `t`, exactly
-/// as [`axpy_f16`] calls would do it.
-#[allow(clippy::too_many_arguments)]
-pub fn values1_f16(p: &[f32], inv: f32, vc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, y: &mut [f32]) {
-    let hd = y.len();
-    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= vc.len(), "values1_f16: values out of range");
-    assert!(p.len() >= t1.saturating_sub(t0), "values1_f16: probability row too short");
-    #[cfg(target_arch = "x86_64")]
-    if has_avx512() && hd.is_multiple_of(16) {
-        // SAFETY: AVX-512 F/VL, FMA and F16C are present; ranges checked above.
-        return unsafe {
-            x512::values::<1>([p.as_ptr()], [inv], vc[off.min(vc.len())..].as_ptr(), stride, hd, t0, t1, [y.as_mut_ptr()])
-        };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
-        return unsafe {
-            avx2::values1_f16(p.as_ptr(), inv, &vc[off.min(vc.len())..], stride, hd, t0, t1, y.as_mut_ptr())
-        };
-    }
-    for t in t0..t1 {
-        axpy_f16(p[t - t0] * inv, &vc[t * stride + off..t * stride + off + hd], y);
+        let x = &vc[t * stride + off..t * stride + off + hd];
+        for (w, y) in ws.iter().zip(ys.iter_mut()) {
+            let a = w[t - t0];
+            for (yd, xd) in y.iter_mut().zip(x) {
+                *yd = a.mul_add(half::f16::from_bits(*xd).to_f32(), *yd);
+            }
+        }
     }
 }
 
@@ -292,87 +323,60 @@ mod x512 {
         1.0 / fold(sum)
     }
 
-    /// Slot of key `j` of a block of 16 so that [`tree`] leaves key `j`'s sum in lane `j`.
-    const SLOT: [usize; 16] = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15];
-
-    /// The 16 sums of 16 accumulators, each added in `hsum`'s order (the halves of the two
-    /// 8-lane accumulators, then quarters, pairs, and the last two), slot `4q + i` in lane
-    /// `q + 4i`.
-    #[inline(always)]
-    unsafe fn tree(a: &[__m512; 16]) -> __m512 {
-        let s: [__m512; 8] = std::array::from_fn(|k| { _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a[2 * k], a[2 * k + 1]), _mm512_shuffle_f32x4::<0xEE>(a[2 * k], a[2 * k + 1])) });
-        let t: [__m512; 4] = std::array::from_fn(|m| { _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(s[2 * m], s[2 * m + 1]), _mm512_shuffle_f32x4::<0xDD>(s[2 * m], s[2 * m + 1])) });
-        let u: [__m512; 2] = std::array::from_fn(|p| { _mm512_add_ps(_mm512_shuffle_ps::<0x44>(t[2 * p], t[2 * p + 1]), _mm512_shuffle_ps::<0xEE>(t[2 * p], t[2 * p + 1])) });
-        _mm512_add_ps(_mm512_shuffle_ps::<0x88>(u[0], u[1]), _mm512_shuffle_ps::<0xDD>(u[0], u[1]))
-    }
-
-    /// `out[r][t - t0] = dot(qs[r], key_t) * scale` for keys `t0..t1` (key `t` at
-    /// `kc[t * stride..][..hd]`, `hd` a multiple of 16), 16 keys at a time.
+    /// [`super::scores_chunks`] with `Q` queries, `U` chunks at a time (`Q * U` accumulators).
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
-    pub unsafe fn scores<const R: usize>(qs: [*const f32; R], kc: *const u16, stride: usize, hd: usize, t0: usize, t1: usize, scale: f32, out: [*mut f32; R]) {
+    pub unsafe fn scores_chunks<const Q: usize, const U: usize>(qs: [*const f32; Q], hd: usize, kc: *const u16, bases: &[usize], pitch: usize, scale: f32, out: *mut f32, ostride: usize) {
         let sc = _mm512_set1_ps(scale);
-        let mut acc = [[_mm512_setzero_ps(); 16]; R];
-        let mut t = t0;
-        while t < t1 {
-            let nk = (t1 - t).min(16);
-            for j in 0..16 {
-                let mut a = [_mm512_setzero_ps(); R];
-                if j < nk {
-                    let pk = kc.add((t + j) * stride);
-                    let mut c = 0;
-                    while c < hd {
-                        let k = _mm512_cvtph_ps(_mm256_loadu_si256(pk.add(c) as *const __m256i));
-                        for r in 0..R {
-                            a[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qs[r].add(c)), k, a[r]);
-                        }
-                        c += 16;
+        let mut c = 0;
+        while c < bases.len() {
+            let u = (bases.len() - c).min(U);
+            // A short last group repeats its last chunk (results not stored).
+            let k: [*const u16; U] = std::array::from_fn(|x| kc.add(bases[c + x.min(u - 1)]));
+            let mut acc = [[_mm512_setzero_ps(); U]; Q];
+            for d in 0..hd {
+                let kv: [__m512; U] = std::array::from_fn(|x| _mm512_cvtph_ps(_mm256_loadu_si256(k[x].add(d * pitch) as *const __m256i)));
+                for i in 0..Q {
+                    let q = _mm512_set1_ps(*qs[i].add(d));
+                    for x in 0..U {
+                        acc[i][x] = _mm512_fmadd_ps(q, kv[x], acc[i][x]);
                     }
                 }
-                for r in 0..R {
-                    acc[r][SLOT[j]] = a[r];
+            }
+            for i in 0..Q {
+                for x in 0..u {
+                    _mm512_storeu_ps(out.add(i * ostride + 16 * (c + x)), _mm512_mul_ps(acc[i][x], sc));
                 }
             }
-            for r in 0..R {
-                _mm512_mask_storeu_ps(out[r].add(t - t0), first(nk), _mm512_mul_ps(tree(&acc[r]), sc));
-            }
-            t += nk;
+            c += u;
         }
     }
 
-    /// `ys[r] += (p[r][t - t0] * inv[r]) * value_t` for values `t0..t1` in order of `t`
-    /// (`hd` a multiple of 16), up to 64 outputs of each row in registers over all the values.
+    /// [`super::values_f16`] (`hd` a multiple of 16): up to 64 outputs of each row in
+    /// registers over all the values.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
-    pub unsafe fn values<const R: usize>(p: [*const f32; R], inv: [f32; R], vc: *const u16, stride: usize, hd: usize, t0: usize, t1: usize, ys: [*mut f32; R]) {
+    pub unsafe fn values<const R: usize>(w: [*const f32; R], vc: *const u16, stride: usize, hd: usize, t0: usize, t1: usize, ys: [*mut f32; R]) {
         let mut d0 = 0;
         while d0 < hd {
             match (hd - d0) / 16 {
-                1 => {
-                    values_block::<R, 1>(p, inv, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0)))
-                }
-                2 => {
-                    values_block::<R, 2>(p, inv, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0)))
-                }
-                3 => {
-                    values_block::<R, 3>(p, inv, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0)))
-                }
-                _ => {
-                    values_block::<R, 4>(p, inv, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0)))
-                }
+                1 => values_block::<R, 1>(w, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0))),
+                2 => values_block::<R, 2>(w, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0))),
+                3 => values_block::<R, 3>(w, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0))),
+                _ => values_block::<R, 4>(w, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0))),
             }
             d0 += 64;
         }
     }
 
     #[inline(always)]
-    unsafe fn values_block<const R: usize, const NB: usize>(p: [*const f32; R], inv: [f32; R], vc: *const u16, stride: usize, t0: usize, t1: usize, ys: [*mut f32; R]) {
+    unsafe fn values_block<const R: usize, const NB: usize>(w: [*const f32; R], vc: *const u16, stride: usize, t0: usize, t1: usize, ys: [*mut f32; R]) {
         let mut acc: [[__m512; NB]; R] = std::array::from_fn(|r| std::array::from_fn(|b| _mm512_loadu_ps(ys[r].add(16 * b))));
         for t in t0..t1 {
             let px = vc.add(t * stride);
-            let x: [__m512; NB] = std::array::from_fn(|b| { _mm512_cvtph_ps(_mm256_loadu_si256(px.add(16 * b) as *const __m256i)) });
+            let x: [__m512; NB] = std::array::from_fn(|b| _mm512_cvtph_ps(_mm256_loadu_si256(px.add(16 * b) as *const __m256i)));
             for r in 0..R {
-                let va = _mm512_set1_ps(*p[r].add(t - t0) * inv[r]);
+                let va = _mm512_set1_ps(*w[r].add(t - t0));
                 for b in 0..NB {
                     acc[r][b] = _mm512_fmadd_ps(va, x[b], acc[r][b]);
                 }

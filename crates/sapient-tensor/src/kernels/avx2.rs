@@ -669,131 +669,70 @@ pub unsafe fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     }
 }
 
-/// For keys `t` in `t0..t1` (key `t` at `kc[t * stride..][..hd]`): `out[r][t - t0] =
-/// dot(qs[r], key) * scale`, each dot exactly as [`dot_f32_f16`] computes it.
-#[allow(clippy::too_many_arguments)]
+/// [`super::scores_chunks`] with `Q` queries, `U` chunks of 16 keys (two vectors each) at a
+/// time.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn scores4_f16(qs: [&[f32]; 4], kc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, scale: f32, out: [*mut f32; 4]) {
-    let mut v = [0f32; 4];
-    for t in t0..t1 {
-        dots_f32_f16::<4>(qs, kc.get_unchecked(t * stride..t * stride + hd), &mut v);
-        for r in 0..4 {
-            *out[r].add(t - t0) = v[r] * scale;
-        }
-    }
-}
-
-/// [`scores4_f16`] for one query row.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn scores1_f16(q: &[f32], kc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, scale: f32, out: *mut f32) {
-    let mut t = t0;
-    if hd.is_multiple_of(16) {
-        // Four keys at a time: the query is loaded once for all four, and the four sums are
-        // reduced together in exactly `hsum_ps`'s order (so each score is bit-identical to
-        // `dot_f32_f16`'s: the same products, accumulators and additions).
-        let pq = q.as_ptr();
-        let sc = _mm_set1_ps(scale);
-        while t + 4 <= t1 {
-            let pk: [*const u16; 4] = std::array::from_fn(|k| kc.as_ptr().add((t + k) * stride));
-            let mut a0 = [_mm256_setzero_ps(); 4];
-            let mut a1 = [_mm256_setzero_ps(); 4];
-            let mut i = 0;
-            while i < hd {
-                let q0 = _mm256_loadu_ps(pq.add(i));
-                let q1 = _mm256_loadu_ps(pq.add(i + 8));
-                for k in 0..4 {
-                    let y0 = _mm256_cvtph_ps(_mm_loadu_si128(pk[k].add(i) as *const __m128i));
-                    let y1 = _mm256_cvtph_ps(_mm_loadu_si128(pk[k].add(i + 8) as *const __m128i));
-                    a0[k] = _mm256_fmadd_ps(q0, y0, a0[k]);
-                    a1[k] = _mm256_fmadd_ps(q1, y1, a1[k]);
-                }
-                i += 16;
-            }
-            let h: [__m128; 4] = std::array::from_fn(|k| {
-                let v = _mm256_add_ps(a0[k], a1[k]);
-                _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))
+pub unsafe fn scores_chunks<const Q: usize, const U: usize>(qs: [*const f32; Q], hd: usize, kc: *const u16, bases: &[usize], pitch: usize, scale: f32, out: *mut f32, ostride: usize) {
+    let sc = _mm256_set1_ps(scale);
+    let mut c = 0;
+    while c < bases.len() {
+        let u = (bases.len() - c).min(U);
+        let k: [*const u16; U] = std::array::from_fn(|x| kc.add(bases[c + x.min(u - 1)]));
+        let mut acc = [[[_mm256_setzero_ps(); 2]; U]; Q];
+        for d in 0..hd {
+            let kv: [[__m256; 2]; U] = std::array::from_fn(|x| {
+                let p = k[x].add(d * pitch);
+                [_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), _mm256_cvtph_ps(_mm_loadu_si128(p.add(8) as *const __m128i))]
             });
-            let u = _mm_add_ps(_mm_unpacklo_ps(h[0], h[1]), _mm_unpackhi_ps(h[0], h[1]));
-            let w = _mm_add_ps(_mm_unpacklo_ps(h[2], h[3]), _mm_unpackhi_ps(h[2], h[3]));
-            let sums = _mm_add_ps(_mm_movelh_ps(u, w), _mm_movehl_ps(w, u));
-            _mm_storeu_ps(out.add(t - t0), _mm_mul_ps(sums, sc));
-            t += 4;
+            for i in 0..Q {
+                let q = _mm256_set1_ps(*qs[i].add(d));
+                for x in 0..U {
+                    acc[i][x][0] = _mm256_fmadd_ps(q, kv[x][0], acc[i][x][0]);
+                    acc[i][x][1] = _mm256_fmadd_ps(q, kv[x][1], acc[i][x][1]);
+                }
+            }
         }
-    }
-    let mut v = [0f32; 1];
-    while t < t1 {
-        dots_f32_f16::<1>([q], kc.get_unchecked(t * stride..t * stride + hd), &mut v);
-        *out.add(t - t0) = v[0] * scale;
-        t += 1;
+        for i in 0..Q {
+            for x in 0..u {
+                let o = out.add(i * ostride + 16 * (c + x));
+                _mm256_storeu_ps(o, _mm256_mul_ps(acc[i][x][0], sc));
+                _mm256_storeu_ps(o.add(8), _mm256_mul_ps(acc[i][x][1], sc));
+            }
+        }
+        c += u;
     }
 }
 
-/// [`values4_f16`] for one row.
-#[allow(clippy::too_many_arguments)]
+/// [`super::values_f16`] (`hd` a multiple of 8): `8 * NB` outputs of each row in registers
+/// over all the values.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn values1_f16(p: *const f32, inv: f32, vc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, y: *mut f32) {
-    if !hd.is_multiple_of(8) {
-        for t in t0..t1 {
-            axpys_f16::<1>([*p.add(t - t0) * inv], vc.get_unchecked(t * stride..t * stride + hd), [y]);
-        }
-        return;
-    }
-    // Up to 64 output values stay in registers over all the keys (the same fused
-    // multiply-adds per value and in the same order as `axpy_f16` calls, without the
-    // loads and stores of `y` at every key).
+pub unsafe fn values_w<const R: usize, const NB: usize>(w: [*const f32; R], vc: *const u16, stride: usize, hd: usize, t0: usize, t1: usize, ys: [*mut f32; R]) {
     let mut d0 = 0;
     while d0 < hd {
-        let nb = ((hd - d0) / 8).min(8);
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for (b, a) in acc.iter_mut().enumerate().take(nb) {
-            *a = _mm256_loadu_ps(y.add(d0 + 8 * b));
-        }
-        for t in t0..t1 {
-            let va = _mm256_set1_ps(*p.add(t - t0) * inv);
-            let px = vc.as_ptr().add(t * stride + d0);
-            for (b, a) in acc.iter_mut().enumerate().take(nb) {
-                *a = _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128(px.add(8 * b) as *const __m128i)), *a);
+        let nb = ((hd - d0) / 8).min(NB);
+        let mut acc = [[_mm256_setzero_ps(); NB]; R];
+        for r in 0..R {
+            for b in 0..nb {
+                acc[r][b] = _mm256_loadu_ps(ys[r].add(d0 + 8 * b));
             }
         }
-        for (b, a) in acc.iter().enumerate().take(nb) {
-            _mm256_storeu_ps(y.add(d0 + 8 * b), *a);
+        for t in t0..t1 {
+            let px = vc.add(t * stride + d0);
+            for b in 0..nb {
+                let x = _mm256_cvtph_ps(_mm_loadu_si128(px.add(8 * b) as *const __m128i));
+                for r in 0..R {
+                    acc[r][b] = _mm256_fmadd_ps(_mm256_set1_ps(*w[r].add(t - t0)), x, acc[r][b]);
+                }
+            }
+        }
+        for r in 0..R {
+            for b in 0..nb {
+                _mm256_storeu_ps(ys[r].add(d0 + 8 * b), acc[r][b]);
+            }
         }
         d0 += 8 * nb;
-    }
-}
-
-/// For values `t` in `t0..t1` (at `vc[t * stride..][..hd]`): `ys[r] += (p[r][t - t0] *
-/// inv[r]) * value`, each row exactly as [`axpy_f16`] calls in order of `t` would do it.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn values4_f16(p: [*const f32; 4], inv: [f32; 4], vc: &[u16], stride: usize, hd: usize, t0: usize, t1: usize, ys: [*mut f32; 4]) {
-    if !hd.is_multiple_of(16) {
-        for t in t0..t1 {
-            let a: [f32; 4] = std::array::from_fn(|r| *p[r].add(t - t0) * inv[r]);
-            axpys_f16::<4>(a, vc.get_unchecked(t * stride..t * stride + hd), ys);
-        }
-        return;
-    }
-    // 16 output values of each of the four rows stay in registers over all the values (the
-    // same fused multiply-adds per output, in the same order of `t`, as `axpy_f16` calls,
-    // without loading and storing the outputs at every value).
-    for d0 in (0..hd).step_by(16) {
-        let mut acc: [[__m256; 2]; 4] = std::array::from_fn(|r| [_mm256_loadu_ps(ys[r].add(d0)), _mm256_loadu_ps(ys[r].add(d0 + 8))]);
-        for t in t0..t1 {
-            let px = vc.as_ptr().add(t * stride + d0);
-            let x0 = _mm256_cvtph_ps(_mm_loadu_si128(px as *const __m128i));
-            let x1 = _mm256_cvtph_ps(_mm_loadu_si128(px.add(8) as *const __m128i));
-            for (r, a) in acc.iter_mut().enumerate() {
-                let va = _mm256_set1_ps(*p[r].add(t - t0) * inv[r]);
-                a[0] = _mm256_fmadd_ps(va, x0, a[0]);
-                a[1] = _mm256_fmadd_ps(va, x1, a[1]);
-            }
-        }
-        for (r, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(ys[r].add(d0), a[0]);
-            _mm256_storeu_ps(ys[r].add(d0 + 8), a[1]);
-        }
     }
 }
 

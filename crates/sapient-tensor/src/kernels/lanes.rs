@@ -289,23 +289,34 @@ unsafe fn range_of<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, acts: &[Bl
         _mm_prefetch::<_MM_HINT_T0>(first.add(n * rb) as *const i8);
         _mm_prefetch::<_MM_HINT_T0>(first.add(n * rb).wrapping_add(64) as *const i8);
     }
-    let mut g = r0;
-    while g < r1 {
-        let nvalid = (r1 - g).min(16);
-        let gp = p.add(g * rb);
-        let next = gp.wrapping_add(16 * rb);
-        let mut a0 = 0;
-        while a0 < m {
-            let r = (m - a0).min(F::PASS);
-            let ap: [*const BlockQ8; PASS] = std::array::from_fn(|i| acts.as_ptr().add((a0 + i.min(r - 1)) * nb));
-            let cp: [*const i32; PASS] = std::array::from_fn(|i| if corr.is_empty() { std::ptr::null() } else { corr.as_ptr().add((a0 + i.min(r - 1)) * nb) });
-            let op: [*mut f32; PASS] = std::array::from_fn(|i| out.add((a0 + i.min(r - 1)) * out_stride + g));
-            by_rows!(F, r, gp, rb, nvalid, nb, ap, cp, op, next);
-            a0 += r;
+    // Activation rows in blocks of `M_BLOCK`, each taken by every weight row of the range
+    // before the next: a block's activations stay in L2 while the weight rows pass, instead
+    // of all `m` rows streaming from memory once per sixteen weight rows.
+    let mut m0 = 0;
+    while m0 < m {
+        let m1 = (m0 + M_BLOCK).min(m);
+        let mut g = r0;
+        while g < r1 {
+            let nvalid = (r1 - g).min(16);
+            let gp = p.add(g * rb);
+            let next = gp.wrapping_add(16 * rb);
+            let mut a0 = m0;
+            while a0 < m1 {
+                let r = (m1 - a0).min(F::PASS);
+                let ap: [*const BlockQ8; PASS] = std::array::from_fn(|i| acts.as_ptr().add((a0 + i.min(r - 1)) * nb));
+                let cp: [*const i32; PASS] = std::array::from_fn(|i| if corr.is_empty() { std::ptr::null() } else { corr.as_ptr().add((a0 + i.min(r - 1)) * nb) });
+                let op: [*mut f32; PASS] = std::array::from_fn(|i| out.add((a0 + i.min(r - 1)) * out_stride + g));
+                by_rows!(F, r, gp, rb, nvalid, nb, ap, cp, op, next);
+                a0 += r;
+            }
+            g += 16;
         }
-        g += 16;
+        m0 = m1;
     }
 }
+
+/// Activation rows a pass over the weight rows takes (see [`range_of`]).
+const M_BLOCK: usize = 64;
 
 /// Output columns (weight rows) `r0..r1` of the product of weights `w` (format `t`, rows of
 /// `rb` bytes; `r0` a multiple of 16) with `m` activation rows (`acts`: `m` rows of `rb /

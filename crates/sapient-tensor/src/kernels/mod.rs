@@ -44,7 +44,7 @@ use crate::gguf::GgmlType;
 use crate::{Error, Result};
 use candle_core::quantized::QTensor;
 pub use act::{exp_in_place, gelu_erf_in_place};
-pub use attention::{axpy_f16, dot_f32_f16, scores1_f16, scores4_f16, softmax_unnormalized, values1_f16, values4_f16};
+pub use attention::{axpy_f16, dot_f32_f16, scores_chunks, softmax_unnormalized, values_f16, MAX_QUERIES, MAX_VALUE_ROWS};
 pub use dense::matmul_f32;
 pub use detect::{has_amx, has_avx2, has_avx512, has_lanes, has_vnni};
 pub use memory::{huge_pages, huge_pages_for};

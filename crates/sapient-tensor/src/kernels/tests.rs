@@ -452,63 +452,102 @@ fn simd_quantizers_match_portable() {
     assert!(b[1].qs.iter().all(|&v| v == 0) && b[1].d == 0.0);
 }
 
-/// The four-row attention helpers give each row exactly its single-row results.
+/// A score as `scores_chunks` defines it: fused multiply-adds over the components in order.
+fn chain_score(q: &[f32], key: impl Fn(usize) -> u16, scale: f32) -> f32 {
+    let mut s = 0f32;
+    for (d, qd) in q.iter().enumerate() {
+        s = qd.mul_add(half::f16::from_bits(key(d)).to_f32(), s);
+    }
+    s * scale
+}
+
+/// `scores_chunks` gives every query, in calls of 1 to 8 queries and any number of chunks,
+/// exactly the fused multiply-add chain of its key, and is within f32 rounding of an f64 dot
+/// product; head sizes of the usual models and odd ones.
 #[test]
-fn four_row_attention_helpers_equal_single_rows() {
-    for hd in [64, 80, 128, 37] {
-        let (stride, off, keys) = (3 * hd, hd, 40);
-        let qs: Vec<Vec<f32>> = (0..4).map(|r| data(hd, 30 + r)).collect();
-        let mut cache = vec![0u16; keys * stride];
-        f32_to_f16(&data(keys * stride, 40), &mut cache);
-        for (t0, t1) in [(2, 7), (0, 40), (3, 36)] {
-            let mut sc = vec![vec![0f32; t1 - t0]; 4];
-            let [s0, s1, s2, s3] = &mut sc[..] else { unreachable!() };
-            scores4_f16([&qs[0], &qs[1], &qs[2], &qs[3]], &cache, stride, off, t0, t1, 0.125, [s0, s1, s2, s3]);
-            for r in 0..4 {
-                for t in t0..t1 {
-                    let want = dot_f32_f16(&qs[r], &cache[t * stride + off..t * stride + off + hd]) * 0.125;
-                    assert_eq!(sc[r][t - t0].to_bits(), want.to_bits(), "score row {r} key {t}, hd={hd}");
+fn chunk_scores_equal_the_chain_for_any_number_of_queries() {
+    for hd in [64, 128, 80, 256, 37, 1] {
+        let pitch = 32; // keys of a 32-position block, transposed
+        let nchunks = 11;
+        let mut kc = vec![0u16; hd * pitch * 6 + 16];
+        f32_to_f16(&data(kc.len(), 70 + hd as u64), &mut kc);
+        // Chunks at both halves of several blocks, in no particular order.
+        let bases: Vec<usize> = (0..nchunks).map(|c| ((c * 7) % 6) * hd * pitch + (c % 2) * 16).collect();
+        let qs: Vec<Vec<f32>> = (0..MAX_QUERIES).map(|r| data(hd, 80 + r as u64)).collect();
+        for nq in 1..=MAX_QUERIES {
+            for take in [1, 2, 3, nchunks] {
+                let q: Vec<&[f32]> = qs[..nq].iter().map(|v| &v[..]).collect();
+                let ostride = 16 * take + 5;
+                let mut out = vec![f32::NAN; nq * ostride];
+                scores_chunks(&q, &kc, &bases[..take], pitch, 0.125, &mut out, ostride);
+                for i in 0..nq {
+                    for (c, &b) in bases[..take].iter().enumerate() {
+                        for j in 0..16 {
+                            let want = chain_score(&qs[i], |d| kc[b + d * pitch + j], 0.125);
+                            let got = out[i * ostride + 16 * c + j];
+                            assert_eq!(got.to_bits(), want.to_bits(), "hd {hd}, {nq} queries, chunk {c} key {j} row {i}");
+                            let exact: f64 = (0..hd).map(|d| qs[i][d] as f64 * half::f16::from_bits(kc[b + d * pitch + j]).to_f64()).sum::<f64>() * 0.125;
+                            assert!((got as f64 - exact).abs() <= 1e-5 * (1.0 + exact.abs()), "{got} vs {exact}");
+                        }
+                    }
                 }
             }
-            let inv = [0.5f32, 1.25, 3.0, 0.001];
-            let mut single = qs.clone();
-            for r in 0..4 {
-                for t in t0..t1 {
-                    axpy_f16(sc[r][t - t0] * inv[r], &cache[t * stride + off..t * stride + off + hd], &mut single[r]);
-                }
-            }
-            let mut multi = qs.clone();
-            let [m0, m1, m2, m3] = &mut multi[..] else { unreachable!() };
-            values4_f16([&sc[0], &sc[1], &sc[2], &sc[3]], inv, &cache, stride, off, t0, t1, [m0, m1, m2, m3]);
-            assert_eq!(single, multi, "values hd={hd}");
+        }
+        // The AVX2 kernel (taken on machines without AVX-512) gives the same bits.
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            let ostride = 16 * nchunks;
+            let mut want = vec![0f32; 3 * ostride];
+            let q: Vec<&[f32]> = qs[..3].iter().map(|v| &v[..]).collect();
+            scores_chunks(&q, &kc, &bases, pitch, 0.5, &mut want, ostride);
+            let mut got = vec![0f32; 3 * ostride];
+            // SAFETY: AVX2, FMA and F16C are present; the ranges are those checked above.
+            unsafe { super::avx2::scores_chunks::<3, 2>([q[0].as_ptr(), q[1].as_ptr(), q[2].as_ptr()], hd, kc.as_ptr(), &bases, pitch, 0.5, got.as_mut_ptr(), ostride) };
+            assert_eq!(got, want, "avx2, hd {hd}");
         }
     }
 }
 
-/// The one-row span helpers of a decode step (keys four at a time, values kept in registers)
-/// give exactly what per-key `dot_f32_f16` / `axpy_f16` calls give, for head sizes that take
-/// the fast paths (64, 128, 96) and ones that do not (80, 37), and spans of every length mod 4.
+/// `values_f16` gives each row exactly the fused multiply-adds in order of the values,
+/// whatever the number of rows, and cutting a run of values in two changes nothing.
 #[test]
-fn one_row_attention_spans_equal_per_key_calls() {
+fn weighted_values_equal_ordered_fmas() {
     for hd in [64, 128, 96, 80, 37] {
         let (stride, off, keys) = (3 * hd, hd, 23);
-        let q = data(hd, 50);
         let mut cache = vec![0u16; keys * stride];
         f32_to_f16(&data(keys * stride, 41), &mut cache);
+        let ws: Vec<Vec<f32>> = (0..MAX_VALUE_ROWS).map(|r| data(keys, 90 + r as u64)).collect();
         for (t0, t1) in [(0, 23), (3, 10), (5, 6), (2, 2), (1, 20)] {
-            let mut sc = vec![0f32; t1 - t0];
-            scores1_f16(&q, &cache, stride, off, t0, t1, 0.125, &mut sc);
-            for t in t0..t1 {
-                let want = dot_f32_f16(&q, &cache[t * stride + off..t * stride + off + hd]) * 0.125;
-                assert_eq!(sc[t - t0].to_bits(), want.to_bits(), "score key {t}, hd={hd}, span {t0}..{t1}");
+            for nr in 1..=MAX_VALUE_ROWS {
+                let mut want: Vec<Vec<f32>> = (0..nr).map(|r| data(hd, 60 + r as u64)).collect();
+                for (r, y) in want.iter_mut().enumerate() {
+                    for t in t0..t1 {
+                        let a = ws[r][t - t0];
+                        for d in 0..hd {
+                            y[d] = a.mul_add(half::f16::from_bits(cache[t * stride + off + d]).to_f32(), y[d]);
+                        }
+                    }
+                }
+                let mut got: Vec<Vec<f32>> = (0..nr).map(|r| data(hd, 60 + r as u64)).collect();
+                let w: Vec<&[f32]> = ws[..nr].iter().map(|v| &v[..]).collect();
+                let mid = (t0 + t1) / 2;
+                {
+                    let mut ys: Vec<&mut [f32]> = got.iter_mut().map(|v| &mut v[..]).collect();
+                    values_f16(&w, &cache, stride, off, t0, mid, &mut ys);
+                    let w2: Vec<&[f32]> = ws[..nr].iter().map(|v| &v[mid - t0..]).collect();
+                    values_f16(&w2, &cache, stride, off, mid, t1, &mut ys);
+                }
+                assert_eq!(got, want, "hd {hd}, {nr} rows, span {t0}..{t1}");
+                #[cfg(target_arch = "x86_64")]
+                if has_avx2() && hd % 8 == 0 && nr == 2 {
+                    let mut avx: Vec<Vec<f32>> = (0..2).map(|r| data(hd, 60 + r as u64)).collect();
+                    let y = [avx[0].as_mut_ptr(), avx[1].as_mut_ptr()];
+                    // SAFETY: AVX2, FMA and F16C are present; the values t0..t1 are in the
+                    // cache and the rows are `hd` long.
+                    unsafe { super::avx2::values_w::<2, 4>([ws[0].as_ptr(), ws[1].as_ptr()], cache[off..].as_ptr(), stride, hd, t0, t1, y) };
+                    assert_eq!(avx, want, "avx2, hd {hd}, span {t0}..{t1}");
+                }
             }
-            let mut single = data(hd, 60);
-            let mut span = single.clone();
-            for t in t0..t1 {
-                axpy_f16(sc[t - t0] * 0.3, &cache[t * stride + off..t * stride + off + hd], &mut single);
-            }
-            values1_f16(&sc, 0.3, &cache, stride, off, t0, t1, &mut span);
-            assert_eq!(single, span, "values hd={hd}, span {t0}..{t1}");
         }
     }
 }
