@@ -43,6 +43,9 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on every route but /health.
     #[arg(long, env = "SAPIENT_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Serve /metrics without the API key (for a metrics scraper that holds none).
+    #[arg(long)]
+    public_metrics: bool,
     /// Cap on prompt + answer tokens per request (default: the model's context, at most 8192).
     #[arg(long)]
     ctx: Option<usize>,
@@ -77,6 +80,7 @@ struct ServeFile {
     host: Option<String>,
     port: Option<u16>,
     api_key: Option<String>,
+    public_metrics: Option<bool>,
     ctx: Option<usize>,
     kv_tokens: Option<usize>,
     max_seqs: Option<usize>,
@@ -122,6 +126,7 @@ fn merge(mut args: ServeArgs, file: ServeFile) -> Result<ServeArgs> {
     pick(&mut args.host, file.host);
     pick(&mut args.port, file.port);
     pick(&mut args.api_key, file.api_key);
+    args.public_metrics |= file.public_metrics.unwrap_or(false);
     pick(&mut args.ctx, file.ctx);
     pick(&mut args.kv_tokens, file.kv_tokens);
     pick(&mut args.max_seqs, file.max_seqs);
@@ -191,6 +196,7 @@ async fn stop_signal() {
 async fn serve(args: ServeArgs) -> Result<()> {
     let opts = ServerOptions {
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        public_metrics: args.public_metrics,
         max_body_bytes: args.max_body_mib.unwrap_or(2).max(1) << 20,
         max_tokens_limit: args.max_tokens_limit.unwrap_or(4096).max(1),
         max_queue: args.max_queue.unwrap_or(256).max(1),
@@ -330,6 +336,7 @@ mod tests {
             r#"
             port = 9000
             max_seqs = 16
+            public_metrics = true
             cors_origins = ["http://localhost:3000"]
             [[llm]]
             model = "qwen2.5-coder-0.5b-instruct"
@@ -345,6 +352,7 @@ mod tests {
         assert_eq!(a.port, Some(8081), "the flag wins");
         assert_eq!(a.max_seqs, Some(16), "the file fills what flags leave");
         assert_eq!(a.host, None);
+        assert!(a.public_metrics);
         assert_eq!(a.cors_origins, ["http://localhost:3000"]);
         assert_eq!(a.models, ["coder=qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct", "extra=/models/x.gguf"]);
         assert_eq!(a.embed_models, ["emb=all-minilm-l6-v2"]);

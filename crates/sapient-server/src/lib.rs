@@ -45,6 +45,9 @@ use std::time::Instant;
 pub struct ServerOptions {
     /// Every route but `/health` requires `Authorization: Bearer <key>` when set.
     pub api_key: Option<String>,
+    /// Serve `/metrics` without the API key too (for a Prometheus scraper or an inference
+    /// gateway that holds no key). Off by default: with a key set, `/metrics` needs it.
+    pub public_metrics: bool,
     /// Largest request body in bytes (413 beyond).
     pub max_body_bytes: usize,
     /// `max_tokens` above this is lowered to it; also the default when a request gives none.
@@ -66,6 +69,7 @@ impl Default for ServerOptions {
     fn default() -> Self {
         Self {
             api_key: None,
+            public_metrics: false,
             max_body_bytes: 2 << 20,
             max_tokens_limit: 4096,
             max_queue: 256,
@@ -219,6 +223,8 @@ impl Server {
     /// The routes, with authentication, body limits and request logs.
     pub fn router(&self) -> Router {
         let st = self.state.clone();
+        let metrics = Router::new().route("/metrics", get(metrics_text));
+        let metrics = if st.opts.public_metrics { metrics } else { metrics.layer(axum::middleware::from_fn_with_state(st.clone(), auth)) };
         let api = Router::new()
             .route("/v1/models", get(list_models))
             .route("/v1/models/{id}", get(get_model))
@@ -231,12 +237,12 @@ impl Server {
                 post(media::transcriptions).layer(DefaultBodyLimit::max(st.opts.max_audio_bytes)),
             )
             .route("/v1/audio/translations", post(media::translations).layer(DefaultBodyLimit::max(st.opts.max_audio_bytes)))
-            .route("/metrics", get(metrics_text))
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(axum::middleware::from_fn_with_state(st.clone(), auth));
         Router::new()
             .route("/health", get(health))
+            .merge(metrics)
             .merge(api)
             .layer(DefaultBodyLimit::max(st.opts.max_body_bytes))
             .layer(axum::middleware::from_fn_with_state(st.clone(), declared_size))

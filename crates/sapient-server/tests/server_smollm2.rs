@@ -318,6 +318,13 @@ async fn errors_have_openai_shape_and_status() -> Result<()> {
         expect_error(get(k.addr, "/v1/models").await?, 401, "API key").await?;
         expect_error(send(k.addr, "GET", "/metrics", &[("Authorization", "Bearer wrong")], b"").await?, 401, "API key").await?;
         ensure!(send(k.addr, "GET", "/v1/models", &[("Authorization", "Bearer sk-test-123")], b"").await?.status == 200);
+        ensure!(send(k.addr, "GET", "/metrics", &[("Authorization", "Bearer sk-test-123")], b"").await?.status == 200);
+        // Opted in, /metrics answers without the key; every other route still needs it.
+        let pm = start(ServerOptions { api_key: Some("sk-test-123".into()), public_metrics: true, ..ServerOptions::default() }).await?;
+        let r = get(pm.addr, "/metrics").await?;
+        ensure!(r.status == 200 && String::from_utf8_lossy(&r.body).contains("sapient:num_requests_running"), "{} {:?}", r.status, String::from_utf8_lossy(&r.body));
+        expect_error(get(pm.addr, "/v1/models").await?, 401, "API key").await?;
+        expect_error(post(pm.addr, "/v1/chat/completions", &json!({"model": MODEL, "messages": question()})).await?, 401, "API key").await?;
 
         // CORS: off by default; for a listed origin, preflights are answered before the key
         // is checked and answers carry the origin; other origins get no CORS headers.
