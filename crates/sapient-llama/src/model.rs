@@ -135,7 +135,7 @@ pub struct LlamaModel {
 
 /// Most positions [`LlamaModel::forward`] runs through the CPU path at once: a longer input
 /// goes in pieces of this many, whose activations stay in the caches. On a 2-core Xeon
-/// (AVX-512, AMX) Qwen2.5-0.5B's 2,048-token prefill ran 1.3x faster in pieces of 128 than
+/// (AVX-512, AMX) Qwen2.5-0.5B's 2,048-token prefill ran 1.26x faster in pieces of 128 than
 /// whole; 64 to 128 were within the noise of each other.
 pub const DEFAULT_PREFILL_CHUNK: usize = 128;
 
