@@ -186,7 +186,9 @@ thread_local! {
 impl CpuDecoder {
     /// Hidden states [b * t, d] (after the final norm) of `tokens` (b rows of t) after what
     /// `cache` holds (`offset` tokens). `embed` is the token embedding [vocab, d] and `pos`
-    /// the positions [n_ctx, d]; `cross_k` per layer [H, Dh, S], `cross_v` [H, S, Dh].
+    /// the positions [n_ctx, d]; `cross` the windows the batch rows attend to, in row order
+    /// (each group's keys per layer [H, Dh, S], values [H, S, Dh], and its number of batch
+    /// rows; the rows add up to `b`).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -196,11 +198,16 @@ impl CpuDecoder {
         offset: usize,
         embed: &Tensor,
         pos: &Tensor,
-        cross_k: &[Tensor],
-        cross_v: &[Tensor],
+        cross: &[CrossGroup<'_>],
         cache: &mut BufCache,
     ) -> Result<Vec<f32>> {
         let d = self.d;
+        if cross.iter().map(|g| g.rows).sum::<usize>() != b || tokens.len() != b * t {
+            return Err(Error::Mismatch(format!("{} tokens in {b} rows of {t}, windows for {} rows", tokens.len(), cross.iter().map(|g| g.rows).sum::<usize>())));
+        }
+        if let Some(g) = cross.iter().find(|g| g.k.len() != self.layers.len() || g.v.len() != self.layers.len()) {
+            return Err(Error::Mismatch(format!("a window has keys for {} layers, the decoder {}", g.k.len(), self.layers.len())));
+        }
         let n = b * t;
         let nl = self.layers.len();
         if cache.k.is_empty() {
@@ -247,7 +254,18 @@ impl CpuDecoder {
                 // cross-attention
                 l.cross_ln.forward(&s.x[..n * d], d, &mut s.h);
                 l.cq.forward(&s.h[..n * d], n, &mut s.q)?;
-                with_f32(&cross_k[li], |ck| with_f32(&cross_v[li], |cv| self.cross_attention(&s.q[..n * d], n, ck, cv, &mut s.o[..n * d])))??;
+                let guards: Vec<_> = cross.iter().map(|g| (g.k[li].storage_and_layout(), g.v[li].storage_and_layout())).collect();
+                let mut groups = Vec::with_capacity(cross.len());
+                let mut row0 = 0;
+                for (g, ((ks, kl), (vs, vl))) in cross.iter().zip(&guards) {
+                    let ck = f32_slice(ks, kl, g.k[li].elem_count(), g.k[li].is_contiguous())?;
+                    let cv = f32_slice(vs, vl, g.v[li].elem_count(), g.v[li].is_contiguous())?;
+                    groups.push((row0 * t, g.rows * t, ck, cv));
+                    row0 += g.rows;
+                }
+                self.cross_attention(&s.q[..n * d], &groups, &mut s.o[..n * d]);
+                drop(groups);
+                drop(guards);
                 l.co.forward(&s.o[..n * d], n, &mut s.y)?;
                 add(&mut s.x[..n * d], &s.y[..n * d]);
                 // MLP
@@ -320,16 +338,21 @@ impl CpuDecoder {
         }
     }
 
-    /// Attention of `n` query rows over the window's keys [H, Dh, S] and values [H, S, Dh],
-    /// one head per unit, as two matrix products with a softmax between.
-    fn cross_attention(&self, q: &[f32], n: usize, ck: &[f32], cv: &[f32], out: &mut [f32]) {
+    /// Attention of query rows over windows' keys [H, Dh, S] and values [H, S, Dh]: each group
+    /// `(first row, rows, keys, values)` is a run of query rows and the window they attend
+    /// to; one head of one group per unit, as two matrix products with a softmax between.
+    fn cross_attention(&self, q_all: &[f32], groups: &[(usize, usize, &[f32], &[f32])], out: &mut [f32]) {
         let (d, nh) = (self.d, self.heads);
         let hd = d / nh;
-        let src = ck.len() / d;
         let scale = 1.0 / (hd as f32).sqrt();
         let out_ptr = SendPtr(out.as_mut_ptr());
-        let work = |h: usize| {
-            let out_ptr = &out_ptr;
+        let work = |u: usize| {
+            let (r0, n, ck, cv) = groups[u / nh];
+            let h = u % nh;
+            let src = ck.len() / d;
+            let q = &q_all[r0 * d..(r0 + n) * d];
+            // SAFETY: the group's rows of `out` (in bounds: the groups' rows are within q_all's)
+            let out_ptr = unsafe { out_ptr.ptr().add(r0 * d) };
             SCORES.with(|sc| {
                 let mut sc = sc.borrow_mut();
                 grow(&mut sc, n * src);
@@ -363,7 +386,7 @@ impl CpuDecoder {
                 unsafe {
                     gemm::gemm(
                         n, hd, src,
-                        out_ptr.ptr().add(h * hd), 1, d as isize,
+                        out_ptr.add(h * hd), 1, d as isize,
                         false,
                         s.as_ptr(), 1, src as isize,
                         cv.as_ptr().add(h * src * hd), 1, hd as isize,
@@ -374,7 +397,30 @@ impl CpuDecoder {
                 }
             })
         };
-        pool::pool().run_chunks(nh, &work);
+        pool::pool().run_chunks(groups.len() * nh, &work);
+    }
+}
+
+/// The windows one run of batch rows attends to: per decoder layer, cross-attention keys
+/// [H, Dh, S] and values [H, S, Dh] ([`CrossKv`](crate::model::CrossKv)'s tensors), and the
+/// number of batch rows.
+pub(crate) struct CrossGroup<'a> {
+    pub k: &'a [Tensor],
+    pub v: &'a [Tensor],
+    pub rows: usize,
+}
+
+/// The f32 data of a contiguous CPU tensor's storage (held by the caller's guard).
+fn f32_slice<'a>(s: &'a Storage, l: &candle_core::Layout, n: usize, contiguous: bool) -> Result<&'a [f32]> {
+    if !contiguous {
+        return Err(Error::Mismatch("plain-buffer decoder: tensor not contiguous".into()));
+    }
+    match s {
+        Storage::Cpu(CpuStorage::F32(v)) => {
+            let o = l.start_offset();
+            v.get(o..o + n).ok_or_else(|| Error::Mismatch("plain-buffer decoder: tensor outside its storage".into()))
+        }
+        _ => Err(Error::Mismatch("plain-buffer decoder: not an f32 CPU tensor".into())),
     }
 }
 

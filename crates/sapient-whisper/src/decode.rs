@@ -347,27 +347,8 @@ fn rows_of(logits: &Tensor) -> Result<Vec<Vec<f32>>> {
 
 /// Decode one window whose cross-attention keys and values are `cross`.
 pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, opts: &DecodeOptions) -> Result<DecodeResult> {
-    let n_ctx = model.config.max_target_positions;
-    let (initial, sot_index) = initial_tokens(model, tok, opts)?;
+    let (mut search, initial, sot_index) = Search::new(model, tok, opts)?;
     let sample_begin = initial.len();
-    let sample_len = opts.sample_len.unwrap_or(n_ctx / 2);
-    if sample_begin >= n_ctx {
-        return Err(Error::Options(format!("{sample_begin} initial tokens leave no room in {n_ctx}")));
-    }
-    let beam = if opts.temperature == 0.0 { opts.beam_size.filter(|&b| b > 1) } else { None };
-    if opts.beam_size == Some(0) || opts.best_of == Some(0) {
-        return Err(Error::Options("beam_size and best_of must be at least 1".into()));
-    }
-    if opts.temperature.is_nan() || opts.temperature < 0.0 {
-        return Err(Error::Options(format!("temperature {} must be >= 0", opts.temperature)));
-    }
-    let n_group = match beam {
-        Some(b) => b,
-        None if opts.temperature > 0.0 => opts.best_of.unwrap_or(1),
-        None => 1,
-    };
-    let filters = Filters::new(model, tok, opts, sample_begin)?;
-    let eot = tok.eot;
     let device = model.device();
 
     // first forward: the initial tokens once, then the cache repeated for the group
@@ -376,26 +357,195 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
     let h = model.decode(&x, cross, &mut cache, None)?.squeeze(0)?;
     let rows = Tensor::new(&[sot_index as u32, (sample_begin - 1) as u32], device)?;
     let l = rows_of(&model.logits(&h.index_select(&rows, 0)?)?)?;
-    let no_speech_prob = log_softmax(&l[0])[tok.no_speech as usize].exp();
-    let first = l[1].clone();
+    search.no_speech_prob = log_softmax(&l[0])[tok.no_speech as usize].exp();
+    let n_group = search.n_group;
     if n_group > 1 {
         cache.reorder(&vec![0u32; n_group])?;
     }
+    let mut logits_rows: Vec<Vec<f32>> = vec![l[1].clone(); n_group];
+    loop {
+        match search.advance(&mut logits_rows) {
+            Step::Done => break,
+            Step::Reorder(sources) => cache.reorder(&sources)?,
+            Step::Continue => {}
+        }
+        let last = search.last_tokens();
+        let x = Tensor::new(last.as_slice(), device)?.unsqueeze(1)?;
+        let h = model.decode(&x, cross, &mut cache, None)?;
+        let l = model.logits(&h.squeeze(1)?)?;
+        logits_rows = rows_of(&l)?;
+    }
+    search.finish(tok)
+}
 
-    let mut seqs: Vec<Vec<u32>> = vec![initial.clone(); n_group];
-    let mut sum_logprobs = vec![0f32; n_group];
-    let mut finished: Vec<(Vec<u32>, f32)> = Vec::new();
-    let max_candidates = beam.map(|b| ((b as f32 * opts.patience).round() as usize).max(1)).unwrap_or(0);
-    let mut rng = Rng(opts.seed ^ 0x5EED);
-    let mut logits_rows: Vec<Vec<f32>> = vec![first; n_group];
-    let mut scratch: Vec<u32> = Vec::new();
+/// Decode several windows together (the batched long-form mode): one decoder step runs
+/// over the current token of every live beam (or sample) of every window, each window
+/// attending to its own cross-attention keys and values, through the same kernels as one
+/// window's rows. Each window's result is what [`decode_window`] gives it alone (the same
+/// search, the same options; the floating-point sums agree but for the matrix kernels'
+/// row blocking). Falls back to one window after the other where the decoder does not run
+/// on plain buffers ([`Whisper::has_plain_decoder`]).
+pub fn decode_batch(model: &Whisper, tok: &WhisperTokenizer, crosses: &[&CrossKv], opts: &DecodeOptions) -> Result<Vec<DecodeResult>> {
+    if crosses.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !model.has_plain_decoder() || crosses.len() == 1 {
+        return crosses.iter().map(|c| decode_window(model, tok, c, opts)).collect();
+    }
+    let n = crosses.len();
+    let mut searches = Vec::with_capacity(n);
+    let mut initial = Vec::new();
+    let mut sot_index = 0;
+    for _ in 0..n {
+        let (s, i, si) = Search::new(model, tok, opts)?;
+        searches.push(s);
+        initial = i;
+        sot_index = si;
+    }
+    let sample_begin = initial.len();
+    let n_group = searches[0].n_group;
+    let d = model.config.d_model;
 
-    for step in 0..sample_len {
-        for (row, seq) in logits_rows.iter_mut().zip(&seqs) {
-            filters.apply(row, seq);
+    // first forward: every window's initial tokens (the same tokens, each window's audio)
+    let mut cache = KvCache::new();
+    let tokens: Vec<u32> = (0..n).flat_map(|_| initial.iter().copied()).collect();
+    let groups: Vec<(&CrossKv, usize)> = crosses.iter().map(|&c| (c, 1)).collect();
+    let h = model.decode_groups(&tokens, n, sample_begin, &groups, &mut cache)?.reshape((n * sample_begin, d))?;
+    let picks: Vec<u32> = (0..n).flat_map(|w| [(w * sample_begin + sot_index) as u32, (w * sample_begin + sample_begin - 1) as u32]).collect();
+    let picks = Tensor::new(picks.as_slice(), model.device())?;
+    let l = rows_of(&model.logits(&h.index_select(&picks, 0)?)?)?;
+    let mut rows_of_window: Vec<Vec<Vec<f32>>> = Vec::with_capacity(n);
+    for (w, s) in searches.iter_mut().enumerate() {
+        s.no_speech_prob = log_softmax(&l[2 * w])[tok.no_speech as usize].exp();
+        rows_of_window.push(vec![l[2 * w + 1].clone(); n_group]);
+    }
+    let repeat: Vec<u32> = (0..n as u32).flat_map(|w| std::iter::repeat_n(w, n_group)).collect();
+    cache.reorder(&repeat)?;
+
+    // live windows, in cache row order (n_group rows each)
+    let mut live: Vec<usize> = (0..n).collect();
+    loop {
+        let mut keep: Vec<u32> = Vec::with_capacity(live.len() * n_group);
+        let mut still: Vec<usize> = Vec::with_capacity(live.len());
+        for (slot, &w) in live.iter().enumerate() {
+            let base = (slot * n_group) as u32;
+            match searches[w].advance(&mut rows_of_window[w]) {
+                Step::Done => continue,
+                Step::Reorder(sources) => keep.extend(sources.iter().map(|&r| base + r)),
+                Step::Continue => keep.extend(base..base + n_group as u32),
+            }
+            still.push(w);
+        }
+        if still.is_empty() {
+            break;
+        }
+        cache.reorder(&keep)?;
+        live = still;
+        let tokens: Vec<u32> = live.iter().flat_map(|&w| searches[w].last_tokens()).collect();
+        let groups: Vec<(&CrossKv, usize)> = live.iter().map(|&w| (crosses[w], n_group)).collect();
+        let rows = tokens.len();
+        let h = model.decode_groups(&tokens, rows, 1, &groups, &mut cache)?.reshape((rows, d))?;
+        let l = rows_of(&model.logits(&h)?)?;
+        let mut it = l.into_iter();
+        for &w in &live {
+            rows_of_window[w] = it.by_ref().take(n_group).collect();
+        }
+    }
+    searches.into_iter().map(|s| s.finish(tok)).collect()
+}
+
+/// What a decoding step leaves the caller to do before the next forward.
+enum Step {
+    /// The search is over.
+    Done,
+    /// Next forward with the cache rows as they are.
+    Continue,
+    /// Reorder the group's cache rows first (beam search): row `i` becomes old row `sources[i]`.
+    Reorder(Vec<u32>),
+}
+
+/// The search over one window: greedy, sampled (best of) or beam search, fed one step of
+/// logits at a time (one row per member of the group).
+struct Search<'a> {
+    opts: &'a DecodeOptions,
+    filters: Filters,
+    beam: Option<usize>,
+    n_group: usize,
+    n_ctx: usize,
+    sample_begin: usize,
+    sample_len: usize,
+    eot: u32,
+    seqs: Vec<Vec<u32>>,
+    sum_logprobs: Vec<f32>,
+    finished: Vec<(Vec<u32>, f32)>,
+    max_candidates: usize,
+    rng: Rng,
+    scratch: Vec<u32>,
+    step: usize,
+    no_speech_prob: f32,
+}
+
+impl<'a> Search<'a> {
+    /// The search, the initial tokens and the index of the start-of-transcript among them.
+    fn new(model: &Whisper, tok: &WhisperTokenizer, opts: &'a DecodeOptions) -> Result<(Self, Vec<u32>, usize)> {
+        let n_ctx = model.config.max_target_positions;
+        let (initial, sot_index) = initial_tokens(model, tok, opts)?;
+        let sample_begin = initial.len();
+        let sample_len = opts.sample_len.unwrap_or(n_ctx / 2);
+        if sample_begin >= n_ctx {
+            return Err(Error::Options(format!("{sample_begin} initial tokens leave no room in {n_ctx}")));
+        }
+        let beam = if opts.temperature == 0.0 { opts.beam_size.filter(|&b| b > 1) } else { None };
+        if opts.beam_size == Some(0) || opts.best_of == Some(0) {
+            return Err(Error::Options("beam_size and best_of must be at least 1".into()));
+        }
+        if opts.temperature.is_nan() || opts.temperature < 0.0 {
+            return Err(Error::Options(format!("temperature {} must be >= 0", opts.temperature)));
+        }
+        let n_group = match beam {
+            Some(b) => b,
+            None if opts.temperature > 0.0 => opts.best_of.unwrap_or(1),
+            None => 1,
+        };
+        let filters = Filters::new(model, tok, opts, sample_begin)?;
+        let max_candidates = beam.map(|b| ((b as f32 * opts.patience).round() as usize).max(1)).unwrap_or(0);
+        let search = Self {
+            opts,
+            filters,
+            beam,
+            n_group,
+            n_ctx,
+            sample_begin,
+            sample_len,
+            eot: tok.eot,
+            seqs: vec![initial.clone(); n_group],
+            sum_logprobs: vec![0f32; n_group],
+            finished: Vec::new(),
+            max_candidates,
+            rng: Rng(opts.seed ^ 0x5EED),
+            scratch: Vec::new(),
+            step: 0,
+            no_speech_prob: f32::NAN,
+        };
+        Ok((search, initial, sot_index))
+    }
+
+    /// The last token of each member of the group (the next forward's input).
+    fn last_tokens(&self) -> Vec<u32> {
+        self.seqs.iter().map(|s| *s.last().unwrap_or(&self.eot)).collect()
+    }
+
+    /// One step: filter the group's logits rows, pick the next tokens.
+    fn advance(&mut self, logits_rows: &mut [Vec<f32>]) -> Step {
+        let (eot, sample_begin, opts) = (self.eot, self.sample_begin, self.opts);
+        let step = self.step;
+        self.step += 1;
+        for (row, seq) in logits_rows.iter_mut().zip(&self.seqs) {
+            self.filters.apply(row, seq);
         }
         let completed;
-        if let Some(beam_size) = beam {
+        let mut reorder = None;
+        if let Some(beam_size) = self.beam {
             // candidates: each beam's top beam_size + 1 continuations
             let mut scores: HashMap<Vec<u32>, (f32, usize)> = HashMap::new();
             for (j, row) in logits_rows.iter().enumerate() {
@@ -404,9 +554,9 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
                     if row[t] == f32::NEG_INFINITY {
                         continue;
                     }
-                    let mut s = seqs[j].clone();
+                    let mut s = self.seqs[j].clone();
                     s.push(t as u32);
-                    scores.insert(s, (sum_logprobs[j] + (row[t] - lse), j));
+                    scores.insert(s, (self.sum_logprobs[j] + (row[t] - lse), j));
                 }
             }
             let mut ranked: Vec<(Vec<u32>, (f32, usize))> = scores.into_iter().collect();
@@ -428,14 +578,14 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
                 }
             }
             for f in newly_finished {
-                if finished.len() >= max_candidates {
+                if self.finished.len() >= self.max_candidates {
                     break;
                 }
-                finished.push(f);
+                self.finished.push(f);
             }
-            completed = finished.len() >= max_candidates || next.is_empty();
+            completed = self.finished.len() >= self.max_candidates || next.is_empty();
             if next.is_empty() {
-                break;
+                return Step::Done;
             }
             while next.len() < beam_size {
                 // fewer live candidates than beams (tiny vocabularies only): repeat the best
@@ -443,18 +593,19 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
                 sources.push(sources[0]);
                 next_lp.push(next_lp[0]);
             }
-            cache.reorder(&sources)?;
-            seqs = next;
-            sum_logprobs = next_lp;
-            if seqs.iter().all(|s| is_looping(&s[sample_begin..], eot, &mut scratch)) {
+            self.seqs = next;
+            self.sum_logprobs = next_lp;
+            if self.seqs.iter().all(|s| is_looping(&s[sample_begin..], eot, &mut self.scratch)) {
                 // every live beam says the same thing over and over: a failed decode
-                break;
+                return Step::Done;
             }
+            reorder = Some(sources);
         } else {
             for (j, row) in logits_rows.iter().enumerate() {
-                let last = *seqs[j].last().unwrap_or(&eot);
-                if last == eot && seqs[j].len() > sample_begin {
-                    seqs[j].push(eot);
+                let seq = &mut self.seqs[j];
+                let last = *seq.last().unwrap_or(&eot);
+                if last == eot && seq.len() > sample_begin {
+                    seq.push(eot);
                     continue;
                 }
                 let lse = logsumexp(row);
@@ -464,7 +615,7 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
                     let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                     let w = |v: f32| ((v - m) * inv_t).exp();
                     let z: f64 = row.chunks(1024).map(|c| c.iter().map(|&v| w(v)).sum::<f32>() as f64).sum();
-                    let mut u = rng.next_f64() * z;
+                    let mut u = self.rng.next_f64() * z;
                     let mut pick = row.iter().rposition(|&v| v > f32::NEG_INFINITY).unwrap_or(0);
                     for (i, &v) in row.iter().enumerate() {
                         let pi = w(v) as f64;
@@ -478,78 +629,82 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
                 } else {
                     (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best })
                 };
-                sum_logprobs[j] += row[t] - lse;
-                seqs[j].push(t as u32);
-                if (t as u32) < eot && is_looping(&seqs[j][sample_begin..], eot, &mut scratch) {
+                self.sum_logprobs[j] += row[t] - lse;
+                seq.push(t as u32);
+                if (t as u32) < eot && is_looping(&seq[sample_begin..], eot, &mut self.scratch) {
                     // stopped here: the loop would run to the token limit
-                    seqs[j].push(eot);
+                    seq.push(eot);
                 }
             }
-            completed = seqs.iter().all(|s| s.last() == Some(&eot));
+            completed = self.seqs.iter().all(|s| s.last() == Some(&eot));
         }
-        if completed || seqs[0].len() >= n_ctx || step + 1 == sample_len {
-            break;
+        if completed || self.seqs[0].len() >= self.n_ctx || step + 1 == self.sample_len {
+            return Step::Done;
         }
-        let last: Vec<u32> = seqs.iter().map(|s| *s.last().unwrap_or(&eot)).collect();
-        let x = Tensor::new(last.as_slice(), device)?.unsqueeze(1)?;
-        let h = model.decode(&x, cross, &mut cache, None)?;
-        let l = model.logits(&h.squeeze(1)?)?;
-        logits_rows = rows_of(&l)?;
+        match reorder {
+            Some(sources) => Step::Reorder(sources),
+            None => Step::Continue,
+        }
     }
 
-    // candidates: finished ones for beam search (topped up by the live beams), else the group
-    let mut candidates: Vec<(Vec<u32>, f32)> = if beam.is_some() {
-        let mut c = finished;
-        if c.len() < n_group {
-            let mut live: Vec<(Vec<u32>, f32)> = seqs.into_iter().zip(sum_logprobs).collect();
-            live.sort_by(|a, b| b.1.total_cmp(&a.1));
-            for s in live {
-                if c.len() >= n_group {
-                    break;
+    /// The best candidate as the window's result.
+    fn finish(self, tok: &WhisperTokenizer) -> Result<DecodeResult> {
+        let (eot, sample_begin, opts, n_group) = (self.eot, self.sample_begin, self.opts, self.n_group);
+        let mut scratch = self.scratch;
+        // candidates: finished ones for beam search (topped up by the live beams), else the group
+        let mut candidates: Vec<(Vec<u32>, f32)> = if self.beam.is_some() {
+            let mut c = self.finished;
+            if c.len() < n_group {
+                let mut live: Vec<(Vec<u32>, f32)> = self.seqs.into_iter().zip(self.sum_logprobs).collect();
+                live.sort_by(|a, b| b.1.total_cmp(&a.1));
+                for s in live {
+                    if c.len() >= n_group {
+                        break;
+                    }
+                    c.push(s);
                 }
-                c.push(s);
             }
-        }
-        c
-    } else {
-        seqs.into_iter().zip(sum_logprobs).collect()
-    };
-    for c in candidates.iter_mut() {
-        let s = &c.0[sample_begin.min(c.0.len())..];
-        let end = s.iter().position(|&t| t == eot).unwrap_or(s.len());
-        c.0 = s[..end].to_vec();
-    }
-    let score = |toks: &[u32], lp: f32| -> f32 {
-        let len = toks.len() as f32;
-        let penalty = match opts.length_penalty {
-            None => len,
-            Some(a) => ((5.0 + len) / 6.0).powf(a),
+            c
+        } else {
+            self.seqs.into_iter().zip(self.sum_logprobs).collect()
         };
-        lp / penalty.max(f32::MIN_POSITIVE)
-    };
-    // a looping candidate only when every candidate loops
-    let looping: Vec<bool> = candidates.iter().map(|c| is_looping(&c.0, eot, &mut scratch)).collect();
-    let all_loop = looping.iter().all(|&l| l);
-    let best = candidates
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| all_loop || !looping[*i])
-        .max_by(|a, b| score(&a.1 .0, a.1 .1).total_cmp(&score(&b.1 .0, b.1 .1)).then(b.0.cmp(&a.0)))
-        .map(|(i, _)| i)
-        .ok_or_else(|| Error::Options("decoding produced no candidate".into()))?;
-    let looped = looping[best];
-    let (tokens, sum_lp) = candidates.swap_remove(best);
-    let text = tok.decode_text(&tokens)?.trim().to_string();
-    let avg_logprob = sum_lp / (tokens.len() as f32 + 1.0);
-    Ok(DecodeResult {
-        compression_ratio: compression_ratio(&text),
-        tokens,
-        text,
-        avg_logprob,
-        no_speech_prob,
-        temperature: opts.temperature,
-        looped,
-    })
+        for c in candidates.iter_mut() {
+            let s = &c.0[sample_begin.min(c.0.len())..];
+            let end = s.iter().position(|&t| t == eot).unwrap_or(s.len());
+            c.0 = s[..end].to_vec();
+        }
+        let score = |toks: &[u32], lp: f32| -> f32 {
+            let len = toks.len() as f32;
+            let penalty = match opts.length_penalty {
+                None => len,
+                Some(a) => ((5.0 + len) / 6.0).powf(a),
+            };
+            lp / penalty.max(f32::MIN_POSITIVE)
+        };
+        // a looping candidate only when every candidate loops
+        let looping: Vec<bool> = candidates.iter().map(|c| is_looping(&c.0, eot, &mut scratch)).collect();
+        let all_loop = looping.iter().all(|&l| l);
+        let best = candidates
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| all_loop || !looping[*i])
+            .max_by(|a, b| score(&a.1 .0, a.1 .1).total_cmp(&score(&b.1 .0, b.1 .1)).then(b.0.cmp(&a.0)))
+            .map(|(i, _)| i)
+            .ok_or_else(|| Error::Options("decoding produced no candidate".into()))?;
+        let looped = looping[best];
+        let (tokens, sum_lp) = candidates.swap_remove(best);
+        let text = tok.decode_text(&tokens)?.trim().to_string();
+        let avg_logprob = sum_lp / (tokens.len() as f32 + 1.0);
+        Ok(DecodeResult {
+            compression_ratio: compression_ratio(&text),
+            tokens,
+            text,
+            avg_logprob,
+            no_speech_prob: self.no_speech_prob,
+            temperature: opts.temperature,
+            looped,
+        })
+    }
 }
 
 #[cfg(test)]

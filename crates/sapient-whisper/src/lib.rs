@@ -43,7 +43,7 @@ pub use output::OutputFormat;
 pub use stream::{default_vad_options, Backlog, StreamMode, StreamUpdate, StreamingTranscriber};
 pub use timing::Word;
 pub use tokenizer::WhisperTokenizer;
-pub use transcribe::{LoadOptions, Segment, TranscribeOptions, Transcriber, Transcript};
+pub use transcribe::{LoadOptions, LongForm, Segment, TranscribeOptions, Transcriber, Transcript, DEFAULT_BATCH_SIZE};
 
 /// The README's example, compiled as a doc test.
 #[cfg(doctest)]

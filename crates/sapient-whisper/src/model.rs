@@ -519,6 +519,57 @@ impl Whisper {
         Ok(CrossKv { k, v })
     }
 
+    /// Cross-attention keys and values of a batch of encoded windows ([B, S, d]), one
+    /// [`CrossKv`] per window: each projection runs once over all B × S rows.
+    pub fn cross_kv_batch(&self, audio: &Tensor) -> Result<Vec<CrossKv>> {
+        let (b, _, _) = audio.dims3()?;
+        let mut out: Vec<CrossKv> = (0..b).map(|_| CrossKv { k: Vec::new(), v: Vec::new() }).collect();
+        for l in &self.dec_layers {
+            let a = &l.cross;
+            let k = a.split(&a.k.forward(audio)?)?;
+            let v = a.split(&a.v.forward(audio)?)?;
+            for (bi, c) in out.iter_mut().enumerate() {
+                c.k.push(k.get(bi)?.t()?.contiguous()?);
+                c.v.push(v.get(bi)?.contiguous()?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether [`Whisper::decode_groups`] is available: the decoder on plain buffers (f32 on
+    /// the CPU) and in use.
+    pub fn has_plain_decoder(&self) -> bool {
+        self.plain.is_some() && self.use_plain
+    }
+
+    /// Decoder forward (plain-buffer decoder only) of `b` rows of `t` tokens after what
+    /// `cache` holds, where the rows attend to different windows: `groups` lists, in row
+    /// order, each window and how many consecutive rows attend to it (rows add up to `b`).
+    /// Every row is at the same position (the cache holds as many tokens for each). Returns
+    /// the final hidden states [b, t, d], as [`Whisper::decode`] does for one window.
+    pub fn decode_groups(&self, tokens: &[u32], b: usize, t: usize, groups: &[(&CrossKv, usize)], cache: &mut KvCache) -> Result<Tensor> {
+        let p = self
+            .plain
+            .as_ref()
+            .filter(|_| self.use_plain)
+            .ok_or_else(|| Error::Options("decoding several windows in one batch needs the plain-buffer decoder (f32 on the CPU)".into()))?;
+        if !cache.kv.is_empty() {
+            return Err(Error::Options("this cache belongs to the candle decoder".into()));
+        }
+        let offset = cache.len;
+        if offset + t > self.config.max_target_positions {
+            return Err(Error::Options(format!(
+                "{} tokens exceed the decoder's {} positions",
+                offset + t,
+                self.config.max_target_positions
+            )));
+        }
+        let cross: Vec<cpu::CrossGroup> = groups.iter().map(|(c, rows)| cpu::CrossGroup { k: &c.k, v: &c.v, rows: *rows }).collect();
+        let h = p.forward(tokens, b, t, offset, &self.embed, &self.dec_pos, &cross, &mut cache.buf)?;
+        cache.len = offset + t;
+        Ok(Tensor::from_vec(h, (b, t, self.config.d_model), &self.device)?)
+    }
+
     /// Decoder forward over `tokens` ([B, T]) after what `cache` holds. Returns the final
     /// hidden states [B, T, d] (see [`Whisper::logits`]) and, when `alignment` is set, the
     /// cross-attention weights of the alignment heads.
@@ -540,7 +591,8 @@ impl Whisper {
         }
         if let Some(p) = self.plain.as_ref().filter(|_| self.use_plain && alignment.is_none() && cache.kv.is_empty()) {
             let toks: Vec<u32> = tokens.flatten_all()?.to_vec1()?;
-            let h = p.forward(&toks, b, t, offset, &self.embed, &self.dec_pos, &cross.k, &cross.v, &mut cache.buf)?;
+            let group = [cpu::CrossGroup { k: &cross.k, v: &cross.v, rows: b }];
+            let h = p.forward(&toks, b, t, offset, &self.embed, &self.dec_pos, &group, &mut cache.buf)?;
             cache.len = offset + t;
             return Ok(Tensor::from_vec(h, (b, t, self.config.d_model), &self.device)?);
         }

@@ -4,7 +4,7 @@
 //! skipped; the previous text conditions the next window.
 
 use crate::config::WhisperConfig;
-use crate::decode::{decode_window, detect_language, DecodeOptions, DecodeResult, Task};
+use crate::decode::{decode_batch, decode_window, detect_language, DecodeOptions, DecodeResult, Task};
 use crate::model::{QuantizeWeights, TensorMap, Whisper};
 use crate::timing::{self, Word};
 use crate::tokenizer::WhisperTokenizer;
@@ -42,7 +42,40 @@ pub struct TranscribeOptions {
     /// speech is skipped when the model's no-speech probability is above this (checked on the
     /// first decoder step, before any text is decoded). None: the VAD is not consulted.
     pub vad_no_speech_threshold: Option<f32>,
+    /// How audio longer than one window is cut and decoded: sequential 30 s windows, each
+    /// conditioned on the previous text (the default), or Silero VAD chunks decoded in
+    /// batches without conditioning ([`LongForm::Batched`]).
+    pub long_form: LongForm,
 }
+
+/// How long-form audio is transcribed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum LongForm {
+    /// openai-whisper's loop: 30 s windows one after the other, each starting at the last
+    /// complete timestamp of the one before and conditioned on its text (with
+    /// [`TranscribeOptions::condition_on_previous_text`]). The default: the previous text
+    /// keeps names, spelling and style consistent across windows.
+    #[default]
+    Sequential,
+    /// faster-whisper's `BatchedInferencePipeline`: the attached Silero VAD
+    /// ([`Transcriber::set_vad`], required) finds the speech, neighbouring speech regions
+    /// are merged into chunks of up to 30 s, and `batch_size` chunks at a time go through
+    /// the encoder as one batch and through the decoder together (one decoder step over
+    /// every chunk's beams). No chunk is conditioned on another's text (the initial prompt,
+    /// if any, is given to every chunk); each chunk whose result fails the thresholds is
+    /// decoded again at the higher temperatures, alone. Faster on long audio with several
+    /// cores; silence between chunks is never decoded.
+    Batched {
+        /// Chunks per batch ([`DEFAULT_BATCH_SIZE`]).
+        batch_size: usize,
+    },
+}
+
+/// Chunks per batch of [`LongForm::Batched`] by default (faster-whisper's benchmark setting).
+pub const DEFAULT_BATCH_SIZE: usize = 8;
+
+/// Longest chunk of [`LongForm::Batched`], in seconds (one window).
+const CHUNK_S: f64 = 30.0;
 
 impl Default for TranscribeOptions {
     fn default() -> Self {
@@ -63,6 +96,7 @@ impl Default for TranscribeOptions {
             word_timestamps: false,
             seed: 0,
             vad_no_speech_threshold: Some(VAD_NO_SPEECH_THRESHOLD),
+            long_form: LongForm::Sequential,
         }
     }
 }
@@ -316,7 +350,158 @@ impl Transcriber {
     /// As [`Transcriber::transcribe`], handing each segment to `on_segment` as soon as its
     /// window is decoded.
     pub fn transcribe_with(&self, samples: &[f32], opts: &TranscribeOptions, on_segment: &mut dyn FnMut(&Segment)) -> Result<Transcript> {
+        if let LongForm::Batched { batch_size } = opts.long_form {
+            return self.transcribe_batched(samples, opts, batch_size, on_segment);
+        }
         self.transcribe_prompted(samples, opts, None, on_segment)
+    }
+
+    /// [`LongForm::Batched`]: VAD chunks of up to 30 s, `batch_size` at a time through the
+    /// encoder and the decoder.
+    fn transcribe_batched(&self, samples: &[f32], opts: &TranscribeOptions, batch_size: usize, on_segment: &mut dyn FnMut(&Segment)) -> Result<Transcript> {
+        self.check_options(opts)?;
+        if batch_size == 0 {
+            return Err(Error::Options("the batch size of batched transcription must be at least 1".into()));
+        }
+        if let Some(i) = samples.iter().position(|x| !x.is_finite()) {
+            return Err(Error::Options(format!("sample {i} is not a finite number")));
+        }
+        if self.vad.is_none() {
+            return Err(Error::Options(
+                "batched transcription cuts the audio at the speech the VAD finds: attach one (Transcriber::set_vad; the CLI does unless --no-vad)".into(),
+            ));
+        }
+        let tok = &self.tokenizer;
+        let duration = samples.len() as f64 / SAMPLE_RATE as f64;
+        let mut out = Transcript {
+            duration,
+            language: opts.language.clone().unwrap_or_else(|| "en".into()),
+            ..Default::default()
+        };
+        if samples.len() < HOP_LENGTH {
+            return Ok(out);
+        }
+        let language = if !tok.multilingual {
+            Some("en".to_string())
+        } else if opts.language.is_some() {
+            opts.language.clone()
+        } else {
+            let probs = self.detect_language(samples)?;
+            out.language_probs = probs;
+            out.language_probs.first().map(|p| p.0.clone())
+        };
+        out.language = language.clone().unwrap_or_default();
+        let chunks = self.speech_chunks(samples)?;
+        tracing::debug!(chunks = chunks.len(), "batched transcription");
+        let prompt = match &opts.initial_prompt {
+            Some(p) => tok.encode(&format!(" {}", p.trim()))?,
+            None => Vec::new(),
+        };
+        let n_frames = self.model.n_frames();
+        let mut last_speech_timestamp = 0.0;
+        for batch in chunks.chunks(batch_size) {
+            // each chunk's log-mel window, zero-padded to 30 s
+            let mut windows = Vec::with_capacity(batch.len());
+            let mut frames = Vec::with_capacity(batch.len());
+            for &(a, b) in batch {
+                let mel = self.mel.log_mel_padded(&samples[a..b], N_SAMPLES)?;
+                let content = mel.n_frames.saturating_sub(n_frames).clamp(1, n_frames);
+                windows.push(self.window(&mel, 0, content)?);
+                frames.push(content);
+            }
+            let audio = self.model.encode(&Tensor::stack(&windows, 0)?)?;
+            let crosses = self.model.cross_kv_batch(&audio)?;
+            drop(audio);
+            let base = DecodeOptions {
+                task: opts.task,
+                language: language.clone(),
+                beam_size: opts.beam_size,
+                best_of: Some(opts.best_of),
+                patience: opts.patience,
+                length_penalty: opts.length_penalty,
+                prompt: prompt.clone(),
+                without_timestamps: opts.without_timestamps,
+                seed: opts.seed,
+                ..DecodeOptions::default()
+            };
+            let first = DecodeOptions { temperature: opts.temperatures[0], ..base.clone() };
+            let first = DecodeOptions {
+                beam_size: if first.temperature > 0.0 { None } else { first.beam_size },
+                best_of: if first.temperature > 0.0 { first.best_of } else { None },
+                seed: base.seed ^ 0x9E37_79B9_7F4A_7C15,
+                ..first
+            };
+            let refs: Vec<&crate::model::CrossKv> = crosses.iter().collect();
+            let results = decode_batch(&self.model, tok, &refs, &first)?;
+            for (((&(a, b), cross), r), &content) in batch.iter().zip(&crosses).zip(results).zip(&frames) {
+                let time_offset = a as f64 / SAMPLE_RATE as f64;
+                let chunk_end = b as f64 / SAMPLE_RATE as f64;
+                let seed = opts.seed.wrapping_add(seek_of(time_offset) as u64);
+                let base = DecodeOptions { seed, ..base.clone() };
+                let result = self.decode_with_fallback(cross, &base, opts, Some(r))?;
+                if let Some(nst) = opts.no_speech_threshold {
+                    let speech = opts.logprob_threshold.is_some_and(|lt| result.avg_logprob > lt);
+                    if result.no_speech_prob > nst && !speech {
+                        tracing::debug!(start = time_offset, no_speech = result.no_speech_prob, "chunk skipped as silent");
+                        continue;
+                    }
+                }
+                let mut current = chunk_segments(tok, &result.tokens, time_offset, chunk_end);
+                if result.looped || opts.compression_ratio_threshold.is_some_and(|c| result.compression_ratio > c) {
+                    drop_repeats(&mut current, &[], tok.eot);
+                }
+                let mut segs: Vec<Segment> = Vec::with_capacity(current.len());
+                for (start, end, toks) in current {
+                    segs.push(Segment {
+                        id: 0,
+                        seek: seek_of(time_offset),
+                        start,
+                        end,
+                        text: tok.decode_text(&toks)?,
+                        tokens: toks,
+                        temperature: result.temperature,
+                        avg_logprob: result.avg_logprob,
+                        compression_ratio: result.compression_ratio,
+                        no_speech_prob: result.no_speech_prob,
+                        words: Vec::new(),
+                    });
+                }
+                if opts.word_timestamps && !segs.is_empty() {
+                    self.add_word_timestamps(&mut segs, cross, &base, time_offset, content, &mut last_speech_timestamp)?;
+                }
+                for mut seg in segs {
+                    if seg.text.trim().is_empty() {
+                        continue;
+                    }
+                    seg.end = seg.end.min(duration).max(seg.start);
+                    if seg.start == seg.end {
+                        continue;
+                    }
+                    seg.id = out.segments.len();
+                    out.segments.push(seg);
+                    if let Some(seg) = out.segments.last() {
+                        on_segment(seg);
+                    }
+                }
+            }
+        }
+        let text_tokens: Vec<u32> = out.segments.iter().flat_map(|s| s.tokens.iter().copied()).collect();
+        out.text = tok.decode_text(&text_tokens)?;
+        Ok(out)
+    }
+
+    /// The speech chunks of [`LongForm::Batched`] (16 kHz sample ranges): the attached VAD's
+    /// speech regions (at most 30 s each, silences of 160 ms or more end one), neighbouring
+    /// ones merged while the chunk stays within 30 s (faster-whisper's `merge_segments`).
+    fn speech_chunks(&self, samples: &[f32]) -> Result<Vec<(usize, usize)>> {
+        let Some(vad) = &self.vad else { return Ok(Vec::new()) };
+        let mut vad = vad.lock().map_err(|_| Error::Options("the VAD's lock was poisoned by a panic".into()))?;
+        let probs = vad.probabilities(samples)?;
+        let vo = sapient_audio::VadOptions { max_speech_s: CHUNK_S, min_silence_ms: 160, ..Default::default() };
+        let pad = vo.speech_pad_ms as usize * SAMPLE_RATE as usize / 1000;
+        let seg = sapient_audio::VadSegmenter::new(vo)?;
+        let regions: Vec<(usize, usize)> = seg.segments(&probs, samples.len()).iter().map(|s| (s.start, s.end)).collect();
+        Ok(merge_chunks(&regions, pad, (CHUNK_S * SAMPLE_RATE as f64) as usize, samples.len()))
     }
 
     /// The transcription loop; `previous` (text tokens that came before this audio, for the
@@ -450,7 +635,7 @@ impl Transcriber {
                 return Ok(());
             }
         }
-        let result = self.decode_with_fallback(&cross, &base, opts)?;
+        let result = self.decode_with_fallback(&cross, &base, opts, None)?;
 
         if let Some(nst) = opts.no_speech_threshold {
             let mut skip = result.no_speech_prob > nst;
@@ -612,9 +797,12 @@ impl Transcriber {
         Ok(())
     }
 
-    fn decode_with_fallback(&self, cross: &crate::model::CrossKv, base: &DecodeOptions, opts: &TranscribeOptions) -> Result<DecodeResult> {
+    /// Decode with the temperature fallback; `first`, when given, is the result at the first
+    /// temperature (decoded already, in a batch).
+    fn decode_with_fallback(&self, cross: &crate::model::CrossKv, base: &DecodeOptions, opts: &TranscribeOptions, first: Option<DecodeResult>) -> Result<DecodeResult> {
         // Every temperature's result, and whether its compression ratio passed.
         let mut tried: Vec<(DecodeResult, bool)> = Vec::new();
+        let mut first = first;
         for (i, &t) in opts.temperatures.iter().enumerate() {
             let mut o = base.clone();
             o.temperature = t;
@@ -627,7 +815,10 @@ impl Transcriber {
             } else {
                 o.best_of = None;
             }
-            let r = decode_window(&self.model, &self.tokenizer, cross, &o)?;
+            let r = match first.take() {
+                Some(r) => r,
+                None => decode_window(&self.model, &self.tokenizer, cross, &o)?,
+            };
             let mut fallback = false;
             let mut compression_ok = true;
             if let Some(c) = opts.compression_ratio_threshold {
@@ -739,6 +930,60 @@ fn drop_repeats(current: &mut Vec<(f64, f64, Vec<u32>)>, before: &[Vec<u32>], eo
         seen.push(text);
         true
     });
+}
+
+/// The segments of one chunk's tokens (batched mode): text between timestamp tokens, the
+/// times offset by the chunk's start and kept within the chunk; text after the last
+/// timestamp (or all of it, without timestamps) ends at the chunk's end.
+fn chunk_segments(tok: &WhisperTokenizer, tokens: &[u32], offset: f64, chunk_end: f64) -> Vec<(f64, f64, Vec<u32>)> {
+    let mut out = Vec::new();
+    let mut start = offset;
+    let mut text: Vec<u32> = Vec::new();
+    for &t in tokens {
+        if t >= tok.timestamp_begin {
+            let time = (offset + tok.timestamp_seconds(t)).min(chunk_end);
+            if !text.is_empty() {
+                out.push((start, time.max(start), std::mem::take(&mut text)));
+            }
+            start = time;
+        } else if t < tok.eot {
+            text.push(t);
+        }
+    }
+    if !text.is_empty() {
+        out.push((start, chunk_end.max(start), text));
+    }
+    out
+}
+
+/// faster-whisper's `merge_segments`: speech regions (sample ranges, in order) merged into
+/// chunks while a chunk spans at most `max_len` samples; where two regions' padding
+/// overlapped, the padding is taken back. A region longer than `max_len` alone is cut
+/// to `max_len`.
+pub(crate) fn merge_chunks(regions: &[(usize, usize)], pad: usize, max_len: usize, len: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let Some(&(first, _)) = regions.first() else { return out };
+    let (mut cur_start, mut cur_end) = (first, first);
+    for (i, &(s, e)) in regions.iter().enumerate() {
+        let mut s = s;
+        let mut e = e;
+        if i > 0 && s < regions[i - 1].1 {
+            s += pad;
+        }
+        if i + 1 < regions.len() && e > regions[i + 1].0 {
+            e = e.saturating_sub(pad);
+        }
+        if e.saturating_sub(cur_start) > max_len && cur_end > cur_start {
+            out.push((cur_start, cur_end));
+            cur_start = s;
+        }
+        cur_end = e;
+    }
+    out.push((cur_start, cur_end));
+    out.into_iter()
+        .map(|(s, e)| (s.min(len), e.min(len).min(s + max_len)))
+        .filter(|(s, e)| e > s)
+        .collect()
 }
 
 fn seek_of(time_offset: f64) -> usize {
