@@ -391,19 +391,23 @@ impl Transcriber {
             out.language_probs.first().map(|p| p.0.clone())
         };
         out.language = language.clone().unwrap_or_default();
-        let chunks = self.speech_chunks(samples)?;
+        let (regions, chunks) = self.speech_chunks(samples)?;
         tracing::debug!(chunks = chunks.len(), "batched transcription");
+        // samples of speech in [a, b)
+        let speech_in = |a: usize, b: usize| -> usize { regions.iter().map(|&(s, e)| e.min(b).saturating_sub(s.max(a))).sum() };
+        let mut queue: std::collections::VecDeque<(usize, usize)> = chunks.into();
+        let mut segments: Vec<Segment> = Vec::new();
         let prompt = match &opts.initial_prompt {
             Some(p) => tok.encode(&format!(" {}", p.trim()))?,
             None => Vec::new(),
         };
         let n_frames = self.model.n_frames();
-        let mut last_speech_timestamp = 0.0;
-        for batch in chunks.chunks(batch_size) {
+        while !queue.is_empty() {
+            let batch: Vec<(usize, usize)> = queue.drain(..batch_size.min(queue.len())).collect();
             // each chunk's log-mel window, zero-padded to 30 s
             let mut windows = Vec::with_capacity(batch.len());
             let mut frames = Vec::with_capacity(batch.len());
-            for &(a, b) in batch {
+            for &(a, b) in &batch {
                 let mel = self.mel.log_mel_padded(&samples[a..b], N_SAMPLES)?;
                 let content = mel.n_frames.saturating_sub(n_frames).clamp(1, n_frames);
                 windows.push(self.window(&mel, 0, content)?);
@@ -446,9 +450,23 @@ impl Transcriber {
                         continue;
                     }
                 }
-                let mut current = chunk_segments(tok, &result.tokens, time_offset, chunk_end);
-                if result.looped || opts.compression_ratio_threshold.is_some_and(|c| result.compression_ratio > c) {
+                let (mut current, last_ts, trailing) = chunk_segments(tok, &result.tokens, time_offset, chunk_end);
+                let failed = result.looped || opts.compression_ratio_threshold.is_some_and(|c| result.compression_ratio > c);
+                if failed {
                     drop_repeats(&mut current, &[], tok.eot);
+                } else if let Some(lt) = last_ts {
+                    // Whisper often ends a window at a timestamp before its last sentence
+                    // (the sequential loop's next window starts there): speech after the last
+                    // timestamp goes back into the queue as a chunk of its own, and text
+                    // decoded after that timestamp is dropped (it is decoded again there).
+                    let rest = ((lt * SAMPLE_RATE as f64).ceil() as usize).clamp(a, b);
+                    if rest > a && b - rest >= SAMPLE_RATE as usize && speech_in(rest, b) >= SAMPLE_RATE as usize / 2 {
+                        if trailing {
+                            current.pop();
+                        }
+                        tracing::debug!(from = lt, to = chunk_end, "speech after the last timestamp: decoded again");
+                        queue.push_back((rest, b));
+                    }
                 }
                 let mut segs: Vec<Segment> = Vec::with_capacity(current.len());
                 for (start, end, toks) in current {
@@ -467,22 +485,24 @@ impl Transcriber {
                     });
                 }
                 if opts.word_timestamps && !segs.is_empty() {
+                    let mut last_speech_timestamp = time_offset;
                     self.add_word_timestamps(&mut segs, cross, &base, time_offset, content, &mut last_speech_timestamp)?;
                 }
                 for mut seg in segs {
-                    if seg.text.trim().is_empty() {
-                        continue;
-                    }
                     seg.end = seg.end.min(duration).max(seg.start);
-                    if seg.start == seg.end {
-                        continue;
-                    }
-                    seg.id = out.segments.len();
-                    out.segments.push(seg);
-                    if let Some(seg) = out.segments.last() {
-                        on_segment(seg);
+                    if !seg.text.trim().is_empty() && seg.start < seg.end {
+                        segments.push(seg);
                     }
                 }
+            }
+        }
+        // chunks decoded again from their last timestamp come later in the queue
+        segments.sort_by(|x, y| x.start.total_cmp(&y.start));
+        for mut seg in segments {
+            seg.id = out.segments.len();
+            out.segments.push(seg);
+            if let Some(seg) = out.segments.last() {
+                on_segment(seg);
             }
         }
         let text_tokens: Vec<u32> = out.segments.iter().flat_map(|s| s.tokens.iter().copied()).collect();
@@ -493,15 +513,18 @@ impl Transcriber {
     /// The speech chunks of [`LongForm::Batched`] (16 kHz sample ranges): the attached VAD's
     /// speech regions (at most 30 s each, silences of 160 ms or more end one), neighbouring
     /// ones merged while the chunk stays within 30 s (faster-whisper's `merge_segments`).
-    fn speech_chunks(&self, samples: &[f32]) -> Result<Vec<(usize, usize)>> {
-        let Some(vad) = &self.vad else { return Ok(Vec::new()) };
+    /// Returns the speech regions and the chunks.
+    #[allow(clippy::type_complexity)]
+    fn speech_chunks(&self, samples: &[f32]) -> Result<(Vec<(usize, usize)>, Vec<(usize, usize)>)> {
+        let Some(vad) = &self.vad else { return Ok((Vec::new(), Vec::new())) };
         let mut vad = vad.lock().map_err(|_| Error::Options("the VAD's lock was poisoned by a panic".into()))?;
         let probs = vad.probabilities(samples)?;
         let vo = sapient_audio::VadOptions { max_speech_s: CHUNK_S, min_silence_ms: 160, ..Default::default() };
         let pad = vo.speech_pad_ms as usize * SAMPLE_RATE as usize / 1000;
         let seg = sapient_audio::VadSegmenter::new(vo)?;
         let regions: Vec<(usize, usize)> = seg.segments(&probs, samples.len()).iter().map(|s| (s.start, s.end)).collect();
-        Ok(merge_chunks(&regions, pad, (CHUNK_S * SAMPLE_RATE as f64) as usize, samples.len()))
+        let chunks = merge_chunks(&regions, pad, (CHUNK_S * SAMPLE_RATE as f64) as usize, samples.len());
+        Ok((regions, chunks))
     }
 
     /// The transcription loop; `previous` (text tokens that came before this audio, for the
@@ -934,10 +957,12 @@ fn drop_repeats(current: &mut Vec<(f64, f64, Vec<u32>)>, before: &[Vec<u32>], eo
 
 /// The segments of one chunk's tokens (batched mode): text between timestamp tokens, the
 /// times offset by the chunk's start and kept within the chunk; text after the last
-/// timestamp (or all of it, without timestamps) ends at the chunk's end.
-fn chunk_segments(tok: &WhisperTokenizer, tokens: &[u32], offset: f64, chunk_end: f64) -> Vec<(f64, f64, Vec<u32>)> {
+/// timestamp (or all of it, without timestamps) ends at the chunk's end. Also returns the
+/// last timestamp (file time) and whether text came after it (the last segment).
+fn chunk_segments(tok: &WhisperTokenizer, tokens: &[u32], offset: f64, chunk_end: f64) -> (Vec<(f64, f64, Vec<u32>)>, Option<f64>, bool) {
     let mut out = Vec::new();
     let mut start = offset;
+    let mut last_ts = None;
     let mut text: Vec<u32> = Vec::new();
     for &t in tokens {
         if t >= tok.timestamp_begin {
@@ -946,14 +971,16 @@ fn chunk_segments(tok: &WhisperTokenizer, tokens: &[u32], offset: f64, chunk_end
                 out.push((start, time.max(start), std::mem::take(&mut text)));
             }
             start = time;
+            last_ts = Some(time);
         } else if t < tok.eot {
             text.push(t);
         }
     }
-    if !text.is_empty() {
+    let trailing = !text.is_empty();
+    if trailing {
         out.push((start, chunk_end.max(start), text));
     }
-    out
+    (out, last_ts, trailing)
 }
 
 /// faster-whisper's `merge_segments`: speech regions (sample ranges, in order) merged into
