@@ -73,6 +73,12 @@ pub struct TranscribeArgs {
     /// hears no speech is skipped when Whisper's no-speech probability agrees.
     #[arg(long)]
     no_vad: bool,
+    /// Batched long-form mode: the VAD's speech in chunks of up to 30 s, N chunks (default 8)
+    /// through the encoder and decoder together, no chunk conditioned on another's text.
+    /// Faster on long audio; the default sequential mode (30 s windows conditioned on the
+    /// previous text) keeps names and spelling consistent. Needs the VAD (not --no-vad).
+    #[arg(long, num_args = 0..=1, default_missing_value = "8", value_name = "N")]
+    batched: Option<usize>,
 }
 
 pub fn run(args: TranscribeArgs) -> Result<()> {
@@ -98,7 +104,16 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
         t.set_vad(Some(sapient_audio::SileroVad::load(&vad_file, &candle_core::Device::Cpu)?));
     }
     bars.finish();
+    if let Some(n) = args.batched {
+        anyhow::ensure!(n >= 1, "--batched {n}: the batch size must be at least 1");
+        anyhow::ensure!(!args.no_vad, "--batched cuts the audio at the speech Silero VAD finds: leave out --no-vad");
+        anyhow::ensure!(!args.stream, "--batched transcribes a whole file: leave out --stream");
+    }
     let opts = TranscribeOptions {
+        long_form: match args.batched {
+            Some(batch_size) => sapient_whisper::LongForm::Batched { batch_size },
+            None => sapient_whisper::LongForm::Sequential,
+        },
         task,
         language: args.language.clone(),
         beam_size: (args.beam > 1).then_some(args.beam),

@@ -959,7 +959,9 @@ fn drop_repeats(current: &mut Vec<(f64, f64, Vec<u32>)>, before: &[Vec<u32>], eo
 /// times offset by the chunk's start and kept within the chunk; text after the last
 /// timestamp (or all of it, without timestamps) ends at the chunk's end. Also returns the
 /// last timestamp (file time) and whether text came after it (the last segment).
-fn chunk_segments(tok: &WhisperTokenizer, tokens: &[u32], offset: f64, chunk_end: f64) -> (Vec<(f64, f64, Vec<u32>)>, Option<f64>, bool) {
+type Pieces = Vec<(f64, f64, Vec<u32>)>;
+
+fn chunk_segments(tok: &WhisperTokenizer, tokens: &[u32], offset: f64, chunk_end: f64) -> (Pieces, Option<f64>, bool) {
     let mut out = Vec::new();
     let mut start = offset;
     let mut last_ts = None;

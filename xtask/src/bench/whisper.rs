@@ -9,7 +9,7 @@
 //! Each configuration runs in a process of its own (ours: this binary again, one variant;
 //! faster-whisper: one compute type and mode per Python process), so that its peak resident
 //! set size is its own. faster-whisper runs sequentially (`WhisperModel.transcribe`, what
-//! ours does) and, with `--modes sequential,batched`, batched (`BatchedInferencePipeline`,
+//! ours does) and, with `--modes sequential,batched`, batched (ours: `LongForm::Batched`; theirs: `BatchedInferencePipeline`,
 //! batch 8, its VAD).
 
 use anyhow::{Context, Result};
@@ -47,7 +47,8 @@ pub struct Args {
     /// The long-form case: the clips eight times over (overrides --repeat).
     #[arg(long)]
     pub long: bool,
-    /// faster-whisper modes: sequential, batched (BatchedInferencePipeline, batch 8).
+    /// Modes, for both sides: sequential, batched (ours: `LongForm::Batched`, batch 8,
+    /// without timestamps as faster-whisper's `BatchedInferencePipeline` by default).
     #[arg(long, value_delimiter = ',', default_value = "sequential")]
     pub modes: Vec<String>,
     /// Ours without Silero VAD (`sapient transcribe --no-vad`); by default the VAD is
@@ -94,17 +95,24 @@ fn run_child(a: &Args, wav: &std::path::Path, out: &std::path::Path) -> Result<(
     }
     let load_s = t0.elapsed().as_secs_f64();
     let mut runs = Vec::new();
-    for &beam in &a.beams {
-        let opts = TranscribeOptions { beam_size: (beam > 1).then_some(beam), ..Default::default() };
-        let mut best = f64::INFINITY;
-        let mut text = String::new();
-        for _ in 0..a.reps.max(1) {
-            let t1 = Instant::now();
-            let r = t.transcribe(&audio, &opts)?;
-            best = best.min(t1.elapsed().as_secs_f64());
-            text = r.text;
+    for mode in &a.modes {
+        for &beam in &a.beams {
+            let mut opts = TranscribeOptions { beam_size: (beam > 1).then_some(beam), ..Default::default() };
+            if mode == "batched" {
+                // faster-whisper's BatchedInferencePipeline defaults: batch 8, no timestamps
+                opts.long_form = sapient_whisper::LongForm::Batched { batch_size: sapient_whisper::DEFAULT_BATCH_SIZE };
+                opts.without_timestamps = true;
+            }
+            let mut best = f64::INFINITY;
+            let mut text = String::new();
+            for _ in 0..a.reps.max(1) {
+                let t1 = Instant::now();
+                let r = t.transcribe(&audio, &opts)?;
+                best = best.min(t1.elapsed().as_secs_f64());
+                text = r.text;
+            }
+            runs.push(serde_json::json!({"mode": mode, "beam": beam, "seconds": best, "text": text}));
         }
-        runs.push(serde_json::json!({"beam": beam, "seconds": best, "text": text}));
     }
     let j = serde_json::json!({"variant": variant, "load_seconds": load_s, "peak_rss_kb": peak_rss_kb(), "runs": runs});
     std::fs::write(out, serde_json::to_string(&j)?)?;
@@ -142,8 +150,12 @@ pub fn run(a: Args) -> Result<()> {
     println!("{}: {duration:.1} s of LibriVox speech ({} reference words), {} reps, best time", a.model, normalize(&reference).len(), a.reps);
 
     let mut load_s = f64::NAN;
-    // (variant, beam, seconds, text, peak RSS kB)
-    let mut ours: Vec<(String, usize, f64, String, u64)> = Vec::new();
+    for mode in &a.modes {
+        anyhow::ensure!(mode == "sequential" || mode == "batched", "--modes {mode}: expected sequential or batched");
+        anyhow::ensure!(mode == "sequential" || !a.no_vad, "--modes batched: ours needs the VAD (leave out --no-vad)");
+    }
+    // (variant, mode, beam, seconds, text, peak RSS kB)
+    let mut ours: Vec<(String, String, usize, f64, String, u64)> = Vec::new();
     let exe = std::env::current_exe()?;
     for v in &a.variants {
         load_options(v)?;
@@ -151,6 +163,7 @@ pub fn run(a: Args) -> Result<()> {
         let beams: Vec<String> = a.beams.iter().map(|b| b.to_string()).collect();
         let mut cmd = std::process::Command::new(&exe);
         cmd.args(["bench", "whisper", "--model", &a.model, "--variants", v, "--beams", &beams.join(","), "--reps", &a.reps.max(1).to_string()]);
+        cmd.args(["--modes", &a.modes.join(",")]);
         cmd.arg("--child").arg(&wav).arg("--child-out").arg(&out);
         if a.no_vad {
             cmd.arg("--no-vad");
@@ -164,7 +177,8 @@ pub fn run(a: Args) -> Result<()> {
         let rss = j["peak_rss_kb"].as_u64().unwrap_or(0);
         for r in j["runs"].as_array().into_iter().flatten() {
             let beam = r["beam"].as_u64().unwrap_or(0) as usize;
-            ours.push((v.clone(), beam, r["seconds"].as_f64().unwrap_or(f64::NAN), r["text"].as_str().unwrap_or("").to_string(), rss));
+            let mode = r["mode"].as_str().unwrap_or("sequential").to_string();
+            ours.push((v.clone(), mode, beam, r["seconds"].as_f64().unwrap_or(f64::NAN), r["text"].as_str().unwrap_or("").to_string(), rss));
         }
     }
 
@@ -210,18 +224,18 @@ pub fn run(a: Args) -> Result<()> {
         "", "seconds", "RTF", "WER", "peak MB", "fw / ours f32", "fw / ours q8"
     );
     let mut rows = Vec::new();
-    for (variant, beam, secs, text, rss) in &ours {
+    for (variant, mode, beam, secs, text, rss) in &ours {
         let (e, n) = wer(&reference, text);
         println!(
             "{:<40} {:>9.2} {:>8.3} {:>4}/{:<5} {:>9.0}",
-            format!("sapient-whisper {variant}, beam {beam}"),
+            format!("sapient-whisper {variant} {mode}, beam {beam}"),
             secs,
             secs / duration,
             e,
             n,
             *rss as f64 / 1024.0
         );
-        rows.push(serde_json::json!({"impl": "sapient-whisper", "compute_type": variant, "mode": "sequential", "beam": beam, "seconds": secs, "rtf": secs / duration, "word_errors": e, "words": n, "peak_rss_kb": rss, "vad": !a.no_vad, "text": text}));
+        rows.push(serde_json::json!({"impl": "sapient-whisper", "compute_type": variant, "mode": mode, "beam": beam, "seconds": secs, "rtf": secs / duration, "word_errors": e, "words": n, "peak_rss_kb": rss, "vad": !a.no_vad, "text": text}));
     }
     if let Some(r) = &reference_runs {
         for run in r["runs"].as_array().into_iter().flatten() {
@@ -232,7 +246,8 @@ pub fn run(a: Args) -> Result<()> {
             let mode = run["mode"].as_str().unwrap_or("sequential");
             let rss = run["peak_rss_kb"].as_u64().unwrap_or(0);
             let (e, n) = wer(&reference, text);
-            let ratio = |v: &str| ours.iter().find(|o| o.0 == v && o.1 == beam).map(|o| format!("{:.2}x", secs / o.2)).unwrap_or_default();
+            // against ours in the same mode
+            let ratio = |v: &str| ours.iter().find(|o| o.0 == v && o.1 == mode && o.2 == beam).map(|o| format!("{:.2}x", secs / o.3)).unwrap_or_default();
             println!(
                 "{:<40} {:>9.2} {:>8.3} {:>4}/{:<5} {:>9.0} {:>13} {:>12}",
                 format!("faster-whisper {ct} {mode}, beam {beam}"),
