@@ -43,10 +43,15 @@ fn long_audio(times: usize) -> (Vec<f32>, String) {
     (audio, text)
 }
 
-fn check_segments(r: &Transcript) {
-    let mut prev_end = 0.0;
+/// Segments in order and inside the file; with `no_overlap`, each starts where the one
+/// before ended or later (word timestamps move segment edges to the words' edges, which
+/// can overlap by a few hundredths).
+fn check_segments(r: &Transcript, no_overlap: bool) {
+    let (mut prev_start, mut prev_end) = (0.0, 0.0);
     for s in &r.segments {
-        assert!(s.start >= prev_end - 1e-9, "segments overlap or go back in time: {:?}", r.segments);
+        assert!(s.start >= prev_start, "segments go back in time: {:?}", r.segments);
+        assert!(!no_overlap || s.start >= prev_end - 1e-9, "segments overlap: {:?}", r.segments);
+        prev_start = s.start;
         assert!(s.start < s.end && s.end <= r.duration + 1e-9, "segment {:.2}-{:.2} outside 0-{:.2}", s.start, s.end, r.duration);
         assert!(!s.text.trim().is_empty());
         prev_end = s.end;
@@ -64,7 +69,7 @@ fn batched_long_form_word_errors_and_times() -> Result<()> {
         for beam in [None, Some(5)] {
             let opts = TranscribeOptions { beam_size: beam, long_form: LongForm::Batched { batch_size: 2 }, ..Default::default() };
             let r = t.transcribe(&audio, &opts)?;
-            check_segments(&r);
+            check_segments(&r, true);
             let (e, n) = wer_counts(&reference, &r.text);
             eprintln!("{name} beam {beam:?}: {e}/{n} word errors, {} segments", r.segments.len());
             assert!(r.segments.len() >= 6, "{} segments", r.segments.len());
@@ -75,7 +80,7 @@ fn batched_long_form_word_errors_and_times() -> Result<()> {
     // without timestamps: one segment per chunk, each within 30 s
     let opts = TranscribeOptions { without_timestamps: true, long_form: LongForm::Batched { batch_size: 8 }, ..Default::default() };
     let r = tiny_q8().transcribe(&audio, &opts)?;
-    check_segments(&r);
+    check_segments(&r, true);
     assert!(r.segments.iter().all(|s| s.end - s.start <= 30.0 + 1e-6));
     assert!(r.segments.len() >= 3);
     let (e, n) = wer_counts(&reference, &r.text);
@@ -128,5 +133,29 @@ fn batched_mode_needs_a_vad_and_a_batch_size() -> Result<()> {
     // silence: no speech, no segment
     let r = tiny().transcribe(&vec![0.0f32; 16_000 * 40], &opts)?;
     assert!(r.segments.is_empty() && r.text.is_empty(), "{:?}", r.segments);
+    Ok(())
+}
+
+/// Word timestamps in the batched mode: every word inside its segment, in order, and the
+/// words spell the segment's text.
+#[test]
+fn batched_word_timestamps() -> Result<()> {
+    let (audio, reference) = long_audio(1);
+    let opts = TranscribeOptions { word_timestamps: true, long_form: LongForm::Batched { batch_size: 8 }, ..Default::default() };
+    let r = tiny_q8().transcribe(&audio, &opts)?;
+    check_segments(&r, false);
+    let mut prev = 0.0;
+    for s in &r.segments {
+        assert!(!s.words.is_empty(), "no words in {s:?}");
+        let text: String = s.words.iter().map(|w| w.word.as_str()).collect();
+        assert_eq!(text.trim(), s.text.trim());
+        for w in &s.words {
+            assert!(w.start >= prev - 0.25 && w.start <= w.end, "word {w:?} after {prev}");
+            assert!(w.start >= s.start - 1e-6 && w.end <= s.end + 1e-6, "word {w:?} outside {:.2}-{:.2}", s.start, s.end);
+            prev = w.end;
+        }
+    }
+    let (e, n) = wer_counts(&reference, &r.text);
+    assert!(e as f64 / n as f64 <= 0.08, "{e}/{n}");
     Ok(())
 }
