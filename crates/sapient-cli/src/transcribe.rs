@@ -73,11 +73,12 @@ pub struct TranscribeArgs {
     /// hears no speech is skipped when Whisper's no-speech probability agrees.
     #[arg(long)]
     no_vad: bool,
-    /// Batched long-form mode: the VAD's speech in chunks of up to 30 s, N chunks (default 8)
-    /// through the encoder and decoder together, no chunk conditioned on another's text.
-    /// Faster on long audio; the default sequential mode (30 s windows conditioned on the
-    /// previous text) keeps names and spelling consistent. Needs the VAD (not --no-vad).
-    #[arg(long, num_args = 0..=1, default_missing_value = "8", value_name = "N")]
+    /// Batched long-form mode (`--batched` or `--batched=N`): the VAD's speech in chunks of
+    /// up to 30 s, N chunks (default 8) through the encoder and decoder together, no chunk
+    /// conditioned on another's text. Faster on long audio; the default sequential mode (30 s
+    /// windows conditioned on the previous text) keeps names and spelling consistent. Needs
+    /// the VAD (not --no-vad).
+    #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "8", value_name = "N")]
     batched: Option<usize>,
 }
 

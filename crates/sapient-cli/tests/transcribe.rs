@@ -111,3 +111,27 @@ fn transcribe_errors_are_reported() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot translate"));
 }
+
+#[test]
+fn transcribe_batched() {
+    let exe = env!("CARGO_BIN_EXE_sapient");
+    for flag in ["--batched", "--batched=2"] {
+        let out = Command::new(exe)
+            .args(["transcribe", flag, "--beam", "1", "--format", "json"])
+            .arg(clip())
+            .output()
+            .expect("run sapient");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json on stdout");
+        assert_eq!(words(j["text"].as_str().unwrap()), words("he might even have been made amiable himself"), "{flag}");
+        let segs = j["segments"].as_array().unwrap();
+        let (start, end) = (segs[0]["start"].as_f64().unwrap(), segs.last().unwrap()["end"].as_f64().unwrap());
+        assert!(0.0 <= start && start < end && end <= j["duration"].as_f64().unwrap() + 1e-6);
+    }
+    let out = Command::new(exe).args(["transcribe", "--batched", "--no-vad"]).arg(clip()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-vad"));
+    let out = Command::new(exe).args(["transcribe", "--batched=0"]).arg(clip()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 1"));
+}

@@ -494,7 +494,13 @@ impl Whisper {
                     let h = l.mlp_ln.forward(&x)?;
                     let (b, s, d) = h.dims3()?;
                     let hv: Vec<f32> = h.flatten_all()?.to_vec1()?;
-                    let y = cpu::encoder_mlp(fc1, fc2, &hv, b * s)?;
+                    // one window at a time: the quantized kernels stream every activation
+                    // row past each weight row, and a window's rows stay in cache where a
+                    // batch's do not
+                    let mut y = Vec::with_capacity(b * s * d);
+                    for w in hv.chunks(s * d) {
+                        y.extend(cpu::encoder_mlp(fc1, fc2, w, s)?);
+                    }
                     x = (x + Tensor::from_vec(y, (b, s, d), &self.device)?)?;
                 }
                 None => x = (&x + mlp(&l.mlp_ln, &l.fc1, &l.fc2, &x)?)?,
