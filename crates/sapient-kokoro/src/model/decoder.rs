@@ -17,6 +17,7 @@
 //!   at both ends. Like the export (the `TorchSTFT` of StyleTTS 2 traced with one frame), only
 //!   the first 20 samples are divided by the squared window; the rest is not normalised.
 
+use super::fast;
 use super::nn::{leaky_relu, AdaIn, AdaInStyle, Conv1d, ConvTranspose1d};
 use super::predictor::AdainResBlk1d;
 use crate::{KokoroConfig, KokoroWeights, Result};
@@ -78,20 +79,27 @@ impl AdaInResBlock1 {
 impl AdaInResBlock1Styled<'_> {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let (c, t) = x.dims2()?;
-        let mut xs = x.flatten_all()?.to_vec1::<f32>()?;
+        let xs = fast::transpose(&x.flatten_all()?.to_vec1::<f32>()?, c, t);
+        let y = self.forward_tc(xs, t)?;
+        Ok(Tensor::from_vec(fast::transpose(&y, t, c), (c, t), x.device())?)
+    }
+
+    /// On a time-major `[t, c]` buffer.
+    pub fn forward_tc(&self, mut xs: Vec<f32>, t: usize) -> Result<Vec<f32>> {
+        let c = xs.len() / t.max(1);
         for (u, (n1, n2)) in self.blk.units.iter().zip(&self.styles) {
-            let xt = n1.forward_snake(&xs, t, &u.alpha1.0, &u.alpha1.1);
-            let (xt, c1, t1) = u.conv1.forward_vec(xt, c, t)?;
-            let xt = n2.forward_snake(&xt, t1, &u.alpha2.0, &u.alpha2.1);
-            let (xt, c2, t2) = u.conv2.forward_vec(xt, c1, t1)?;
-            if (c2, t2) != (c, t) {
-                return Err(candle_core::Error::Msg(format!("resblock: [{c2}, {t2}] out of [{c}, {t}]")).into());
+            let xt = n1.forward_snake_tc(&xs, t, &u.alpha1.0, &u.alpha1.1);
+            let (xt, t1) = u.conv1.forward_tc(&xt, t)?;
+            let xt = n2.forward_snake_tc(&xt, t1, &u.alpha2.0, &u.alpha2.1);
+            let (xt, t2) = u.conv2.forward_tc(&xt, t1)?;
+            if xt.len() != xs.len() || t2 != t {
+                return Err(candle_core::Error::Msg(format!("resblock: {t2} frames out of {t} x {c}")).into());
             }
             for (a, b) in xs.iter_mut().zip(&xt) {
                 *a += b;
             }
         }
-        Ok(Tensor::from_vec(xs, (c, t), x.device())?)
+        Ok(xs)
     }
 }
 
@@ -324,17 +332,21 @@ impl Generator {
                 debug_assert_eq!(x.dims2()?.0, c);
             }
             x = (x + xs)?;
-            let mut acc: Option<Tensor> = None;
+            // the stage's residual blocks, time-major
+            let (c, t) = x.dims2()?;
+            let xt = fast::transpose(&x.flatten_all()?.to_vec1::<f32>()?, c, t);
+            let mut acc = vec![0f32; xt.len()];
             for r in &self.resblocks[u * nk..(u + 1) * nk] {
-                let y = r.styled(s)?.forward(&x)?;
-                acc = Some(match acc {
-                    Some(a) => (a + y)?,
-                    None => y,
-                });
+                let y = r.styled(s)?.forward_tc(xt.clone(), t)?;
+                for (a, b) in acc.iter_mut().zip(&y) {
+                    *a += b;
+                }
             }
-            if let Some(a) = acc {
-                x = (a / nk as f64)?;
+            let inv = 1.0 / nk as f32;
+            for a in &mut acc {
+                *a *= inv;
             }
+            x = Tensor::from_vec(fast::transpose(&acc, t, c), (c, t), &dev)?;
         }
         let x = self.conv_post.forward(&leaky_relu(&x, 0.01)?)?;
         self.istft(&x)

@@ -15,6 +15,7 @@
 
 mod albert;
 mod decoder;
+mod fast;
 mod nn;
 mod predictor;
 mod text_encoder;

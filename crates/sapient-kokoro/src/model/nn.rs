@@ -3,7 +3,8 @@
 
 use crate::{KokoroWeights, Result};
 use candle_core::{Tensor, D};
-use sapient_tensor::kernels::{pool::pool, SendPtr};
+use super::fast;
+use sapient_tensor::kernels::{pool::pool, DenseMatrix};
 
 /// `nn.Linear`: the weight kept transposed (`[in, out]`) for `x @ w`.
 pub struct Linear {
@@ -28,19 +29,19 @@ impl Linear {
     }
 }
 
-/// `nn.Conv1d` (weight norm already folded). Stride-1 convolutions on the CPU run by blocks
-/// of 128 output frames, in parallel: each block's im2col columns (`[in * k, 128]`, small
-/// enough to stay in cache) times the weight as `[out, in * k]`, one GEMM per block (the
-/// whole-sequence im2col of the generator's 11-tap convolutions would be 67 MB for a second
-/// of audio); the others go through candle.
+/// `nn.Conv1d` (weight norm already folded). Stride-1 convolutions on the CPU run on a
+/// [`DenseMatrix`] (AMX-BF16 products at close to f32 accuracy where the CPU has them, f32
+/// GEMMs elsewhere) over time-major im2col rows: the input as `[t, in]`, each output frame's
+/// row the `k` input frames it reads (`[k, in]`, the weight reordered to `[out, k, in]` at
+/// load), by blocks of rows so the columns stay in cache; the others go through candle.
 pub struct Conv1d {
     w: Tensor,
     b: Option<Tensor>,
     stride: usize,
     pad: usize,
     dilation: usize,
-    /// The weight as a row-major `[out, in * k]` matrix for the block GEMMs (empty: candle).
-    taps: Vec<f32>,
+    /// `[out, k * in]` (tap-major rows) for the stride-1 path (None: candle).
+    dense: Option<DenseMatrix>,
     bias: Vec<f32>,
 }
 
@@ -52,16 +53,26 @@ impl Conv1d {
         } else {
             None
         };
-        let (taps, bias) = if stride == 1 && weight.device().is_cpu() {
+        let (dense, bias) = if stride == 1 && weight.device().is_cpu() {
+            let (cout, cin, k) = weight.dims3()?;
+            let v: Vec<f32> = weight.flatten_all()?.to_vec1()?;
+            let mut r = vec![0f32; v.len()];
+            for o in 0..cout {
+                for i in 0..cin {
+                    for kk in 0..k {
+                        r[(o * k + kk) * cin + i] = v[(o * cin + i) * k + kk];
+                    }
+                }
+            }
             (
-                weight.flatten_all()?.to_vec1()?,
+                Some(DenseMatrix::from_f32(&r, cout, k * cin)),
                 match &b {
                     Some(b) => b.flatten_all()?.to_vec1()?,
-                    None => vec![0.0; weight.dims()[0]],
+                    None => vec![0.0; cout],
                 },
             )
         } else {
-            (Vec::new(), Vec::new())
+            (None, Vec::new())
         };
         Ok(Self {
             w: weight,
@@ -69,7 +80,7 @@ impl Conv1d {
             stride,
             pad,
             dilation,
-            taps,
+            dense,
             bias,
         })
     }
@@ -81,17 +92,36 @@ impl Conv1d {
         Ok(Tensor::from_vec(y, (cout, tout), x.device())?)
     }
 
+    /// Output channels.
+    pub fn out_channels(&self) -> usize {
+        self.w.dims()[0]
+    }
+
     /// Stride-1 CPU convolution on a plain `[c, t]` buffer: (`[out, t']`, out, t').
     pub fn forward_vec(&self, xs: Vec<f32>, c: usize, t: usize) -> Result<(Vec<f32>, usize, usize)> {
-        let (cout, cin, k) = self.w.dims3()?;
-        if self.taps.is_empty() {
+        if self.dense.is_none() {
             let dev = self.w.device();
             let y = self.forward(&Tensor::from_vec(xs, (c, t), dev)?)?;
             let (co, to) = y.dims2()?;
             return Ok((y.flatten_all()?.to_vec1()?, co, to));
         }
-        if c != cin {
-            return Err(candle_core::Error::Msg(format!("conv1d: {c} input channels, weight takes {cin}")).into());
+        let xt = fast::transpose(&xs, c, t);
+        drop(xs);
+        let (y, tout) = self.forward_tc(&xt, t)?;
+        let cout = self.out_channels();
+        Ok((fast::transpose(&y, tout, cout), cout, tout))
+    }
+
+    /// Stride-1 CPU convolution on a time-major `[t, in]` buffer: (`[t', out]`, t').
+    pub fn forward_tc(&self, x: &[f32], t: usize) -> Result<(Vec<f32>, usize)> {
+        let (cout, cin, k) = self.w.dims3()?;
+        let Some(dense) = &self.dense else {
+            let xs = fast::transpose(x, t, cin);
+            let (y, _, tout) = self.forward_vec(xs, cin, t)?;
+            return Ok((fast::transpose(&y, cout, tout), tout));
+        };
+        if x.len() != t * cin {
+            return Err(candle_core::Error::Msg(format!("conv1d: {} values for {t} frames of {cin} channels", x.len())).into());
         }
         let tp = t + 2 * self.pad;
         let span = self.dilation * (k - 1);
@@ -99,71 +129,43 @@ impl Conv1d {
             return Err(candle_core::Error::Msg(format!("conv1d: input of {t} frames is shorter than the kernel")).into());
         }
         let tout = tp - span;
-        let xp: Vec<f32> = if self.pad == 0 {
-            xs
-        } else {
-            let mut v = vec![0f32; cin * tp];
-            for (dst, src) in v.chunks_exact_mut(tp).zip(xs.chunks_exact(t)) {
-                dst[self.pad..self.pad + t].copy_from_slice(src);
-            }
-            v
-        };
         let mut y = vec![0f32; cout * tout];
-        const BLOCK: usize = 128;
-        let blocks = tout.div_ceil(BLOCK);
-        let kk_all = cin * k;
-        let d = self.dilation;
-        let out = SendPtr(y.as_mut_ptr());
-        let run = |b: usize| {
-            let out = &out;
-            let t0 = b * BLOCK;
-            let tc = BLOCK.min(tout - t0);
-            let mut col = vec![0f32; kk_all * tc];
-            for i in 0..cin {
-                let xr = &xp[i * tp..(i + 1) * tp];
-                for kk in 0..k {
-                    let src = &xr[t0 + kk * d..t0 + kk * d + tc];
-                    col[(i * k + kk) * tc..(i * k + kk + 1) * tc].copy_from_slice(src);
+        let row = cin * k;
+        // rows per block: the block's columns within ~1 MB
+        let rows = ((1 << 18) / row).clamp(32, 512) / 32 * 32;
+        let mut col = vec![0f32; rows.min(tout) * row];
+        let (d, pad) = (self.dilation, self.pad);
+        for r0 in (0..tout).step_by(rows) {
+            let n = rows.min(tout - r0);
+            let fill = |ci: usize, chunk: &mut [f32]| {
+                for (j, dst) in chunk.chunks_exact_mut(row).enumerate() {
+                    let r = r0 + ci * 32 + j;
+                    // input frame of tap kk: r + kk * d - pad
+                    if d == 1 && r >= pad && r + k - pad <= t {
+                        let s = r - pad;
+                        dst.copy_from_slice(&x[s * cin..(s + k) * cin]);
+                        continue;
+                    }
+                    for (kk, seg) in dst.chunks_exact_mut(cin).enumerate() {
+                        let s = (r + kk * d) as isize - pad as isize;
+                        if s < 0 || s >= t as isize {
+                            seg.fill(0.0);
+                        } else {
+                            let s = s as usize;
+                            seg.copy_from_slice(&x[s * cin..(s + 1) * cin]);
+                        }
+                    }
                 }
-            }
-            // SAFETY: this block writes columns t0..t0 + tc of every row of y only; y is
-            // [cout, tout], the weight [cout, cin * k], col [cin * k, tc], all in bounds.
-            unsafe {
-                let dst = out.ptr().add(t0);
-                for (o, &b) in self.bias.iter().enumerate() {
-                    std::slice::from_raw_parts_mut(dst.add(o * tout), tc).fill(b);
-                }
-                gemm::gemm(
-                    cout,
-                    tc,
-                    kk_all,
-                    dst,
-                    1,
-                    tout as isize,
-                    true,
-                    self.taps.as_ptr(),
-                    1,
-                    kk_all as isize,
-                    col.as_ptr(),
-                    1,
-                    tc as isize,
-                    1.0,
-                    1.0,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
-                );
-            }
-        };
-        pool().run_chunks(blocks, &run);
-        Ok((y, cout, tout))
+            };
+            pool().for_each_chunk_mut(&mut col[..n * row], 32 * row, fill);
+            dense.matmul(&col[..n * row], n, Some(&self.bias), &mut y[r0 * cout..(r0 + n) * cout]);
+        }
+        Ok((y, tout))
     }
-
 
     /// `x`: `[in, t]` -> `[out, t']`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if !self.taps.is_empty() {
+        if self.dense.is_some() {
             return self.forward_taps(x);
         }
         let y = x
@@ -312,26 +314,10 @@ impl AdaInStyle {
         Ok(layer_norm_plain(x, 1e-5)?.broadcast_mul(&self.scale)?.broadcast_add(&self.beta)?)
     }
 
-    /// Instance norm + style affine + Snake (`y + 1/alpha sin(alpha y)^2`) in one pass per
-    /// channel over a plain `[c, t]` buffer, channels in parallel.
-    pub fn forward_snake(&self, x: &[f32], t: usize, alpha: &[f32], inv_alpha: &[f32]) -> Vec<f32> {
-        let mut out = vec![0f32; x.len()];
-        pool().for_each_chunk_mut(&mut out, t, |c, o| {
-            let xr = &x[c * t..(c + 1) * t];
-            let n = t as f64;
-            let mean = xr.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-            let var = xr.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / n;
-            let inv = 1.0 / (var + 1e-5).sqrt();
-            let a = (self.scale_v[c] as f64 * inv) as f32;
-            let b = (f64::from(self.beta_v[c]) - mean * self.scale_v[c] as f64 * inv) as f32;
-            let (al, ia) = (alpha[c], inv_alpha[c]);
-            for (ov, &xv) in o.iter_mut().zip(xr) {
-                let y = xv * a + b;
-                let s = (al * y).sin();
-                *ov = y + ia * s * s;
-            }
-        });
-        out
+    /// Instance norm + style affine + Snake (`y + 1/alpha sin(alpha y)^2`) fused, on a
+    /// time-major `[t, c]` buffer.
+    pub fn forward_snake_tc(&self, x: &[f32], t: usize, alpha: &[f32], inv_alpha: &[f32]) -> Vec<f32> {
+        fast::norm_snake_tc(x, t, &self.scale_v, &self.beta_v, alpha, inv_alpha)
     }
 
     /// The AdaLayerNorm form: layer norm over channels of `x` `[t, c]`, then the affine.

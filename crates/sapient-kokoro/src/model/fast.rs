@@ -1,0 +1,172 @@
+//! Plain-buffer kernels of the generator's hot loop: transposes between `[c, t]` and the
+//! time-major `[t, c]` layout the convolutions run in, and the fused instance norm + style
+//! affine + Snake over time-major buffers, on the kernels' thread pool.
+
+use sapient_tensor::kernels::pool::pool;
+
+/// `x` `[rows, cols]` -> `[cols, rows]`.
+pub fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    debug_assert_eq!(x.len(), rows * cols);
+    let mut out = vec![0f32; rows * cols];
+    if rows == 0 || cols == 0 {
+        return out;
+    }
+    const B: usize = 32;
+    // one chunk per block of B output rows (input columns)
+    pool().for_each_chunk_mut(&mut out, B * rows, |cb, o| {
+        let c0 = cb * B;
+        let nc = o.len() / rows;
+        for r0 in (0..rows).step_by(B) {
+            let r1 = (r0 + B).min(rows);
+            for dc in 0..nc {
+                let orow = &mut o[dc * rows..(dc + 1) * rows];
+                for r in r0..r1 {
+                    orow[r] = x[r * cols + c0 + dc];
+                }
+            }
+        }
+    });
+    out
+}
+
+/// Per-channel mean and variance over time of a time-major `[t, c]` buffer (f64 sums).
+fn channel_stats(x: &[f32], t: usize, c: usize) -> (Vec<f64>, Vec<f64>) {
+    const ROWS: usize = 256;
+    let chunks = t.div_ceil(ROWS);
+    let x0: Vec<f64> = x[..c].iter().map(|&v| f64::from(v)).collect();
+    // per chunk: sum and sum of squares of x - x0 (shifted for accuracy)
+    let mut part = vec![0f64; chunks * 2 * c];
+    pool().for_each_chunk_mut(&mut part, 2 * c, |ci, p| {
+        let (s1, s2) = p.split_at_mut(c);
+        for r in ci * ROWS..((ci + 1) * ROWS).min(t) {
+            for (((a, b), &v), &z) in s1.iter_mut().zip(s2.iter_mut()).zip(&x[r * c..(r + 1) * c]).zip(&x0) {
+                let d = f64::from(v) - z;
+                *a += d;
+                *b += d * d;
+            }
+        }
+    });
+    let n = t as f64;
+    let mut mean = vec![0f64; c];
+    let mut var = vec![0f64; c];
+    for p in part.chunks_exact(2 * c) {
+        for j in 0..c {
+            mean[j] += p[j];
+            var[j] += p[c + j];
+        }
+    }
+    for j in 0..c {
+        let m = mean[j] / n;
+        var[j] = (var[j] / n - m * m).max(0.0);
+        mean[j] = x0[j] + m;
+    }
+    (mean, var)
+}
+
+/// Instance norm over time (eps 1e-5), then `scale * x + beta`, then Snake
+/// (`y + 1/alpha sin(alpha y)^2`), of a time-major `[t, c]` buffer.
+pub fn norm_snake_tc(x: &[f32], t: usize, scale: &[f32], beta: &[f32], alpha: &[f32], inv_alpha: &[f32]) -> Vec<f32> {
+    let c = scale.len();
+    debug_assert_eq!(x.len(), t * c);
+    let (mean, var) = channel_stats(x, t, c);
+    let mut a = vec![0f32; c];
+    let mut b = vec![0f32; c];
+    for j in 0..c {
+        let inv = 1.0 / (var[j] + 1e-5).sqrt();
+        a[j] = (f64::from(scale[j]) * inv) as f32;
+        b[j] = (f64::from(beta[j]) - mean[j] * f64::from(scale[j]) * inv) as f32;
+    }
+    let mut out = vec![0f32; x.len()];
+    const ROWS: usize = 64;
+    pool().for_each_chunk_mut(&mut out, ROWS * c, |ci, o| {
+        let xs = &x[ci * ROWS * c..ci * ROWS * c + o.len()];
+        for (orow, xrow) in o.chunks_exact_mut(c).zip(xs.chunks_exact(c)) {
+            snake_row(xrow, &a, &b, alpha, inv_alpha, orow);
+        }
+    });
+    out
+}
+
+fn snake_row(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if sapient_tensor::kernels::has_avx512() {
+        // SAFETY: AVX-512 F is present.
+        unsafe { snake_avx512(x, a, b, al, ia, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if sapient_tensor::kernels::has_avx2() {
+        // SAFETY: AVX2 and FMA are present.
+        unsafe { snake_avx2(x, a, b, al, ia, out) };
+        return;
+    }
+    snake_portable(x, a, b, al, ia, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn snake_avx512(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [f32]) {
+    snake_portable(x, a, b, al, ia, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn snake_avx2(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [f32]) {
+    snake_portable(x, a, b, al, ia, out)
+}
+
+#[inline(always)]
+fn snake_portable(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [f32]) {
+    let n = out.len();
+    let (x, a, b, al, ia) = (&x[..n], &a[..n], &b[..n], &al[..n], &ia[..n]);
+    for j in 0..n {
+        let y = x[j].mul_add(a[j], b[j]);
+        let s = sin_sq(al[j] * y);
+        out[j] = ia[j].mul_add(s, y);
+    }
+}
+
+/// `sin(z)^2`, branch-free so it vectorises: `z - j pi` with `j` the nearest integer to
+/// `z / pi` (Cody-Waite, three parts of pi), then the Taylor series of sin to the 11th
+/// power on [-pi/2, pi/2] (error below 6e-8).
+#[inline(always)]
+pub fn sin_sq(z: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let j = (z * std::f32::consts::FRAC_1_PI + MAGIC) - MAGIC;
+    let r = j.mul_add(-3.140_625, z);
+    let r = j.mul_add(-9.675_025_939_941_406e-4, r);
+    let r = j.mul_add(-1.509_957_990_978_376_4e-7, r);
+    let r2 = r * r;
+    let mut p = -2.505_210_8e-8f32; // -1/11!
+    p = p.mul_add(r2, 2.755_731_9e-6); // 1/9!
+    p = p.mul_add(r2, -1.984_127e-4); // -1/7!
+    p = p.mul_add(r2, 8.333_333e-3); // 1/5!
+    p = p.mul_add(r2, -0.166_666_67); // -1/3!
+    let s = (p * r2).mul_add(r, r);
+    s * s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sin_sq_matches_libm() {
+        let mut worst = 0f32;
+        for i in -200_000..200_000 {
+            let z = i as f32 * 1.37e-3;
+            let e = (sin_sq(z) - z.sin().powi(2)).abs();
+            worst = worst.max(e);
+        }
+        assert!(worst < 1e-6, "worst {worst}");
+    }
+
+    #[test]
+    fn transpose_round_trip() {
+        let (r, c) = (37, 70);
+        let x: Vec<f32> = (0..r * c).map(|v| v as f32).collect();
+        let t = transpose(&x, r, c);
+        assert_eq!(t[5 * r + 3], x[3 * c + 5]);
+        assert_eq!(transpose(&t, c, r), x);
+    }
+}
