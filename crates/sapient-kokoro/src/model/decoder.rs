@@ -18,10 +18,10 @@
 //!   the first 20 samples are divided by the squared window; the rest is not normalised.
 
 use super::fast;
-use super::nn::{leaky_relu, AdaIn, AdaInStyle, Conv1d, ConvTranspose1d};
+use super::nn::{AdaIn, AdaInStyle, Conv1d, ConvTranspose1d};
 use super::predictor::AdainResBlk1d;
 use crate::{KokoroConfig, KokoroWeights, Result};
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 
 /// `AdaINResBlock1`: three (AdaIN, Snake, dilated conv, AdaIN, Snake, conv) residual units.
 pub struct AdaInResBlock1 {
@@ -77,13 +77,6 @@ impl AdaInResBlock1 {
 }
 
 impl AdaInResBlock1Styled<'_> {
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (c, t) = x.dims2()?;
-        let xs = fast::transpose(&x.flatten_all()?.to_vec1::<f32>()?, c, t);
-        let y = self.forward_tc(xs, t)?;
-        Ok(Tensor::from_vec(fast::transpose(&y, t, c), (c, t), x.device())?)
-    }
-
     /// On a time-major `[t, c]` buffer.
     pub fn forward_tc(&self, mut xs: Vec<f32>, t: usize) -> Result<Vec<f32>> {
         let c = xs.len() / t.max(1);
@@ -204,8 +197,8 @@ impl Generator {
         out
     }
 
-    /// STFT of the source: `[n_fft + 2, frames]` (magnitudes then phases).
-    fn stft(&self, x: &[f32], dev: &Device) -> Result<Tensor> {
+    /// STFT of the source, time-major: (`[frames, n_fft + 2]` (magnitudes then phases), frames).
+    fn stft(&self, x: &[f32]) -> (Vec<f32>, usize) {
         let (nfft, hop) = (self.n_fft, self.hop);
         let pad = nfft / 2;
         let len = x.len();
@@ -244,7 +237,7 @@ impl Generator {
                     // the angle between +pi and -pi at random
                     im = 0.0;
                 }
-                out[k * frames + f] = (re * re + im * im).sqrt();
+                out[f * 2 * bins + k] = (re * re + im * im).sqrt();
                 let ph = if im == 0.0 {
                     if re < 0.0 {
                         std::f32::consts::PI
@@ -263,19 +256,19 @@ impl Generator {
                         a
                     }
                 };
-                out[(bins + k) * frames + f] = ph;
+                out[f * 2 * bins + bins + k] = ph;
             }
         }
-        Ok(Tensor::from_vec(out, (2 * bins, frames), dev)?)
+        (out, frames)
     }
 
-    /// The head's output `[n_fft + 2, frames]` to samples.
-    fn istft(&self, x: &Tensor) -> Result<Vec<f32>> {
+    /// The head's output, time-major `[frames, n_fft + 2]`, to samples.
+    fn istft(&self, x: &[f32], frames: usize) -> Result<Vec<f32>> {
         let (nfft, hop) = (self.n_fft, self.hop);
         let bins = nfft / 2 + 1;
-        let frames = x.dims2()?.1;
-        let mag = x.narrow(0, 0, bins)?.exp()?.flatten_all()?.to_vec1::<f32>()?;
-        let ph = x.narrow(0, bins, bins)?.sin()?.flatten_all()?.to_vec1::<f32>()?;
+        if frames == 0 || x.len() != frames * 2 * bins {
+            return Err(candle_core::Error::Msg(format!("istft: {} values for {frames} frames of {} bins", x.len(), 2 * bins)).into());
+        }
         let (cos, sin) = dft_tables(nfft);
         // inverse basis: real row k: c_k cos(2 pi k n / N) / (N * N/hop) * w[n], imag row: -c_k sin(..)
         let scale = (nfft * (nfft / hop)) as f32;
@@ -293,8 +286,8 @@ impl Generator {
         for f in 0..frames {
             let o = &mut y[f * hop..f * hop + nfft];
             for k in 0..bins {
-                let m = mag[k * frames + f];
-                let p = ph[k * frames + f];
+                let m = x[f * 2 * bins + k].exp();
+                let p = x[f * 2 * bins + bins + k].sin();
                 let (re, im) = (m * p.cos(), m * p.sin());
                 let (br, bi) = (&basis_re[k * nfft..(k + 1) * nfft], &basis_im[k * nfft..(k + 1) * nfft]);
                 for n in 0..nfft {
@@ -314,31 +307,38 @@ impl Generator {
         Ok(y[half..total - half].iter().map(|v| v * gain).collect())
     }
 
-    /// `x` `[c, 2 frames]`, `s` `[1, style]`, `f0` (`2 frames`) -> samples.
+    /// `x` `[c, 2 frames]`, `s` `[1, style]`, `f0` (`2 frames`) -> samples. Runs time-major
+    /// (`[t, c]` buffers) from the first upsampling to the spectrum head.
     pub fn forward(&self, x: &Tensor, s: &Tensor, f0: &[f32]) -> Result<Vec<f32>> {
-        let dev = x.device().clone();
         let har_src = self.source(f0);
-        let har = self.stft(&har_src, &dev)?;
-        let mut x = x.clone();
+        let (har, hf) = self.stft(&har_src);
+        let (c0, mut t) = x.dims2()?;
+        let mut x = fast::transpose(&x.flatten_all()?.to_vec1::<f32>()?, c0, t);
         let nk = self.resblocks.len() / self.ups.len();
         for u in 0..self.ups.len() {
-            x = leaky_relu(&x, 0.1)?;
-            let xs = self.noise_res[u].styled(s)?.forward(&self.noise_convs[u].forward(&har)?)?;
-            x = self.ups[u].forward(&x)?;
+            fast::leaky_relu_in_place(&mut x, 0.1);
+            let (nc, tn) = self.noise_convs[u].forward_tc(&har, hf)?;
+            let xs = self.noise_res[u].styled(s)?.forward_tc(nc, tn)?;
+            let (mut y, mut ty) = self.ups[u].forward_tc(&x, t)?;
             if u + 1 == self.ups.len() {
-                // ReflectionPad1d((1, 0))
-                let c = x.dims2()?.0;
-                x = Tensor::cat(&[&x.narrow(1, 1, 1)?, &x], 1)?;
-                debug_assert_eq!(x.dims2()?.0, c);
+                // ReflectionPad1d((1, 0)): frame 1 in front
+                let c = y.len() / ty;
+                let mut p = Vec::with_capacity(y.len() + c);
+                p.extend_from_slice(&y[c..2 * c]);
+                p.extend_from_slice(&y);
+                (y, ty) = (p, ty + 1);
             }
-            x = (x + xs)?;
-            // the stage's residual blocks, time-major
-            let (c, t) = x.dims2()?;
-            let xt = fast::transpose(&x.flatten_all()?.to_vec1::<f32>()?, c, t);
-            let mut acc = vec![0f32; xt.len()];
+            if y.len() != xs.len() || ty != tn {
+                return Err(candle_core::Error::Msg(format!("generator: upsampled {ty} frames, noise branch {tn}")).into());
+            }
+            for (a, b) in y.iter_mut().zip(&xs) {
+                *a += b;
+            }
+            drop(xs);
+            let mut acc = vec![0f32; y.len()];
             for r in &self.resblocks[u * nk..(u + 1) * nk] {
-                let y = r.styled(s)?.forward_tc(xt.clone(), t)?;
-                for (a, b) in acc.iter_mut().zip(&y) {
+                let z = r.styled(s)?.forward_tc(y.clone(), ty)?;
+                for (a, b) in acc.iter_mut().zip(&z) {
                     *a += b;
                 }
             }
@@ -346,10 +346,11 @@ impl Generator {
             for a in &mut acc {
                 *a *= inv;
             }
-            x = Tensor::from_vec(fast::transpose(&acc, t, c), (c, t), &dev)?;
+            (x, t) = (acc, ty);
         }
-        let x = self.conv_post.forward(&leaky_relu(&x, 0.01)?)?;
-        self.istft(&x)
+        fast::leaky_relu_in_place(&mut x, 0.01);
+        let (post, tp) = self.conv_post.forward_tc(&x, t)?;
+        self.istft(&post, tp)
     }
 }
 
@@ -392,6 +393,7 @@ impl Decoder {
 
     /// `asr` `[hidden, frames]`, `f0`/`n` `[2 frames]`, `s` `[1, style]` -> samples.
     pub fn forward(&self, asr: &Tensor, f0: &Tensor, n: &Tensor, s: &Tensor) -> Result<Vec<f32>> {
+        let __t = std::time::Instant::now();
         let f0c = self.f0_conv.forward(&f0.unsqueeze(0)?)?;
         let nc = self.n_conv.forward(&n.unsqueeze(0)?)?;
         let x = Tensor::cat(&[asr, &f0c, &nc], 0)?;
@@ -408,6 +410,7 @@ impl Decoder {
             }
         }
         let f0v = f0.to_vec1::<f32>()?;
+        eprintln!("PROF  dec-blocks {:?}", __t.elapsed());
         self.generator.forward(&x, s, &f0v)
     }
 }

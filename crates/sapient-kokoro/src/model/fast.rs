@@ -29,6 +29,13 @@ pub fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
+/// LeakyReLU in place.
+pub fn leaky_relu_in_place(x: &mut [f32], slope: f32) {
+    for v in x {
+        *v = v.max(*v * slope);
+    }
+}
+
 /// Per-channel mean and variance over time of a time-major `[t, c]` buffer (f64 sums).
 fn channel_stats(x: &[f32], t: usize, c: usize) -> (Vec<f64>, Vec<f64>) {
     const ROWS: usize = 256;

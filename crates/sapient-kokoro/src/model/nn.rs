@@ -6,30 +6,48 @@ use candle_core::{Tensor, D};
 use super::fast;
 use sapient_tensor::kernels::{pool::pool, DenseMatrix};
 
-/// `nn.Linear`: the weight kept transposed (`[in, out]`) for `x @ w`.
+/// `nn.Linear` on a [`DenseMatrix`] (`[out, in]`, prepacked at load).
 pub struct Linear {
-    wt: Tensor,
-    b: Option<Tensor>,
+    w: DenseMatrix,
+    b: Option<Vec<f32>>,
 }
 
 impl Linear {
     pub fn load(w: &KokoroWeights, name: &str, bias: bool) -> Result<Self> {
-        let wt = w.get(&format!("{name}.weight"))?.t()?.contiguous()?;
-        let b = if bias { Some(w.get(&format!("{name}.bias"))?.clone()) } else { None };
-        Ok(Self { wt, b })
+        let wt = w.get(&format!("{name}.weight"))?;
+        let (n, k) = wt.dims2()?;
+        let v: Vec<f32> = wt.flatten_all()?.to_vec1()?;
+        let b = if bias { Some(w.get(&format!("{name}.bias"))?.flatten_all()?.to_vec1()?) } else { None };
+        Ok(Self {
+            w: DenseMatrix::from_f32(&v, n, k),
+            b,
+        })
+    }
+
+    pub fn out_features(&self) -> usize {
+        self.w.rows()
     }
 
     /// `x`: `[n, in]` -> `[n, out]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.wt)?;
-        Ok(match &self.b {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        })
+        let (m, k) = x.dims2()?;
+        let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        let y = self.forward_vec(&xs, m, k)?;
+        Ok(Tensor::from_vec(y, (m, self.out_features()), x.device())?)
+    }
+
+    /// Row-major `[m, in]` -> `[m, out]`.
+    pub fn forward_vec(&self, x: &[f32], m: usize, k: usize) -> Result<Vec<f32>> {
+        if k != self.w.cols() || x.len() != m * k {
+            return Err(candle_core::Error::Msg(format!("linear: input {m} x {k}, weight takes {}", self.w.cols())).into());
+        }
+        let mut y = vec![0f32; m * self.out_features()];
+        self.w.matmul(x, m, self.b.as_deref(), &mut y);
+        Ok(y)
     }
 }
 
-/// `nn.Conv1d` (weight norm already folded). Stride-1 convolutions on the CPU run on a
+/// `nn.Conv1d` (weight norm already folded). Convolutions on the CPU run on a
 /// [`DenseMatrix`] (AMX-BF16 products at close to f32 accuracy where the CPU has them, f32
 /// GEMMs elsewhere) over time-major im2col rows: the input as `[t, in]`, each output frame's
 /// row the `k` input frames it reads (`[k, in]`, the weight reordered to `[out, k, in]` at
@@ -53,7 +71,7 @@ impl Conv1d {
         } else {
             None
         };
-        let (dense, bias) = if stride == 1 && weight.device().is_cpu() {
+        let (dense, bias) = if weight.device().is_cpu() {
             let (cout, cin, k) = weight.dims3()?;
             let v: Vec<f32> = weight.flatten_all()?.to_vec1()?;
             let mut r = vec![0f32; v.len()];
@@ -97,7 +115,7 @@ impl Conv1d {
         self.w.dims()[0]
     }
 
-    /// Stride-1 CPU convolution on a plain `[c, t]` buffer: (`[out, t']`, out, t').
+    /// CPU convolution on a plain `[c, t]` buffer: (`[out, t']`, out, t').
     pub fn forward_vec(&self, xs: Vec<f32>, c: usize, t: usize) -> Result<(Vec<f32>, usize, usize)> {
         if self.dense.is_none() {
             let dev = self.w.device();
@@ -112,7 +130,7 @@ impl Conv1d {
         Ok((fast::transpose(&y, tout, cout), cout, tout))
     }
 
-    /// Stride-1 CPU convolution on a time-major `[t, in]` buffer: (`[t', out]`, t').
+    /// CPU convolution on a time-major `[t, in]` buffer: (`[t', out]`, t').
     pub fn forward_tc(&self, x: &[f32], t: usize) -> Result<(Vec<f32>, usize)> {
         let (cout, cin, k) = self.w.dims3()?;
         let Some(dense) = &self.dense else {
@@ -128,7 +146,8 @@ impl Conv1d {
         if tp <= span {
             return Err(candle_core::Error::Msg(format!("conv1d: input of {t} frames is shorter than the kernel")).into());
         }
-        let tout = tp - span;
+        let st = self.stride;
+        let tout = (tp - span - 1) / st + 1;
         let mut y = vec![0f32; cout * tout];
         let row = cin * k;
         // rows per block: the block's columns within ~1 MB
@@ -140,14 +159,14 @@ impl Conv1d {
             let fill = |ci: usize, chunk: &mut [f32]| {
                 for (j, dst) in chunk.chunks_exact_mut(row).enumerate() {
                     let r = r0 + ci * 32 + j;
-                    // input frame of tap kk: r + kk * d - pad
-                    if d == 1 && r >= pad && r + k - pad <= t {
-                        let s = r - pad;
+                    // input frame of tap kk: r * stride + kk * d - pad
+                    if d == 1 && r * st >= pad && r * st + k - pad <= t {
+                        let s = r * st - pad;
                         dst.copy_from_slice(&x[s * cin..(s + k) * cin]);
                         continue;
                     }
                     for (kk, seg) in dst.chunks_exact_mut(cin).enumerate() {
-                        let s = (r + kk * d) as isize - pad as isize;
+                        let s = (r * st + kk * d) as isize - pad as isize;
                         if s < 0 || s >= t as isize {
                             seg.fill(0.0);
                         } else {
@@ -179,30 +198,80 @@ impl Conv1d {
     }
 }
 
-/// `nn.ConvTranspose1d` with one group.
+/// `nn.ConvTranspose1d` with one group, on time-major buffers: each input frame times the
+/// weight as `[k * out, in]` (one [`DenseMatrix`] product per block of frames), then the
+/// `k` output frames it reaches summed in place (overlap-add with the stride).
 pub struct ConvTranspose1d {
-    w: Tensor,
-    b: Tensor,
+    w: DenseMatrix,
+    b: Vec<f32>,
+    cin: usize,
+    cout: usize,
+    k: usize,
     stride: usize,
     pad: usize,
 }
 
 impl ConvTranspose1d {
     pub fn load(w: &KokoroWeights, name: &str, stride: usize, pad: usize) -> Result<Self> {
+        let wt = w.get(&format!("{name}.weight"))?;
+        let (cin, cout, k) = wt.dims3()?;
+        let v: Vec<f32> = wt.flatten_all()?.to_vec1()?;
+        // [in, out, k] -> [k, out, in]
+        let mut r = vec![0f32; v.len()];
+        for i in 0..cin {
+            for o in 0..cout {
+                for kk in 0..k {
+                    r[(kk * cout + o) * cin + i] = v[(i * cout + o) * k + kk];
+                }
+            }
+        }
         Ok(Self {
-            w: w.get(&format!("{name}.weight"))?.contiguous()?,
-            b: w.get(&format!("{name}.bias"))?.unsqueeze(1)?,
+            w: DenseMatrix::from_f32(&r, k * cout, cin),
+            b: w.get(&format!("{name}.bias"))?.flatten_all()?.to_vec1()?,
+            cin,
+            cout,
+            k,
             stride,
             pad,
         })
     }
 
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x
-            .unsqueeze(0)?
-            .conv_transpose1d(&self.w, self.pad, 0, self.stride, 1, 1)?
-            .squeeze(0)?;
-        Ok(y.broadcast_add(&self.b)?)
+    /// `x` `[t, in]` -> (`[t', out]`, t'), `t' = (t - 1) stride - 2 pad + k`.
+    pub fn forward_tc(&self, x: &[f32], t: usize) -> Result<(Vec<f32>, usize)> {
+        let (cin, cout, k, st, pad) = (self.cin, self.cout, self.k, self.stride, self.pad);
+        if x.len() != t * cin || t == 0 {
+            return Err(candle_core::Error::Msg(format!("conv_transpose1d: {} values for {t} frames of {cin} channels", x.len())).into());
+        }
+        let full = (t - 1) * st + k;
+        if full <= 2 * pad {
+            return Err(candle_core::Error::Msg(format!("conv_transpose1d: input of {t} frames is too short")).into());
+        }
+        let tout = full - 2 * pad;
+        let mut y = vec![0f32; tout * cout];
+        for row in y.chunks_exact_mut(cout) {
+            row.copy_from_slice(&self.b);
+        }
+        let n = k * cout;
+        let rows = ((1 << 19) / (n * 4)).clamp(32, 256) / 32 * 32;
+        let mut z = vec![0f32; rows.min(t) * n];
+        for r0 in (0..t).step_by(rows) {
+            let m = rows.min(t - r0);
+            self.w.matmul(&x[r0 * cin..(r0 + m) * cin], m, None, &mut z[..m * n]);
+            for (j, zr) in z[..m * n].chunks_exact(n).enumerate() {
+                let base = (r0 + j) * st;
+                for (kk, zk) in zr.chunks_exact(cout).enumerate() {
+                    let f = base + kk;
+                    if f < pad || f - pad >= tout {
+                        continue;
+                    }
+                    let yr = &mut y[(f - pad) * cout..(f - pad + 1) * cout];
+                    for (a, b) in yr.iter_mut().zip(zk) {
+                        *a += b;
+                    }
+                }
+            }
+        }
+        Ok((y, tout))
     }
 }
 
@@ -331,49 +400,56 @@ pub fn leaky_relu(x: &Tensor, slope: f64) -> Result<Tensor> {
     Ok(x.maximum(&(x * slope)?)?)
 }
 
-/// One direction of an LSTM: input weights applied to the whole sequence by one product,
-/// the recurrent product per step on plain buffers (`w_hh^T` laid out `[hidden, 4 hidden]`
-/// so a step is `hidden` axpys of length `4 hidden`).
-struct LstmDir {
-    w_ih_t: Tensor,
-    bias: Tensor,
-    w_hh_t: Vec<f32>,
-}
-
-/// `nn.LSTM(input, hidden, bidirectional=True, batch_first=True)`, gate order (i, f, g, o).
+/// `nn.LSTM(input, hidden, bidirectional=True, batch_first=True)`, gate order (i, f, g, o):
+/// the input weights of both directions applied to the whole sequence by one product
+/// (`[8 hidden, in]`, a [`DenseMatrix`]), the recurrent product per step on plain buffers
+/// (`w_hh^T` laid out `[hidden, 4 hidden]` so a step is `hidden` axpys of length
+/// `4 hidden`).
 pub struct BiLstm {
-    dirs: [LstmDir; 2],
+    w_ih: DenseMatrix,
+    /// `b_ih + b_hh` of both directions (`[8 hidden]`).
+    bias: Vec<f32>,
+    w_hh_t: [Vec<f32>; 2],
     hidden: usize,
 }
 
 impl BiLstm {
     pub fn load(w: &KokoroWeights, name: &str) -> Result<Self> {
-        let dir = |sfx: &str| -> Result<LstmDir> {
-            let w_ih = w.get(&format!("{name}.weight_ih_l0{sfx}"))?;
-            let w_hh = w.get(&format!("{name}.weight_hh_l0{sfx}"))?;
-            let bias = (w.get(&format!("{name}.bias_ih_l0{sfx}"))? + w.get(&format!("{name}.bias_hh_l0{sfx}"))?)?;
-            Ok(LstmDir {
-                w_ih_t: w_ih.t()?.contiguous()?,
-                bias,
-                w_hh_t: w_hh.t()?.contiguous()?.flatten_all()?.to_vec1()?,
-            })
-        };
-        let d = [dir("")?, dir("_reverse")?];
-        let hidden = d[0].w_hh_t.len() / d[0].bias.dims1()?;
-        Ok(Self { dirs: d, hidden })
+        let mut w_ih = Vec::new();
+        let mut bias = Vec::new();
+        let mut w_hh_t = [Vec::new(), Vec::new()];
+        let mut dims = (0, 0);
+        for (d, sfx) in ["", "_reverse"].iter().enumerate() {
+            let wi = w.get(&format!("{name}.weight_ih_l0{sfx}"))?;
+            dims = wi.dims2()?;
+            w_ih.extend(wi.flatten_all()?.to_vec1::<f32>()?);
+            let b = (w.get(&format!("{name}.bias_ih_l0{sfx}"))? + w.get(&format!("{name}.bias_hh_l0{sfx}"))?)?;
+            bias.extend(b.to_vec1::<f32>()?);
+            w_hh_t[d] = w.get(&format!("{name}.weight_hh_l0{sfx}"))?.t()?.contiguous()?.flatten_all()?.to_vec1()?;
+        }
+        let (g4, input) = dims;
+        Ok(Self {
+            w_ih: DenseMatrix::from_f32(&w_ih, 2 * g4, input),
+            bias,
+            w_hh_t,
+            hidden: g4 / 4,
+        })
     }
 
     /// `x`: `[t, in]` -> `[t, 2 hidden]` (forward then backward halves); the two directions
     /// run on two threads.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let t = x.dims2()?.0;
+        let (t, k) = x.dims2()?;
         let h = self.hidden;
-        let xw0 = x.matmul(&self.dirs[0].w_ih_t)?.broadcast_add(&self.dirs[0].bias)?.flatten_all()?.to_vec1::<f32>()?;
-        let xw1 = x.matmul(&self.dirs[1].w_ih_t)?.broadcast_add(&self.dirs[1].bias)?.flatten_all()?.to_vec1::<f32>()?;
+        if k != self.w_ih.cols() {
+            return Err(candle_core::Error::Msg(format!("lstm: {k} inputs, weight takes {}", self.w_ih.cols())).into());
+        }
+        let xs = x.flatten_all()?.to_vec1::<f32>()?;
+        let mut xw = vec![0f32; t * 8 * h];
+        self.w_ih.matmul(&xs, t, Some(&self.bias), &mut xw);
         let mut dirs = [Vec::new(), Vec::new()];
         pool().for_each_chunk_mut(&mut dirs, 1, |d, out| {
-            let xw = if d == 0 { &xw0 } else { &xw1 };
-            out[0] = recur(xw, &self.dirs[d].w_hh_t, t, h, d == 1);
+            out[0] = recur(&xw, d * 4 * h, &self.w_hh_t[d], t, h, d == 1);
         });
         let [fw, bw] = dirs;
         let mut out = vec![0f32; t * 2 * h];
@@ -385,16 +461,16 @@ impl BiLstm {
     }
 }
 
-/// One LSTM direction over precomputed input products `xw` (`[t, 4h]`, biases added):
-/// `[t, h]` hidden states, in time order.
-fn recur(xw: &[f32], w_hh_t: &[f32], t: usize, h: usize, reverse: bool) -> Vec<f32> {
+/// One LSTM direction over precomputed input products (`xw` `[t, 8h]`, this direction's
+/// `4h` at column `off`, biases added): `[t, h]` hidden states, in time order.
+fn recur(xw: &[f32], off: usize, w_hh_t: &[f32], t: usize, h: usize, reverse: bool) -> Vec<f32> {
     let mut out = vec![0f32; t * h];
     let mut hs = vec![0f32; h];
     let mut cs = vec![0f32; h];
     let mut g = vec![0f32; 4 * h];
     for step in 0..t {
         let ti = if reverse { t - 1 - step } else { step };
-        g.copy_from_slice(&xw[ti * 4 * h..(ti + 1) * 4 * h]);
+        g.copy_from_slice(&xw[ti * 8 * h + off..ti * 8 * h + off + 4 * h]);
         for (j, &hj) in hs.iter().enumerate() {
             if hj != 0.0 {
                 let row = &w_hh_t[j * 4 * h..(j + 1) * 4 * h];
