@@ -5,9 +5,11 @@ Usage: bench_reference.py MODEL.onnx INPUT.json THREADS REPS
 INPUT.json (written by the bench): {"speed": s, "chunks": [{"ids": [...], "style": [256 floats]}]}
 the same phoneme ids (without the 0 padding) and style rows our side synthesizes.
 Prints one JSON object: onnxruntime version, best total seconds over REPS (after one warm-up
-pass), the best time to the first chunk's audio, samples per chunk, and CPU seconds.
+pass), the best time to the first chunk's audio, samples per chunk, CPU seconds and the
+process's peak resident memory (MB, ru_maxrss).
 """
 import json
+import resource
 import sys
 import time
 
@@ -41,7 +43,8 @@ def main():
         best_cpu = min(best_cpu, time.process_time() - c0)
         best, best_first = min(best, total), min(best_first, first)
     print(json.dumps({"onnxruntime": ort.__version__, "seconds": best, "first_chunk_seconds": best_first,
-                      "cpu_seconds": best_cpu, "samples": samples}))
+                      "cpu_seconds": best_cpu, "samples": samples,
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
 if __name__ == "__main__":

@@ -76,6 +76,8 @@ pub fn run(a: Args) -> Result<()> {
         }
         samples = n;
     }
+    // peak resident memory of this process (model, lexicons, synthesis), before the reference runs
+    let our_peak_mb = peak_rss_mb();
     let sr = f64::from(tts.sample_rate());
     let audio_s = samples.iter().sum::<usize>() as f64 / sr;
     println!(
@@ -86,10 +88,17 @@ pub fn run(a: Args) -> Result<()> {
         a.speed,
         a.reps.max(1)
     );
-    println!("{:<36} {:>9} {:>8} {:>16}", "", "seconds", "RTF", "first audio (s)");
-    println!("{:<36} {:>9.2} {:>8.3} {:>16.3}", "sapient-kokoro (f32, candle)", best, best / audio_s, best_first);
+    println!("{:<36} {:>9} {:>8} {:>16} {:>13}", "", "seconds", "RTF", "first audio (s)", "peak RSS (MB)");
+    println!(
+        "{:<36} {:>9.2} {:>8.3} {:>16.3} {:>13}",
+        "sapient-kokoro (f32 weights, AMX)",
+        best,
+        best / audio_s,
+        best_first,
+        fmt_mb(our_peak_mb)
+    );
     let mut rows = vec![serde_json::json!({"impl": "sapient-kokoro", "seconds": best, "rtf": best / audio_s,
-        "first_audio_seconds": best_first, "samples": samples})];
+        "first_audio_seconds": best_first, "peak_rss_mb": our_peak_mb, "samples": samples})];
 
     match &a.python {
         None => println!("(no --python / SAPIENT_REF_PYTHON: onnxruntime side skipped)"),
@@ -109,12 +118,14 @@ pub fn run(a: Args) -> Result<()> {
             let first = r["first_chunk_seconds"].as_f64().unwrap_or(f64::NAN);
             let ref_samples: Vec<u64> = r["samples"].as_array().into_iter().flatten().filter_map(|v| v.as_u64()).collect();
             let ref_audio = ref_samples.iter().sum::<u64>() as f64 / sr;
+            let ref_peak_mb = r["peak_rss_mb"].as_f64();
             println!(
-                "{:<36} {:>9.2} {:>8.3} {:>16.3}",
+                "{:<36} {:>9.2} {:>8.3} {:>16.3} {:>13}",
                 format!("onnxruntime {} int8, {} threads", r["onnxruntime"].as_str().unwrap_or("?"), a.threads),
                 secs,
                 secs / ref_audio,
-                first
+                first,
+                fmt_mb(ref_peak_mb)
             );
             println!(
                 "onnxruntime / ours: {:.2}x total, {:.2}x first audio; audio {audio_s:.2} s ours vs {ref_audio:.2} s onnxruntime",
@@ -123,7 +134,7 @@ pub fn run(a: Args) -> Result<()> {
             );
             rows.push(serde_json::json!({"impl": "onnxruntime", "version": r["onnxruntime"], "threads": a.threads,
                 "seconds": secs, "rtf": secs / ref_audio, "first_audio_seconds": first,
-                "cpu_seconds": r["cpu_seconds"], "samples": ref_samples}));
+                "cpu_seconds": r["cpu_seconds"], "peak_rss_mb": ref_peak_mb, "samples": ref_samples}));
         }
     }
     println!("sapient-kokoro load (int8 ONNX import in memory, lexicons): {load_s:.2} s; G2P of the text: {:.1} ms", g2p_s * 1e3);
@@ -137,4 +148,17 @@ pub fn run(a: Args) -> Result<()> {
     )?;
     println!("wrote {}", a.json.display());
     Ok(())
+}
+
+/// This process's peak resident set (`VmHWM` of /proc/self/status), MB; None where there is no
+/// such file.
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn fmt_mb(v: Option<f64>) -> String {
+    v.map_or_else(|| "?".into(), |v| format!("{v:.0}"))
 }

@@ -53,14 +53,19 @@ impl Linear {
 /// row the `k` input frames it reads (`[k, in]`, the weight reordered to `[out, k, in]` at
 /// load), by blocks of rows so the columns stay in cache; the others go through candle.
 pub struct Conv1d {
-    w: Tensor,
-    b: Option<Tensor>,
+    /// (out, in, k)
+    dims: (usize, usize, usize),
     stride: usize,
     pad: usize,
     dilation: usize,
-    /// `[out, k * in]` (tap-major rows) for the stride-1 path (None: candle).
-    dense: Option<DenseMatrix>,
-    bias: Vec<f32>,
+    imp: ConvImpl,
+}
+
+enum ConvImpl {
+    /// `[out, k * in]` (tap-major rows) and the bias (zeros when the layer has none).
+    Dense(DenseMatrix, Vec<f32>),
+    /// Another device: candle's conv1d.
+    Candle(Tensor, Option<Tensor>),
 }
 
 impl Conv1d {
@@ -71,8 +76,8 @@ impl Conv1d {
         } else {
             None
         };
-        let (dense, bias) = if weight.device().is_cpu() {
-            let (cout, cin, k) = weight.dims3()?;
+        let (cout, cin, k) = weight.dims3()?;
+        let imp = if weight.device().is_cpu() {
             let v: Vec<f32> = weight.flatten_all()?.to_vec1()?;
             let mut r = vec![0f32; v.len()];
             for o in 0..cout {
@@ -82,44 +87,51 @@ impl Conv1d {
                     }
                 }
             }
-            (
-                Some(DenseMatrix::from_f32(&r, cout, k * cin)),
-                match &b {
-                    Some(b) => b.flatten_all()?.to_vec1()?,
-                    None => vec![0.0; cout],
-                },
-            )
+            let bias = match &b {
+                Some(b) => b.flatten_all()?.to_vec1()?,
+                None => vec![0.0; cout],
+            };
+            ConvImpl::Dense(DenseMatrix::from_f32(&r, cout, k * cin), bias)
         } else {
-            (None, Vec::new())
+            ConvImpl::Candle(weight, b)
         };
         Ok(Self {
-            w: weight,
-            b,
+            dims: (cout, cin, k),
             stride,
             pad,
             dilation,
-            dense,
-            bias,
+            imp,
         })
-    }
-
-    fn forward_taps(&self, x: &Tensor) -> Result<Tensor> {
-        let (c, t) = x.dims2()?;
-        let xs = x.flatten_all()?.to_vec1::<f32>()?;
-        let (y, cout, tout) = self.forward_vec(xs, c, t)?;
-        Ok(Tensor::from_vec(y, (cout, tout), x.device())?)
     }
 
     /// Output channels.
     pub fn out_channels(&self) -> usize {
-        self.w.dims()[0]
+        self.dims.0
     }
 
-    /// CPU convolution on a plain `[c, t]` buffer: (`[out, t']`, out, t').
+    /// `x`: `[in, t]` -> `[out, t']`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.imp {
+            ConvImpl::Dense(..) => {
+                let (c, t) = x.dims2()?;
+                let xs = x.flatten_all()?.to_vec1::<f32>()?;
+                let (y, cout, tout) = self.forward_vec(xs, c, t)?;
+                Ok(Tensor::from_vec(y, (cout, tout), x.device())?)
+            }
+            ConvImpl::Candle(w, b) => {
+                let y = x.unsqueeze(0)?.conv1d(w, self.pad, self.stride, self.dilation, 1)?.squeeze(0)?;
+                Ok(match b {
+                    Some(b) => y.broadcast_add(b)?,
+                    None => y,
+                })
+            }
+        }
+    }
+
+    /// A plain `[c, t]` buffer: (`[out, t']`, out, t').
     pub fn forward_vec(&self, xs: Vec<f32>, c: usize, t: usize) -> Result<(Vec<f32>, usize, usize)> {
-        if self.dense.is_none() {
-            let dev = self.w.device();
-            let y = self.forward(&Tensor::from_vec(xs, (c, t), dev)?)?;
+        if let ConvImpl::Candle(w, _) = &self.imp {
+            let y = self.forward(&Tensor::from_vec(xs, (c, t), w.device())?)?;
             let (co, to) = y.dims2()?;
             return Ok((y.flatten_all()?.to_vec1()?, co, to));
         }
@@ -132,8 +144,8 @@ impl Conv1d {
 
     /// CPU convolution on a time-major `[t, in]` buffer: (`[t', out]`, t').
     pub fn forward_tc(&self, x: &[f32], t: usize) -> Result<(Vec<f32>, usize)> {
-        let (cout, cin, k) = self.w.dims3()?;
-        let Some(dense) = &self.dense else {
+        let (cout, cin, k) = self.dims;
+        let ConvImpl::Dense(dense, bias) = &self.imp else {
             let xs = fast::transpose(x, t, cin);
             let (y, _, tout) = self.forward_vec(xs, cin, t)?;
             return Ok((fast::transpose(&y, cout, tout), tout));
@@ -177,24 +189,9 @@ impl Conv1d {
                 }
             };
             pool().for_each_chunk_mut(&mut col[..n * row], 32 * row, fill);
-            dense.matmul(&col[..n * row], n, Some(&self.bias), &mut y[r0 * cout..(r0 + n) * cout]);
+            dense.matmul(&col[..n * row], n, Some(bias), &mut y[r0 * cout..(r0 + n) * cout]);
         }
         Ok((y, tout))
-    }
-
-    /// `x`: `[in, t]` -> `[out, t']`.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if self.dense.is_some() {
-            return self.forward_taps(x);
-        }
-        let y = x
-            .unsqueeze(0)?
-            .conv1d(&self.w, self.pad, self.stride, self.dilation, 1)?
-            .squeeze(0)?;
-        Ok(match &self.b {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        })
     }
 }
 
