@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Every inference parameter of Kokoro, dense, on one device.
+#[derive(Clone)]
 pub struct KokoroWeights {
     path: PathBuf,
     tensors: HashMap<String, Tensor>,
@@ -93,6 +94,14 @@ impl KokoroWeights {
             path: self.path.clone(),
             what: format!("no parameter '{name}'"),
         })
+    }
+
+    /// Drops the parameters of module `prefix` (names starting with `prefix.`): the model's
+    /// constructor releases each module's dense weights once it has packed them, so the two
+    /// copies never coexist in full.
+    pub(crate) fn release(&mut self, prefix: &str) {
+        let p = format!("{prefix}.");
+        self.tensors.retain(|k, _| !k.starts_with(&p));
     }
 
     pub fn len(&self) -> usize {

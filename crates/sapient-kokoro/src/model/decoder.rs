@@ -115,7 +115,8 @@ const SAMPLE_RATE: f32 = 24000.0;
 const HARMONICS: usize = 9;
 
 impl Generator {
-    pub fn load(w: &KokoroWeights, cfg: &KokoroConfig) -> Result<Self> {
+    /// Releases each module's dense weights from `w` once packed.
+    pub fn load(w: &mut KokoroWeights, cfg: &KokoroConfig) -> Result<Self> {
         let i = &cfg.istftnet;
         let g = "decoder.generator";
         let n_up = i.upsample_rates.len();
@@ -128,15 +129,19 @@ impl Generator {
                 let stride: usize = i.upsample_rates[u + 1..].iter().product();
                 noise_convs.push(Conv1d::load(w, &format!("{g}.noise_convs.{u}"), true, stride, stride.div_ceil(2), 1)?);
                 noise_res.push(AdaInResBlock1::load(w, &format!("{g}.noise_res.{u}"), 7, &[1, 3, 5])?);
+                w.release(&format!("{g}.noise_res.{u}"));
             } else {
                 noise_convs.push(Conv1d::load(w, &format!("{g}.noise_convs.{u}"), true, 1, 0, 1)?);
                 noise_res.push(AdaInResBlock1::load(w, &format!("{g}.noise_res.{u}"), 11, &[1, 3, 5])?);
+                w.release(&format!("{g}.noise_res.{u}"));
             }
             let (r, k) = (i.upsample_rates[u], i.upsample_kernel_sizes[u]);
             ups.push(ConvTranspose1d::load(w, &format!("{g}.ups.{u}"), r, (k - r) / 2)?);
+            w.release(&format!("{g}.ups.{u}"));
             for (k, d) in i.resblock_kernel_sizes.iter().zip(&i.resblock_dilation_sizes) {
                 let idx = resblocks.len();
                 resblocks.push(AdaInResBlock1::load(w, &format!("{g}.resblocks.{idx}"), *k, d)?);
+                w.release(&format!("{g}.resblocks.{idx}"));
             }
         }
         let n_fft = i.gen_istft_n_fft;
@@ -378,12 +383,19 @@ pub struct Decoder {
 }
 
 impl Decoder {
-    pub fn load(w: &KokoroWeights, cfg: &KokoroConfig) -> Result<Self> {
+    /// Releases each module's dense weights from `w` once packed.
+    pub fn load(w: &mut KokoroWeights, cfg: &KokoroConfig) -> Result<Self> {
+        let encode = AdainResBlk1d::load(w, "decoder.encode", true, false)?;
+        w.release("decoder.encode");
+        let mut decode = Vec::new();
+        for k in 0..4 {
+            let m = format!("decoder.decode.{k}");
+            decode.push(AdainResBlk1d::load(w, &m, true, k == 3)?);
+            w.release(&m);
+        }
         Ok(Self {
-            encode: AdainResBlk1d::load(w, "decoder.encode", true, false)?,
-            decode: (0..4)
-                .map(|k| AdainResBlk1d::load(w, &format!("decoder.decode.{k}"), true, k == 3))
-                .collect::<Result<_>>()?,
+            encode,
+            decode,
             f0_conv: Conv1d::load(w, "decoder.F0_conv", true, 2, 1, 1)?,
             n_conv: Conv1d::load(w, "decoder.N_conv", true, 2, 1, 1)?,
             asr_res: Conv1d::load(w, "decoder.asr_res.0", true, 1, 0, 1)?,

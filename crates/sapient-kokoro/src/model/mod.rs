@@ -54,15 +54,30 @@ pub const MAX_PHONEMES: usize = 510;
 impl KModel {
     /// Builds the model from loaded weights (f32; see [`KokoroWeights`]).
     pub fn new(weights: &KokoroWeights, config: &KokoroConfig) -> Result<Self> {
-        let device = weights.get("bert_encoder.weight")?.device().clone();
+        Self::from_weights(weights.clone(), config)
+    }
+
+    /// [`new`](Self::new) consuming the weights: each module's dense weights are dropped once
+    /// it has packed them, so the peak memory of loading stays near one copy of the model.
+    pub fn from_weights(mut w: KokoroWeights, config: &KokoroConfig) -> Result<Self> {
+        let device = w.get("bert_encoder.weight")?.device().clone();
+        let bert = albert::Albert::load(&w, config)?;
+        w.release("bert");
+        let bert_encoder = nn::Linear::load(&w, "bert_encoder", true)?;
+        w.release("bert_encoder");
+        let predictor = predictor::ProsodyPredictor::load(&w, config)?;
+        w.release("predictor");
+        let text_encoder = text_encoder::TextEncoder::load(&w, config)?;
+        w.release("text_encoder");
+        let decoder = decoder::Decoder::load(&mut w, config)?;
         Ok(Self {
             config: config.clone(),
             device,
-            bert: albert::Albert::load(weights, config)?,
-            bert_encoder: nn::Linear::load(weights, "bert_encoder", true)?,
-            predictor: predictor::ProsodyPredictor::load(weights, config)?,
-            text_encoder: text_encoder::TextEncoder::load(weights, config)?,
-            decoder: decoder::Decoder::load(weights, config)?,
+            bert,
+            bert_encoder,
+            predictor,
+            text_encoder,
+            decoder,
         })
     }
 
@@ -82,7 +97,7 @@ impl KModel {
             }
         }
         let weights = KokoroWeights::from_onnx_with(onnx, &config, device, DType::F32, limits)?;
-        Self::new(&weights, &config)
+        Self::from_weights(weights, &config)
     }
 
     /// From a directory holding either `kokoro-v1.0.int8.onnx` (the `kokoro-82m` preset as
@@ -103,7 +118,7 @@ impl KModel {
             let config = KokoroConfig::from_file(&cfg_path)?;
             let src = sapient_tensor::open_weights_with(dir, limits)?;
             let weights = KokoroWeights::load(src.as_ref(), &config, device, DType::F32)?;
-            return Self::new(&weights, &config);
+            return Self::from_weights(weights, &config);
         }
         Err(Error::Config {
             path: dir.to_path_buf(),
