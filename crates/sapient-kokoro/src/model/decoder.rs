@@ -405,7 +405,6 @@ impl Decoder {
 
     /// `asr` `[hidden, frames]`, `f0`/`n` `[2 frames]`, `s` `[1, style]` -> samples.
     pub fn forward(&self, asr: &Tensor, f0: &Tensor, n: &Tensor, s: &Tensor) -> Result<Vec<f32>> {
-        let __t = std::time::Instant::now();
         let f0c = self.f0_conv.forward(&f0.unsqueeze(0)?)?;
         let nc = self.n_conv.forward(&n.unsqueeze(0)?)?;
         let x = Tensor::cat(&[asr, &f0c, &nc], 0)?;
@@ -422,7 +421,6 @@ impl Decoder {
             }
         }
         let f0v = f0.to_vec1::<f32>()?;
-        eprintln!("PROF  dec-blocks {:?}", __t.elapsed());
         self.generator.forward(&x, s, &f0v)
     }
 }

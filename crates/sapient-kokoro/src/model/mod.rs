@@ -158,12 +158,9 @@ impl KModel {
         let s_dec = style_t.narrow(1, 0, sd)?;
         let s_pred = style_t.narrow(1, sd, sd)?;
 
-        let __t = std::time::Instant::now();
         let bert = self.bert.forward(&ids_t)?;
-        eprintln!("PROF bert {:?}", __t.elapsed());
         let d_en = self.bert_encoder.forward(&bert)?; // [t, hidden]
         let d = self.predictor.encode(&d_en, &s_pred)?; // [t, hidden + style]
-        eprintln!("PROF encode {:?}", __t.elapsed());
         let raw: Vec<f32> = self.predictor.durations(&d)?.into_iter().map(|v| v / speed).collect();
         let dur: Vec<u32> = match durations {
             Some(given) => {
@@ -177,7 +174,6 @@ impl KModel {
             }
             None => raw.iter().map(|v| v.round_ties_even().max(1.0) as u32).collect(),
         };
-        eprintln!("PROF dur {:?}", __t.elapsed());
         let frames: usize = dur.iter().map(|&v| v as usize).sum();
         // alignment: frame -> token
         let idx: Vec<u32> = dur
@@ -188,12 +184,9 @@ impl KModel {
         let idx_t = Tensor::from_vec(idx, frames, dev)?;
         let en = d.index_select(&idx_t, 0)?; // [frames, hidden + style]
         let (f0, n) = self.predictor.f0_n(&en, &s_pred)?;
-        eprintln!("PROF f0n {:?}", __t.elapsed());
         let t_en = self.text_encoder.forward(&ids_t)?; // [hidden, t]
-        eprintln!("PROF textenc {:?}", __t.elapsed());
         let asr = t_en.index_select(&idx_t, 1)?; // [hidden, frames]
         let audio = self.decoder.forward(&asr, &f0, &n, &s_dec)?;
-        eprintln!("PROF decoder {:?}", __t.elapsed());
         Ok(Synthesis {
             audio,
             durations: dur,
