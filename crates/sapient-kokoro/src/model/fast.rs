@@ -141,8 +141,8 @@ pub fn sin_sq(z: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     let j = (z * std::f32::consts::FRAC_1_PI + MAGIC) - MAGIC;
     let r = j.mul_add(-3.140_625, z);
-    let r = j.mul_add(-9.675_025_939_941_406e-4, r);
-    let r = j.mul_add(-1.509_957_990_978_376_4e-7, r);
+    let r = j.mul_add(-9.675_026e-4, r);
+    let r = j.mul_add(-1.509_958e-7, r);
     let r2 = r * r;
     let mut p = -2.505_210_8e-8f32; // -1/11!
     p = p.mul_add(r2, 2.755_731_9e-6); // 1/9!
