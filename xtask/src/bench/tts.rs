@@ -91,7 +91,7 @@ pub fn run(a: Args) -> Result<()> {
     println!("{:<36} {:>9} {:>8} {:>16} {:>13}", "", "seconds", "RTF", "first audio (s)", "peak RSS (MB)");
     println!(
         "{:<36} {:>9.2} {:>8.3} {:>16.3} {:>13}",
-        "sapient-kokoro (f32 weights, AMX)",
+        "sapient-kokoro (dequantized weights)",
         best,
         best / audio_s,
         best_first,
