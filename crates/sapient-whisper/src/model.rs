@@ -563,17 +563,19 @@ impl Whisper {
             return Err(Error::Options("this cache belongs to the candle decoder".into()));
         }
         let offset = cache.len;
-        if offset + t > self.config.max_target_positions {
-            return Err(Error::Options(format!(
-                "{} tokens exceed the decoder's {} positions",
-                offset + t,
-                self.config.max_target_positions
-            )));
-        }
+        self.check_positions(offset + t)?;
         let cross: Vec<cpu::CrossGroup> = groups.iter().map(|(c, rows)| cpu::CrossGroup { k: &c.k, v: &c.v, rows: *rows }).collect();
         let h = p.forward(tokens, b, t, offset, &self.embed, &self.dec_pos, &cross, &mut cache.buf)?;
         cache.len = offset + t;
         Ok(Tensor::from_vec(h, (b, t, self.config.d_model), &self.device)?)
+    }
+
+    /// `n` decoder positions fit the model's learned position table.
+    fn check_positions(&self, n: usize) -> Result<()> {
+        if n > self.config.max_target_positions {
+            return Err(Error::Options(format!("{n} tokens exceed the decoder's {} positions", self.config.max_target_positions)));
+        }
+        Ok(())
     }
 
     /// Decoder forward over `tokens` ([B, T]) after what `cache` holds. Returns the final
@@ -588,13 +590,7 @@ impl Whisper {
     ) -> Result<Tensor> {
         let (b, t) = tokens.dims2()?;
         let offset = cache.len;
-        if offset + t > self.config.max_target_positions {
-            return Err(Error::Options(format!(
-                "{} tokens exceed the decoder's {} positions",
-                offset + t,
-                self.config.max_target_positions
-            )));
-        }
+        self.check_positions(offset + t)?;
         if let Some(p) = self.plain.as_ref().filter(|_| self.use_plain && alignment.is_none() && cache.kv.is_empty()) {
             let toks: Vec<u32> = tokens.flatten_all()?.to_vec1()?;
             let group = [cpu::CrossGroup { k: &cross.k, v: &cross.v, rows: b }];

@@ -363,21 +363,14 @@ impl Transcriber {
         if batch_size == 0 {
             return Err(Error::Options("the batch size of batched transcription must be at least 1".into()));
         }
-        if let Some(i) = samples.iter().position(|x| !x.is_finite()) {
-            return Err(Error::Options(format!("sample {i} is not a finite number")));
-        }
         if self.vad.is_none() {
             return Err(Error::Options(
                 "batched transcription cuts the audio at the speech the VAD finds: attach one (Transcriber::set_vad; the CLI does unless --no-vad)".into(),
             ));
         }
         let tok = &self.tokenizer;
-        let duration = samples.len() as f64 / SAMPLE_RATE as f64;
-        let mut out = Transcript {
-            duration,
-            language: opts.language.clone().unwrap_or_else(|| "en".into()),
-            ..Default::default()
-        };
+        let mut out = begin_transcript(samples, opts)?;
+        let duration = out.duration;
         if samples.len() < HOP_LENGTH {
             return Ok(out);
         }
@@ -537,16 +530,9 @@ impl Transcriber {
         on_segment: &mut dyn FnMut(&Segment),
     ) -> Result<Transcript> {
         self.check_options(opts)?;
-        if let Some(i) = samples.iter().position(|x| !x.is_finite()) {
-            return Err(Error::Options(format!("sample {i} is not a finite number")));
-        }
         let tok = &self.tokenizer;
-        let duration = samples.len() as f64 / SAMPLE_RATE as f64;
-        let mut out = Transcript {
-            duration,
-            language: opts.language.clone().unwrap_or_else(|| "en".into()),
-            ..Default::default()
-        };
+        let mut out = begin_transcript(samples, opts)?;
+        let duration = out.duration;
         // Shorter than one mel frame: nothing to hear.
         if samples.len() < HOP_LENGTH {
             return Ok(out);
@@ -1025,6 +1011,20 @@ fn has_ext(dir: &Path, ext: &str) -> Result<bool> {
     }
     let rd = std::fs::read_dir(dir).map_err(io(dir))?;
     Ok(rd.filter_map(|e| e.ok()).any(|e| e.path().extension().is_some_and(|x| x == ext)))
+}
+
+
+/// The samples checked (every one a finite number) and an empty transcript of their length,
+/// in the language asked for (English unless told).
+fn begin_transcript(samples: &[f32], opts: &TranscribeOptions) -> Result<Transcript> {
+    if let Some(i) = samples.iter().position(|x| !x.is_finite()) {
+        return Err(Error::Options(format!("sample {i} is not a finite number")));
+    }
+    Ok(Transcript {
+        duration: samples.len() as f64 / SAMPLE_RATE as f64,
+        language: opts.language.clone().unwrap_or_else(|| "en".into()),
+        ..Default::default()
+    })
 }
 
 #[cfg(test)]
