@@ -28,21 +28,6 @@ fn tiny_q8() -> &'static Transcriber {
     })
 }
 
-/// The clips `times` over with a second of silence after each, and the reference text.
-fn long_audio(times: usize) -> (Vec<f32>, String) {
-    let mut audio = Vec::new();
-    let mut text = String::new();
-    for _ in 0..times {
-        for c in CLIPS {
-            audio.extend(clip(c));
-            audio.extend(std::iter::repeat_n(0.0f32, 16_000));
-            text.push_str(&reference(c));
-            text.push(' ');
-        }
-    }
-    (audio, text)
-}
-
 /// Segments in order and inside the file; with `no_overlap`, each starts where the one
 /// before ended or later (word timestamps move segment edges to the words' edges, which
 /// can overlap by a few hundredths).

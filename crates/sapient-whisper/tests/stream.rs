@@ -20,24 +20,10 @@ fn vad() -> SileroVad {
     SileroVad::load(onnx, &candle_core::Device::Cpu).expect("load silero")
 }
 
-fn audio() -> (Vec<f32>, String) {
-    let mut a = Vec::new();
-    let mut text = String::new();
-    for _ in 0..2 {
-        for c in CLIPS {
-            a.extend(clip(c));
-            a.extend(std::iter::repeat_n(0.0f32, 16_000));
-            text.push_str(&reference(c));
-            text.push(' ');
-        }
-    }
-    (a, text)
-}
-
 /// Streams `samples` 100 ms at a time in the windows mode and checks it against the file
 /// mode: same segments, decided before the end of the stream, partial text at pauses.
 fn stream_equals_file(t: &Transcriber, opts: &TranscribeOptions) -> Result<()> {
-    let (samples, reference) = audio();
+    let (samples, reference) = long_audio(2);
     let file = t.transcribe(&samples, opts)?;
     let mut st = StreamingTranscriber::new(t, vad(), default_vad_options(), 16_000, opts.clone())?;
     let mut early = Vec::new();
@@ -118,7 +104,7 @@ fn base_streaming_gives_the_file_modes_text() -> Result<()> {
 #[test]
 fn vad_mode_is_close_to_the_file_mode_with_low_latency() -> Result<()> {
     let t = Transcriber::from_pretrained("whisper-tiny.en")?;
-    let (samples, reference) = audio();
+    let (samples, reference) = long_audio(2);
     let file = t.transcribe(&samples, &TranscribeOptions::default())?;
 
     let mut st = StreamingTranscriber::new(&t, vad(), default_vad_options(), 16_000, TranscribeOptions::default())?.with_mode(StreamMode::VadStretches);

@@ -27,6 +27,22 @@ pub fn clip(c: &str) -> Vec<f32> {
     a.samples
 }
 
+/// The clips `times` over with a second of silence after each, and the reference text.
+#[allow(dead_code)] // not every test binary uses it
+pub fn long_audio(times: usize) -> (Vec<f32>, String) {
+    let mut audio = Vec::new();
+    let mut text = String::new();
+    for _ in 0..times {
+        for c in CLIPS {
+            audio.extend(clip(c));
+            audio.extend(std::iter::repeat_n(0.0f32, 16_000));
+            text.push_str(&reference(c));
+            text.push(' ');
+        }
+    }
+    (audio, text)
+}
+
 /// The reference transcript of a clip (pocketsphinx-testdata's `transcription` file).
 pub fn reference(c: &str) -> String {
     let m = preset("speech-librivox");
