@@ -120,6 +120,25 @@ pub struct Segment {
     pub words: Vec<Word>,
 }
 
+impl Segment {
+    /// A segment of a window's decode (`id` set and words added later).
+    fn decoded(seek: usize, start: f64, end: f64, text: String, tokens: Vec<u32>, result: &DecodeResult) -> Self {
+        Segment {
+            id: 0,
+            seek,
+            start,
+            end,
+            text,
+            tokens,
+            temperature: result.temperature,
+            avg_logprob: result.avg_logprob,
+            compression_ratio: result.compression_ratio,
+            no_speech_prob: result.no_speech_prob,
+            words: Vec::new(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Transcript {
     pub text: String,
@@ -463,19 +482,7 @@ impl Transcriber {
                 }
                 let mut segs: Vec<Segment> = Vec::with_capacity(current.len());
                 for (start, end, toks) in current {
-                    segs.push(Segment {
-                        id: 0,
-                        seek: seek_of(time_offset),
-                        start,
-                        end,
-                        text: tok.decode_text(&toks)?,
-                        tokens: toks,
-                        temperature: result.temperature,
-                        avg_logprob: result.avg_logprob,
-                        compression_ratio: result.compression_ratio,
-                        no_speech_prob: result.no_speech_prob,
-                        words: Vec::new(),
-                    });
+                    segs.push(Segment::decoded(seek_of(time_offset), start, end, tok.decode_text(&toks)?, toks, &result));
                 }
                 if opts.word_timestamps && !segs.is_empty() {
                     let mut last_speech_timestamp = time_offset;
@@ -703,19 +710,7 @@ impl Transcriber {
         let mut segs: Vec<Segment> = Vec::with_capacity(current.len());
         for (start, end, toks) in current {
             let text = tok.decode_text(&toks)?;
-            segs.push(Segment {
-                id: 0,
-                seek: seek_of(time_offset),
-                start,
-                end,
-                text,
-                tokens: toks,
-                temperature: result.temperature,
-                avg_logprob: result.avg_logprob,
-                compression_ratio: result.compression_ratio,
-                no_speech_prob: result.no_speech_prob,
-                words: Vec::new(),
-            });
+            segs.push(Segment::decoded(seek_of(time_offset), start, end, text, toks, &result));
         }
         if opts.word_timestamps && !segs.is_empty() {
             self.add_word_timestamps(&mut segs, &cross, &base, time_offset, segment_size, &mut st.last_speech_timestamp)?;
