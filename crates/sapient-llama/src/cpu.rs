@@ -368,9 +368,7 @@ impl CpuModel {
         if kv.width() != kv_out || kv.num_layers() != self.layers.len() {
             return Err(Error::Internal("the KV cache was made for another model"));
         }
-        if !kv.block_size().is_multiple_of(16) {
-            return Err(Error::Config(format!("the KV cache's block size must be a multiple of 16 (it is {})", kv.block_size())));
-        }
+        check_block_size(kv.block_size())?;
         let inter = self.dims.inter;
         let eps = self.dims.eps;
         let mut b = std::mem::take(&mut self.buf);
@@ -770,6 +768,14 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16],
         let per = units.div_ceil(pool::pool().threads() * 4).max(1);
         pool::pool().run_chunks(units.div_ceil(per), &|c| work(c * per, ((c + 1) * per).min(units)));
     }
+}
+
+/// The attention kernels take keys 16 positions at a time, so blocks hold a multiple of 16.
+pub(crate) fn check_block_size(bs: usize) -> Result<()> {
+    if !bs.is_multiple_of(16) {
+        return Err(Error::Config(format!("the KV cache's block size must be a multiple of 16 (it is {bs})")));
+    }
+    Ok(())
 }
 
 /// Rows of keys (`kv_out` values each, f16 bits) into their slots of a layer's key cache,

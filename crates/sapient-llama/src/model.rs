@@ -491,9 +491,7 @@ impl LlamaModel {
     /// A paged KV cache for this model, for [`forward_batch`](Self::forward_batch). Its block
     /// size must be a multiple of 16 (the attention kernels take keys 16 at a time).
     pub fn new_kv_cache(&self, opts: KvOptions) -> Result<KvCache> {
-        if !opts.block_size.is_multiple_of(16) {
-            return Err(Error::Config(format!("the KV cache's block size must be a multiple of 16 (it is {})", opts.block_size)));
-        }
+        crate::cpu::check_block_size(opts.block_size)?;
         KvCache::new(self.cfg.num_layers, self.cfg.num_kv_heads * self.cfg.head_dim, opts)
     }
 
