@@ -419,16 +419,9 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     // Kernel options from the environment (SAPIENT_THREADS, SAPIENT_NO_AVX512, SAPIENT_PREFETCH,
     // SAPIENT_HUGE_PAGES, ...); the libraries take them as values.
-    let (mut kernels, warnings) = sapient_tensor::kernels::KernelOptions::from_env();
+    let (kernels, warnings) = sapient_tensor::kernels::KernelOptions::from_env();
     for w in warnings {
         tracing::warn!("{w}");
-    }
-    // Commands that run many sequences at once (the server, `generate --batch`) take the
-    // kernels that are fastest for prompts and batches; one conversation keeps the fastest
-    // single-sequence decode. SAPIENT_LANES=q4|all decides instead when set.
-    let many = matches!(&cli.cmd, Cmd::Serve(_) | Cmd::Generate { batch: Some(_), .. });
-    if many && std::env::var_os("SAPIENT_LANES").is_none() {
-        kernels.lanes_formats = sapient_tensor::kernels::LanesFormats::All;
     }
     sapient_tensor::kernels::configure(kernels)?;
     match cli.cmd {

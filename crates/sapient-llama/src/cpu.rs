@@ -606,6 +606,26 @@ impl CpuModel {
         w
     }
 
+    /// [`weights`](Self::weights), to lay them out anew ([`kernels::pack_for_lanes`]).
+    pub(crate) fn weights_mut(&mut self) -> Vec<&mut QMatrix> {
+        let mut w = Vec::new();
+        for l in &mut self.layers {
+            match &mut l.qkv {
+                LinQkv::Separate(q, k, v) => w.extend([&mut q.kernel, &mut k.kernel, &mut v.kernel]),
+                LinQkv::Fused(x) => w.push(&mut x.kernel),
+            }
+            w.push(&mut l.o.kernel);
+            match &mut l.gate_up {
+                LinGateUp::Separate(g, u) => w.extend([&mut g.kernel, &mut u.kernel]),
+                LinGateUp::Fused(x) => w.push(&mut x.kernel),
+            }
+            w.push(&mut l.down.kernel);
+        }
+        w.push(&mut self.output.kernel);
+        w.extend(self.embed.as_mut());
+        w
+    }
+
     pub(crate) fn check(&self) -> Result<()> {
         let d = &self.dims;
         let half = d.rope_dim / 2;

@@ -404,7 +404,7 @@ impl LlamaModel {
             }
             None => None,
         };
-        let cpu = CpuModel::new(
+        let mut cpu = CpuModel::new(
             dims,
             layers,
             vec(&self.norm)?,
@@ -415,6 +415,7 @@ impl LlamaModel {
             rope_swa,
         );
         cpu.check()?;
+        kernels::pack_for_lanes(&mut cpu.weights_mut());
         kernels::huge_pages_for(&cpu.weights());
         Ok(Some(cpu))
     }

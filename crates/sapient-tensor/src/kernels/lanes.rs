@@ -41,6 +41,26 @@ trait Fmt {
     /// The eight transposed registers of block `base` of the sixteen rows at byte offsets
     /// `offs` (also as a vector, `voffs`, for gathers).
     unsafe fn weights(base: *const u8, offs: &[i32; 16], voffs: __m512i) -> [__m512i; 8];
+    /// The packed layout ([`Packed`]): bytes of one block's values for sixteen rows, of its
+    /// high bits (0 without), of its scales (and minimums).
+    const QB: usize = if Self::BYTES == 34 { 512 } else { 256 };
+    const QH: usize;
+    const SB: usize = if Self::HAS_M { 64 } else { 32 };
+    /// Bytes of a pair of blocks of sixteen rows.
+    const PB: usize = 2 * (Self::QB + Self::QH + Self::SB);
+    /// The eight registers of a packed block: values at `q`, high bits at `qh`.
+    unsafe fn packed(q: *const u8, qh: *const u8) -> [__m512i; 8];
+}
+
+/// Eight registers of values from four registers of packed nibbles at `q`.
+#[inline(always)]
+unsafe fn packed_nibbles(q: *const u8) -> [__m512i; 8] {
+    let u = |k: usize| _mm512_loadu_si512(q.add(64 * k) as *const __m512i);
+    let m = _mm512_set1_epi8(0x0f);
+    let lo = |v: __m512i| _mm512_and_si512(v, m);
+    let hi = |v: __m512i| _mm512_and_si512(_mm512_srli_epi16::<4>(v), m);
+    let (u0, u1, u2, u3) = (u(0), u(1), u(2), u(3));
+    [lo(u0), lo(u1), lo(u2), lo(u3), hi(u0), hi(u1), hi(u2), hi(u3)]
 }
 
 #[inline(always)]
@@ -115,9 +135,14 @@ impl Fmt for Q40 {
     const BYTES: usize = 18;
     const OFF: i32 = 8;
     const HAS_M: bool = false;
+    const QH: usize = 0;
     #[inline(always)]
     unsafe fn weights(base: *const u8, offs: &[i32; 16], _: __m512i) -> [__m512i; 8] {
         nibbles(base, 2, offs)
+    }
+    #[inline(always)]
+    unsafe fn packed(q: *const u8, _: *const u8) -> [__m512i; 8] {
+        packed_nibbles(q)
     }
 }
 
@@ -125,9 +150,14 @@ impl Fmt for Q41 {
     const BYTES: usize = 20;
     const OFF: i32 = 0;
     const HAS_M: bool = true;
+    const QH: usize = 0;
     #[inline(always)]
     unsafe fn weights(base: *const u8, offs: &[i32; 16], _: __m512i) -> [__m512i; 8] {
         nibbles(base, 4, offs)
+    }
+    #[inline(always)]
+    unsafe fn packed(q: *const u8, _: *const u8) -> [__m512i; 8] {
+        packed_nibbles(q)
     }
 }
 
@@ -135,10 +165,17 @@ impl Fmt for Q50 {
     const BYTES: usize = 22;
     const OFF: i32 = 16;
     const HAS_M: bool = false;
+    const QH: usize = 64;
     #[inline(always)]
     unsafe fn weights(base: *const u8, offs: &[i32; 16], voffs: __m512i) -> [__m512i; 8] {
         let mut w = nibbles(base, 6, offs);
         with_high_bits(&mut w, _mm512_i32gather_epi32::<1>(voffs, base.add(2) as *const i32));
+        w
+    }
+    #[inline(always)]
+    unsafe fn packed(q: *const u8, qh: *const u8) -> [__m512i; 8] {
+        let mut w = packed_nibbles(q);
+        with_high_bits(&mut w, _mm512_loadu_si512(qh as *const __m512i));
         w
     }
 }
@@ -147,10 +184,17 @@ impl Fmt for Q51 {
     const BYTES: usize = 24;
     const OFF: i32 = 0;
     const HAS_M: bool = true;
+    const QH: usize = 64;
     #[inline(always)]
     unsafe fn weights(base: *const u8, offs: &[i32; 16], voffs: __m512i) -> [__m512i; 8] {
         let mut w = nibbles(base, 8, offs);
         with_high_bits(&mut w, _mm512_i32gather_epi32::<1>(voffs, base.add(4) as *const i32));
+        w
+    }
+    #[inline(always)]
+    unsafe fn packed(q: *const u8, qh: *const u8) -> [__m512i; 8] {
+        let mut w = packed_nibbles(q);
+        with_high_bits(&mut w, _mm512_loadu_si512(qh as *const __m512i));
         w
     }
 }
@@ -159,6 +203,11 @@ impl Fmt for Q80 {
     const BYTES: usize = 34;
     const OFF: i32 = 128;
     const HAS_M: bool = false;
+    const QH: usize = 0;
+    #[inline(always)]
+    unsafe fn packed(q: *const u8, _: *const u8) -> [__m512i; 8] {
+        std::array::from_fn(|k| _mm512_loadu_si512(q.add(64 * k) as *const __m512i))
+    }
     #[inline(always)]
     unsafe fn weights(base: *const u8, offs: &[i32; 16], _: __m512i) -> [__m512i; 8] {
         // Z_j = [row j's 32 bytes | row j + 8's]: 128-bit lanes (row j dwords 0..4, 4..8,
@@ -240,11 +289,11 @@ unsafe fn group<F: Fmt, const R: usize>(p: *const u8, rb: usize, nvalid: usize, 
 
 /// Dispatch on the number of activation rows (1..=PASS).
 macro_rules! by_rows {
-    ($fmt:ty, $r:expr, $p:expr, $rb:expr, $nv:expr, $nb:expr, $acts:expr, $corr:expr, $outs:expr, $next:expr) => {{
+    ($f:ident, $fmt:ty, $r:expr, $p:expr, $rb:expr, $nv:expr, $nb:expr, $acts:expr, $corr:expr, $outs:expr, $next:expr) => {{
         let (a, c, o) = ($acts, $corr, $outs);
         macro_rules! go {
             ($n:literal) => {
-                group::<$fmt, $n>($p, $rb, $nv, $nb, std::array::from_fn(|i| a[i]), std::array::from_fn(|i| c[i]), std::array::from_fn(|i| o[i]), $next)
+                $f::<$fmt, $n>($p, $rb, $nv, $nb, std::array::from_fn(|i| a[i]), std::array::from_fn(|i| c[i]), std::array::from_fn(|i| o[i]), $next)
             };
         }
         match $r {
@@ -306,7 +355,7 @@ unsafe fn range_of<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, acts: &[Bl
                 let ap: [*const BlockQ8; PASS] = std::array::from_fn(|i| acts.as_ptr().add((a0 + i.min(r - 1)) * nb));
                 let cp: [*const i32; PASS] = std::array::from_fn(|i| if corr.is_empty() { std::ptr::null() } else { corr.as_ptr().add((a0 + i.min(r - 1)) * nb) });
                 let op: [*mut f32; PASS] = std::array::from_fn(|i| out.add((a0 + i.min(r - 1)) * out_stride + g));
-                by_rows!(F, r, gp, rb, nvalid, nb, ap, cp, op, next);
+                by_rows!(group, F, r, gp, rb, nvalid, nb, ap, cp, op, next);
                 a0 += r;
             }
             g += 16;
@@ -317,6 +366,308 @@ unsafe fn range_of<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, acts: &[Bl
 
 /// Activation rows a pass over the weight rows takes (see [`range_of`]).
 const M_BLOCK: usize = 64;
+
+/// [`group`] on packed weights: the sixteen rows' blocks at `gp` (a group of [`Packed`]),
+/// the same arithmetic. `dist`, `l1d`: bytes ahead to prefetch into L2 and L1 (0: none).
+#[inline(always)]
+unsafe fn group_packed<F: Fmt, const R: usize>(gp: *const u8, dist: usize, nvalid: usize, nb: usize, acts: [*const BlockQ8; R], corr: [*const i32; R], outs: [*mut f32; R], l1d: usize) {
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut accm = [_mm512_setzero_ps(); R];
+    for b in 0..nb {
+        let pair = gp.add((b >> 1) * F::PB);
+        let j = b & 1;
+        if dist != 0 {
+            // This block's half of the pair, `l1d` (into L1) and `dist` (into L2) bytes
+            // ahead: spread over the blocks rather than in bursts.
+            let half = pair.add(j * F::PB / 2);
+            let mut l = 0;
+            while l < F::PB / 2 {
+                if l1d != 0 {
+                    _mm_prefetch::<_MM_HINT_T0>(half.wrapping_add(l1d + l) as *const i8);
+                }
+                _mm_prefetch::<_MM_HINT_T1>(half.wrapping_add(dist + l) as *const i8);
+                l += 64;
+            }
+        }
+        let sp = pair.add(2 * (F::QB + F::QH) + j * F::SB);
+        let (dw, mw) = if F::HAS_M {
+            let v = _mm512_loadu_si512(sp as *const __m512i);
+            (_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(v)))
+        } else {
+            (_mm512_cvtph_ps(_mm256_loadu_si256(sp as *const __m256i)), _mm512_setzero_ps())
+        };
+        let w = F::packed(pair.add(j * F::QB), pair.add(2 * F::QB + j * F::QH));
+        for r in 0..R {
+            let a = &*acts[r].add(b);
+            let mut s = if F::OFF != 0 { _mm512_set1_epi32(*corr[r].add(b)) } else { _mm512_setzero_si512() };
+            let q = a.qs.as_ptr();
+            for k in 0..8 {
+                s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(rd32(q.add(4 * k))));
+            }
+            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[r]);
+            if F::HAS_M {
+                accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s), accm[r]);
+            }
+        }
+    }
+    let mask: __mmask16 = if nvalid >= 16 { 0xffff } else { (1u16 << nvalid) - 1 };
+    for r in 0..R {
+        let v = if F::HAS_M { _mm512_add_ps(acc[r], accm[r]) } else { acc[r] };
+        _mm512_mask_storeu_ps(outs[r], mask, v);
+    }
+}
+
+/// [`range_of`] on packed weights (`w`: groups of `gb` bytes).
+#[inline(never)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512bitalg,avx2,fma,f16c")]
+unsafe fn range_packed_of<F: Fmt>(w: &[u8], gb: usize, r0: usize, r1: usize, acts: &[BlockQ8], corr: &[i32], m: usize, out: *mut f32, out_stride: usize) {
+    debug_assert!(w.len() >= r1.div_ceil(16) * gb && r0.is_multiple_of(16));
+    let nb = acts.len() / m.max(1);
+    let p = w.as_ptr();
+    let dist = PACKED_AHEAD_L2;
+    // The first lines of the range, read before the prefetches of the loop reach them.
+    let first = p.add(r0 / 16 * gb);
+    let mut off = 0;
+    while off < dist.min((r1 - r0).div_ceil(16) * gb) {
+        _mm_prefetch::<_MM_HINT_T1>(first.add(off) as *const i8);
+        off += 64;
+    }
+    let mut m0 = 0;
+    while m0 < m {
+        let m1 = (m0 + M_BLOCK).min(m);
+        let mut g = r0;
+        while g < r1 {
+            let nvalid = (r1 - g).min(16);
+            let gp = p.add(g / 16 * gb);
+            let mut a0 = m0;
+            while a0 < m1 {
+                let r = (m1 - a0).min(F::PASS);
+                let ap: [*const BlockQ8; PASS] = std::array::from_fn(|i| acts.as_ptr().add((a0 + i.min(r - 1)) * nb));
+                let cp: [*const i32; PASS] = std::array::from_fn(|i| if corr.is_empty() { std::ptr::null() } else { corr.as_ptr().add((a0 + i.min(r - 1)) * nb) });
+                let op: [*mut f32; PASS] = std::array::from_fn(|i| out.add((a0 + i.min(r - 1)) * out_stride + g));
+                // Prefetch ahead only on the first pass over the weights.
+                let d = if a0 == m0 && m0 == 0 { dist } else { 0 };
+                let d1 = if d != 0 { PACKED_AHEAD_L1 } else { 0 };
+                by_rows!(group_packed, F, r, gp, d, nvalid, nb, ap, cp, op, d1);
+                a0 += r;
+            }
+            g += 16;
+        }
+        m0 = m1;
+    }
+}
+
+/// How far ahead (bytes) the packed kernels ask for weights into L2 and L1. Both, one
+/// block's share at a time: into L2 alone, or in bursts of a whole pair, one sequence's
+/// decode of Qwen2.5-0.5B (Q5_0/Q8_0) streamed its weights ~10% slower than the row-at-a-time
+/// kernels; so it is level or ahead (2-core Xeon VM, 4096/1024 against 2048..8192/0..2048).
+const PACKED_AHEAD_L2: usize = 4096;
+const PACKED_AHEAD_L1: usize = 1024;
+
+/// [`range`] on weights packed by [`Packed::new_all`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512bitalg,avx2,fma,f16c")]
+pub unsafe fn range_packed(p: &Packed, r0: usize, r1: usize, acts: &[BlockQ8], corr: &[i32], m: usize, out: *mut f32, out_stride: usize) {
+    let (w, gb) = (p.bytes(), p.group_bytes);
+    match p.qtype {
+        QType::Q4_0 => range_packed_of::<Q40>(w, gb, r0, r1, acts, corr, m, out, out_stride),
+        QType::Q4_1 => range_packed_of::<Q41>(w, gb, r0, r1, acts, corr, m, out, out_stride),
+        QType::Q5_0 => range_packed_of::<Q50>(w, gb, r0, r1, acts, corr, m, out, out_stride),
+        QType::Q5_1 => range_packed_of::<Q51>(w, gb, r0, r1, acts, corr, m, out, out_stride),
+        QType::Q8_0 => range_packed_of::<Q80>(w, gb, r0, r1, acts, corr, m, out, out_stride),
+        _ => unreachable!("packed weights are of the 32-value formats"),
+    }
+}
+
+/// Where the parts of a 32-value format's block are (raw GGML layout) and where they go in
+/// the packed one.
+struct Layout {
+    /// Raw block bytes.
+    bytes: usize,
+    /// Offset of the minimum (formats with one).
+    m_at: Option<usize>,
+    /// Offset of the 32 high bits (5-bit formats).
+    qh_at: Option<usize>,
+    /// Offset and length of the packed values (nibbles: 16 bytes, Q8_0: 32).
+    qs_at: usize,
+    qs_len: usize,
+    /// XOR applied to the values (Q8_0 stored unsigned for `vpdpbusd`).
+    flip: u8,
+}
+
+impl Layout {
+    fn of(t: QType) -> Option<Self> {
+        let l = |bytes, m_at, qh_at, qs_at, qs_len, flip| Some(Layout { bytes, m_at, qh_at, qs_at, qs_len, flip });
+        match t {
+            QType::Q4_0 => l(18, None, None, 2, 16, 0),
+            QType::Q4_1 => l(20, Some(2), None, 4, 16, 0),
+            QType::Q5_0 => l(22, None, Some(2), 6, 16, 0),
+            QType::Q5_1 => l(24, Some(2), Some(4), 8, 16, 0),
+            QType::Q8_0 => l(34, None, None, 2, 32, 0x80),
+            _ => None,
+        }
+    }
+    /// Packed bytes of one block's values, high bits and scales for sixteen rows.
+    fn parts(&self) -> (usize, usize, usize) {
+        (16 * self.qs_len, if self.qh_at.is_some() { 64 } else { 0 }, if self.m_at.is_some() { 64 } else { 32 })
+    }
+    /// Byte offsets, inside a group, of row `n`'s block `b`: (values register base, high
+    /// bits, scale, minimum). Value byte `4k + i` is at `values + 64k + i`.
+    fn places(&self, gb_pair: usize, n: usize, b: usize) -> (usize, usize, usize, usize) {
+        let (qb, qh, sb) = self.parts();
+        let pair = (b / 2) * gb_pair;
+        let j = b % 2;
+        (pair + j * qb + 4 * n, pair + 2 * qb + j * qh + 4 * n, pair + 2 * (qb + qh) + j * sb + 2 * n, pair + 2 * (qb + qh) + j * sb + 32 + 2 * n)
+    }
+}
+
+/// One 64-byte line, the unit of packed storage (so that registers load aligned).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// One allocation holding the packed matrices of a model, its start on a 2 MiB boundary so
+/// that Linux can back all of it with huge pages (matrices allocated one by one are mostly
+/// smaller than a huge page, each in its own mapping).
+struct Arena {
+    lines: Vec<Line>,
+    first: usize,
+}
+
+/// A 32-value weight matrix laid out for the lane kernels: for each group of sixteen rows,
+/// pairs of blocks, each pair holding the two blocks' values already in the registers'
+/// order (register `k` lane `n`: values `4k..4k + 4` of row `n`; Q8_0 made unsigned), then
+/// their high bits (one dword per row), then their scales (and minimums) as sixteen f16. So a
+/// block costs a few aligned loads instead of the transposition, gathers and unpacks of the
+/// GGML layout, and one activation row runs as fast as the row-at-a-time kernels. The same
+/// bytes as the GGML blocks (a pair is a whole number of cache lines; groups round up to
+/// sixteen rows and an even number of blocks).
+pub struct Packed {
+    qtype: QType,
+    cols: usize,
+    group_bytes: usize,
+    arena: std::sync::Arc<Arena>,
+    /// Byte range in the arena (from its aligned start).
+    at: usize,
+    len: usize,
+}
+
+/// Packed bytes of `rows` rows of format `t` (`None`: not a lane format, or `cols` not whole
+/// blocks).
+fn packed_len(t: QType, rows: usize, cols: usize) -> Option<(usize, usize)> {
+    let lay = Layout::of(t)?;
+    if !cols.is_multiple_of(32) {
+        return None;
+    }
+    let gb = (cols / 32).div_ceil(2) * 32 * lay.bytes;
+    Some((gb, rows.div_ceil(16) * gb))
+}
+
+impl Packed {
+    /// Pack several matrices (format, GGML blocks, rows, columns) into one allocation. `None`
+    /// for a matrix the lane kernels do not take (or whose bytes are short).
+    pub fn new_all(mats: &[(QType, &[u8], usize, usize)]) -> Vec<Option<Packed>> {
+        const HUGE: usize = 2 << 20;
+        let sizes: Vec<Option<(usize, usize)>> = mats
+            .iter()
+            .map(|&(t, raw, rows, cols)| packed_len(t, rows, cols).filter(|_| raw.len() >= rows * cols / 32 * t.block_bytes()))
+            .collect();
+        let total: usize = sizes.iter().flatten().map(|s| s.1).sum();
+        if total == 0 {
+            return sizes.iter().map(|_| None).collect();
+        }
+        let extra = if total >= HUGE { HUGE / 64 } else { 0 };
+        let mut lines = vec![Line([0; 64]); total / 64 + extra];
+        let first = if extra == 0 { 0 } else { (lines.as_ptr() as usize).next_multiple_of(HUGE).wrapping_sub(lines.as_ptr() as usize) / 64 };
+        {
+            // SAFETY: `Line` is 64 plain bytes.
+            let all = unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr() as *mut u8, lines.len() * 64) };
+            let mut at = first * 64;
+            for (&(t, raw, rows, cols), size) in mats.iter().zip(&sizes) {
+                if let Some((gb, len)) = *size {
+                    pack_into(t, raw, rows, cols, gb, &mut all[at..at + len]);
+                    at += len;
+                }
+            }
+        }
+        let arena = std::sync::Arc::new(Arena { lines, first });
+        let mut at = 0;
+        mats.iter()
+            .zip(sizes)
+            .map(|(&(t, _, _, cols), size)| {
+                size.map(|(gb, len)| {
+                    at += len;
+                    Packed { qtype: t, cols, group_bytes: gb, arena: arena.clone(), at: at - len, len }
+                })
+            })
+            .collect()
+    }
+
+    /// Row `r`'s GGML blocks, as they were packed.
+    pub fn unpack_row(&self, r: usize, out: &mut [u8]) {
+        let Some(lay) = Layout::of(self.qtype) else { return };
+        for (b, blk) in out.chunks_exact_mut(lay.bytes).take(self.cols / 32).enumerate() {
+            self.unpack_block(r, b, blk);
+        }
+    }
+
+    /// Block `b` of row `r` in GGML's layout (`out`: the block's bytes).
+    pub fn unpack_block(&self, r: usize, b: usize, blk: &mut [u8]) {
+        let Some(lay) = Layout::of(self.qtype) else { return };
+        let src = self.bytes();
+        let go = (r / 16) * self.group_bytes;
+        let (v, h, d, m) = lay.places(32 * lay.bytes, r % 16, b);
+        for i in 0..lay.qs_len {
+            blk[lay.qs_at + i] = src[go + v + 64 * (i / 4) + i % 4] ^ lay.flip;
+        }
+        if let Some(at) = lay.qh_at {
+            blk[at..at + 4].copy_from_slice(&src[go + h..go + h + 4]);
+        }
+        blk[..2].copy_from_slice(&src[go + d..go + d + 2]);
+        if let Some(at) = lay.m_at {
+            blk[at..at + 2].copy_from_slice(&src[go + m..go + m + 2]);
+        }
+    }
+
+    /// This matrix's packed bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.arena_bytes()[self.at..self.at + self.len]
+    }
+
+    /// The whole allocation's bytes (from its aligned start), which the matrices packed
+    /// together share.
+    pub fn arena_bytes(&self) -> &[u8] {
+        let a = &self.arena;
+        // SAFETY: `Line` is 64 plain bytes.
+        unsafe { std::slice::from_raw_parts(a.lines.as_ptr().add(a.first) as *const u8, (a.lines.len() - a.first) * 64) }
+    }
+}
+
+/// Pack `rows` rows of GGML blocks (`raw`) into `out` (groups of `gb` bytes, zeroed).
+fn pack_into(t: QType, raw: &[u8], rows: usize, cols: usize, gb: usize, out: &mut [u8]) {
+    let Some(lay) = Layout::of(t) else { return };
+    let nb = cols / 32;
+    let rb = nb * lay.bytes;
+    let pair = 32 * lay.bytes;
+    for r in 0..rows {
+        let (g, n) = (r / 16, r % 16);
+        let go = g * gb;
+        for b in 0..nb {
+            let blk = &raw[r * rb + b * lay.bytes..r * rb + (b + 1) * lay.bytes];
+            let (v, h, d, m) = lay.places(pair, n, b);
+            for (i, &q) in blk[lay.qs_at..lay.qs_at + lay.qs_len].iter().enumerate() {
+                out[go + v + 64 * (i / 4) + i % 4] = q ^ lay.flip;
+            }
+            if let Some(at) = lay.qh_at {
+                out[go + h..go + h + 4].copy_from_slice(&blk[at..at + 4]);
+            }
+            out[go + d..go + d + 2].copy_from_slice(&blk[..2]);
+            if let Some(at) = lay.m_at {
+                out[go + m..go + m + 2].copy_from_slice(&blk[at..at + 2]);
+            }
+        }
+    }
+}
 
 /// Output columns (weight rows) `r0..r1` of the product of weights `w` (format `t`, rows of
 /// `rb` bytes; `r0` a multiple of 16) with `m` activation rows (`acts`: `m` rows of `rb /

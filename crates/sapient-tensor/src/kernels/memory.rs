@@ -10,7 +10,7 @@ use super::{options, QMatrix};
 pub fn huge_pages_for(mats: &[&QMatrix]) {
     let mut spans: Vec<(usize, usize)> = mats
         .iter()
-        .map(|m| m.with_bytes(|b| (b.as_ptr() as usize, b.as_ptr() as usize + b.len())))
+        .map(|m| m.span())
         .filter(|(a, b)| b > a)
         .collect();
     spans.sort_unstable();

@@ -304,6 +304,9 @@ pub fn f32_to_f16(x: &[f32], out: &mut [u16]) {
 enum Storage {
     Candle(Arc<QTensor>),
     Bytes(Arc<Vec<u8>>),
+    /// Laid out for the lane kernels (`lanes::Packed`), instead of GGML's blocks.
+    #[cfg(target_arch = "x86_64")]
+    Lanes(Arc<lanes::Packed>),
 }
 
 /// A quantized `[rows, cols]` weight matrix in GGML block layout, row-major.
@@ -351,6 +354,18 @@ impl QMatrix {
         Some(m)
     }
 
+    /// Packed for the lane kernels whatever the options say (tests compare both layouts).
+    #[cfg(all(test, target_arch = "x86_64"))]
+    fn packed_lanes(&self) -> Option<QMatrix> {
+        let p = self.with_bytes(|b| lanes::Packed::new_all(&[(self.qtype, b, self.rows, self.cols)]).pop().flatten())?;
+        Some(QMatrix {
+            qtype: self.qtype,
+            rows: self.rows,
+            cols: self.cols,
+            storage: Storage::Lanes(Arc::new(p)),
+        })
+    }
+
     /// A matrix from raw GGML blocks (`rows * cols / block_len * block_bytes` bytes).
     pub fn from_bytes(qtype: QType, rows: usize, cols: usize, bytes: Vec<u8>) -> Result<Self> {
         if !cols.is_multiple_of(qtype.block_len()) {
@@ -375,6 +390,17 @@ impl QMatrix {
         })
     }
 
+    /// [`from_bytes`](Self::from_bytes) kept in GGML's layout (tests compare the layouts).
+    #[cfg(test)]
+    fn from_bytes_unpacked(qtype: QType, rows: usize, cols: usize, bytes: Vec<u8>) -> QMatrix {
+        Self {
+            qtype,
+            rows,
+            cols,
+            storage: Storage::Bytes(Arc::new(bytes)),
+        }
+    }
+
     pub fn qtype(&self) -> QType {
         self.qtype
     }
@@ -392,10 +418,13 @@ impl QMatrix {
         match &self.storage {
             Storage::Candle(q) => q.data().map(|d| d.len()).unwrap_or(0),
             Storage::Bytes(b) => b.len(),
+            #[cfg(target_arch = "x86_64")]
+            Storage::Lanes(_) => self.rows * self.row_bytes(),
         }
     }
 
-    /// The raw blocks. On the CPU candle hands out its buffer without copying.
+    /// The raw blocks (GGML layout). On the CPU candle hands out its buffer without copying;
+    /// a matrix packed for the lane kernels is unpacked into a temporary copy.
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match &self.storage {
             Storage::Candle(q) => match q.data() {
@@ -403,7 +432,34 @@ impl QMatrix {
                 Err(_) => f(&[]),
             },
             Storage::Bytes(b) => f(b),
+            #[cfg(target_arch = "x86_64")]
+            Storage::Lanes(p) => {
+                let rb = self.row_bytes();
+                let mut raw = vec![0u8; self.rows * rb];
+                for (r, row) in raw.chunks_exact_mut(rb).enumerate() {
+                    p.unpack_row(r, row);
+                }
+                f(&raw)
+            }
         }
+    }
+
+    /// The addresses the weights occupy in memory (for huge pages).
+    pub(crate) fn span(&self) -> (usize, usize) {
+        let s = |b: &[u8]| (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
+        match &self.storage {
+            #[cfg(target_arch = "x86_64")]
+            Storage::Lanes(p) => s(p.bytes()),
+            _ => self.with_bytes(s),
+        }
+    }
+
+    /// Whether the weights are laid out for the lane kernels.
+    pub fn is_packed(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return matches!(self.storage, Storage::Lanes(_));
+        #[cfg(not(target_arch = "x86_64"))]
+        false
     }
 
     /// The first `n` rows (at most all of them) as a matrix of their own, sharing the storage.
@@ -412,16 +468,23 @@ impl QMatrix {
             qtype: self.qtype,
             rows: n.min(self.rows),
             cols: self.cols,
-            storage: match &self.storage {
-                Storage::Candle(q) => Storage::Candle(q.clone()),
-                Storage::Bytes(b) => Storage::Bytes(b.clone()),
-            },
+            storage: self.storage.clone(),
         }
     }
 
     /// Rows `ids` (each `< rows()`) copied into a matrix of their own, in that order.
     pub fn gather_rows(&self, ids: &[usize]) -> Result<QMatrix> {
         let rb = self.row_bytes();
+        #[cfg(target_arch = "x86_64")]
+        if let Storage::Lanes(p) = &self.storage {
+            let mut out = vec![0u8; ids.len() * rb];
+            for (&r, row) in ids.iter().zip(out.chunks_exact_mut(rb)) {
+                if r < self.rows {
+                    p.unpack_row(r, row);
+                }
+            }
+            return QMatrix::from_bytes(self.qtype, ids.len(), self.cols, out);
+        }
         let mut out = Vec::with_capacity(ids.len() * rb);
         self.with_bytes(|b| {
             for &r in ids {
@@ -436,6 +499,17 @@ impl QMatrix {
     /// Dequantize row `r` into `out` (`cols` long).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         let rb = self.row_bytes();
+        #[cfg(target_arch = "x86_64")]
+        if let Storage::Lanes(p) = &self.storage {
+            // Block by block (no allocation: the embedding lookup of every decode step).
+            let mut blk = [0u8; 64];
+            let bytes = self.qtype.block_bytes();
+            for (b, o) in out.chunks_exact_mut(32).take(self.cols / 32).enumerate() {
+                p.unpack_block(r, b, &mut blk[..bytes]);
+                quant::dequantize_row(self.qtype, &blk[..bytes], o);
+            }
+            return;
+        }
         self.with_bytes(|b| quant::dequantize_row(self.qtype, &b[r * rb..(r + 1) * rb], out));
     }
 
@@ -456,17 +530,34 @@ impl QMatrix {
         assert_eq!(acts.cols, self.cols, "activation width does not match");
         assert_eq!(out.len(), m * self.rows, "QMatrix::matmul: out has the wrong length");
         let out_ptr = SendPtr(out.as_mut_ptr());
-        let bytes = self.bytes();
+        let bytes = self.bytes_for(acts);
         for_row_chunks(self.rows, m, self.rows * m * self.cols, &|range: std::ops::Range<usize>| {
             self.product_rows(&bytes, acts, &out_ptr, range)
         });
     }
 
-    /// The raw blocks (borrowed: on the CPU candle hands out its buffer without copying).
-    fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+    /// The GGML blocks: borrowed (on the CPU candle hands out its buffer without copying),
+    /// or unpacked into a copy for a packed matrix.
+    fn raw_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
         match &self.storage {
             Storage::Candle(q) => q.data().unwrap_or(std::borrow::Cow::Borrowed(&[])),
             Storage::Bytes(b) => std::borrow::Cow::Borrowed(&b[..]),
+            #[cfg(target_arch = "x86_64")]
+            Storage::Lanes(_) => std::borrow::Cow::Owned(self.with_bytes(|b| b.to_vec())),
+        }
+    }
+
+    /// The raw blocks (borrowed: on the CPU candle hands out its buffer without copying).
+    /// Packed weights: nothing (their products read the packed layout, [`Self::product_rows`]),
+    /// unless `acts` are not laid out for the lane kernels (tests), then an unpacked copy.
+    fn bytes_for(&self, acts: &QuantizedActs) -> std::borrow::Cow<'_, [u8]> {
+        match &self.storage {
+            Storage::Candle(q) => q.data().unwrap_or(std::borrow::Cow::Borrowed(&[])),
+            Storage::Bytes(b) => std::borrow::Cow::Borrowed(&b[..]),
+            #[cfg(target_arch = "x86_64")]
+            Storage::Lanes(_) if acts.lanes => std::borrow::Cow::Borrowed(&[]),
+            #[cfg(target_arch = "x86_64")]
+            Storage::Lanes(_) => std::borrow::Cow::Owned(self.with_bytes(|b| b.to_vec())),
         }
     }
 
@@ -482,6 +573,10 @@ impl QMatrix {
             // SAFETY: has_lanes() held when `acts` was laid out for these kernels, for this
             // format (`fits`); chunks start at multiples of 16 rows (`chunk_len`) and each
             // writes a disjoint range of output columns.
+            if let Storage::Lanes(p) = &self.storage {
+                unsafe { lanes::range_packed(p, range.start, range.end, &acts.q8, &acts.corr, acts.m, out_ptr.0, self.rows) };
+                return;
+            }
             unsafe {
                 lanes::range(self.qtype, bytes, self.row_bytes(), range.start, range.end, &acts.q8, &acts.corr, acts.m, out_ptr.0, self.rows);
             }
@@ -620,6 +715,50 @@ impl QMatrix {
     }
 }
 
+/// Lay out the matrices whose products go to the lane kernels ([`lanes::handles`], on a
+/// machine with them) in those kernels' packed layout, all in one allocation backed by huge
+/// pages where Linux allows: the same results, one activation row (decode) as fast as the
+/// row-at-a-time kernels and many rows faster. The other matrices are left as they are. A
+/// loader calls this once with a model's matrices (each may be a clone of another's: equal
+/// matrices are packed once); the GGML blocks they were made from can then be dropped.
+pub fn pack_for_lanes(mats: &mut [&mut QMatrix]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !has_lanes() {
+            return;
+        }
+        let wanted: Vec<usize> = (0..mats.len()).filter(|&i| lanes::handles(mats[i].qtype) && !mats[i].is_packed()).collect();
+        // Matrices sharing storage (a tied embedding and output layer) pack once.
+        let key = |m: &QMatrix| match &m.storage {
+            Storage::Candle(q) => Arc::as_ptr(q) as *const u8 as usize,
+            Storage::Bytes(b) => Arc::as_ptr(b) as *const u8 as usize,
+            Storage::Lanes(p) => Arc::as_ptr(p) as *const u8 as usize,
+        };
+        let mut firsts: Vec<usize> = Vec::new();
+        for &i in &wanted {
+            if !firsts.iter().any(|&f| key(mats[f]) == key(mats[i]) && mats[f].rows == mats[i].rows) {
+                firsts.push(i);
+            }
+        }
+        let raws: Vec<std::borrow::Cow<'_, [u8]>> = firsts.iter().map(|&i| mats[i].raw_bytes()).collect();
+        let specs: Vec<(QType, &[u8], usize, usize)> = firsts.iter().zip(&raws).map(|(&i, r)| (mats[i].qtype, &r[..], mats[i].rows, mats[i].cols)).collect();
+        let packed = lanes::Packed::new_all(&specs);
+        if let Some(p) = packed.iter().flatten().next() {
+            huge_pages(p.arena_bytes());
+        }
+        let packed: Vec<(usize, Option<Arc<lanes::Packed>>)> = firsts.iter().map(|&i| key(mats[i])).zip(packed.into_iter().map(|p| p.map(Arc::new))).collect();
+        drop(raws);
+        for &i in &wanted {
+            let k = key(mats[i]);
+            if let Some((_, Some(p))) = packed.iter().find(|(pk, _)| *pk == k) {
+                mats[i].storage = Storage::Lanes(p.clone());
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = mats;
+}
+
 /// Most matrices [`matmul_group`] takes.
 pub const MAX_GROUP: usize = 4;
 
@@ -651,7 +790,10 @@ pub fn matmul_group(mats: &[&QMatrix], x: &[f32], m: usize, outs: &mut [&mut [f3
                 k
             }
         };
-        bytes[i] = w.bytes();
+        bytes[i] = match &acts[which[i]] {
+            Some(a) => w.bytes_for(a),
+            None => Default::default(),
+        };
         ptrs[i] = SendPtr(out.as_mut_ptr());
         chunk[i] = chunk_len(w.rows, m);
         first[i + 1] = first[i] + w.rows.div_ceil(chunk[i]);

@@ -20,14 +20,14 @@ pub enum AmxQ6k {
 /// Which 32-value formats go to the sixteen-rows ("lanes") kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LanesFormats {
-    /// Q4_0 and Q4_1 only; Q5_0, Q5_1 and Q8_0 stay on the row-at-a-time kernels, which
-    /// decode one sequence fastest.
-    #[default]
+    /// Q4_0 and Q4_1 only; Q5_0, Q5_1 and Q8_0 stay on the row-at-a-time kernels.
     Q4,
-    /// Every 32-value format: prompts and batches of sequences run far faster (Qwen2.5-0.5B
-    /// Q4_K_M, whose 896-wide matrices are Q5_0 and Q8_0, on a 2-core Xeon VM: prefill about
-    /// 1.5x, 16 sequences' decode 1.5x) and one sequence's decode about 14% slower. For
-    /// servers.
+    /// Every 32-value format. With the weights packed for these kernels
+    /// ([`pack_for_lanes`](super::pack_for_lanes), which model loaders call) one sequence's
+    /// decode is level with the row-at-a-time kernels and prompts and batches of sequences
+    /// run far faster (Qwen2.5-0.5B Q4_K_M, whose 896-wide matrices are Q5_0 and Q8_0, on a
+    /// 2-core Xeon VM: prefill about 1.5x).
+    #[default]
     All,
 }
 

@@ -229,22 +229,38 @@ fn lane_kernels_match_their_reference() {
     }
     for t in ALL.into_iter().filter(|t| lanes::computes(*t)) {
         for cols in [32, 96, 576] {
-            for (rows, m) in [(1, 1), (15, 1), (16, 3), (37, 1), (37, 9), (130, 17), (48, 8)] {
+            for (rows, m) in [(1, 1), (15, 1), (16, 3), (37, 1), (37, 9), (130, 17), (48, 8), (100, 70)] {
                 let (w, _) = quantized(t, rows, cols, 5 + cols as u64 + rows as u64);
                 let x = data(m * cols, 6 + m as u64);
                 let acts = QuantizedActs::for_lane_kernels(t, &x, m, cols);
-                let mut out = vec![0f32; m * rows];
-                w.matmul_quantized(&acts, &mut out);
                 let rb = w.row_bytes();
-                w.with_bytes(|b| {
+                let raw = w.with_bytes(|b| b.to_vec());
+                // Both layouts: GGML's blocks and the packed one (which keeps every byte).
+                let ggml = QMatrix::from_bytes_unpacked(t, rows, cols, raw.clone());
+                let packed = ggml.packed_lanes().expect("a lane format");
+                assert!(packed.is_packed() && !ggml.is_packed());
+                assert!(packed.with_bytes(|b| b == &raw[..]), "{t:?} [{rows}x{cols}]: packing lost bytes");
+                for w in [&ggml, &packed] {
+                    let mut out = vec![0f32; m * rows];
+                    w.matmul_quantized(&acts, &mut out);
                     for i in 0..m {
                         for j in 0..rows {
-                            let want = lanes::reference(t, &b[j * rb..(j + 1) * rb], acts.row_q8(i));
+                            let want = lanes::reference(t, &raw[j * rb..(j + 1) * rb], acts.row_q8(i));
                             let got = out[i * rows + j];
-                            assert_eq!(got.to_bits(), want.to_bits(), "{t:?} [{rows}x{cols}] x{m} ({i},{j}): {got} vs {want}");
+                            assert_eq!(got.to_bits(), want.to_bits(), "{t:?} [{rows}x{cols}] x{m} ({i},{j}) packed {}: {got} vs {want}", w.is_packed());
                         }
                     }
-                });
+                }
+                // Rows read back from the packed layout: dequantized and gathered.
+                let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
+                for r in [0, rows / 2, rows - 1] {
+                    ggml.dequantize_row(r, &mut a);
+                    packed.dequantize_row(r, &mut b);
+                    assert_eq!(a, b);
+                }
+                let ids = [rows - 1, 0, rows / 3];
+                let g = packed.gather_rows(&ids).unwrap();
+                assert!(g.with_bytes(|gb| ids.iter().enumerate().all(|(k, &r)| gb[k * rb..(k + 1) * rb] == raw[r * rb..(r + 1) * rb])));
             }
         }
     }
@@ -686,29 +702,36 @@ fn silu_mul_matches_portable_and_f64() {
 #[test]
 #[ignore]
 fn lane_timing() {
+    let only = std::env::var("ONLY").ok();
+    let copies: usize = std::env::var("COPIES").ok().and_then(|c| c.parse().ok()).unwrap_or(1);
     for t in [QType::Q4_1, QType::Q5_0, QType::Q8_0] {
-        for (rows, cols) in [(896, 896), (4864, 896), (16384, 896), (151936, 896)] {
+        for (rows, cols) in [(128, 896), (896, 896), (4864, 896), (16384, 896), (151936, 896)] {
+            if only.as_ref().is_some_and(|o| !format!("{t:?}{rows}").contains(o.as_str())) {
+                continue;
+            }
             let (w, _) = quantized(t, rows, cols, 1);
+            let ws: Vec<QMatrix> = (0..copies).map(|_| QMatrix::from_bytes_unpacked(t, rows, cols, w.with_bytes(|b| b.to_vec()))).collect();
+            let ps: Vec<QMatrix> = ws.iter().map(|w| w.packed_lanes().unwrap()).collect();
             if std::env::var_os("HUGE").is_some() {
-                huge_pages_for(&[&w]);
+                huge_pages_for(&ws.iter().chain(&ps).collect::<Vec<_>>());
             }
             for m in [1, 4, 16] {
-                if rows > 100_000 && m > 1 {
+                if (rows > 100_000 || only.is_some()) && m > 1 {
                     continue;
                 }
                 let x = data(m * cols, 2);
                 let mut out = vec![0f32; m * rows];
-                let mut time = |lanes: bool| {
+                let mut time = |lanes: bool, ws: &[QMatrix]| {
                     let acts = if lanes { QuantizedActs::for_lane_kernels(t, &x, m, cols) } else { QuantizedActs::with_kernels_lanes(t, &x, m, cols, true, false) };
-                    let reps = (2000 / m).min(4_000_000 / rows).max(20);
+                    let reps = (2000 / m).min(4_000_000 / rows).max(20) * copies;
                     let t0 = std::time::Instant::now();
-                    for _ in 0..reps {
-                        w.matmul_quantized(&acts, &mut out);
+                    for i in 0..reps {
+                        ws[i % copies].matmul_quantized(&acts, &mut out);
                     }
                     t0.elapsed().as_secs_f64() / reps as f64 * 1e6
                 };
-                let (a, b) = (time(false), time(true));
-                println!("{t:?} {rows}x{cols} m={m}: rows {a:.1} us, lanes {b:.1} us ({:.2}x)", a / b);
+                let (a, b, c) = (time(false, &ws), time(true, &ws), time(true, &ps));
+                println!("{t:?} {rows}x{cols} m={m}: rows {a:.1} us, lanes {b:.1} us ({:.2}x), packed {c:.1} us ({:.2}x)", a / b, a / c);
             }
         }
     }
