@@ -728,6 +728,8 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16],
                 let c1 = (last + 1).div_ceil(16) * 16;
                 let ostride = c1 - c0;
                 bases.clear();
+                // Room for every block of positions the pool holds, as for the scores below.
+                bases.reserve((pool_slots + 32) / 16);
                 bases.extend((c0..c1).step_by(16).map(|t| tab[t / bs] as usize * bs * kv_out + g * hd * bs + t % bs));
                 if s.len() < nq * ostride {
                     // Room for every position the pool holds: growing a key at a time would

@@ -87,13 +87,15 @@ fn quantized_copies(
     let q = Arc::new(QTensor::quantize(&t, dt)?);
     let m = QMatrix::from_qtensor(&q).ok_or_else(|| anyhow::anyhow!("{dt:?} has no kernel"))?;
     let bytes = m.rows() * m.row_bytes();
-    let mats = (0..total / bytes + 1)
+    let mut mats: Vec<QMatrix> = (0..total / bytes + 1)
         .map(|_| {
             let mut b = vec![0u8; bytes];
             m.with_bytes(|s| b.copy_from_slice(s));
             Ok(QMatrix::from_bytes(m.qtype(), rows, cols, b)?)
         })
         .collect::<Result<_>>()?;
+    // Laid out as a model loader lays them out (packed for the lane kernels where they apply).
+    sapient_tensor::kernels::pack_for_lanes(&mut mats.iter_mut().collect::<Vec<_>>());
     Ok((q, mats))
 }
 

@@ -699,6 +699,12 @@ pub fn handles(t: QType) -> bool {
     }
 }
 
+/// Whether products of format `t` take the lane kernels from GGML's layout too (else only
+/// once packed): the 4-bit formats, whose sixteen rows transpose cheaply.
+pub fn unpacked(t: QType) -> bool {
+    matches!(t, QType::Q4_0 | QType::Q4_1)
+}
+
 /// Every format the lane kernels can compute (for the tests).
 #[cfg(test)]
 pub fn computes(t: QType) -> bool {

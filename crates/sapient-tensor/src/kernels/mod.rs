@@ -483,7 +483,10 @@ impl QMatrix {
                     p.unpack_row(r, row);
                 }
             }
-            return QMatrix::from_bytes(self.qtype, ids.len(), self.cols, out);
+            // Packed too, so that the rows keep this matrix's arithmetic.
+            let mut g = QMatrix::from_bytes(self.qtype, ids.len(), self.cols, out)?;
+            pack_for_lanes(&mut [&mut g]);
+            return Ok(g);
         }
         let mut out = Vec::with_capacity(ids.len() * rb);
         self.with_bytes(|b| {
@@ -518,15 +521,26 @@ impl QMatrix {
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
         assert_eq!(x.len(), m * self.cols, "QMatrix::matmul: x has the wrong length");
         assert_eq!(out.len(), m * self.rows, "QMatrix::matmul: out has the wrong length");
-        let acts = QuantizedActs::new(self.qtype, x, m, self.cols);
+        let acts = QuantizedActs::for_matrix(self, x, m);
         self.matmul_quantized(&acts, out);
+    }
+
+    /// Whether this matrix's products take the lane kernels (on a CPU with them, for the
+    /// formats [`lanes::handles`]): Q4_0 and Q4_1 in GGML's layout too, the other 32-value
+    /// formats once packed ([`pack_for_lanes`]); in GGML's layout those run faster one row at
+    /// a time on the row kernels. Fixed per matrix, so its rows never mix arithmetics.
+    fn takes_lanes(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return has_lanes() && lanes::handles(self.qtype) && (self.is_packed() || lanes::unpacked(self.qtype));
+        #[cfg(not(target_arch = "x86_64"))]
+        false
     }
 
     /// Like [`matmul`](Self::matmul) with activations already quantized for this format
     /// (several matrices reading the same input share one quantization).
     pub fn matmul_quantized(&self, acts: &QuantizedActs, out: &mut [f32]) {
         let m = acts.m;
-        assert!(acts.fits(self.qtype), "activation format does not match");
+        assert!(acts.fits(self), "activation format does not match");
         assert_eq!(acts.cols, self.cols, "activation width does not match");
         assert_eq!(out.len(), m * self.rows, "QMatrix::matmul: out has the wrong length");
         let out_ptr = SendPtr(out.as_mut_ptr());
@@ -782,11 +796,11 @@ pub fn matmul_group(mats: &[&QMatrix], x: &[f32], m: usize, outs: &mut [&mut [f3
     for (i, (w, out)) in mats.iter().zip(outs.iter_mut()).enumerate() {
         assert_eq!(w.cols, cols, "matmul_group: matrices of different widths");
         assert_eq!(out.len(), m * w.rows, "matmul_group: out has the wrong length");
-        which[i] = match acts.iter().position(|a| a.as_ref().is_some_and(|a| a.fits(w.qtype))) {
+        which[i] = match acts.iter().position(|a| a.as_ref().is_some_and(|a| a.fits(w))) {
             Some(k) => k,
             None => {
                 let k = acts.iter().position(Option::is_none).unwrap_or(0);
-                acts[k] = Some(QuantizedActs::new(w.qtype, x, m, cols));
+                acts[k] = Some(QuantizedActs::for_matrix(w, x, m));
                 k
             }
         };
@@ -933,16 +947,21 @@ pub struct QuantizedActs {
 }
 
 impl QuantizedActs {
-    /// Quantize `m` rows of `cols` values for weights of format `t`. Reuses per-thread
+    /// Quantize `m` rows of `w.cols()` values for the products of `w`. Reuses per-thread
     /// buffers (returned by `Drop`), so the decode loop does not allocate.
-    pub fn new(t: QType, x: &[f32], m: usize, cols: usize) -> Self {
-        Self::with_kernels(t, x, m, cols, has_avx512() && wide_format(t))
+    pub fn for_matrix(w: &QMatrix, x: &[f32], m: usize) -> Self {
+        Self::with_kernels_lanes(w.qtype, x, m, w.cols, has_avx512() && wide_format(w.qtype), w.takes_lanes())
     }
 
-    /// Like [`new`](Self::new), laid out for the AVX-512 kernels when `wide` (which needs
-    /// [`has_avx512`]) or for the AVX2/portable ones.
+    /// Laid out for the AVX-512 kernels when `wide` (which needs [`has_avx512`]) or for the
+    /// AVX2/portable ones; the lane kernels for the formats that take them unpacked.
+    #[cfg(test)]
     fn with_kernels(t: QType, x: &[f32], m: usize, cols: usize, wide: bool) -> Self {
-        Self::with_kernels_lanes(t, x, m, cols, wide, has_lanes())
+        #[cfg(target_arch = "x86_64")]
+        let lanes = has_lanes() && lanes::handles(t) && lanes::unpacked(t);
+        #[cfg(not(target_arch = "x86_64"))]
+        let lanes = false;
+        Self::with_kernels_lanes(t, x, m, cols, wide, lanes)
     }
 
     /// [`with_kernels`](Self::with_kernels); `lanes`: the sixteen-rows kernels where they
@@ -1043,10 +1062,12 @@ impl QuantizedActs {
         s
     }
 
-    /// Whether these activations can be used with weights of format `t`: the AVX2/portable
+    /// Whether these activations can be used with the products of `w`: the AVX2/portable
     /// layouts serve every format of their kind (32-value or k-quant); the AVX-512 pair
-    /// layout carries the weight offset of its format.
-    pub fn fits(&self, t: QType) -> bool {
+    /// layout carries the weight offset of its format; the lane layout serves the matrices
+    /// that take the lane kernels.
+    pub fn fits(&self, w: &QMatrix) -> bool {
+        let t = w.qtype;
         if t.k_quant() != self.k_quant {
             return false;
         }
@@ -1062,10 +1083,14 @@ impl QuantizedActs {
             if lanes::computes(t) {
                 return lanes::offset(t) == self.off;
             }
-            return lanes::handles(t) && lanes::offset(t) == self.off;
+            return w.takes_lanes() && lanes::offset(t) == self.off;
         }
         if !self.wide {
             return true;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if w.takes_lanes() {
+            return false;
         }
         #[cfg(target_arch = "x86_64")]
         return wide_format(t) && (self.k_quant || avx512::offset(t) == self.off);

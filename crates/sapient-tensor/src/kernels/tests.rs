@@ -127,7 +127,7 @@ fn dots_match_dequantized_reference() {
             let rows = 9;
             let (m, deq) = quantized(t, rows, cols, 2 + cols as u64);
             let x = data(cols, 99);
-            let acts = QuantizedActs::new(t, &x, 1, cols);
+            let acts = QuantizedActs::for_matrix(&m, &x, 1);
             let xa = if t.k_quant() { deq_acts_q8k(acts.row_q8k(0)) } else { deq_acts_q8(acts.row_q8(0)) };
             let rb = m.row_bytes();
             m.with_bytes(|bytes| {
@@ -380,7 +380,7 @@ fn amx_kernels_match_reference_and_single_rows() {
             for (rows, m) in [(16, 2), (37, 5), (130, 8), (45, 9), (33, 17), (20, 3)] {
                 let (w, _) = quantized(t, rows, cols, 31 + cols as u64 + m as u64);
                 let x = data(m * cols, 12 + m as u64);
-                let acts = QuantizedActs::new(t, &x, m, cols);
+                let acts = QuantizedActs::for_matrix(&w, &x, m);
                 let want_amx = super::amx::use_for(t, m);
                 assert_eq!(acts.amx_g, if want_amx { super::amx::groups(t) } else { 0 });
                 let mut all = vec![0f32; m * rows];
@@ -732,6 +732,46 @@ fn lane_timing() {
                 };
                 let (a, b, c) = (time(false, &ws), time(true, &ws), time(true, &ps));
                 println!("{t:?} {rows}x{cols} m={m}: rows {a:.1} us, lanes {b:.1} us ({:.2}x), packed {c:.1} us ({:.2}x)", a / b, a / c);
+            }
+        }
+    }
+}
+
+/// `pack_for_lanes` lays a model's matrices out in one allocation: a clone sharing another's
+/// storage packs once, the other formats stay as they are, and every product and row keeps
+/// its values (the lane kernels' arithmetic, bit for bit).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn pack_for_lanes_keeps_products_and_rows() {
+    if !has_lanes() || !lanes::handles(QType::Q8_0) {
+        eprintln!("skipped: no lane kernels for Q8_0 here");
+        return;
+    }
+    let (a, _) = quantized(QType::Q8_0, 40, 96, 1);
+    let (b, _) = quantized(QType::Q5_0, 33, 64, 2);
+    let (k, _) = quantized(QType::Q6K, 20, 256, 3);
+    let tied = a.clone();
+    let before: Vec<Vec<u8>> = [&a, &b, &k].iter().map(|m| m.with_bytes(|x| x.to_vec())).collect();
+    let (mut pa, mut pb, mut pk, mut pt) = (a.clone(), b.clone(), k.clone(), tied.clone());
+    pack_for_lanes(&mut [&mut pa, &mut pb, &mut pk, &mut pt]);
+    assert!(pa.is_packed() && pb.is_packed() && pt.is_packed() && !pk.is_packed());
+    match (&pa.storage, &pt.storage) {
+        (Storage::Lanes(x), Storage::Lanes(y)) => assert!(Arc::ptr_eq(x, y), "a tied clone was packed twice"),
+        _ => unreachable!(),
+    }
+    for (m, raw) in [&pa, &pb, &pk].into_iter().zip(&before) {
+        assert!(m.with_bytes(|x| x == &raw[..]), "{:?}: bytes changed", m.qtype());
+        for rows in [1, 5, 19] {
+            let x = data(rows * m.cols(), rows as u64);
+            let mut got = vec![0f32; rows * m.rows()];
+            m.matmul(&x, rows, &mut got);
+            let acts = QuantizedActs::for_matrix(m, &x, rows);
+            let rb = m.row_bytes();
+            for i in 0..rows {
+                for j in 0..m.rows() {
+                    let want = if m.is_packed() { lanes::reference(m.qtype(), &raw[j * rb..(j + 1) * rb], acts.row_q8(i)) } else { got[i * m.rows() + j] };
+                    assert_eq!(got[i * m.rows() + j].to_bits(), want.to_bits(), "{:?} x{rows} ({i},{j})", m.qtype());
+                }
             }
         }
     }
