@@ -241,6 +241,35 @@ unsafe fn rd32(p: *const i8) -> i32 {
     std::ptr::read_unaligned(p as *const i32)
 }
 
+/// One block `b` of sixteen weight rows (`w`, scales `dw`, minimums `mw`) into the `R`
+/// activation rows' accumulators: the exact integer sum, then the fused multiply-add.
+#[inline(always)]
+unsafe fn block<F: Fmt, const R: usize>(w: &[__m512i; 8], dw: __m512, mw: __m512, b: usize, acts: &[*const BlockQ8; R], corr: &[*const i32; R], acc: &mut [__m512; R], accm: &mut [__m512; R]) {
+    for r in 0..R {
+        let a = &*acts[r].add(b);
+        let mut s = if F::OFF != 0 { _mm512_set1_epi32(*corr[r].add(b)) } else { _mm512_setzero_si512() };
+        let q = a.qs.as_ptr();
+        for k in 0..8 {
+            s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(rd32(q.add(4 * k))));
+        }
+        let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[r]);
+        if F::HAS_M {
+            accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s), accm[r]);
+        }
+    }
+}
+
+/// The `nvalid` outputs of each activation row.
+#[inline(always)]
+unsafe fn store<F: Fmt, const R: usize>(acc: &[__m512; R], accm: &[__m512; R], nvalid: usize, outs: &[*mut f32; R]) {
+    let mask: __mmask16 = if nvalid >= 16 { 0xffff } else { (1u16 << nvalid) - 1 };
+    for r in 0..R {
+        let v = if F::HAS_M { _mm512_add_ps(acc[r], accm[r]) } else { acc[r] };
+        _mm512_mask_storeu_ps(outs[r], mask, v);
+    }
+}
+
 /// Sixteen weight rows starting at `p` (`nvalid` of them real; the others repeat the last and
 /// are not stored) against `R` activation rows: `outs[r][n]` for row `n`.
 #[inline(always)]
@@ -266,25 +295,9 @@ unsafe fn group<F: Fmt, const R: usize>(p: *const u8, rb: usize, nvalid: usize, 
         let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
         let mw = if F::HAS_M { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(hdr))) } else { _mm512_setzero_ps() };
         let w = F::weights(base, &offs, voffs);
-        for r in 0..R {
-            let a = &*acts[r].add(b);
-            let mut s = if F::OFF != 0 { _mm512_set1_epi32(*corr[r].add(b)) } else { _mm512_setzero_si512() };
-            let q = a.qs.as_ptr();
-            for k in 0..8 {
-                s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(rd32(q.add(4 * k))));
-            }
-            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[r]);
-            if F::HAS_M {
-                accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s), accm[r]);
-            }
-        }
+        block::<F, R>(&w, dw, mw, b, &acts, &corr, &mut acc, &mut accm);
     }
-    let mask: __mmask16 = if nvalid >= 16 { 0xffff } else { (1u16 << nvalid) - 1 };
-    for r in 0..R {
-        let v = if F::HAS_M { _mm512_add_ps(acc[r], accm[r]) } else { acc[r] };
-        _mm512_mask_storeu_ps(outs[r], mask, v);
-    }
+    store::<F, R>(&acc, &accm, nvalid, &outs);
 }
 
 /// Dispatch on the number of activation rows (1..=PASS).
@@ -397,25 +410,9 @@ unsafe fn group_packed<F: Fmt, const R: usize>(gp: *const u8, dist: usize, nvali
             (_mm512_cvtph_ps(_mm256_loadu_si256(sp as *const __m256i)), _mm512_setzero_ps())
         };
         let w = F::packed(pair.add(j * F::QB), pair.add(2 * F::QB + j * F::QH));
-        for r in 0..R {
-            let a = &*acts[r].add(b);
-            let mut s = if F::OFF != 0 { _mm512_set1_epi32(*corr[r].add(b)) } else { _mm512_setzero_si512() };
-            let q = a.qs.as_ptr();
-            for k in 0..8 {
-                s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(rd32(q.add(4 * k))));
-            }
-            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[r]);
-            if F::HAS_M {
-                accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s), accm[r]);
-            }
-        }
+        block::<F, R>(&w, dw, mw, b, &acts, &corr, &mut acc, &mut accm);
     }
-    let mask: __mmask16 = if nvalid >= 16 { 0xffff } else { (1u16 << nvalid) - 1 };
-    for r in 0..R {
-        let v = if F::HAS_M { _mm512_add_ps(acc[r], accm[r]) } else { acc[r] };
-        _mm512_mask_storeu_ps(outs[r], mask, v);
-    }
+    store::<F, R>(&acc, &accm, nvalid, &outs);
 }
 
 /// [`range_of`] on packed weights (`w`: groups of `gb` bytes).
