@@ -126,7 +126,8 @@ struct GenOpts {
     /// cpu, cuda, cuda:N, metal, auto.
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// Activation dtype: f32, bf16 or f16 (default: f32 on CPU, bf16 on CUDA).
+    /// Activation dtype: f32, bf16 or f16 (default: f32 on CPU, bf16 on CUDA; LLMs run on
+    /// the CPU with f32 only so far).
     #[arg(long)]
     dtype: Option<String>,
     /// A chat template (Jinja file) to use instead of the model's own.
@@ -233,13 +234,11 @@ impl GenOpts {
             Some("f16") => Some(candle_core::DType::F16),
             Some(other) => anyhow::bail!("unknown dtype '{other}' (f32, bf16, f16)"),
         };
-        // SAPIENT_CANDLE_FORWARD: the candle-op forward pass, for comparisons.
-        let candle_forward = std::env::var_os("SAPIENT_CANDLE_FORWARD").is_some();
         let chat_template = match &self.chat_template {
             Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
             None => None,
         };
-        let opts = PipelineOptions { device, max_seq_len: self.ctx, dtype, kernels: None, candle_forward, engine: None, limits: Default::default(), chat_template };
+        let opts = PipelineOptions { device, max_seq_len: self.ctx, dtype, kernels: None, engine: None, limits: Default::default(), chat_template };
         let mut bars = Bars::default();
         let pipe = Pipeline::load(&self.model, opts, |p| bars.update(p))
             .with_context(|| format!("loading model '{}'", self.model))?;

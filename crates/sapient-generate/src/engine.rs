@@ -259,14 +259,13 @@ pub struct Engine {
 
 impl Engine {
     /// An engine over `pipeline`'s model (the weights are shared, not copied; the engine has
-    /// its own KV cache). Fails when the model has no batched forward (see
-    /// [`sapient_llama::LlamaModel::supports_batches`]) or the options make no sense.
+    /// its own KV cache). Fails when the options make no sense.
     pub fn new(pipeline: &Model, opts: EngineOptions) -> Result<Self> {
         Self::start(pipeline, None, opts)
     }
 
     /// An engine whose requests with [`GenerationConfig::draft`] speculate with `draft`, a
-    /// smaller model with the same vocabulary and a batched forward (loaded on its own: not
+    /// smaller model with the same vocabulary (loaded on its own: not
     /// `pipeline` itself). The draft gets a KV cache of its own under the same options.
     pub fn with_draft(pipeline: &Model, draft: &Model, opts: EngineOptions) -> Result<Self> {
         if pipeline.same_model(draft) {
@@ -286,17 +285,11 @@ impl Engine {
         }
         let kv = {
             let inner = pipeline.lock_inner()?;
-            if !inner.model.supports_batches() {
-                return Err(sapient_llama::Error::NoBatchedForward.into());
-            }
             inner.model.new_kv_cache(opts.kv)?
         };
         let draft = match draft {
             Some(d) => {
                 let inner = d.lock_inner()?;
-                if !inner.model.supports_batches() {
-                    return Err(sapient_llama::Error::NoBatchedForward.into());
-                }
                 let kv = inner.model.new_kv_cache(opts.kv)?;
                 Some(Draft { model: d.clone(), kv, logits: Vec::new() })
             }

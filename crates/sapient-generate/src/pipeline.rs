@@ -21,14 +21,13 @@ pub struct PipelineOptions {
     /// length, capped at 8192 to keep the cache small on a laptop.
     pub max_seq_len: Option<usize>,
     /// Activation dtype; `None`: the device's default (f32 on CPU, bf16 on CUDA, f16 on Metal).
+    /// LLMs run on the CPU backend with f32 only so far: another device or dtype is
+    /// [`sapient_llama::Error::NoBackend`] (`auto` is the CPU).
     pub dtype: Option<candle_core::DType>,
     /// The CPU kernels' options (threads, instruction sets, prefetching, huge pages). They
     /// are process-wide: the first model loaded (or the first product) fixes them, and a
     /// different set later is an error. `None`: whatever is in force (the defaults).
     pub kernels: Option<sapient_tensor::kernels::KernelOptions>,
-    /// Run the candle-op forward pass even where the plain-buffer CPU path could (for
-    /// comparisons; it has no batched forward, so no engine).
-    pub candle_forward: bool,
     /// The engine behind [`Pipeline::generate`] and [`Pipeline::chat`] (made on first use).
     /// `None`: room in the KV cache for two full contexts, so that the pipeline's own
     /// conversation stays cached while another thread's call runs beside it.
@@ -126,7 +125,15 @@ impl Pipeline {
             sapient_tensor::kernels::configure(k.clone())?;
         }
         progress(Progress::Loading { progress: 0.0 });
-        let device = opts.device.open()?;
+        // LLMs run on the CPU backend only so far: `auto` means the CPU, an accelerator is an
+        // error naming it (before any attempt to open it).
+        let device = match opts.device {
+            DeviceRequest::Cpu | DeviceRequest::Auto => candle_core::Device::Cpu,
+            DeviceRequest::Cuda(n) | DeviceRequest::Metal(n) => {
+                let kind = if matches!(opts.device, DeviceRequest::Cuda(_)) { "cuda" } else { "metal" };
+                return Err(sapient_llama::Error::NoBackend { what: format!("device {kind}:{n}") }.into());
+            }
+        };
         let dtype = opts.dtype.unwrap_or_else(|| sapient_tensor::activation_dtype(&device));
         let (model, tokenizer, path, cfg) = match source {
             Source::Gguf(path) => {
@@ -149,10 +156,6 @@ impl Pipeline {
         let mut tokenizer = tokenizer;
         if let Some(t) = &opts.chat_template {
             tokenizer.set_chat_template(t)?;
-        }
-        let mut model = model;
-        if opts.candle_forward {
-            model.set_cpu_kernels(false)?;
         }
         progress(Progress::Loading { progress: 1.0 });
         let info = ModelInfo {

@@ -223,6 +223,23 @@ fn a_model_over_the_memory_limit_is_an_error() {
     }
 }
 
+/// LLMs have only the CPU backend so far: an accelerator or another activation dtype is an
+/// error naming it, whether or not this build can open the device.
+#[test]
+fn devices_without_a_backend_are_named() {
+    for (device, dtype, want) in [
+        (sapient_tensor::DeviceRequest::Cuda(1), None, "cuda:1"),
+        (sapient_tensor::DeviceRequest::Metal(0), None, "metal:0"),
+        (sapient_tensor::DeviceRequest::Cpu, Some(candle_core::DType::F16), "f16"),
+    ] {
+        let opts = PipelineOptions { device, dtype, ..Default::default() };
+        match Pipeline::load("smollm2-135m-instruct", opts, |_| {}) {
+            Err(e) => assert!(e.to_string().contains(want) && e.to_string().contains("no LLM backend"), "{e}"),
+            Ok(_) => panic!("{want}: loaded without a backend"),
+        }
+    }
+}
+
 #[test]
 fn a_reasoning_budget_closes_the_think_block() -> Result<()> {
     let p = pipeline();

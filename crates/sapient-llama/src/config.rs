@@ -14,7 +14,7 @@ pub enum Arch {
     Phi3,
     /// Gemma 3: embeddings scaled by sqrt(d), norms before and after attention and MLP,
     /// per-head q/k RMSNorm, GeGLU (tanh GELU), interleaved sliding-window and global layers
-    /// with their own RoPE bases. GGUF only, on the CPU kernel path.
+    /// with their own RoPE bases. GGUF only.
     Gemma3,
     /// Qwen3: Qwen2's layout with per-head q/k RMSNorm and no QKV bias.
     Qwen3,
@@ -284,18 +284,6 @@ impl LlamaConfig {
             Some(flags) if !flags.get(i).copied().unwrap_or(false) => None,
             _ => self.sliding_window,
         }
-    }
-
-    /// Whether this configuration needs the plain-buffer CPU forward pass (the candle ops
-    /// path runs the LLaMA layout only).
-    pub fn needs_cpu_path(&self) -> bool {
-        self.post_norms
-            || self.embed_scale.is_some()
-            || self.activation != Activation::Silu
-            || self.sliding_window_layers.is_some()
-            || self.rope_theta_swa.is_some()
-            || self.attn_scale.is_some()
-            || self.final_logit_softcap.is_some()
     }
 
     /// Read an HF `config.json`.

@@ -1,56 +1,173 @@
-//! The CPU forward pass on plain buffers.
+//! The CPU backend: the operations of [`Backend`] on plain f32 buffers.
 //!
-//! On the CPU a decode step is a few hundred small operations; going through candle costs an
-//! allocation and a dispatch for each, which is several milliseconds per token for small
-//! models. This path runs the same transformer on preallocated f32 buffers with the
-//! quantized kernels of `sapient_tensor::kernels` (threaded over the kernel pool), RMSNorm,
-//! RoPE, SwiGLU and attention written out directly, over the paged KV cache (`kv.rs`) in
-//! f16 as llama.cpp keeps it: values `[slot][kv head][head dim]`, keys transposed per block
+//! On the CPU a decode step is a few hundred small operations; going through a tensor library
+//! costs an allocation and a dispatch for each, which is several milliseconds per token for
+//! small models. This backend runs them on preallocated `Vec<f32>` rows with the kernels of
+//! `sapient_tensor::kernels` (threaded over the kernel pool), RMSNorm, RoPE, the gated
+//! activations and attention written out directly, over the paged KV cache (`kv.rs`) in f16
+//! as llama.cpp keeps it: values `[slot][kv head][head dim]`, keys transposed per block
 //! (`[block][kv head x head dim][position in block]`) so that the attention kernels score 16
 //! positions per vector without horizontal sums.
 //!
-//! Short batches (decode, speculative verification) use the quantized kernels, whose results
-//! do not depend on how rows are batched; attention's arithmetic is per row too (the queries
-//! of a head group, and neighbouring rows, share each key read). So a batch of tokens gives
+//! Weights ([`Mat`]): GGML blocks with a kernel (Q4_0 to Q8_0, Q4_K to Q6_K) stay as they are
+//! for the quantized kernels; dense weights (f32, f16, bf16 from safetensors or GGUF) are
+//! prepacked for the AMX-BF16 products ([`kernels::DenseMatrix`], close to f32 accuracy,
+//! f16 kept in f16) or, without AMX-BF16, kept in f32 for [`kernels::matmul_f32`]; the GGML
+//! formats without a kernel (Q2_K, Q3_K, Q8_1, Q8_K) are requantized to Q8_0 at load.
+//!
+//! Every row's result can be made independent of the batch (`exact`): the quantized kernels
+//! compute each row as alone, the AMX product too, and without AMX the f32 product runs 8
+//! rows at a time by dot products; attention's arithmetic is per row too (the queries of a
+//! head group, and neighbouring rows, share each key read). So a batch of tokens gives
 //! bit-identical logits to the same tokens fed one at a time. With the AVX-512 kernels long
-//! batches (prefill) use them too, so the whole forward is row-invariant: a reused prefix
-//! gives the logits a fresh prompt gives. Without AVX-512, batches of 32 tokens or more use a
-//! dequantized f32 GEMM through the layer's `Linear` (`weights::dense_prefill_rows`).
+//! batches (prefill) stay on the quantized kernels, so the whole forward is row-invariant: a
+//! reused prefix gives the logits a fresh prompt gives. Without AVX-512, prefill batches of
+//! 32 tokens or more outside `exact` use a dequantized f32 GEMM through the layer's `Linear`
+//! (`weights::dense_prefill_rows`), and dense f32 weights the GEMM of `matmul_f32`.
 
-use candle_core::{Device, Module, Tensor};
-use sapient_tensor::kernels::{self, pool, QMatrix, SendPtr as OutPtr};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+use sapient_tensor::kernels::{self, pool, DenseMatrix, QMatrix, SendPtr as OutPtr};
 use sapient_tensor::weights::dense_prefill_rows;
-use sapient_tensor::Linear;
+use sapient_tensor::{Linear, Weight};
 use std::cell::RefCell;
+use std::sync::Arc;
 
+use crate::backend::{Backend, Dims, RopeTable, Seg, Step};
 use crate::config::Activation;
 use crate::kv::KvCache;
-use crate::{BatchSeq, Error, Logits, Result};
+use crate::{Error, Result};
+
+/// Rows per call of the f32 dot-product kernel in row-invariant products
+/// ([`kernels::matmul_f32`] computes up to 8 rows by dot products, more by a GEMM whose
+/// sums run in another order).
+const F32_DOT_ROWS: usize = 8;
+
+/// A weight matrix `[rows, cols]` as the CPU backend multiplies it.
+pub(crate) enum Mat {
+    /// GGML blocks for the quantized kernels, and on machines without the AVX-512 kernels
+    /// the same weight as a [`Linear`] for the dense prefill GEMM (with them it is never
+    /// used, and the blocks are dropped once the kernels' copy is packed).
+    Quant { k: QMatrix, linear: Option<Linear> },
+    /// Dense weights prepacked for AMX-BF16 products at close to f32 accuracy (f16 weights
+    /// kept in f16). Each row's result depends on its own input only, so it is the same in
+    /// any batch.
+    Amx(DenseMatrix),
+    /// Dense f32 weights (machines without AMX-BF16), for [`kernels::matmul_f32`].
+    F32 { w: Vec<f32>, rows: usize, cols: usize },
+}
+
+/// Dense values of a weight: f16 kept as bits (AMX takes them as they are), the rest f32.
+enum DenseValues {
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+}
+
+fn dense_values(t: &Tensor) -> Result<DenseValues> {
+    let t = t.flatten_all()?;
+    Ok(match t.dtype() {
+        DType::F16 => DenseValues::F16(t.to_vec1::<half::f16>()?.into_iter().map(|x| x.to_bits()).collect()),
+        _ => DenseValues::F32(t.to_dtype(DType::F32)?.to_vec1::<f32>()?),
+    })
+}
+
+impl Mat {
+    /// The CPU backend's form of a loaded `[rows, cols]` weight named `name`: quantized formats
+    /// with a kernel as they are; dense ones (f32, f16, bf16: safetensors, or GGUF F32/F16/BF16
+    /// tensors) for the dense kernels; other GGML formats (Q2_K, Q3_K, Q8_1, Q8_K)
+    /// requantized to Q8_0 once here.
+    pub(crate) fn from_weight(w: Weight, name: &str) -> Result<Self> {
+        let (rows, cols) = match w.shape() {
+            &[r, c] => (r, c),
+            other => return Err(Error::Config(format!("{name}: a matrix must be 2-D, not of shape {other:?}"))),
+        };
+        let q = match w {
+            Weight::Dense(t) => return Ok(Self::dense(dense_values(&t)?, rows, cols)),
+            Weight::Quantized(q) => q,
+        };
+        if let Some(k) = QMatrix::from_qtensor(&q) {
+            return Self::quant(k, q);
+        }
+        match q.dtype() {
+            GgmlDType::F16 => {
+                let t = q.dequantize_f16(&Device::Cpu)?;
+                return Ok(Self::dense(dense_values(&t)?, rows, cols));
+            }
+            GgmlDType::F32 | GgmlDType::BF16 => {
+                let t = q.dequantize(&Device::Cpu)?;
+                return Ok(Self::dense(dense_values(&t)?, rows, cols));
+            }
+            _ => {}
+        }
+        if !cols.is_multiple_of(32) {
+            return Err(Error::Config(format!(
+                "{name}: {:?} has no CPU kernel, and its {cols} columns cannot be requantized to Q8_0 (blocks of 32)",
+                q.dtype()
+            )));
+        }
+        tracing::info!("{name}: {:?} has no CPU kernel; requantized to Q8_0 at load", q.dtype());
+        let t = q.dequantize(&Device::Cpu)?;
+        let q8 = Arc::new(QTensor::quantize(&t, GgmlDType::Q8_0)?);
+        match QMatrix::from_qtensor(&q8) {
+            Some(k) => Self::quant(k, q8),
+            None => Err(Error::Internal("a Q8_0 matrix has no kernel")),
+        }
+    }
+
+    fn quant(k: QMatrix, q: Arc<QTensor>) -> Result<Self> {
+        let linear = if dense_prefill_rows() == usize::MAX { None } else { Some(Linear::new(Weight::Quantized(q), None)?) };
+        Ok(Self::Quant { k, linear })
+    }
+
+    fn dense(v: DenseValues, rows: usize, cols: usize) -> Self {
+        match v {
+            DenseValues::F32(w) if kernels::has_amx_bf16() => Self::Amx(DenseMatrix::from_f32(&w, rows, cols)),
+            DenseValues::F16(w) if kernels::has_amx_bf16() => Self::Amx(DenseMatrix::from_f16_bits(&w, rows, cols)),
+            DenseValues::F32(w) => Self::F32 { w, rows, cols },
+            DenseValues::F16(w) => Self::F32 { w: w.into_iter().map(|b| half::f16::from_bits(b).to_f32()).collect(), rows, cols },
+        }
+    }
+
+    pub(crate) fn rows(&self) -> usize {
+        match self {
+            Self::Quant { k, .. } => k.rows(),
+            Self::Amx(d) => d.rows(),
+            Self::F32 { rows, .. } => *rows,
+        }
+    }
+    pub(crate) fn cols(&self) -> usize {
+        match self {
+            Self::Quant { k, .. } => k.cols(),
+            Self::Amx(d) => d.cols(),
+            Self::F32 { cols, .. } => *cols,
+        }
+    }
+}
 
 /// One linear layer as the CPU path uses it.
 pub(crate) struct Lin {
-    pub(crate) linear: Linear,
-    kernel: QMatrix,
+    mat: Mat,
     bias: Option<Vec<f32>>,
 }
 
 impl Lin {
-    pub(crate) fn new(linear: &Linear) -> Result<Option<Self>> {
-        let Some(kernel) = linear.kernel().cloned() else {
-            return Ok(None);
-        };
-        let bias = match linear.bias() {
-            Some(b) => Some(b.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
-            None => None,
-        };
-        Ok(Some(Self {
-            linear: linear.clone(),
-            kernel,
-            bias,
-        }))
+    pub(crate) fn new(mat: Mat, bias: Option<Vec<f32>>) -> Result<Self> {
+        if bias.as_ref().is_some_and(|b| b.len() != mat.rows()) {
+            return Err(Error::Internal("a bias does not match its matrix"));
+        }
+        Ok(Self { mat, bias })
     }
     pub(crate) fn out(&self) -> usize {
-        self.kernel.rows()
+        self.mat.rows()
+    }
+    pub(crate) fn input(&self) -> usize {
+        self.mat.cols()
+    }
+    fn quant(&self) -> Option<&QMatrix> {
+        match &self.mat {
+            Mat::Quant { k, .. } => Some(k),
+            _ => None,
+        }
     }
 
     /// Add the bias (if any) to every `out()`-wide row of `out`.
@@ -64,35 +181,57 @@ impl Lin {
         }
     }
 
-    /// `out = x @ W^T + b` for `n` rows. `exact`: always the quantized kernels, whose rows
-    /// do not depend on the batch (else long batches may take the dense GEMM).
+    /// `out = x @ W^T + b` for `n` rows. `exact`: every row computed as it is alone (the
+    /// quantized kernels, the AMX product, or the f32 dot products), so that rows do not
+    /// depend on the batch; else long batches may take a dense GEMM.
     fn run(&self, x: &[f32], n: usize, exact: bool, out: &mut [f32]) -> Result<()> {
-        let rows = self.kernel.rows();
-        if exact || n < dense_prefill_rows() {
-            self.kernel.matmul(x, n, &mut out[..n * rows]);
-            self.add_bias(&mut out[..n * rows]);
-        } else {
-            // Prefill: the Linear's dense GEMM path (dequantized weight), bias included.
-            let t = Tensor::from_slice(x, (n, self.kernel.cols()), &Device::Cpu)?;
-            let y = self.linear.forward(&t)?.flatten_all()?.to_vec1::<f32>()?;
-            out[..n * rows].copy_from_slice(&y);
+        let rows = self.out();
+        let out = &mut out[..n * rows];
+        match &self.mat {
+            Mat::Quant { k, linear } => match linear {
+                Some(linear) if !exact && n >= dense_prefill_rows() => {
+                    // Prefill without the AVX-512 kernels: the Linear's dense GEMM on the
+                    // dequantized weight.
+                    let t = Tensor::from_slice(x, (n, k.cols()), &Device::Cpu)?;
+                    let y = linear.forward(&t)?.flatten_all()?.to_vec1::<f32>()?;
+                    out.copy_from_slice(&y);
+                }
+                _ => k.matmul(x, n, out),
+            },
+            Mat::Amx(d) => {
+                // The bias is added in the product, while each block of sums is in cache.
+                d.matmul(x, n, self.bias.as_deref(), out);
+                return Ok(());
+            }
+            Mat::F32 { w, cols, .. } => {
+                if exact || n <= F32_DOT_ROWS {
+                    for (xs, os) in x[..n * cols].chunks(F32_DOT_ROWS * cols).zip(out.chunks_mut(F32_DOT_ROWS * rows)) {
+                        kernels::matmul_f32(w, rows, *cols, xs, xs.len() / cols, os);
+                    }
+                } else {
+                    kernels::matmul_f32(w, rows, *cols, x, n, out);
+                }
+            }
         }
+        self.add_bias(out);
         Ok(())
     }
 }
 
 /// Several linear layers of the same input (q, k, v or gate, up) in one dispatch on the
-/// kernel pool; the results are those of separate [`Lin::run`] calls.
+/// kernel pool when they are all quantized; the results are those of separate [`Lin::run`]
+/// calls.
 fn run_group(lins: &[&Lin], x: &[f32], n: usize, exact: bool, outs: &mut [&mut [f32]]) -> Result<()> {
-    if !exact && n >= dense_prefill_rows() {
+    let all_quant = lins.iter().all(|l| l.quant().is_some());
+    if !all_quant || (!exact && n >= dense_prefill_rows()) {
         for (l, o) in lins.iter().zip(outs.iter_mut()) {
-            l.run(x, n, false, o)?;
+            l.run(x, n, exact, o)?;
         }
         return Ok(());
     }
     // Fixed arrays: no allocation per token.
     let k = lins.len().min(kernels::MAX_GROUP);
-    let mats: [&QMatrix; kernels::MAX_GROUP] = std::array::from_fn(|i| &lins[i.min(k - 1)].kernel);
+    let mats: [&QMatrix; kernels::MAX_GROUP] = std::array::from_fn(|i| lins[i.min(k - 1)].quant().expect("checked above"));
     let mut parts: [&mut [f32]; kernels::MAX_GROUP] = Default::default();
     for (p, (o, l)) in parts.iter_mut().zip(outs.iter_mut().zip(lins)) {
         *p = &mut o[..n * l.out()];
@@ -104,92 +243,70 @@ fn run_group(lins: &[&Lin], x: &[f32], n: usize, exact: bool, outs: &mut [&mut [
     Ok(())
 }
 
-// One per layer, built at load: the size of the separate variant does not matter.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum LinQkv {
-    Separate(Lin, Lin, Lin),
-    Fused(Lin),
+/// The token embedding rows.
+pub(crate) enum Embed {
+    Quant(QMatrix),
+    F32(Vec<f32>),
+    /// f16 bits (an F16 tensor) or the upper half of f32 bits (BF16), `[vocab, hidden]`.
+    F16(Vec<u16>),
+    Bf16(Vec<u16>),
 }
 
-pub(crate) enum LinGateUp {
-    Separate(Lin, Lin),
-    Fused(Lin),
-}
-
-pub(crate) struct CpuLayer {
-    pub(crate) attn_norm: Vec<f32>,
-    pub(crate) ffn_norm: Vec<f32>,
-    pub(crate) qkv: LinQkv,
-    pub(crate) o: Lin,
-    pub(crate) gate_up: LinGateUp,
-    pub(crate) down: Lin,
-    pub(crate) extra: LayerExtra,
-}
-
-/// What a layer has beyond the LLaMA layout (Gemma 3, Qwen3).
-#[derive(Default)]
-pub(crate) struct LayerExtra {
-    /// Per-head RMSNorm weights of queries and keys (`head_dim` values each).
-    pub(crate) q_norm: Option<Vec<f32>>,
-    pub(crate) k_norm: Option<Vec<f32>>,
-    /// RMSNorm of the attention and MLP outputs before the residual adds them.
-    pub(crate) post_attn_norm: Option<Vec<f32>>,
-    pub(crate) post_ffn_norm: Option<Vec<f32>>,
-    /// This layer's sliding window (`None`: it sees every earlier position).
-    pub(crate) window: Option<usize>,
-    /// This layer uses the second RoPE table (the sliding-window layers' base).
-    pub(crate) rope_swa: bool,
-}
-
-impl CpuLayer {
-    pub(crate) fn new(attn_norm: Vec<f32>, ffn_norm: Vec<f32>, qkv: LinQkv, o: Lin, gate_up: LinGateUp, down: Lin, extra: LayerExtra) -> Self {
-        Self {
-            attn_norm,
-            ffn_norm,
-            qkv,
-            o,
-            gate_up,
-            down,
-            extra,
+impl Embed {
+    /// The embedding matrix from a loaded `[vocab, hidden]` weight; the matrix itself too, for a
+    /// tied output layer.
+    pub(crate) fn from_weight(w: &Weight, name: &str) -> Result<Self> {
+        let q = match w {
+            Weight::Quantized(q) => q,
+            Weight::Dense(t) => {
+                let flat = t.flatten_all()?;
+                return Ok(match t.dtype() {
+                    DType::F16 => Self::F16(flat.to_vec1::<half::f16>()?.into_iter().map(|x| x.to_bits()).collect()),
+                    DType::BF16 => Self::Bf16(flat.to_vec1::<half::bf16>()?.into_iter().map(|x| x.to_bits()).collect()),
+                    _ => Self::F32(flat.to_dtype(DType::F32)?.to_vec1::<f32>()?),
+                });
+            }
+        };
+        if let Some(k) = QMatrix::from_qtensor(q) {
+            return Ok(Self::Quant(k));
+        }
+        match q.dtype() {
+            GgmlDType::F16 => Self::from_weight(&Weight::Dense(q.dequantize_f16(&Device::Cpu)?), name),
+            GgmlDType::BF16 => Self::from_weight(&Weight::Dense(q.dequantize(&Device::Cpu)?.to_dtype(DType::BF16)?), name),
+            GgmlDType::F32 => Self::from_weight(&Weight::Dense(q.dequantize(&Device::Cpu)?), name),
+            _ => match Mat::from_weight(Weight::Quantized(q.clone()), name)? {
+                Mat::Quant { k, .. } => Ok(Self::Quant(k)),
+                _ => Err(Error::Internal("a requantized embedding is not quantized")),
+            },
         }
     }
-}
 
-/// Shapes and constants of the forward pass.
-pub(crate) struct Dims {
-    pub hidden: usize,
-    pub inter: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    pub rope_dim: usize,
-    pub interleaved: bool,
-    pub eps: f32,
-    pub vocab: usize,
-    /// Attention scores scale.
-    pub attn_scale: f32,
-    /// Embedding rows multiplied by this (Gemma).
-    pub embed_scale: Option<f32>,
-    pub activation: Activation,
-    /// Final logits become `cap * tanh(logits / cap)`.
-    pub softcap: Option<f32>,
-}
+    /// Row `t` (`out.len()` values).
+    fn row(&self, t: usize, out: &mut [f32]) {
+        let h = out.len();
+        match self {
+            Self::Quant(k) => k.dequantize_row(t, out),
+            Self::F32(v) => out.copy_from_slice(&v[t * h..(t + 1) * h]),
+            Self::F16(v) => {
+                for (o, &b) in out.iter_mut().zip(&v[t * h..(t + 1) * h]) {
+                    *o = half::f16::from_bits(b).to_f32();
+                }
+            }
+            Self::Bf16(v) => {
+                for (o, &b) in out.iter_mut().zip(&v[t * h..(t + 1) * h]) {
+                    *o = f32::from_bits((b as u32) << 16);
+                }
+            }
+        }
+    }
 
-pub(crate) struct CpuModel {
-    pub(crate) dims: Dims,
-    pub(crate) layers: Vec<CpuLayer>,
-    pub(crate) norm: Vec<f32>,
-    pub(crate) output: Lin,
-    /// Embedding rows: the kernel matrix when its format has one, else candle's.
-    pub(crate) embed: Option<QMatrix>,
-    /// `[max_seq][rope_dim / 2]`
-    pub(crate) cos: Vec<f32>,
-    pub(crate) sin: Vec<f32>,
-    /// The sliding-window layers' tables, when their RoPE base differs.
-    pub(crate) rope_swa: Option<(Vec<f32>, Vec<f32>)>,
-    buf: Bufs,
-    /// Logits for only some tokens (see [`CpuModel::restrict_output`]).
-    restricted: Option<Restricted>,
+    fn rows(&self, h: usize) -> usize {
+        match self {
+            Self::Quant(k) => k.rows(),
+            Self::F32(v) => v.len() / h.max(1),
+            Self::F16(v) | Self::Bf16(v) => v.len() / h.max(1),
+        }
+    }
 }
 
 /// An output layer computing the logits of the first `head.rows()` tokens and of `extra`
@@ -199,43 +316,6 @@ struct Restricted {
     extra_ids: Vec<usize>,
     extra: Option<QMatrix>,
     tmp: Vec<f32>,
-}
-
-#[derive(Default)]
-struct Bufs {
-    x: Vec<f32>,
-    xn: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    qkv: Vec<f32>,
-    att: Vec<f32>,
-    y: Vec<f32>,
-    g: Vec<f32>,
-    u: Vec<f32>,
-    gu: Vec<f32>,
-    /// Per row: position and cache slot.
-    pos: Vec<usize>,
-    slot: Vec<usize>,
-    /// Per sequence of the batch, and their block tables one after another.
-    segs: Vec<Seg>,
-    tabs: Vec<u32>,
-    /// Rows whose logits are wanted.
-    out_rows: Vec<usize>,
-    units: Vec<usize>,
-    /// This step's keys as f16 bits, before they go to their slots.
-    kh: Vec<u16>,
-}
-
-/// One sequence's rows in a batch: rows `row0..row0 + n` at positions `start..start + n`,
-/// its block table at `tabs[tab0..tab0 + tabn]`.
-#[derive(Clone, Copy)]
-struct Seg {
-    row0: usize,
-    n: usize,
-    start: usize,
-    tab0: usize,
-    tabn: usize,
 }
 
 fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
@@ -278,196 +358,201 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-impl CpuModel {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        dims: Dims,
-        layers: Vec<CpuLayer>,
-        norm: Vec<f32>,
-        output: Lin,
-        embed: Option<QMatrix>,
-        cos: Vec<f32>,
-        sin: Vec<f32>,
-        rope_swa: Option<(Vec<f32>, Vec<f32>)>,
-    ) -> Self {
-        Self {
-            dims,
-            layers,
-            norm,
-            output,
-            embed,
-            cos,
-            sin,
-            rope_swa,
-            buf: Bufs::default(),
-            restricted: None,
+/// The CPU backend: activations in `Vec<f32>`, the kernels of `sapient_tensor::kernels`
+/// threaded over its pool, the KV cache in f16.
+pub(crate) struct Cpu {
+    dims: Dims,
+    /// `[max_seq][rope_dim / 2]`
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    /// The sliding-window layers' tables, when their RoPE base differs.
+    rope_swa: Option<(Vec<f32>, Vec<f32>)>,
+    /// Logits for only some tokens (see [`Backend::restrict_logits`]).
+    restricted: Option<Restricted>,
+    /// Attention's work units per sequence.
+    units: Vec<usize>,
+    /// This step's keys as f16 bits, before they go to their slots.
+    kh: Vec<u16>,
+}
+
+type Tables = (Vec<f32>, Vec<f32>);
+
+impl Cpu {
+    /// A backend for a model of shapes `dims`, with its RoPE tables (cosines and sines,
+    /// `[position][rope_dim / 2]`) and those of the sliding-window layers when they differ.
+    pub(crate) fn new(dims: Dims, rope: Tables, rope_swa: Option<Tables>) -> Result<Self> {
+        let half = dims.rope_dim / 2;
+        let (cos, sin) = rope;
+        if cos.len() != sin.len() || half == 0 || !cos.len().is_multiple_of(half) {
+            return Err(Error::Internal("rope tables do not match the rope dimension"));
+        }
+        if let Some((c, s)) = &rope_swa {
+            if c.len() != cos.len() || s.len() != sin.len() {
+                return Err(Error::Internal("the sliding-window rope tables do not match the others"));
+            }
+        }
+        Ok(Self { dims, cos, sin, rope_swa, restricted: None, units: Vec::new(), kh: Vec::new() })
+    }
+}
+
+impl Backend for Cpu {
+    type Buf = Vec<f32>;
+    type Lin = Lin;
+    type Vector = Vec<f32>;
+    type Embed = Embed;
+
+    fn linear(&self, w: Weight, bias: Option<Vec<f32>>, name: &str) -> Result<Lin> {
+        Lin::new(Mat::from_weight(w, name)?, bias)
+    }
+    fn vector(&self, v: Vec<f32>) -> Vec<f32> {
+        v
+    }
+    fn embedding(&self, w: &Weight, name: &str) -> Result<Embed> {
+        Embed::from_weight(w, name)
+    }
+    fn lin_shape(l: &Lin) -> (usize, usize) {
+        (l.out(), l.input())
+    }
+    fn vector_len(v: &Vec<f32>) -> usize {
+        v.len()
+    }
+    fn embed_rows(e: &Embed, width: usize) -> usize {
+        e.rows(width)
+    }
+    fn loaded(&self, lins: Vec<&mut Lin>, embed: &mut Embed) {
+        let mut w: Vec<&mut QMatrix> = lins
+            .into_iter()
+            .filter_map(|l| match &mut l.mat {
+                Mat::Quant { k, .. } => Some(k),
+                _ => None,
+            })
+            .collect();
+        if let Embed::Quant(e) = embed {
+            w.push(e);
+        }
+        kernels::pack_for_lanes(&mut w);
+        let w: Vec<&QMatrix> = w.into_iter().map(|m| &*m).collect();
+        kernels::huge_pages_for(&w);
+    }
+    fn reserve(b: &mut Vec<f32>, len: usize) {
+        grow(b, len);
+    }
+
+    fn embed(&mut self, e: &Embed, tokens: impl Iterator<Item = u32>, width: usize, out: &mut Vec<f32>) {
+        for (row, t) in tokens.enumerate() {
+            e.row(t as usize, &mut out[row * width..(row + 1) * width]);
         }
     }
-
-    /// Compute logits only for tokens `0..first` and `extra` (the rest come out `-inf`), or
-    /// for all again with `None`: a draft model for speculative decoding spends a third of its
-    /// time on a 152k-token output layer, most of whose tokens are rare.
-    /// Returns whether the output is restricted now.
-    pub(crate) fn restrict_output(&mut self, keep: Option<(usize, &[u32])>) -> Result<bool> {
-        self.restricted = match keep {
-            Some((first, extra)) if first < self.output.out() => {
-                let k = &self.output.kernel;
-                let mut ids: Vec<usize> = extra.iter().map(|&t| t as usize).filter(|&t| t >= first && t < k.rows()).collect();
-                ids.sort_unstable();
-                ids.dedup();
-                let extra = if ids.is_empty() { None } else { Some(k.gather_rows(&ids)?) };
-                Some(Restricted { head: k.head(first), extra_ids: ids, extra, tmp: Vec::new() })
-            }
-            _ => None,
-        };
-        Ok(self.restricted.is_some())
+    fn linear_rows(&mut self, l: &Lin, x: &Vec<f32>, n: usize, exact: bool, out: &mut Vec<f32>) -> Result<()> {
+        l.run(&x[..n * l.input()], n, exact, out)
     }
-
-    fn rope(&self, x: &mut [f32], pos: usize, swa: bool) {
+    fn linear_group(&mut self, ls: &[&Lin], x: &Vec<f32>, n: usize, exact: bool, outs: &mut [&mut Vec<f32>]) -> Result<()> {
+        let Some(first) = ls.first() else {
+            return Ok(());
+        };
+        // Fixed arrays: no allocation per token.
+        let mut parts: [&mut [f32]; kernels::MAX_GROUP] = Default::default();
+        for (p, o) in parts.iter_mut().zip(outs.iter_mut()) {
+            *p = o.as_mut_slice();
+        }
+        run_group(ls, &x[..n * first.input()], n, exact, &mut parts[..ls.len().min(kernels::MAX_GROUP)])
+    }
+    fn split_rows(&mut self, x: &Vec<f32>, n: usize, outs: &mut [(&mut Vec<f32>, usize)]) {
+        let w: usize = outs.iter().map(|o| o.1).sum();
+        for i in 0..n {
+            let mut at = i * w;
+            for (o, width) in outs.iter_mut() {
+                o[i * *width..(i + 1) * *width].copy_from_slice(&x[at..at + *width]);
+                at += *width;
+            }
+        }
+    }
+    fn rms_norm(&mut self, x: &Vec<f32>, w: &Vec<f32>, len: usize, eps: f32, out: &mut Vec<f32>) {
+        rms_norm(&x[..len], w, eps, &mut out[..len]);
+    }
+    fn rms_norm_in_place(&mut self, x: &mut Vec<f32>, w: &Vec<f32>, len: usize, eps: f32) {
+        rms_norm_inplace(&mut x[..len], w, eps);
+    }
+    fn rms_norm_rows(&mut self, x: &Vec<f32>, rows: &[usize], w: &Vec<f32>, eps: f32, out: &mut Vec<f32>) {
+        let h = w.len();
+        for (j, &r) in rows.iter().enumerate() {
+            rms_norm(&x[r * h..(r + 1) * h], w, eps, &mut out[j * h..(j + 1) * h]);
+        }
+    }
+    fn scale(&mut self, x: &mut Vec<f32>, len: usize, s: f32) {
+        for v in &mut x[..len] {
+            *v *= s;
+        }
+    }
+    fn add(&mut self, x: &mut Vec<f32>, y: &Vec<f32>, len: usize) {
+        for (x, y) in x[..len].iter_mut().zip(&y[..len]) {
+            *x += y;
+        }
+    }
+    fn glu(&mut self, act: Activation, g: &mut Vec<f32>, u: &Vec<f32>, len: usize) {
+        match act {
+            Activation::Silu => kernels::silu_mul(&mut g[..len], &u[..len]),
+            Activation::GeluTanh => gelu_tanh_mul(&mut g[..len], &u[..len]),
+        }
+    }
+    fn rope(&mut self, x: &mut Vec<f32>, width: usize, step: &Step, table: RopeTable) {
         let d = &self.dims;
         let half = d.rope_dim / 2;
-        let (cos, sin) = match (&self.rope_swa, swa) {
-            (Some((c, s)), true) => (c, s),
+        let (cos, sin) = match (&self.rope_swa, table) {
+            (Some((c, s)), RopeTable::SlidingWindow) => (c, s),
             _ => (&self.cos, &self.sin),
         };
-        let cos = &cos[pos * half..(pos + 1) * half];
-        let sin = &sin[pos * half..(pos + 1) * half];
-        for h in x.chunks_exact_mut(d.head_dim) {
-            if d.interleaved {
-                for i in 0..half {
-                    let (a, b) = (h[2 * i], h[2 * i + 1]);
-                    h[2 * i] = a * cos[i] - b * sin[i];
-                    h[2 * i + 1] = a * sin[i] + b * cos[i];
-                }
-            } else {
-                for i in 0..half {
-                    let (a, b) = (h[i], h[i + half]);
-                    h[i] = a * cos[i] - b * sin[i];
-                    h[i + half] = b * cos[i] + a * sin[i];
+        for (row, &pos) in x.chunks_exact_mut(width).zip(&step.pos) {
+            let cos = &cos[pos * half..(pos + 1) * half];
+            let sin = &sin[pos * half..(pos + 1) * half];
+            for h in row.chunks_exact_mut(d.head_dim) {
+                if d.interleaved {
+                    for i in 0..half {
+                        let (a, b) = (h[2 * i], h[2 * i + 1]);
+                        h[2 * i] = a * cos[i] - b * sin[i];
+                        h[2 * i + 1] = a * sin[i] + b * cos[i];
+                    }
+                } else {
+                    for i in 0..half {
+                        let (a, b) = (h[i], h[i + half]);
+                        h[i] = a * cos[i] - b * sin[i];
+                        h[i + half] = b * cos[i] + a * sin[i];
+                    }
                 }
             }
         }
     }
-
-    /// Run a batch: for each sequence, its `tokens` at the positions after what `kv` holds
-    /// for it (the caller has reserved the slots). Writes the logits of the rows each
-    /// sequence asks for, in order, into `logits` (`rows x vocab`) and returns the number of
-    /// rows. `exact` keeps every linear layer on the quantized kernels, so each row's result
-    /// does not depend on the rest of the batch.
-    pub(crate) fn forward_batch(
-        &mut self,
-        kv: &mut KvCache,
-        batch: &[BatchSeq<'_>],
-        exact: bool,
-        embed_fallback: &dyn Fn(&[u32]) -> Result<Vec<f32>>,
-        logits: &mut Vec<f32>,
-    ) -> Result<usize> {
-        let n: usize = batch.iter().map(|s| s.tokens.len()).sum();
-        let (h, nh, nkv, hd) = (self.dims.hidden, self.dims.heads, self.dims.kv_heads, self.dims.head_dim);
-        let (q_out, kv_out) = (nh * hd, nkv * hd);
-        if kv.width() != kv_out || kv.num_layers() != self.layers.len() {
-            return Err(Error::Internal("the KV cache was made for another model"));
+    fn write_kv(&mut self, kv: &mut KvCache, layer: usize, k: &Vec<f32>, v: &Vec<f32>, step: &Step) {
+        let n = step.slot.len();
+        let kv_out = self.dims.kv_heads * self.dims.head_dim;
+        let bs = kv.block_size();
+        let (kc, vc) = kv.layer_mut(layer);
+        grow(&mut self.kh, n * kv_out);
+        kernels::f32_to_f16(&k[..n * kv_out], &mut self.kh[..n * kv_out]);
+        write_keys(kc, &self.kh[..n * kv_out], &step.slot, kv_out, bs);
+        for (i, &slot) in step.slot.iter().enumerate() {
+            kernels::f32_to_f16(&v[i * kv_out..(i + 1) * kv_out], &mut vc[slot * kv_out..(slot + 1) * kv_out]);
         }
-        check_block_size(kv.block_size())?;
-        let inter = self.dims.inter;
-        let eps = self.dims.eps;
-        let mut b = std::mem::take(&mut self.buf);
-        grow(&mut b.x, n * h);
-        grow(&mut b.xn, n * h);
-        grow(&mut b.q, n * q_out);
-        grow(&mut b.k, n * kv_out);
-        grow(&mut b.v, n * kv_out);
-        grow(&mut b.att, n * q_out);
-        grow(&mut b.y, n * h);
-        grow(&mut b.g, n * inter);
-        grow(&mut b.u, n * inter);
-        b.pos.clear();
-        b.slot.clear();
-        b.segs.clear();
-        b.tabs.clear();
-        b.out_rows.clear();
-        let mut filled = Ok(());
-        for s in batch {
-            let (start, blocks) = match (kv.len(s.seq), kv.blocks(s.seq)) {
-                (Ok(l), Ok(bl)) => (l, bl),
-                (Err(e), _) | (_, Err(e)) => {
-                    filled = Err(e);
-                    break;
-                }
-            };
-            let row0 = b.pos.len();
-            let m = s.tokens.len();
-            if (start + m).div_ceil(kv.block_size()) > blocks.len() {
-                filled = Err(Error::Internal("forward_batch on positions that were not reserved"));
-                break;
-            }
-            b.segs.push(Seg { row0, n: m, start, tab0: b.tabs.len(), tabn: blocks.len() });
-            b.tabs.extend_from_slice(blocks);
-            for i in 0..m {
-                b.pos.push(start + i);
-                b.slot.push(kv.slot(blocks, start + i));
-            }
-            match s.logits {
-                None => {}
-                Some(Logits::Last) => b.out_rows.push(row0 + m - 1),
-                Some(Logits::All) => b.out_rows.extend(row0..row0 + m),
-            }
-        }
-        if let Err(e) = filled {
-            self.buf = b;
-            return Err(e);
-        }
-        // Embeddings.
-        let mut row = 0;
-        for s in batch {
-            match &self.embed {
-                Some(e) => {
-                    for &t in s.tokens {
-                        e.dequantize_row(t as usize, &mut b.x[row * h..(row + 1) * h]);
-                        row += 1;
-                    }
-                }
-                None => match embed_fallback(s.tokens) {
-                    Ok(rows) => {
-                        b.x[row * h..(row + s.tokens.len()) * h].copy_from_slice(&rows);
-                        row += s.tokens.len();
-                    }
-                    Err(e) => {
-                        self.buf = b;
-                        return Err(e);
-                    }
-                },
-            }
-        }
-        if let Some(scale) = self.dims.embed_scale {
-            for x in &mut b.x[..n * h] {
-                *x *= scale;
-            }
-        }
-        let result = self.layers_forward(&mut b, n, kv, exact);
-        if let Err(e) = result {
-            self.buf = b;
-            return Err(e);
-        }
-        // Final norm (of the rows whose logits are wanted) and logits.
-        let rows = b.out_rows.len();
-        for (j, &r) in b.out_rows.iter().enumerate() {
-            rms_norm(&b.x[r * h..(r + 1) * h], &self.norm, eps, &mut b.xn[j * h..(j + 1) * h]);
-        }
+    }
+    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, q: &Vec<f32>, step: &Step, out: &mut Vec<f32>) {
+        let len = step.pos.len() * self.dims.heads * self.dims.head_dim;
+        let (kc, vc) = kv.layer(layer);
+        attention(&self.dims, window, &q[..len], kc, vc, &step.segs, &step.tabs, kv.block_size(), &mut self.units, &mut out[..len]);
+    }
+    fn logits(&mut self, output: &Lin, x: &Vec<f32>, rows: usize, exact: bool, softcap: Option<f32>, logits: &mut Vec<f32>) -> Result<()> {
+        let (vocab, h) = (output.out(), output.input());
         // The caller's buffer, reused call after call: a fresh vector of this size (0.6 MB a
         // row for a 152k vocabulary) comes from new zeroed pages every time, which cost a
         // decode step of Qwen2.5-1.5B 7% and a 5-row verification 18%.
-        logits.resize(rows * self.dims.vocab, 0.0);
+        logits.resize(rows * vocab, 0.0);
         if rows == 0 {
-            self.buf = b;
-            return Ok(0);
+            return Ok(());
         }
-        let vocab = self.dims.vocab;
-        let r = match &mut self.restricted {
-            None => self.output.run(&b.xn[..rows * h], rows, exact, logits),
+        let x = &x[..rows * h];
+        match &mut self.restricted {
+            None => output.run(x, rows, exact, logits)?,
             Some(rs) => {
                 logits.fill(f32::NEG_INFINITY);
-                let x = &b.xn[..rows * h];
                 let n = rs.head.rows();
                 if n > 0 {
                     grow(&mut rs.tmp, rows * n);
@@ -486,164 +571,35 @@ impl CpuModel {
                         }
                     }
                 }
-                self.output.add_bias(logits);
-                Ok(())
+                output.add_bias(logits);
             }
-        };
-        self.buf = b;
-        if let (Ok(()), Some(cap)) = (&r, self.dims.softcap) {
+        }
+        if let Some(cap) = softcap {
             // Restricted outputs stay -inf.
             for l in logits[..rows * vocab].iter_mut().filter(|l| l.is_finite()) {
                 *l = cap * (*l / cap).tanh();
             }
         }
-        r.map(|_| rows)
-    }
-
-    fn layers_forward(&mut self, b: &mut Bufs, n: usize, kv: &mut KvCache, exact: bool) -> Result<()> {
-        let (h, nh, nkv, hd) = (self.dims.hidden, self.dims.heads, self.dims.kv_heads, self.dims.head_dim);
-        let (q_out, kv_out) = (nh * hd, nkv * hd);
-        let inter = self.dims.inter;
-        let eps = self.dims.eps;
-        let bs = kv.block_size();
-        for li in 0..self.layers.len() {
-            let layer = &self.layers[li];
-            rms_norm(&b.x[..n * h], &layer.attn_norm, eps, &mut b.xn[..n * h]);
-            match &layer.qkv {
-                LinQkv::Separate(q, k, v) => {
-                    run_group(&[q, k, v], &b.xn[..n * h], n, exact, &mut [&mut b.q, &mut b.k, &mut b.v])?;
-                }
-                LinQkv::Fused(l) => {
-                    let w = q_out + 2 * kv_out;
-                    grow(&mut b.qkv, n * w);
-                    l.run(&b.xn[..n * h], n, exact, &mut b.qkv)?;
-                    for i in 0..n {
-                        let r = &b.qkv[i * w..(i + 1) * w];
-                        b.q[i * q_out..(i + 1) * q_out].copy_from_slice(&r[..q_out]);
-                        b.k[i * kv_out..(i + 1) * kv_out].copy_from_slice(&r[q_out..q_out + kv_out]);
-                        b.v[i * kv_out..(i + 1) * kv_out].copy_from_slice(&r[q_out + kv_out..]);
-                    }
-                }
-            }
-            let ex = &self.layers[li].extra;
-            if let Some(w) = &ex.q_norm {
-                rms_norm_inplace(&mut b.q[..n * q_out], w, eps);
-            }
-            if let Some(w) = &ex.k_norm {
-                rms_norm_inplace(&mut b.k[..n * kv_out], w, eps);
-            }
-            let (window, swa) = (ex.window, ex.rope_swa);
-            for i in 0..n {
-                self.rope(&mut b.q[i * q_out..(i + 1) * q_out], b.pos[i], swa);
-                self.rope(&mut b.k[i * kv_out..(i + 1) * kv_out], b.pos[i], swa);
-            }
-            {
-                let (kc, vc) = kv.layer_mut(li);
-                grow(&mut b.kh, n * kv_out);
-                kernels::f32_to_f16(&b.k[..n * kv_out], &mut b.kh[..n * kv_out]);
-                write_keys(kc, &b.kh[..n * kv_out], &b.slot, kv_out, bs);
-                for (i, &slot) in b.slot.iter().enumerate() {
-                    kernels::f32_to_f16(&b.v[i * kv_out..(i + 1) * kv_out], &mut vc[slot * kv_out..(slot + 1) * kv_out]);
-                }
-            }
-            let (kc, vc) = kv.layer(li);
-            attention(&self.dims, window, &b.q[..n * q_out], kc, vc, &b.segs, &b.tabs, bs, &mut b.units, &mut b.att[..n * q_out]);
-            let layer = &self.layers[li];
-            layer.o.run(&b.att[..n * q_out], n, exact, &mut b.y)?;
-            if let Some(w) = &layer.extra.post_attn_norm {
-                rms_norm_inplace(&mut b.y[..n * h], w, eps);
-            }
-            for (x, y) in b.x[..n * h].iter_mut().zip(&b.y[..n * h]) {
-                *x += y;
-            }
-            rms_norm(&b.x[..n * h], &layer.ffn_norm, eps, &mut b.xn[..n * h]);
-            match &layer.gate_up {
-                LinGateUp::Separate(g, u) => {
-                    run_group(&[g, u], &b.xn[..n * h], n, exact, &mut [&mut b.g, &mut b.u])?;
-                }
-                LinGateUp::Fused(l) => {
-                    grow(&mut b.gu, n * 2 * inter);
-                    l.run(&b.xn[..n * h], n, exact, &mut b.gu)?;
-                    for i in 0..n {
-                        let r = &b.gu[i * 2 * inter..(i + 1) * 2 * inter];
-                        b.g[i * inter..(i + 1) * inter].copy_from_slice(&r[..inter]);
-                        b.u[i * inter..(i + 1) * inter].copy_from_slice(&r[inter..]);
-                    }
-                }
-            }
-            match self.dims.activation {
-                Activation::Silu => kernels::silu_mul(&mut b.g[..n * inter], &b.u[..n * inter]),
-                Activation::GeluTanh => gelu_tanh_mul(&mut b.g[..n * inter], &b.u[..n * inter]),
-            }
-            layer.down.run(&b.g[..n * inter], n, exact, &mut b.y)?;
-            if let Some(w) = &layer.extra.post_ffn_norm {
-                rms_norm_inplace(&mut b.y[..n * h], w, eps);
-            }
-            for (x, y) in b.x[..n * h].iter_mut().zip(&b.y[..n * h]) {
-                *x += y;
-            }
-        }
         Ok(())
     }
-
-    /// Every weight matrix of the kernel path, in layer order.
-    pub(crate) fn weights(&self) -> Vec<&QMatrix> {
-        let mut w = Vec::new();
-        for l in &self.layers {
-            match &l.qkv {
-                LinQkv::Separate(q, k, v) => w.extend([&q.kernel, &k.kernel, &v.kernel]),
-                LinQkv::Fused(x) => w.push(&x.kernel),
+    /// A draft model for speculative decoding spends a third of its time on a 152k-token
+    /// output layer, most of whose tokens are rare. Only a quantized output layer restricts.
+    fn restrict_logits(&mut self, output: &Lin, keep: Option<(usize, &[u32])>) -> Result<bool> {
+        self.restricted = match keep {
+            Some((first, extra)) if first < output.out() => {
+                // Dense output layers compute every logit.
+                let Some(k) = output.quant() else {
+                    return Ok(false);
+                };
+                let mut ids: Vec<usize> = extra.iter().map(|&t| t as usize).filter(|&t| t >= first && t < k.rows()).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                let extra = if ids.is_empty() { None } else { Some(k.gather_rows(&ids)?) };
+                Some(Restricted { head: k.head(first), extra_ids: ids, extra, tmp: Vec::new() })
             }
-            w.push(&l.o.kernel);
-            match &l.gate_up {
-                LinGateUp::Separate(g, u) => w.extend([&g.kernel, &u.kernel]),
-                LinGateUp::Fused(x) => w.push(&x.kernel),
-            }
-            w.push(&l.down.kernel);
-        }
-        w.push(&self.output.kernel);
-        w.extend(self.embed.as_ref());
-        w
-    }
-
-    /// [`weights`](Self::weights), to lay them out anew ([`kernels::pack_for_lanes`]).
-    pub(crate) fn weights_mut(&mut self) -> Vec<&mut QMatrix> {
-        let mut w = Vec::new();
-        for l in &mut self.layers {
-            match &mut l.qkv {
-                LinQkv::Separate(q, k, v) => w.extend([&mut q.kernel, &mut k.kernel, &mut v.kernel]),
-                LinQkv::Fused(x) => w.push(&mut x.kernel),
-            }
-            w.push(&mut l.o.kernel);
-            match &mut l.gate_up {
-                LinGateUp::Separate(g, u) => w.extend([&mut g.kernel, &mut u.kernel]),
-                LinGateUp::Fused(x) => w.push(&mut x.kernel),
-            }
-            w.push(&mut l.down.kernel);
-        }
-        w.push(&mut self.output.kernel);
-        w.extend(self.embed.as_mut());
-        w
-    }
-
-    pub(crate) fn check(&self) -> Result<()> {
-        let d = &self.dims;
-        let half = d.rope_dim / 2;
-        if self.cos.len() != self.sin.len() || half == 0 || !self.cos.len().is_multiple_of(half) {
-            return Err(Error::Internal("rope tables do not match the rope dimension"));
-        }
-        if let Some((c, s)) = &self.rope_swa {
-            if c.len() != self.cos.len() || s.len() != self.sin.len() {
-                return Err(Error::Internal("the sliding-window rope tables do not match the others"));
-            }
-        }
-        for l in &self.layers {
-            let e = &l.extra;
-            if e.q_norm.as_ref().is_some_and(|w| w.len() != d.head_dim) || e.k_norm.as_ref().is_some_and(|w| w.len() != d.head_dim) {
-                return Err(Error::Internal("q/k norm weights are not head_dim wide"));
-            }
-        }
-        Ok(())
+            _ => None,
+        };
+        Ok(self.restricted.is_some())
     }
 }
 
@@ -813,3 +769,32 @@ fn write_keys(kc: &mut [u16], keys: &[u16], slots: &[usize], kv_out: usize, bs: 
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Q3_K weight (no kernel) is requantized to Q8_0 at load: the product is that of the
+    /// Q3_K values (dequantized, in f64) to Q8_0's precision.
+    #[test]
+    fn formats_without_a_kernel_are_requantized_to_q8_0() -> Result<()> {
+        let (rows, cols, m) = (8, 512, 3);
+        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 0.2).collect();
+        let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu)?;
+        let q3 = Arc::new(QTensor::quantize(&t, GgmlDType::Q3K)?);
+        let exact = q3.dequantize(&Device::Cpu)?.to_vec2::<f32>()?;
+        let lin = Lin::new(Mat::from_weight(Weight::Quantized(q3), "blk.0.attn_q.weight")?, None)?;
+        assert!(matches!(&lin.mat, Mat::Quant { k, .. } if k.qtype() == kernels::quant::QType::Q8_0));
+        let x: Vec<f32> = (0..m * cols).map(|i| (i * 104_729 % 997) as f32 / 997.0 - 0.5).collect();
+        let mut out = vec![0f32; m * rows];
+        lin.run(&x, m, true, &mut out)?;
+        for i in 0..m {
+            for (j, wr) in exact.iter().enumerate() {
+                let r: f64 = wr.iter().zip(&x[i * cols..(i + 1) * cols]).map(|(&a, &b)| a as f64 * b as f64).sum();
+                // Q8_0 weights and 8-bit activations: well under 1% of the row's scale here.
+                assert!((out[i * rows + j] as f64 - r).abs() < 0.02, "({i}, {j}): {} vs {r}", out[i * rows + j]);
+            }
+        }
+        Ok(())
+    }
+}

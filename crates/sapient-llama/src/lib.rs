@@ -1,6 +1,6 @@
 //! `sapient-llama`: LLaMA-family causal language models (llama, qwen2, qwen3, mistral, smollm,
-//! phi3-style configs, and gemma3 on the CPU kernel path), loaded from GGUF (kept quantized)
-//! or HF safetensors. docs/llm-architectures.md lists what each was checked against.
+//! phi3-style configs, and gemma3), loaded from GGUF (kept quantized) or HF safetensors
+//! (dense), run by one forward pass on the CPU. docs/llm-architectures.md lists what each was checked against.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), sapient_llama::Error> {
@@ -10,6 +10,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backend;
 mod batch;
 mod config;
 mod cpu;
@@ -41,11 +42,10 @@ pub enum Error {
     KvFull { needed: usize, available: usize },
     #[error("sequence {0} is not in the KV cache")]
     UnknownSequence(u32),
-    #[error("batched forward passes need the CPU kernel path (every weight in a quantized kernel format, f32 activations on the CPU); this model runs on candle ops")]
-    NoBatchedForward,
-    /// An architecture whose forward pass only the CPU kernel path has, on another backend.
-    #[error("the {arch} architecture runs only on the CPU kernel path (f32 activations on the CPU, every weight in a quantized kernel format); not on {backend}")]
-    ArchitectureBackend { arch: &'static str, backend: String },
+    /// A device or activation dtype without a backend: the forward pass runs on the CPU
+    /// with f32 activations; a CUDA or Metal backend would implement the same operations.
+    #[error("no LLM backend for {what} yet: sapient-llama runs on the CPU with f32 activations only")]
+    NoBackend { what: String },
     #[error("internal error: {0}")]
     Internal(&'static str),
     #[error(transparent)]

@@ -1,30 +1,23 @@
-//! The LLaMA-family transformer: RMSNorm, RoPE, grouped-query attention over an in-place KV
-//! cache, SwiGLU MLP. One implementation for llama, qwen2, qwen3, mistral, smollm and phi3
-//! configs; gemma3's extra layers (see `LlamaConfig`) run on the CPU path only.
+//! The LLaMA-family transformer, written once: RMSNorm, RoPE, grouped-query attention over
+//! a paged KV cache, SwiGLU or GeGLU MLP, and what llama, qwen2, qwen3, mistral, smollm, phi3
+//! and gemma3 add (data in `LlamaConfig`: q/k norms, post-norms, embedding scale, sliding
+//! windows with their own RoPE base, soft-capped logits). `Transformer` holds the weights in
+//! a [`Backend`]'s form and runs the layer program against the backend's operations
+//! (`backend.rs`); the CPU backend (`cpu.rs`) is the only one, and `LlamaModel` is the
+//! transformer on it (monomorphized: the seam costs nothing). Every forward (`forward`,
+//! `forward_into`, `forward_batch`) runs this one program. Another device (CUDA, Metal) or
+//! activation dtype is `Error::NoBackend` naming it. Adding an architecture means adding its
+//! differences here (and in `LlamaConfig`), once; adding a backend means implementing
+//! `Backend`.
 
-use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
-use crate::{Error, Result};
-use candle_core::{DType, Device, Module, Tensor, D};
+use crate::backend::{Backend, Dims, RopeTable, Seg, Step};
 use crate::batch::{BatchSeq, Logits};
+use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
+use crate::cpu::{check_block_size, Cpu};
 use crate::kv::{KvBudget, KvCache, KvOptions, SeqId};
-use crate::cpu::{CpuLayer, CpuModel, Dims, LayerExtra, Lin, LinGateUp, LinQkv};
-use sapient_tensor::kernels::{self, QMatrix};
-use sapient_tensor::{Linear, Weight, WeightSource};
-use std::sync::Arc;
-
-/// Batches up to this many tokens attend row by row, as single-token decode steps do.
-const ROW_BY_ROW_MAX: usize = 16;
-
-/// No sliding window applies within `len` positions (the row-by-row path has no mask).
-fn window_free(window: Option<usize>, len: usize) -> bool {
-    window.is_none_or(|w| len <= w)
-}
-
-/// Whether the query at position `query` sees the key at position `key` (causal, and within
-/// the sliding window when there is one).
-pub(crate) fn visible(key: usize, query: usize, window: Option<usize>) -> bool {
-    key <= query && window.is_none_or(|w| query - key < w)
-}
+use crate::{Error, Result};
+use candle_core::{DType, Device, Tensor};
+use sapient_tensor::WeightSource;
 
 struct Names {
     layout: WeightLayout,
@@ -76,74 +69,88 @@ impl Names {
     }
 }
 
-enum Qkv {
-    Separate(Linear, Linear, Linear),
-    Fused(Linear),
+// One per layer, built at load: the size of the separate variant does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Qkv<L> {
+    Separate(L, L, L),
+    Fused(L),
 }
 
-enum GateUp {
-    Separate(Linear, Linear),
-    Fused(Linear),
+enum GateUp<L> {
+    Separate(L, L),
+    Fused(L),
 }
 
-/// Per-layer key/value cache, preallocated and written in place. Capacity grows by doubling
-/// (a rare copy) up to the model's maximum sequence length.
-struct LayerCache {
-    k: Tensor,
-    v: Tensor,
+/// One transformer layer's weights in backend `B`'s form.
+struct Layer<B: Backend> {
+    attn_norm: B::Vector,
+    ffn_norm: B::Vector,
+    qkv: Qkv<B::Lin>,
+    o: B::Lin,
+    gate_up: GateUp<B::Lin>,
+    down: B::Lin,
+    /// Per-head RMSNorm weights of queries and keys (Gemma 3, Qwen3).
+    q_norm: Option<B::Vector>,
+    k_norm: Option<B::Vector>,
+    /// RMSNorm of the attention and MLP outputs before the residual adds them (Gemma 3).
+    post_attn_norm: Option<B::Vector>,
+    post_ffn_norm: Option<B::Vector>,
+    /// This layer's sliding window (`None`: it sees every earlier position).
+    window: Option<usize>,
+    rope: RopeTable,
 }
 
-struct Layer {
-    attn_norm: Tensor,
-    ffn_norm: Tensor,
-    qkv: Qkv,
-    o: Linear,
-    gate_up: GateUp,
-    down: Linear,
-    cache: Option<LayerCache>,
-    /// Per-head q/k norms and post-attention/post-MLP norms (Gemma 3, Qwen3), when the
-    /// config has them.
-    q_norm: Option<Tensor>,
-    k_norm: Option<Tensor>,
-    post_attn_norm: Option<Tensor>,
-    post_ffn_norm: Option<Tensor>,
+/// A step's activations, kept from step to step.
+#[derive(Default)]
+struct Bufs<T> {
+    x: T,
+    xn: T,
+    q: T,
+    k: T,
+    v: T,
+    qkv: T,
+    att: T,
+    y: T,
+    g: T,
+    u: T,
+    gu: T,
+}
+
+/// The transformer, written once against [`Backend`]'s operations.
+struct Transformer<B: Backend> {
+    backend: B,
+    dims: Dims,
+    layers: Vec<Layer<B>>,
+    norm: B::Vector,
+    output: B::Lin,
+    embed: B::Embed,
+    buf: Bufs<B::Buf>,
+    step: Step,
 }
 
 /// A loaded model with its KV cache.
 pub struct LlamaModel {
     cfg: LlamaConfig,
     device: Device,
-    dtype: DType,
-    embed: Arc<candle_core::quantized::QTensor>,
-    embed_dense: Option<Tensor>,
-    layers: Vec<Layer>,
-    norm: Tensor,
-    output: Linear,
-    cos: Tensor,
-    sin: Tensor,
     max_seq_len: usize,
-    cache_capacity: usize,
     /// Number of positions currently held in the KV cache.
     pos: usize,
-    /// The plain-buffer CPU forward pass (see `cpu.rs`), when every weight has a kernel.
-    cpu: Option<CpuModel>,
-    /// The single sequence of [`forward`](Self::forward) on the CPU path, made on first use.
+    net: Transformer<Cpu>,
+    /// The single sequence of [`forward`](Self::forward), made on first use.
     kv: Option<(KvCache, SeqId)>,
-    /// Most positions one forward pass of [`forward`](Self::forward) takes on the CPU path.
+    /// Most positions one forward pass of [`forward`](Self::forward) takes.
     prefill_chunk: usize,
 }
 
-/// Most positions [`LlamaModel::forward`] runs through the CPU path at once: a longer input
-/// goes in pieces of this many, whose activations stay in the caches. On a 2-core Xeon
-/// (AVX-512, AMX) Qwen2.5-0.5B's 2,048-token prefill ran 1.26x faster in pieces of 128 than
-/// whole; 64 to 128 were within the noise of each other.
+/// Most positions [`LlamaModel::forward`] runs at once: a longer input goes in pieces of this
+/// many, whose activations stay in the caches. On a 2-core Xeon (AVX-512, AMX) Qwen2.5-0.5B's
+/// 2,048-token prefill ran 1.26x faster in pieces of 128 than whole; 64 to 128 were within
+/// the noise of each other.
 pub const DEFAULT_PREFILL_CHUNK: usize = 128;
 
-fn rope_tables(cfg: &LlamaConfig, max_len: usize, device: &Device, dtype: DType) -> Result<(Tensor, Tensor)> {
-    rope_tables_base(cfg, cfg.rope_theta, max_len, device, dtype)
-}
-
-fn rope_tables_base(cfg: &LlamaConfig, theta: f32, max_len: usize, device: &Device, dtype: DType) -> Result<(Tensor, Tensor)> {
+/// `[max_len][rope_dim / 2]` cosine and sine tables for RoPE base `theta` and the config's
+/// scaling.
+fn rope_tables(cfg: &LlamaConfig, theta: f32, max_len: usize) -> Result<(Vec<f32>, Vec<f32>)> {
     let half = cfg.rope_dim / 2;
     let mut inv: Vec<f32> = (0..half)
         .map(|i| 1.0 / theta.powf(2.0 * i as f32 / cfg.rope_dim as f32))
@@ -184,18 +191,31 @@ fn rope_tables_base(cfg: &LlamaConfig, theta: f32, max_len: usize, device: &Devi
             }
         }
     }
-    let inv = Tensor::from_vec(inv, (1, half), device)?;
-    let t = Tensor::arange(0u32, max_len as u32, device)?
-        .to_dtype(DType::F32)?
-        .affine(pos_scale as f64, 0.0)?
-        .reshape((max_len, 1))?;
-    let freqs = t.broadcast_mul(&inv)?;
-    Ok((freqs.cos()?.to_dtype(dtype)?, freqs.sin()?.to_dtype(dtype)?))
+    let (mut cos, mut sin) = (Vec::with_capacity(max_len * half), Vec::with_capacity(max_len * half));
+    for p in 0..max_len {
+        let t = p as f32 * pos_scale;
+        for &f in &inv {
+            let a = t * f;
+            cos.push(a.cos());
+            sin.push(a.sin());
+        }
+    }
+    Ok((cos, sin))
+}
+
+/// What a device is called in errors (`cpu`, `cuda:0`, `metal:0`).
+fn device_name(device: &Device) -> String {
+    match device.location() {
+        candle_core::DeviceLocation::Cpu => "cpu".into(),
+        candle_core::DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        candle_core::DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+    }
 }
 
 impl LlamaModel {
     /// Load from any weight source. `max_seq_len` caps the context (and the KV cache); `None`
-    /// uses the model's own context length.
+    /// uses the model's own context length. The forward pass runs on the CPU backend: another
+    /// `device` is [`Error::NoBackend`].
     pub fn load(
         src: &dyn WeightSource,
         cfg: &LlamaConfig,
@@ -205,8 +225,8 @@ impl LlamaModel {
         Self::load_with_dtype(src, cfg, device, max_seq_len, sapient_tensor::activation_dtype(device))
     }
 
-    /// Like [`Self::load`] with an explicit activation dtype (e.g. f32 on CUDA to compare
-    /// with the CPU path).
+    /// Like [`Self::load`] with an explicit activation dtype. The CPU backend computes in f32;
+    /// any other device or dtype is [`Error::NoBackend`] naming it.
     pub fn load_with_dtype(
         src: &dyn WeightSource,
         cfg: &LlamaConfig,
@@ -214,231 +234,46 @@ impl LlamaModel {
         max_seq_len: Option<usize>,
         dtype: DType,
     ) -> Result<Self> {
-        let names = Names { layout: cfg.layout };
-        let h = cfg.hidden_size;
-        let q_out = cfg.num_heads * cfg.head_dim;
-        let kv_out = cfg.num_kv_heads * cfg.head_dim;
-        let embed = match src.load_checked(&names.embed(), &[cfg.vocab_size, h], device)? {
-            Weight::Quantized(q) => q,
-            Weight::Dense(t) => Arc::new(candle_core::quantized::QTensor::quantize(
-                &t.to_dtype(DType::F32)?,
-                candle_core::quantized::GgmlDType::F32,
-            )?),
-        };
-        // Dense embeddings on accelerators are gathered with index_select.
-        let embed_dense = if device.is_cpu() { None } else { Some(embed.dequantize(device)?.to_dtype(dtype)?) };
-        let norm_w = |name: &str| src.tensor(name, &[h], device, dtype).map_err(Error::from);
-        let mut layers = Vec::with_capacity(cfg.num_layers);
-        for i in 0..cfg.num_layers {
-            let lin = |what: &str, out: usize, inp: usize, bias: bool| {
-                Linear::load(src, &names.layer(i, what), out, inp, bias, device, dtype).map_err(Error::from)
-            };
-            let qkv = if src.contains(&format!("{}.weight", names.layer(i, "attn_qkv"))) {
-                Qkv::Fused(lin("attn_qkv", q_out + 2 * kv_out, h, cfg.qkv_bias)?)
-            } else {
-                Qkv::Separate(
-                    lin("attn_q", q_out, h, cfg.qkv_bias)?,
-                    lin("attn_k", kv_out, h, cfg.qkv_bias)?,
-                    lin("attn_v", kv_out, h, cfg.qkv_bias)?,
-                )
-            };
-            let fused_gate_up = match cfg.layout {
-                WeightLayout::HuggingFace => src.contains(&format!("{}.weight", names.layer(i, "ffn_gate_up"))),
-                // GGUF phi3 stores gate and up fused in ffn_up, with no ffn_gate.
-                WeightLayout::Gguf => !src.contains(&format!("{}.weight", names.layer(i, "ffn_gate"))),
-            };
-            let gate_up = if fused_gate_up {
-                let name = match cfg.layout {
-                    WeightLayout::HuggingFace => "ffn_gate_up",
-                    WeightLayout::Gguf => "ffn_up",
-                };
-                GateUp::Fused(lin(name, 2 * cfg.intermediate_size, h, false)?)
-            } else {
-                GateUp::Separate(
-                    lin("ffn_gate", cfg.intermediate_size, h, false)?,
-                    lin("ffn_up", cfg.intermediate_size, h, false)?,
-                )
-            };
-            let head_norm = |what: &str| {
-                src.tensor(&format!("{}.weight", names.layer(i, what)), &[cfg.head_dim], device, dtype)
-                    .map_err(Error::from)
-            };
-            let (q_norm, k_norm) =
-                if cfg.qk_norm { (Some(head_norm("attn_q_norm")?), Some(head_norm("attn_k_norm")?)) } else { (None, None) };
-            let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
-                (
-                    Some(norm_w(&format!("{}.weight", names.layer(i, "post_attention_norm")))?),
-                    Some(norm_w(&format!("{}.weight", names.layer(i, "post_ffw_norm")))?),
-                )
-            } else {
-                (None, None)
-            };
-            layers.push(Layer {
-                attn_norm: norm_w(&format!("{}.weight", names.layer(i, "attn_norm")))?,
-                ffn_norm: norm_w(&format!("{}.weight", names.layer(i, "ffn_norm")))?,
-                qkv,
-                o: lin("attn_output", h, q_out, false)?,
-                gate_up,
-                down: lin("ffn_down", h, cfg.intermediate_size, false)?,
-                cache: None,
-                q_norm,
-                k_norm,
-                post_attn_norm,
-                post_ffn_norm,
-            });
+        if !device.is_cpu() {
+            return Err(Error::NoBackend { what: format!("device {}", device_name(device)) });
         }
-        let norm = norm_w(&names.output_norm())?;
-        let output = if cfg.tie_word_embeddings || !src.contains(&format!("{}.weight", names.output())) {
-            Linear::new(Weight::Quantized(embed.clone()), None)?
-        } else {
-            Linear::load(src, &names.output(), cfg.vocab_size, h, false, device, dtype)?
-        };
+        if dtype != DType::F32 {
+            return Err(Error::NoBackend { what: format!("{} activations on the cpu", format!("{dtype:?}").to_lowercase()) });
+        }
         let max_seq_len = max_seq_len
             .unwrap_or(cfg.max_position_embeddings)
             .min(cfg.max_position_embeddings.max(1))
             .max(1);
-        let (cos, sin) = rope_tables(cfg, max_seq_len, device, dtype)?;
-        let mut model = Self {
-            cfg: cfg.clone(),
-            device: device.clone(),
-            dtype,
-            embed,
-            embed_dense,
-            layers,
-            norm,
-            output,
-            cos,
-            sin,
-            max_seq_len,
-            cache_capacity: 0,
-            pos: 0,
-            cpu: None,
-            kv: None,
-            prefill_chunk: DEFAULT_PREFILL_CHUNK,
-        };
-        let use_cpu = device.is_cpu() && dtype == DType::F32;
-        if use_cpu {
-            model.cpu = model.build_cpu()?;
-            if model.cpu.is_none() {
-                tracing::info!("some weights have no CPU kernel; using the candle forward pass");
-            }
-        }
-        if model.cpu.is_none() && cfg.needs_cpu_path() {
-            return Err(Error::ArchitectureBackend {
-                arch: cfg.arch.name(),
-                backend: if !use_cpu {
-                    format!("{device:?} with {dtype:?} activations")
-                } else {
-                    "the candle ops path (a weight format without a CPU kernel)".into()
-                },
-            });
-        }
-        Ok(model)
-    }
-
-    /// The plain-buffer CPU model, or `None` when a weight's format has no kernel.
-    fn build_cpu(&self) -> Result<Option<CpuModel>> {
-        let vec = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?) };
-        let opt_vec = |t: &Option<Tensor>| -> Result<Option<Vec<f32>>> { t.as_ref().map(vec).transpose() };
-        let mut layers = Vec::with_capacity(self.layers.len());
-        for (li, l) in self.layers.iter().enumerate() {
-            let qkv = match &l.qkv {
-                Qkv::Separate(q, k, v) => match (Lin::new(q)?, Lin::new(k)?, Lin::new(v)?) {
-                    (Some(q), Some(k), Some(v)) => LinQkv::Separate(q, k, v),
-                    _ => return Ok(None),
-                },
-                Qkv::Fused(f) => match Lin::new(f)? {
-                    Some(f) => LinQkv::Fused(f),
-                    None => return Ok(None),
-                },
-            };
-            let gate_up = match &l.gate_up {
-                GateUp::Separate(g, u) => match (Lin::new(g)?, Lin::new(u)?) {
-                    (Some(g), Some(u)) => LinGateUp::Separate(g, u),
-                    _ => return Ok(None),
-                },
-                GateUp::Fused(f) => match Lin::new(f)? {
-                    Some(f) => LinGateUp::Fused(f),
-                    None => return Ok(None),
-                },
-            };
-            let (Some(o), Some(down)) = (Lin::new(&l.o)?, Lin::new(&l.down)?) else {
-                return Ok(None);
-            };
-            let window = self.cfg.layer_window(li);
-            let extra = LayerExtra {
-                q_norm: opt_vec(&l.q_norm)?,
-                k_norm: opt_vec(&l.k_norm)?,
-                post_attn_norm: opt_vec(&l.post_attn_norm)?,
-                post_ffn_norm: opt_vec(&l.post_ffn_norm)?,
-                window,
-                rope_swa: window.is_some() && self.cfg.rope_theta_swa.is_some(),
-            };
-            layers.push(CpuLayer::new(vec(&l.attn_norm)?, vec(&l.ffn_norm)?, qkv, o, gate_up, down, extra));
-        }
-        let Some(output) = Lin::new(&self.output)? else {
-            return Ok(None);
-        };
-        if output.out() != self.cfg.vocab_size {
-            return Err(Error::Internal("output layer does not produce the vocabulary"));
-        }
         let dims = Dims {
-            hidden: self.cfg.hidden_size,
-            inter: self.cfg.intermediate_size,
-            heads: self.cfg.num_heads,
-            kv_heads: self.cfg.num_kv_heads,
-            head_dim: self.cfg.head_dim,
-            rope_dim: self.cfg.rope_dim,
-            interleaved: self.cfg.rope_interleaved,
-            eps: self.cfg.rms_norm_eps as f32,
-            vocab: self.cfg.vocab_size,
-            attn_scale: self.cfg.attn_scale.unwrap_or(1.0 / (self.cfg.head_dim as f32).sqrt()),
-            embed_scale: self.cfg.embed_scale,
-            activation: self.cfg.activation,
-            softcap: self.cfg.final_logit_softcap,
+            hidden: cfg.hidden_size,
+            inter: cfg.intermediate_size,
+            heads: cfg.num_heads,
+            kv_heads: cfg.num_kv_heads,
+            head_dim: cfg.head_dim,
+            rope_dim: cfg.rope_dim,
+            interleaved: cfg.rope_interleaved,
+            eps: cfg.rms_norm_eps as f32,
+            vocab: cfg.vocab_size,
+            attn_scale: cfg.attn_scale.unwrap_or(1.0 / (cfg.head_dim as f32).sqrt()),
+            embed_scale: cfg.embed_scale,
+            activation: cfg.activation,
+            softcap: cfg.final_logit_softcap,
         };
-        let rope_swa = match self.cfg.rope_theta_swa {
-            Some(theta) => {
-                let (c, s) = rope_tables_base(&self.cfg, theta, self.max_seq_len, &Device::Cpu, DType::F32)?;
-                Some((vec(&c)?, vec(&s)?))
-            }
+        let rope = rope_tables(cfg, cfg.rope_theta, max_seq_len)?;
+        let rope_swa = match cfg.rope_theta_swa {
+            Some(theta) => Some(rope_tables(cfg, theta, max_seq_len)?),
             None => None,
         };
-        let mut cpu = CpuModel::new(
-            dims,
-            layers,
-            vec(&self.norm)?,
-            output,
-            QMatrix::from_qtensor(&self.embed),
-            vec(&self.cos)?,
-            vec(&self.sin)?,
-            rope_swa,
-        );
-        cpu.check()?;
-        kernels::pack_for_lanes(&mut cpu.weights_mut());
-        kernels::huge_pages_for(&cpu.weights());
-        Ok(Some(cpu))
-    }
-
-    /// Whether forward runs on the plain-buffer CPU path (else candle ops).
-    pub fn uses_cpu_kernels(&self) -> bool {
-        self.cpu.is_some()
-    }
-
-    /// Switch between the plain-buffer CPU path (the default on the CPU when every weight
-    /// has a kernel) and candle's ops (for comparisons). Clears the KV cache. Returns whether
-    /// the CPU path is now in use.
-    pub fn set_cpu_kernels(&mut self, enabled: bool) -> Result<bool> {
-        if !enabled && self.cfg.needs_cpu_path() {
-            return Err(Error::ArchitectureBackend {
-                arch: self.cfg.arch.name(),
-                backend: "the candle ops path".into(),
-            });
-        }
-        self.pos = 0;
-        self.kv = None;
-        self.cpu = if enabled && self.device.is_cpu() && self.dtype == DType::F32 { self.build_cpu()? } else { None };
-        Ok(self.cpu.is_some())
+        let backend = Cpu::new(dims.clone(), rope, rope_swa)?;
+        Ok(Self {
+            cfg: cfg.clone(),
+            device: Device::Cpu,
+            max_seq_len,
+            pos: 0,
+            net: Transformer::load(backend, dims, src, cfg)?,
+            kv: None,
+            prefill_chunk: DEFAULT_PREFILL_CHUNK,
+        })
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -462,14 +297,11 @@ impl LlamaModel {
     /// Compute logits only for token ids `0..first` and the ids in `extra` (the others come
     /// out as `-inf`, so arg-max and sampling never pick them), or for every token again with
     /// `None`. For a draft model in speculative decoding: byte-level BPE vocabularies number
-    /// tokens roughly by merge order, so low ids are the frequent ones. Only the CPU path
-    /// restricts; returns whether the logits are restricted now (not when `first` covers
-    /// the whole vocabulary).
+    /// tokens roughly by merge order, so low ids are the frequent ones. Only a quantized
+    /// output layer restricts; returns whether the logits are restricted now (not when
+    /// `first` covers the whole vocabulary).
     pub fn restrict_logits(&mut self, keep: Option<(usize, &[u32])>) -> Result<bool> {
-        match &mut self.cpu {
-            Some(cpu) => cpu.restrict_output(keep),
-            None => Ok(false),
-        }
+        self.net.restrict_logits(keep)
     }
 
     /// Keep only the first `len` positions of the KV cache (prefix reuse, speculative rollback).
@@ -492,13 +324,15 @@ impl LlamaModel {
     /// A paged KV cache for this model, for [`forward_batch`](Self::forward_batch). Its block
     /// size must be a multiple of 16 (the attention kernels take keys 16 at a time).
     pub fn new_kv_cache(&self, opts: KvOptions) -> Result<KvCache> {
-        crate::cpu::check_block_size(opts.block_size)?;
+        check_block_size(opts.block_size)?;
         KvCache::new(self.cfg.num_layers, self.cfg.num_kv_heads * self.cfg.head_dim, opts)
     }
 
-    /// Whether [`forward_batch`](Self::forward_batch) is available (the CPU kernel path).
+    /// Whether [`forward_batch`](Self::forward_batch) is available: always, since every
+    /// model runs on the one forward pass (the pipeline's single-sequence fallback for
+    /// models without it is no longer reached).
     pub fn supports_batches(&self) -> bool {
-        self.cpu.is_some()
+        true
     }
 
     /// One forward pass over rows of many sequences of `kv` (a cache from
@@ -509,7 +343,7 @@ impl LlamaModel {
     /// sequence asks for go into `out`, row-major in batch order; returns their number.
     ///
     /// Every row's result is bit-identical to what it gives in any other batch, alone
-    /// included (the linear layers always use the quantized kernels here).
+    /// included (every linear layer computes each row as it is alone here).
     pub fn forward_batch(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> Result<usize> {
         self.forward_cache(kv, batch, true, out)
     }
@@ -533,20 +367,7 @@ impl LlamaModel {
             }
             kv.reserve(s.seq, s.tokens.len())?;
         }
-        let Some(cpu) = &mut self.cpu else {
-            return Err(Error::NoBatchedForward);
-        };
-        let embed = &self.embed;
-        let h = self.cfg.hidden_size;
-        let fallback = |t: &[u32]| -> Result<Vec<f32>> {
-            let ids = Tensor::new(t, &Device::Cpu)?;
-            let rows = embed.embedding(&ids)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-            if rows.len() != t.len() * h {
-                return Err(Error::Internal("embedding rows have the wrong width"));
-            }
-            Ok(rows)
-        };
-        let rows = cpu.forward_batch(kv, batch, exact, &fallback, out)?;
+        let rows = self.net.forward_batch(kv, batch, exact, out)?;
         for s in batch {
             let len = kv.len(s.seq)? + s.tokens.len();
             kv.set_len(s.seq, len)?;
@@ -554,57 +375,12 @@ impl LlamaModel {
         Ok(rows)
     }
 
-    fn ensure_capacity(&mut self, needed: usize) -> Result<()> {
-        if needed <= self.cache_capacity {
-            return Ok(());
-        }
-        let mut cap = self.cache_capacity.max(256);
-        while cap < needed {
-            cap *= 2;
-        }
-        let cap = cap.min(self.max_seq_len);
-        let shape = (1, self.cfg.num_kv_heads, cap, self.cfg.head_dim);
-        for layer in &mut self.layers {
-            let k = Tensor::zeros(shape, self.dtype, &self.device)?;
-            let v = Tensor::zeros(shape, self.dtype, &self.device)?;
-            if let Some(old) = &layer.cache {
-                if self.pos > 0 {
-                    k.slice_set(&old.k.narrow(2, 0, self.pos)?.contiguous()?, 2, 0)?;
-                    v.slice_set(&old.v.narrow(2, 0, self.pos)?.contiguous()?, 2, 0)?;
-                }
-            }
-            layer.cache = Some(LayerCache { k, v });
-        }
-        self.cache_capacity = cap;
-        Ok(())
-    }
-
-    fn apply_rope(&self, x: &Tensor, cos: &Tensor, sin: &Tensor) -> candle_core::Result<Tensor> {
-        let rope = |x: &Tensor| {
-            if self.cfg.rope_interleaved {
-                candle_nn::rotary_emb::rope_i(x, cos, sin)
-            } else {
-                candle_nn::rotary_emb::rope(x, cos, sin)
-            }
-        };
-        if self.cfg.rope_dim == self.cfg.head_dim {
-            rope(&x.contiguous()?)
-        } else {
-            let r = rope(&x.narrow(D::Minus1, 0, self.cfg.rope_dim)?.contiguous()?)?;
-            let pass = x.narrow(D::Minus1, self.cfg.rope_dim, self.cfg.head_dim - self.cfg.rope_dim)?;
-            Tensor::cat(&[&r, &pass], D::Minus1)
-        }
-    }
-
     /// Run `tokens` (the next positions after what the cache holds) and return logits as a
     /// `[n, vocab]` f32 tensor: n = 1 for [`Logits::Last`], the number of tokens for [`Logits::All`].
     pub fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<Tensor> {
-        if self.cpu.is_some() {
-            let mut out = Vec::new();
-            let rows = self.forward_into(tokens, logits, &mut out)?;
-            return Ok(Tensor::from_vec(out, (rows, self.cfg.vocab_size), &Device::Cpu)?);
-        }
-        self.forward_tensor(tokens, logits)
+        let mut out = Vec::new();
+        let rows = self.forward_into(tokens, logits, &mut out)?;
+        Ok(Tensor::from_vec(out, (rows, self.cfg.vocab_size), &Device::Cpu)?)
     }
 
     /// [`forward`](Self::forward) into `out` (row-major, `rows x vocab`, resized as needed),
@@ -612,11 +388,6 @@ impl LlamaModel {
     /// token. Returns the number of rows.
     pub fn forward_into(&mut self, tokens: &[u32], logits: Logits, out: &mut Vec<f32>) -> Result<usize> {
         let rows = if logits == Logits::All { tokens.len() } else { 1 };
-        if self.cpu.is_none() {
-            let t = self.forward_tensor(tokens, logits)?;
-            *out = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            return Ok(rows);
-        }
         self.check_input(tokens)?;
         if self.kv.is_none() {
             // Blocks of 256 positions: one sequence, so sharing is moot and long stretches of
@@ -688,139 +459,216 @@ impl LlamaModel {
         Ok(())
     }
 
-    /// The candle path (GPU, dense dtypes).
-    fn forward_tensor(&mut self, tokens: &[u32], logits: Logits) -> Result<Tensor> {
-        self.check_input(tokens)?;
-        let seq = tokens.len();
-        let start = self.pos;
-        let end = start + seq;
-        self.ensure_capacity(end)?;
-        let ids = Tensor::new(tokens, &self.device)?;
-        let mut x = match &self.embed_dense {
-            Some(e) => e.index_select(&ids, 0)?,
-            None => self.embed.embedding(&ids)?.to_dtype(self.dtype)?,
-        }
-        .unsqueeze(0)?; // [1, seq, h]
-        let cos = self.cos.narrow(0, start, seq)?;
-        let sin = self.sin.narrow(0, start, seq)?;
-        let mask = if seq <= ROW_BY_ROW_MAX && window_free(self.cfg.sliding_window, end) {
-            None
-        } else {
-            self.mask(seq, start)?
-        };
-        let (nh, nkv, hd) = (self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim);
-        let n_rep = nh / nkv;
-        let eps = self.cfg.rms_norm_eps as f32;
-        let scale = 1.0 / (hd as f64).sqrt();
-        for li in 0..self.layers.len() {
-            let layer = &self.layers[li];
-            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
-            let (q, k, v) = match &layer.qkv {
-                Qkv::Separate(q, k, v) => (q.forward(&h)?, k.forward(&h)?, v.forward(&h)?),
-                Qkv::Fused(l) => {
-                    let y = l.forward(&h)?;
-                    (
-                        y.narrow(D::Minus1, 0, nh * hd)?,
-                        y.narrow(D::Minus1, nh * hd, nkv * hd)?,
-                        y.narrow(D::Minus1, (nh + nkv) * hd, nkv * hd)?,
-                    )
-                }
+}
+
+impl<B: Backend> Transformer<B> {
+    /// The weights of `src` (named as `cfg.layout` names them) in `backend`'s form.
+    fn load(backend: B, dims: Dims, src: &dyn WeightSource, cfg: &LlamaConfig) -> Result<Self> {
+        let dev = Device::Cpu;
+        let names = Names { layout: cfg.layout };
+        let h = cfg.hidden_size;
+        let q_out = cfg.num_heads * cfg.head_dim;
+        let kv_out = cfg.num_kv_heads * cfg.head_dim;
+        let values = |name: &str, len: usize| -> Result<Vec<f32>> { Ok(src.tensor(name, &[len], &dev, DType::F32)?.to_vec1::<f32>()?) };
+        let embed_name = names.embed();
+        let embed_w = src.load_checked(&embed_name, &[cfg.vocab_size, h], &dev)?;
+        let embed = backend.embedding(&embed_w, &embed_name)?;
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for i in 0..cfg.num_layers {
+            let lin = |what: &str, out: usize, inp: usize, bias: bool| -> Result<B::Lin> {
+                let prefix = names.layer(i, what);
+                let name = format!("{prefix}.weight");
+                let w = src.load_checked(&name, &[out, inp], &dev)?;
+                let bias = if bias { Some(values(&format!("{prefix}.bias"), out)?) } else { None };
+                backend.linear(w, bias, &name)
             };
-            let (mut q, mut k) = (q.reshape((1, seq, nh, hd))?, k.reshape((1, seq, nkv, hd))?);
-            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                q = candle_nn::ops::rms_norm(&q.contiguous()?, qn, eps)?;
-                k = candle_nn::ops::rms_norm(&k.contiguous()?, kn, eps)?;
-            }
-            let q = q.transpose(1, 2)?;
-            let k = k.transpose(1, 2)?;
-            let v = v.reshape((1, seq, nkv, hd))?.transpose(1, 2)?.contiguous()?;
-            let q = self.apply_rope(&q, &cos, &sin)?;
-            // Partial RoPE concatenates the rotated and the passed-through dimensions, which
-            // candle may leave strided; the cache takes contiguous rows.
-            let k = self.apply_rope(&k, &cos, &sin)?.contiguous()?;
-            let layer = &mut self.layers[li];
-            let cache = layer.cache.as_ref().ok_or(Error::Internal("kv cache not allocated"))?;
-            cache.k.slice_set(&k, 2, start)?;
-            cache.v.slice_set(&v, 2, start)?;
-            let y = if seq <= ROW_BY_ROW_MAX && window_free(self.cfg.sliding_window, end) {
-                // Short batches (decode, speculative verification, small follow-ups): each
-                // query row attends exactly as a single-token decode step would, so results do
-                // not depend on how tokens were batched (greedy speculative decoding then
-                // reproduces plain decoding bit for bit).
-                let mut rows = Vec::with_capacity(seq);
-                for i in 0..seq {
-                    let qi = q.narrow(2, i, 1)?.contiguous()?.reshape((1, nkv, n_rep, hd))?;
-                    let len = start + i + 1;
-                    let k_i = cache.k.narrow(2, 0, len)?;
-                    let v_i = cache.v.narrow(2, 0, len)?;
-                    let att = (qi.matmul(&k_i.t()?)? * scale)?;
-                    let att = candle_nn::ops::softmax_last_dim(&att)?;
-                    rows.push(att.matmul(&v_i)?.reshape((1, 1, nh * hd))?); // [1, 1, nh*hd]
-                }
-                Tensor::cat(&rows, 1)?
+            let has = |what: &str| src.contains(&format!("{}.weight", names.layer(i, what)));
+            let qkv = if has("attn_qkv") {
+                Qkv::Fused(lin("attn_qkv", q_out + 2 * kv_out, h, cfg.qkv_bias)?)
             } else {
-                let k_all = cache.k.narrow(2, 0, end)?;
-                let v_all = cache.v.narrow(2, 0, end)?;
-                // Grouped-query attention without repeating K/V: the n_rep query heads that
-                // share a kv head are stacked along the sequence axis.
-                let qg = q.reshape((1, nkv, n_rep * seq, hd))?;
-                let mut att = (qg.matmul(&k_all.t()?)? * scale)?;
-                if let Some(m) = &mask {
-                    att = att.broadcast_add(m)?;
-                }
-                let att = candle_nn::ops::softmax_last_dim(&att)?;
-                let y = att.matmul(&v_all)?; // [1, nkv, n_rep*seq, hd]
-                y.reshape((1, nh, seq, hd))?.transpose(1, 2)?.reshape((1, seq, nh * hd))?
+                Qkv::Separate(lin("attn_q", q_out, h, cfg.qkv_bias)?, lin("attn_k", kv_out, h, cfg.qkv_bias)?, lin("attn_v", kv_out, h, cfg.qkv_bias)?)
             };
-            let y = layer.o.forward(&y)?;
-            x = (x + y)?;
-            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, eps)?;
-            let (g, u) = match &layer.gate_up {
-                GateUp::Separate(g, u) => (g.forward(&h)?, u.forward(&h)?),
-                GateUp::Fused(l) => {
-                    let y = l.forward(&h)?;
-                    let n = self.cfg.intermediate_size;
-                    (y.narrow(D::Minus1, 0, n)?, y.narrow(D::Minus1, n, n)?)
-                }
+            let inter = cfg.intermediate_size;
+            let gate_up = match cfg.layout {
+                WeightLayout::HuggingFace if has("ffn_gate_up") => GateUp::Fused(lin("ffn_gate_up", 2 * inter, h, false)?),
+                // GGUF phi3 stores gate and up fused in ffn_up, with no ffn_gate.
+                WeightLayout::Gguf if !has("ffn_gate") => GateUp::Fused(lin("ffn_up", 2 * inter, h, false)?),
+                _ => GateUp::Separate(lin("ffn_gate", inter, h, false)?, lin("ffn_up", inter, h, false)?),
             };
-            let m = (candle_nn::ops::silu(&g)? * u)?;
-            x = (x + layer.down.forward(&m)?)?;
+            let norm = |what: &str, len: usize| -> Result<B::Vector> { Ok(backend.vector(values(&format!("{}.weight", names.layer(i, what)), len)?)) };
+            let (q_norm, k_norm) = if cfg.qk_norm {
+                (Some(norm("attn_q_norm", cfg.head_dim)?), Some(norm("attn_k_norm", cfg.head_dim)?))
+            } else {
+                (None, None)
+            };
+            let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
+                (Some(norm("post_attention_norm", h)?), Some(norm("post_ffw_norm", h)?))
+            } else {
+                (None, None)
+            };
+            let window = cfg.layer_window(i);
+            let rope = if window.is_some() && cfg.rope_theta_swa.is_some() { RopeTable::SlidingWindow } else { RopeTable::Main };
+            layers.push(Layer {
+                attn_norm: norm("attn_norm", h)?,
+                ffn_norm: norm("ffn_norm", h)?,
+                qkv,
+                o: lin("attn_output", h, q_out, false)?,
+                gate_up,
+                down: lin("ffn_down", h, inter, false)?,
+                q_norm,
+                k_norm,
+                post_attn_norm,
+                post_ffn_norm,
+                window,
+                rope,
+            });
         }
-        self.pos = end;
-        let x = match logits {
-            Logits::Last => x.narrow(1, seq - 1, 1)?,
-            Logits::All => x,
+        let norm = backend.vector(values(&names.output_norm(), h)?);
+        let out_name = format!("{}.weight", names.output());
+        let output = if cfg.tie_word_embeddings || !src.contains(&out_name) {
+            backend.linear(embed_w, None, &embed_name)?
+        } else {
+            backend.linear(src.load_checked(&out_name, &[cfg.vocab_size, h], &dev)?, None, &out_name)?
         };
-        let x = candle_nn::ops::rms_norm(&x, &self.norm, eps)?;
-        let out = self.output.forward(&x)?.squeeze(0)?.to_dtype(DType::F32)?;
-        Ok(out)
+        let mut net = Self { backend, dims, layers, norm, output, embed, buf: Bufs::default(), step: Step::default() };
+        net.check()?;
+        let Self { backend, layers, output, embed, .. } = &mut net;
+        backend.loaded(linears(layers, output), embed);
+        Ok(net)
     }
 
-    /// Additive attention mask `[n_rep*seq, total]` (causal, and the sliding window when the
-    /// config has one), or `None` when every cached key is visible (single-token decode).
-    fn mask(&self, seq: usize, start: usize) -> Result<Option<Tensor>> {
-        let total = start + seq;
-        let window = self.cfg.sliding_window;
-        let needs_window = window.is_some_and(|w| total > w);
-        if seq == 1 && !needs_window {
-            return Ok(None);
+    fn check(&self) -> Result<()> {
+        let d = &self.dims;
+        if B::embed_rows(&self.embed, d.hidden) != d.vocab || B::lin_shape(&self.output) != (d.vocab, d.hidden) {
+            return Err(Error::Internal("the embedding or output layer does not match the vocabulary"));
         }
-        let n_rep = self.cfg.num_heads / self.cfg.num_kv_heads;
-        let mut m = vec![0f32; n_rep * seq * total];
-        for r in 0..n_rep {
-            for i in 0..seq {
-                let qpos = start + i;
-                let row = &mut m[(r * seq + i) * total..(r * seq + i + 1) * total];
-                for (j, v) in row.iter_mut().enumerate() {
-                    if !visible(j, qpos, window) {
-                        *v = f32::NEG_INFINITY;
-                    }
-                }
+        for l in &self.layers {
+            if [&l.q_norm, &l.k_norm].into_iter().flatten().any(|w| B::vector_len(w) != d.head_dim) {
+                return Err(Error::Internal("q/k norm weights are not head_dim wide"));
             }
         }
-        Ok(Some(
-            Tensor::from_vec(m, (n_rep * seq, total), &self.device)?.to_dtype(self.dtype)?,
-        ))
+        Ok(())
+    }
+
+    fn restrict_logits(&mut self, keep: Option<(usize, &[u32])>) -> Result<bool> {
+        self.backend.restrict_logits(&self.output, keep)
+    }
+
+    /// Run a batch: for each sequence, its `tokens` at the positions after what `kv` holds
+    /// for it (the caller has reserved the slots). Writes the logits of the rows each
+    /// sequence asks for, in order, into `logits` (`rows x vocab`) and returns the number of
+    /// rows. `exact`: every linear layer computes each row as it is alone, so a row's result
+    /// does not depend on the rest of the batch.
+    fn forward_batch(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], exact: bool, logits: &mut Vec<f32>) -> Result<usize> {
+        let Self { backend, dims: d, layers, norm, output, embed, buf: b, step } = self;
+        let n: usize = batch.iter().map(|s| s.tokens.len()).sum();
+        let (h, q_out, kv_out, inter) = (d.hidden, d.heads * d.head_dim, d.kv_heads * d.head_dim, d.inter);
+        if kv.width() != kv_out || kv.num_layers() != layers.len() {
+            return Err(Error::Internal("the KV cache was made for another model"));
+        }
+        check_block_size(kv.block_size())?;
+        for (buf, len) in [(&mut b.x, h), (&mut b.xn, h), (&mut b.q, q_out), (&mut b.k, kv_out), (&mut b.v, kv_out), (&mut b.att, q_out), (&mut b.y, h), (&mut b.g, inter), (&mut b.u, inter)] {
+            B::reserve(buf, n * len);
+        }
+        plan(kv, batch, step)?;
+        backend.embed(embed, batch.iter().flat_map(|s| s.tokens.iter().copied()), h, &mut b.x);
+        if let Some(scale) = d.embed_scale {
+            backend.scale(&mut b.x, n * h, scale);
+        }
+        for (li, layer) in layers.iter().enumerate() {
+            backend.rms_norm(&b.x, &layer.attn_norm, n * h, d.eps, &mut b.xn);
+            match &layer.qkv {
+                Qkv::Separate(q, k, v) => backend.linear_group(&[q, k, v], &b.xn, n, exact, &mut [&mut b.q, &mut b.k, &mut b.v])?,
+                Qkv::Fused(l) => {
+                    B::reserve(&mut b.qkv, n * (q_out + 2 * kv_out));
+                    backend.linear_rows(l, &b.xn, n, exact, &mut b.qkv)?;
+                    backend.split_rows(&b.qkv, n, &mut [(&mut b.q, q_out), (&mut b.k, kv_out), (&mut b.v, kv_out)]);
+                }
+            }
+            if let Some(w) = &layer.q_norm {
+                backend.rms_norm_in_place(&mut b.q, w, n * q_out, d.eps);
+            }
+            if let Some(w) = &layer.k_norm {
+                backend.rms_norm_in_place(&mut b.k, w, n * kv_out, d.eps);
+            }
+            backend.rope(&mut b.q, q_out, step, layer.rope);
+            backend.rope(&mut b.k, kv_out, step, layer.rope);
+            backend.write_kv(kv, li, &b.k, &b.v, step);
+            backend.attention(kv, li, layer.window, &b.q, step, &mut b.att);
+            backend.linear_rows(&layer.o, &b.att, n, exact, &mut b.y)?;
+            if let Some(w) = &layer.post_attn_norm {
+                backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
+            }
+            backend.add(&mut b.x, &b.y, n * h);
+            backend.rms_norm(&b.x, &layer.ffn_norm, n * h, d.eps, &mut b.xn);
+            match &layer.gate_up {
+                GateUp::Separate(g, u) => backend.linear_group(&[g, u], &b.xn, n, exact, &mut [&mut b.g, &mut b.u])?,
+                GateUp::Fused(l) => {
+                    B::reserve(&mut b.gu, n * 2 * inter);
+                    backend.linear_rows(l, &b.xn, n, exact, &mut b.gu)?;
+                    backend.split_rows(&b.gu, n, &mut [(&mut b.g, inter), (&mut b.u, inter)]);
+                }
+            }
+            backend.glu(d.activation, &mut b.g, &b.u, n * inter);
+            backend.linear_rows(&layer.down, &b.g, n, exact, &mut b.y)?;
+            if let Some(w) = &layer.post_ffn_norm {
+                backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
+            }
+            backend.add(&mut b.x, &b.y, n * h);
+        }
+        // Final norm (of the rows whose logits are wanted) and logits.
+        let rows = step.out_rows.len();
+        backend.rms_norm_rows(&b.x, &step.out_rows, norm, d.eps, &mut b.xn);
+        backend.logits(output, &b.xn, rows, exact, d.softcap, logits)?;
+        Ok(rows)
     }
 }
 
+/// Every linear layer, in layer order, the output layer last.
+fn linears<'a, B: Backend>(layers: &'a mut [Layer<B>], output: &'a mut B::Lin) -> Vec<&'a mut B::Lin> {
+    let mut w = Vec::new();
+    for l in layers {
+        match &mut l.qkv {
+            Qkv::Separate(q, k, v) => w.extend([q, k, v]),
+            Qkv::Fused(x) => w.push(x),
+        }
+        w.push(&mut l.o);
+        match &mut l.gate_up {
+            GateUp::Separate(g, u) => w.extend([g, u]),
+            GateUp::Fused(x) => w.push(x),
+        }
+        w.push(&mut l.down);
+    }
+    w.push(output);
+    w
+}
+
+/// Where the rows of `batch` go: each sequence's positions after what `kv` holds for it, in
+/// the slots its block table reserves.
+fn plan(kv: &KvCache, batch: &[BatchSeq<'_>], step: &mut Step) -> Result<()> {
+    step.pos.clear();
+    step.slot.clear();
+    step.segs.clear();
+    step.tabs.clear();
+    step.out_rows.clear();
+    for s in batch {
+        let (start, blocks) = (kv.len(s.seq)?, kv.blocks(s.seq)?);
+        let row0 = step.pos.len();
+        let m = s.tokens.len();
+        if (start + m).div_ceil(kv.block_size()) > blocks.len() {
+            return Err(Error::Internal("forward_batch on positions that were not reserved"));
+        }
+        step.segs.push(Seg { row0, n: m, start, tab0: step.tabs.len(), tabn: blocks.len() });
+        step.tabs.extend_from_slice(blocks);
+        for i in 0..m {
+            step.pos.push(start + i);
+            step.slot.push(kv.slot(blocks, start + i));
+        }
+        match s.logits {
+            None => {}
+            Some(Logits::Last) => step.out_rows.push(row0 + m - 1),
+            Some(Logits::All) => step.out_rows.extend(row0..row0 + m),
+        }
+    }
+    Ok(())
+}

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use candle_core::{Device, Tensor};
-use sapient_llama::{LlamaConfig, LlamaModel, Logits};
+use sapient_llama::{BatchSeq, KvBudget, KvOptions, LlamaConfig, LlamaModel, Logits};
 use sapient_tensor::gguf::{GgmlType, GgufFile, GgufWriter, TensorData, Value};
 
 const H: usize = 64;
@@ -13,22 +13,39 @@ const FF: usize = 96;
 const VOCAB: usize = 50;
 const LAYERS: usize = 2;
 
-fn f32_tensor(name: &str, shape: &[usize], seed: u64) -> TensorData {
+/// Weights stored as F32 (`F32`), as F32 holding values rounded to f16 (`F32Rounded`) or as
+/// F16 (`F16`: the same values as `F32Rounded`).
+#[derive(Clone, Copy, PartialEq)]
+enum Store {
+    F32,
+    F32Rounded,
+    F16,
+}
+
+fn tensor(name: &str, shape: &[usize], seed: u64, store: Store) -> TensorData {
     let n: usize = shape.iter().product();
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let data: Vec<u8> = (0..n)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let v = ((x >> 11) as f64 / (1u64 << 53) as f64 - 0.5) as f32 * 0.4;
-            v.to_le_bytes()
-        })
-        .collect();
-    TensorData { name: name.into(), shape: shape.to_vec(), ggml_type: GgmlType::F32, data }
+    let values = (0..n).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ((x >> 11) as f64 / (1u64 << 53) as f64 - 0.5) as f32 * 0.4
+    });
+    // Norm weights stay F32 (as in real GGUF files).
+    let store = if shape.len() == 1 { Store::F32 } else { store };
+    let (ggml_type, data): (_, Vec<u8>) = match store {
+        Store::F32 => (GgmlType::F32, values.flat_map(f32::to_le_bytes).collect()),
+        Store::F32Rounded => (GgmlType::F32, values.flat_map(|v| half::f16::from_f32(v).to_f32().to_le_bytes()).collect()),
+        Store::F16 => (GgmlType::F16, values.flat_map(|v| half::f16::from_f32(v).to_le_bytes()).collect()),
+    };
+    TensorData { name: name.into(), shape: shape.to_vec(), ggml_type, data }
 }
 
 fn tiny(extra: &[(&str, Value)]) -> Result<GgufFile> {
+    tiny_stored(extra, Store::F32)
+}
+
+fn tiny_stored(extra: &[(&str, Value)], store: Store) -> Result<GgufFile> {
     let mut w = GgufWriter::new();
     w.set("general.architecture", Value::String("llama".into()))
         .set("llama.block_count", Value::U32(LAYERS as u32))
@@ -46,7 +63,7 @@ fn tiny(extra: &[(&str, Value)]) -> Result<GgufFile> {
     let mut seed = 1;
     let mut t = |name: &str, shape: &[usize]| {
         seed += 1;
-        f32_tensor(name, shape, seed)
+        tensor(name, shape, seed, store)
     };
     w.add_tensor(t("token_embd.weight", &[VOCAB, H]));
     for l in 0..LAYERS {
@@ -136,5 +153,57 @@ fn wrong_shapes_are_named() -> Result<()> {
     let cfg = LlamaConfig::from_gguf(&g)?;
     let e = LlamaModel::load(&g, &cfg, &Device::Cpu, None).err().expect("shape mismatch").to_string();
     assert!(e.contains("token_embd.weight") && e.contains("[50, 64]") && e.contains("[50, 32]"), "{e}");
+    Ok(())
+}
+
+/// Dense weights (the dense kernels): each sequence of a batch gets bit for bit the logits it
+/// gets alone, as with quantized weights (tests/batch_identity.rs).
+#[test]
+fn dense_weights_give_each_sequence_of_a_batch_what_it_gets_alone() -> Result<()> {
+    let g = tiny(&[])?;
+    let mut m = load(&g)?;
+    let prompts: [&[u32]; 3] = [&IDS[..1], &IDS[3..14], &IDS];
+    let opts = KvOptions { block_size: 16, budget: KvBudget::Tokens(512) };
+    let mut alone = Vec::new();
+    for p in prompts {
+        let mut kv = m.new_kv_cache(opts)?;
+        let seq = kv.new_seq();
+        let mut out = Vec::new();
+        m.forward_batch(&mut kv, &[BatchSeq { seq, tokens: p, logits: Some(Logits::All) }], &mut out)?;
+        alone.push(out);
+    }
+    let mut kv = m.new_kv_cache(opts)?;
+    let seqs: Vec<_> = prompts.iter().map(|_| kv.new_seq()).collect();
+    let batch: Vec<BatchSeq> = prompts.iter().zip(&seqs).map(|(p, &seq)| BatchSeq { seq, tokens: p, logits: Some(Logits::All) }).collect();
+    let mut out = Vec::new();
+    m.forward_batch(&mut kv, &batch, &mut out)?;
+    let together: Vec<f32> = alone.concat();
+    assert_eq!(out.len(), together.len());
+    assert!(out.iter().zip(&together).all(|(a, b)| a.to_bits() == b.to_bits()), "a batch changed some sequence's logits");
+    Ok(())
+}
+
+/// F16 GGUF tensors load as the values they hold: the same logits as F32 tensors holding
+/// those values.
+#[test]
+fn f16_weights_load_as_their_values() -> Result<()> {
+    let (a, _) = batched_vs_sequential(&tiny_stored(&[], Store::F32Rounded)?)?;
+    let (b, _) = batched_vs_sequential(&tiny_stored(&[], Store::F16)?)?;
+    let d = max_diff(&a, &b)?;
+    assert!(d < 1e-5, "F16 vs F32 storage of the same values: {d}");
+    Ok(())
+}
+
+/// The forward pass runs on the CPU with f32 activations; anything else is an error naming
+/// what was asked for.
+#[test]
+fn other_activation_dtypes_are_an_error_naming_them() -> Result<()> {
+    let g = tiny(&[])?;
+    let cfg = LlamaConfig::from_gguf(&g)?;
+    let e = match LlamaModel::load_with_dtype(&g, &cfg, &Device::Cpu, Some(64), candle_core::DType::BF16) {
+        Ok(_) => anyhow::bail!("loaded with bf16 activations"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("bf16") && e.contains("cpu") && e.contains("no LLM backend"), "{e}");
     Ok(())
 }

@@ -10,9 +10,9 @@
 //! - Phi-3 (fused QKV and gate/up projections, RoPE over 3/4 of each head as Phi-4-mini, an
 //!   untied lm_head): scripts/reference/phi3_synthetic.py, tests/data/llama/phi3_synthetic.json.
 //!
-//! Each checks the HF directory (F32 safetensors, candle's ops) against the script's float64
-//! numpy forward pass at every position, and the q8_0 GGUF `safetensors_to_gguf` writes (the
-//! CPU kernel path) against llama.cpp on the same GGUF: its logits at every position, its 24
+//! Each checks the HF directory (F32 safetensors, on the dense kernels) against the script's
+//! float64 numpy forward pass at every position, and the q8_0 GGUF `safetensors_to_gguf`
+//! writes (the quantized kernels) against llama.cpp on the same GGUF: its logits at every position, its 24
 //! greedy tokens, and llama-tokenize's ids against our tokenizer from that GGUF.
 
 use anyhow::{Context, Result};
@@ -124,23 +124,29 @@ fn check(name: &str, tensors: fn(usize) -> Vec<TensorSpec>) -> Result<sapient_ll
     candle_core::safetensors::save(&map, hf.join("model.safetensors"))?;
     let ids: Vec<u32> = serde_json::from_value(data["ids"].clone())?;
 
-    // The HF directory on candle's ops (F32 weights have no quantized kernel) against numpy.
+    // The HF directory (F32 weights: the dense kernels) against numpy.
     let mut m = sapient_llama::load(&hf, &Device::Cpu, Some(256))?;
-    assert!(!m.uses_cpu_kernels());
     let all = m.forward(&ids, Logits::All)?.to_vec2::<f32>()?;
     let numpy = top10(&data["numpy_top10"])?;
     assert_eq!(numpy.len(), ids.len());
+    // Measured 4.6e-3 (qwen3), 4.2e-3 (llama3), 8.5e-4 (phi3) on logits ~20: nearly all of
+    // it from the keys and values cached in f16 (as llama.cpp's default cache), since with
+    // f32 dot products instead of the AMX-BF16 products it is 4.9e-3 (qwen3). The top token
+    // must match where numpy's margin over the runner-up exceeds twice the tolerance (the
+    // llama3 prompt has a position where it is 2.5e-4).
+    const TOLERANCE: f32 = 1e-2;
     let mut worst = 0f32;
-    for (row, want) in all.iter().zip(&numpy) {
+    for (p, (row, want)) in all.iter().zip(&numpy).enumerate() {
         for &(id, l) in want {
             worst = worst.max((row[id as usize] - l).abs());
         }
         let best = row.iter().enumerate().fold(0, |b, (i, x)| if *x > row[b] { i } else { b });
-        assert_eq!(best as u32, want[0].0);
+        if want[0].1 - want[1].1 > 2.0 * TOLERANCE {
+            assert_eq!(best as u32, want[0].0, "position {p}: top token");
+        }
     }
     eprintln!("{name}: HF directory vs numpy float64: max |diff| {worst:.2e} over the top 10 of {} positions", ids.len());
-    // Measured 1.5e-5 (f32 arithmetic against f64).
-    assert!(worst < 1e-3, "HF directory vs numpy: {worst}");
+    assert!(worst < TOLERANCE, "HF directory vs numpy: {worst}");
 
     // The q8_0 GGUF on the CPU kernels against llama.cpp on the same file.
     let gguf = dir.path().join("synthetic.q8_0.gguf");
@@ -151,7 +157,6 @@ fn check(name: &str, tensors: fn(usize) -> Vec<TensorSpec>) -> Result<sapient_ll
     assert_eq!(tok.encode(prompt, true)?, ids, "our tokenizer from the GGUF vs llama-tokenize");
     let cfg = sapient_llama::LlamaConfig::from_gguf(&g)?;
     let mut m = sapient_llama::LlamaModel::load(&g, &cfg, &Device::Cpu, Some(256))?;
-    assert!(m.uses_cpu_kernels());
     let theirs = top10(&data["llamacpp_top10"])?;
     let (mut worst, mut vs_numpy, mut llamacpp_vs_numpy) = (0f32, 0f32, 0f32);
     for (p, want) in theirs.iter().enumerate() {

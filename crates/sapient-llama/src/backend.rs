@@ -1,0 +1,143 @@
+//! The seam between the model and the hardware it runs on.
+//!
+//! `model.rs` writes the transformer once (which weights a layer has, the order of the
+//! operations, what each architecture adds) against [`Backend`]: a small set of operations
+//! on rows of activations (linear layers alone or several on the same input, RMSNorm, RoPE,
+//! writing keys and values into the paged KV cache and attending over it, the gated MLP
+//! activation, residual adds, embedding rows, logits), and the forms a backend keeps weights
+//! in (`Lin`, `Vector`, `Embed`), made from the loaded weights. The CPU backend (`cpu.rs`) is
+//! the only one; the model is generic over the trait and monomorphized, so the seam costs
+//! nothing at run time. A CUDA or Metal backend would implement the same trait, with its
+//! buffers (and the KV cache's storage) on the device; until one exists, loading on such a
+//! device is [`Error::NoBackend`](crate::Error::NoBackend).
+//!
+//! Operations take `n` rows of activations of a known width, stored row-major in a `Buf`;
+//! `len` arguments count values (`rows x width`). What rows a step has, where they sit in
+//! their sequences and in the cache, is the [`Step`], made by the model from the KV cache's
+//! block tables.
+
+use crate::config::Activation;
+use crate::kv::KvCache;
+use crate::Result;
+use sapient_tensor::Weight;
+
+/// Shapes and constants of the forward pass.
+#[derive(Clone)]
+pub(crate) struct Dims {
+    pub hidden: usize,
+    pub inter: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub rope_dim: usize,
+    pub interleaved: bool,
+    pub eps: f32,
+    pub vocab: usize,
+    /// Attention scores scale.
+    pub attn_scale: f32,
+    /// Embedding rows multiplied by this (Gemma).
+    pub embed_scale: Option<f32>,
+    pub activation: Activation,
+    /// Final logits become `cap * tanh(logits / cap)`.
+    pub softcap: Option<f32>,
+}
+
+/// One sequence's rows in a step: rows `row0..row0 + n` at positions `start..start + n`,
+/// its block table at `tabs[tab0..tab0 + tabn]` of the [`Step`].
+#[derive(Clone, Copy)]
+pub(crate) struct Seg {
+    pub row0: usize,
+    pub n: usize,
+    pub start: usize,
+    pub tab0: usize,
+    pub tabn: usize,
+}
+
+/// Where one forward step's rows go.
+#[derive(Default)]
+pub(crate) struct Step {
+    /// Per row: its position in its sequence and its slot in the KV cache.
+    pub pos: Vec<usize>,
+    pub slot: Vec<usize>,
+    /// Per sequence of the batch, and their block tables one after another.
+    pub segs: Vec<Seg>,
+    pub tabs: Vec<u32>,
+    /// Rows whose logits are wanted.
+    pub out_rows: Vec<usize>,
+}
+
+/// Which RoPE table a layer uses.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RopeTable {
+    /// The model's base frequency.
+    Main,
+    /// The sliding-window layers' own base (Gemma 3).
+    SlidingWindow,
+}
+
+/// The operations the model is written in (see the module documentation).
+pub(crate) trait Backend {
+    /// Rows of f32 activations.
+    type Buf: Default;
+    /// A linear layer: weight `[out, in]` and optional bias.
+    type Lin;
+    /// A weight vector (norms).
+    type Vector;
+    /// The token embedding table.
+    type Embed;
+
+    /// A linear layer from a loaded `[out, in]` weight named `name` (for errors and logs).
+    fn linear(&self, w: Weight, bias: Option<Vec<f32>>, name: &str) -> Result<Self::Lin>;
+    fn vector(&self, v: Vec<f32>) -> Self::Vector;
+    /// The embedding table from a loaded `[vocab, hidden]` weight.
+    fn embedding(&self, w: &Weight, name: &str) -> Result<Self::Embed>;
+    /// `(out, in)` of a linear layer.
+    fn lin_shape(l: &Self::Lin) -> (usize, usize);
+    fn vector_len(v: &Self::Vector) -> usize;
+    /// Rows of `width` values the table holds.
+    fn embed_rows(e: &Self::Embed, width: usize) -> usize;
+    /// Every weight is loaded: a last pass over them (the CPU backend packs the quantized
+    /// matrices for its kernels and asks for huge pages).
+    fn loaded(&self, lins: Vec<&mut Self::Lin>, embed: &mut Self::Embed);
+    /// Make `b` hold at least `len` values.
+    fn reserve(b: &mut Self::Buf, len: usize);
+
+    /// The embedding rows of `tokens` (all below the table's rows), `width` values each.
+    fn embed(&mut self, e: &Self::Embed, tokens: impl Iterator<Item = u32>, width: usize, out: &mut Self::Buf);
+    /// `out = x W^T + b` for `n` rows. `exact`: every row's result as it is alone, whatever
+    /// the batch (else long batches may take a faster product whose sums depend on them).
+    fn linear_rows(&mut self, l: &Self::Lin, x: &Self::Buf, n: usize, exact: bool, out: &mut Self::Buf) -> Result<()>;
+    /// Several linear layers of the same input (1 to 4); results as separate
+    /// [`linear_rows`](Self::linear_rows) calls.
+    fn linear_group(&mut self, ls: &[&Self::Lin], x: &Self::Buf, n: usize, exact: bool, outs: &mut [&mut Self::Buf]) -> Result<()>;
+    /// Split each of `n` rows of `x` into consecutive pieces, `outs[i].1` values wide, into
+    /// `outs[i].0` (a fused projection's parts).
+    fn split_rows(&mut self, x: &Self::Buf, n: usize, outs: &mut [(&mut Self::Buf, usize)]);
+    /// RMSNorm of each `w`-wide row of the first `len` values of `x`, into `out`.
+    fn rms_norm(&mut self, x: &Self::Buf, w: &Self::Vector, len: usize, eps: f32, out: &mut Self::Buf);
+    /// [`rms_norm`](Self::rms_norm) in place (`w` may be narrower than a row: per head).
+    fn rms_norm_in_place(&mut self, x: &mut Self::Buf, w: &Self::Vector, len: usize, eps: f32);
+    /// RMSNorm of rows `rows` of `x` (`w`-wide) into consecutive rows of `out`.
+    fn rms_norm_rows(&mut self, x: &Self::Buf, rows: &[usize], w: &Self::Vector, eps: f32, out: &mut Self::Buf);
+    /// `x *= s` over the first `len` values.
+    fn scale(&mut self, x: &mut Self::Buf, len: usize, s: f32);
+    /// `x += y` over the first `len` values.
+    fn add(&mut self, x: &mut Self::Buf, y: &Self::Buf, len: usize);
+    /// `g = act(g) * u` over the first `len` values.
+    fn glu(&mut self, act: Activation, g: &mut Self::Buf, u: &Self::Buf, len: usize);
+    /// RoPE on each head of the step's rows (`width` values each: the query or key heads), at
+    /// each row's position.
+    fn rope(&mut self, x: &mut Self::Buf, width: usize, step: &Step, table: RopeTable);
+    /// The step's keys and values (`kv heads x head dim` per row) into their slots of layer
+    /// `layer`'s cache.
+    fn write_kv(&mut self, kv: &mut KvCache, layer: usize, k: &Self::Buf, v: &Self::Buf, step: &Step);
+    /// Causal grouped-query attention of the step's queries over their sequences' cached keys
+    /// and values in layer `layer` (within `window` positions when it is set).
+    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, q: &Self::Buf, step: &Step, out: &mut Self::Buf);
+    /// Logits of `rows` rows of `x` through the output layer into `out` (`rows x vocab`,
+    /// resized), soft-capped when `softcap` is set.
+    fn logits(&mut self, output: &Self::Lin, x: &Self::Buf, rows: usize, exact: bool, softcap: Option<f32>, out: &mut Vec<f32>) -> Result<()>;
+    /// Compute logits only for token ids `0..first` and `extra` (the others `-inf`), or for
+    /// all again with `None`; returns whether they are restricted now.
+    fn restrict_logits(&mut self, output: &Self::Lin, keep: Option<(usize, &[u32])>) -> Result<bool>;
+}
