@@ -768,6 +768,12 @@ pub fn pack_for_lanes(mats: &mut [&mut QMatrix]) {
                 mats[i].storage = Storage::Lanes(p.clone());
             }
         }
+        // The GGML blocks of matrices nothing else holds were freed just now: hand their
+        // pages back to the system (the allocator keeps freed heap memory, in huge pages
+        // here, which would leave the model's resident size at both copies).
+        if packed.iter().filter_map(|(_, p)| p.as_ref()).map(|p| p.bytes().len()).sum::<usize>() >= 16 << 20 {
+            memory::release_freed();
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = mats;
