@@ -27,6 +27,7 @@ pub mod ct2;
 pub mod decode;
 pub mod eval;
 mod cpu;
+mod encoder;
 mod error;
 pub mod model;
 pub mod output;

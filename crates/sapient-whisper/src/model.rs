@@ -316,6 +316,8 @@ pub struct Whisper {
     enc_pos: Tensor,
     enc_layers: Vec<EncoderLayer>,
     enc_ln: LayerNorm,
+    /// The encoder on plain buffers and the kernels.
+    encoder: crate::encoder::Encoder,
     embed: Tensor,
     /// The embedding as a quantized output projection (when the decoder is quantized).
     proj: Option<Linear>,
@@ -415,6 +417,7 @@ impl Whisper {
             enc_pos: c.tensor("model.encoder.embed_positions.weight", &[config.max_source_positions, d])?,
             enc_layers,
             enc_ln: c.ln("model.encoder.layer_norm", d)?,
+            encoder: crate::encoder::Encoder::load(src, &config)?,
             embed,
             proj,
             dec_pos: c.tensor("model.decoder.embed_positions.weight", &[config.max_target_positions, d])?,
@@ -450,6 +453,24 @@ impl Whisper {
 
     /// Encode a log-mel window [n_mels, 2 * max_source_positions] (or a batch [B, n_mels, frames]).
     pub fn encode(&self, mel: &Tensor) -> Result<Tensor> {
+        let mel = if mel.rank() == 2 { mel.unsqueeze(0)? } else { mel.clone() };
+        let (b, m, frames) = mel.dims3()?;
+        if m != self.config.num_mel_bins || frames != self.n_frames() {
+            return Err(Error::Mismatch(format!(
+                "the encoder takes [{}, {}] mel frames, got [{m}, {frames}]",
+                self.config.num_mel_bins,
+                self.n_frames()
+            )));
+        }
+        let mel = mel.to_device(&Device::Cpu)?.to_dtype(DType::F32)?.contiguous()?;
+        let (n, d) = (self.config.max_source_positions, self.config.d_model);
+        let mut out = vec![0f32; b * n * d];
+        cpu::with_f32(&mel, |v| self.encoder.forward(v, b, &mut out))??;
+        Ok(Tensor::from_vec(out, (b, n, d), &self.device)?)
+    }
+
+    #[doc(hidden)]
+    pub fn encode_candle(&self, mel: &Tensor) -> Result<Tensor> {
         let mel = if mel.rank() == 2 { mel.unsqueeze(0)? } else { mel.clone() };
         let (_, m, frames) = mel.dims3()?;
         if m != self.config.num_mel_bins || frames != self.n_frames() {

@@ -1,0 +1,485 @@
+//! The Whisper encoder on plain f32 buffers and sapient-tensor's kernels (CPU).
+//!
+//! Both convolutions are matrix products over time-major rows: the weights `[d, c, 3]` are
+//! reordered at load to `[d, 3 · c]` (tap-major), so the input row of output position `t` is
+//! the three input frames around it side by side, one contiguous slice of the zero-padded
+//! time-major input (conv2, stride 2: frames `2t - 1 .. 2t + 1`). Then sinusoidal positions
+//! and pre-norm layers: the q, k and v projections fused into one `[3d, d]` matrix, full
+//! attention in blocks of query rows per head on the kernel pool (no `[H, S, S]` score
+//! tensor), the output projection, the MLP with GELU fused into fc1's product where the
+//! kernel has it. Matrices run on [`QMatrix`] when quantized at load (Q8_0 presets) and on
+//! [`DenseMatrix`] otherwise (AMX-BF16 at close to f32 accuracy where the CPU has it, f32
+//! products elsewhere); the convolutions always on [`DenseMatrix`]. Every buffer is kept
+//! between calls; a batch of windows runs window by window through the same buffers (the
+//! products have 1500 rows per window already).
+
+use crate::{Error, Result};
+use candle_core::{DType, Device, Tensor};
+use sapient_tensor::kernels::{self, pool, DenseMatrix, QMatrix, SendPtr};
+use sapient_tensor::{Weight, WeightSource};
+use std::cell::RefCell;
+use std::sync::Mutex;
+
+/// A weight matrix `[out, in]`: quantized, or dense.
+enum Mat {
+    Q(QMatrix),
+    D(DenseMatrix),
+}
+
+/// A linear layer: weight and bias (zeros when the checkpoint has none).
+struct Lin {
+    w: Mat,
+    b: Vec<f32>,
+}
+
+/// Rows handed to one pool chunk by the element-wise passes.
+const ROWS_PER_CHUNK: usize = 32;
+
+impl Lin {
+    fn rows(&self) -> usize {
+        match &self.w {
+            Mat::Q(q) => q.rows(),
+            Mat::D(d) => d.rows(),
+        }
+    }
+    fn cols(&self) -> usize {
+        match &self.w {
+            Mat::Q(q) => q.cols(),
+            Mat::D(d) => d.cols(),
+        }
+    }
+
+    /// `out[m, rows] = x[m, cols] · wᵀ + b`, GELU'd when `gelu`.
+    fn forward(&self, x: &[f32], m: usize, gelu: bool, out: &mut [f32]) {
+        let (n, k) = (self.rows(), self.cols());
+        let (x, out) = (&x[..m * k], &mut out[..m * n]);
+        match &self.w {
+            Mat::D(w) if gelu => w.matmul_gelu(x, m, Some(&self.b), out),
+            Mat::D(w) => w.matmul(x, m, Some(&self.b), out),
+            Mat::Q(w) => {
+                w.matmul(x, m, out);
+                let b = &self.b;
+                pool::pool().for_each_chunk_mut(out, ROWS_PER_CHUNK * n, |_, c| {
+                    for r in c.chunks_exact_mut(n) {
+                        for (o, b) in r.iter_mut().zip(b) {
+                            *o += b;
+                        }
+                    }
+                    if gelu {
+                        kernels::gelu_erf_in_place(c);
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// LayerNorm weights (eps 1e-5).
+struct Norm {
+    w: Vec<f32>,
+    b: Vec<f32>,
+}
+
+impl Norm {
+    /// Each row of `x` ([m, d]) normalised into `out`, rows spread over the kernel pool.
+    fn forward(&self, x: &[f32], d: usize, out: &mut [f32]) {
+        let out = &mut out[..x.len()];
+        pool::pool().for_each_chunk_mut(out, ROWS_PER_CHUNK * d, |c, o| {
+            let x = &x[c * ROWS_PER_CHUNK * d..];
+            for (xr, or) in x.chunks_exact(d).zip(o.chunks_exact_mut(d)) {
+                norm_row(xr, &self.w, &self.b, or);
+            }
+        });
+    }
+}
+
+/// Sum of `x` in 16 lanes (so that it vectorises).
+#[inline(always)]
+fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0f32; 16];
+    let mut it = x.chunks_exact(16);
+    for c in &mut it {
+        for i in 0..16 {
+            acc[i] += f(c[i]);
+        }
+    }
+    let mut s: f32 = it.remainder().iter().map(|&v| f(v)).sum();
+    for a in acc {
+        s += a;
+    }
+    s
+}
+
+#[inline(always)]
+fn norm_row(x: &[f32], w: &[f32], b: &[f32], out: &mut [f32]) {
+    let d = x.len() as f32;
+    let mean = lane_sum(x, |v| v) / d;
+    let var = lane_sum(x, |v| (v - mean) * (v - mean)) / d;
+    let inv = 1.0 / (var + 1e-5).sqrt();
+    for (((o, &x), &w), &b) in out.iter_mut().zip(x).zip(w).zip(b) {
+        *o = (x - mean) * inv * w + b;
+    }
+}
+
+struct Layer {
+    attn_ln: Norm,
+    /// q, k and v stacked: `[3d, d]`.
+    qkv: Lin,
+    out: Lin,
+    mlp_ln: Norm,
+    fc1: Lin,
+    fc2: Lin,
+}
+
+/// Buffers of one window, kept between calls.
+#[derive(Default)]
+struct Scratch {
+    /// Convolution input rows (im2col).
+    col: Vec<f32>,
+    /// conv1's output, time-major with a zero row before and after.
+    c1: Vec<f32>,
+    x: Vec<f32>,
+    h: Vec<f32>,
+    qkv: Vec<f32>,
+    o: Vec<f32>,
+    f: Vec<f32>,
+    /// Attention on AMX: one head's queries, keys (then values transposed), scores, output.
+    hq: Vec<f32>,
+    hk: Vec<f32>,
+    p: Vec<f32>,
+    ho: Vec<f32>,
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+/// The encoder's weights, prepared for the kernels, and its buffers.
+pub(crate) struct Encoder {
+    conv1: Lin,
+    conv2: Lin,
+    /// Positions `[n_ctx, d]`.
+    pos: Vec<f32>,
+    layers: Vec<Layer>,
+    ln: Norm,
+    d: usize,
+    heads: usize,
+    n_mels: usize,
+    /// Encoder positions per window (1500); the window has twice as many mel frames.
+    n_ctx: usize,
+    scratch: Mutex<Scratch>,
+}
+
+fn f32_vec(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?)
+}
+
+/// The f32 values of a weight `[n, k]` (dequantized when quantized).
+fn dense_values(w: &Weight) -> Result<Vec<f32>> {
+    f32_vec(&w.dequantize(&Device::Cpu, DType::F32)?)
+}
+
+/// Weights stacked along the output axis, as one matrix. Where the CPU has AMX-BF16, dense
+/// ([`DenseMatrix`] from f32 values, quantized ones dequantized: its products at 1500 rows run
+/// several times faster than the Q8_0 ones, and faster than from f16 values, which it
+/// converts per product). Elsewhere quantized
+/// when all are in a format the kernels have (the same one), else dense (f32 products).
+fn stacked(ws: &[Weight], k: usize) -> Result<Mat> {
+    let qs: Option<Vec<QMatrix>> = ws
+        .iter()
+        .map(|w| match w {
+            Weight::Quantized(q) => QMatrix::from_qtensor(q),
+            Weight::Dense(_) => None,
+        })
+        .collect();
+    if let Some(qs) = qs.filter(|qs| !kernels::has_amx_bf16() && qs.iter().all(|q| q.qtype() == qs[0].qtype() && q.cols() == k)) {
+        if qs.len() == 1 {
+            return Ok(Mat::Q(qs[0].clone()));
+        }
+        let rows: usize = qs.iter().map(QMatrix::rows).sum();
+        let mut bytes = Vec::with_capacity(rows * qs[0].row_bytes());
+        for q in &qs {
+            q.with_bytes(|b| bytes.extend_from_slice(b));
+        }
+        return Ok(Mat::Q(QMatrix::from_bytes(qs[0].qtype(), rows, k, bytes)?));
+    }
+    let mut v = Vec::new();
+    for w in ws {
+        v.extend(dense_values(w)?);
+    }
+    let n = v.len() / k;
+    Ok(Mat::D(DenseMatrix::from_f32(&v, n, k)))
+}
+
+/// A 1-D convolution's weight `[d, c, 3]` as the matrix `[d, 3 · c]` of its time-major
+/// product (tap-major: column `j · c + i` is input channel `i` at tap `j`).
+fn conv_matrix(w: &[f32], d: usize, c: usize) -> DenseMatrix {
+    let mut m = vec![0f32; d * 3 * c];
+    for o in 0..d {
+        for i in 0..c {
+            for j in 0..3 {
+                m[o * 3 * c + j * c + i] = w[(o * c + i) * 3 + j];
+            }
+        }
+    }
+    DenseMatrix::from_f32(&m, d, 3 * c)
+}
+
+impl Encoder {
+    /// Load under transformers names (`model.encoder.*`) on the CPU.
+    pub fn load(src: &dyn WeightSource, cfg: &crate::config::WhisperConfig) -> Result<Self> {
+        let cpu = Device::Cpu;
+        let (d, m, ff) = (cfg.d_model, cfg.num_mel_bins, cfg.encoder_ffn_dim);
+        let vec = |name: &str, shape: &[usize]| -> Result<Vec<f32>> { f32_vec(&src.tensor(name, shape, &cpu, DType::F32)?) };
+        let conv = |p: &str, c: usize| -> Result<Lin> {
+            let w = vec(&format!("{p}.weight"), &[d, c, 3])?;
+            Ok(Lin { w: Mat::D(conv_matrix(&w, d, c)), b: vec(&format!("{p}.bias"), &[d])? })
+        };
+        let norm = |p: &str| -> Result<Norm> { Ok(Norm { w: vec(&format!("{p}.weight"), &[d])?, b: vec(&format!("{p}.bias"), &[d])? }) };
+        let lin = |p: &str, out: usize, inp: usize| -> Result<Lin> {
+            let w = src.load_checked(&format!("{p}.weight"), &[out, inp], &cpu)?;
+            Ok(Lin { w: stacked(&[w], inp)?, b: vec(&format!("{p}.bias"), &[out])? })
+        };
+        let mut layers = Vec::with_capacity(cfg.encoder_layers);
+        for i in 0..cfg.encoder_layers {
+            let p = format!("model.encoder.layers.{i}");
+            let a = format!("{p}.self_attn");
+            let ws = ["q", "k", "v"]
+                .iter()
+                .map(|x| src.load_checked(&format!("{a}.{x}_proj.weight"), &[d, d], &cpu))
+                .collect::<sapient_tensor::Result<Vec<_>>>()?;
+            let mut b = vec(&format!("{a}.q_proj.bias"), &[d])?;
+            // transformers' Whisper has no key bias; a checkpoint that carries a (zero) one works too.
+            let kb = format!("{a}.k_proj.bias");
+            b.extend(if src.contains(&kb) { vec(&kb, &[d])? } else { vec![0.0; d] });
+            b.extend(vec(&format!("{a}.v_proj.bias"), &[d])?);
+            layers.push(Layer {
+                attn_ln: norm(&format!("{p}.self_attn_layer_norm"))?,
+                qkv: Lin { w: stacked(&ws, d)?, b },
+                out: lin(&format!("{a}.out_proj"), d, d)?,
+                mlp_ln: norm(&format!("{p}.final_layer_norm"))?,
+                fc1: lin(&format!("{p}.fc1"), ff, d)?,
+                fc2: lin(&format!("{p}.fc2"), d, ff)?,
+            });
+        }
+        Ok(Self {
+            conv1: conv("model.encoder.conv1", m)?,
+            conv2: conv("model.encoder.conv2", d)?,
+            pos: vec("model.encoder.embed_positions.weight", &[cfg.max_source_positions, d])?,
+            layers,
+            ln: norm("model.encoder.layer_norm")?,
+            d,
+            heads: cfg.encoder_attention_heads,
+            n_mels: m,
+            n_ctx: cfg.max_source_positions,
+            scratch: Mutex::new(Scratch::default()),
+        })
+    }
+
+    /// Encode `b` log-mel windows `mel` ([b, n_mels, 2 · n_ctx], row-major) into
+    /// `out` ([b, n_ctx, d]).
+    pub fn forward(&self, mel: &[f32], b: usize, out: &mut [f32]) -> Result<()> {
+        let (m, n, d) = (self.n_mels, self.n_ctx, self.d);
+        let f = 2 * n;
+        if mel.len() != b * m * f || out.len() != b * n * d {
+            return Err(Error::Mismatch(format!(
+                "encoder: {} mel values and {} outputs for {b} windows of [{m}, {f}] -> [{n}, {d}]",
+                mel.len(),
+                out.len()
+            )));
+        }
+        let mut s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        for (mw, ow) in mel.chunks_exact(m * f).zip(out.chunks_exact_mut(n * d)) {
+            self.window(mw, &mut s, ow);
+        }
+        Ok(())
+    }
+
+    fn window(&self, mel: &[f32], s: &mut Scratch, out: &mut [f32]) {
+        let (m, n, d) = (self.n_mels, self.n_ctx, self.d);
+        let f = 2 * n;
+        let ff = self.layers.first().map_or(0, |l| l.fc1.rows());
+        grow(&mut s.col, (f * 3 * m).max(n * 3 * d));
+        grow(&mut s.c1, (f + 2) * d);
+        for v in [&mut s.x, &mut s.h, &mut s.o] {
+            grow(v, n * d);
+        }
+        grow(&mut s.qkv, n * 3 * d);
+        grow(&mut s.f, n * ff);
+        // conv1 (stride 1, padding 1): row t is frames t - 1, t, t + 1 of every mel bin
+        pool::pool().for_each_chunk_mut(&mut s.col[..f * 3 * m], ROWS_PER_CHUNK * 3 * m, |c, rows| {
+            for (r, row) in rows.chunks_exact_mut(3 * m).enumerate() {
+                let t = c * ROWS_PER_CHUNK + r;
+                for j in 0..3 {
+                    let src = (t + j).checked_sub(1).filter(|&u| u < f);
+                    let dst = &mut row[j * m..(j + 1) * m];
+                    match src {
+                        Some(u) => {
+                            for (i, v) in dst.iter_mut().enumerate() {
+                                *v = mel[i * f + u];
+                            }
+                        }
+                        None => dst.fill(0.0),
+                    }
+                }
+            }
+        });
+        s.c1[..d].fill(0.0);
+        s.c1[(f + 1) * d..(f + 2) * d].fill(0.0);
+        self.conv1.forward(&s.col, f, true, &mut s.c1[d..(f + 1) * d]);
+        // conv2 (stride 2, padding 1): row t is padded rows 2t .. 2t + 2, contiguous
+        let c1 = &s.c1;
+        pool::pool().for_each_chunk_mut(&mut s.col[..n * 3 * d], ROWS_PER_CHUNK * 3 * d, |c, rows| {
+            for (r, row) in rows.chunks_exact_mut(3 * d).enumerate() {
+                let t = c * ROWS_PER_CHUNK + r;
+                row.copy_from_slice(&c1[2 * t * d..(2 * t + 3) * d]);
+            }
+        });
+        self.conv2.forward(&s.col, n, true, &mut s.x);
+        add(&mut s.x[..n * d], &self.pos[..n * d]);
+        for l in &self.layers {
+            l.attn_ln.forward(&s.x[..n * d], d, &mut s.h);
+            l.qkv.forward(&s.h, n, false, &mut s.qkv);
+            if kernels::has_amx_bf16() {
+                attention_dense(&s.qkv[..n * 3 * d], n, d, self.heads, &mut s.hq, &mut s.hk, &mut s.p, &mut s.ho, &mut s.o[..n * d]);
+            } else {
+                attention(&s.qkv[..n * 3 * d], n, d, self.heads, &mut s.o[..n * d]);
+            }
+            l.out.forward(&s.o, n, false, &mut s.h);
+            add(&mut s.x[..n * d], &s.h[..n * d]);
+            l.mlp_ln.forward(&s.x[..n * d], d, &mut s.h);
+            l.fc1.forward(&s.h, n, true, &mut s.f);
+            l.fc2.forward(&s.f, n, false, &mut s.o);
+            add(&mut s.x[..n * d], &s.o[..n * d]);
+        }
+        self.ln.forward(&s.x[..n * d], d, out);
+    }
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    pool::pool().for_each_chunk_mut(x, 64 * 1024, |c, xs| {
+        for (a, b) in xs.iter_mut().zip(&y[c * 64 * 1024..]) {
+            *a += b;
+        }
+    });
+}
+
+/// Softmax of each row of `p` ([m, n]) in place, rows spread over the kernel pool.
+fn softmax_rows(p: &mut [f32], n: usize) {
+    pool::pool().for_each_chunk_mut(p, ROWS_PER_CHUNK * n, |_, c| {
+        for row in c.chunks_exact_mut(n) {
+            softmax(row);
+        }
+    });
+}
+
+#[inline(always)]
+fn softmax(row: &mut [f32]) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+    for v in row.iter_mut() {
+        *v -= max;
+    }
+    kernels::exp_in_place(row);
+    let inv = 1.0 / lane_sum(row, |v| v);
+    for v in row.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// [`attention`] as [`DenseMatrix`] products (AMX-BF16, close to f32 accuracy), one head at
+/// a time: the head's keys, then its values transposed, are packed as the product's
+/// weights; each product is split over the pool.
+#[allow(clippy::too_many_arguments)]
+fn attention_dense(qkv: &[f32], n: usize, d: usize, heads: usize, hq: &mut Vec<f32>, hk: &mut Vec<f32>, p: &mut Vec<f32>, ho: &mut Vec<f32>, out: &mut [f32]) {
+    let hd = d / heads;
+    let ld = 3 * d;
+    let scale = 1.0 / (hd as f32).sqrt();
+    grow(hq, n * hd);
+    grow(hk, n * hd);
+    grow(p, n * n);
+    grow(ho, n * hd);
+    for h in 0..heads {
+        for (i, (q, k)) in hq.chunks_exact_mut(hd).zip(hk.chunks_exact_mut(hd)).take(n).enumerate() {
+            let r = &qkv[i * ld..];
+            for (a, b) in q.iter_mut().zip(&r[h * hd..(h + 1) * hd]) {
+                *a = b * scale;
+            }
+            k.copy_from_slice(&r[d + h * hd..d + (h + 1) * hd]);
+        }
+        DenseMatrix::from_f32(&hk[..n * hd], n, hd).matmul(&hq[..n * hd], n, None, &mut p[..n * n]);
+        softmax_rows(&mut p[..n * n], n);
+        // values transposed: [hd, n]
+        for (j, r) in qkv.chunks_exact(ld).take(n).enumerate() {
+            for (c, v) in r[2 * d + h * hd..2 * d + (h + 1) * hd].iter().enumerate() {
+                hk[c * n + j] = *v;
+            }
+        }
+        DenseMatrix::from_f32(&hk[..n * hd], hd, n).matmul(&p[..n * n], n, None, &mut ho[..n * hd]);
+        for (o, r) in out.chunks_exact_mut(d).zip(ho.chunks_exact(hd)) {
+            o[h * hd..(h + 1) * hd].copy_from_slice(r);
+        }
+    }
+}
+
+thread_local! {
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Query rows per unit of the attention.
+const BLOCK: usize = 64;
+
+/// Full (non-causal) attention of `n` positions: `qkv` is [n, 3d] (queries, keys, values side
+/// by side, `heads` heads in each), `out` [n, d]. Units of one head and [`BLOCK`] query rows
+/// on the kernel pool: scaled scores against all keys with the `gemm` crate, softmax, product
+/// with the values.
+fn attention(qkv: &[f32], n: usize, d: usize, heads: usize, out: &mut [f32]) {
+    let hd = d / heads;
+    let ld = 3 * d;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let blocks = n.div_ceil(BLOCK);
+    let out_ptr = SendPtr(out.as_mut_ptr());
+    let work = |u: usize| {
+        let out_ptr = &out_ptr;
+        let (h, blk) = (u / blocks, u % blocks);
+        let (i0, i1) = (blk * BLOCK, ((blk + 1) * BLOCK).min(n));
+        let rows = i1 - i0;
+        SCORES.with(|sc| {
+            let mut sc = sc.borrow_mut();
+            grow(&mut sc, rows * n);
+            let s = &mut sc[..rows * n];
+            // SAFETY: operands in bounds by construction ([rows, hd] of q and [n, hd] of k and
+            // v with row stride 3d inside `qkv`, [n, 3d]); each unit writes its own rows of
+            // one head of `out`.
+            unsafe {
+                gemm::gemm(
+                    rows, n, hd,
+                    s.as_mut_ptr(), 1, n as isize,
+                    false,
+                    qkv.as_ptr().add(i0 * ld + h * hd), 1, ld as isize,
+                    qkv.as_ptr().add(d + h * hd), ld as isize, 1,
+                    0.0, scale,
+                    false, false, false,
+                    gemm::Parallelism::None,
+                );
+            }
+            for row in s.chunks_exact_mut(n) {
+                softmax(row);
+            }
+            unsafe {
+                gemm::gemm(
+                    rows, hd, n,
+                    out_ptr.ptr().add(i0 * d + h * hd), 1, d as isize,
+                    false,
+                    s.as_ptr(), 1, n as isize,
+                    qkv.as_ptr().add(2 * d + h * hd), 1, ld as isize,
+                    0.0, 1.0,
+                    false, false, false,
+                    gemm::Parallelism::None,
+                );
+            }
+        })
+    };
+    pool::pool().run_chunks(heads * blocks, &work);
+}
