@@ -430,92 +430,10 @@ fn add(x: &mut [f32], y: &[f32]) {
     }
 }
 
-pub(crate) use kernels::exp_in_place;
-
-thread_local! {
-    static ENC_SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Query rows per unit of the encoder's attention.
-const ENC_BLOCK: usize = 64;
-
-/// Full (non-causal) attention of `n` positions: `q`, `k`, `v` and `out` are [n, d] with
-/// `heads` heads side by side; the queries are already scaled. Units of one head and
-/// [`ENC_BLOCK`] query rows on the kernel pool: scores against all keys with the `gemm`
-/// crate, softmax, product with the values.
-pub(crate) fn encoder_attention(q: &[f32], k: &[f32], v: &[f32], n: usize, d: usize, heads: usize, out: &mut [f32]) {
-    let hd = d / heads;
-    let blocks = n.div_ceil(ENC_BLOCK);
-    let out_ptr = SendPtr(out.as_mut_ptr());
-    let work = |u: usize| {
-        let out_ptr = &out_ptr;
-        let (h, blk) = (u / blocks, u % blocks);
-        let (i0, i1) = (blk * ENC_BLOCK, ((blk + 1) * ENC_BLOCK).min(n));
-        let rows = i1 - i0;
-        ENC_SCORES.with(|sc| {
-            let mut sc = sc.borrow_mut();
-            grow(&mut sc, rows * n);
-            let s = &mut sc[..rows * n];
-            // SAFETY: operands in bounds by construction ([rows, hd] of q and [n, hd] of k and
-            // v with row stride d); each unit writes its own rows of one head of `out`.
-            unsafe {
-                gemm::gemm(
-                    rows, n, hd,
-                    s.as_mut_ptr(), 1, n as isize,
-                    false,
-                    q.as_ptr().add(i0 * d + h * hd), 1, d as isize,
-                    k.as_ptr().add(h * hd), d as isize, 1,
-                    0.0, 1.0,
-                    false, false, false,
-                    gemm::Parallelism::None,
-                );
-            }
-            for row in s.chunks_exact_mut(n) {
-                let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-                for v in row.iter_mut() {
-                    *v -= max;
-                }
-                exp_in_place(row);
-                let inv = 1.0 / row.iter().sum::<f32>();
-                for v in row.iter_mut() {
-                    *v *= inv;
-                }
-            }
-            unsafe {
-                gemm::gemm(
-                    rows, hd, n,
-                    out_ptr.ptr().add(i0 * d + h * hd), 1, d as isize,
-                    false,
-                    s.as_ptr(), 1, n as isize,
-                    v.as_ptr().add(h * hd), 1, d as isize,
-                    0.0, 1.0,
-                    false, false, false,
-                    gemm::Parallelism::None,
-                );
-            }
-        })
-    };
-    pool::pool().run_chunks(heads * blocks, &work);
-}
-
-pub(crate) use kernels::gelu_erf_in_place;
-
-/// The encoder's MLP on buffers: rows of `x` [n, d] (already normalised) through fc1, GELU,
-/// fc2 (with biases).
-pub(crate) fn encoder_mlp(fc1: &Lin, fc2: &Lin, x: &[f32], n: usize) -> Result<Vec<f32>> {
-    let mut h = Vec::new();
-    fc1.forward(x, n, &mut h)?;
-    let ff = fc1.w.rows();
-    gelu_erf_in_place(&mut h[..n * ff]);
-    let mut y = Vec::new();
-    fc2.forward(&h[..n * ff], n, &mut y)?;
-    y.truncate(n * fc2.w.rows());
-    Ok(y)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kernels::{exp_in_place, gelu_erf_in_place};
 
     #[test]
     fn vector_exp_and_gelu_match_libm() {

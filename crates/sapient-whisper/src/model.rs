@@ -1,6 +1,5 @@
-//! The Whisper encoder and decoder on candle.
-//!
-//! Encoder: two convolutions (GELU), sinusoidal positions, pre-norm transformer layers. The
+//! The Whisper model: the encoder ([`crate::encoder`], on plain buffers and sapient-tensor's
+//! kernels) and the decoder. The
 //! decoder keeps a self-attention KV cache per layer (appended per step, reordered for beam
 //! search) and computes the cross-attention keys and values once per 30 s window
 //! ([`CrossKv`]); those are shared by every beam: the queries of all beams are stacked along
@@ -128,10 +127,7 @@ impl Ctx<'_> {
     fn tensor(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
         Ok(self.src.tensor(name, shape, self.device, self.dtype)?)
     }
-    fn linear(&self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Linear> {
-        Ok(Linear::load(self.src, prefix, out, inp, bias, self.device, self.dtype)?)
-    }
-    /// As [`Ctx::linear`], with the weight for the plain-buffer decoder: sapient-tensor's
+    /// A linear layer, with the weight for the plain-buffer decoder: sapient-tensor's
     /// kernel matrix when quantized (None for a format it lacks), the f32 tensor otherwise.
     fn linear_cpu(&self, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<(Linear, Option<cpu::Lin>)> {
         let w = self.src.load_checked(&format!("{prefix}.weight"), &[out, inp], self.device)?;
@@ -188,20 +184,7 @@ struct Attention {
 }
 
 impl Attention {
-    fn load(c: &Ctx, prefix: &str, d: usize, heads: usize) -> Result<Self> {
-        // transformers' Whisper has no key bias; a checkpoint that carries a (zero) one works too.
-        let k_bias = c.src.contains(&format!("{prefix}.k_proj.bias"));
-        Ok(Self {
-            q: c.linear(&format!("{prefix}.q_proj"), d, d, true)?,
-            k: c.linear(&format!("{prefix}.k_proj"), d, d, k_bias)?,
-            v: c.linear(&format!("{prefix}.v_proj"), d, d, true)?,
-            out: c.linear(&format!("{prefix}.out_proj"), d, d, true)?,
-            heads,
-            head_dim: d / heads,
-        })
-    }
-
-    /// As [`Attention::load`], with the plain-buffer decoder's q, k, v, out (when all have one).
+    /// The attention's projections, with the plain-buffer decoder's q, k, v, out (when all have one).
     fn load_cpu(c: &Ctx, prefix: &str, d: usize, heads: usize) -> Result<(Self, Option<[cpu::Lin; 4]>)> {
         let k_bias = c.src.contains(&format!("{prefix}.k_proj.bias"));
         let (q, cq) = c.linear_cpu(&format!("{prefix}.q_proj"), d, d, true)?;
@@ -230,16 +213,6 @@ impl Attention {
     fn scale(&self) -> f64 {
         1.0 / (self.head_dim as f64).sqrt()
     }
-}
-
-struct EncoderLayer {
-    attn_ln: LayerNorm,
-    attn: Attention,
-    mlp_ln: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-    /// fc1 and fc2 for the MLP on plain buffers (CPU, f32 activations).
-    plain_mlp: Option<(cpu::Lin, cpu::Lin)>,
 }
 
 struct DecoderLayer {
@@ -309,13 +282,6 @@ pub struct Whisper {
     pub config: WhisperConfig,
     device: Device,
     dtype: DType,
-    conv1_w: Tensor,
-    conv1_b: Tensor,
-    conv2_w: Tensor,
-    conv2_b: Tensor,
-    enc_pos: Tensor,
-    enc_layers: Vec<EncoderLayer>,
-    enc_ln: LayerNorm,
     /// The encoder on plain buffers and the kernels.
     encoder: crate::encoder::Encoder,
     embed: Tensor,
@@ -336,23 +302,14 @@ impl Whisper {
             path: src.location().to_path_buf(),
             what,
         })?;
+        if !device.is_cpu() {
+            return Err(Error::Options(format!("no backend for {device:?} yet: Whisper runs on the CPU")));
+        }
+        if dtype != DType::F32 {
+            return Err(Error::Options(format!("Whisper runs in f32 on the CPU, not {dtype:?}")));
+        }
         let c = Ctx { src, device, dtype };
         let d = config.d_model;
-        let m = config.num_mel_bins;
-        let mut enc_layers = Vec::with_capacity(config.encoder_layers);
-        for i in 0..config.encoder_layers {
-            let p = format!("model.encoder.layers.{i}");
-            let (fc1, f1) = c.linear_cpu(&format!("{p}.fc1"), config.encoder_ffn_dim, d, true)?;
-            let (fc2, f2) = c.linear_cpu(&format!("{p}.fc2"), d, config.encoder_ffn_dim, true)?;
-            enc_layers.push(EncoderLayer {
-                attn_ln: c.ln(&format!("{p}.self_attn_layer_norm"), d)?,
-                attn: Attention::load(&c, &format!("{p}.self_attn"), d, config.encoder_attention_heads)?,
-                mlp_ln: c.ln(&format!("{p}.final_layer_norm"), d)?,
-                fc1,
-                fc2,
-                plain_mlp: f1.zip(f2).filter(|_| device.is_cpu() && dtype == DType::F32),
-            });
-        }
         let mut dec_layers = Vec::with_capacity(config.decoder_layers);
         let mut plain_layers = Some(Vec::with_capacity(config.decoder_layers));
         for i in 0..config.decoder_layers {
@@ -410,13 +367,6 @@ impl Whisper {
             Weight::Dense(_) => None,
         };
         Ok(Self {
-            conv1_w: c.tensor("model.encoder.conv1.weight", &[d, m, 3])?,
-            conv1_b: c.tensor("model.encoder.conv1.bias", &[d])?,
-            conv2_w: c.tensor("model.encoder.conv2.weight", &[d, d, 3])?,
-            conv2_b: c.tensor("model.encoder.conv2.bias", &[d])?,
-            enc_pos: c.tensor("model.encoder.embed_positions.weight", &[config.max_source_positions, d])?,
-            enc_layers,
-            enc_ln: c.ln("model.encoder.layer_norm", d)?,
             encoder: crate::encoder::Encoder::load(src, &config)?,
             embed,
             proj,
@@ -467,67 +417,6 @@ impl Whisper {
         let mut out = vec![0f32; b * n * d];
         cpu::with_f32(&mel, |v| self.encoder.forward(v, b, &mut out))??;
         Ok(Tensor::from_vec(out, (b, n, d), &self.device)?)
-    }
-
-    #[doc(hidden)]
-    pub fn encode_candle(&self, mel: &Tensor) -> Result<Tensor> {
-        let mel = if mel.rank() == 2 { mel.unsqueeze(0)? } else { mel.clone() };
-        let (_, m, frames) = mel.dims3()?;
-        if m != self.config.num_mel_bins || frames != self.n_frames() {
-            return Err(Error::Mismatch(format!(
-                "the encoder takes [{}, {}] mel frames, got [{m}, {frames}]",
-                self.config.num_mel_bins,
-                self.n_frames()
-            )));
-        }
-        let mel = mel.to_device(&self.device)?.to_dtype(self.dtype)?;
-        let x = mel.conv1d(&self.conv1_w, 1, 1, 1, 1)?.broadcast_add(&self.conv1_b.reshape((1, (), 1))?)?.gelu_erf()?;
-        let x = x.conv1d(&self.conv2_w, 1, 2, 1, 1)?.broadcast_add(&self.conv2_b.reshape((1, (), 1))?)?.gelu_erf()?;
-        let mut x = x.transpose(1, 2)?.broadcast_add(&self.enc_pos)?;
-        for l in &self.enc_layers {
-            let h = l.attn_ln.forward(&x)?;
-            let a = &l.attn;
-            // the scale on the queries (1500 x d values) rather than on the scores (H x 1500²)
-            let q = (a.q.forward(&h)? * a.scale())?;
-            let k = a.k.forward(&h)?;
-            let v = a.v.forward(&h)?;
-            let o = if self.use_plain && self.device.is_cpu() && self.dtype == DType::F32 {
-                // on our buffers: blocks of query rows per head, no [H, S, S] score tensor
-                let (b, s, d) = q.dims3()?;
-                let mut o = vec![0f32; b * s * d];
-                for bi in 0..b {
-                    let (qb, kb, vb) = (q.get(bi)?.contiguous()?, k.get(bi)?.contiguous()?, v.get(bi)?.contiguous()?);
-                    cpu::with_f32(&qb, |qs| {
-                        cpu::with_f32(&kb, |ks| {
-                            cpu::with_f32(&vb, |vs| cpu::encoder_attention(qs, ks, vs, s, d, a.heads, &mut o[bi * s * d..(bi + 1) * s * d]))
-                        })
-                    })???;
-                }
-                Tensor::from_vec(o, (b, s, d), &self.device)?
-            } else {
-                let w = a.split(&q)?.matmul(&a.split(&k)?.t()?)?;
-                let w = candle_nn::ops::softmax_last_dim(&w)?;
-                a.merge(&w.matmul(&a.split(&v)?)?)?
-            };
-            x = (x + a.out.forward(&o)?)?;
-            match l.plain_mlp.as_ref().filter(|_| self.use_plain) {
-                Some((fc1, fc2)) => {
-                    let h = l.mlp_ln.forward(&x)?;
-                    let (b, s, d) = h.dims3()?;
-                    let hv: Vec<f32> = h.flatten_all()?.to_vec1()?;
-                    // one window at a time: the quantized kernels stream every activation
-                    // row past each weight row, and a window's rows stay in cache where a
-                    // batch's do not
-                    let mut y = Vec::with_capacity(b * s * d);
-                    for w in hv.chunks(s * d) {
-                        y.extend(cpu::encoder_mlp(fc1, fc2, w, s)?);
-                    }
-                    x = (x + Tensor::from_vec(y, (b, s, d), &self.device)?)?;
-                }
-                None => x = (&x + mlp(&l.mlp_ln, &l.fc1, &l.fc2, &x)?)?,
-            }
-        }
-        self.enc_ln.forward(&x)
     }
 
     /// Cross-attention keys and values of an encoded window ([1, S, d]).
