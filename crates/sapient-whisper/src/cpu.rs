@@ -1,10 +1,11 @@
-//! The decoder on plain buffers for the CPU (f32 activations): the same computation as
-//! [`Whisper::decode`](crate::model::Whisper::decode) on candle, without a candle op per
-//! layer and step. Linear layers run on sapient-tensor's quantized kernels when their weight
+//! The decoder on plain buffers for the CPU (f32 activations), behind
+//! [`Whisper::decode`](crate::model::Whisper::decode): no candle op per layer and step.
+//! Linear layers run on sapient-tensor's quantized kernels when their weight
 //! is quantized, else on the f32 weight (dot products for a few rows, the `gemm` crate for
 //! more); the self-attention cache is kept per batch row as f32 rows of `d` values; the
 //! cross-attention keys and values are the window's [`CrossKv`](crate::model::CrossKv)
-//! tensors, read in place.
+//! tensors, read in place; the alignment heads' cross-attention scores (word timestamps)
+//! are copied out when asked for ([`Align`]).
 
 use candle_core::{CpuStorage, Storage, Tensor};
 use sapient_tensor::kernels::{self, pool, QMatrix, SendPtr};
@@ -109,10 +110,20 @@ pub(crate) struct Layer {
     pub o: Lin,
     pub cross_ln: Norm,
     pub cq: Lin,
+    /// Cross-attention keys and values, for [`CrossKv`](crate::model::CrossKv).
+    pub ck: Lin,
+    pub cv: Lin,
     pub co: Lin,
     pub mlp_ln: Norm,
     pub fc1: Lin,
     pub fc2: Lin,
+}
+
+/// Where a forward pass leaves the cross-attention scores (scaled q·k, before the softmax)
+/// of the alignment heads: `scores[i]` gets head `heads[i]` (layer, head) as [rows, S].
+pub(crate) struct Align<'a> {
+    pub heads: &'a [(usize, usize)],
+    pub scores: &'a mut [Vec<f32>],
 }
 
 /// The decoder's weights for the plain-buffer path.
@@ -200,7 +211,11 @@ impl CpuDecoder {
         pos: &Tensor,
         cross: &[CrossGroup<'_>],
         cache: &mut BufCache,
+        mut align: Option<Align<'_>>,
     ) -> Result<Vec<f32>> {
+        if align.is_some() && cross.len() != 1 {
+            return Err(Error::Options("alignment weights are for rows attending to one window".into()));
+        }
         let d = self.d;
         if cross.iter().map(|g| g.rows).sum::<usize>() != b || tokens.len() != b * t {
             return Err(Error::Mismatch(format!("{} tokens in {b} rows of {t}, windows for {} rows", tokens.len(), cross.iter().map(|g| g.rows).sum::<usize>())));
@@ -263,7 +278,19 @@ impl CpuDecoder {
                     groups.push((row0 * t, g.rows * t, ck, cv));
                     row0 += g.rows;
                 }
-                self.cross_attention(&s.q[..n * d], &groups, &mut s.o[..n * d]);
+                // this layer's alignment heads: (head, where its scores go)
+                let mut keep: Vec<(usize, SendPtr)> = Vec::new();
+                if let Some(a) = align.as_mut() {
+                    let src = groups.first().map_or(0, |g| g.2.len() / d);
+                    for (&(layer, head), sc) in a.heads.iter().zip(a.scores.iter_mut()) {
+                        if layer == li && head < self.heads {
+                            sc.clear();
+                            sc.resize(n * src, 0.0);
+                            keep.push((head, SendPtr(sc.as_mut_ptr())));
+                        }
+                    }
+                }
+                self.cross_attention(&s.q[..n * d], &groups, &keep, &mut s.o[..n * d]);
                 drop(groups);
                 drop(guards);
                 l.co.forward(&s.o[..n * d], n, &mut s.y)?;
@@ -341,7 +368,9 @@ impl CpuDecoder {
     /// Attention of query rows over windows' keys [H, Dh, S] and values [H, S, Dh]: each group
     /// `(first row, rows, keys, values)` is a run of query rows and the window they attend
     /// to; one head of one group per unit, as two matrix products with a softmax between.
-    fn cross_attention(&self, q_all: &[f32], groups: &[(usize, usize, &[f32], &[f32])], out: &mut [f32]) {
+    /// `keep` lists heads whose scores (before the softmax) are copied out, [rows, S] each
+    /// (one group only).
+    fn cross_attention(&self, q_all: &[f32], groups: &[(usize, usize, &[f32], &[f32])], keep: &[(usize, SendPtr)], out: &mut [f32]) {
         let (d, nh) = (self.d, self.heads);
         let hd = d / nh;
         let scale = 1.0 / (hd as f32).sqrt();
@@ -370,6 +399,11 @@ impl CpuDecoder {
                         false, false, false,
                         gemm::Parallelism::None,
                     );
+                }
+                for (_, p) in keep.iter().filter(|(kh, _)| *kh == h) {
+                    // SAFETY: the caller sized each kept buffer to n * src values (one group),
+                    // and each head is one unit.
+                    unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), p.ptr(), n * src) };
                 }
                 for row in s.chunks_exact_mut(src) {
                     let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));

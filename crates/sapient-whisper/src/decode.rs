@@ -383,13 +383,12 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
 /// attending to its own cross-attention keys and values, through the same kernels as one
 /// window's rows. Each window's result is what [`decode_window`] gives it alone (the same
 /// search, the same options; the floating-point sums agree but for the matrix kernels'
-/// row blocking). Falls back to one window after the other where the decoder does not run
-/// on plain buffers ([`Whisper::has_plain_decoder`]).
+/// row blocking).
 pub fn decode_batch(model: &Whisper, tok: &WhisperTokenizer, crosses: &[&CrossKv], opts: &DecodeOptions) -> Result<Vec<DecodeResult>> {
     if crosses.is_empty() {
         return Ok(Vec::new());
     }
-    if !model.has_plain_decoder() || crosses.len() == 1 {
+    if crosses.len() == 1 {
         return crosses.iter().map(|c| decode_window(model, tok, c, opts)).collect();
     }
     let n = crosses.len();

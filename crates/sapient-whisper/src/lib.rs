@@ -1,12 +1,13 @@
-//! `sapient-whisper`: Whisper speech-to-text on candle.
+//! `sapient-whisper`: Whisper speech-to-text on the CPU, on sapient-tensor's kernels.
 //!
 //! - [`ct2`]: CTranslate2 `model.bin` import (fused projections split, transformers names),
 //!   used by `cargo xtask convert ct2-to-safetensors` and by loading a CTranslate2 model
 //!   directly.
 //! - [`config`]: transformers' `WhisperConfig` fields plus alignment heads, suppressed
 //!   tokens and language ids.
-//! - [`model`]: encoder and decoder; a self-attention KV cache per decoding run and the
-//!   cross-attention keys/values computed once per 30 s window.
+//! - [`model`]: the model (encoder and decoder, each written once on plain f32 buffers:
+//!   `encoder.rs`, `cpu.rs`); a self-attention KV cache per decoding run and the
+//!   cross-attention keys/values computed once per 30 s window for all beams.
 //! - [`decode`]: one window as openai-whisper decodes it (greedy, sampling, beam search with
 //!   patience, logit filters and timestamp rules, no-speech probability, language detection).
 //! - [`transcribe`]: long-form audio, temperature fallback, segments ([`Transcriber`]).

@@ -158,14 +158,12 @@ pub struct LoadOptions {
     /// `Some(GgmlDType::Q8_0)` is the int8 setting.
     pub quantize_decoder: Option<candle_core::quantized::GgmlDType>,
     /// The same for the encoder layers' matrices (CPU only; the convolutions and the
-    /// attention products stay f32).
+    /// attention products stay f32). Where the CPU has AMX-BF16 the encoder runs them as
+    /// dense products of the quantized values (faster there than the Q8_0 kernels).
     pub quantize_encoder: Option<candle_core::quantized::GgmlDType>,
     /// What a model file may make the loader allocate (a CTranslate2 `model.bin` is read
     /// whole; safetensors/GGUF tensors are checked one by one).
     pub limits: sapient_tensor::Limits,
-    /// Run the decoding steps as candle ops instead of on plain buffers (for comparisons;
-    /// the results agree to f32 rounding).
-    pub candle_decoder: bool,
 }
 
 impl LoadOptions {
@@ -278,15 +276,12 @@ impl Transcriber {
         let tok = WhisperTokenizer::from_file(tokenizer, &cfg)?;
         let mel = LogMel::new(cfg.num_mel_bins)?;
         let dtype = if device.is_cpu() { DType::F32 } else { sapient_tensor::activation_dtype(device) };
-        let mut model = if device.is_cpu() && (load.quantize_decoder.is_some() || load.quantize_encoder.is_some()) {
+        let model = if device.is_cpu() && (load.quantize_decoder.is_some() || load.quantize_encoder.is_some()) {
             let q = QuantizeWeights { inner: src, encoder: load.quantize_encoder, decoder: load.quantize_decoder };
             Whisper::load(cfg, &q, device, dtype)?
         } else {
             Whisper::load(cfg, src, device, dtype)?
         };
-        if load.candle_decoder {
-            model.set_plain_decoder(false);
-        }
         tracing::debug!(multilingual = tok.multilingual, "whisper model loaded");
         Ok(Self { model, tokenizer: tok, mel, vad: None })
     }
