@@ -8,7 +8,8 @@
 //! are copied out when asked for ([`Align`]).
 
 use candle_core::{CpuStorage, Storage, Tensor};
-use sapient_tensor::kernels::{self, pool, QMatrix, SendPtr};
+use sapient_tensor::kernels::{self, pool, DenseMatrix, QMatrix, SendPtr};
+use std::sync::Arc;
 use std::cell::RefCell;
 
 use crate::{Error, Result};
@@ -28,11 +29,13 @@ pub(crate) fn with_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> 
     }
 }
 
-/// A weight matrix [out, in]: quantized for the kernels, or f32 (a contiguous CPU tensor).
+/// A weight matrix [out, in]: quantized for the kernels, f32 (a contiguous CPU tensor), or
+/// packed for [`DenseMatrix`] products (many rows with f32 activations).
 #[derive(Clone)]
 pub(crate) enum Mat {
     Q(QMatrix),
     F(Tensor),
+    D(Arc<DenseMatrix>),
 }
 
 
@@ -41,6 +44,7 @@ impl Mat {
         match self {
             Mat::Q(q) => q.rows(),
             Mat::F(t) => t.dims()[0],
+            Mat::D(d) => d.rows(),
         }
     }
 
@@ -54,6 +58,10 @@ impl Mat {
             Mat::F(t) => {
                 let (n, k) = (t.dims()[0], t.dims()[1]);
                 with_f32(t, |w| kernels::matmul_f32(w, n, k, x, m, out))
+            }
+            Mat::D(d) => {
+                d.matmul(x, m, None, out);
+                Ok(())
             }
         }
     }

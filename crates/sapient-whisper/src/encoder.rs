@@ -398,8 +398,8 @@ fn attention_dense(qkv: &[f32], n: usize, d: usize, heads: usize, hq: &mut Vec<f
     let scale = 1.0 / (hd as f32).sqrt();
     grow(hq, n * hd);
     grow(hk, n * hd);
-    grow(p, n * n);
-    grow(ho, n * hd);
+    grow(p, QUERY_BLOCK.min(n) * n);
+    grow(ho, QUERY_BLOCK.min(n) * hd);
     for h in 0..heads {
         for (i, (q, k)) in hq.chunks_exact_mut(hd).zip(hk.chunks_exact_mut(hd)).take(n).enumerate() {
             let r = &qkv[i * ld..];
@@ -408,20 +408,30 @@ fn attention_dense(qkv: &[f32], n: usize, d: usize, heads: usize, hq: &mut Vec<f
             }
             k.copy_from_slice(&r[d + h * hd..d + (h + 1) * hd]);
         }
-        DenseMatrix::from_f32(&hk[..n * hd], n, hd).matmul(&hq[..n * hd], n, None, &mut p[..n * n]);
-        softmax_rows(&mut p[..n * n], n);
+        let keys = DenseMatrix::from_f32(&hk[..n * hd], n, hd);
         // values transposed: [hd, n]
         for (j, r) in qkv.chunks_exact(ld).take(n).enumerate() {
             for (c, v) in r[2 * d + h * hd..2 * d + (h + 1) * hd].iter().enumerate() {
                 hk[c * n + j] = *v;
             }
         }
-        DenseMatrix::from_f32(&hk[..n * hd], hd, n).matmul(&p[..n * n], n, None, &mut ho[..n * hd]);
-        for (o, r) in out.chunks_exact_mut(d).zip(ho.chunks_exact(hd)) {
-            o[h * hd..(h + 1) * hd].copy_from_slice(r);
+        let values = DenseMatrix::from_f32(&hk[..n * hd], hd, n);
+        // blocks of query rows: the scores of one block, not of all n, in memory
+        for i0 in (0..n).step_by(QUERY_BLOCK) {
+            let rows = QUERY_BLOCK.min(n - i0);
+            let p = &mut p[..rows * n];
+            keys.matmul(&hq[i0 * hd..(i0 + rows) * hd], rows, None, p);
+            softmax_rows(p, n);
+            values.matmul(p, rows, None, &mut ho[..rows * hd]);
+            for (o, r) in out[i0 * d..(i0 + rows) * d].chunks_exact_mut(d).zip(ho.chunks_exact(hd)) {
+                o[h * hd..(h + 1) * hd].copy_from_slice(r);
+            }
         }
     }
 }
+
+/// Query rows per product of [`attention_dense`] (a multiple of 32, the products' row tile).
+const QUERY_BLOCK: usize = 512;
 
 thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };

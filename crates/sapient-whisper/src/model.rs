@@ -10,7 +10,7 @@ use crate::config::WhisperConfig;
 use crate::cpu;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
-use sapient_tensor::kernels::QMatrix;
+use sapient_tensor::kernels::{self, DenseMatrix, QMatrix};
 use sapient_tensor::{Weight, WeightSource};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -133,6 +133,24 @@ fn linear(src: &dyn WeightSource, prefix: &str, out: usize, inp: usize, bias: bo
     Ok(cpu::Lin { w, b })
 }
 
+/// A linear layer for many rows with f32 activations (the cross-attention keys and values
+/// of the encoded audio, 1500 rows per window), a quantized weight dequantized: quantizing
+/// the encoder's output for these products costs the transcripts accuracy (tiny.en q8_0
+/// fell into repetition loops), and at this many rows the dense products are as fast.
+/// [`DenseMatrix`] (AMX-BF16) where the CPU has it, else the f32 matrix.
+fn linear_dense(src: &dyn WeightSource, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<cpu::Lin> {
+    let w = src.load_checked(&format!("{prefix}.weight"), &[out, inp], &Device::Cpu)?;
+    let t = w.dequantize(&Device::Cpu, DType::F32)?.contiguous()?;
+    let w = if kernels::has_amx_bf16() {
+        let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
+        cpu::Mat::D(std::sync::Arc::new(DenseMatrix::from_f32(&v, out, inp)))
+    } else {
+        cpu::Mat::F(t)
+    };
+    let b = if bias { Some(values(src, &format!("{prefix}.bias"), &[out])?) } else { None };
+    Ok(cpu::Lin { w, b })
+}
+
 fn matrix(w: Weight) -> Result<cpu::Mat> {
     Ok(match w {
         Weight::Quantized(q) => match QMatrix::from_qtensor(&q) {
@@ -233,8 +251,8 @@ impl Whisper {
                 o: linear(src, &format!("{sa}.out_proj"), d, d, true)?,
                 cross_ln: norm(src, &format!("{p}.encoder_attn_layer_norm"), d)?,
                 cq: linear(src, &format!("{ca}.q_proj"), d, d, true)?,
-                ck: linear(src, &format!("{ca}.k_proj"), d, d, kb(&ca))?,
-                cv: linear(src, &format!("{ca}.v_proj"), d, d, true)?,
+                ck: linear_dense(src, &format!("{ca}.k_proj"), d, d, kb(&ca))?,
+                cv: linear_dense(src, &format!("{ca}.v_proj"), d, d, true)?,
                 co: linear(src, &format!("{ca}.out_proj"), d, d, true)?,
                 mlp_ln: norm(src, &format!("{p}.final_layer_norm"), d)?,
                 fc1: linear(src, &format!("{p}.fc1"), config.decoder_ffn_dim, d, true)?,
