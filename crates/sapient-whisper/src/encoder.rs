@@ -5,13 +5,15 @@
 //! the three input frames around it side by side, one contiguous slice of the zero-padded
 //! time-major input (conv2, stride 2: frames `2t - 1 .. 2t + 1`). Then sinusoidal positions
 //! and pre-norm layers: the q, k and v projections fused into one `[3d, d]` matrix, full
-//! attention in blocks of query rows per head on the kernel pool (no `[H, S, S]` score
+//! attention per head in blocks of query rows on the kernel pool (no `[H, S, S]` score
 //! tensor), the output projection, the MLP with GELU fused into fc1's product where the
-//! kernel has it. Matrices run on [`QMatrix`] when quantized at load (Q8_0 presets) and on
-//! [`DenseMatrix`] otherwise (AMX-BF16 at close to f32 accuracy where the CPU has it, f32
-//! products elsewhere); the convolutions always on [`DenseMatrix`]. Every buffer is kept
-//! between calls; a batch of windows runs window by window through the same buffers (the
-//! products have 1500 rows per window already).
+//! kernel has it. Where the CPU has AMX-BF16, every matrix is a [`DenseMatrix`] (bf16 pairs,
+//! close to f32 accuracy; quantized weights dequantized, since at 1500 rows these products
+//! are several times faster than the Q8_0 kernels) and the attention is two such products
+//! per head and block of 512 queries. Elsewhere quantized matrices run on [`QMatrix`], the
+//! others on [`DenseMatrix`]'s f32 products, and the attention by blocks of 64 queries with
+//! the `gemm` crate. Every buffer is kept between calls; a batch of windows runs window by
+//! window through the same buffers (the products have 1500 rows per window already).
 
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
