@@ -222,16 +222,17 @@ impl Lin {
 /// kernel pool when they are all quantized; the results are those of separate [`Lin::run`]
 /// calls.
 fn run_group(lins: &[&Lin], x: &[f32], n: usize, exact: bool, outs: &mut [&mut [f32]]) -> Result<()> {
+    let first = lins.first().and_then(|l| l.quant());
     let all_quant = lins.iter().all(|l| l.quant().is_some());
-    if !all_quant || (!exact && n >= dense_prefill_rows()) {
+    let Some(first) = first.filter(|_| all_quant && (exact || n < dense_prefill_rows())) else {
         for (l, o) in lins.iter().zip(outs.iter_mut()) {
             l.run(x, n, exact, o)?;
         }
         return Ok(());
-    }
+    };
     // Fixed arrays: no allocation per token.
     let k = lins.len().min(kernels::MAX_GROUP);
-    let mats: [&QMatrix; kernels::MAX_GROUP] = std::array::from_fn(|i| lins[i.min(k - 1)].quant().expect("checked above"));
+    let mats: [&QMatrix; kernels::MAX_GROUP] = std::array::from_fn(|i| lins[i.min(k - 1)].quant().unwrap_or(first));
     let mut parts: [&mut [f32]; kernels::MAX_GROUP] = Default::default();
     for (p, (o, l)) in parts.iter_mut().zip(outs.iter_mut().zip(lins)) {
         *p = &mut o[..n * l.out()];
