@@ -330,6 +330,43 @@ macro_rules! by_rows {
     }};
 }
 
+/// The passes of a product over weight rows `r0..r1` (groups of sixteen) and `m` activation
+/// rows: activation rows in blocks of [`M_BLOCK`], each block taken by every group of the range
+/// before the next (a block's activations stay in L2 while the weight rows pass, instead of
+/// all `m` rows streaming from memory once per sixteen weight rows), `pass` rows at a time.
+/// `$body` sees the group's first row `g`, its `nvalid` real rows, the pass's `r` rows as
+/// pointer arrays (`ap` activations, `cp` corrections, `op` outputs; the last row repeated to
+/// [`PASS`]) and whether this is the first pass over the weights. (A macro: a closure would
+/// not carry the kernels' target features.)
+macro_rules! passes {
+    ($pass:expr, $r0:expr, $r1:expr, $m:expr, $nb:expr, $acts:expr, $corr:expr, $out:expr, $stride:expr,
+     |$g:ident, $nvalid:ident, $r:ident, $ap:ident, $cp:ident, $op:ident, $first:ident| $body:block) => {{
+        let (r0, r1, m, nb, acts, corr, out, stride): (usize, usize, usize, usize, &[BlockQ8], &[i32], *mut f32, usize) =
+            ($r0, $r1, $m, $nb, $acts, $corr, $out, $stride);
+        let mut m0 = 0;
+        while m0 < m {
+            let m1 = (m0 + M_BLOCK).min(m);
+            let mut $g = r0;
+            while $g < r1 {
+                let $nvalid = (r1 - $g).min(16);
+                let mut a0 = m0;
+                while a0 < m1 {
+                    let $r = (m1 - a0).min($pass);
+                    let row = |i: usize| a0 + i.min($r - 1);
+                    let $ap: [*const BlockQ8; PASS] = std::array::from_fn(|i| acts.as_ptr().add(row(i) * nb));
+                    let $cp: [*const i32; PASS] = std::array::from_fn(|i| if corr.is_empty() { std::ptr::null() } else { corr.as_ptr().add(row(i) * nb) });
+                    let $op: [*mut f32; PASS] = std::array::from_fn(|i| out.add(row(i) * stride + $g));
+                    let $first = a0 == 0;
+                    $body
+                    a0 += $r;
+                }
+                $g += 16;
+            }
+            m0 = m1;
+        }
+    }};
+}
+
 #[inline(never)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512bitalg,avx2,fma,f16c")]
 unsafe fn range_of<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, acts: &[BlockQ8], corr: &[i32], m: usize, out: *mut f32, out_stride: usize) {
@@ -351,30 +388,10 @@ unsafe fn range_of<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, acts: &[Bl
         _mm_prefetch::<_MM_HINT_T0>(first.add(n * rb) as *const i8);
         _mm_prefetch::<_MM_HINT_T0>(first.add(n * rb).wrapping_add(64) as *const i8);
     }
-    // Activation rows in blocks of `M_BLOCK`, each taken by every weight row of the range
-    // before the next: a block's activations stay in L2 while the weight rows pass, instead
-    // of all `m` rows streaming from memory once per sixteen weight rows.
-    let mut m0 = 0;
-    while m0 < m {
-        let m1 = (m0 + M_BLOCK).min(m);
-        let mut g = r0;
-        while g < r1 {
-            let nvalid = (r1 - g).min(16);
-            let gp = p.add(g * rb);
-            let next = gp.wrapping_add(16 * rb);
-            let mut a0 = m0;
-            while a0 < m1 {
-                let r = (m1 - a0).min(F::PASS);
-                let ap: [*const BlockQ8; PASS] = std::array::from_fn(|i| acts.as_ptr().add((a0 + i.min(r - 1)) * nb));
-                let cp: [*const i32; PASS] = std::array::from_fn(|i| if corr.is_empty() { std::ptr::null() } else { corr.as_ptr().add((a0 + i.min(r - 1)) * nb) });
-                let op: [*mut f32; PASS] = std::array::from_fn(|i| out.add((a0 + i.min(r - 1)) * out_stride + g));
-                by_rows!(group, F, r, gp, rb, nvalid, nb, ap, cp, op, next);
-                a0 += r;
-            }
-            g += 16;
-        }
-        m0 = m1;
-    }
+    passes!(F::PASS, r0, r1, m, nb, acts, corr, out, out_stride, |g, nvalid, r, ap, cp, op, _first| {
+        let gp = p.add(g * rb);
+        by_rows!(group, F, r, gp, rb, nvalid, nb, ap, cp, op, gp.wrapping_add(16 * rb));
+    });
 }
 
 /// Activation rows a pass over the weight rows takes (see [`range_of`]).
@@ -430,29 +447,11 @@ unsafe fn range_packed_of<F: Fmt>(w: &[u8], gb: usize, r0: usize, r1: usize, act
         _mm_prefetch::<_MM_HINT_T1>(first.add(off) as *const i8);
         off += 64;
     }
-    let mut m0 = 0;
-    while m0 < m {
-        let m1 = (m0 + M_BLOCK).min(m);
-        let mut g = r0;
-        while g < r1 {
-            let nvalid = (r1 - g).min(16);
-            let gp = p.add(g / 16 * gb);
-            let mut a0 = m0;
-            while a0 < m1 {
-                let r = (m1 - a0).min(F::PASS);
-                let ap: [*const BlockQ8; PASS] = std::array::from_fn(|i| acts.as_ptr().add((a0 + i.min(r - 1)) * nb));
-                let cp: [*const i32; PASS] = std::array::from_fn(|i| if corr.is_empty() { std::ptr::null() } else { corr.as_ptr().add((a0 + i.min(r - 1)) * nb) });
-                let op: [*mut f32; PASS] = std::array::from_fn(|i| out.add((a0 + i.min(r - 1)) * out_stride + g));
-                // Prefetch ahead only on the first pass over the weights.
-                let d = if a0 == m0 && m0 == 0 { dist } else { 0 };
-                let d1 = if d != 0 { PACKED_AHEAD_L1 } else { 0 };
-                by_rows!(group_packed, F, r, gp, d, nvalid, nb, ap, cp, op, d1);
-                a0 += r;
-            }
-            g += 16;
-        }
-        m0 = m1;
-    }
+    passes!(F::PASS, r0, r1, m, nb, acts, corr, out, out_stride, |g, nvalid, r, ap, cp, op, first_pass| {
+        // Prefetch ahead only on the first pass over the weights.
+        let (d, d1) = if first_pass { (dist, PACKED_AHEAD_L1) } else { (0, 0) };
+        by_rows!(group_packed, F, r, p.add(g / 16 * gb), d, nvalid, nb, ap, cp, op, d1);
+    });
 }
 
 /// How far ahead (bytes) the packed kernels ask for weights into L2 and L1. Both, one
@@ -683,12 +682,12 @@ pub unsafe fn range(t: QType, w: &[u8], rb: usize, r0: usize, r1: usize, acts: &
 }
 
 /// Whether products of format `t` go to the lane kernels. Q4_0 and Q4_1 do. The others do
-/// when the options say [`LanesFormats::All`](super::LanesFormats::All): in a whole decode
-/// step of Qwen2.5-0.5B (Q5_0 and Q8_0 weights streamed from memory) one activation row takes
-/// ~14% longer through these, and a sequence decoded alone must use the batch's arithmetic,
-/// while prompts and batches of sequences take about two thirds of the time. (A kernel with
-/// these kernels' arithmetic that reads the weights row after row, reducing sixteen rows'
-/// partial sums with a shuffle tree, decoded no faster.)
+/// when the options say [`LanesFormats::All`](super::LanesFormats::All) (the default), and
+/// then only once packed ([`unpacked`]): in GGML's layout one activation row of Q5_0 or
+/// Q8_0 weights streamed from memory took ~12% longer through these than through the
+/// row-at-a-time kernels, packed it takes no longer. (A kernel with these kernels' arithmetic
+/// that reads GGML's layout row after row, reducing sixteen rows' partial sums with a shuffle
+/// tree, decoded no faster.)
 pub fn handles(t: QType) -> bool {
     match super::options().lanes_formats {
         super::LanesFormats::Q4 => matches!(t, QType::Q4_0 | QType::Q4_1),

@@ -426,22 +426,7 @@ impl QMatrix {
     /// The raw blocks (GGML layout). On the CPU candle hands out its buffer without copying;
     /// a matrix packed for the lane kernels is unpacked into a temporary copy.
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        match &self.storage {
-            Storage::Candle(q) => match q.data() {
-                Ok(d) => f(&d),
-                Err(_) => f(&[]),
-            },
-            Storage::Bytes(b) => f(b),
-            #[cfg(target_arch = "x86_64")]
-            Storage::Lanes(p) => {
-                let rb = self.row_bytes();
-                let mut raw = vec![0u8; self.rows * rb];
-                for (r, row) in raw.chunks_exact_mut(rb).enumerate() {
-                    p.unpack_row(r, row);
-                }
-                f(&raw)
-            }
-        }
+        f(&self.raw_bytes())
     }
 
     /// The addresses the weights occupy in memory (for huge pages).
@@ -557,22 +542,25 @@ impl QMatrix {
             Storage::Candle(q) => q.data().unwrap_or(std::borrow::Cow::Borrowed(&[])),
             Storage::Bytes(b) => std::borrow::Cow::Borrowed(&b[..]),
             #[cfg(target_arch = "x86_64")]
-            Storage::Lanes(_) => std::borrow::Cow::Owned(self.with_bytes(|b| b.to_vec())),
+            Storage::Lanes(p) => {
+                let rb = self.row_bytes();
+                let mut raw = vec![0u8; self.rows * rb];
+                for (r, row) in raw.chunks_exact_mut(rb).enumerate() {
+                    p.unpack_row(r, row);
+                }
+                std::borrow::Cow::Owned(raw)
+            }
         }
     }
 
-    /// The raw blocks (borrowed: on the CPU candle hands out its buffer without copying).
-    /// Packed weights: nothing (their products read the packed layout, [`Self::product_rows`]),
-    /// unless `acts` are not laid out for the lane kernels (tests), then an unpacked copy.
+    /// The bytes the products with `acts` read: the GGML blocks ([`raw_bytes`](Self::raw_bytes)),
+    /// or nothing for packed weights with activations for the lane kernels (their products
+    /// read the packed layout, [`Self::product_rows`]).
     fn bytes_for(&self, acts: &QuantizedActs) -> std::borrow::Cow<'_, [u8]> {
-        match &self.storage {
-            Storage::Candle(q) => q.data().unwrap_or(std::borrow::Cow::Borrowed(&[])),
-            Storage::Bytes(b) => std::borrow::Cow::Borrowed(&b[..]),
-            #[cfg(target_arch = "x86_64")]
-            Storage::Lanes(_) if acts.lanes => std::borrow::Cow::Borrowed(&[]),
-            #[cfg(target_arch = "x86_64")]
-            Storage::Lanes(_) => std::borrow::Cow::Owned(self.with_bytes(|b| b.to_vec())),
+        if self.is_packed() && acts.lanes {
+            return std::borrow::Cow::Borrowed(&[]);
         }
+        self.raw_bytes()
     }
 
     /// Output columns `range` (weight rows) of the product, on the calling thread. `out`
