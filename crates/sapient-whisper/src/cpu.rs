@@ -397,44 +397,33 @@ impl CpuDecoder {
                 // SAFETY: operands in bounds by construction ([n, hd] rows of q with stride d,
                 // [hd, src] keys, [src, hd] values); each head writes its own columns of out.
                 unsafe {
-                    gemm::gemm(
-                        n, src, hd,
-                        s.as_mut_ptr(), 1, src as isize,
-                        false,
-                        q.as_ptr().add(h * hd), 1, d as isize,
-                        ck.as_ptr().add(h * hd * src), 1, src as isize,
-                        0.0, scale,
-                        false, false, false,
-                        gemm::Parallelism::None,
-                    );
-                }
-                for (_, p) in keep.iter().filter(|(kh, _)| *kh == h) {
-                    // SAFETY: the caller sized each kept buffer to n * src values (one group),
-                    // and each head is one unit.
-                    unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), p.ptr(), n * src) };
-                }
-                for row in s.chunks_exact_mut(src) {
-                    let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-                    let mut sum = 0f32;
-                    for v in row.iter_mut() {
-                        *v = (*v - max).exp();
-                        sum += *v;
-                    }
-                    let inv = 1.0 / sum;
-                    for v in row.iter_mut() {
-                        *v *= inv;
-                    }
-                }
-                unsafe {
-                    gemm::gemm(
-                        n, hd, src,
-                        out_ptr.add(h * hd), 1, d as isize,
-                        false,
-                        s.as_ptr(), 1, src as isize,
-                        cv.as_ptr().add(h * src * hd), 1, hd as isize,
-                        0.0, 1.0,
-                        false, false, false,
-                        gemm::Parallelism::None,
+                    head_attention(
+                        (n, src, hd),
+                        (q.as_ptr().add(h * hd), 1, d as isize),
+                        (ck.as_ptr().add(h * hd * src), 1, src as isize),
+                        (cv.as_ptr().add(h * src * hd), 1, hd as isize),
+                        (out_ptr.add(h * hd), d as isize),
+                        scale,
+                        s,
+                        |s| {
+                            for (_, p) in keep.iter().filter(|(kh, _)| *kh == h) {
+                                // SAFETY: the caller sized each kept buffer to n * src values
+                                // (one group), and each head is one unit.
+                                std::ptr::copy_nonoverlapping(s.as_ptr(), p.ptr(), n * src);
+                            }
+                            for row in s.chunks_exact_mut(src) {
+                                let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+                                let mut sum = 0f32;
+                                for v in row.iter_mut() {
+                                    *v = (*v - max).exp();
+                                    sum += *v;
+                                }
+                                let inv = 1.0 / sum;
+                                for v in row.iter_mut() {
+                                    *v *= inv;
+                                }
+                            }
+                        },
                     );
                 }
             })
@@ -469,6 +458,34 @@ fn f32_slice<'a>(s: &'a Storage, l: &candle_core::Layout, n: usize, contiguous: 
 fn add(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
+    }
+}
+
+/// One head's attention as two products on strided operands (`(pointer, column stride, row
+/// stride)` in elements): `s = scale * q k^T` ([rows, src] in `s`), `between(s)` (the softmax,
+/// and whatever must see the scores before it), then `out = s v` (`(pointer, row stride)`,
+/// unit column stride). `dims` = (rows, src, head dim).
+///
+/// # Safety
+/// `q` is [rows, hd], `k` [hd, src] and `v` [src, hd] readable at their strides; `out` is
+/// [rows, hd] writable at its row stride, by this call alone; `s` holds rows * src values.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn head_attention(
+    (rows, src, hd): (usize, usize, usize),
+    q: (*const f32, isize, isize),
+    k: (*const f32, isize, isize),
+    v: (*const f32, isize, isize),
+    out: (*mut f32, isize),
+    scale: f32,
+    s: &mut [f32],
+    between: impl FnOnce(&mut [f32]),
+) {
+    unsafe {
+        gemm::gemm(rows, src, hd, s.as_mut_ptr(), 1, src as isize, false, q.0, q.1, q.2, k.0, k.1, k.2, 0.0, scale, false, false, false, gemm::Parallelism::None);
+    }
+    between(s);
+    unsafe {
+        gemm::gemm(rows, hd, src, out.0, 1, out.1, false, s.as_ptr(), 1, src as isize, v.0, v.1, v.2, 0.0, 1.0, false, false, false, gemm::Parallelism::None);
     }
 }
 

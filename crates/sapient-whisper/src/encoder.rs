@@ -15,6 +15,7 @@
 //! the `gemm` crate. Every buffer is kept between calls; a batch of windows runs window by
 //! window through the same buffers (the products have 1500 rows per window already).
 
+use crate::cpu::head_attention;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use sapient_tensor::kernels::{self, pool, DenseMatrix, QMatrix, SendPtr};
@@ -465,30 +466,15 @@ fn attention(qkv: &[f32], n: usize, d: usize, heads: usize, out: &mut [f32]) {
             // v with row stride 3d inside `qkv`, [n, 3d]); each unit writes its own rows of
             // one head of `out`.
             unsafe {
-                gemm::gemm(
-                    rows, n, hd,
-                    s.as_mut_ptr(), 1, n as isize,
-                    false,
-                    qkv.as_ptr().add(i0 * ld + h * hd), 1, ld as isize,
-                    qkv.as_ptr().add(d + h * hd), ld as isize, 1,
-                    0.0, scale,
-                    false, false, false,
-                    gemm::Parallelism::None,
-                );
-            }
-            for row in s.chunks_exact_mut(n) {
-                softmax(row);
-            }
-            unsafe {
-                gemm::gemm(
-                    rows, hd, n,
-                    out_ptr.ptr().add(i0 * d + h * hd), 1, d as isize,
-                    false,
-                    s.as_ptr(), 1, n as isize,
-                    qkv.as_ptr().add(2 * d + h * hd), 1, ld as isize,
-                    0.0, 1.0,
-                    false, false, false,
-                    gemm::Parallelism::None,
+                head_attention(
+                    (rows, n, hd),
+                    (qkv.as_ptr().add(i0 * ld + h * hd), 1, ld as isize),
+                    (qkv.as_ptr().add(d + h * hd), ld as isize, 1),
+                    (qkv.as_ptr().add(2 * d + h * hd), 1, ld as isize),
+                    (out_ptr.ptr().add(i0 * d + h * hd), d as isize),
+                    scale,
+                    s,
+                    |s| s.chunks_exact_mut(n).for_each(softmax),
                 );
             }
         })
