@@ -17,12 +17,21 @@
 //! `accm = fma(m_w, s_a, accm)` in their own chain and return `acc + accm`. [`reference`]
 //! computes the same in plain Rust (the tests compare bit for bit).
 //!
+//! With many activation rows, packed weights of the formats without a minimum take their
+//! integer block sums from AMX tiles instead (`group_packed_amx`, from
+//! [`KernelOptions::lanes_amx_rows`](super::KernelOptions::lanes_amx_rows) rows): a packed
+//! block's eight registers are already a B tile (sixteen columns of four bytes), so one
+//! `tdpbsud` gives every activation row's sums for the sixteen weight rows, and the fold into
+//! the accumulators is the one above. Same results, bit for bit.
+//!
 //! Safety: every function requires AVX-512 F/BW/VL/VNNI/BITALG, FMA and F16C (checked at
-//! run time by the dispatcher, [`super::has_lanes`]); the weight rows hold `acts`' width.
+//! run time by the dispatcher, [`super::has_lanes`]), the AMX path also AMX-TILE/INT8 with
+//! the tile state granted ([`super::has_amx`]); the weight rows hold `acts`' width.
 
 #![allow(clippy::missing_safety_doc, clippy::needless_range_loop, clippy::too_many_arguments)]
 
 use super::quant::{BlockQ8, QType};
+use std::arch::asm;
 use std::arch::x86_64::*;
 
 /// Most activation rows one kernel pass takes (their accumulators stay in registers; formats
@@ -432,10 +441,169 @@ unsafe fn group_packed<F: Fmt, const R: usize>(gp: *const u8, dist: usize, nvali
     store::<F, R>(&acc, &accm, nvalid, &outs);
 }
 
-/// [`range_of`] on packed weights (`w`: groups of `gb` bytes).
+/// Tile registers of [`group_packed_amx`], for `r` activation rows: per block of a pair
+/// (tmm0..2 the even block, tmm3..5 the odd one) the sums C (`r` x 16 i32), the activations
+/// A (`r` x 32 signed bytes) and the weights B (8 x 64 unsigned bytes: the packed block's
+/// eight registers, which are already the tile's layout).
+#[inline(always)]
+unsafe fn amx_configure(r: usize) {
+    #[repr(C, align(64))]
+    struct Cfg([u8; 64]);
+    let mut c = Cfg([0; 64]);
+    c.0[0] = 1;
+    for (t, rows, colsb) in [(0, r, 64u16), (1, r, 32), (2, 8, 64), (3, r, 64), (4, r, 32), (5, 8, 64)] {
+        c.0[16 + 2 * t..18 + 2 * t].copy_from_slice(&colsb.to_le_bytes());
+        c.0[48 + t] = rows as u8;
+    }
+    asm!("ldtilecfg [{}]", in(reg) c.0.as_ptr(), options(nostack, readonly));
+}
+
+#[inline(always)]
+unsafe fn amx_release() {
+    asm!("tilerelease", options(nostack, nomem));
+}
+
+/// The integer sums of one block (activations at `a`, rows `astride` bytes apart; weights at
+/// `b`, 64 bytes a row) into `c` (`r` rows of 16 i32), on tile set `$c, $a, $b` (blocks
+/// alternate between two sets, so that one block's tiles need not wait for the last's).
+macro_rules! amx_block {
+    ($name:ident, $tc:literal, $ta:literal, $tb:literal) => {
+        #[inline(always)]
+        unsafe fn $name(a: *const u8, astride: usize, b: *const u8, c: *mut u8) {
+            asm!(
+                concat!("tilezero tmm", $tc),
+                concat!("tileloadd tmm", $ta, ", [{a} + {st}*1]"),
+                concat!("tileloadd tmm", $tb, ", [{b} + {s}*1]"),
+                concat!("tdpbsud tmm", $tc, ", tmm", $ta, ", tmm", $tb),
+                concat!("tilestored [{c} + {s}*1], tmm", $tc),
+                a = in(reg) a,
+                st = in(reg) astride,
+                b = in(reg) b,
+                c = in(reg) c,
+                s = in(reg) 64usize,
+                options(nostack),
+            );
+        }
+    };
+}
+amx_block!(amx_block_even, "0", "1", "2");
+amx_block!(amx_block_odd, "3", "4", "5");
+
+/// Blocks of unpacked weights [`group_packed_amx`] keeps (unpacked this many blocks ahead,
+/// less one).
+const UNPACKED: usize = 4;
+
+/// Scratch of [`group_packed_amx`]: two blocks' sums and [`UNPACKED`] blocks' unpacked
+/// weights.
+#[repr(C, align(64))]
+struct AmxScratch {
+    c: [[u8; 1024]; 2],
+    w: [[u8; 512]; UNPACKED],
+}
+
+/// [`group_packed`] with the integer sums from AMX tiles (tiles configured for `R` rows by
+/// [`amx_configure`]): per block one `tdpbsud` of the `R` activation rows by the sixteen
+/// weight rows, then per row the same correction and fused multiply-adds, so the results
+/// are the lane kernels' bit for bit and each further activation row costs ~5 vector
+/// instructions per block instead of ~12. The activation rows are consecutive in `acts[0]`
+/// (`nb` blocks each).
+#[inline(always)]
+unsafe fn group_packed_amx<F: Fmt, const R: usize>(gp: *const u8, dist: usize, nvalid: usize, nb: usize, acts: [*const BlockQ8; R], corr: [*const i32; R], outs: [*mut f32; R], l1d: usize) {
+    let mut acc = [_mm512_setzero_ps(); R];
+    let mut accm = [_mm512_setzero_ps(); R];
+    // Every byte of the scratch read below is written first (the sums by the tiles, the
+    // weights by the stores).
+    let mut sc = std::mem::MaybeUninit::<AmxScratch>::uninit();
+    let (cbuf, wbuf) = {
+        let p = sc.as_mut_ptr();
+        (std::ptr::addr_of_mut!((*p).c) as *mut u8, std::ptr::addr_of_mut!((*p).w) as *mut u8)
+    };
+    let astride = nb * std::mem::size_of::<BlockQ8>();
+    let a0 = (acts[0] as *const u8).add(std::mem::offset_of!(BlockQ8, qs));
+    // Block `$b`'s sums into the scratch, on the tiles of its parity: the weights as B tiles
+    // (Q8_0's packed values are the tile; the other formats' registers are unpacked into the
+    // scratch). (Macros: a closure would not carry the kernels' target features.)
+    macro_rules! issue {
+        ($b:expr) => {{
+            let b: usize = $b;
+            let j = b & 1;
+            let pair = gp.add((b >> 1) * F::PB);
+            if j == 0 && dist != 0 {
+                let mut l = 0;
+                while l < F::PB {
+                    if l1d != 0 {
+                        _mm_prefetch::<_MM_HINT_T0>(pair.wrapping_add(l1d + l) as *const i8);
+                    }
+                    _mm_prefetch::<_MM_HINT_T1>(pair.wrapping_add(dist + l) as *const i8);
+                    l += 64;
+                }
+            }
+            let wt = if F::BYTES == 34 { pair.add(j * F::QB) } else { wbuf.add(512 * (b % UNPACKED)) as *const u8 };
+            let ab = a0.add(b * std::mem::size_of::<BlockQ8>());
+            if j == 0 {
+                amx_block_even(ab, astride, wt, cbuf);
+            } else {
+                amx_block_odd(ab, astride, wt, cbuf.add(1024));
+            }
+        }};
+    }
+    // Software-pipelined by one block: block b + 1's tiles run while block b's sums are
+    // folded.
+    // The other formats' weights are unpacked into the scratch a few blocks before their
+    // tiles load them (a tile load right after the stores to its bytes waits for them).
+    macro_rules! unpack {
+        ($b:expr) => {{
+            let b: usize = $b;
+            if F::BYTES != 34 && b < nb {
+                let j = b & 1;
+                let pair = gp.add((b >> 1) * F::PB);
+                let w = F::packed(pair.add(j * F::QB), pair.add(2 * F::QB + j * F::QH));
+                let dst = wbuf.add(512 * (b % UNPACKED));
+                for k in 0..8 {
+                    _mm512_store_si512(dst.add(64 * k) as *mut __m512i, w[k]);
+                }
+            }
+        }};
+    }
+    for b in 0..UNPACKED - 1 {
+        unpack!(b);
+    }
+    issue!(0);
+    for b in 0..nb {
+        unpack!(b + UNPACKED - 1);
+        if b + 1 < nb {
+            issue!(b + 1);
+        }
+        let j = b & 1;
+        let sp = gp.add((b >> 1) * F::PB + 2 * (F::QB + F::QH) + j * F::SB);
+        let (dw, mw) = if F::HAS_M {
+            let v = _mm512_loadu_si512(sp as *const __m512i);
+            (_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(v)))
+        } else {
+            (_mm512_cvtph_ps(_mm256_loadu_si256(sp as *const __m256i)), _mm512_setzero_ps())
+        };
+        for r in 0..R {
+            let a = &*acts[r].add(b);
+            let mut s = _mm512_load_si512(cbuf.add(1024 * j + 64 * r) as *const __m512i);
+            if F::OFF != 0 {
+                s = _mm512_add_epi32(s, _mm512_set1_epi32(*corr[r].add(b)));
+            }
+            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[r]);
+            if F::HAS_M {
+                accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s), accm[r]);
+            }
+        }
+    }
+    store::<F, R>(&acc, &accm, nvalid, &outs);
+}
+
+/// [`range_of`] on packed weights (`w`: groups of `gb` bytes). With `amx_rows` > 0 and at
+/// least that many activation rows, the integer sums come from AMX tiles
+/// ([`group_packed_amx`]; the caller checked that the machine has them).
 #[inline(never)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512bitalg,avx2,fma,f16c")]
-unsafe fn range_packed_of<F: Fmt>(w: &[u8], gb: usize, r0: usize, r1: usize, acts: &[BlockQ8], corr: &[i32], m: usize, out: *mut f32, out_stride: usize) {
+unsafe fn range_packed_of<F: Fmt>(w: &[u8], gb: usize, r0: usize, r1: usize, acts: &[BlockQ8], corr: &[i32], m: usize, out: *mut f32, out_stride: usize, amx_rows: usize) {
     debug_assert!(w.len() >= r1.div_ceil(16) * gb && r0.is_multiple_of(16));
     let nb = acts.len() / m.max(1);
     let p = w.as_ptr();
@@ -447,11 +615,26 @@ unsafe fn range_packed_of<F: Fmt>(w: &[u8], gb: usize, r0: usize, r1: usize, act
         _mm_prefetch::<_MM_HINT_T1>(first.add(off) as *const i8);
         off += 64;
     }
+    // Not for the formats with a minimum: their two accumulators a row leave the tiles' path
+    // no faster (Q4_1 4864x896, 2-core Xeon: level at 16 rows, slower at 32 and below 8).
+    let amx = !F::HAS_M && amx_rows > 0 && m >= amx_rows;
+    let mut tiles_for = 0;
     passes!(F::PASS, r0, r1, m, nb, acts, corr, out, out_stride, |g, nvalid, r, ap, cp, op, first_pass| {
         // Prefetch ahead only on the first pass over the weights.
         let (d, d1) = if first_pass { (dist, PACKED_AHEAD_L1) } else { (0, 0) };
-        by_rows!(group_packed, F, r, p.add(g / 16 * gb), d, nvalid, nb, ap, cp, op, d1);
+        if amx {
+            if tiles_for != r {
+                amx_configure(r);
+                tiles_for = r;
+            }
+            by_rows!(group_packed_amx, F, r, p.add(g / 16 * gb), d, nvalid, nb, ap, cp, op, d1);
+        } else {
+            by_rows!(group_packed, F, r, p.add(g / 16 * gb), d, nvalid, nb, ap, cp, op, d1);
+        }
     });
+    if tiles_for != 0 {
+        amx_release();
+    }
 }
 
 /// How far ahead (bytes) the packed kernels ask for weights into L2 and L1. Both, one
@@ -465,12 +648,13 @@ const PACKED_AHEAD_L1: usize = 1024;
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512bitalg,avx2,fma,f16c")]
 pub unsafe fn range_packed(p: &Packed, r0: usize, r1: usize, acts: &[BlockQ8], corr: &[i32], m: usize, out: *mut f32, out_stride: usize) {
     let (w, gb) = (p.bytes(), p.group_bytes);
+    let amx = if super::has_amx() { super::options().lanes_amx_rows } else { 0 };
     match p.qtype {
-        QType::Q4_0 => range_packed_of::<Q40>(w, gb, r0, r1, acts, corr, m, out, out_stride),
-        QType::Q4_1 => range_packed_of::<Q41>(w, gb, r0, r1, acts, corr, m, out, out_stride),
-        QType::Q5_0 => range_packed_of::<Q50>(w, gb, r0, r1, acts, corr, m, out, out_stride),
-        QType::Q5_1 => range_packed_of::<Q51>(w, gb, r0, r1, acts, corr, m, out, out_stride),
-        QType::Q8_0 => range_packed_of::<Q80>(w, gb, r0, r1, acts, corr, m, out, out_stride),
+        QType::Q4_0 => range_packed_of::<Q40>(w, gb, r0, r1, acts, corr, m, out, out_stride, amx),
+        QType::Q4_1 => range_packed_of::<Q41>(w, gb, r0, r1, acts, corr, m, out, out_stride, amx),
+        QType::Q5_0 => range_packed_of::<Q50>(w, gb, r0, r1, acts, corr, m, out, out_stride, amx),
+        QType::Q5_1 => range_packed_of::<Q51>(w, gb, r0, r1, acts, corr, m, out, out_stride, amx),
+        QType::Q8_0 => range_packed_of::<Q80>(w, gb, r0, r1, acts, corr, m, out, out_stride, amx),
         _ => unreachable!("packed weights are of the 32-value formats"),
     }
 }

@@ -704,7 +704,10 @@ fn silu_mul_matches_portable_and_f64() {
 fn lane_timing() {
     let only = std::env::var("ONLY").ok();
     let copies: usize = std::env::var("COPIES").ok().and_then(|c| c.parse().ok()).unwrap_or(1);
-    for t in [QType::Q4_1, QType::Q5_0, QType::Q8_0] {
+    if let Some(n) = std::env::var("AMX_ROWS").ok().and_then(|c| c.parse().ok()) {
+        configure(KernelOptions { lanes_amx_rows: n, ..KernelOptions::default() }).expect("the first configuration");
+    }
+    for t in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q8_0] {
         for (rows, cols) in [(128, 896), (896, 896), (4864, 896), (16384, 896), (151936, 896)] {
             if only.as_ref().is_some_and(|o| !format!("{t:?}{rows}").contains(o.as_str())) {
                 continue;
@@ -715,14 +718,15 @@ fn lane_timing() {
             if std::env::var_os("HUGE").is_some() {
                 huge_pages_for(&ws.iter().chain(&ps).collect::<Vec<_>>());
             }
-            for m in [1, 4, 16] {
-                if (rows > 100_000 || only.is_some()) && m > 1 {
+            let ms: Vec<usize> = std::env::var("MS").ok().map(|v| v.split(',').filter_map(|m| m.parse().ok()).collect()).unwrap_or(vec![1, 4, 16]);
+            for &m in &ms {
+                if rows > 100_000 && m > 1 {
                     continue;
                 }
                 let x = data(m * cols, 2);
                 let mut out = vec![0f32; m * rows];
-                let mut time = |lanes: bool, ws: &[QMatrix]| {
-                    let acts = if lanes { QuantizedActs::for_lane_kernels(t, &x, m, cols) } else { QuantizedActs::with_kernels_lanes(t, &x, m, cols, true, false) };
+                let mut time = |ws: &[QMatrix]| {
+                    let acts = QuantizedActs::for_matrix(&ws[0], &x, m);
                     let reps = (2000 / m).min(4_000_000 / rows).max(20) * copies;
                     let t0 = std::time::Instant::now();
                     for i in 0..reps {
@@ -730,8 +734,9 @@ fn lane_timing() {
                     }
                     t0.elapsed().as_secs_f64() / reps as f64 * 1e6
                 };
-                let (a, b, c) = (time(false, &ws), time(true, &ws), time(true, &ps));
-                println!("{t:?} {rows}x{cols} m={m}: rows {a:.1} us, lanes {b:.1} us ({:.2}x), packed {c:.1} us ({:.2}x)", a / b, a / c);
+                // GGML's layout (the kernels it takes here) and the packed one.
+                let (a, c) = (time(&ws), time(&ps));
+                println!("{t:?} {rows}x{cols} m={m}: GGML layout {a:.1} us, packed {c:.1} us ({:.2}x)", a / c);
             }
         }
     }
