@@ -200,18 +200,31 @@ pub fn apply_penalties(logits: &mut [f32], history: &[u32], cfg: &SamplerConfig)
     }
 }
 
-/// The index of the largest finite logit.
+/// The index of the largest logit (the first of equals; NaN and `-inf` never taken).
+///
+/// Two passes the compiler vectorizes (the maximum in sixteen lanes, then the first index
+/// holding it) rather than one branchy scalar pass: greedy decoding takes this once per
+/// sequence and token over the whole vocabulary, on the engine's thread while the kernels'
+/// workers wait.
 pub fn argmax(logits: &[f32]) -> Result<u32> {
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &l) in logits.iter().enumerate() {
-        if l.is_nan() || l == f32::NEG_INFINITY {
-            continue;
-        }
-        if best.is_none_or(|(_, b)| l > b) {
-            best = Some((i, l));
+    const L: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; L];
+    let chunks = logits.chunks_exact(L);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (m, &l) in lanes.iter_mut().zip(c) {
+            // NaN compares false and is skipped.
+            *m = if l > *m { l } else { *m };
         }
     }
-    best.map(|(i, _)| i as u32).ok_or(Error::NoCandidates)
+    let mut max = f32::NEG_INFINITY;
+    for &l in lanes.iter().chain(tail) {
+        max = if l > max { l } else { max };
+    }
+    if max == f32::NEG_INFINITY {
+        return Err(Error::NoCandidates);
+    }
+    logits.iter().position(|&l| l == max).map(|i| i as u32).ok_or(Error::NoCandidates)
 }
 
 /// Candidates after temperature, top-k, top-p and min-p: (token, probability), probabilities
@@ -549,6 +562,37 @@ mod tests {
         let mut s = Sampler::new(SamplerConfig::greedy()).unwrap();
         assert_eq!(s.sample(&mut [0.1, 3.0, f32::NAN, 2.0], &[]).unwrap(), 1);
         assert!(matches!(argmax(&[f32::NAN, f32::NEG_INFINITY]), Err(Error::NoCandidates)));
+    }
+
+    /// The vectorized argmax against a plain scan (the first of the largest, NaN and -inf
+    /// skipped), on lengths around the sixteen lanes, with ties, NaN and infinities.
+    #[test]
+    fn argmax_is_the_first_of_the_largest() {
+        let plain = |l: &[f32]| {
+            let mut best: Option<(usize, f32)> = None;
+            for (i, &x) in l.iter().enumerate() {
+                if !x.is_nan() && x != f32::NEG_INFINITY && best.is_none_or(|(_, b)| x > b) {
+                    best = Some((i, x));
+                }
+            }
+            best.map(|(i, _)| i as u32)
+        };
+        let mut rng = StdRng::seed_from_u64(7);
+        for len in [1usize, 15, 16, 17, 33, 100, 1000] {
+            for case in 0..50 {
+                let l: Vec<f32> = (0..len)
+                    .map(|_| match rng.random_range(0..20) {
+                        0 => f32::NAN,
+                        1 => f32::NEG_INFINITY,
+                        2 if case % 5 == 0 => f32::INFINITY,
+                        3 => -0.0,
+                        // Few distinct values: many ties.
+                        _ => rng.random_range(-3..4) as f32,
+                    })
+                    .collect();
+                assert_eq!(argmax(&l).ok(), plain(&l), "{l:?}");
+            }
+        }
     }
 
     #[test]
