@@ -17,8 +17,8 @@
 //! `accm = fma(m_w, s_a, accm)` in their own chain and return `acc + accm`. [`reference`]
 //! computes the same in plain Rust (the tests compare bit for bit).
 //!
-//! With many activation rows, packed weights of the formats without a minimum take their
-//! integer block sums from AMX tiles instead (`group_packed_amx`, from
+//! With many activation rows, packed weights take their integer block sums from AMX tiles
+//! instead (`group_packed_amx`, from
 //! [`KernelOptions::lanes_amx_rows`](super::KernelOptions::lanes_amx_rows) rows): a packed
 //! block's eight registers are already a B tile (sixteen columns of four bytes), so one
 //! `tdpbsud` gives every activation row's sums for the sixteen weight rows, and the fold into
@@ -45,7 +45,7 @@ trait Fmt {
     /// with a minimum.
     const OFF: i32;
     const HAS_M: bool;
-    /// Activation rows per pass.
+    /// Activation rows per pass over GGML's layout (packed weights take [`PASS`]).
     const PASS: usize = if Self::HAS_M { PASS / 2 } else { PASS };
     /// The eight transposed registers of block `base` of the sixteen rows at byte offsets
     /// `offs` (also as a vector, `voffs`, for gathers).
@@ -253,7 +253,7 @@ unsafe fn rd32(p: *const i8) -> i32 {
 /// One block `b` of sixteen weight rows (`w`, scales `dw`, minimums `mw`) into the `R`
 /// activation rows' accumulators: the exact integer sum, then the fused multiply-add.
 #[inline(always)]
-unsafe fn block<F: Fmt, const R: usize>(w: &[__m512i; 8], dw: __m512, mw: __m512, b: usize, acts: &[*const BlockQ8; R], corr: &[*const i32; R], acc: &mut [__m512; R], accm: &mut [__m512; R]) {
+unsafe fn block<F: Fmt, const R: usize>(w: &[__m512i; 8], dw: __m512, mw: __m512, b: usize, acts: &[*const BlockQ8; R], corr: &[*const i32; R], acc: &mut [__m512; R], accm: &mut [__m512; R], with_m: bool) {
     for r in 0..R {
         let a = &*acts[r].add(b);
         let mut s = if F::OFF != 0 { _mm512_set1_epi32(*corr[r].add(b)) } else { _mm512_setzero_si512() };
@@ -263,8 +263,23 @@ unsafe fn block<F: Fmt, const R: usize>(w: &[__m512i; 8], dw: __m512, mw: __m512
         }
         let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[r]);
-        if F::HAS_M {
+        if F::HAS_M && with_m {
             accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s), accm[r]);
+        }
+    }
+}
+
+/// The minimums' chain of formats with one, for packed weights (`gp`: a group's pairs):
+/// `accm = fma(m_w, s_a, accm)` block after block, the same sums as [`block`] makes beside
+/// the integer ones, in a loop of their own so that the tiles' loop keeps one accumulator a
+/// row (and a pass takes sixteen rows, not eight).
+#[inline(always)]
+unsafe fn packed_mins<F: Fmt, const R: usize>(gp: *const u8, nb: usize, acts: &[*const BlockQ8; R], accm: &mut [__m512; R]) {
+    for b in 0..nb {
+        let sp = gp.add((b >> 1) * F::PB + 2 * (F::QB + F::QH) + (b & 1) * F::SB);
+        let mw = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(32) as *const __m256i));
+        for r in 0..R {
+            accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps((*acts[r].add(b)).s), accm[r]);
         }
     }
 }
@@ -304,7 +319,7 @@ unsafe fn group<F: Fmt, const R: usize>(p: *const u8, rb: usize, nvalid: usize, 
         let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
         let mw = if F::HAS_M { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(hdr))) } else { _mm512_setzero_ps() };
         let w = F::weights(base, &offs, voffs);
-        block::<F, R>(&w, dw, mw, b, &acts, &corr, &mut acc, &mut accm);
+        block::<F, R>(&w, dw, mw, b, &acts, &corr, &mut acc, &mut accm, true);
     }
     store::<F, R>(&acc, &accm, nvalid, &outs);
 }
@@ -436,7 +451,7 @@ unsafe fn group_packed<F: Fmt, const R: usize>(gp: *const u8, dist: usize, nvali
             (_mm512_cvtph_ps(_mm256_loadu_si256(sp as *const __m256i)), _mm512_setzero_ps())
         };
         let w = F::packed(pair.add(j * F::QB), pair.add(2 * F::QB + j * F::QH));
-        block::<F, R>(&w, dw, mw, b, &acts, &corr, &mut acc, &mut accm);
+        block::<F, R>(&w, dw, mw, b, &acts, &corr, &mut acc, &mut accm, true);
     }
     store::<F, R>(&acc, &accm, nvalid, &outs);
 }
@@ -575,13 +590,7 @@ unsafe fn group_packed_amx<F: Fmt, const R: usize>(gp: *const u8, dist: usize, n
             issue!(b + 1);
         }
         let j = b & 1;
-        let sp = gp.add((b >> 1) * F::PB + 2 * (F::QB + F::QH) + j * F::SB);
-        let (dw, mw) = if F::HAS_M {
-            let v = _mm512_loadu_si512(sp as *const __m512i);
-            (_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(v)))
-        } else {
-            (_mm512_cvtph_ps(_mm256_loadu_si256(sp as *const __m256i)), _mm512_setzero_ps())
-        };
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(gp.add((b >> 1) * F::PB + 2 * (F::QB + F::QH) + j * F::SB) as *const __m256i));
         for r in 0..R {
             let a = &*acts[r].add(b);
             let mut s = _mm512_load_si512(cbuf.add(1024 * j + 64 * r) as *const __m512i);
@@ -590,10 +599,10 @@ unsafe fn group_packed_amx<F: Fmt, const R: usize>(gp: *const u8, dist: usize, n
             }
             let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[r]);
-            if F::HAS_M {
-                accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s), accm[r]);
-            }
         }
+    }
+    if F::HAS_M {
+        packed_mins::<F, R>(gp, nb, &acts, &mut accm);
     }
     store::<F, R>(&acc, &accm, nvalid, &outs);
 }
@@ -615,11 +624,13 @@ unsafe fn range_packed_of<F: Fmt>(w: &[u8], gb: usize, r0: usize, r1: usize, act
         _mm_prefetch::<_MM_HINT_T1>(first.add(off) as *const i8);
         off += 64;
     }
-    // Not for the formats with a minimum: their two accumulators a row leave the tiles' path
-    // no faster (Q4_1 4864x896, 2-core Xeon: level at 16 rows, slower at 32 and below 8).
-    let amx = !F::HAS_M && amx_rows > 0 && m >= amx_rows;
+    let amx = amx_rows > 0 && m >= amx_rows;
     let mut tiles_for = 0;
-    passes!(F::PASS, r0, r1, m, nb, acts, corr, out, out_stride, |g, nvalid, r, ap, cp, op, first_pass| {
+    // The tiles' path takes sixteen rows a pass for every format (the minimums' chain has its
+    // own loop there; in the lane kernels' loop, where two accumulators a row halve the
+    // rows a pass, a loop of its own was slower: Q4_1 4864x896, 4 to 16 rows, 10-20%).
+    let pass = if amx { PASS } else { F::PASS };
+    passes!(pass, r0, r1, m, nb, acts, corr, out, out_stride, |g, nvalid, r, ap, cp, op, first_pass| {
         // Prefetch ahead only on the first pass over the weights.
         let (d, d1) = if first_pass { (dist, PACKED_AHEAD_L1) } else { (0, 0) };
         if amx {

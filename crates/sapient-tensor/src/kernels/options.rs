@@ -60,12 +60,12 @@ pub struct KernelOptions {
     /// From how many activation rows a product leaves the quantized kernels for a dense f32
     /// GEMM on the dequantized weight; `None`: never with AVX-512, 32 rows otherwise.
     pub dense_rows: Option<usize>,
-    /// Products of packed Q4_0, Q5_0 and Q8_0 weights ([`pack_for_lanes`](super::pack_for_lanes))
-    /// with at least this many activation rows take their integer sums from AMX tiles on
-    /// machines with them (the same results; 0: never). `SAPIENT_LANES_AMX_ROWS`. From 12
-    /// rows the tiles were faster on a 2-core Xeon (4864x896, `lane_timing`: Q5_0/Q8_0 16
-    /// rows 165/138 us against 234/234, 32 rows 355/310 against 528/481), below 8 slower (a
-    /// chain of tile latencies per block).
+    /// Products of packed 32-value weights ([`pack_for_lanes`](super::pack_for_lanes)) with at
+    /// least this many activation rows take their integer sums from AMX tiles on machines
+    /// with them (the same results; 0: never). `SAPIENT_LANES_AMX_ROWS`. From 12 rows the
+    /// tiles were faster on a 2-core Xeon (4864x896, `lane_timing`, 16 rows: Q5_0 165 us
+    /// against 234, Q8_0 138 against 234, Q4_1 135 against 184), below 8 slower (a chain of
+    /// tile latencies per block).
     pub lanes_amx_rows: usize,
 }
 
