@@ -67,6 +67,36 @@ impl Mat {
     }
 }
 
+/// The token embedding [vocab, d]: f32, or the quantized output projection it is tied to
+/// (rows dequantized as they are looked up, so that the f32 copy need not be kept).
+pub(crate) enum Embed {
+    F(Tensor),
+    Q(QMatrix),
+}
+
+impl Embed {
+    pub fn rows(&self) -> usize {
+        match self {
+            Embed::F(t) => t.dims()[0],
+            Embed::Q(q) => q.rows(),
+        }
+    }
+
+    /// `out += row tok` (`d` values; `tok` < rows).
+    fn add_row(&self, tok: usize, out: &mut [f32], tmp: &mut Vec<f32>) -> Result<()> {
+        let d = out.len();
+        match self {
+            Embed::F(t) => with_f32(t, |e| add(out, &e[tok * d..(tok + 1) * d])),
+            Embed::Q(q) => {
+                grow(tmp, d);
+                q.dequantize_row(tok, &mut tmp[..d]);
+                add(out, &tmp[..d]);
+                Ok(())
+            }
+        }
+    }
+}
+
 /// A linear layer: weight and optional bias.
 pub(crate) struct Lin {
     pub w: Mat,
@@ -215,7 +245,7 @@ impl CpuDecoder {
         b: usize,
         t: usize,
         offset: usize,
-        embed: &Tensor,
+        embed: &Embed,
         pos: &Tensor,
         cross: &[CrossGroup<'_>],
         cache: &mut BufCache,
@@ -243,23 +273,18 @@ impl CpuDecoder {
         SCRATCH.with(|s| {
             let s = &mut *s.borrow_mut();
             grow(&mut s.x, n * d);
-            let vocab = embed.dims()[0];
+            let vocab = embed.rows();
             if let Some(&bad) = tokens.iter().find(|&&tok| tok as usize >= vocab) {
                 return Err(Error::Options(format!("token {bad} outside the vocabulary of {vocab}")));
             }
-            with_f32(embed, |e| {
-                with_f32(pos, |p| {
-                    for (r, &tok) in tokens.iter().enumerate() {
-                        let tok = tok as usize;
-                        let row = &mut s.x[r * d..(r + 1) * d];
-                        let er = &e[tok * d..(tok + 1) * d];
-                        let pr = &p[(offset + r % t) * d..(offset + r % t + 1) * d];
-                        for i in 0..d {
-                            row[i] = er[i] + pr[i];
-                        }
-                    }
-                })
-            })??;
+            with_f32(pos, |p| {
+                for r in 0..tokens.len() {
+                    s.x[r * d..(r + 1) * d].copy_from_slice(&p[(offset + r % t) * d..(offset + r % t + 1) * d]);
+                }
+            })?;
+            for (r, &tok) in tokens.iter().enumerate() {
+                embed.add_row(tok as usize, &mut s.x[r * d..(r + 1) * d], &mut s.y)?;
+            }
             for (li, l) in self.layers.iter().enumerate() {
                 // self-attention over the cache
                 l.attn_ln.forward(&s.x[..n * d], d, &mut s.h);

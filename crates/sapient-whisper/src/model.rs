@@ -212,8 +212,8 @@ pub struct Whisper {
     device: Device,
     /// The encoder on plain buffers and the kernels.
     encoder: crate::encoder::Encoder,
-    /// The token embedding [vocab, d] (f32).
-    embed: Tensor,
+    /// The token embedding [vocab, d]: f32, or the quantized output projection.
+    embed: cpu::Embed,
     /// The output projection: the embedding, quantized when the decoder is.
     proj: cpu::Mat,
     dec_pos: Tensor,
@@ -259,13 +259,42 @@ impl Whisper {
                 fc2: linear(src, &format!("{p}.fc2"), d, config.decoder_ffn_dim, true)?,
             });
         }
-        let decoder = cpu::CpuDecoder { layers, ln: norm(src, "model.decoder.layer_norm", d)?, heads, d };
         let emb_w = src.load_checked("model.decoder.embed_tokens.weight", &[config.vocab_size, d], device)?;
-        let embed = emb_w.dequantize(device, DType::F32)?.contiguous()?;
-        let proj = match emb_w {
-            Weight::Quantized(q) => matrix(Weight::Quantized(q))?,
-            Weight::Dense(_) => cpu::Mat::F(embed.clone()),
+        let (mut proj, mut embed) = match emb_w {
+            Weight::Quantized(q) => match matrix(Weight::Quantized(q))? {
+                // the input embedding looks its rows up in the quantized output projection
+                // (as CTranslate2's int8 does): no f32 copy of [vocab, d]
+                cpu::Mat::Q(m) => (cpu::Mat::Q(m.clone()), cpu::Embed::Q(m)),
+                cpu::Mat::F(t) => (cpu::Mat::F(t.clone()), cpu::Embed::F(t)),
+                cpu::Mat::D(_) => return Err(Error::Mismatch("embedding: unexpected dense matrix".into())),
+            },
+            w => {
+                let t = w.dequantize(device, DType::F32)?.contiguous()?;
+                (cpu::Mat::F(t.clone()), cpu::Embed::F(t))
+            }
         };
+        // Quantized matrices in the lane kernels' layout (beams and batched windows are
+        // several rows per step), the tied embedding and projection packed once.
+        {
+            let mut mats: Vec<&mut QMatrix> = Vec::new();
+            for l in layers.iter_mut() {
+                for lin in [&mut l.q, &mut l.k, &mut l.v, &mut l.o, &mut l.cq, &mut l.co, &mut l.fc1, &mut l.fc2] {
+                    if let cpu::Mat::Q(m) = &mut lin.w {
+                        mats.push(m);
+                    }
+                }
+            }
+            if let cpu::Mat::Q(m) = &mut proj {
+                mats.push(m);
+            }
+            if let cpu::Embed::Q(m) = &mut embed {
+                mats.push(m);
+            }
+            kernels::pack_for_lanes(&mut mats);
+            let mats: Vec<&QMatrix> = mats.into_iter().map(|m| &*m).collect();
+            kernels::huge_pages_for(&mats);
+        }
+        let decoder = cpu::CpuDecoder { layers, ln: norm(src, "model.decoder.layer_norm", d)?, heads, d };
         Ok(Self {
             encoder: crate::encoder::Encoder::load(src, &config)?,
             embed,

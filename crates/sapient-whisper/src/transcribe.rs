@@ -841,7 +841,8 @@ impl Transcriber {
                     fallback = false; // silence: no point in trying harder
                 }
             }
-            tracing::debug!(temperature = t, avg_logprob = r.avg_logprob, compression = r.compression_ratio, fallback, "window decoded");
+            tracing::debug!(temperature = t, avg_logprob = r.avg_logprob, compression = r.compression_ratio, fallback, looped = r.looped, "window decoded");
+            tracing::trace!(tokens = ?r.tokens, "window tokens");
             if !fallback {
                 return Ok(r);
             }
