@@ -120,6 +120,35 @@ impl Lin {
     }
 }
 
+/// `outs[i] = x · lins[i]ᵀ + b` for layers reading the same input (the self-attention's q, k
+/// and v): one dispatch on the kernel pool when all are quantized ([`kernels::matmul_group`],
+/// the same values as separate products), else one product each.
+fn forward_group(lins: &[&Lin], x: &[f32], m: usize, outs: &mut [&mut Vec<f32>]) -> Result<()> {
+    let qs: Vec<&QMatrix> = lins.iter().filter_map(|l| if let Mat::Q(q) = &l.w { Some(q) } else { None }).collect();
+    if qs.len() != lins.len() || qs.len() > kernels::MAX_GROUP || qs.iter().any(|q| q.cols() != qs[0].cols()) {
+        for (l, o) in lins.iter().zip(outs.iter_mut()) {
+            l.forward(x, m, o)?;
+        }
+        return Ok(());
+    }
+    for (q, o) in qs.iter().zip(outs.iter_mut()) {
+        grow(o, m * q.rows());
+    }
+    {
+        let mut slices: Vec<&mut [f32]> = outs.iter_mut().zip(&qs).map(|(o, q)| &mut o[..m * q.rows()]).collect();
+        kernels::matmul_group(&qs, &x[..m * qs[0].cols()], m, &mut slices);
+    }
+    for ((l, o), q) in lins.iter().zip(outs.iter_mut()).zip(&qs) {
+        if let Some(b) = &l.b {
+            let n = q.rows();
+            for r in o[..m * n].chunks_exact_mut(n) {
+                add(r, b);
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(crate) struct Norm {
     pub w: Vec<f32>,
     pub b: Vec<f32>,
@@ -288,9 +317,7 @@ impl CpuDecoder {
             for (li, l) in self.layers.iter().enumerate() {
                 // self-attention over the cache
                 l.attn_ln.forward(&s.x[..n * d], d, &mut s.h);
-                l.q.forward(&s.h[..n * d], n, &mut s.q)?;
-                l.k.forward(&s.h[..n * d], n, &mut s.k)?;
-                l.v.forward(&s.h[..n * d], n, &mut s.v)?;
+                forward_group(&[&l.q, &l.k, &l.v], &s.h[..n * d], n, &mut [&mut s.q, &mut s.k, &mut s.v])?;
                 for bi in 0..b {
                     cache.k[li][bi].extend_from_slice(&s.k[bi * t * d..(bi + 1) * t * d]);
                     cache.v[li][bi].extend_from_slice(&s.v[bi * t * d..(bi + 1) * t * d]);
