@@ -80,7 +80,26 @@ impl AdaInResBlock1Styled<'_> {
     /// On a time-major `[t, c]` buffer.
     pub fn forward_tc(&self, mut xs: Vec<f32>, t: usize) -> Result<Vec<f32>> {
         let c = xs.len() / t.max(1);
+        let mut xb = Vec::new();
+        let mut y = Vec::new();
         for (u, (n1, n2)) in self.blk.units.iter().zip(&self.styles) {
+            if let (Some(l1), Some(l2)) = (u.conv1.bf16_layout(t)?, u.conv2.bf16_layout(t)?) {
+                // bf16 frames straight out of the norm + Snake, the second conv adding its
+                // output to the residual
+                n1.forward_snake_bf16(&xs, t, &u.alpha1.0, &u.alpha1.1, &mut xb, l1);
+                let t1 = u.conv1.out_frames(t)?;
+                y.resize(t1 * u.conv1.out_channels(), 0.0);
+                u.conv1.forward_bf16(&xb, t, false, &mut y)?;
+                if t1 != t || y.len() != xs.len() {
+                    return Err(candle_core::Error::Msg(format!("resblock: {t1} frames out of {t} x {c}")).into());
+                }
+                n2.forward_snake_bf16(&y, t1, &u.alpha2.0, &u.alpha2.1, &mut xb, l2);
+                let t2 = u.conv2.forward_bf16(&xb, t1, true, &mut xs)?;
+                if t2 != t {
+                    return Err(candle_core::Error::Msg(format!("resblock: {t2} frames out of {t} x {c}")).into());
+                }
+                continue;
+            }
             let xt = n1.forward_snake_tc(&xs, t, &u.alpha1.0, &u.alpha1.1);
             let (xt, t1) = u.conv1.forward_tc(&xt, t)?;
             let xt = n2.forward_snake_tc(&xt, t1, &u.alpha2.0, &u.alpha2.1);

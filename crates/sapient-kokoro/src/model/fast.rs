@@ -2,7 +2,7 @@
 //! time-major `[t, c]` layout the convolutions run in, and the fused instance norm + style
 //! affine + Snake over time-major buffers, on the kernels' thread pool.
 
-use sapient_tensor::kernels::pool::pool;
+use sapient_tensor::kernels::{bf16_bits, pool::pool};
 
 /// `x` `[rows, cols]` -> `[cols, rows]`.
 pub fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
@@ -70,11 +70,56 @@ fn channel_stats(x: &[f32], t: usize, c: usize) -> (Vec<f64>, Vec<f64>) {
     (mean, var)
 }
 
-/// Instance norm over time (eps 1e-5), then `scale * x + beta`, then Snake
-/// (`y + 1/alpha sin(alpha y)^2`), of a time-major `[t, c]` buffer.
-pub fn norm_snake_tc(x: &[f32], t: usize, scale: &[f32], beta: &[f32], alpha: &[f32], inv_alpha: &[f32]) -> Vec<f32> {
+/// Lays out `dst` as `frames` bf16 frames of `ld` values with the data in frames
+/// `front..front + t`: the frames around it zero (the convolution's padding), the values
+/// past `c` in each data frame zero. `fill(row, dst_row)` writes one data frame's `ld`
+/// values (rows in parallel on the pool).
+fn bf16_frames(dst: &mut Vec<u16>, t: usize, ld: usize, front: usize, frames: usize, fill: impl Fn(usize, &mut [u16]) + Sync) {
+    debug_assert!(front + t <= frames);
+    dst.resize(frames * ld, 0);
+    dst[..front * ld].fill(0);
+    dst[(front + t) * ld..].fill(0);
+    const ROWS: usize = 64;
+    pool().for_each_chunk_mut(&mut dst[front * ld..(front + t) * ld], ROWS * ld, |ci, o| {
+        for (j, row) in o.chunks_exact_mut(ld).enumerate() {
+            fill(ci * ROWS + j, row);
+        }
+    });
+}
+
+/// A time-major `[t, c]` f32 buffer as bf16 frames (see [`bf16_frames`]).
+pub fn to_bf16_frames(x: &[f32], t: usize, c: usize, dst: &mut Vec<u16>, ld: usize, front: usize, frames: usize) {
+    bf16_frames(dst, t, ld, front, frames, |r, row| {
+        for (o, &v) in row.iter_mut().zip(&x[r * c..(r + 1) * c]) {
+            *o = bf16_bits(v);
+        }
+        row[c..].fill(0);
+    });
+}
+
+/// [`norm_snake_tc`] written as bf16 frames for a convolution (see [`bf16_frames`]).
+#[allow(clippy::too_many_arguments)]
+pub fn norm_snake_tc_bf16(
+    x: &[f32],
+    t: usize,
+    scale: &[f32],
+    beta: &[f32],
+    alpha: &[f32],
+    inv_alpha: &[f32],
+    dst: &mut Vec<u16>,
+    (ld, front, frames): (usize, usize, usize),
+) {
     let c = scale.len();
     debug_assert_eq!(x.len(), t * c);
+    let (a, b) = norm_coefficients(x, t, scale, beta);
+    bf16_frames(dst, t, ld, front, frames, |r, row| {
+        snake_row_bf16(&x[r * c..(r + 1) * c], &a, &b, alpha, inv_alpha, row);
+    });
+}
+
+/// Per channel `a`, `b` such that `a x + b` is the instance norm (eps 1e-5) then the affine.
+fn norm_coefficients(x: &[f32], t: usize, scale: &[f32], beta: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let c = scale.len();
     let (mean, var) = channel_stats(x, t, c);
     let mut a = vec![0f32; c];
     let mut b = vec![0f32; c];
@@ -83,6 +128,15 @@ pub fn norm_snake_tc(x: &[f32], t: usize, scale: &[f32], beta: &[f32], alpha: &[
         a[j] = (f64::from(scale[j]) * inv) as f32;
         b[j] = (f64::from(beta[j]) - mean[j] * f64::from(scale[j]) * inv) as f32;
     }
+    (a, b)
+}
+
+/// Instance norm over time (eps 1e-5), then `scale * x + beta`, then Snake
+/// (`y + 1/alpha sin(alpha y)^2`), of a time-major `[t, c]` buffer.
+pub fn norm_snake_tc(x: &[f32], t: usize, scale: &[f32], beta: &[f32], alpha: &[f32], inv_alpha: &[f32]) -> Vec<f32> {
+    let c = scale.len();
+    debug_assert_eq!(x.len(), t * c);
+    let (a, b) = norm_coefficients(x, t, scale, beta);
     let mut out = vec![0f32; x.len()];
     const ROWS: usize = 64;
     pool().for_each_chunk_mut(&mut out, ROWS * c, |ci, o| {
@@ -120,6 +174,37 @@ unsafe fn snake_avx512(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], 
 #[target_feature(enable = "avx2,fma")]
 unsafe fn snake_avx2(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [f32]) {
     snake_portable(x, a, b, al, ia, out)
+}
+
+fn snake_row_bf16(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if sapient_tensor::kernels::has_avx512() {
+        // SAFETY: AVX-512 F is present.
+        unsafe { snake_bf16_avx512(x, a, b, al, ia, out) };
+        return;
+    }
+    snake_bf16_portable(x, a, b, al, ia, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
+unsafe fn snake_bf16_avx512(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [u16]) {
+    snake_bf16_portable(x, a, b, al, ia, out)
+}
+
+/// Snake of one row to bf16: the first `x.len()` values of `out`, zeros after them.
+#[inline(always)]
+fn snake_bf16_portable(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [u16]) {
+    let n = x.len();
+    let (a, b, al, ia) = (&a[..n], &b[..n], &al[..n], &ia[..n]);
+    let (o, rest) = out.split_at_mut(n);
+    for j in 0..n {
+        let y = x[j].mul_add(a[j], b[j]);
+        let s = sin_sq(al[j] * y);
+        let v = ia[j].mul_add(s, y).to_bits();
+        o[j] = (v.wrapping_add(0x7FFF + ((v >> 16) & 1)) >> 16) as u16;
+    }
+    rest.fill(0);
 }
 
 #[inline(always)]

@@ -4,7 +4,7 @@
 use crate::{KokoroWeights, Result};
 use candle_core::{Tensor, D};
 use super::fast;
-use sapient_tensor::kernels::{pool::pool, DenseMatrix};
+use sapient_tensor::kernels::{pool::pool, ConvBf16, DenseMatrix};
 
 /// `nn.Linear` on a [`DenseMatrix`] (`[out, in]`, prepacked at load).
 pub struct Linear {
@@ -64,6 +64,8 @@ pub struct Conv1d {
 enum ConvImpl {
     /// `[out, k * in]` (tap-major rows) and the bias (zeros when the layer has none).
     Dense(DenseMatrix, Vec<f32>),
+    /// bf16 weights for AMX-BF16 products over bf16 input frames, and the bias.
+    Bf16(ConvBf16, Vec<f32>),
     /// Another device: candle's conv1d.
     Candle(Tensor, Option<Tensor>),
 }
@@ -79,6 +81,19 @@ impl Conv1d {
         let (cout, cin, k) = weight.dims3()?;
         let imp = if weight.device().is_cpu() {
             let v: Vec<f32> = weight.flatten_all()?.to_vec1()?;
+            let bias = match &b {
+                Some(b) => b.flatten_all()?.to_vec1()?,
+                None => vec![0.0; cout],
+            };
+            if let Some(c) = ConvBf16::new(&v, cout, cin, k) {
+                return Ok(Self {
+                    dims: (cout, cin, k),
+                    stride,
+                    pad,
+                    dilation,
+                    imp: ConvImpl::Bf16(c, bias),
+                });
+            }
             let mut r = vec![0f32; v.len()];
             for o in 0..cout {
                 for i in 0..cin {
@@ -87,10 +102,6 @@ impl Conv1d {
                     }
                 }
             }
-            let bias = match &b {
-                Some(b) => b.flatten_all()?.to_vec1()?,
-                None => vec![0.0; cout],
-            };
             ConvImpl::Dense(DenseMatrix::from_f32(&r, cout, k * cin), bias)
         } else {
             ConvImpl::Candle(weight, b)
@@ -112,7 +123,7 @@ impl Conv1d {
     /// `x`: `[in, t]` -> `[out, t']`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match &self.imp {
-            ConvImpl::Dense(..) => {
+            ConvImpl::Dense(..) | ConvImpl::Bf16(..) => {
                 let (c, t) = x.dims2()?;
                 let xs = x.flatten_all()?.to_vec1::<f32>()?;
                 let (y, cout, tout) = self.forward_vec(xs, c, t)?;
@@ -142,9 +153,57 @@ impl Conv1d {
         Ok((fast::transpose(&y, tout, cout), cout, tout))
     }
 
+    /// Output frames for `t` input frames.
+    pub fn out_frames(&self, t: usize) -> Result<usize> {
+        let k = self.dims.2;
+        let tp = t + 2 * self.pad;
+        let span = self.dilation * (k - 1);
+        if tp <= span {
+            return Err(candle_core::Error::Msg(format!("conv1d: input of {t} frames is shorter than the kernel")).into());
+        }
+        Ok((tp - span - 1) / self.stride + 1)
+    }
+
+    /// Where the layer takes bf16 input frames ([`forward_bf16`](Self::forward_bf16)):
+    /// (values per frame, zero frames before the data, frames in all) for `t` input frames.
+    pub fn bf16_layout(&self, t: usize) -> Result<Option<(usize, usize, usize)>> {
+        let ConvImpl::Bf16(c, _) = &self.imp else {
+            return Ok(None);
+        };
+        let tout = self.out_frames(t)?;
+        let frames = c.frames_needed(tout, self.stride, self.dilation).max(self.pad + t);
+        Ok(Some((c.ld(), self.pad, frames)))
+    }
+
+    /// The bf16 layer on input frames laid out as [`bf16_layout`](Self::bf16_layout) says
+    /// (`t` input frames): `out` `[t', out]` is overwritten, or added to with `accumulate`.
+    pub fn forward_bf16(&self, xb: &[u16], t: usize, accumulate: bool, out: &mut [f32]) -> Result<usize> {
+        let ConvImpl::Bf16(c, bias) = &self.imp else {
+            return Err(candle_core::Error::Msg("conv1d: not a bf16 layer".into()).into());
+        };
+        let tout = self.out_frames(t)?;
+        let need = c.frames_needed(tout, self.stride, self.dilation) * c.ld();
+        if xb.len() < need || out.len() < tout * self.dims.0 {
+            return Err(candle_core::Error::Msg(format!("conv1d: bf16 input of {} values (needs {need}) or output of {}", xb.len(), out.len())).into());
+        }
+        c.forward(xb, tout, self.stride, self.dilation, Some(bias), accumulate, out);
+        Ok(tout)
+    }
+
     /// CPU convolution on a time-major `[t, in]` buffer: (`[t', out]`, t').
     pub fn forward_tc(&self, x: &[f32], t: usize) -> Result<(Vec<f32>, usize)> {
         let (cout, cin, k) = self.dims;
+        if let Some((ld, front, frames)) = self.bf16_layout(t)? {
+            if x.len() != t * cin {
+                return Err(candle_core::Error::Msg(format!("conv1d: {} values for {t} frames of {cin} channels", x.len())).into());
+            }
+            let mut xb = Vec::new();
+            fast::to_bf16_frames(x, t, cin, &mut xb, ld, front, frames);
+            let tout = self.out_frames(t)?;
+            let mut y = vec![0f32; tout * cout];
+            self.forward_bf16(&xb, t, false, &mut y)?;
+            return Ok((y, tout));
+        }
         let ConvImpl::Dense(dense, bias) = &self.imp else {
             let xs = fast::transpose(x, t, cin);
             let (y, _, tout) = self.forward_vec(xs, cin, t)?;
@@ -384,6 +443,12 @@ impl AdaInStyle {
     /// time-major `[t, c]` buffer.
     pub fn forward_snake_tc(&self, x: &[f32], t: usize, alpha: &[f32], inv_alpha: &[f32]) -> Vec<f32> {
         fast::norm_snake_tc(x, t, &self.scale_v, &self.beta_v, alpha, inv_alpha)
+    }
+
+    /// [`forward_snake_tc`](Self::forward_snake_tc) written as bf16 frames for a
+    /// convolution (`layout`: [`Conv1d::bf16_layout`]).
+    pub fn forward_snake_bf16(&self, x: &[f32], t: usize, alpha: &[f32], inv_alpha: &[f32], dst: &mut Vec<u16>, layout: (usize, usize, usize)) {
+        fast::norm_snake_tc_bf16(x, t, &self.scale_v, &self.beta_v, alpha, inv_alpha, dst, layout)
     }
 
     /// The AdaLayerNorm form: layer norm over channels of `x` `[t, c]`, then the affine.
