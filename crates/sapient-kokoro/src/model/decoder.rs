@@ -331,13 +331,11 @@ impl Generator {
         Ok(y[half..total - half].iter().map(|v| v * gain).collect())
     }
 
-    /// `x` `[c, 2 frames]`, `s` `[1, style]`, `f0` (`2 frames`) -> samples. Runs time-major
-    /// (`[t, c]` buffers) from the first upsampling to the spectrum head.
-    pub fn forward(&self, x: &Tensor, s: &Tensor, f0: &[f32]) -> Result<Vec<f32>> {
+    /// `x` time-major `[2 frames, c]`, `s` `[1, style]`, `f0` (`2 frames`) -> samples.
+    pub fn forward(&self, x: &[f32], t: usize, s: &Tensor, f0: &[f32]) -> Result<Vec<f32>> {
         let har_src = self.source(f0);
         let (har, hf) = self.stft(&har_src);
-        let (c0, mut t) = x.dims2()?;
-        let mut x = fast::transpose(&x.flatten_all()?.to_vec1::<f32>()?, c0, t);
+        let (mut x, mut t) = (x.to_vec(), t);
         let nk = self.resblocks.len() / self.ups.len();
         for u in 0..self.ups.len() {
             fast::leaky_relu_in_place(&mut x, 0.1);
@@ -422,24 +420,42 @@ impl Decoder {
         })
     }
 
-    /// `asr` `[hidden, frames]`, `f0`/`n` `[2 frames]`, `s` `[1, style]` -> samples.
-    pub fn forward(&self, asr: &Tensor, f0: &Tensor, n: &Tensor, s: &Tensor) -> Result<Vec<f32>> {
-        let f0c = self.f0_conv.forward(&f0.unsqueeze(0)?)?;
-        let nc = self.n_conv.forward(&n.unsqueeze(0)?)?;
-        let x = Tensor::cat(&[asr, &f0c, &nc], 0)?;
-        let mut x = self.encode.styled(s)?.forward(&x)?;
-        let asr_res = self.asr_res.forward(asr)?;
+    /// `asr` time-major `[frames, hidden]`, `f0`/`n` `2 frames` values, `s` `[1, style]` ->
+    /// samples.
+    pub fn forward(&self, asr: &[f32], frames: usize, f0: &[f32], n: &[f32], s: &Tensor) -> Result<Vec<f32>> {
+        let (f0c, tf) = self.f0_conv.forward_tc(f0, f0.len())?;
+        let (nc, tn) = self.n_conv.forward_tc(n, n.len())?;
+        if frames == 0 || tf != frames || tn != frames || asr.len() % frames != 0 {
+            return Err(candle_core::Error::Msg(format!("decoder: {frames} frames, F0 gives {tf}, N {tn}")).into());
+        }
+        let hidden = asr.len() / frames;
+        let (asr_res, _) = self.asr_res.forward_tc(asr, frames)?;
+        let ca = asr_res.len() / frames;
+        let x = concat_rows(&[(asr, hidden), (&f0c, 1), (&nc, 1)], frames);
+        let (mut x, mut t) = self.encode.styled(s)?.forward_tc(&x, frames)?;
         let mut res = true;
         for b in &self.decode {
             if res {
-                x = Tensor::cat(&[&x, &asr_res, &f0c, &nc], 0)?;
+                x = concat_rows(&[(&x, x.len() / t), (&asr_res, ca), (&f0c, 1), (&nc, 1)], t);
             }
-            x = b.styled(s)?.forward(&x)?;
+            (x, t) = b.styled(s)?.forward_tc(&x, t)?;
             if b.upsamples() {
                 res = false;
             }
         }
-        let f0v = f0.to_vec1::<f32>()?;
-        self.generator.forward(&x, s, &f0v)
+        self.generator.forward(&x, t, s, f0)
     }
+}
+
+/// Time-major buffers side by side: row `r` of the result is row `r` of each part in turn
+/// (`(values, channels)` per part, `t` rows each).
+fn concat_rows(parts: &[(&[f32], usize)], t: usize) -> Vec<f32> {
+    let c: usize = parts.iter().map(|p| p.1).sum();
+    let mut out = Vec::with_capacity(t * c);
+    for r in 0..t {
+        for &(v, pc) in parts {
+            out.extend_from_slice(&v[r * pc..(r + 1) * pc]);
+        }
+    }
+    out
 }

@@ -117,6 +117,42 @@ pub fn norm_snake_tc_bf16(
     });
 }
 
+/// Instance norm over time (eps 1e-5), then `scale * x + beta`, then LeakyReLU(`slope`), of
+/// a time-major `[t, c]` buffer.
+pub fn norm_leaky_tc(x: &[f32], t: usize, scale: &[f32], beta: &[f32], slope: f32) -> Vec<f32> {
+    let c = scale.len();
+    debug_assert_eq!(x.len(), t * c);
+    let (a, b) = norm_coefficients(x, t, scale, beta);
+    let mut out = vec![0f32; x.len()];
+    const ROWS: usize = 64;
+    pool().for_each_chunk_mut(&mut out, ROWS * c, |ci, o| {
+        let xs = &x[ci * ROWS * c..ci * ROWS * c + o.len()];
+        for (orow, xrow) in o.chunks_exact_mut(c).zip(xs.chunks_exact(c)) {
+            for (((o, &v), &a), &b) in orow.iter_mut().zip(xrow).zip(&a).zip(&b) {
+                let y = v.mul_add(a, b);
+                *o = y.max(y * slope);
+            }
+        }
+    });
+    out
+}
+
+/// [`norm_leaky_tc`] written as bf16 frames for a convolution (see [`bf16_frames`]).
+#[allow(clippy::too_many_arguments)]
+pub fn norm_leaky_tc_bf16(x: &[f32], t: usize, scale: &[f32], beta: &[f32], slope: f32, dst: &mut Vec<u16>, (ld, front, frames): (usize, usize, usize)) {
+    let c = scale.len();
+    debug_assert_eq!(x.len(), t * c);
+    let (a, b) = norm_coefficients(x, t, scale, beta);
+    bf16_frames(dst, t, ld, front, frames, |r, row| {
+        let (o, rest) = row.split_at_mut(c);
+        for (((o, &v), &a), &b) in o.iter_mut().zip(&x[r * c..(r + 1) * c]).zip(&a).zip(&b) {
+            let y = v.mul_add(a, b);
+            *o = bf16_bits(y.max(y * slope));
+        }
+        rest.fill(0);
+    });
+}
+
 /// Per channel `a`, `b` such that `a x + b` is the instance norm (eps 1e-5) then the affine.
 fn norm_coefficients(x: &[f32], t: usize, scale: &[f32], beta: &[f32]) -> (Vec<f32>, Vec<f32>) {
     let c = scale.len();

@@ -181,17 +181,22 @@ impl KModel {
             .enumerate()
             .flat_map(|(i, &n)| std::iter::repeat_n(i as u32, n as usize))
             .collect();
-        let idx_t = Tensor::from_vec(idx, frames, dev)?;
+        let idx_t = Tensor::from_slice(&idx, frames, dev)?;
         let en = d.index_select(&idx_t, 0)?; // [frames, hidden + style]
         let (f0, n) = self.predictor.f0_n(&en, &s_pred)?;
         let t_en = self.text_encoder.forward(&ids_t)?; // [hidden, t]
-        let asr = t_en.index_select(&idx_t, 1)?; // [hidden, frames]
-        let audio = self.decoder.forward(&asr, &f0, &n, &s_dec)?;
+        let hidden = t_en.dims2()?.0;
+        let t_en: Vec<f32> = t_en.t()?.contiguous()?.flatten_all()?.to_vec1()?; // [t, hidden]
+        let mut asr = Vec::with_capacity(frames * hidden); // [frames, hidden]
+        for &i in &idx {
+            asr.extend_from_slice(&t_en[i as usize * hidden..(i as usize + 1) * hidden]);
+        }
+        let audio = self.decoder.forward(&asr, frames, &f0, &n, &s_dec)?;
         Ok(Synthesis {
             audio,
             durations: dur,
             raw_durations: raw,
-            f0: f0.to_vec1()?,
+            f0,
         })
     }
 

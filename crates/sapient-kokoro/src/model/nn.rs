@@ -190,6 +190,41 @@ impl Conv1d {
         Ok(tout)
     }
 
+    /// `out = conv(leaky(norm(x)))` (`accumulate`: `out += ..`) for a time-major `[t, in]`
+    /// buffer, the norm writing bf16 frames (into `xb`) where the layer takes them. Returns t'.
+    #[allow(clippy::too_many_arguments)]
+    pub fn norm_leaky_conv(&self, n: &AdaInStyle, x: &[f32], t: usize, slope: f32, xb: &mut Vec<u16>, out: &mut Vec<f32>, accumulate: bool) -> Result<usize> {
+        let cout = self.out_channels();
+        if let Some(layout) = self.bf16_layout(t)? {
+            if x.len() != t * self.dims.1 || n.scale_v.len() != self.dims.1 {
+                return Err(candle_core::Error::Msg(format!("conv1d: {} values for {t} frames of {} channels", x.len(), self.dims.1)).into());
+            }
+            fast::norm_leaky_tc_bf16(x, t, &n.scale_v, &n.beta_v, slope, xb, layout);
+            let tout = self.out_frames(t)?;
+            if !accumulate {
+                out.clear();
+                out.resize(tout * cout, 0.0);
+            } else if out.len() != tout * cout {
+                return Err(candle_core::Error::Msg(format!("conv1d: adding {tout} x {cout} to {} values", out.len())).into());
+            }
+            self.forward_bf16(xb, t, accumulate, out)?;
+            return Ok(tout);
+        }
+        let a = n.forward_leaky_tc(x, t, slope);
+        let (y, tout) = self.forward_tc(&a, t)?;
+        if accumulate {
+            if out.len() != y.len() {
+                return Err(candle_core::Error::Msg(format!("conv1d: adding {tout} x {cout} to {} values", out.len())).into());
+            }
+            for (o, v) in out.iter_mut().zip(&y) {
+                *o += v;
+            }
+        } else {
+            *out = y;
+        }
+        Ok(tout)
+    }
+
     /// CPU convolution on a time-major `[t, in]` buffer: (`[t', out]`, t').
     pub fn forward_tc(&self, x: &[f32], t: usize) -> Result<(Vec<f32>, usize)> {
         let (cout, cin, k) = self.dims;
@@ -346,26 +381,32 @@ impl DepthwiseUp2 {
         })
     }
 
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (c, t) = x.dims2()?;
-        let xs = x.flatten_all()?.to_vec1::<f32>()?;
-        let mut out = vec![0f32; c * 2 * t];
-        for ch in 0..c {
-            let (w, b) = (&self.w[3 * ch..3 * ch + 3], self.b[ch]);
-            let xr = &xs[ch * t..(ch + 1) * t];
-            let o = &mut out[ch * 2 * t..(ch + 1) * 2 * t];
-            o.fill(b);
-            // out[2i + k - 1] += x[i] * w[k]
-            for (i, &v) in xr.iter().enumerate() {
-                if i > 0 {
-                    o[2 * i - 1] += v * w[0];
+    /// Time-major: `x` `[t, c]` -> `[2t, c]`.
+    pub fn forward_tc(&self, x: &[f32], t: usize) -> Vec<f32> {
+        let c = self.b.len();
+        let mut out = vec![0f32; 2 * t * c];
+        for row in out.chunks_exact_mut(c) {
+            row.copy_from_slice(&self.b);
+        }
+        let (w0, w1, w2): (Vec<f32>, Vec<f32>, Vec<f32>) =
+            ((0..c).map(|ch| self.w[3 * ch]).collect(), (0..c).map(|ch| self.w[3 * ch + 1]).collect(), (0..c).map(|ch| self.w[3 * ch + 2]).collect());
+        // out[2i + k - 1] += x[i] * w[k]
+        for (i, xr) in x.chunks_exact(c).enumerate().take(t) {
+            if i > 0 {
+                let o = &mut out[(2 * i - 1) * c..2 * i * c];
+                for ((o, &v), &w) in o.iter_mut().zip(xr).zip(&w0) {
+                    *o += v * w;
                 }
-                o[2 * i] += v * w[1];
-                o[2 * i + 1] += v * w[2];
+            }
+            let (o1, o2) = out[2 * i * c..(2 * i + 2) * c].split_at_mut(c);
+            for (((a, b), &v), (&wa, &wb)) in o1.iter_mut().zip(o2.iter_mut()).zip(xr).zip(w1.iter().zip(&w2)) {
+                *a += v * wa;
+                *b += v * wb;
             }
         }
-        Ok(Tensor::from_vec(out, (c, 2 * t), x.device())?)
+        out
     }
+
 }
 
 /// Layer norm over the last axis without affine parameters.
@@ -434,11 +475,6 @@ impl AdaIn {
 }
 
 impl AdaInStyle {
-    /// Instance norm over time (eps 1e-5) then the style affine: `x` `[c, t]`.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(layer_norm_plain(x, 1e-5)?.broadcast_mul(&self.scale)?.broadcast_add(&self.beta)?)
-    }
-
     /// Instance norm + style affine + Snake (`y + 1/alpha sin(alpha y)^2`) fused, on a
     /// time-major `[t, c]` buffer.
     pub fn forward_snake_tc(&self, x: &[f32], t: usize, alpha: &[f32], inv_alpha: &[f32]) -> Vec<f32> {
@@ -449,6 +485,11 @@ impl AdaInStyle {
     /// convolution (`layout`: [`Conv1d::bf16_layout`]).
     pub fn forward_snake_bf16(&self, x: &[f32], t: usize, alpha: &[f32], inv_alpha: &[f32], dst: &mut Vec<u16>, layout: (usize, usize, usize)) {
         fast::norm_snake_tc_bf16(x, t, &self.scale_v, &self.beta_v, alpha, inv_alpha, dst, layout)
+    }
+
+    /// Instance norm + style affine + LeakyReLU on a time-major `[t, c]` buffer.
+    pub fn forward_leaky_tc(&self, x: &[f32], t: usize, slope: f32) -> Vec<f32> {
+        fast::norm_leaky_tc(x, t, &self.scale_v, &self.beta_v, slope)
     }
 
     /// The AdaLayerNorm form: layer norm over channels of `x` `[t, c]`, then the affine.

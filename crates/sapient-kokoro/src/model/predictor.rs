@@ -2,7 +2,7 @@
 //! duration LSTM and projection, and `F0Ntrain` (shared LSTM, F0 and energy branches of
 //! `AdainResBlk1d`s). `AdainResBlk1d` is also the decoder's block.
 
-use super::nn::{leaky_relu, AdaIn, AdaInStyle, BiLstm, Conv1d, DepthwiseUp2, Linear};
+use super::nn::{AdaIn, AdaInStyle, BiLstm, Conv1d, DepthwiseUp2, Linear};
 use crate::{KokoroConfig, KokoroWeights, Result};
 use candle_core::Tensor;
 
@@ -53,26 +53,55 @@ impl AdainResBlk1d {
 }
 
 impl AdainResBlk1dStyled<'_> {
-    /// `x` `[c_in, t]` -> `[c_out, t]` (or `2t`).
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// Time-major: `x` `[t, c_in]` -> (`[t', c_out]`, t'), t' = t or 2t.
+    pub fn forward_tc(&self, x: &[f32], t: usize) -> Result<(Vec<f32>, usize)> {
         let b = self.blk;
-        let mut r = leaky_relu(&self.n1.forward(x)?, 0.2)?;
-        if let Some(p) = &b.pool {
-            r = p.forward(&r)?;
+        let cin = x.len() / t.max(1);
+        if t == 0 || x.len() != t * cin {
+            return Err(candle_core::Error::Msg(format!("AdainResBlk1d: {} values for {t} frames", x.len())).into());
         }
-        let r = b.conv1.forward(&r)?;
-        let r = b.conv2.forward(&leaky_relu(&self.n2.forward(&r)?, 0.2)?)?;
-        let mut sc = x.clone();
-        if b.pool.is_some() {
-            let (c, t) = sc.dims2()?;
-            // nearest x2
-            sc = sc.unsqueeze(2)?.broadcast_as((c, t, 2))?.reshape((c, 2 * t))?;
+        // shortcut: nearest x2 and the 1x1 conv (no bias) commute; the conv goes first
+        let (sc, ts) = match &b.conv1x1 {
+            Some(c) => c.forward_tc(x, t)?,
+            None => (x.to_vec(), t),
+        };
+        let (mut out, tout) = if b.pool.is_some() {
+            let c = sc.len() / ts;
+            let mut up = Vec::with_capacity(2 * sc.len());
+            for row in sc.chunks_exact(c) {
+                up.extend_from_slice(row);
+                up.extend_from_slice(row);
+            }
+            (up, 2 * ts)
+        } else {
+            (sc, ts)
+        };
+        let mut xb = Vec::new();
+        let (r, tr) = match &b.pool {
+            Some(p) => {
+                let a = self.n1.forward_leaky_tc(x, t, 0.2);
+                let u = p.forward_tc(&a, t);
+                b.conv1.forward_tc(&u, 2 * t)?
+            }
+            None => {
+                let mut y = Vec::new();
+                let t1 = b.conv1.norm_leaky_conv(&self.n1, x, t, 0.2, &mut xb, &mut y, false)?;
+                (y, t1)
+            }
+        };
+        if tr != tout {
+            return Err(candle_core::Error::Msg(format!("AdainResBlk1d: residual {tr} frames, shortcut {tout}")).into());
         }
-        if let Some(c) = &b.conv1x1 {
-            sc = c.forward(&sc)?;
+        let t2 = b.conv2.norm_leaky_conv(&self.n2, &r, tr, 0.2, &mut xb, &mut out, true)?;
+        if t2 != tout {
+            return Err(candle_core::Error::Msg(format!("AdainResBlk1d: residual {t2} frames, shortcut {tout}")).into());
         }
-        Ok(((r + sc)? * std::f64::consts::FRAC_1_SQRT_2)?)
+        for v in &mut out {
+            *v *= std::f32::consts::FRAC_1_SQRT_2;
+        }
+        Ok((out, tout))
     }
+
 }
 
 pub struct ProsodyPredictor {
@@ -139,14 +168,16 @@ impl ProsodyPredictor {
     }
 
     /// `F0Ntrain`: `en` `[frames, hidden + style]` -> (F0, N), each `2 frames` long.
-    pub fn f0_n(&self, en: &Tensor, s: &Tensor) -> Result<(Tensor, Tensor)> {
-        let x = self.shared.forward(en)?.t()?.contiguous()?; // [hidden, frames]
-        let run = |blocks: &[AdainResBlk1d], proj: &Conv1d| -> Result<Tensor> {
-            let mut y = x.clone();
+    pub fn f0_n(&self, en: &Tensor, s: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
+        let x = self.shared.forward(en)?; // [frames, hidden]
+        let (t0, _) = x.dims2()?;
+        let x = x.flatten_all()?.to_vec1::<f32>()?;
+        let run = |blocks: &[AdainResBlk1d], proj: &Conv1d| -> Result<Vec<f32>> {
+            let (mut y, mut t) = (x.clone(), t0);
             for b in blocks {
-                y = b.styled(s)?.forward(&y)?;
+                (y, t) = b.styled(s)?.forward_tc(&y, t)?;
             }
-            Ok(proj.forward(&y)?.squeeze(0)?)
+            Ok(proj.forward_tc(&y, t)?.0)
         };
         // The two stacks one after the other, each spreading its convolutions over the pool.
         Ok((run(&self.f0, &self.f0_proj)?, run(&self.n, &self.n_proj)?))
