@@ -1,19 +1,22 @@
 //! PL-BERT: transformers' `AlbertModel` (one shared layer run `num_hidden_layers` times),
-//! its last hidden state only (no pooler), with every position attended (one utterance).
+//! its last hidden state only (no pooler), with every position attended (one utterance), on
+//! plain time-major buffers: the products on [`DenseMatrix`](sapient_tensor::kernels::DenseMatrix)
+//! (query, key and value as one), attention per head on the kernels' pool.
 
-use super::nn::{LayerNorm, Linear};
-use crate::{KokoroConfig, KokoroWeights, Result};
-use candle_core::{Tensor, D};
+use super::nn::Linear;
+use crate::{Error, KokoroConfig, KokoroWeights, Result};
+use sapient_tensor::kernels::{exp_in_place, pool::pool};
 
 pub struct Albert {
-    word: Tensor,
-    pos: Tensor,
-    token_type0: Tensor,
+    word: Vec<f32>,
+    pos: Vec<f32>,
+    token_type0: Vec<f32>,
+    emb: usize,
+    vocab: usize,
+    max_pos: usize,
     emb_ln: LayerNorm,
     mapping_in: Linear,
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    qkv: Linear,
     dense: Linear,
     attn_ln: LayerNorm,
     ffn: Linear,
@@ -23,60 +26,185 @@ pub struct Albert {
     layers: usize,
 }
 
+/// `nn.LayerNorm` over each row.
+struct LayerNorm {
+    w: Vec<f32>,
+    b: Vec<f32>,
+    eps: f32,
+}
+
+impl LayerNorm {
+    fn load(w: &KokoroWeights, m: &str, eps: f32) -> Result<Self> {
+        Ok(Self {
+            w: w.get(&format!("{m}.weight"))?.flatten_all()?.to_vec1()?,
+            b: w.get(&format!("{m}.bias"))?.flatten_all()?.to_vec1()?,
+            eps,
+        })
+    }
+
+    fn rows(&self, x: &mut [f32]) {
+        let c = self.w.len();
+        for row in x.chunks_exact_mut(c) {
+            let mean = row.iter().sum::<f32>() / c as f32;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c as f32;
+            let inv = 1.0 / (var + self.eps).sqrt();
+            for ((v, &w), &b) in row.iter_mut().zip(&self.w).zip(&self.b) {
+                *v = (*v - mean) * inv * w + b;
+            }
+        }
+    }
+}
+
+fn vec_of(w: &KokoroWeights, name: &str) -> Result<(Vec<f32>, usize, usize)> {
+    let t = w.get(name)?;
+    let (r, c) = t.dims2()?;
+    Ok((t.flatten_all()?.to_vec1()?, r, c))
+}
+
 impl Albert {
     pub fn load(w: &KokoroWeights, cfg: &KokoroConfig) -> Result<Self> {
         let l = "bert.encoder.albert_layer_groups.0.albert_layers.0";
-        let ln = |m: &str| LayerNorm::load(w, &format!("{m}.weight"), &format!("{m}.bias"), 1e-12);
+        let ln = |m: &str| LayerNorm::load(w, m, 1e-12);
         let lin = |m: &str| Linear::load(w, m, true);
+        let (word, vocab, emb) = vec_of(w, "bert.embeddings.word_embeddings.weight")?;
+        let (pos, max_pos, _) = vec_of(w, "bert.embeddings.position_embeddings.weight")?;
+        let (tt, _, _) = vec_of(w, "bert.embeddings.token_type_embeddings.weight")?;
+        // query, key and value as one [3 hidden, hidden] product
+        let mut qkv_w = Vec::new();
+        let mut qkv_b = Vec::new();
+        let mut hidden = 0;
+        for m in ["query", "key", "value"] {
+            let (v, _, c) = vec_of(w, &format!("{l}.attention.{m}.weight"))?;
+            hidden = c;
+            qkv_w.extend(v);
+            qkv_b.extend(w.get(&format!("{l}.attention.{m}.bias"))?.flatten_all()?.to_vec1::<f32>()?);
+        }
+        let heads = cfg.plbert.num_attention_heads;
+        if heads == 0 || hidden % heads != 0 {
+            return Err(Error::Input(format!("ALBERT: {hidden} hidden values do not split into {heads} heads")));
+        }
         Ok(Self {
-            word: w.get("bert.embeddings.word_embeddings.weight")?.clone(),
-            pos: w.get("bert.embeddings.position_embeddings.weight")?.clone(),
-            token_type0: w.get("bert.embeddings.token_type_embeddings.weight")?.narrow(0, 0, 1)?,
+            token_type0: tt[..emb].to_vec(),
+            word,
+            pos,
+            emb,
+            vocab,
+            max_pos,
             emb_ln: ln("bert.embeddings.LayerNorm")?,
             mapping_in: lin("bert.encoder.embedding_hidden_mapping_in")?,
-            q: lin(&format!("{l}.attention.query"))?,
-            k: lin(&format!("{l}.attention.key"))?,
-            v: lin(&format!("{l}.attention.value"))?,
+            qkv: Linear::from_parts(&qkv_w, 3 * hidden, hidden, Some(qkv_b)),
             dense: lin(&format!("{l}.attention.dense"))?,
             attn_ln: ln(&format!("{l}.attention.LayerNorm"))?,
             ffn: lin(&format!("{l}.ffn"))?,
             ffn_out: lin(&format!("{l}.ffn_output"))?,
             full_ln: ln(&format!("{l}.full_layer_layer_norm"))?,
-            heads: cfg.plbert.num_attention_heads,
+            heads,
             layers: cfg.plbert.num_hidden_layers,
         })
     }
 
-    /// `ids` (padded) `[t]` -> `[t, hidden]`.
-    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        let t = ids.dims1()?;
-        let x = self
-            .word
-            .index_select(ids, 0)?
-            .add(&self.pos.narrow(0, 0, t)?)?
-            .broadcast_add(&self.token_type0)?;
-        let mut x = self.mapping_in.forward(&self.emb_ln.forward(&x)?)?;
-        let hidden = x.dims2()?.1;
-        let hd = hidden / self.heads;
-        let scale = 1.0 / (hd as f64).sqrt();
-        for _ in 0..self.layers {
-            let split = |y: Tensor| -> Result<Tensor> { Ok(y.reshape((t, self.heads, hd))?.transpose(0, 1)?.contiguous()?) };
-            let q = (split(self.q.forward(&x)?)? * scale)?;
-            let k = split(self.k.forward(&x)?)?;
-            let v = split(self.v.forward(&x)?)?;
-            let scores = q.matmul(&k.transpose(1, 2)?)?;
-            let probs = softmax_last(&scores)?;
-            let ctx = probs.matmul(&v)?.transpose(0, 1)?.reshape((t, hidden))?;
-            let a = self.attn_ln.forward(&(self.dense.forward(&ctx)? + &x)?)?;
-            let f = self.ffn_out.forward(&self.ffn.forward(&a)?.gelu()?)?;
-            x = self.full_ln.forward(&(f + a)?)?;
+    /// `ids` (padded) -> `[t, hidden]` (time-major).
+    pub fn forward(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        let t = ids.len();
+        let e = self.emb;
+        if t > self.max_pos {
+            return Err(Error::Input(format!("{t} ids, ALBERT has {} positions", self.max_pos)));
         }
-        Ok(x)
+        let mut x = vec![0f32; t * e];
+        for (i, (row, &id)) in x.chunks_exact_mut(e).zip(ids).enumerate() {
+            let id = id as usize;
+            if id >= self.vocab {
+                return Err(Error::Input(format!("phoneme id {id} is outside ALBERT's vocabulary ({})", self.vocab)));
+            }
+            let (wr, pr) = (&self.word[id * e..(id + 1) * e], &self.pos[i * e..(i + 1) * e]);
+            for (((o, &a), &b), &c) in row.iter_mut().zip(wr).zip(pr).zip(&self.token_type0) {
+                *o = a + b + c;
+            }
+        }
+        self.emb_ln.rows(&mut x);
+        let mut h = self.mapping_in.forward_vec(&x, t, e)?;
+        let hidden = self.mapping_in.out_features();
+        let hd = hidden / self.heads;
+        let scale = 1.0 / (hd as f32).sqrt();
+        for _ in 0..self.layers {
+            let qkv = self.qkv.forward_vec(&h, t, hidden)?;
+            let ctx = attention(&qkv, t, self.heads, hd, scale);
+            let mut a = self.dense.forward_vec(&ctx, t, hidden)?;
+            for (v, r) in a.iter_mut().zip(&h) {
+                *v += r;
+            }
+            self.attn_ln.rows(&mut a);
+            let mut f = self.ffn.forward_vec(&a, t, hidden)?;
+            gelu_tanh_in_place(&mut f);
+            let mut o = self.ffn_out.forward_vec(&f, t, self.ffn.out_features())?;
+            for (v, r) in o.iter_mut().zip(&a) {
+                *v += r;
+            }
+            self.full_ln.rows(&mut o);
+            h = o;
+        }
+        Ok(h)
     }
 }
 
-fn softmax_last(x: &Tensor) -> Result<Tensor> {
-    let m = x.max_keepdim(D::Minus1)?;
-    let e = x.broadcast_sub(&m)?.exp()?;
-    Ok(e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?)
+/// Softmax attention of every position over every position: `qkv` `[t, 3 hidden]` (query,
+/// key, value) -> `[t, hidden]`, one job per head on the pool.
+fn attention(qkv: &[f32], t: usize, heads: usize, hd: usize, scale: f32) -> Vec<f32> {
+    let hidden = heads * hd;
+    let w = 3 * hidden;
+    let mut per_head = vec![0f32; heads * t * hd];
+    pool().for_each_chunk_mut(&mut per_head, t * hd, |hh, out| {
+        // keys transposed to [hd, t], so the scores of one query are hd axpys over t
+        let mut kt = vec![0f32; hd * t];
+        for j in 0..t {
+            for d in 0..hd {
+                kt[d * t + j] = qkv[j * w + hidden + hh * hd + d];
+            }
+        }
+        let mut s = vec![0f32; t];
+        for (i, o) in out.chunks_exact_mut(hd).enumerate() {
+            s.fill(0.0);
+            let q = &qkv[i * w + hh * hd..i * w + (hh + 1) * hd];
+            for (d, &qd) in q.iter().enumerate() {
+                let qd = qd * scale;
+                for (sv, &kv) in s.iter_mut().zip(&kt[d * t..(d + 1) * t]) {
+                    *sv += qd * kv;
+                }
+            }
+            let m = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            for v in s.iter_mut() {
+                *v -= m;
+            }
+            exp_in_place(&mut s);
+            let inv = 1.0 / s.iter().sum::<f32>();
+            for (j, &p) in s.iter().enumerate() {
+                let p = p * inv;
+                let v = &qkv[j * w + 2 * hidden + hh * hd..j * w + 2 * hidden + (hh + 1) * hd];
+                for (ov, &vv) in o.iter_mut().zip(v) {
+                    *ov += p * vv;
+                }
+            }
+        }
+    });
+    let mut ctx = vec![0f32; t * hidden];
+    for hh in 0..heads {
+        for i in 0..t {
+            ctx[i * hidden + hh * hd..i * hidden + (hh + 1) * hd].copy_from_slice(&per_head[(hh * t + i) * hd..(hh * t + i + 1) * hd]);
+        }
+    }
+    ctx
+}
+
+/// GELU, tanh form (`gelu_new`, candle's `gelu`): `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`,
+/// with `tanh(u) = 1 - 2 / (exp(2u) + 1)`.
+fn gelu_tanh_in_place(x: &mut [f32]) {
+    const ROWS: usize = 4096;
+    pool().for_each_chunk_mut(x, ROWS, |_, c| {
+        let mut e: Vec<f32> = c.iter().map(|&v| 2.0 * 0.797_884_6 * v.mul_add(0.044_715 * v * v, v)).collect();
+        exp_in_place(&mut e);
+        for (v, &e) in c.iter_mut().zip(&e) {
+            let th = 1.0 - 2.0 / (e + 1.0);
+            *v = 0.5 * *v * (1.0 + th);
+        }
+    });
 }

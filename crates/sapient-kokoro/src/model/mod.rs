@@ -158,8 +158,9 @@ impl KModel {
         let s_dec = style_t.narrow(1, 0, sd)?;
         let s_pred = style_t.narrow(1, sd, sd)?;
 
-        let bert = self.bert.forward(&ids_t)?;
-        let d_en = self.bert_encoder.forward(&bert)?; // [t, hidden]
+        let bert = self.bert.forward(&padded)?;
+        let d_en = self.bert_encoder.forward_vec(&bert, t, bert.len() / t)?; // [t, hidden]
+        let d_en = Tensor::from_vec(d_en, (t, self.bert_encoder.out_features()), dev)?;
         let d = self.predictor.encode(&d_en, &s_pred)?; // [t, hidden + style]
         let raw: Vec<f32> = self.predictor.durations(&d)?.into_iter().map(|v| v / speed).collect();
         let dur: Vec<u32> = match durations {

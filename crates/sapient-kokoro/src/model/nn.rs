@@ -24,6 +24,14 @@ impl Linear {
         })
     }
 
+    /// From f32 weights `[n, k]` and an optional bias.
+    pub fn from_parts(w: &[f32], n: usize, k: usize, b: Option<Vec<f32>>) -> Self {
+        Self {
+            w: DenseMatrix::from_f32(w, n, k),
+            b,
+        }
+    }
+
     pub fn out_features(&self) -> usize {
         self.w.rows()
     }
