@@ -41,6 +41,8 @@ pub fn run(a: Args) -> Result<()> {
     let t_load = Instant::now();
     let tts = KokoroTts::from_dir(&preset.dir, &candle_core::Device::Cpu)?;
     let load_s = t_load.elapsed().as_secs_f64();
+    let load_peak_mb = peak_rss_mb();
+    let loaded_mb = rss_mb();
     let text = SENTENCES.lines().collect::<Vec<_>>().join(" ");
     let voice = tts.voices().get(&a.voice)?;
     let t_g2p = Instant::now();
@@ -138,13 +140,19 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     println!("sapient-kokoro load (int8 ONNX import in memory, lexicons): {load_s:.2} s; G2P of the text: {:.1} ms", g2p_s * 1e3);
+    println!(
+        "sapient-kokoro memory: peak {} MB by the end of loading, {} MB resident once loaded",
+        fmt_mb(load_peak_mb),
+        fmt_mb(loaded_mb)
+    );
     if let Some(parent) = a.json.parent() {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(
         &a.json,
         serde_json::to_string_pretty(&serde_json::json!({"voice": a.voice, "speed": a.speed, "audio_seconds": audio_s,
-            "load_seconds": load_s, "g2p_seconds": g2p_s, "runs": rows}))?,
+            "load_seconds": load_s, "g2p_seconds": g2p_s,
+            "load_peak_rss_mb": load_peak_mb, "loaded_rss_mb": loaded_mb, "runs": rows}))?,
     )?;
     println!("wrote {}", a.json.display());
     Ok(())
@@ -155,6 +163,14 @@ pub fn run(a: Args) -> Result<()> {
 fn peak_rss_mb() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// This process's resident set now (`VmRSS`), MB.
+fn rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
 }
