@@ -425,7 +425,7 @@ impl Decoder {
     pub fn forward(&self, asr: &[f32], frames: usize, f0: &[f32], n: &[f32], s: &Tensor) -> Result<Vec<f32>> {
         let (f0c, tf) = self.f0_conv.forward_tc(f0, f0.len())?;
         let (nc, tn) = self.n_conv.forward_tc(n, n.len())?;
-        if frames == 0 || tf != frames || tn != frames || asr.len() % frames != 0 {
+        if frames == 0 || tf != frames || tn != frames || !asr.len().is_multiple_of(frames) {
             return Err(candle_core::Error::Msg(format!("decoder: {frames} frames, F0 gives {tf}, N {tn}")).into());
         }
         let hidden = asr.len() / frames;
