@@ -3,7 +3,7 @@
 //! plain time-major buffers: the products on [`DenseMatrix`](sapient_tensor::kernels::DenseMatrix)
 //! (query, key and value as one), attention per head on the kernels' pool.
 
-use super::nn::Linear;
+use super::nn::{LayerNorm, Linear};
 use crate::{Error, KokoroConfig, KokoroWeights, Result};
 use sapient_tensor::kernels::{exp_in_place, pool::pool};
 
@@ -26,35 +26,6 @@ pub struct Albert {
     layers: usize,
 }
 
-/// `nn.LayerNorm` over each row.
-struct LayerNorm {
-    w: Vec<f32>,
-    b: Vec<f32>,
-    eps: f32,
-}
-
-impl LayerNorm {
-    fn load(w: &KokoroWeights, m: &str, eps: f32) -> Result<Self> {
-        Ok(Self {
-            w: w.get(&format!("{m}.weight"))?.flatten_all()?.to_vec1()?,
-            b: w.get(&format!("{m}.bias"))?.flatten_all()?.to_vec1()?,
-            eps,
-        })
-    }
-
-    fn rows(&self, x: &mut [f32]) {
-        let c = self.w.len();
-        for row in x.chunks_exact_mut(c) {
-            let mean = row.iter().sum::<f32>() / c as f32;
-            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c as f32;
-            let inv = 1.0 / (var + self.eps).sqrt();
-            for ((v, &w), &b) in row.iter_mut().zip(&self.w).zip(&self.b) {
-                *v = (*v - mean) * inv * w + b;
-            }
-        }
-    }
-}
-
 fn vec_of(w: &KokoroWeights, name: &str) -> Result<(Vec<f32>, usize, usize)> {
     let t = w.get(name)?;
     let (r, c) = t.dims2()?;
@@ -64,7 +35,7 @@ fn vec_of(w: &KokoroWeights, name: &str) -> Result<(Vec<f32>, usize, usize)> {
 impl Albert {
     pub fn load(w: &KokoroWeights, cfg: &KokoroConfig) -> Result<Self> {
         let l = "bert.encoder.albert_layer_groups.0.albert_layers.0";
-        let ln = |m: &str| LayerNorm::load(w, m, 1e-12);
+        let ln = |m: &str| LayerNorm::load(w, &format!("{m}.weight"), &format!("{m}.bias"), 1e-12);
         let lin = |m: &str| Linear::load(w, m, true);
         let (word, vocab, emb) = vec_of(w, "bert.embeddings.word_embeddings.weight")?;
         let (pos, max_pos, _) = vec_of(w, "bert.embeddings.position_embeddings.weight")?;

@@ -152,7 +152,6 @@ impl KModel {
         padded.extend_from_slice(ids);
         padded.push(0);
         let t = padded.len();
-        let ids_t = Tensor::new(padded.as_slice(), dev)?;
         let sd = self.config.style_dim;
         let style_t = Tensor::from_slice(style, (1, 2 * sd), dev)?;
         let s_dec = style_t.narrow(1, 0, sd)?;
@@ -160,9 +159,8 @@ impl KModel {
 
         let bert = self.bert.forward(&padded)?;
         let d_en = self.bert_encoder.forward_vec(&bert, t, bert.len() / t)?; // [t, hidden]
-        let d_en = Tensor::from_vec(d_en, (t, self.bert_encoder.out_features()), dev)?;
-        let d = self.predictor.encode(&d_en, &s_pred)?; // [t, hidden + style]
-        let raw: Vec<f32> = self.predictor.durations(&d)?.into_iter().map(|v| v / speed).collect();
+        let d = self.predictor.encode(&d_en, t, &s_pred)?; // [t, hidden + style]
+        let raw: Vec<f32> = self.predictor.durations(&d, t)?.into_iter().map(|v| v / speed).collect();
         let dur: Vec<u32> = match durations {
             Some(given) => {
                 if given.len() != t || given.contains(&0) {
@@ -177,21 +175,18 @@ impl KModel {
         };
         let frames: usize = dur.iter().map(|&v| v as usize).sum();
         // alignment: frame -> token
-        let idx: Vec<u32> = dur
-            .iter()
-            .enumerate()
-            .flat_map(|(i, &n)| std::iter::repeat_n(i as u32, n as usize))
-            .collect();
-        let idx_t = Tensor::from_slice(&idx, frames, dev)?;
-        let en = d.index_select(&idx_t, 0)?; // [frames, hidden + style]
-        let (f0, n) = self.predictor.f0_n(&en, &s_pred)?;
-        let t_en = self.text_encoder.forward(&ids_t)?; // [hidden, t]
-        let hidden = t_en.dims2()?.0;
-        let t_en: Vec<f32> = t_en.t()?.contiguous()?.flatten_all()?.to_vec1()?; // [t, hidden]
-        let mut asr = Vec::with_capacity(frames * hidden); // [frames, hidden]
-        for &i in &idx {
-            asr.extend_from_slice(&t_en[i as usize * hidden..(i as usize + 1) * hidden]);
-        }
+        let idx: Vec<usize> = dur.iter().enumerate().flat_map(|(i, &n)| std::iter::repeat_n(i, n as usize)).collect();
+        let rows = |x: &[f32]| -> Vec<f32> {
+            let c = x.len() / t;
+            let mut out = Vec::with_capacity(frames * c);
+            for &i in &idx {
+                out.extend_from_slice(&x[i * c..(i + 1) * c]);
+            }
+            out
+        };
+        let en = rows(&d); // [frames, hidden + style]
+        let (f0, n) = self.predictor.f0_n(&en, frames, &s_pred)?;
+        let asr = rows(&self.text_encoder.forward(&padded)?); // [frames, hidden]
         let audio = self.decoder.forward(&asr, frames, &f0, &n, &s_dec)?;
         Ok(Synthesis {
             audio,

@@ -2,7 +2,7 @@
 //! linear, convolutions, layer/instance norms, AdaIN, the bidirectional LSTM.
 
 use crate::{KokoroWeights, Result};
-use candle_core::{Tensor, D};
+use candle_core::Tensor;
 use super::fast;
 use sapient_tensor::kernels::{pool::pool, ConvBf16, DenseMatrix};
 
@@ -417,32 +417,38 @@ impl DepthwiseUp2 {
 
 }
 
-/// Layer norm over the last axis without affine parameters.
-pub fn layer_norm_plain(x: &Tensor, eps: f64) -> Result<Tensor> {
-    let mean = x.mean_keepdim(D::Minus1)?;
-    let xc = x.broadcast_sub(&mean)?;
-    let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
-    Ok(xc.broadcast_div(&(var + eps)?.sqrt()?)?)
+/// Layer norm of each row of `x` (rows of `w.len()` values), then `w * x + b`.
+pub fn layer_norm_rows(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    let c = w.len();
+    for row in x.chunks_exact_mut(c) {
+        let mean = row.iter().sum::<f32>() / c as f32;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c as f32;
+        let inv = 1.0 / (var + eps).sqrt();
+        for ((v, &w), &b) in row.iter_mut().zip(w).zip(b) {
+            *v = (*v - mean) * inv * w + b;
+        }
+    }
 }
 
 /// `nn.LayerNorm` over the last axis.
 pub struct LayerNorm {
-    w: Tensor,
-    b: Tensor,
-    eps: f64,
+    w: Vec<f32>,
+    b: Vec<f32>,
+    eps: f32,
 }
 
 impl LayerNorm {
-    pub fn load(w: &KokoroWeights, weight: &str, bias: &str, eps: f64) -> Result<Self> {
+    pub fn load(w: &KokoroWeights, weight: &str, bias: &str, eps: f32) -> Result<Self> {
         Ok(Self {
-            w: w.get(weight)?.clone(),
-            b: w.get(bias)?.clone(),
+            w: w.get(weight)?.flatten_all()?.to_vec1()?,
+            b: w.get(bias)?.flatten_all()?.to_vec1()?,
             eps,
         })
     }
 
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(layer_norm_plain(x, self.eps)?.broadcast_mul(&self.w)?.broadcast_add(&self.b)?)
+    /// Each row of a time-major buffer, in place.
+    pub fn rows(&self, x: &mut [f32]) {
+        layer_norm_rows(x, &self.w, &self.b, self.eps);
     }
 }
 
@@ -452,10 +458,8 @@ pub struct AdaIn {
     fc: Linear,
 }
 
-/// `(1 + gamma)` and `beta` as `[c, 1]` columns (and as plain vectors).
+/// `(1 + gamma)` and `beta`.
 pub struct AdaInStyle {
-    scale: Tensor,
-    beta: Tensor,
     scale_v: Vec<f32>,
     beta_v: Vec<f32>,
 }
@@ -476,8 +480,6 @@ impl AdaIn {
         Ok(AdaInStyle {
             scale_v: scale.to_vec1()?,
             beta_v: beta.to_vec1()?,
-            scale: scale.unsqueeze(1)?,
-            beta: beta.unsqueeze(1)?,
         })
     }
 }
@@ -500,15 +502,11 @@ impl AdaInStyle {
         fast::norm_leaky_tc(x, t, &self.scale_v, &self.beta_v, slope)
     }
 
-    /// The AdaLayerNorm form: layer norm over channels of `x` `[t, c]`, then the affine.
-    pub fn forward_layer(&self, x: &Tensor) -> Result<Tensor> {
-        let n = layer_norm_plain(x, 1e-5)?;
-        Ok(n.broadcast_mul(&self.scale.t()?)?.broadcast_add(&self.beta.t()?)?)
+    /// The AdaLayerNorm form on a time-major `[t, c]` buffer, in place.
+    pub fn layer_rows(&self, x: &mut [f32]) {
+        layer_norm_rows(x, &self.scale_v, &self.beta_v, 1e-5);
     }
-}
 
-pub fn leaky_relu(x: &Tensor, slope: f64) -> Result<Tensor> {
-    Ok(x.maximum(&(x * slope)?)?)
 }
 
 /// `nn.LSTM(input, hidden, bidirectional=True, batch_first=True)`, gate order (i, f, g, o):
@@ -547,17 +545,15 @@ impl BiLstm {
         })
     }
 
-    /// `x`: `[t, in]` -> `[t, 2 hidden]` (forward then backward halves); the two directions
-    /// run on two threads.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let (t, k) = x.dims2()?;
+    /// Time-major `[t, in]` -> `[t, 2 hidden]` (forward then backward halves); the two
+    /// directions run on two threads.
+    pub fn forward_vec(&self, xs: &[f32], t: usize) -> Result<Vec<f32>> {
         let h = self.hidden;
-        if k != self.w_ih.cols() {
-            return Err(candle_core::Error::Msg(format!("lstm: {k} inputs, weight takes {}", self.w_ih.cols())).into());
+        if xs.len() != t * self.w_ih.cols() {
+            return Err(candle_core::Error::Msg(format!("lstm: {} values for {t} frames of {}", xs.len(), self.w_ih.cols())).into());
         }
-        let xs = x.flatten_all()?.to_vec1::<f32>()?;
         let mut xw = vec![0f32; t * 8 * h];
-        self.w_ih.matmul(&xs, t, Some(&self.bias), &mut xw);
+        self.w_ih.matmul(xs, t, Some(&self.bias), &mut xw);
         let mut dirs = [Vec::new(), Vec::new()];
         pool().for_each_chunk_mut(&mut dirs, 1, |d, out| {
             out[0] = recur(&xw, d * 4 * h, &self.w_hh_t[d], t, h, d == 1);
@@ -568,7 +564,7 @@ impl BiLstm {
             row[..h].copy_from_slice(&fw[i * h..(i + 1) * h]);
             row[h..].copy_from_slice(&bw[i * h..(i + 1) * h]);
         }
-        Ok(Tensor::from_vec(out, (t, 2 * h), x.device())?)
+        Ok(out)
     }
 }
 

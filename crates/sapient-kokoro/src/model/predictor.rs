@@ -145,33 +145,42 @@ impl ProsodyPredictor {
         })
     }
 
-    /// `DurationEncoder`: `d_en` `[t, hidden]`, `s` `[1, style]` -> `d` `[t, hidden + style]`.
-    pub fn encode(&self, d_en: &Tensor, s: &Tensor) -> Result<Tensor> {
-        let t = d_en.dims2()?.0;
-        let sd = s.dims2()?.1;
-        let st = s.broadcast_as((t, sd))?;
-        let mut x = Tensor::cat(&[d_en, &st], 1)?;
+    /// `DurationEncoder`: `d_en` time-major `[t, hidden]`, `s` `[1, style]` -> `d`
+    /// `[t, hidden + style]`.
+    pub fn encode(&self, d_en: &[f32], t: usize, s: &Tensor) -> Result<Vec<f32>> {
+        let st: Vec<f32> = s.flatten_all()?.to_vec1()?;
+        let sd = st.len();
+        let hidden = d_en.len() / t.max(1);
+        let with_style = |y: &[f32], c: usize| -> Vec<f32> {
+            let mut x = Vec::with_capacity(t * (c + sd));
+            for row in y.chunks_exact(c) {
+                x.extend_from_slice(row);
+                x.extend_from_slice(&st);
+            }
+            x
+        };
+        let mut x = with_style(d_en, hidden);
         for (lstm, ada) in &self.dur_enc {
-            let y = lstm.forward(&x)?;
-            let y = ada.prepare(s)?.forward_layer(&y)?;
-            x = Tensor::cat(&[&y, &st], 1)?;
+            let mut y = lstm.forward_vec(&x, t)?;
+            ada.prepare(s)?.layer_rows(&mut y);
+            let c = y.len() / t.max(1);
+            x = with_style(&y, c);
         }
         Ok(x)
     }
 
     /// Per-token durations in frames before rounding: `sum(sigmoid(proj(lstm(d))))`.
-    pub fn durations(&self, d: &Tensor) -> Result<Vec<f32>> {
-        let x = self.lstm.forward(d)?;
-        let p = candle_core::Tensor::exp(&self.duration_proj.forward(&x)?.neg()?)?;
-        let sig = (p + 1.0)?.recip()?;
-        Ok(sig.sum(1)?.to_vec1()?)
+    pub fn durations(&self, d: &[f32], t: usize) -> Result<Vec<f32>> {
+        let x = self.lstm.forward_vec(d, t)?;
+        let k = x.len() / t.max(1);
+        let p = self.duration_proj.forward_vec(&x, t, k)?;
+        let n = self.duration_proj.out_features();
+        Ok(p.chunks_exact(n).map(|r| r.iter().map(|&v| super::nn::sigmoid(v)).sum()).collect())
     }
 
-    /// `F0Ntrain`: `en` `[frames, hidden + style]` -> (F0, N), each `2 frames` long.
-    pub fn f0_n(&self, en: &Tensor, s: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
-        let x = self.shared.forward(en)?; // [frames, hidden]
-        let (t0, _) = x.dims2()?;
-        let x = x.flatten_all()?.to_vec1::<f32>()?;
+    /// `F0Ntrain`: `en` time-major `[frames, hidden + style]` -> (F0, N), each `2 frames` long.
+    pub fn f0_n(&self, en: &[f32], t0: usize, s: &Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
+        let x = self.shared.forward_vec(en, t0)?; // [frames, hidden]
         let run = |blocks: &[AdainResBlk1d], proj: &Conv1d| -> Result<Vec<f32>> {
             let (mut y, mut t) = (x.clone(), t0);
             for b in blocks {

@@ -1,7 +1,8 @@
 //! Kokoro's `TextEncoder`: embedding, `n_layer` x (conv, channel layer norm, LeakyReLU 0.2),
 //! then a bidirectional LSTM. No masking is needed for one unpadded utterance.
 
-use super::nn::{leaky_relu, BiLstm, Conv1d, LayerNorm};
+use super::fast;
+use super::nn::{BiLstm, Conv1d, LayerNorm};
 use crate::{KokoroConfig, KokoroWeights, Result};
 use candle_core::Tensor;
 
@@ -29,14 +30,25 @@ impl TextEncoder {
         })
     }
 
-    /// `ids` (padded) `[t]` -> `[hidden, t]`.
-    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
-        let mut x = self.embedding.index_select(ids, 0)?.t()?.contiguous()?; // [c, t]
-        for (conv, ln) in &self.cnn {
-            let y = conv.forward(&x)?;
-            let y = ln.forward(&y.t()?)?; // over channels
-            x = leaky_relu(&y, 0.2)?.t()?.contiguous()?;
+    /// `ids` (padded) -> time-major `[t, hidden]`.
+    pub fn forward(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        let (vocab, c) = self.embedding.dims2()?;
+        let emb: Vec<f32> = self.embedding.flatten_all()?.to_vec1()?;
+        let t = ids.len();
+        let mut x = Vec::with_capacity(t * c);
+        for &id in ids {
+            let id = id as usize;
+            if id >= vocab {
+                return Err(crate::Error::Input(format!("phoneme id {id} is outside the text encoder's vocabulary ({vocab})")));
+            }
+            x.extend_from_slice(&emb[id * c..(id + 1) * c]);
         }
-        Ok(self.lstm.forward(&x.t()?.contiguous()?)?.t()?.contiguous()?)
+        for (conv, ln) in &self.cnn {
+            let (mut y, _) = conv.forward_tc(&x, t)?;
+            ln.rows(&mut y); // over channels
+            fast::leaky_relu_in_place(&mut y, 0.2);
+            x = y;
+        }
+        self.lstm.forward_vec(&x, t)
     }
 }
