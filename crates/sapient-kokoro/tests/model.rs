@@ -14,6 +14,10 @@ use sapient_kokoro::{KModel, Voices};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+/// Whether the kernels may use AMX (`tests/model_no_amx.rs` includes this file with `false`).
+#[allow(dead_code)]
+const AMX: bool = true;
+
 struct Fixture {
     model: KModel,
     voices: Voices,
@@ -22,6 +26,11 @@ struct Fixture {
 fn fixture() -> &'static Fixture {
     static CELL: OnceLock<Fixture> = OnceLock::new();
     CELL.get_or_init(|| {
+        sapient_tensor::kernels::configure(sapient_tensor::kernels::KernelOptions {
+            amx: crate::AMX,
+            ..Default::default()
+        })
+        .expect("kernel options");
         let r = sapient_hub::Hub::new()
             .and_then(|h| h.fetch_preset("kokoro-82m", &mut |_| {}))
             .expect("fetching kokoro-82m");
