@@ -22,10 +22,6 @@ pub struct ModelInfo {
 
 pub(crate) struct Inner {
     pub(crate) model: LlamaModel,
-    /// Tokens whose keys/values are in the model's cache, in order.
-    pub(crate) cached: Vec<u32>,
-    /// The newest logits, one buffer reused by every forward (no allocation per token).
-    pub(crate) logits: Vec<f32>,
 }
 
 /// A loaded language model with its tokenizer (what a [`Pipeline`](crate::Pipeline) derefs
@@ -37,8 +33,6 @@ pub struct Model {
     pub(crate) info: Arc<ModelInfo>,
     /// The vocabulary trie for constrained generation, built on first use.
     pub(crate) token_index: Arc<std::sync::OnceLock<Arc<TokenIndex>>>,
-    /// The model has a batched forward, so calls go through the engine (fixed at load).
-    pub(crate) batched: bool,
 }
 
 impl Model {
@@ -47,8 +41,7 @@ impl Model {
             tokenizer,
             info: Arc::new(info),
             token_index: Arc::default(),
-            batched: model.supports_batches(),
-            inner: Arc::new(Mutex::new(Inner { model, cached: Vec::new(), logits: Vec::new() })),
+            inner: Arc::new(Mutex::new(Inner { model })),
         }
     }
 
@@ -114,7 +107,6 @@ impl Model {
                 self.inner.clear_poison();
                 let mut g = poisoned.into_inner();
                 g.model.clear_cache();
-                g.cached.clear();
                 Ok(g)
             }
         }

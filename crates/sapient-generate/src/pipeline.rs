@@ -1,17 +1,16 @@
-use crate::decode::Decoder;
 use crate::engine::{Engine, EngineOptions, Event, Session};
-use crate::generation::{flush_tail, split_reasoning, FinishReason, Generation, GenerationConfig, GenerationStats};
-use crate::model::{common_prefix, Model, ModelInfo};
+use crate::generation::{split_reasoning, FinishReason, Generation, GenerationConfig};
+use crate::model::{Model, ModelInfo};
 use crate::{Error, Result, TextStream};
 use sapient_hub::{Hub, Progress};
-use sapient_llama::{KvBudget, KvOptions, LlamaConfig, LlamaModel, Logits};
+use sapient_llama::{KvBudget, KvOptions, LlamaConfig, LlamaModel};
 
 use sapient_tensor::{DeviceRequest, GgufFile};
-use sapient_tokenizers::{Message, StopMatcher, TokenStream, Tokenizer};
+use sapient_tokenizers::{Message, Tokenizer};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How to load a pipeline.
 #[derive(Debug, Clone, Default)]
@@ -248,7 +247,7 @@ impl Pipeline {
             Ok(e) => e.as_ref().map(|(_, s)| s.cached_tokens()),
             Err(_) => None,
         };
-        kept.unwrap_or_else(|| self.inner.lock().map(|i| i.cached.len()).unwrap_or(0))
+        kept.unwrap_or(0)
     }
 
     /// Forget the KV cache: the kept conversation and the prefix cache (the next generation
@@ -267,7 +266,6 @@ impl Pipeline {
         }
         if let Ok(mut inner) = self.inner.lock() {
             inner.model.clear_cache();
-            inner.cached.clear();
         }
     }
 
@@ -279,9 +277,6 @@ impl Pipeline {
     ) -> Result<Generation> {
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
-        }
-        if !self.batched {
-            return self.run_alone(prompt, cfg, on_text);
         }
         let _running = self.runs.read().map_err(|_| Error::Worker("a previous generation panicked".into()))?;
         let handle = {
@@ -348,52 +343,6 @@ impl Pipeline {
         }
         Err(Error::Worker("the engine stopped before the request ended".into()))
     }
-
-    /// One sequence on the model's own cache, for models without a batched forward (the
-    /// candle forward: GPUs, dense dtypes).
-    fn run_alone(
-        &self,
-        prompt: Vec<u32>,
-        cfg: &GenerationConfig,
-        mut on_text: impl FnMut(&str) -> ControlFlow<()>,
-    ) -> Result<Generation> {
-        let mut dec = Decoder::new(self, prompt.clone(), cfg.clone(), Instant::now())?;
-        let mut guard = self.lock_inner()?;
-        let inner = &mut *guard;
-        let max = inner.model.max_seq_len();
-        if prompt.len() >= max {
-            return Err(Error::PromptTooLong { tokens: prompt.len(), max });
-        }
-        // Reuse the longest cached prefix, keeping at least one token to feed.
-        let common = common_prefix(&inner.cached, &prompt).min(prompt.len() - 1);
-        inner.model.truncate_cache(common);
-        inner.cached.truncate(common);
-        dec.stats.reused_prompt_tokens = common;
-        dec.started = Some(Instant::now());
-        let mut logits = std::mem::take(&mut inner.logits);
-        if let Err(e) = inner.model.forward_into(&prompt[common..], Logits::Last, &mut logits) {
-            inner.model.clear_cache();
-            inner.cached.clear();
-            return Err(e.into());
-        }
-        inner.cached.extend_from_slice(&prompt[common..]);
-        let eos = self.tokenizer.eos_token_ids().to_vec();
-        let mut emit = |piece: String| on_text(&piece).is_continue();
-        let finish = loop {
-            let mut fed = 0;
-            if let Some(reason) = dec.advance(&mut logits, &eos, &mut emit, &mut fed)? {
-                break reason;
-            }
-            let feed = &dec.tokens()[dec.tokens().len() - fed..];
-            if inner.model.cache_len() + feed.len() > max {
-                break FinishReason::ContextFull;
-            }
-            inner.model.forward_into(feed, Logits::Last, &mut logits)?;
-            inner.cached.extend_from_slice(feed);
-        };
-        inner.logits = logits;
-        dec.result(finish, &mut emit)
-    }
 }
 
 /// Where speculative proposals come from.
@@ -442,7 +391,7 @@ impl Pipeline {
         cfg: &GenerationConfig,
         drafter: &Drafter<'_>,
         spec: &crate::speculative::SpecConfig,
-        mut on_text: impl FnMut(&str) -> ControlFlow<()>,
+        on_text: impl FnMut(&str) -> ControlFlow<()>,
     ) -> Result<(Generation, crate::speculative::SpecStats)> {
         if cfg.constraint.is_some() {
             return Err(Error::Unsupported("constrained generation with speculative decoding"));
@@ -450,14 +399,14 @@ impl Pipeline {
         if cfg.logprobs.is_some() {
             return Err(Error::Unsupported("logprobs with speculative decoding"));
         }
-        use crate::speculative::{generate, DraftModel, LookupDecoding, PromptLookup, SpecStats};
+        use crate::speculative::{LookupDecoding, SpecStats};
         if prompt.is_empty() {
             return Err(Error::EmptyPrompt);
         }
         cfg.sampling.validate()?;
         spec.validate()?;
-        if let Drafter::PromptLookup { max_ngram } = drafter {
-            if self.batched {
+        let d = match drafter {
+            Drafter::PromptLookup { max_ngram } => {
                 // Verified inside the engine's batched step, beside any other calls.
                 let lookup = LookupDecoding { max_ngram: *max_ngram, spec: spec.clone() };
                 let g = self.run(prompt, &GenerationConfig { lookup: Some(lookup), ..cfg.clone() }, on_text)?;
@@ -471,8 +420,9 @@ impl Pipeline {
                 };
                 return Ok((g, stats));
             }
-        }
-        if let Drafter::Model(d) = drafter {
+            Drafter::Model(d) => d,
+        };
+        {
             if Arc::ptr_eq(&d.inner, &self.inner) {
                 return Err(Error::VocabMismatch {
                     target: self.info.id.clone(),
@@ -481,137 +431,18 @@ impl Pipeline {
                 });
             }
             self.check_same_vocab(d)?;
-            if self.batched && d.batched {
-                // Drafted and verified in the engine's batched steps, beside any other calls.
-                let g = self.run_with_draft(prompt, &GenerationConfig { draft: Some(spec.clone()), ..cfg.clone() }, d, on_text)?;
-                let stats = SpecStats {
-                    target_forwards: g.stats.forwards,
-                    proposed: g.stats.proposed_tokens,
-                    accepted: g.stats.accepted_tokens,
-                    generated: g.tokens.len(),
-                    propose_time: g.stats.draft_time,
-                    verify_time: (g.stats.prefill + g.stats.decode).saturating_sub(g.stats.draft_time),
-                };
-                return Ok((g, stats));
-            }
-        }
-        let mut guard = self.inner.lock().map_err(|_| Error::Worker("a previous generation panicked".into()))?;
-        let target = &mut *guard;
-        let max = target.model.max_seq_len();
-        if prompt.len() >= max {
-            return Err(Error::PromptTooLong { tokens: prompt.len(), max });
-        }
-        let common = common_prefix(&target.cached, &prompt).min(prompt.len() - 1);
-        target.model.truncate_cache(common);
-        target.cached.truncate(common);
-        // Room in the context: verification feeds up to k_max + 1 positions at once.
-        let max_tokens = cfg.max_tokens.min(max.saturating_sub(prompt.len() + spec.k_max + 1));
-        let eos: Vec<u32> = if cfg.ignore_eos { Vec::new() } else { self.tokenizer.eos_token_ids().to_vec() };
-        let mut detok = TokenStream::new(self.tokenizer.clone(), cfg.skip_special_tokens);
-        let mut stops = StopMatcher::new(cfg.stop.clone());
-        let mut text = String::new();
-        let mut finish = FinishReason::MaxTokens;
-        let mut first: Option<Duration> = None;
-        let t0 = Instant::now();
-        let mut on_token = |tok: u32| -> ControlFlow<()> {
-            first.get_or_insert_with(|| t0.elapsed());
-            let piece = match detok.push(tok) {
-                Ok(p) => p.unwrap_or_default(),
-                Err(_) => return ControlFlow::Break(()),
+            // Drafted and verified in the engine's batched steps, beside any other calls.
+            let g = self.run_with_draft(prompt, &GenerationConfig { draft: Some(spec.clone()), ..cfg.clone() }, d, on_text)?;
+            let stats = SpecStats {
+                target_forwards: g.stats.forwards,
+                proposed: g.stats.proposed_tokens,
+                accepted: g.stats.accepted_tokens,
+                generated: g.tokens.len(),
+                propose_time: g.stats.draft_time,
+                verify_time: (g.stats.prefill + g.stats.decode).saturating_sub(g.stats.draft_time),
             };
-            let out = stops.push(&piece);
-            text.push_str(&out.emit);
-            if on_text(&out.emit).is_break() {
-                finish = FinishReason::Cancelled;
-                return ControlFlow::Break(());
-            }
-            if out.stopped {
-                finish = FinishReason::Stop;
-                return ControlFlow::Break(());
-            }
-            ControlFlow::Continue(())
-        };
-        let result = match drafter {
-            Drafter::PromptLookup { max_ngram } => generate(
-                &mut target.model,
-                &mut PromptLookup { max_ngram: *max_ngram },
-                &prompt,
-                &cfg.sampling,
-                spec,
-                max_tokens,
-                &eos,
-                &mut on_token,
-            ),
-            Drafter::Model(d) => {
-                let mut dguard = d.inner.lock().map_err(|_| Error::Worker("draft pipeline poisoned".into()))?;
-                let draft = &mut *dguard;
-                let dc = common_prefix(&draft.cached, &prompt).min(prompt.len() - 1);
-                draft.model.truncate_cache(dc);
-                let eos_ids = self.tokenizer.eos_token_ids().to_vec();
-                let r = generate(
-                    &mut target.model,
-                    &mut DraftModel::new(&mut draft.model).with_vocab(spec.draft_vocab, &eos_ids),
-                    &prompt,
-                    &cfg.sampling,
-                    spec,
-                    max_tokens,
-                    &eos,
-                    &mut on_token,
-                );
-                // The draft pipeline answers plain requests with every logit again.
-                draft.model.restrict_logits(None)?;
-                let seq: Vec<u32> = prompt.iter().copied().chain(r.as_ref().map(|r| r.0.clone()).unwrap_or_default()).collect();
-                let keep = draft.model.cache_len().min(seq.len());
-                draft.cached = seq[..keep].to_vec();
-                if r.is_err() {
-                    draft.model.clear_cache();
-                    draft.cached.clear();
-                }
-                r
-            }
-        };
-        let (out, stats) = match result {
-            Ok(r) => r,
-            Err(e) => {
-                target.model.clear_cache();
-                target.cached.clear();
-                return Err(e);
-            }
-        };
-        let seq: Vec<u32> = prompt.iter().chain(&out).copied().collect();
-        let keep = target.model.cache_len().min(seq.len());
-        target.cached = seq[..keep].to_vec();
-        if finish == FinishReason::MaxTokens && out.len() < max_tokens {
-            finish = FinishReason::Eos;
+            Ok((g, stats))
         }
-        let rest = flush_tail(&mut detok, &mut stops, &mut finish)?;
-        text.push_str(&rest);
-        let _ = on_text(&rest);
-        let elapsed = t0.elapsed();
-        let ttft = first.unwrap_or(elapsed);
-        let (reasoning, text) = split_reasoning(&text);
-        let gen = Generation {
-            text,
-            reasoning,
-            tokens: out.clone(),
-            logprobs: Vec::new(),
-            finish,
-            stats: GenerationStats {
-                prompt_tokens: prompt.len(),
-                reused_prompt_tokens: common,
-                generated_tokens: out.len(),
-                forced_tokens: 0,
-                proposed_tokens: stats.proposed,
-                accepted_tokens: stats.accepted,
-                draft_time: stats.propose_time,
-                forwards: stats.target_forwards,
-                sampling: Duration::ZERO,
-                prefill: ttft,
-                decode: elapsed.saturating_sub(ttft),
-                time_to_first_token: ttft,
-            },
-        };
-        Ok((gen, stats))
     }
 }
 

@@ -329,8 +329,7 @@ impl LlamaModel {
     }
 
     /// Whether [`forward_batch`](Self::forward_batch) is available: always, since every
-    /// model runs on the one forward pass (the pipeline's single-sequence fallback for
-    /// models without it is no longer reached).
+    /// model runs on the one forward pass (kept for callers written against models without it).
     pub fn supports_batches(&self) -> bool {
         true
     }
