@@ -82,10 +82,104 @@ struct Ctx<'a> {
     modules: HashSet<String>,
 }
 
-/// A dequantized (or float) weight in the graph's layout, before renaming.
-struct Raw {
+/// A weight as imported: f32 values, or the quantized bytes with what dequantizes them
+/// (a quarter of the memory; [`Param::to_tensor`] dequantizes when the model is built).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
     shape: Vec<usize>,
-    data: Vec<f32>,
+    data: Data,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Data {
+    F32(Vec<f32>),
+    Q(Quantized),
+}
+
+/// Quantized values: element `i` is `(q[i] - zero[c]) * scale[c]` with
+/// `c = (i / inner) % channels` (one scale or zero point: the same for every element).
+#[derive(Debug, Clone, PartialEq)]
+struct Quantized {
+    /// int8 (as its bytes) or uint8
+    q: Vec<u8>,
+    signed: bool,
+    scale: Vec<f32>,
+    zero: Vec<f32>,
+    inner: usize,
+}
+
+impl Quantized {
+    fn value(&self, i: usize, v: u8) -> f32 {
+        let qv = if self.signed { f32::from(v as i8) } else { f32::from(v) };
+        let pick = |t: &[f32]| if t.len() == 1 { t[0] } else { t[(i / self.inner.max(1)) % t.len()] };
+        (qv - pick(&self.zero)) * pick(&self.scale)
+    }
+
+    fn to_f32(&self) -> Vec<f32> {
+        self.q.iter().enumerate().map(|(i, &v)| self.value(i, v)).collect()
+    }
+
+    fn per_tensor(&self) -> bool {
+        self.scale.len() == 1 && self.zero.len() == 1
+    }
+
+    /// Elements `range` (whole channels or a per-tensor quantization) as their own tensor.
+    fn slice(&self, range: std::ops::Range<usize>) -> Quantized {
+        let c = (range.start / self.inner.max(1)) % self.scale.len().max(self.zero.len()).max(1);
+        let pick = |t: &[f32]| if t.len() == 1 { t[0] } else { t[c] };
+        Quantized {
+            q: self.q[range].to_vec(),
+            signed: self.signed,
+            scale: vec![pick(&self.scale)],
+            zero: vec![pick(&self.zero)],
+            inner: 1,
+        }
+    }
+
+    /// The row-major `[rows, cols]` matrix transposed; quantized per tensor or per column.
+    fn transposed(&self, rows: usize, cols: usize) -> Result<Quantized, String> {
+        let inner = if self.per_tensor() {
+            1
+        } else if self.inner == 1 && self.scale.len().max(self.zero.len()) == cols {
+            rows
+        } else {
+            return Err(format!("a [{rows}, {cols}] matrix quantized along neither the whole tensor nor its columns"));
+        };
+        Ok(Quantized { q: transpose(&self.q, rows, cols), inner, ..self.clone() })
+    }
+}
+
+impl Param {
+    fn f32(shape: Vec<usize>, data: Vec<f32>) -> Self {
+        Self { shape, data: Data::F32(data) }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn elem_count(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The f32 values (dequantized when quantized).
+    pub fn values(&self) -> Vec<f32> {
+        match &self.data {
+            Data::F32(v) => v.clone(),
+            Data::Q(q) => q.to_f32(),
+        }
+    }
+
+    /// The values as a CPU f32 tensor.
+    pub fn to_tensor(&self) -> Result<Tensor> {
+        Ok(Tensor::from_vec(self.values(), self.shape.as_slice(), &Device::Cpu)?)
+    }
+}
+
+/// The import with quantized weights left quantized (see [`import_compact`]).
+pub struct ImportedCompact {
+    pub params: BTreeMap<String, Param>,
+    pub report: ImportReport,
 }
 
 impl<'a> Ctx<'a> {
@@ -238,6 +332,11 @@ fn shape_of(t: &OnnxTensor) -> Vec<usize> {
 /// `(q - zero_point) * scale`, with the scale/zero point per tensor (one element) or per
 /// index of `axis`.
 pub fn dequantize(q: &OnnxTensor, scale: &OnnxTensor, zero_point: Option<&OnnxTensor>, axis: usize) -> Result<Vec<f32>, String> {
+    quantized(q, scale, zero_point, axis).map(|q| q.to_f32())
+}
+
+/// [`dequantize`]'s operands kept as bytes, scales and zero points.
+fn quantized(q: &OnnxTensor, scale: &OnnxTensor, zero_point: Option<&OnnxTensor>, axis: usize) -> Result<Quantized, String> {
     let bad = |what: String| format!("dequantizing '{}': {what}", q.name);
     if !matches!(q.data_type, DataType::Int8 | DataType::Uint8) {
         return Err(bad(format!("quantized data is {:?}, expected int8 or uint8", q.data_type)));
@@ -263,26 +362,15 @@ pub fn dequantize(q: &OnnxTensor, scale: &OnnxTensor, zero_point: Option<&OnnxTe
         }
         n
     };
-    if per <= 1 {
-        let (s, z) = (s[0], z[0]);
-        return Ok(qv.iter().map(|&v| (v - z) * s).collect());
-    }
-    // index along `axis` of flat element i: (i / inner) % per
-    let inner: usize = dims[axis + 1..].iter().product();
-    let pick = |v: &[f32], c: usize| if v.len() == 1 { v[0] } else { v[c] };
-    Ok(qv
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| {
-            let c = (i / inner) % per;
-            (v - pick(&z, c)) * pick(&s, c)
-        })
-        .collect())
+    let inner: usize = if per <= 1 { 1 } else { dims[axis + 1..].iter().product() };
+    let signed = q.data_type == DataType::Int8;
+    let bytes = qv.iter().map(|&v| if signed { (v as i8) as u8 } else { v as u8 }).collect();
+    Ok(Quantized { q: bytes, signed, scale: s, zero: z, inner })
 }
 
 /// Transposes a row-major `[rows, cols]` matrix.
-fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    let mut out = vec![0f32; data.len()];
+fn transpose<T: Copy + Default>(data: &[T], rows: usize, cols: usize) -> Vec<T> {
+    let mut out = vec![T::default(); data.len()];
     for r in 0..rows {
         for c in 0..cols {
             out[c * rows + r] = data[r * cols + c];
@@ -292,7 +380,7 @@ fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 /// ONNX LSTM gate blocks (i, o, f, c) -> PyTorch (i, f, g, o), rows of `cols` values.
-fn reorder_gates(rows_data: &[f32], hidden: usize, cols: usize) -> Vec<f32> {
+fn reorder_gates<T: Copy>(rows_data: &[T], hidden: usize, cols: usize) -> Vec<T> {
     let block = hidden * cols;
     let mut out = Vec::with_capacity(rows_data.len());
     for onnx_gate in [0usize, 2, 3, 1] {
@@ -303,7 +391,7 @@ fn reorder_gates(rows_data: &[f32], hidden: usize, cols: usize) -> Vec<f32> {
 
 struct Out<'a> {
     ctx: &'a Ctx<'a>,
-    tensors: BTreeMap<String, Raw>,
+    tensors: BTreeMap<String, Param>,
     report: ImportReport,
     /// initializer name -> the parameter(s) it went into
     used: HashMap<String, String>,
@@ -311,10 +399,10 @@ struct Out<'a> {
 }
 
 impl<'a> Out<'a> {
-    fn add(&mut self, name: String, raw: Raw, sources: Vec<String>, how: &'static str) -> Result<()> {
+    fn add(&mut self, name: String, raw: Param, sources: Vec<String>, how: &'static str) -> Result<()> {
         if let Some(prev) = self.tensors.get(&name) {
             // a weight shared by several ops (ALBERT's one layer run 12 times): same values
-            if prev.shape == raw.shape && prev.data == raw.data {
+            if prev.shape == raw.shape && (prev.data == raw.data || prev.values() == raw.values()) {
                 return Ok(());
             }
             return Err(self.ctx.err(format!("two different tensors map to '{name}' (from {sources:?})")));
@@ -344,6 +432,17 @@ impl<'a> Out<'a> {
 
 /// Imports the graph's weights under `KModel` names, checked against `cfg`'s parameter list.
 pub fn import(model: &OnnxModel, cfg: &KokoroConfig) -> Result<Imported> {
+    let compact = import_compact(model, cfg)?;
+    let mut tensors = BTreeMap::new();
+    for (name, p) in compact.params {
+        tensors.insert(name, p.to_tensor()?);
+    }
+    Ok(Imported { tensors, report: compact.report })
+}
+
+/// [`import`] with the quantized weights kept quantized (one byte a value instead of four
+/// until each is dequantized by [`Param::to_tensor`]).
+pub fn import_compact(model: &OnnxModel, cfg: &KokoroConfig) -> Result<ImportedCompact> {
     let g = &model.graph;
     let specs = expected_params(cfg);
     let mut modules = HashSet::new();
@@ -391,7 +490,7 @@ pub fn import(model: &OnnxModel, cfg: &KokoroConfig) -> Result<Imported> {
                 let [k, n] = shape_of(b)[..] else {
                     return Err(ctx.err(format!("MatMulInteger '{}': weight '{}' is not 2-D", node.name, b.name)));
                 };
-                let deq = dequantize(b, scale, zp, 1).map_err(|e| ctx.err(e))?;
+                let deq = quantized(b, scale, zp, 1).and_then(|q| q.transposed(k, n)).map_err(|e| ctx.err(format!("'{}': {e}", b.name)))?;
                 let name = match b.name.strip_suffix("_quantized").and_then(pytorch_name) {
                     Some(n) => n,
                     None => format!("{}.weight", ctx.scope_module(node)?),
@@ -399,13 +498,13 @@ pub fn import(model: &OnnxModel, cfg: &KokoroConfig) -> Result<Imported> {
                 let mut src = vec![b.name.clone(), scale.name.clone()];
                 src.extend(zp.map(|z| z.name.clone()));
                 out.quant_params(&[scale.name.as_str(), zp.map(|z| z.name.as_str()).unwrap_or("")]);
-                out.add(name, Raw { shape: vec![n, k], data: transpose(&deq, k, n) }, src, "MatMulInteger")?;
+                out.add(name, Param { shape: vec![n, k], data: Data::Q(deq) }, src, "MatMulInteger")?;
             }
             "ConvInteger" => {
                 let w = ctx.need_init(node, 1, "w")?;
                 let zp = node.inputs.get(3).and_then(|n| ctx.init(n));
                 let (scale, bias) = ctx.follow_scale(node)?;
-                let deq = dequantize(w, scale, zp, 0).map_err(|e| ctx.err(e))?;
+                let deq = quantized(w, scale, zp, 0).map_err(|e| ctx.err(e))?;
                 let module = match w.name.strip_suffix("_quantized").and_then(pytorch_name) {
                     Some(n) => n.strip_suffix(".weight").map(str::to_string).unwrap_or(n),
                     None => ctx.scope_module(node)?,
@@ -422,7 +521,7 @@ pub fn import(model: &OnnxModel, cfg: &KokoroConfig) -> Result<Imported> {
                 let mut src = vec![w.name.clone(), scale.name.clone()];
                 src.extend(zp.map(|z| z.name.clone()));
                 out.quant_params(&[scale.name.as_str(), zp.map(|z| z.name.as_str()).unwrap_or("")]);
-                out.add(format!("{module}.weight"), Raw { shape: shape_of(w), data: deq }, src, "ConvInteger")?;
+                out.add(format!("{module}.weight"), Param { shape: shape_of(w), data: Data::Q(deq) }, src, "ConvInteger")?;
             }
             "DynamicQuantizeLSTM" => lstm(&ctx, &mut out, node)?,
             "DequantizeLinear" => {
@@ -440,7 +539,7 @@ pub fn import(model: &OnnxModel, cfg: &KokoroConfig) -> Result<Imported> {
                 let axis = node.attr_int("axis").unwrap_or(1);
                 let dims = shape_of(table);
                 let axis = if axis < 0 { axis + dims.len() as i64 } else { axis } as usize;
-                let deq = dequantize(table, scale, zp, axis).map_err(|e| ctx.err(e))?;
+                let deq = quantized(table, scale, zp, axis).map_err(|e| ctx.err(e))?;
                 let name = table
                     .name
                     .strip_suffix("_quantized")
@@ -449,7 +548,7 @@ pub fn import(model: &OnnxModel, cfg: &KokoroConfig) -> Result<Imported> {
                 let mut src = vec![table.name.clone(), scale.name.clone()];
                 src.extend(zp.map(|z| z.name.clone()));
                 out.quant_params(&[scale.name.as_str(), zp.map(|z| z.name.as_str()).unwrap_or("")]);
-                out.add(name, Raw { shape: dims, data: deq }, src, "DequantizeLinear")?;
+                out.add(name, Param { shape: dims, data: Data::Q(deq) }, src, "DequantizeLinear")?;
             }
             "MatMul" => {
                 let Some(w) = node.inputs.get(1).and_then(|n| ctx.init(n)) else { continue };
@@ -461,7 +560,7 @@ pub fn import(model: &OnnxModel, cfg: &KokoroConfig) -> Result<Imported> {
                     None => format!("{}.weight", ctx.scope_module(node)?),
                 };
                 let data = transpose(&w.to_f32()?, k, n);
-                out.add(name, Raw { shape: vec![n, k], data }, vec![w.name.clone()], "MatMul")?;
+                out.add(name, Param::f32(vec![n, k], data), vec![w.name.clone()], "MatMul")?;
             }
             "Conv" | "ConvTranspose" => {
                 let w = ctx.need_init(node, 1, "weight")?;
@@ -475,7 +574,7 @@ pub fn import(model: &OnnxModel, cfg: &KokoroConfig) -> Result<Imported> {
                     }
                 }
                 let how = if node.op_type == "Conv" { "Conv" } else { "ConvTranspose" };
-                out.add(format!("{module}.weight"), Raw { shape: shape_of(w), data: w.to_f32()? }, vec![w.name.clone()], how)?;
+                out.add(format!("{module}.weight"), Param::f32(shape_of(w), w.to_f32()?), vec![w.name.clone()], how)?;
             }
             _ => {}
         }
@@ -496,7 +595,7 @@ pub fn import(model: &OnnxModel, cfg: &KokoroConfig) -> Result<Imported> {
         }
         if let Some(name) = pytorch_name(&t.name) {
             if ctx.spec.contains_key(&name) {
-                let raw = Raw { shape: shape_of(t), data: t.to_f32()? };
+                let raw = Param::f32(shape_of(t), t.to_f32()?);
                 out.add(name, raw, vec![t.name.clone()], "float")?;
                 continue;
             }
@@ -554,13 +653,10 @@ pub fn import(model: &OnnxModel, cfg: &KokoroConfig) -> Result<Imported> {
         return Err(ctx.err(format!("'{extra}' was recovered from the graph but is no Kokoro parameter")));
     }
 
-    let mut tensors = BTreeMap::new();
-    for (name, raw) in std::mem::take(&mut out.tensors) {
-        tensors.insert(name, Tensor::from_vec(raw.data, raw.shape, &Device::Cpu)?);
-    }
+    let params = std::mem::take(&mut out.tensors);
     let mut report = out.report;
     report.mapped.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(Imported { tensors, report })
+    Ok(ImportedCompact { params, report })
 }
 
 /// A float constant that is `1 / p` for a mapped parameter `p` of the same shape in the same
@@ -569,7 +665,7 @@ fn reciprocal_of(out: &Out<'_>, t: &OnnxTensor, v: &[f32]) -> Option<String> {
     let shape = t.shape();
     out.tensors.iter().find_map(|(name, raw)| {
         (raw.shape == shape
-            && raw.data.iter().zip(v).all(|(&a, &r)| a != 0.0 && ((1.0 / a) - r).abs() <= 1e-6 * r.abs().max(1.0)))
+            && raw.values().iter().zip(v).all(|(&a, &r)| a != 0.0 && ((1.0 / a) - r).abs() <= 1e-6 * r.abs().max(1.0)))
         .then(|| name.clone())
     })
 }
@@ -592,23 +688,27 @@ fn lstm(ctx: &Ctx, out: &mut Out, node: &Node) -> Result<()> {
             node.name, w.dims, r.dims, b.dims
         )));
     }
-    let wd = dequantize(w, ws, Some(wz), 0).map_err(|e| ctx.err(e))?;
-    let rd = dequantize(r, rs, Some(rz), 0).map_err(|e| ctx.err(e))?;
+    let wd = quantized(w, ws, Some(wz), 0).map_err(|e| ctx.err(e))?;
+    let rd = quantized(r, rs, Some(rz), 0).map_err(|e| ctx.err(e))?;
     let bd = b.to_f32()?;
     out.quant_params(&[ws.name.as_str(), wz.name.as_str(), rs.name.as_str(), rz.name.as_str()]);
     for d in 0..2 {
         let sfx = if d == 0 { "" } else { "_reverse" };
-        let wih = transpose(&wd[d * input * h4..(d + 1) * input * h4], input, h4);
-        let whh = transpose(&rd[d * hidden * h4..(d + 1) * hidden * h4], hidden, h4);
+        // one direction's matrix, quantized per tensor, transposed and its gates reordered
+        let part = |q: &Quantized, rows: usize| -> Result<Param> {
+            let mut one = q.slice(d * rows * h4..(d + 1) * rows * h4).transposed(rows, h4).map_err(|e| ctx.err(e))?;
+            one.q = reorder_gates(&one.q, hidden, rows);
+            Ok(Param { shape: vec![h4, rows], data: Data::Q(one) })
+        };
         let bias = &bd[d * 8 * hidden..(d + 1) * 8 * hidden];
         let parts = [
-            (format!("{module}.weight_ih_l0{sfx}"), vec![h4, input], reorder_gates(&wih, hidden, input), vec![w.name.clone(), ws.name.clone(), wz.name.clone()]),
-            (format!("{module}.weight_hh_l0{sfx}"), vec![h4, hidden], reorder_gates(&whh, hidden, hidden), vec![r.name.clone(), rs.name.clone(), rz.name.clone()]),
-            (format!("{module}.bias_ih_l0{sfx}"), vec![h4], reorder_gates(&bias[..h4], hidden, 1), vec![b.name.clone()]),
-            (format!("{module}.bias_hh_l0{sfx}"), vec![h4], reorder_gates(&bias[h4..], hidden, 1), vec![b.name.clone()]),
+            (format!("{module}.weight_ih_l0{sfx}"), part(&wd, input)?, vec![w.name.clone(), ws.name.clone(), wz.name.clone()]),
+            (format!("{module}.weight_hh_l0{sfx}"), part(&rd, hidden)?, vec![r.name.clone(), rs.name.clone(), rz.name.clone()]),
+            (format!("{module}.bias_ih_l0{sfx}"), Param::f32(vec![h4], reorder_gates(&bias[..h4], hidden, 1)), vec![b.name.clone()]),
+            (format!("{module}.bias_hh_l0{sfx}"), Param::f32(vec![h4], reorder_gates(&bias[h4..], hidden, 1)), vec![b.name.clone()]),
         ];
-        for (name, shape, data, src) in parts {
-            out.add(name, Raw { shape, data }, src, "DynamicQuantizeLSTM")?;
+        for (name, param, src) in parts {
+            out.add(name, param, src, "DynamicQuantizeLSTM")?;
         }
     }
     Ok(())

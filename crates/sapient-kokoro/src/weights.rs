@@ -11,12 +11,32 @@ use candle_core::{DType, Device, Tensor};
 use sapient_tensor::WeightSource;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// Every inference parameter of Kokoro, dense, on one device.
+/// Every inference parameter of Kokoro, on one device: dense, or (imported from the int8
+/// ONNX file) still quantized until [`get`](KokoroWeights::get) dequantizes it, so that
+/// loading never holds the whole model in f32.
 #[derive(Clone)]
 pub struct KokoroWeights {
     path: PathBuf,
-    tensors: HashMap<String, Tensor>,
+    device: Device,
+    dtype: DType,
+    tensors: HashMap<String, Entry>,
+}
+
+#[derive(Clone)]
+enum Entry {
+    Dense(Tensor),
+    Imported(Arc<crate::onnx_import::Param>),
+}
+
+impl Entry {
+    fn elem_count(&self) -> usize {
+        match self {
+            Entry::Dense(t) => t.elem_count(),
+            Entry::Imported(p) => p.elem_count(),
+        }
+    }
 }
 
 impl std::fmt::Debug for KokoroWeights {
@@ -49,7 +69,7 @@ impl KokoroWeights {
         for spec in expected_params(cfg).iter().filter(|s| !s.optional) {
             match load_one(src, spec, &find, device, dtype) {
                 Ok(Some(t)) => {
-                    tensors.insert(spec.name.clone(), t);
+                    tensors.insert(spec.name.clone(), Entry::Dense(t));
                 }
                 Ok(None) => problems.push(format!("missing '{}' {:?}", spec.name, spec.shape)),
                 Err(e) => problems.push(e),
@@ -67,7 +87,12 @@ impl KokoroWeights {
         if unused > 0 {
             tracing::debug!("{}: {unused} tensors not used by inference (pooler, weight_g/v pairs, buffers)", path.display());
         }
-        Ok(Self { path, tensors })
+        Ok(Self {
+            path,
+            device: device.clone(),
+            dtype,
+            tensors,
+        })
     }
 
     /// Imports the ONNX export in memory (see [`crate::onnx_import`]).
@@ -78,22 +103,28 @@ impl KokoroWeights {
     /// [`from_onnx`](Self::from_onnx) under `limits` (see [`sapient_tensor::Limits`]).
     pub fn from_onnx_with(onnx: &Path, cfg: &KokoroConfig, device: &Device, dtype: DType, limits: &sapient_tensor::Limits) -> Result<Self> {
         let model = sapient_tensor::onnx::OnnxModel::open_with(onnx, limits)?;
-        let imported = crate::onnx_import::import(&model, cfg)?;
-        let mut tensors = HashMap::new();
-        for (name, t) in imported.tensors {
-            tensors.insert(name, t.to_device(device)?.to_dtype(dtype)?);
-        }
+        let imported = crate::onnx_import::import_compact(&model, cfg)?;
+        // the file's mapping goes now: the imported weights are copies
+        drop(model);
+        let tensors = imported.params.into_iter().map(|(name, p)| (name, Entry::Imported(Arc::new(p)))).collect();
         Ok(Self {
             path: onnx.to_path_buf(),
+            device: device.clone(),
+            dtype,
             tensors,
         })
     }
 
-    pub fn get(&self, name: &str) -> Result<&Tensor> {
-        self.tensors.get(name).ok_or_else(|| Error::Weights {
-            path: self.path.clone(),
-            what: format!("no parameter '{name}'"),
-        })
+    /// Parameter `name` (dequantized now when it was imported quantized).
+    pub fn get(&self, name: &str) -> Result<Tensor> {
+        match self.tensors.get(name) {
+            Some(Entry::Dense(t)) => Ok(t.clone()),
+            Some(Entry::Imported(p)) => Ok(p.to_tensor()?.to_device(&self.device)?.to_dtype(self.dtype)?),
+            None => Err(Error::Weights {
+                path: self.path.clone(),
+                what: format!("no parameter '{name}'"),
+            }),
+        }
     }
 
     /// Drops the parameters of module `prefix` (names starting with `prefix.`): the model's
@@ -114,7 +145,7 @@ impl KokoroWeights {
 
     /// Total number of parameter values.
     pub fn param_count(&self) -> usize {
-        self.tensors.values().map(|t| t.elem_count()).sum()
+        self.tensors.values().map(Entry::elem_count).sum()
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {

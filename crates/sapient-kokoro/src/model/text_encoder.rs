@@ -24,7 +24,7 @@ impl TextEncoder {
             })
             .collect::<Result<_>>()?;
         Ok(Self {
-            embedding: w.get("text_encoder.embedding.weight")?.clone(),
+            embedding: w.get("text_encoder.embedding.weight")?,
             cnn,
             lstm: BiLstm::load(w, "text_encoder.lstm")?,
         })
