@@ -234,7 +234,7 @@ fn safetensors_round_trip_and_pytorch_form() -> Result<()> {
     assert_eq!(w.len(), imp.tensors.len());
     assert_eq!(w.param_count(), imp.report.param_count());
     for name in ["decoder.generator.ups.0.weight", "predictor.shared.weight_ih_l0", "bert.embeddings.word_embeddings.weight"] {
-        assert_eq!(to_vec(w.get(name)?), to_vec(&imp.tensors[name]), "{name}");
+        assert_eq!(to_vec(&w.get(name)?), to_vec(&imp.tensors[name]), "{name}");
     }
 
     // the PyTorch form of a few tensors
@@ -250,10 +250,10 @@ fn safetensors_round_trip_and_pytorch_form() -> Result<()> {
     let pt = dir.path().join("pytorch_form.safetensors");
     candle_core::safetensors::save(&map, &pt)?;
     let w2 = KokoroWeights::load(&sapient_tensor::SafetensorsFiles::open(&[&pt])?, &cfg, &Device::Cpu, DType::F32)?;
-    let (a, b) = (to_vec(w2.get(&format!("{conv}.weight"))?), to_vec(&imp.tensors[&format!("{conv}.weight")]));
+    let (a, b) = (to_vec(&w2.get(&format!("{conv}.weight"))?), to_vec(&imp.tensors[&format!("{conv}.weight")]));
     let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs() / y.abs().max(1e-3)).fold(0f32, f32::max);
     assert!(worst < 1e-5, "weight norm fold: relative error {worst}");
-    assert_eq!(to_vec(w2.get("bert.embeddings.word_embeddings.weight")?), to_vec(&imp.tensors["bert.embeddings.word_embeddings.weight"]));
+    assert_eq!(to_vec(&w2.get("bert.embeddings.word_embeddings.weight")?), to_vec(&imp.tensors["bert.embeddings.word_embeddings.weight"]));
 
     // a missing and a mis-shaped parameter are errors that name them
     map.remove("predictor.N_proj.bias");
