@@ -6,6 +6,18 @@ use candle_core::Tensor;
 use super::fast;
 use sapient_tensor::kernels::{pool::pool, ConvBf16, DenseMatrix};
 
+/// A weight `[n, k]` packed for [`DenseMatrix`] products: in f16 where AMX-BF16 runs them
+/// (half the memory of the two-half bf16 packing; f16 keeps 11 significant bits, finer than
+/// the int8 export's quantization step), as f32 elsewhere or where a value is out of f16's range.
+pub fn packed(w: &[f32], n: usize, k: usize) -> DenseMatrix {
+    let w = &w[..(n * k).min(w.len())];
+    if sapient_tensor::kernels::has_amx_bf16() && w.iter().all(|v| v.abs() <= 65_504.0) {
+        let bits: Vec<u16> = w.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+        return DenseMatrix::from_f16_bits(&bits, n, k);
+    }
+    DenseMatrix::from_f32(w, n, k)
+}
+
 /// `nn.Linear` on a [`DenseMatrix`] (`[out, in]`, prepacked at load).
 pub struct Linear {
     w: DenseMatrix,
@@ -19,7 +31,7 @@ impl Linear {
         let v: Vec<f32> = wt.flatten_all()?.to_vec1()?;
         let b = if bias { Some(w.get(&format!("{name}.bias"))?.flatten_all()?.to_vec1()?) } else { None };
         Ok(Self {
-            w: DenseMatrix::from_f32(&v, n, k),
+            w: packed(&v, n, k),
             b,
         })
     }
@@ -27,7 +39,7 @@ impl Linear {
     /// From f32 weights `[n, k]` and an optional bias.
     pub fn from_parts(w: &[f32], n: usize, k: usize, b: Option<Vec<f32>>) -> Self {
         Self {
-            w: DenseMatrix::from_f32(w, n, k),
+            w: packed(w, n, k),
             b,
         }
     }
@@ -110,7 +122,7 @@ impl Conv1d {
                     }
                 }
             }
-            ConvImpl::Dense(DenseMatrix::from_f32(&r, cout, k * cin), bias)
+            ConvImpl::Dense(packed(&r, cout, k * cin), bias)
         } else {
             ConvImpl::Candle(weight, b)
         };
@@ -325,7 +337,7 @@ impl ConvTranspose1d {
             }
         }
         Ok(Self {
-            w: DenseMatrix::from_f32(&r, k * cout, cin),
+            w: packed(&r, k * cout, cin),
             b: w.get(&format!("{name}.bias"))?.flatten_all()?.to_vec1()?,
             cin,
             cout,
@@ -538,7 +550,7 @@ impl BiLstm {
         }
         let (g4, input) = dims;
         Ok(Self {
-            w_ih: DenseMatrix::from_f32(&w_ih, 2 * g4, input),
+            w_ih: packed(&w_ih, 2 * g4, input),
             bias,
             w_hh_t,
             hidden: g4 / 4,
