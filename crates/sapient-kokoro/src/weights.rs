@@ -133,6 +133,9 @@ impl KokoroWeights {
     pub(crate) fn release(&mut self, prefix: &str) {
         let p = format!("{prefix}.");
         self.tensors.retain(|k, _| !k.starts_with(&p));
+        // the dequantized copies and packing buffers just freed go back to the system, so the
+        // next module's packing does not add to them
+        sapient_tensor::kernels::release_freed();
     }
 
     pub fn len(&self) -> usize {

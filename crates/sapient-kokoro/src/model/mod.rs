@@ -70,6 +70,8 @@ impl KModel {
         let text_encoder = text_encoder::TextEncoder::load(&w, config)?;
         w.release("text_encoder");
         let decoder = decoder::Decoder::load(&mut w, config)?;
+        drop(w);
+        sapient_tensor::kernels::release_freed();
         Ok(Self {
             config: config.clone(),
             device,

@@ -188,7 +188,7 @@ fn prefetch_hint<const H: u8>(b: &[u8]) {
 
 /// Return the allocator's free memory to the system (glibc's `malloc_trim`, which releases
 /// free pages in the middle of the heap too), after a loader dropped a large amount of it.
-pub(crate) fn release_freed() {
+pub fn release_freed() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only inspects the allocator's own free lists.
     unsafe {
