@@ -112,6 +112,8 @@ impl KokoroTts {
         let vocab = PhonemeVocab::from_file(&dir.join("vocab.json"))?;
         let voices_path = find_voices(dir)?;
         let voices = Voices::load_with(&voices_path, limits)?;
+        // what parsing the lexicons and the voices took goes back to the system
+        sapient_tensor::kernels::release_freed();
         Ok(Self::new(model, g2p, vocab, voices))
     }
 
