@@ -253,7 +253,7 @@ unsafe fn rd32(p: *const i8) -> i32 {
 /// One block `b` of sixteen weight rows (`w`, scales `dw`, minimums `mw`) into the `R`
 /// activation rows' accumulators: the exact integer sum, then the fused multiply-add.
 #[inline(always)]
-unsafe fn block<F: Fmt, const R: usize>(w: &[__m512i; 8], dw: __m512, mw: __m512, b: usize, acts: &[*const BlockQ8; R], corr: &[*const i32; R], acc: &mut [__m512; R], accm: &mut [__m512; R], with_m: bool) {
+unsafe fn block<F: Fmt, const R: usize>(w: &[__m512i; 8], dw: __m512, mw: __m512, b: usize, acts: &[*const BlockQ8; R], corr: &[*const i32; R], acc: &mut [__m512; R], accm: &mut [__m512; R]) {
     for r in 0..R {
         let a = &*acts[r].add(b);
         let mut s = if F::OFF != 0 { _mm512_set1_epi32(*corr[r].add(b)) } else { _mm512_setzero_si512() };
@@ -263,10 +263,17 @@ unsafe fn block<F: Fmt, const R: usize>(w: &[__m512i; 8], dw: __m512, mw: __m512
         }
         let dd = _mm512_mul_ps(dw, _mm512_set1_ps(a.d));
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, acc[r]);
-        if F::HAS_M && with_m {
+        if F::HAS_M {
             accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s), accm[r]);
         }
     }
+}
+
+/// Where block `b`'s sixteen f16 scales (then, for formats with one, its sixteen minimums)
+/// are in a packed group at `gp`.
+#[inline(always)]
+unsafe fn packed_scales<F: Fmt>(gp: *const u8, b: usize) -> *const u8 {
+    gp.add((b >> 1) * F::PB + 2 * (F::QB + F::QH) + (b & 1) * F::SB)
 }
 
 /// The minimums' chain of formats with one, for packed weights (`gp`: a group's pairs):
@@ -276,8 +283,7 @@ unsafe fn block<F: Fmt, const R: usize>(w: &[__m512i; 8], dw: __m512, mw: __m512
 #[inline(always)]
 unsafe fn packed_mins<F: Fmt, const R: usize>(gp: *const u8, nb: usize, acts: &[*const BlockQ8; R], accm: &mut [__m512; R]) {
     for b in 0..nb {
-        let sp = gp.add((b >> 1) * F::PB + 2 * (F::QB + F::QH) + (b & 1) * F::SB);
-        let mw = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(32) as *const __m256i));
+        let mw = _mm512_cvtph_ps(_mm256_loadu_si256(packed_scales::<F>(gp, b).add(32) as *const __m256i));
         for r in 0..R {
             accm[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps((*acts[r].add(b)).s), accm[r]);
         }
@@ -319,7 +325,7 @@ unsafe fn group<F: Fmt, const R: usize>(p: *const u8, rb: usize, nvalid: usize, 
         let dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
         let mw = if F::HAS_M { _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(hdr))) } else { _mm512_setzero_ps() };
         let w = F::weights(base, &offs, voffs);
-        block::<F, R>(&w, dw, mw, b, &acts, &corr, &mut acc, &mut accm, true);
+        block::<F, R>(&w, dw, mw, b, &acts, &corr, &mut acc, &mut accm);
     }
     store::<F, R>(&acc, &accm, nvalid, &outs);
 }
@@ -443,7 +449,7 @@ unsafe fn group_packed<F: Fmt, const R: usize>(gp: *const u8, dist: usize, nvali
                 l += 64;
             }
         }
-        let sp = pair.add(2 * (F::QB + F::QH) + j * F::SB);
+        let sp = packed_scales::<F>(gp, b);
         let (dw, mw) = if F::HAS_M {
             let v = _mm512_loadu_si512(sp as *const __m512i);
             (_mm512_cvtph_ps(_mm512_castsi512_si256(v)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(v)))
@@ -451,7 +457,7 @@ unsafe fn group_packed<F: Fmt, const R: usize>(gp: *const u8, dist: usize, nvali
             (_mm512_cvtph_ps(_mm256_loadu_si256(sp as *const __m256i)), _mm512_setzero_ps())
         };
         let w = F::packed(pair.add(j * F::QB), pair.add(2 * F::QB + j * F::QH));
-        block::<F, R>(&w, dw, mw, b, &acts, &corr, &mut acc, &mut accm, true);
+        block::<F, R>(&w, dw, mw, b, &acts, &corr, &mut acc, &mut accm);
     }
     store::<F, R>(&acc, &accm, nvalid, &outs);
 }
@@ -562,8 +568,6 @@ unsafe fn group_packed_amx<F: Fmt, const R: usize>(gp: *const u8, dist: usize, n
             }
         }};
     }
-    // Software-pipelined by one block: block b + 1's tiles run while block b's sums are
-    // folded.
     // The other formats' weights are unpacked into the scratch a few blocks before their
     // tiles load them (a tile load right after the stores to its bytes waits for them).
     macro_rules! unpack {
@@ -583,6 +587,8 @@ unsafe fn group_packed_amx<F: Fmt, const R: usize>(gp: *const u8, dist: usize, n
     for b in 0..UNPACKED - 1 {
         unpack!(b);
     }
+    // Software-pipelined by one block: block b + 1's tiles run while block b's sums are
+    // folded.
     issue!(0);
     for b in 0..nb {
         unpack!(b + UNPACKED - 1);
@@ -590,7 +596,7 @@ unsafe fn group_packed_amx<F: Fmt, const R: usize>(gp: *const u8, dist: usize, n
             issue!(b + 1);
         }
         let j = b & 1;
-        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(gp.add((b >> 1) * F::PB + 2 * (F::QB + F::QH) + j * F::SB) as *const __m256i));
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(packed_scales::<F>(gp, b) as *const __m256i));
         for r in 0..R {
             let a = &*acts[r].add(b);
             let mut s = _mm512_load_si512(cbuf.add(1024 * j + 64 * r) as *const __m512i);
