@@ -315,6 +315,12 @@ fn candidates(logits: &[f32], cfg: &SamplerConfig) -> Result<Vec<Cand>> {
     Ok(cands)
 }
 
+/// The candidates' total probability (in f64, in their present order), by which the kept
+/// ones are renormalised.
+fn mass(cands: &[Cand]) -> f32 {
+    cands.iter().map(|c| c.p as f64).sum::<f64>() as f32
+}
+
 /// Whether `cfg` filters nothing beyond temperature and top-k.
 fn plain(cfg: &SamplerConfig) -> bool {
     cfg.top_p.is_none_or(|p| p >= 1.0) && cfg.min_p.is_none()
@@ -341,7 +347,7 @@ pub fn filtered_distribution(logits: &[f32], cfg: &SamplerConfig) -> Result<Vec<
         cands.retain(|c| c.p >= threshold);
     }
     // Summed before the sort (as the plain draw in `Sampler::sample` sums it).
-    let total = cands.iter().map(|c| c.p as f64).sum::<f64>() as f32;
+    let total = mass(&cands);
     if !sorted {
         cands.sort_unstable_by(best_first);
     }
@@ -386,23 +392,17 @@ impl Sampler {
         if plain(&self.cfg) {
             // Every candidate stays: draw walking them best first, sorted only as far as the
             // draw goes (the same token as walking [`filtered_distribution`]'s list).
-            let mut cands = std::mem::take(&mut self.scratch);
-            let got = candidates_into(logits, &self.cfg, &mut cands);
-            if let Err(e) = got {
-                self.scratch = cands;
-                return Err(e);
-            }
-            let total = cands.iter().map(|c| c.p as f64).sum::<f64>() as f32;
+            let cands = &mut self.scratch;
+            candidates_into(logits, &self.cfg, cands)?;
+            let total = mass(cands);
             let r: f32 = self.rng.random();
             let mut acc = 0f32;
-            let hit = walk_best_first(&mut cands, |c| {
+            let hit = walk_best_first(cands, |c| {
                 acc += c.p / total;
                 r < acc
             });
             // Past the end by rounding: the last (least likely) candidate, as the list's.
-            let id = cands[hit.unwrap_or(cands.len() - 1)].id;
-            self.scratch = cands;
-            return Ok(id);
+            return Ok(cands[hit.unwrap_or(cands.len() - 1)].id);
         }
         let dist = filtered_distribution(logits, &self.cfg)?;
         let r: f32 = self.rng.random();
