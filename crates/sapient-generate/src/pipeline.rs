@@ -10,7 +10,6 @@ use sapient_tokenizers::{Message, Tokenizer};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 
 /// How to load a pipeline.
 #[derive(Debug, Clone, Default)]
@@ -405,44 +404,34 @@ impl Pipeline {
         }
         cfg.sampling.validate()?;
         spec.validate()?;
-        let d = match drafter {
+        // Verified inside the engine's batched step, beside any other calls.
+        let g = match drafter {
             Drafter::PromptLookup { max_ngram } => {
-                // Verified inside the engine's batched step, beside any other calls.
                 let lookup = LookupDecoding { max_ngram: *max_ngram, spec: spec.clone() };
-                let g = self.run(prompt, &GenerationConfig { lookup: Some(lookup), ..cfg.clone() }, on_text)?;
-                let stats = SpecStats {
-                    target_forwards: g.stats.forwards,
-                    proposed: g.stats.proposed_tokens,
-                    accepted: g.stats.accepted_tokens,
-                    generated: g.tokens.len(),
-                    propose_time: Duration::ZERO,
-                    verify_time: g.stats.prefill + g.stats.decode,
-                };
-                return Ok((g, stats));
+                self.run(prompt, &GenerationConfig { lookup: Some(lookup), ..cfg.clone() }, on_text)?
             }
-            Drafter::Model(d) => d,
+            Drafter::Model(d) => {
+                if Arc::ptr_eq(&d.inner, &self.inner) {
+                    return Err(Error::VocabMismatch {
+                        target: self.info.id.clone(),
+                        draft: d.info.id.clone(),
+                        what: "the draft must be a separate pipeline (load the model twice)".into(),
+                    });
+                }
+                self.check_same_vocab(d)?;
+                self.run_with_draft(prompt, &GenerationConfig { draft: Some(spec.clone()), ..cfg.clone() }, d, on_text)?
+            }
         };
-        {
-            if Arc::ptr_eq(&d.inner, &self.inner) {
-                return Err(Error::VocabMismatch {
-                    target: self.info.id.clone(),
-                    draft: d.info.id.clone(),
-                    what: "the draft must be a separate pipeline (load the model twice)".into(),
-                });
-            }
-            self.check_same_vocab(d)?;
-            // Drafted and verified in the engine's batched steps, beside any other calls.
-            let g = self.run_with_draft(prompt, &GenerationConfig { draft: Some(spec.clone()), ..cfg.clone() }, d, on_text)?;
-            let stats = SpecStats {
-                target_forwards: g.stats.forwards,
-                proposed: g.stats.proposed_tokens,
-                accepted: g.stats.accepted_tokens,
-                generated: g.tokens.len(),
-                propose_time: g.stats.draft_time,
-                verify_time: (g.stats.prefill + g.stats.decode).saturating_sub(g.stats.draft_time),
-            };
-            Ok((g, stats))
-        }
+        // Only a draft model spends time proposing (prompt lookup's `draft_time` is zero).
+        let stats = SpecStats {
+            target_forwards: g.stats.forwards,
+            proposed: g.stats.proposed_tokens,
+            accepted: g.stats.accepted_tokens,
+            generated: g.tokens.len(),
+            propose_time: g.stats.draft_time,
+            verify_time: (g.stats.prefill + g.stats.decode).saturating_sub(g.stats.draft_time),
+        };
+        Ok((g, stats))
     }
 }
 
