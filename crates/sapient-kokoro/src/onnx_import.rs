@@ -342,7 +342,12 @@ fn quantized(q: &OnnxTensor, scale: &OnnxTensor, zero_point: Option<&OnnxTensor>
         return Err(bad(format!("quantized data is {:?}, expected int8 or uint8", q.data_type)));
     }
     let dims = q.shape();
-    let qv = q.to_f32().map_err(|e| e.to_string())?;
+    let signed = q.data_type == DataType::Int8;
+    // The stored bytes as they are; values kept in other fields (int32_data) through f32.
+    let bytes: Vec<u8> = match q.raw() {
+        Some(raw) if q.elem_count() > 0 => raw.to_vec(),
+        _ => q.to_f32().map_err(|e| e.to_string())?.iter().map(|&v| if signed { (v as i8) as u8 } else { v as u8 }).collect(),
+    };
     let s = scale.to_f32().map_err(|e| e.to_string())?;
     let z = match zero_point {
         Some(z) => z.to_f32().map_err(|e| e.to_string())?,
@@ -363,8 +368,6 @@ fn quantized(q: &OnnxTensor, scale: &OnnxTensor, zero_point: Option<&OnnxTensor>
         n
     };
     let inner: usize = if per <= 1 { 1 } else { dims[axis + 1..].iter().product() };
-    let signed = q.data_type == DataType::Int8;
-    let bytes = qv.iter().map(|&v| if signed { (v as i8) as u8 } else { v as u8 }).collect();
     Ok(Quantized { q: bytes, signed, scale: s, zero: z, inner })
 }
 
