@@ -287,6 +287,10 @@ fn candidates_into(logits: &[f32], cfg: &SamplerConfig, cands: &mut Vec<Cand>) -
         return Err(Error::NoCandidates);
     }
     if let Some(k) = cfg.top_k {
+        if k == 0 {
+            // `SamplerConfig::validate` refuses it too; this is reachable without it.
+            return Err(Error::InvalidParameter("top_k must be at least 1".into()));
+        }
         if k < cands.len() {
             cands.select_nth_unstable_by(k - 1, best_first);
             cands.truncate(k);
@@ -665,6 +669,13 @@ mod tests {
         assert!(worst < 4e-7, "relative error {worst}");
         assert_eq!(exp_nonpositive(0.0), 1.0);
         assert_eq!(exp_nonpositive(-1000.0), exp_nonpositive(-87.0));
+    }
+
+    /// A configuration that was never validated gets an error for top-k 0, not a panic.
+    #[test]
+    fn unvalidated_top_k_zero_is_an_error() {
+        let cfg = SamplerConfig { temperature: 1.0, top_k: Some(0), ..Default::default() };
+        assert!(matches!(filtered_distribution(&[1.0, 2.0], &cfg), Err(Error::InvalidParameter(_))));
     }
 
     /// The old full-sort filter: every candidate sorted, then top-p and min-p.
