@@ -329,19 +329,20 @@ impl CpuDecoder {
                 // cross-attention
                 l.cross_ln.forward(&s.x[..n * d], d, &mut s.h);
                 l.cq.forward(&s.h[..n * d], n, &mut s.q)?;
-                let guards: Vec<_> = cross.iter().map(|g| (g.k[li].storage_and_layout(), g.v[li].storage_and_layout())).collect();
                 let mut groups = Vec::with_capacity(cross.len());
                 let mut row0 = 0;
-                for (g, ((ks, kl), (vs, vl))) in cross.iter().zip(&guards) {
-                    let ck = f32_slice(ks, kl, g.k[li].elem_count(), g.k[li].is_contiguous())?;
-                    let cv = f32_slice(vs, vl, g.v[li].elem_count(), g.v[li].is_contiguous())?;
-                    groups.push((row0 * t, g.rows * t, ck, cv));
+                for g in cross {
+                    let (ck, cv) = (&g.k[li], &g.v[li]);
+                    if ck.len() != g.pitch * d || cv.len() != g.src * d || g.pitch % 16 != 0 || g.pitch < g.src {
+                        return Err(Error::Mismatch(format!("cross-attention keys of {} and values of {} values for {} positions of width {d}", ck.len(), cv.len(), g.src)));
+                    }
+                    groups.push(CrossRun { r0: row0 * t, n: g.rows * t, k: ck, v: cv, src: g.src, pitch: g.pitch });
                     row0 += g.rows;
                 }
                 // this layer's alignment heads: (head, where its scores go)
                 let mut keep: Vec<(usize, SendPtr)> = Vec::new();
                 if let Some(a) = align.as_mut() {
-                    let src = groups.first().map_or(0, |g| g.2.len() / d);
+                    let src = groups.first().map_or(0, |g| g.src);
                     for (&(layer, head), sc) in a.heads.iter().zip(a.scores.iter_mut()) {
                         if layer == li && head < self.heads {
                             sc.clear();
@@ -352,7 +353,6 @@ impl CpuDecoder {
                 }
                 self.cross_attention(&s.q[..n * d], &groups, &keep, &mut s.o[..n * d]);
                 drop(groups);
-                drop(guards);
                 l.co.forward(&s.o[..n * d], n, &mut s.y)?;
                 add(&mut s.x[..n * d], &s.y[..n * d]);
                 // MLP
@@ -425,58 +425,57 @@ impl CpuDecoder {
         }
     }
 
-    /// Attention of query rows over windows' keys [H, Dh, S] and values [H, S, Dh]: each group
-    /// `(first row, rows, keys, values)` is a run of query rows and the window they attend
-    /// to; one head of one group per unit, as two matrix products with a softmax between.
-    /// `keep` lists heads whose scores (before the softmax) are copied out, [rows, S] each
-    /// (one group only).
-    fn cross_attention(&self, q_all: &[f32], groups: &[(usize, usize, &[f32], &[f32])], keep: &[(usize, SendPtr)], out: &mut [f32]) {
+    /// Attention of query rows over windows' f16 keys [H, Dh, pitch] and values [H, S, Dh]:
+    /// each run of query rows attends to one window; one head of one run per unit (scores of
+    /// up to [`kernels::MAX_QUERIES`] rows against every key at once, a softmax, the weighted
+    /// sums of the values). `keep` lists heads whose scores (scaled q·k, before the softmax)
+    /// are copied out, [rows, S] each (one run only).
+    fn cross_attention(&self, q_all: &[f32], groups: &[CrossRun<'_>], keep: &[(usize, SendPtr)], out: &mut [f32]) {
         let (d, nh) = (self.d, self.heads);
         let hd = d / nh;
         let scale = 1.0 / (hd as f32).sqrt();
         let out_ptr = SendPtr(out.as_mut_ptr());
         let work = |u: usize| {
-            let (r0, n, ck, cv) = groups[u / nh];
+            let g = &groups[u / nh];
             let h = u % nh;
-            let src = ck.len() / d;
-            let q = &q_all[r0 * d..(r0 + n) * d];
-            // SAFETY: the group's rows of `out` (in bounds: the groups' rows are within q_all's)
-            let out_ptr = unsafe { out_ptr.ptr().add(r0 * d) };
+            let (src, pitch) = (g.src, g.pitch);
+            let bases: Vec<usize> = (0..pitch / 16).map(|c| h * hd * pitch + 16 * c).collect();
             SCORES.with(|sc| {
                 let mut sc = sc.borrow_mut();
-                grow(&mut sc, n * src);
-                let s = &mut sc[..n * src];
-                // SAFETY: operands in bounds by construction ([n, hd] rows of q with stride d,
-                // [hd, src] keys, [src, hd] values); each head writes its own columns of out.
-                unsafe {
-                    head_attention(
-                        (n, src, hd),
-                        (q.as_ptr().add(h * hd), 1, d as isize),
-                        (ck.as_ptr().add(h * hd * src), 1, src as isize),
-                        (cv.as_ptr().add(h * src * hd), 1, hd as isize),
-                        (out_ptr.add(h * hd), d as isize),
-                        scale,
-                        s,
-                        |s| {
-                            for (_, p) in keep.iter().filter(|(kh, _)| *kh == h) {
-                                // SAFETY: the caller sized each kept buffer to n * src values
-                                // (one group), and each head is one unit.
-                                std::ptr::copy_nonoverlapping(s.as_ptr(), p.ptr(), n * src);
-                            }
-                            for row in s.chunks_exact_mut(src) {
-                                let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-                                let mut sum = 0f32;
-                                for v in row.iter_mut() {
-                                    *v = (*v - max).exp();
-                                    sum += *v;
-                                }
-                                let inv = 1.0 / sum;
-                                for v in row.iter_mut() {
-                                    *v *= inv;
-                                }
-                            }
-                        },
-                    );
+                grow(&mut sc, g.n * pitch);
+                let s = &mut sc[..g.n * pitch];
+                for i0 in (0..g.n).step_by(kernels::MAX_QUERIES) {
+                    let i1 = (i0 + kernels::MAX_QUERIES).min(g.n);
+                    let qs: Vec<&[f32]> = (i0..i1).map(|i| &q_all[(g.r0 + i) * d + h * hd..(g.r0 + i) * d + (h + 1) * hd]).collect();
+                    kernels::scores_chunks(&qs, g.k, &bases, pitch, scale, &mut s[i0 * pitch..], pitch);
+                }
+                for (_, p) in keep.iter().filter(|(kh, _)| *kh == h) {
+                    for (i, row) in s.chunks_exact(pitch).enumerate() {
+                        // SAFETY: the caller sized each kept buffer to n * src values (one
+                        // run), and each head is one unit.
+                        unsafe { std::ptr::copy_nonoverlapping(row.as_ptr(), p.ptr().add(i * src), src) };
+                    }
+                }
+                for row in s.chunks_exact_mut(pitch) {
+                    let row = &mut row[..src];
+                    let inv = kernels::softmax_unnormalized(row);
+                    for v in row.iter_mut() {
+                        *v *= inv;
+                    }
+                }
+                let mut rows: Vec<&mut [f32]> = (0..g.n)
+                    .map(|i| {
+                        // SAFETY: row r0 + i, head h's columns of `out`: in bounds (the runs'
+                        // rows are within q_all's), written by this unit alone.
+                        let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.ptr().add((g.r0 + i) * d + h * hd), hd) };
+                        o.fill(0.0);
+                        o
+                    })
+                    .collect();
+                for (c, ys) in rows.chunks_mut(kernels::MAX_VALUE_ROWS).enumerate() {
+                    let i0 = c * kernels::MAX_VALUE_ROWS;
+                    let ws: Vec<&[f32]> = (i0..i0 + ys.len()).map(|i| &s[i * pitch..i * pitch + src]).collect();
+                    kernels::values_f16(&ws, g.v, hd, h * src * hd, 0, src, ys);
                 }
             })
         };
@@ -484,27 +483,26 @@ impl CpuDecoder {
     }
 }
 
-/// The windows one run of batch rows attends to: per decoder layer, cross-attention keys
-/// [H, Dh, S] and values [H, S, Dh] ([`CrossKv`](crate::model::CrossKv)'s tensors), and the
-/// number of batch rows.
-pub(crate) struct CrossGroup<'a> {
-    pub k: &'a [Tensor],
-    pub v: &'a [Tensor],
-    pub rows: usize,
+/// One run of query rows (from row `r0`, `n` rows) and the window's f16 keys and values it
+/// attends to in one layer.
+pub(crate) struct CrossRun<'a> {
+    r0: usize,
+    n: usize,
+    k: &'a [u16],
+    v: &'a [u16],
+    src: usize,
+    pitch: usize,
 }
 
-/// The f32 data of a contiguous CPU tensor's storage (held by the caller's guard).
-fn f32_slice<'a>(s: &'a Storage, l: &candle_core::Layout, n: usize, contiguous: bool) -> Result<&'a [f32]> {
-    if !contiguous {
-        return Err(Error::Mismatch("plain-buffer decoder: tensor not contiguous".into()));
-    }
-    match s {
-        Storage::Cpu(CpuStorage::F32(v)) => {
-            let o = l.start_offset();
-            v.get(o..o + n).ok_or_else(|| Error::Mismatch("plain-buffer decoder: tensor outside its storage".into()))
-        }
-        _ => Err(Error::Mismatch("plain-buffer decoder: not an f32 CPU tensor".into())),
-    }
+/// The windows one run of batch rows attends to: per decoder layer, cross-attention keys
+/// [H, Dh, pitch] and values [H, src, Dh] in f16 ([`CrossKv`](crate::model::CrossKv)'s), and
+/// the number of batch rows.
+pub(crate) struct CrossGroup<'a> {
+    pub k: &'a [Vec<u16>],
+    pub v: &'a [Vec<u16>],
+    pub src: usize,
+    pub pitch: usize,
+    pub rows: usize,
 }
 
 fn add(x: &mut [f32], y: &[f32]) {

@@ -165,11 +165,14 @@ fn norm(src: &dyn WeightSource, prefix: &str, d: usize) -> Result<cpu::Norm> {
     Ok(cpu::Norm { w: values(src, &format!("{prefix}.weight"), &[d])?, b: values(src, &format!("{prefix}.bias"), &[d])? })
 }
 
-/// Cross-attention keys and values of one encoded window, per decoder layer:
-/// keys as [H, Dh, S] (transposed once), values as [H, S, Dh].
+/// Cross-attention keys and values of one encoded window, per decoder layer, in f16 (half
+/// the memory a decoding step reads of them in f32): keys as [H, Dh, P] (transposed once;
+/// `P` is the `S` source positions rounded up to 16, the padding zero), values as [H, S, Dh].
 pub struct CrossKv {
-    k: Vec<Tensor>,
-    v: Vec<Tensor>,
+    k: Vec<Vec<u16>>,
+    v: Vec<Vec<u16>>,
+    src: usize,
+    pitch: usize,
 }
 
 /// Self-attention cache of a decoding run: per layer and batch row, the keys and values.
@@ -356,29 +359,34 @@ impl Whisper {
             return Err(Error::Mismatch(format!("encoded audio of width {d}, the decoder takes {}", self.config.d_model)));
         }
         let audio = audio.to_dtype(DType::F32)?.contiguous()?;
-        let mut out: Vec<CrossKv> = (0..b).map(|_| CrossKv { k: Vec::new(), v: Vec::new() }).collect();
+        let pitch = s.div_ceil(16) * 16;
+        let mut out: Vec<CrossKv> = (0..b).map(|_| CrossKv { k: Vec::new(), v: Vec::new(), src: s, pitch }).collect();
         let (nh, hd) = (self.decoder.heads, d / self.decoder.heads);
         let (mut k, mut v) = (Vec::new(), Vec::new());
+        let mut kt = vec![0f32; pitch * d];
+        let mut vt = vec![0f32; s * d];
         for l in &self.decoder.layers {
             cpu::with_f32(&audio, |x| -> Result<()> {
                 l.ck.forward(x, b * s, &mut k)?;
                 l.cv.forward(x, b * s, &mut v)
             })??;
             for (bi, c) in out.iter_mut().enumerate() {
-                // keys [H, Dh, S], values [H, S, Dh]
+                // keys [H, Dh, P], values [H, S, Dh]
                 let (kw, vw) = (&k[bi * s * d..(bi + 1) * s * d], &v[bi * s * d..(bi + 1) * s * d]);
-                let mut kt = vec![0f32; s * d];
-                let mut vt = vec![0f32; s * d];
                 for (j, (kr, vr)) in kw.chunks_exact(d).zip(vw.chunks_exact(d)).enumerate() {
                     for h in 0..nh {
                         for e in 0..hd {
-                            kt[(h * hd + e) * s + j] = kr[h * hd + e];
+                            kt[(h * hd + e) * pitch + j] = kr[h * hd + e];
                         }
                         vt[(h * s + j) * hd..(h * s + j + 1) * hd].copy_from_slice(&vr[h * hd..(h + 1) * hd]);
                     }
                 }
-                c.k.push(Tensor::from_vec(kt, (nh, hd, s), &self.device)?);
-                c.v.push(Tensor::from_vec(vt, (nh, s, hd), &self.device)?);
+                let mut k16 = vec![0u16; pitch * d];
+                let mut v16 = vec![0u16; s * d];
+                sapient_tensor::kernels::f32_to_f16(&kt, &mut k16);
+                sapient_tensor::kernels::f32_to_f16(&vt, &mut v16);
+                c.k.push(k16);
+                c.v.push(v16);
             }
         }
         Ok(out)
@@ -392,7 +400,7 @@ impl Whisper {
     pub fn decode_groups(&self, tokens: &[u32], b: usize, t: usize, groups: &[(&CrossKv, usize)], cache: &mut KvCache) -> Result<Tensor> {
         let offset = cache.len;
         self.check_positions(offset + t)?;
-        let cross: Vec<cpu::CrossGroup> = groups.iter().map(|(c, rows)| cpu::CrossGroup { k: &c.k, v: &c.v, rows: *rows }).collect();
+        let cross: Vec<cpu::CrossGroup> = groups.iter().map(|(c, rows)| cpu::CrossGroup { k: &c.k, v: &c.v, src: c.src, pitch: c.pitch, rows: *rows }).collect();
         let h = self.decoder.forward(tokens, b, t, offset, &self.embed, &self.dec_pos, &cross, &mut cache.buf, None)?;
         cache.len = offset + t;
         Ok(Tensor::from_vec(h, (b, t, self.config.d_model), &self.device)?)
@@ -420,7 +428,7 @@ impl Whisper {
         let offset = cache.len;
         self.check_positions(offset + t)?;
         let toks: Vec<u32> = tokens.flatten_all()?.to_vec1()?;
-        let group = [cpu::CrossGroup { k: &cross.k, v: &cross.v, rows: b }];
+        let group = [cpu::CrossGroup { k: &cross.k, v: &cross.v, src: cross.src, pitch: cross.pitch, rows: b }];
         let heads = &self.config.alignment_heads;
         let mut scores = alignment.is_some().then(|| vec![Vec::new(); heads.len()]);
         let align = scores.as_mut().map(|s| cpu::Align { heads, scores: s });
