@@ -14,7 +14,8 @@ use sapient_kokoro::{KModel, Voices};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// Whether the kernels may use AMX (`tests/model_no_amx.rs` includes this file with `false`).
+/// Whether the kernels may use AMX and AVX512-BF16, the bf16 paths (`tests/model_no_amx.rs`
+/// includes this file with `false`).
 #[allow(dead_code)]
 const AMX: bool = true;
 
@@ -28,6 +29,7 @@ fn fixture() -> &'static Fixture {
     CELL.get_or_init(|| {
         sapient_tensor::kernels::configure(sapient_tensor::kernels::KernelOptions {
             amx: crate::AMX,
+            avx512_bf16: crate::AMX,
             ..Default::default()
         })
         .expect("kernel options");

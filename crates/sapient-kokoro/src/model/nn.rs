@@ -8,12 +8,20 @@ use sapient_tensor::kernels::{pool::pool, ConvBf16, DenseMatrix};
 
 /// A weight `[n, k]` packed for [`DenseMatrix`] products: in f16 where AMX-BF16 runs them
 /// (half the memory of the two-half bf16 packing; f16 keeps 11 significant bits, finer than
-/// the int8 export's quantization step), as f32 elsewhere or where a value is out of f16's range.
+/// the int8 export's quantization step); in bf16 with one bf16 product where AVX512-BF16 runs
+/// them instead (as the convolutions do on both); as f32 elsewhere or where a value is out
+/// of f16's range.
 pub fn packed(w: &[f32], n: usize, k: usize) -> DenseMatrix {
+    use sapient_tensor::kernels::{has_amx_bf16, has_avx512_bf16};
     let w = &w[..(n * k).min(w.len())];
-    if sapient_tensor::kernels::has_amx_bf16() && w.iter().all(|v| v.abs() <= 65_504.0) {
+    if has_amx_bf16() && w.iter().all(|v| v.abs() <= 65_504.0) {
         let bits: Vec<u16> = w.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
         return DenseMatrix::from_f16_bits(&bits, n, k);
+    }
+    if has_avx512_bf16() {
+        if let Some(d) = DenseMatrix::from_f32_bf16(w, n, k) {
+            return d;
+        }
     }
     DenseMatrix::from_f32(w, n, k)
 }

@@ -35,19 +35,23 @@ pub struct ConvBf16 {
     k: usize,
     /// `[cout rounded to 32 / 16][k][ld / 32][512]`.
     tiles: Vec<u16>,
+    /// Products on AMX tiles; else on AVX512-BF16 vectors.
+    amx: bool,
 }
 
 impl std::fmt::Debug for ConvBf16 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConvBf16").field("cout", &self.cout).field("cin", &self.cin).field("k", &self.k).finish()
+        let path = if self.amx { "AMX-BF16" } else { "AVX512-BF16" };
+        f.debug_struct("ConvBf16").field("cout", &self.cout).field("cin", &self.cin).field("k", &self.k).field("path", &path).finish()
     }
 }
 
 impl ConvBf16 {
-    /// From f32 weights `[cout, cin, k]`; `None` where AMX-BF16 does not run here
-    /// ([`super::has_amx_bf16`]).
+    /// From f32 weights `[cout, cin, k]`; `None` where neither AMX-BF16
+    /// ([`super::has_amx_bf16`]) nor AVX512-BF16 ([`super::has_avx512_bf16`]) runs here.
     pub fn new(w: &[f32], cout: usize, cin: usize, k: usize) -> Option<Self> {
-        if !super::has_amx_bf16() || w.len() < cout * cin * k || cout == 0 || cin == 0 || k == 0 {
+        let amx = super::has_amx_bf16();
+        if !(amx || super::has_avx512_bf16()) || w.len() < cout * cin * k || cout == 0 || cin == 0 || k == 0 {
             return None;
         }
         let ld = cin.div_ceil(32) * 32;
@@ -70,7 +74,7 @@ impl ConvBf16 {
                 }
             }
         }
-        Some(Self { cout, cin, ld, k, tiles })
+        Some(Self { cout, cin, ld, k, tiles, amx })
     }
 
     pub fn out_channels(&self) -> usize {
@@ -122,19 +126,38 @@ impl ConvBf16 {
         #[cfg(target_arch = "x86_64")]
         {
             let blocks = tout.div_ceil(32);
+            let pairs = cout.div_ceil(32);
             let threads = pool::pool().threads();
             let work = tout * cout * self.k * self.ld;
-            let chunks = if work < 1 << 20 { 1 } else { (threads * 8).min(blocks) };
-            let per = blocks.div_ceil(chunks);
+            // Chunks of rows; on AVX512-BF16, with too few rows for the pool, also groups of
+            // panel pairs (each chunk then reads only its panels' weights).
+            let (rchunks, groups) = if work < 1 << 20 {
+                (1, 1)
+            } else {
+                let r = (threads * 8).min(blocks);
+                (r, if self.amx || r >= threads * 4 { 1 } else { (threads * 4).div_ceil(r).min(pairs) })
+            };
+            let per = blocks.div_ceil(rchunks);
+            let pper = pairs.div_ceil(groups);
+            let chunks = rchunks * groups;
             let o = super::SendPtr(out.as_mut_ptr());
             let job = |c: usize| {
-                let (r0, r1) = (c * per * 32, ((c + 1) * per * 32).min(tout));
-                if r0 >= r1 {
+                let (rc, g) = (c / groups, c % groups);
+                let (r0, r1) = (rc * per * 32, ((rc + 1) * per * 32).min(tout));
+                let (p0, p1) = (g * pper, ((g + 1) * pper).min(pairs));
+                if r0 >= r1 || p0 >= p1 {
                     return;
                 }
-                // SAFETY: AMX-BF16 and AVX-512 are present (checked at construction); the
-                // asserts above bound every read; this chunk writes only rows r0..r1.
-                unsafe { self.rows(x, r0, r1, tout, stride, dilation, bias, accumulate, o.ptr()) };
+                // SAFETY: AMX-BF16 and AVX-512, or AVX512-BF16, are present (checked at
+                // construction); the asserts above bound every read; this chunk writes only
+                // rows r0..r1 (and, on AVX512-BF16, the columns of panel pairs p0..p1).
+                unsafe {
+                    if self.amx {
+                        self.rows(x, r0, r1, tout, stride, dilation, bias, accumulate, o.ptr())
+                    } else {
+                        self.rows_dp(x, (r0, r1), (p0, p1), stride, dilation, bias, accumulate, o.ptr())
+                    }
+                };
             };
             if chunks == 1 {
                 job(0);
@@ -145,7 +168,7 @@ impl ConvBf16 {
         #[cfg(not(target_arch = "x86_64"))]
         {
             let _ = (x, stride, dilation, bias, accumulate, out);
-            unreachable!("ConvBf16 is only built where AMX-BF16 runs");
+            unreachable!("ConvBf16 is only built where AMX-BF16 or AVX512-BF16 runs");
         }
     }
 
@@ -225,6 +248,81 @@ impl ConvBf16 {
     }
 }
 
+/// Frames per register block of the AVX512-BF16 path (a divisor of 32, so a block never
+/// reads past [`ConvBf16::frames_needed`]).
+const DP_FRAMES: usize = 8;
+
+#[cfg(target_arch = "x86_64")]
+impl ConvBf16 {
+    /// Rows `r0..r1` on AVX512-BF16: for each pair of 16-channel panels `p0..p1`, blocks of
+    /// [`DP_FRAMES`] output frames with their 2 x 8 sums in registers; per tap and pair of
+    /// input channels, one 64-byte row of each panel's B tile (16 channels x the pair, the
+    /// layout `vdpbf16ps` takes) and the pair of each frame broadcast. A panel pair's weights
+    /// (`k * ld * 64` bytes) stay in L2 while the chunk's frames pass over them.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rows_dp(&self, x: &[u16], (r0, r1): (usize, usize), (p0, p1): (usize, usize), stride: usize, dilation: usize, bias: Option<&[f32]>, accumulate: bool, out: *mut f32) {
+        use std::arch::x86_64::*;
+        let (cout, ld, k) = (self.cout, self.ld, self.k);
+        let kstep = (ld / 32) * TILE;
+        let panel = k * kstep;
+        for p in p0..p1 {
+            let w0 = self.tiles.as_ptr().add(2 * p * panel);
+            let cols = (cout - p * 32).min(32);
+            let masks = [if cols >= 16 { 0xFFFF } else { ((1u32 << cols) - 1) as u16 }, if cols >= 32 { 0xFFFF } else { ((1u32 << cols.saturating_sub(16)) - 1) as u16 }];
+            let bv = match bias {
+                Some(b) => [_mm512_maskz_loadu_ps(masks[0], b.as_ptr().add(p * 32)), _mm512_maskz_loadu_ps(masks[1], b.as_ptr().add(p * 32 + 16))],
+                None => [_mm512_setzero_ps(); 2],
+            };
+            for rb in (r0..r1).step_by(DP_FRAMES) {
+                let mut c = [_mm512_setzero_ps(); 2 * DP_FRAMES];
+                dp_block(x.as_ptr().add(rb * stride * ld), stride * ld, dilation * ld, k, ld / 2, w0, panel, kstep, &mut c);
+                for f in 0..(r1 - rb).min(DP_FRAMES) {
+                    let dst = out.add((rb + f) * cout + p * 32);
+                    for h in 0..2 {
+                        if masks[h] == 0 {
+                            continue;
+                        }
+                        let mut v = _mm512_add_ps(c[2 * f + h], bv[h]);
+                        if accumulate {
+                            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(masks[h], dst.add(16 * h)));
+                        }
+                        _mm512_mask_storeu_ps(dst.add(16 * h), masks[h], v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The sums of [`DP_FRAMES`] output frames (frame `f` at `xa + f * fstride`, tap `kk`
+/// `kk * tstep` values on) times two panels of weights (`w0`, `w0 + panel`; tap `kk` at
+/// `kk * kstep`, `pairs` rows of 32 bf16 values each) into `c[2 f]`, `c[2 f + 1]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dp_block(xa: *const u16, fstride: usize, tstep: usize, k: usize, pairs: usize, w0: *const u16, panel: usize, kstep: usize, c: &mut [std::arch::x86_64::__m512; 2 * DP_FRAMES]) {
+    use std::arch::x86_64::*;
+    let mut acc = *c;
+    for kk in 0..k {
+        let a = xa.add(kk * tstep);
+        let b0p = w0.add(kk * kstep);
+        let b1p = b0p.add(panel);
+        for q in 0..pairs {
+            let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(b0p.add(32 * q) as *const _));
+            let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(b1p.add(32 * q) as *const _));
+            for f in 0..DP_FRAMES {
+                let v = (a.add(f * fstride + 2 * q) as *const i32).read_unaligned();
+                let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(v));
+                acc[2 * f] = _mm512_dpbf16_ps(acc[2 * f], av, b0);
+                acc[2 * f + 1] = _mm512_dpbf16_ps(acc[2 * f + 1], av, b1);
+            }
+        }
+    }
+    *c = acc;
+}
+
 #[cfg(test)]
 mod tests {
     use super::{bf16_bits, ConvBf16};
@@ -235,12 +333,14 @@ mod tests {
 
     #[test]
     fn matches_f64_reference_on_bf16_values() {
-        for &(cout, cin, k, stride, dil, tout) in &[(40usize, 70usize, 3usize, 1usize, 1usize, 45usize), (64, 32, 7, 1, 3, 70), (22, 128, 1, 2, 1, 33), (32, 5, 5, 3, 2, 17)] {
+        // The last case is over 2^20 multiply-adds: its rows are split over the pool.
+        for &(cout, cin, k, stride, dil, tout) in &[(40usize, 70usize, 3usize, 1usize, 1usize, 45usize), (64, 32, 7, 1, 3, 70), (22, 128, 1, 2, 1, 33), (32, 5, 5, 3, 2, 17), (48, 96, 3, 1, 1, 301)] {
             let w: Vec<f32> = (0..cout * cin * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 61.0).collect();
             let Some(conv) = ConvBf16::new(&w, cout, cin, k) else {
-                eprintln!("no AMX-BF16 here: nothing to test");
+                eprintln!("neither AMX-BF16 nor AVX512-BF16 here: nothing to test");
                 return;
             };
+            eprintln!("{conv:?}");
             let ld = conv.ld();
             let frames = conv.frames_needed(tout, stride, dil);
             let xf: Vec<f32> = (0..frames * cin).map(|i| ((i * 13 % 47) as f32 - 23.0) / 17.0 + (i as f32 * 1e-3).sin()).collect();

@@ -86,3 +86,16 @@ pub fn has_lanes() -> bool {
         false
     })
 }
+
+/// Whether [`ConvBf16`](super::ConvBf16) and [`DenseMatrix`](super::DenseMatrix) run their
+/// bf16 products on AVX512-BF16 (`vdpbf16ps`): AVX-512 as above plus AVX512_BF16, on machines
+/// where AMX-BF16 does not take them ([`KernelOptions::avx512_bf16`](super::KernelOptions::avx512_bf16)).
+pub fn has_avx512_bf16() -> bool {
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    cached(&STATE, || {
+        #[cfg(target_arch = "x86_64")]
+        return has_avx512() && std::is_x86_feature_detected!("avx512bf16") && options().avx512_bf16 && !super::has_amx_bf16();
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}

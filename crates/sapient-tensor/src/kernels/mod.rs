@@ -47,7 +47,7 @@ use candle_core::quantized::QTensor;
 pub use act::{exp_in_place, gelu_erf_in_place};
 pub use attention::{axpy_f16, dot_f32_f16, scores_chunks, softmax_unnormalized, values_f16, MAX_QUERIES, MAX_VALUE_ROWS};
 pub use dense::matmul_f32;
-pub use detect::{has_amx, has_avx2, has_avx512, has_lanes, has_vnni};
+pub use detect::{has_amx, has_avx2, has_avx512, has_avx512_bf16, has_lanes, has_vnni};
 pub use memory::{huge_pages, huge_pages_for, release_freed};
 pub(crate) use memory::Ahead;
 use memory::prefetch;

@@ -44,6 +44,9 @@ pub struct KernelOptions {
     pub avx512: bool,
     /// Allow the AMX kernels for Q4_K/Q6_K batches.
     pub amx: bool,
+    /// Allow the AVX512-BF16 (`vdpbf16ps`) kernels of [`ConvBf16`](super::ConvBf16) and
+    /// [`DenseMatrix`](super::DenseMatrix) where AMX-BF16 is absent.
+    pub avx512_bf16: bool,
     pub amx_q6k: AmxQ6k,
     /// Allow the AVX-512 kernels that take sixteen weight rows at a time for the 32-value
     /// formats (they need AVX-512 BITALG too; batches of rows cost far less with them).
@@ -77,6 +80,7 @@ impl Default for KernelOptions {
             vnni: true,
             avx512: true,
             amx: true,
+            avx512_bf16: true,
             amx_q6k: AmxQ6k::Auto,
             lanes: true,
             lanes_formats: LanesFormats::default(),
@@ -92,7 +96,7 @@ impl Default for KernelOptions {
 impl KernelOptions {
     /// Options from the environment, for binaries (`sapient`, `cargo xtask`):
     /// `SAPIENT_THREADS=N`, `SAPIENT_NO_AVX2`, `SAPIENT_NO_VNNI`, `SAPIENT_NO_AVX512`,
-    /// `SAPIENT_NO_AMX` (set = off), `SAPIENT_AMX_Q6K=all|never`, `SAPIENT_LANES=q4|all`,
+    /// `SAPIENT_NO_AMX`, `SAPIENT_NO_AVX512_BF16` (set = off), `SAPIENT_AMX_Q6K=all|never`, `SAPIENT_LANES=q4|all`,
     /// `SAPIENT_PREFETCH="t0:BYTES,t1:BYTES"` (a hint left out is not used),
     /// `SAPIENT_HUGE_PAGES=0`, `SAPIENT_DENSE_ROWS=N`. Values that do not parse are named
     /// in the returned warnings and left at their defaults.
@@ -111,6 +115,7 @@ impl KernelOptions {
         o.vnni = !set("SAPIENT_NO_VNNI");
         o.avx512 = !set("SAPIENT_NO_AVX512");
         o.amx = !set("SAPIENT_NO_AMX");
+        o.avx512_bf16 = !set("SAPIENT_NO_AVX512_BF16");
         o.lanes = !set("SAPIENT_NO_LANES");
         match var("SAPIENT_LANES").as_deref() {
             None => {}
