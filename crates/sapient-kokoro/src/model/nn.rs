@@ -75,11 +75,12 @@ impl Linear {
     }
 }
 
-/// `nn.Conv1d` (weight norm already folded). Convolutions on the CPU run on a
-/// [`DenseMatrix`] (AMX-BF16 products at close to f32 accuracy where the CPU has them, f32
-/// GEMMs elsewhere) over time-major im2col rows: the input as `[t, in]`, each output frame's
-/// row the `k` input frames it reads (`[k, in]`, the weight reordered to `[out, k, in]` at
-/// load), by blocks of rows so the columns stay in cache; the others go through candle.
+/// `nn.Conv1d` (weight norm already folded). Convolutions on the CPU run as [`ConvBf16`]
+/// (bf16 implicit GEMMs over bf16 frames) where AMX-BF16 or AVX512-BF16 runs them; elsewhere
+/// on a [`DenseMatrix`] (f32 GEMMs) over time-major im2col rows: the input as `[t, in]`, each
+/// output frame's row the `k` input frames it reads (`[k, in]`, the weight reordered to
+/// `[out, k, in]` at load), by blocks of rows so the columns stay in cache; on other devices
+/// through candle.
 pub struct Conv1d {
     /// (out, in, k)
     dims: (usize, usize, usize),
@@ -92,7 +93,7 @@ pub struct Conv1d {
 enum ConvImpl {
     /// `[out, k * in]` (tap-major rows) and the bias (zeros when the layer has none).
     Dense(DenseMatrix, Vec<f32>),
-    /// bf16 weights for AMX-BF16 products over bf16 input frames, and the bias.
+    /// bf16 weights for AMX-BF16 or AVX512-BF16 products over bf16 input frames, and the bias.
     Bf16(ConvBf16, Vec<f32>),
     /// Another device: candle's conv1d.
     Candle(Tensor, Option<Tensor>),

@@ -1,4 +1,4 @@
-//! One-dimensional convolutions over time-major bf16 frames on Intel AMX-BF16, one bf16
+//! One-dimensional convolutions over time-major bf16 frames on Intel AMX-BF16 (or AVX512-BF16), one bf16
 //! product per tile (weights and activations rounded to bf16, sums in f32): a third of the
 //! tile work of [`super::DenseMatrix`]'s two-half products, for models whose activations
 //! tolerate bf16 (Kokoro's vocoder runs on int8 activations in its reference export).
@@ -13,6 +13,12 @@
 //! tiles, four tile loads per four products); the bias is added, or the result added to the
 //! output, as each 32 x 32 block is written. Rows of output frames are split over the kernel
 //! pool.
+//!
+//! Without AMX, on AVX512-BF16 (`vdpbf16ps`, Zen 4), the same packed weights serve as
+//! vectors: row `r` of a B tile is 16 output channels times input channels `2r, 2r + 1`, the
+//! pairs `vdpbf16ps` multiplies, so each step loads one row per panel, broadcasts each frame's
+//! pair of inputs, and adds into 2 panels x 8 frames of sums held in registers. Rows are
+//! split over the pool as above, and with too few rows for it, panel pairs too.
 
 use super::pool;
 

@@ -20,7 +20,12 @@
 //!
 //! Every output element depends only on its own input row and the weights, so a row gives
 //! the same bits alone or in any batch. Machines without AMX-BF16 keep the weights in f32
-//! and use [`super::matmul_f32`].
+//! and use [`super::matmul_f32`] (on AVX512-BF16 the two-half products would cost three
+//! `vdpbf16ps` per pair of products, slower than f32 FMAs).
+//!
+//! [`DenseMatrix::from_f32_bf16`] is the lower-precision option for models that tolerate
+//! it: bf16 weights and activations, one product, f32 sums, as a one-tap
+//! [`super::ConvBf16`] over the rows (AMX-BF16 or AVX512-BF16).
 
 use super::pool;
 use std::cell::RefCell;
