@@ -85,17 +85,10 @@ pub fn has_amx_bf16() -> bool {
     }
 }
 
-/// bf16 bits of `x`, rounded to nearest even.
-#[inline(always)]
-fn bf16_rne(x: f32) -> u16 {
-    let b = x.to_bits();
-    (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16
-}
-
 #[inline(always)]
 fn split1(x: f32) -> (u16, u16) {
-    let h = bf16_rne(x);
-    (h, bf16_rne(x - f32::from_bits((h as u32) << 16)))
+    let h = super::bf16_bits(x);
+    (h, super::bf16_bits(x - f32::from_bits((h as u32) << 16)))
 }
 
 /// Tiles `[n / 16][k / 32][512]` of `get(row, col)`, zero outside `n x k`.
