@@ -372,8 +372,6 @@ pub(crate) struct Cpu {
     restricted: Option<Restricted>,
     /// Attention's work units per sequence.
     units: Vec<usize>,
-    /// This step's keys as f16 bits, before they go to their slots.
-    kh: Vec<u16>,
 }
 
 type Tables = (Vec<f32>, Vec<f32>);
@@ -392,7 +390,7 @@ impl Cpu {
                 return Err(Error::Internal("the sliding-window rope tables do not match the others"));
             }
         }
-        Ok(Self { dims, cos, sin, rope_swa, restricted: None, units: Vec::new(), kh: Vec::new() })
+        Ok(Self { dims, cos, sin, rope_swa, restricted: None, units: Vec::new() })
     }
 }
 
@@ -498,41 +496,54 @@ impl Backend for Cpu {
     }
     fn rope(&mut self, x: &mut Vec<f32>, width: usize, step: &Step, table: RopeTable) {
         let d = &self.dims;
-        let half = d.rope_dim / 2;
         let (cos, sin) = match (&self.rope_swa, table) {
             (Some((c, s)), RopeTable::SlidingWindow) => (c, s),
             _ => (&self.cos, &self.sin),
         };
-        for (row, &pos) in x.chunks_exact_mut(width).zip(&step.pos) {
-            let cos = &cos[pos * half..(pos + 1) * half];
-            let sin = &sin[pos * half..(pos + 1) * half];
-            for h in row.chunks_exact_mut(d.head_dim) {
-                if d.interleaved {
-                    for i in 0..half {
-                        let (a, b) = (h[2 * i], h[2 * i + 1]);
-                        h[2 * i] = a * cos[i] - b * sin[i];
-                        h[2 * i + 1] = a * sin[i] + b * cos[i];
-                    }
-                } else {
-                    for i in 0..half {
-                        let (a, b) = (h[i], h[i + half]);
-                        h[i] = a * cos[i] - b * sin[i];
-                        h[i + half] = b * cos[i] + a * sin[i];
-                    }
-                }
-            }
-        }
+        let n = step.pos.len();
+        let per = rows_per_chunk(n, n * width);
+        pool::pool().for_each_chunk_mut(&mut x[..n * width], per * width, |c, rows| {
+            rope_rows(d, cos, sin, rows, width, &step.pos[c * per..]);
+        });
     }
+    /// Keys go transposed per block: component `c` of the key at slot `blk * bs + j` to
+    /// `kc[blk * bs * kv_out + c * bs + j]`, so that [`kernels::scores_chunks`] reads 16
+    /// consecutive positions' component `c` at once. Values go in rows. A batch's rows are
+    /// split over the kernel pool.
     fn write_kv(&mut self, kv: &mut KvCache, layer: usize, k: &Vec<f32>, v: &Vec<f32>, step: &Step) {
         let n = step.slot.len();
         let kv_out = self.dims.kv_heads * self.dims.head_dim;
         let bs = kv.block_size();
         let (kc, vc) = kv.layer_mut(layer);
-        grow(&mut self.kh, n * kv_out);
-        kernels::f32_to_f16(&k[..n * kv_out], &mut self.kh[..n * kv_out]);
-        write_keys(kc, &self.kh[..n * kv_out], &step.slot, kv_out, bs);
-        for (i, &slot) in step.slot.iter().enumerate() {
-            kernels::f32_to_f16(&v[i * kv_out..(i + 1) * kv_out], &mut vc[slot * kv_out..(slot + 1) * kv_out]);
+        let slots = kc.len() / kv_out.max(1);
+        // `plan` reserves every slot inside the pool; the unchecked writes below rely on it.
+        assert!(step.slot.iter().all(|&s| s < slots) && vc.len() >= slots * kv_out, "write_kv: a slot lies outside the KV cache");
+        let (kp, vp) = (OutPtr(kc.as_mut_ptr()), OutPtr(vc.as_mut_ptr()));
+        let rows = |r: std::ops::Range<usize>| {
+            let mut kh = [0u16; 1024];
+            for i in r {
+                let slot = step.slot[i];
+                // SAFETY: every slot is inside the layer's caches (checked above) and each row
+                // has a slot of its own (`plan` checks), so rows write disjoint elements; the
+                // caches outlive the call.
+                let vrow = unsafe { std::slice::from_raw_parts_mut(vp.ptr().add(slot * kv_out), kv_out) };
+                kernels::f32_to_f16(&v[i * kv_out..(i + 1) * kv_out], vrow);
+                let base = slot / bs * bs * kv_out + slot % bs;
+                for c0 in (0..kv_out).step_by(kh.len()) {
+                    let c1 = (c0 + kh.len()).min(kv_out);
+                    kernels::f32_to_f16(&k[i * kv_out + c0..i * kv_out + c1], &mut kh[..c1 - c0]);
+                    for (c, &x) in (c0..c1).zip(&kh[..c1 - c0]) {
+                        // SAFETY: as above; `base + c * bs` is inside the slot's block.
+                        unsafe { *kp.ptr().add(base + c * bs) = x };
+                    }
+                }
+            }
+        };
+        let per = rows_per_chunk(n, n * kv_out);
+        if per >= n {
+            rows(0..n);
+        } else {
+            pool::pool().run_chunks(n.div_ceil(per), &|c| rows(c * per..((c + 1) * per).min(n)));
         }
     }
     fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, q: &Vec<f32>, step: &Step, out: &mut Vec<f32>) {
@@ -630,7 +641,7 @@ fn runs(tab: &[u32], bs: usize, a: usize, b: usize, mut f: impl FnMut(usize, usi
 /// Causal (and sliding-window) grouped-query attention of every sequence of a batch: the
 /// rows of `seg` at positions `seg.start..seg.start + seg.n` over that sequence's cached
 /// keys and values (its block table in `tabs`). Keys are stored transposed per block
-/// (`[block][kv head x head dim][position in block]`, see [`write_keys`]), values in rows
+/// (`[block][kv head x head dim][position in block]`, see `Cpu::write_kv`), values in rows
 /// (`[slot][kv head x head dim]`).
 ///
 /// A unit of work is up to [`kernels::MAX_QUERIES`] queries that share a key/value head:
@@ -757,19 +768,40 @@ pub(crate) fn check_block_size(bs: usize) -> Result<()> {
     Ok(())
 }
 
-/// Rows of keys (`kv_out` values each, f16 bits) into their slots of a layer's key cache,
-/// transposed per block: component `c` of the key at slot `blk * bs + j` goes to
-/// `kc[blk * bs * kv_out + c * bs + j]`, so that [`kernels::scores_chunks`] reads 16
-/// consecutive positions' component `c` at once.
-fn write_keys(kc: &mut [u16], keys: &[u16], slots: &[usize], kv_out: usize, bs: usize) {
-    for (key, &slot) in keys.chunks_exact(kv_out).zip(slots) {
-        let base = slot / bs * bs * kv_out + slot % bs;
-        for (c, &x) in key.iter().enumerate() {
-            kc[base + c * bs] = x;
+/// Rows per chunk when `n` rows (`values` values in all) of cheap per-row work are split over
+/// the kernel pool: one chunk per thread for a batch's step (otherwise the pool's other threads
+/// wait on it), all rows at once below 2048 values.
+fn rows_per_chunk(n: usize, values: usize) -> usize {
+    let nth = pool::pool().threads();
+    if n < 2 || nth == 1 || values < 2048 {
+        return n.max(1);
+    }
+    n.div_ceil(nth)
+}
+
+/// RoPE on `rows` (`width` values each: heads of `d.head_dim`) at positions `pos`.
+fn rope_rows(d: &Dims, cos: &[f32], sin: &[f32], rows: &mut [f32], width: usize, pos: &[usize]) {
+    let half = d.rope_dim / 2;
+    for (row, &pos) in rows.chunks_exact_mut(width).zip(pos) {
+        let cos = &cos[pos * half..(pos + 1) * half];
+        let sin = &sin[pos * half..(pos + 1) * half];
+        for h in row.chunks_exact_mut(d.head_dim) {
+            if d.interleaved {
+                for i in 0..half {
+                    let (a, b) = (h[2 * i], h[2 * i + 1]);
+                    h[2 * i] = a * cos[i] - b * sin[i];
+                    h[2 * i + 1] = a * sin[i] + b * cos[i];
+                }
+            } else {
+                for i in 0..half {
+                    let (a, b) = (h[i], h[i + half]);
+                    h[i] = a * cos[i] - b * sin[i];
+                    h[i + half] = b * cos[i] + a * sin[i];
+                }
+            }
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {

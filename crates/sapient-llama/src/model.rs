@@ -669,5 +669,13 @@ fn plan(kv: &KvCache, batch: &[BatchSeq<'_>], step: &mut Step) -> Result<()> {
             Some(Logits::All) => step.out_rows.extend(row0..row0 + m),
         }
     }
+    // Every row has a slot of its own (the backend writes rows' keys and values in parallel).
+    if step.slot.len() > 1 {
+        let mut seen = step.slot.clone();
+        seen.sort_unstable();
+        if seen.windows(2).any(|w| w[0] == w[1]) {
+            return Err(Error::Internal("two rows of a batch write the same KV cache slot"));
+        }
+    }
     Ok(())
 }

@@ -919,9 +919,10 @@ pub fn offset(t: QType) -> i32 {
 }
 
 /// `-offset * sum(qs)` of each block (the integer correction of the offset formats).
-pub fn corrections(blocks: &[BlockQ8], off: i32, out: &mut Vec<i32>) {
-    out.clear();
-    out.extend(blocks.iter().map(|b| -off * b.qs.iter().map(|&q| q as i32).sum::<i32>()));
+pub fn corrections(blocks: &[BlockQ8], off: i32, out: &mut [i32]) {
+    for (c, b) in out.iter_mut().zip(blocks) {
+        *c = -off * b.qs.iter().map(|&q| q as i32).sum::<i32>();
+    }
 }
 
 /// The lane kernels' arithmetic in plain Rust, for one weight row (format `t`) and one

@@ -229,14 +229,18 @@ pub fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
 /// `min(g.len(), u.len())` values. `e^-x` comes from [`exp_approx`], computed by the same
 /// operations in every SIMD width and in the portable code, so results do not depend on the
 /// machine's instruction set. A decode step of Qwen2.5-0.5B spent ~280 us per token in libm's
-/// scalar `expf` here. Long inputs (prefill) are split over the kernel pool.
+/// scalar `expf` here. From 8k values (a batch's step, a prompt) the values are split over the
+/// kernel pool, in pieces of at most 16k: on one thread the pool's other threads would wait.
 pub fn silu_mul(g: &mut [f32], u: &[f32]) {
     const CHUNK: usize = 16 * 1024;
     let n = g.len().min(u.len());
+    if n < 8 * 1024 {
+        return silu_mul_range(&mut g[..n], &u[..n]);
+    }
+    let chunk = (n.div_ceil(pool::pool().threads()).div_ceil(16) * 16).min(CHUNK);
     let gp = SendPtr(g.as_mut_ptr());
-    // Inline below 64k values (run_chunks' threshold), as a decode step's 4864.
-    run_chunks(n.div_ceil(CHUNK), n, &|c| {
-        let r = c * CHUNK..((c + 1) * CHUNK).min(n);
+    pool::pool().run_chunks(n.div_ceil(chunk), &|c| {
+        let r = c * chunk..((c + 1) * chunk).min(n);
         // SAFETY: chunks are disjoint ranges of `g`, which outlives the call.
         let gs = unsafe { std::slice::from_raw_parts_mut(gp.ptr().add(r.start), r.len()) };
         silu_mul_range(gs, &u[r]);
@@ -297,7 +301,15 @@ pub(crate) const EXP_TAYLOR: [f64; 12] = {
 
 /// Round f32 values to f16 (raw bits), e.g. into an f16 KV cache.
 pub fn f32_to_f16(x: &[f32], out: &mut [u16]) {
-    for (o, v) in out.iter_mut().zip(x) {
+    let n = x.len().min(out.len());
+    #[allow(unused_mut)]
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: AVX2 and F16C are present; the kernel stays inside the first `n` values.
+        done = unsafe { avx2::f32_to_f16(&x[..n], &mut out[..n]) };
+    }
+    for (o, v) in out[done..n].iter_mut().zip(&x[done..n]) {
         *o = half::f16::from_f32(*v).to_bits();
     }
 }
@@ -843,6 +855,18 @@ fn run_chunks(chunks: usize, work: usize, job: &(dyn Fn(usize) + Sync)) {
     }
 }
 
+/// Run `f` on the rows `0..m` of an activation layout (`values` values in all): one range
+/// per thread of the kernel pool when there are several rows and enough values to pay for a
+/// dispatch, else all rows on the calling thread. Each row comes out the same either way.
+fn by_rows(m: usize, values: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    let nth = pool::pool().threads();
+    if m < 2 || nth == 1 || values < 2048 {
+        return f(0..m);
+    }
+    let per = m.div_ceil(nth);
+    pool::pool().run_chunks(m.div_ceil(per), &|c| f(c * per..((c + 1) * per).min(m)));
+}
+
 /// Weight rows per chunk of a product over `rows` weight rows and `m` activation rows.
 fn chunk_len(rows: usize, m: usize) -> usize {
     let nth = pool::pool().threads();
@@ -901,6 +925,14 @@ fn take_scratch<T: Clone + Default + 'static>(key: &'static std::thread::LocalKe
     v.clear();
     v.resize(n, T::default());
     v
+}
+
+/// [`take_scratch`] when `n > 0`, else an empty vector (the slot stays for another user).
+fn take_scratch_if<T: Clone + Default + 'static>(key: &'static std::thread::LocalKey<RefCell<Vec<T>>>, n: usize) -> Vec<T> {
+    if n == 0 {
+        return Vec::new();
+    }
+    take_scratch(key, n)
 }
 
 /// Give a scratch vector back to its per-thread slot (the larger one stays).
@@ -986,52 +1018,96 @@ impl QuantizedActs {
             #[cfg(target_arch = "x86_64")]
             amx_sbs: Vec::new(),
         };
-        if k_quant {
-            let mut v = take_scratch(&SCRATCH_Q8K, m * cols / 256);
-            for (xr, br) in x.chunks_exact(cols).zip(v.chunks_exact_mut(cols / 256)) {
-                quantize_q8k(xr, br);
-            }
-            s.q8k = v;
-        } else {
-            let mut v = take_scratch(&SCRATCH_Q8, m * cols / 32);
-            for (xr, br) in x.chunks_exact(cols).zip(v.chunks_exact_mut(cols / 32)) {
-                quantize_q8(xr, br);
-            }
-            s.q8 = v;
-        }
+        // The layout the products take, decided before any row is quantized so that each
+        // row range below is quantized and laid out in one pass, on the kernel pool when
+        // there are several rows (a batch's decode step: otherwise the pool's other threads
+        // wait on this serial work before every product).
         #[cfg(target_arch = "x86_64")]
-        if wide && !k_quant && lanes && lanes::handles(t) {
-            s.lay_out_lanes(t);
-            return s;
-        }
+        let to_lanes = wide && !k_quant && lanes && lanes::handles(t);
         #[cfg(target_arch = "x86_64")]
-        if wide && amx::use_for(t, m) && has_amx() {
-            let nsb = cols / 256;
-            let chunks = amx::chunks(t, m);
-            let mut tiles = take_scratch(&SCRATCH_AMX_TILES, chunks * nsb * 4);
-            let mut sbs = take_scratch(&SCRATCH_AMX_SBS, chunks * nsb);
-            amx::acts_from(t, &s.q8k, m, nsb, &mut tiles, &mut sbs);
-            s.amx_g = amx::groups(t);
-            s.amx_tiles = tiles;
-            s.amx_sbs = sbs;
-            return s;
-        }
+        let to_amx = !to_lanes && wide && amx::use_for(t, m) && has_amx();
         #[cfg(target_arch = "x86_64")]
-        if wide && has_avx512() && wide_format(t) {
-            s.wide = true;
-            if k_quant {
-                let mut v = take_scratch(&SCRATCH_BLOCKK, s.q8k.len());
-                avx512::blockk_from(&s.q8k, &mut v);
-                s.blockk = v;
+        let to_wide = !to_lanes && !to_amx && wide && has_avx512() && wide_format(t);
+        let (nq8, nq8k) = if k_quant { (0, cols / 256) } else { (cols / 32, 0) };
+        s.q8 = take_scratch_if(&SCRATCH_Q8, m * nq8);
+        s.q8k = take_scratch_if(&SCRATCH_Q8K, m * nq8k);
+        #[cfg(target_arch = "x86_64")]
+        let (npairs, nk) = (if to_wide && !k_quant { nq8.div_ceil(2) } else { 0 }, if to_wide && k_quant { nq8k } else { 0 });
+        #[cfg(target_arch = "x86_64")]
+        {
+            s.off = if to_lanes {
+                lanes::offset(t)
+            } else if to_wide && !k_quant {
+                avx512::offset(t)
             } else {
-                let per = (cols / 32).div_ceil(2);
-                let mut v = take_scratch(&SCRATCH_PAIRS, m * per);
-                let off = avx512::offset(t);
-                s.off = off;
-                for (br, pr) in s.q8.chunks_exact(cols / 32).zip(v.chunks_exact_mut(per)) {
-                    avx512::pairs_from(br, off, pr);
+                0
+            };
+            if to_lanes && s.off != 0 {
+                s.corr = take_scratch(&SCRATCH_CORR, m * nq8);
+            }
+            s.pairs = take_scratch_if(&SCRATCH_PAIRS, m * npairs);
+            s.blockk = take_scratch_if(&SCRATCH_BLOCKK, m * nk);
+        }
+        {
+            let q8 = SendPtr(s.q8.as_mut_ptr());
+            let q8k = SendPtr(s.q8k.as_mut_ptr());
+            #[cfg(target_arch = "x86_64")]
+            let (corr, pairs, blockk) = (SendPtr(s.corr.as_mut_ptr()), SendPtr(s.pairs.as_mut_ptr()), SendPtr(s.blockk.as_mut_ptr()));
+            #[cfg(target_arch = "x86_64")]
+            let (with_corr, off) = (!s.corr.is_empty(), s.off);
+            let rows = |r: std::ops::Range<usize>| {
+                // SAFETY: each call gets its own range of rows, and every buffer holds `m`
+                // rows of its per-row length, so the slices below are disjoint parts of
+                // buffers that outlive the call.
+                let part = |p: *mut u8, per: usize, size: usize| unsafe { (p.add(r.start * per * size), r.len() * per) };
+                let xs = &x[r.start * cols..r.end * cols];
+                if k_quant {
+                    let (p, n) = part(q8k.ptr() as *mut u8, nq8k, std::mem::size_of::<BlockQ8K>());
+                    let out = unsafe { std::slice::from_raw_parts_mut(p as *mut BlockQ8K, n) };
+                    for (xr, br) in xs.chunks_exact(cols).zip(out.chunks_exact_mut(nq8k)) {
+                        quantize_q8k(xr, br);
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    if nk > 0 {
+                        let (p, n) = part(blockk.ptr() as *mut u8, nk, std::mem::size_of::<avx512::BlockK>());
+                        avx512::blockk_from(out, unsafe { std::slice::from_raw_parts_mut(p as *mut avx512::BlockK, n) });
+                    }
+                } else {
+                    let (p, n) = part(q8.ptr() as *mut u8, nq8, std::mem::size_of::<BlockQ8>());
+                    let out = unsafe { std::slice::from_raw_parts_mut(p as *mut BlockQ8, n) };
+                    for (xr, br) in xs.chunks_exact(cols).zip(out.chunks_exact_mut(nq8)) {
+                        quantize_q8(xr, br);
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    if with_corr {
+                        let (p, n) = part(corr.ptr() as *mut u8, nq8, std::mem::size_of::<i32>());
+                        lanes::corrections(out, off, unsafe { std::slice::from_raw_parts_mut(p as *mut i32, n) });
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    if npairs > 0 {
+                        let (p, n) = part(pairs.ptr() as *mut u8, npairs, std::mem::size_of::<avx512::Pair>());
+                        let prs = unsafe { std::slice::from_raw_parts_mut(p as *mut avx512::Pair, n) };
+                        for (br, pr) in out.chunks_exact(nq8).zip(prs.chunks_exact_mut(npairs)) {
+                            avx512::pairs_from(br, off, pr);
+                        }
+                    }
                 }
-                s.pairs = v;
+            };
+            by_rows(m, m * cols, &rows);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            s.lanes = to_lanes;
+            s.wide = to_wide;
+            if to_amx {
+                let nsb = cols / 256;
+                let chunks = amx::chunks(t, m);
+                let mut tiles = take_scratch(&SCRATCH_AMX_TILES, chunks * nsb * 4);
+                let mut sbs = take_scratch(&SCRATCH_AMX_SBS, chunks * nsb);
+                amx::acts_from(t, &s.q8k, m, nsb, &mut tiles, &mut sbs);
+                s.amx_g = amx::groups(t);
+                s.amx_tiles = tiles;
+                s.amx_sbs = sbs;
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -1039,12 +1115,12 @@ impl QuantizedActs {
         s
     }
     /// Lay out (quantized 32-value) activations for the lane kernels of format `t`.
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(test, target_arch = "x86_64"))]
     fn lay_out_lanes(&mut self, t: QType) {
         self.lanes = true;
         self.off = lanes::offset(t);
         if self.off != 0 {
-            let mut c = take_scratch(&SCRATCH_CORR, 0);
+            let mut c = take_scratch(&SCRATCH_CORR, self.q8.len());
             lanes::corrections(&self.q8, self.off, &mut c);
             self.corr = c;
         }

@@ -781,3 +781,65 @@ fn pack_for_lanes_keeps_products_and_rows() {
         }
     }
 }
+
+/// The vectorised f32 -> f16 conversion rounds as `half` does from the exact value (every
+/// length, so the scalar tail is covered too; infinities, overflow, subnormals, ties).
+#[test]
+fn f32_to_f16_matches_half() {
+    let mut x = data(1000, 77);
+    for v in x.iter_mut().step_by(3) {
+        *v *= 70000.0;
+    }
+    for v in x.iter_mut().skip(1).step_by(5) {
+        *v *= 1e-6;
+    }
+    x.extend([f32::INFINITY, f32::NEG_INFINITY, 65520.0, -65504.0, 1.0 + 1.0 / 2048.0, 1.0 + 3.0 / 2048.0, 0.0, -0.0, 5.96e-8, 2.98e-8]);
+    for n in [0, 1, 7, 8, 9, 15, 16, 17, x.len()] {
+        let mut got = vec![0u16; n];
+        f32_to_f16(&x[..n], &mut got);
+        for (i, (&g, &v)) in got.iter().zip(&x[..n]).enumerate() {
+            assert_eq!(g, half::f16::from_f64(v as f64).to_bits(), "value {i} of {n}: {v}");
+        }
+    }
+}
+
+/// Activations quantized and laid out for a product of many rows (split over the kernel pool)
+/// are, row by row, what each row gives alone.
+#[test]
+fn batched_activation_layouts_match_single_rows() {
+    let (m, cols) = (13, 1024);
+    let x = data(m * cols, 5);
+    for t in ALL {
+        #[cfg(target_arch = "x86_64")]
+        let variants = [(false, false), (has_avx512() && wide_format(t), false), (has_avx512() && wide_format(t), has_lanes() && lanes::handles(t))];
+        #[cfg(not(target_arch = "x86_64"))]
+        let variants = [(false, false)];
+        for (wide, lanes_) in variants {
+            let all = QuantizedActs::with_kernels_lanes(t, &x, m, cols, wide, lanes_);
+            for i in 0..m {
+                let one = QuantizedActs::with_kernels_lanes(t, &x[i * cols..(i + 1) * cols], 1, cols, wide, lanes_);
+                let what = format!("{t:?} wide {wide} lanes {lanes_} row {i}");
+                if t.k_quant() {
+                    let (a, b) = (all.row_q8k(i), one.row_q8k(0));
+                    assert!(a.iter().zip(b).all(|(p, q)| p.d.to_bits() == q.d.to_bits() && p.qs == q.qs && p.bsums == q.bsums), "{what}");
+                } else {
+                    let (a, b) = (all.row_q8(i), one.row_q8(0));
+                    assert!(a.iter().zip(b).all(|(p, q)| p.d.to_bits() == q.d.to_bits() && p.s.to_bits() == q.s.to_bits() && p.qs == q.qs), "{what}");
+                }
+                let nb = cols / 32;
+                assert_eq!(all.corr.get(i * nb..(i + 1) * nb).unwrap_or(&[]), &one.corr[..], "{what}: corrections");
+                #[cfg(target_arch = "x86_64")]
+                {
+                    assert_eq!(all.wide, one.wide, "{what}");
+                    if all.wide && t.k_quant() {
+                        let (a, b) = (all.row_k(i), one.row_k(0));
+                        assert!(a.iter().zip(b).all(|(p, q)| p.qs == q.qs && p.bsums == q.bsums && p.bs32 == q.bs32 && p.d.to_bits() == q.d.to_bits()), "{what}: blocks");
+                    } else if all.wide {
+                        let (a, b) = (all.row_pairs(i), one.row_pairs(0));
+                        assert!(a.iter().zip(b).all(|(p, q)| p.qs == q.qs && p.c == q.c), "{what}: pairs");
+                    }
+                }
+            }
+        }
+    }
+}
