@@ -927,12 +927,20 @@ fn take_scratch<T: Clone + Default + 'static>(key: &'static std::thread::LocalKe
     v
 }
 
-/// [`take_scratch`] when `n > 0`, else an empty vector (the slot stays for another user).
-fn take_scratch_if<T: Clone + Default + 'static>(key: &'static std::thread::LocalKey<RefCell<Vec<T>>>, n: usize) -> Vec<T> {
+/// A per-thread scratch vector of length `n` for a caller that overwrites every element: its
+/// contents are left from the last use (a batch's activations are not zeroed just before
+/// they are written), and an empty vector when `n` is 0 (the slot stays for another user).
+fn take_to_fill<T: Clone + Default + 'static>(key: &'static std::thread::LocalKey<RefCell<Vec<T>>>, n: usize) -> Vec<T> {
     if n == 0 {
         return Vec::new();
     }
-    take_scratch(key, n)
+    let mut v = key.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    if v.len() < n {
+        v.resize(n, T::default());
+    } else {
+        v.truncate(n);
+    }
+    v
 }
 
 /// Give a scratch vector back to its per-thread slot (the larger one stays).
@@ -1029,8 +1037,8 @@ impl QuantizedActs {
         #[cfg(target_arch = "x86_64")]
         let to_wide = !to_lanes && !to_amx && wide && has_avx512() && wide_format(t);
         let (nq8, nq8k) = if k_quant { (0, cols / 256) } else { (cols / 32, 0) };
-        s.q8 = take_scratch_if(&SCRATCH_Q8, m * nq8);
-        s.q8k = take_scratch_if(&SCRATCH_Q8K, m * nq8k);
+        s.q8 = take_to_fill(&SCRATCH_Q8, m * nq8);
+        s.q8k = take_to_fill(&SCRATCH_Q8K, m * nq8k);
         #[cfg(target_arch = "x86_64")]
         let (npairs, nk) = (if to_wide && !k_quant { nq8.div_ceil(2) } else { 0 }, if to_wide && k_quant { nq8k } else { 0 });
         #[cfg(target_arch = "x86_64")]
@@ -1043,10 +1051,10 @@ impl QuantizedActs {
                 0
             };
             if to_lanes && s.off != 0 {
-                s.corr = take_scratch(&SCRATCH_CORR, m * nq8);
+                s.corr = take_to_fill(&SCRATCH_CORR, m * nq8);
             }
-            s.pairs = take_scratch_if(&SCRATCH_PAIRS, m * npairs);
-            s.blockk = take_scratch_if(&SCRATCH_BLOCKK, m * nk);
+            s.pairs = take_to_fill(&SCRATCH_PAIRS, m * npairs);
+            s.blockk = take_to_fill(&SCRATCH_BLOCKK, m * nk);
         }
         {
             let q8 = SendPtr(s.q8.as_mut_ptr());
