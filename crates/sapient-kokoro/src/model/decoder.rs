@@ -341,7 +341,8 @@ impl Generator {
             fast::leaky_relu_in_place(&mut x, 0.1);
             let (nc, tn) = self.noise_convs[u].forward_tc(&har, hf)?;
             let xs = self.noise_res[u].styled(s)?.forward_tc(nc, tn)?;
-            let (mut y, mut ty) = self.ups[u].forward_tc(&x, t)?;
+            // the previous stage's output is not read again: freed before the resblocks
+            let (mut y, mut ty) = self.ups[u].forward_tc(&std::mem::take(&mut x), t)?;
             if u + 1 == self.ups.len() {
                 // ReflectionPad1d((1, 0)): frame 1 in front
                 let c = y.len() / ty;
@@ -357,11 +358,18 @@ impl Generator {
                 *a += b;
             }
             drop(xs);
-            let mut acc = vec![0f32; y.len()];
-            for r in &self.resblocks[u * nk..(u + 1) * nk] {
-                let z = r.styled(s)?.forward_tc(y.clone(), ty)?;
-                for (a, b) in acc.iter_mut().zip(&z) {
-                    *a += b;
+            // the first block's output becomes the sum (no zeroed buffer beside it), the last
+            // block takes `y` itself instead of a copy
+            let mut acc = Vec::new();
+            for (i, r) in self.resblocks[u * nk..(u + 1) * nk].iter().enumerate() {
+                let input = if i + 1 == nk { std::mem::take(&mut y) } else { y.clone() };
+                let z = r.styled(s)?.forward_tc(input, ty)?;
+                if i == 0 {
+                    acc = z;
+                } else {
+                    for (a, b) in acc.iter_mut().zip(&z) {
+                        *a += b;
+                    }
                 }
             }
             let inv = 1.0 / nk as f32;
