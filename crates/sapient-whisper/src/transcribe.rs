@@ -449,7 +449,7 @@ impl Transcriber {
                 let chunk_end = b as f64 / SAMPLE_RATE as f64;
                 let seed = opts.seed.wrapping_add(seek_of(time_offset) as u64);
                 let base = DecodeOptions { seed, ..base.clone() };
-                let result = self.decode_with_fallback(cross, &base, opts, Some(r))?;
+                let (result, _) = self.decode_with_fallback(cross, &base, opts, Some(r))?;
                 if let Some(nst) = opts.no_speech_threshold {
                     let speech = opts.logprob_threshold.is_some_and(|lt| result.avg_logprob > lt);
                     if result.no_speech_prob > nst && !speech {
@@ -646,7 +646,7 @@ impl Transcriber {
                 return Ok(());
             }
         }
-        let result = self.decode_with_fallback(&cross, &base, opts, None)?;
+        let (result, unprompted) = self.decode_with_fallback(&cross, &base, opts, None)?;
 
         if let Some(nst) = opts.no_speech_threshold {
             let mut skip = result.no_speech_prob > nst;
@@ -715,6 +715,11 @@ impl Transcriber {
                     st.seek = (e * 100.0).round() as usize;
                 }
             }
+        }
+        if unprompted {
+            // decoded without the previous text: the next window is conditioned on this
+            // window's text only
+            st.prompt_reset_since = st.all_tokens.len();
         }
         for mut seg in segs {
             if seg.start == seg.end || seg.text.trim().is_empty() {
@@ -797,14 +802,31 @@ impl Transcriber {
     }
 
     /// Decode with the temperature fallback; `first`, when given, is the result at the first
-    /// temperature (decoded already, in a batch).
-    fn decode_with_fallback(&self, cross: &crate::model::CrossKv, base: &DecodeOptions, opts: &TranscribeOptions, first: Option<DecodeResult>) -> Result<DecodeResult> {
+    /// temperature (decoded already, in a batch). Returns the result and whether it was
+    /// decoded without the prompt.
+    ///
+    /// A prompted decode at temperature 0 that repeats itself (stopped in a loop, or over the
+    /// compression threshold) is decoded once more at temperature 0 without the prompt
+    /// (openai-whisper's `condition_on_previous_text=False` for this window) before the
+    /// sampled temperatures: the previous text is what a repetition loop most often copies
+    /// (a window that starts in the middle of the prompt's last sentence hears it again and
+    /// repeats it), and a deterministic decode of the audio alone is a better next try than
+    /// a sample.
+    fn decode_with_fallback(&self, cross: &crate::model::CrossKv, base: &DecodeOptions, opts: &TranscribeOptions, first: Option<DecodeResult>) -> Result<(DecodeResult, bool)> {
         // Every temperature's result, and whether its compression ratio passed.
         let mut tried: Vec<(DecodeResult, bool)> = Vec::new();
         let mut first = first;
-        for (i, &t) in opts.temperatures.iter().enumerate() {
+        let mut unprompted_retry = !base.prompt.is_empty();
+        let mut plan: Vec<(usize, f32, bool)> = opts.temperatures.iter().enumerate().map(|(i, &t)| (i, t, false)).collect();
+        let mut k = 0;
+        while k < plan.len() {
+            let (i, t, unprompted) = plan[k];
+            k += 1;
             let mut o = base.clone();
             o.temperature = t;
+            if unprompted {
+                o.prompt.clear();
+            }
             // A generator of its own for each temperature: with one seed for all, every
             // temperature drew the same uniforms, so the retries were not independent tries
             // (faster-whisper's sampler runs on between them).
@@ -841,14 +863,22 @@ impl Transcriber {
                     fallback = false; // silence: no point in trying harder
                 }
             }
-            tracing::debug!(temperature = t, avg_logprob = r.avg_logprob, compression = r.compression_ratio, fallback, looped = r.looped, "window decoded");
+            tracing::debug!(temperature = t, unprompted, avg_logprob = r.avg_logprob, compression = r.compression_ratio, fallback, looped = r.looped, "window decoded");
             tracing::trace!(tokens = ?r.tokens, "window tokens");
             if !fallback {
-                return Ok(r);
+                return Ok((r, unprompted));
             }
-            tried.push((r, compression_ok));
+            if t == 0.0 && !compression_ok && unprompted_retry {
+                unprompted_retry = false;
+                plan.insert(k, (i, t, true));
+            }
+            // a failed unprompted retry is not kept: the fallback's results are prompted
+            if !unprompted {
+                tried.push((r, compression_ok));
+            }
         }
-        pick_after_fallback(tried).ok_or_else(|| Error::Options("no temperature to decode with".into()))
+        let r = pick_after_fallback(tried).ok_or_else(|| Error::Options("no temperature to decode with".into()))?;
+        Ok((r, false))
     }
 }
 

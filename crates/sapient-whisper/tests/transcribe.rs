@@ -287,3 +287,35 @@ fn q8_0_long_form_keeps_the_words() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn base_q8_0_greedy_long_form_does_not_loop() -> Result<()> {
+    // Whisper base greedy on the benchmark's 59.5 s file: the second window starts (at the
+    // last timestamp, 28.0 s) inside the prompt's last sentence, and decoded with the prompt
+    // at temperature 0 it repeats that sentence in a loop (and the sampled fallback then
+    // made 8 errors in 142 words). Decoded again at temperature 0 without the prompt, it
+    // does not loop: no window needs the sampled fallback, no segment repeats the one before,
+    // and it makes faster-whisper int8's 3 errors (one is "himself" said again at 28.0 s).
+    if !base_enabled() {
+        eprintln!("skipped: SAPIENT_WHISPER_BASE=1 runs Whisper base");
+        return Ok(());
+    }
+    let onnx = preset("silero-vad").file("onnx").expect("silero onnx").to_path_buf();
+    let vad = sapient_audio::SileroVad::load(onnx, &candle_core::Device::Cpu)?;
+    let load = sapient_whisper::LoadOptions::quantized(candle_core::quantized::GgmlDType::Q8_0);
+    let t = Transcriber::load_with("whisper-base", &candle_core::Device::Cpu, load, &mut |_| {})?.with_vad(vad);
+    let (audio, text) = long_audio(2);
+    let r = t.transcribe(&audio, &TranscribeOptions::default())?;
+    let (e, n) = wer_counts(&text, &r.text);
+    eprintln!("base q8_0 greedy: {e}/{n}\n{}", r.render(OutputFormat::Srt));
+    check_segments(&r);
+    for s in &r.segments {
+        assert_eq!(s.temperature, 0.0, "segment decoded by the sampled fallback: {s:?}");
+    }
+    for w in r.segments.windows(2) {
+        let (a, b) = (w[0].text.trim().to_lowercase(), w[1].text.trim().to_lowercase());
+        assert!(!a.ends_with(&b) && !b.starts_with(&a), "repeated: {a:?} then {b:?}");
+    }
+    assert!(e <= 4, "{e}/{n} word errors: {}", r.text);
+    Ok(())
+}
