@@ -202,15 +202,28 @@ impl DenseMatrix {
                     let frames = c.frames_needed(m, 1, 1);
                     a.clear();
                     a.resize(frames * ld, 0);
-                    for (row, dst) in x[..m * k].chunks_exact(k).zip(a.chunks_exact_mut(ld)) {
-                        for (d, &v) in dst.iter_mut().zip(row) {
-                            *d = super::bf16_bits(v);
+                    // rows rounded (and GELU below) over the pool when there are many
+                    let rows = 64;
+                    let convert = |c: usize, dst: &mut [u16]| {
+                        for (row, dst) in x[c * rows * k..(m * k).min((c + 1) * rows * k)].chunks_exact(k).zip(dst.chunks_exact_mut(ld)) {
+                            for (d, &v) in dst.iter_mut().zip(row) {
+                                *d = super::bf16_bits(v);
+                            }
                         }
+                    };
+                    if m * k < 1 << 16 {
+                        convert(0, &mut a[..]);
+                    } else {
+                        pool::pool().for_each_chunk_mut(&mut a[..m * ld], rows * ld, convert);
                     }
                     c.forward(&a, m, 1, 1, bias, false, out);
                 });
                 if gelu {
-                    super::gelu_erf_in_place(&mut out[..m * n]);
+                    if m * n < 1 << 16 {
+                        super::gelu_erf_in_place(&mut out[..m * n]);
+                    } else {
+                        pool::pool().for_each_chunk_mut(&mut out[..m * n], 64 * n, |_, c| super::gelu_erf_in_place(c));
+                    }
                 }
             }
             #[cfg(target_arch = "x86_64")]
