@@ -135,7 +135,7 @@ unsafe fn pack_group(qkv: &[f32], ld: usize, n: usize, d: usize, h: usize, g: us
 /// values, `s` and `p` hold `R * np` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 unsafe fn unit(qkv: &[f32], ld: usize, n: usize, np: usize, d: usize, h: usize, (r0, r1): (usize, usize), scale: f32, kv: &[u16], s: &mut [f32], p: &mut [u16], out: *mut f32) {
     use std::arch::x86_64::*;
     let keys = kv.as_ptr() as *const u32;
