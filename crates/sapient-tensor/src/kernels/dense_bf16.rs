@@ -212,7 +212,9 @@ impl DenseMatrix {
                         }
                     };
                     if m * k < 1 << 16 {
-                        convert(0, &mut a[..]);
+                        for (c, dst) in a[..m * ld].chunks_mut(rows * ld).enumerate() {
+                            convert(c, dst);
+                        }
                     } else {
                         pool::pool().for_each_chunk_mut(&mut a[..m * ld], rows * ld, convert);
                     }
