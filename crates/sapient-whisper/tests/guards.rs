@@ -114,8 +114,9 @@ fn speech_with_gaps(gap: impl Fn(usize) -> Vec<f32>) -> (Vec<f32>, String) {
     (audio, reference)
 }
 
-/// Beam 5 keeps the clips' words; greedy gives the text it gives without the VAD guard
-/// (tiny.en greedy skips one clip after a long silence with or without it: Whisper's own
+/// Beam 5 keeps the clips' words; neither beam 5 nor greedy makes more word errors with the
+/// VAD guard than without it (without it, base repeats or adds a sentence after the speech;
+/// tiny.en greedy skips one clip after a long silence with or without it: Whisper's own
 /// silence rule).
 fn check_speech_kept(t: &Transcriber, name: &str, max_errors: usize) -> Result<()> {
     for (what, gap) in [
@@ -129,10 +130,12 @@ fn check_speech_kept(t: &Transcriber, name: &str, max_errors: usize) -> Result<(
         assert_eq!(words, normalize(&reference).len());
         assert!(errors <= max_errors, "{name}, clips with {what} between: {errors}/{words} word errors: {:?}", r.text);
         let unguarded = t.transcribe(&audio, &TranscribeOptions { vad_no_speech_threshold: None, ..beam5 })?;
-        assert_eq!(r.text, unguarded.text, "{name}, clips with {what} between, beam 5");
+        let (unguarded_errors, _) = wer_counts(&reference, &unguarded.text);
+        assert!(errors <= unguarded_errors, "{name}, clips with {what} between, beam 5: {errors} word errors with the guard, {unguarded_errors} without: {:?} vs {:?}", r.text, unguarded.text);
         let greedy = t.transcribe(&audio, &TranscribeOptions::default())?;
         let unguarded = t.transcribe(&audio, &TranscribeOptions { vad_no_speech_threshold: None, ..Default::default() })?;
-        assert_eq!(greedy.text, unguarded.text, "{name}, clips with {what} between, greedy");
+        let ((greedy_errors, _), (unguarded_errors, _)) = (wer_counts(&reference, &greedy.text), wer_counts(&reference, &unguarded.text));
+        assert!(greedy_errors <= unguarded_errors, "{name}, clips with {what} between, greedy: {greedy_errors} word errors with the guard, {unguarded_errors} without: {:?} vs {:?}", greedy.text, unguarded.text);
         assert!(!greedy.text.trim().is_empty());
     }
     Ok(())
