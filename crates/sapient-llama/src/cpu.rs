@@ -501,7 +501,7 @@ impl Backend for Cpu {
             _ => (&self.cos, &self.sin),
         };
         let n = step.pos.len();
-        let per = rows_per_chunk(n, n * width);
+        let per = kernels::rows_per_thread(n, n * width);
         pool::pool().for_each_chunk_mut(&mut x[..n * width], per * width, |c, rows| {
             rope_rows(d, cos, sin, rows, width, &step.pos[c * per..]);
         });
@@ -539,7 +539,7 @@ impl Backend for Cpu {
                 }
             }
         };
-        let per = rows_per_chunk(n, n * kv_out);
+        let per = kernels::rows_per_thread(n, n * kv_out);
         if per >= n {
             rows(0..n);
         } else {
@@ -766,17 +766,6 @@ pub(crate) fn check_block_size(bs: usize) -> Result<()> {
         return Err(Error::Config(format!("the KV cache's block size must be a multiple of 16 (it is {bs})")));
     }
     Ok(())
-}
-
-/// Rows per chunk when `n` rows (`values` values in all) of cheap per-row work are split over
-/// the kernel pool: one chunk per thread for a batch's step (otherwise the pool's other threads
-/// wait on it), all rows at once below 2048 values.
-fn rows_per_chunk(n: usize, values: usize) -> usize {
-    let nth = pool::pool().threads();
-    if n < 2 || nth == 1 || values < 2048 {
-        return n.max(1);
-    }
-    n.div_ceil(nth)
 }
 
 /// RoPE on `rows` (`width` values each: heads of `d.head_dim`) at positions `pos`.

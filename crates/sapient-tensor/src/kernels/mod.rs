@@ -858,15 +858,25 @@ fn run_chunks(chunks: usize, work: usize, job: &(dyn Fn(usize) + Sync)) {
     }
 }
 
-/// Run `f` on the rows `0..m` of an activation layout (`values` values in all): one range
-/// per thread of the kernel pool when there are several rows and enough values to pay for a
-/// dispatch, else all rows on the calling thread. Each row comes out the same either way.
-fn by_rows(m: usize, values: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+/// Rows per chunk when `m` rows (`values` values in all) of cheap per-row work are split
+/// over the kernel pool: one chunk per thread when there are several rows and enough values
+/// to pay for a dispatch (a batch's step: otherwise the pool's other threads wait on it),
+/// else all `m` rows in one chunk.
+pub fn rows_per_thread(m: usize, values: usize) -> usize {
     let nth = pool::pool().threads();
     if m < 2 || nth == 1 || values < 2048 {
+        return m.max(1);
+    }
+    m.div_ceil(nth)
+}
+
+/// Run `f` on the rows `0..m` of an activation layout (`values` values in all), in the
+/// ranges [`rows_per_thread`] gives. Each row comes out the same either way.
+fn by_rows(m: usize, values: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    let per = rows_per_thread(m, values);
+    if per >= m {
         return f(0..m);
     }
-    let per = m.div_ceil(nth);
     pool::pool().run_chunks(m.div_ceil(per), &|c| f(c * per..((c + 1) * per).min(m)));
 }
 
