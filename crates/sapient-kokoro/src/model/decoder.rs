@@ -17,7 +17,7 @@
 //!   at both ends. Like the export (the `TorchSTFT` of StyleTTS 2 traced with one frame), only
 //!   the first 20 samples are divided by the squared window; the rest is not normalised.
 
-use super::fast;
+use super::{fast, memory_probe};
 use super::nn::{AdaIn, AdaInStyle, Conv1d, ConvTranspose1d};
 use super::predictor::AdainResBlk1d;
 use crate::{KokoroConfig, KokoroWeights, Result};
@@ -335,12 +335,14 @@ impl Generator {
     pub fn forward(&self, x: &[f32], t: usize, s: &Tensor, f0: &[f32]) -> Result<Vec<f32>> {
         let har_src = self.source(f0);
         let (har, hf) = self.stft(&har_src);
+        memory_probe("generator: source STFT");
         let (mut x, mut t) = (x.to_vec(), t);
         let nk = self.resblocks.len() / self.ups.len();
         for u in 0..self.ups.len() {
             fast::leaky_relu_in_place(&mut x, 0.1);
             let (nc, tn) = self.noise_convs[u].forward_tc(&har, hf)?;
             let xs = self.noise_res[u].styled(s)?.forward_tc(nc, tn)?;
+            memory_probe(&format!("generator {u}: noise branch"));
             // the previous stage's output is not read again: freed before the resblocks
             let (mut y, mut ty) = self.ups[u].forward_tc(&std::mem::take(&mut x), t)?;
             if u + 1 == self.ups.len() {
@@ -358,12 +360,14 @@ impl Generator {
                 *a += b;
             }
             drop(xs);
+            memory_probe(&format!("generator {u}: upsampled"));
             // the first block's output becomes the sum (no zeroed buffer beside it), the last
             // block takes `y` itself instead of a copy
             let mut acc = Vec::new();
             for (i, r) in self.resblocks[u * nk..(u + 1) * nk].iter().enumerate() {
                 let input = if i + 1 == nk { std::mem::take(&mut y) } else { y.clone() };
                 let z = r.styled(s)?.forward_tc(input, ty)?;
+                memory_probe(&format!("generator {u}: resblock {i}"));
                 if i == 0 {
                     acc = z;
                 } else {
@@ -380,6 +384,7 @@ impl Generator {
         }
         fast::leaky_relu_in_place(&mut x, 0.01);
         let (post, tp) = self.conv_post.forward_tc(&x, t)?;
+        memory_probe("generator: conv_post");
         self.istft(&post, tp)
     }
 }
@@ -441,6 +446,7 @@ impl Decoder {
         let ca = asr_res.len() / frames;
         let x = concat_rows(&[(asr, hidden), (&f0c, 1), (&nc, 1)], frames);
         let (mut x, mut t) = self.encode.styled(s)?.forward_tc(&x, frames)?;
+        memory_probe("decoder: encode");
         let mut res = true;
         for b in &self.decode {
             if res {
@@ -451,6 +457,7 @@ impl Decoder {
                 res = false;
             }
         }
+        memory_probe("decoder: decode blocks");
         self.generator.forward(&x, t, s, f0)
     }
 }

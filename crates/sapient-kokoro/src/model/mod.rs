@@ -61,17 +61,21 @@ impl KModel {
     /// it has packed them, so the peak memory of loading stays near one copy of the model.
     pub fn from_weights(mut w: KokoroWeights, config: &KokoroConfig) -> Result<Self> {
         let device = w.get("bert_encoder.weight")?.device().clone();
+        memory_probe("load: weights imported");
         let bert = albert::Albert::load(&w, config)?;
         w.release("bert");
         let bert_encoder = nn::Linear::load(&w, "bert_encoder", true)?;
         w.release("bert_encoder");
+        memory_probe("load: ALBERT packed");
         let predictor = predictor::ProsodyPredictor::load(&w, config)?;
         w.release("predictor");
+        memory_probe("load: predictor packed");
         let text_encoder = text_encoder::TextEncoder::load(&w, config)?;
         w.release("text_encoder");
         let decoder = decoder::Decoder::load(&mut w, config)?;
         drop(w);
         sapient_tensor::kernels::release_freed();
+        memory_probe("load: decoder packed");
         Ok(Self {
             config: config.clone(),
             device,
@@ -159,6 +163,7 @@ impl KModel {
         let s_dec = style_t.narrow(1, 0, sd)?;
         let s_pred = style_t.narrow(1, sd, sd)?;
 
+        memory_probe("forward: start");
         let bert = self.bert.forward(&padded)?;
         let d_en = self.bert_encoder.forward_vec(&bert, t, bert.len() / t)?; // [t, hidden]
         let d = self.predictor.encode(&d_en, t, &s_pred)?; // [t, hidden + style]
@@ -186,10 +191,14 @@ impl KModel {
             }
             out
         };
+        memory_probe("forward: durations");
         let en = rows(&d); // [frames, hidden + style]
         let (f0, n) = self.predictor.f0_n(&en, frames, &s_pred)?;
+        memory_probe("forward: F0 and N");
         let asr = rows(&self.text_encoder.forward(&padded)?); // [frames, hidden]
+        memory_probe("forward: text encoder");
         let audio = self.decoder.forward(&asr, frames, &f0, &n, &s_dec)?;
+        memory_probe("forward: audio");
         Ok(Synthesis {
             audio,
             durations: dur,
@@ -229,6 +238,24 @@ impl KModel {
             return Err(Error::Input(format!("speed {speed} is outside 0.25..=4")));
         }
         Ok(())
+    }
+}
+
+/// Where memory goes, stage by stage: this process's resident set now and its peak so far
+/// (`VmRSS`, `VmHWM` of /proc/self/status, MB) as a `tracing` debug event of target
+/// `sapient_kokoro::memory` (`RUST_LOG=sapient_kokoro::memory=debug`); nothing is read when
+/// that target is off or there is no such file.
+pub(crate) fn memory_probe(stage: &str) {
+    if !tracing::enabled!(target: "sapient_kokoro::memory", tracing::Level::DEBUG) {
+        return;
+    }
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return };
+    let mb = |key: &str| -> Option<f64> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? / 1024.0)
+    };
+    if let (Some(rss), Some(hwm)) = (mb("VmRSS:"), mb("VmHWM:")) {
+        tracing::debug!(target: "sapient_kokoro::memory", "{stage}: resident {rss:.1} MB, peak {hwm:.1} MB");
     }
 }
 
