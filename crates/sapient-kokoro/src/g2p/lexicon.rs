@@ -9,7 +9,6 @@
 //! decides by tag (`a`, `I`, `in`, ...) use the readings that are right in running text.
 
 use crate::{Error, Result};
-use std::collections::HashMap;
 use std::path::Path;
 
 pub(crate) const PRIMARY: char = 'ˈ';
@@ -29,14 +28,150 @@ pub(crate) fn stress_weight(ps: &str) -> usize {
 }
 
 /// One lexicon value: a phoneme string, or readings by part of speech.
-#[derive(Debug, Clone)]
-enum Entry {
-    Plain(String),
+#[derive(Debug, Clone, Copy)]
+enum Entry<'a> {
+    Plain(&'a str),
     Tagged {
-        default: Option<String>,
+        default: Option<&'a str>,
         /// The `"None"` key: the reading when nothing follows (end of sentence).
-        at_end: Option<Option<String>>,
+        at_end: Option<Option<&'a str>>,
     },
+}
+
+/// A stretch of [`Table::text`].
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    at: u32,
+    len: u32,
+}
+
+/// `Slot::val.len` of a tagged entry; its `at` is then the index in [`Table::tagged`].
+const TAGGED: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    key: Span,
+    val: Span,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TaggedSpans {
+    default: Option<Span>,
+    at_end: Option<Option<Span>>,
+}
+
+/// One lexicon, compact: every key and reading in one string, the entries (16 bytes each)
+/// sorted by key and found by binary search. A map of `String`s took about 30 MB of heap per
+/// lexicon (two allocations and a bucket per entry); this takes about 7.
+#[derive(Debug, Default)]
+struct Table {
+    text: String,
+    slots: Vec<Slot>,
+    tagged: Vec<TaggedSpans>,
+}
+
+impl Table {
+    fn push_str(&mut self, s: &str) -> Option<Span> {
+        let at = u32::try_from(self.text.len()).ok()?;
+        let len = u32::try_from(s.len()).ok().filter(|&l| l != TAGGED)?;
+        at.checked_add(len)?;
+        self.text.push_str(s);
+        Some(Span { at, len })
+    }
+
+    fn str(&self, s: Span) -> &str {
+        let at = s.at as usize;
+        self.text.get(at..at + s.len as usize).unwrap_or("")
+    }
+
+    fn key(&self, i: usize) -> &str {
+        self.str(self.slots[i].key)
+    }
+
+    fn find(&self, w: &str) -> Option<usize> {
+        self.slots.binary_search_by(|s| self.str(s.key).cmp(w)).ok()
+    }
+
+    fn get(&self, w: &str) -> Option<Entry<'_>> {
+        let val = self.slots[self.find(w)?].val;
+        if val.len != TAGGED {
+            return Some(Entry::Plain(self.str(val)));
+        }
+        let t = self.tagged.get(val.at as usize)?;
+        Some(Entry::Tagged {
+            default: t.default.map(|s| self.str(s)),
+            at_end: t.at_end.map(|v| v.map(|s| self.str(s))),
+        })
+    }
+
+    fn contains_key(&self, w: &str) -> bool {
+        self.find(w).is_some()
+    }
+
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Sorted by key, the later of equal keys kept (as a JSON object read into a map).
+    fn sort_dedup(&mut self) {
+        let text = std::mem::take(&mut self.text);
+        let k = |s: &Slot| &text[s.key.at as usize..(s.key.at + s.key.len) as usize];
+        // stable: equal keys stay in file order, and the last of each run is kept
+        self.slots.sort_by(|a, b| k(a).cmp(k(b)));
+        let mut out: Vec<Slot> = Vec::with_capacity(self.slots.len());
+        for s in self.slots.drain(..) {
+            match out.last_mut() {
+                Some(last) if k(last) == k(&s) => *last = s,
+                _ => out.push(s),
+            }
+        }
+        self.slots = out;
+        self.text = text;
+    }
+}
+
+/// Reads the lexicon's JSON object entry by entry into a [`Table`] (no map of every value
+/// beside it).
+struct TableVisitor;
+
+impl<'de> serde::de::Visitor<'de> for TableVisitor {
+    type Value = Table;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object of word -> phonemes (a string, or an object of readings by tag)")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Table, A::Error> {
+        use serde::de::Error as _;
+        let mut t = Table::default();
+        let too_big = || A::Error::custom("lexicon over 4 GB");
+        while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let v: serde_json::Value = map.next_value()?;
+            let key = t.push_str(&k).ok_or_else(too_big)?;
+            let val = match v {
+                serde_json::Value::String(s) => t.push_str(&s).ok_or_else(too_big)?,
+                serde_json::Value::Object(m) => {
+                    let mut get = |tag: &str| -> Result<Option<Option<Span>>, A::Error> {
+                        match m.get(tag) {
+                            None => Ok(None),
+                            Some(x) => match x.as_str() {
+                                Some(s) => Ok(Some(Some(t.push_str(s).ok_or_else(too_big)?))),
+                                None => Ok(Some(None)),
+                            },
+                        }
+                    };
+                    let default = get("DEFAULT")?.flatten();
+                    let at_end = get("None")?;
+                    let at = u32::try_from(t.tagged.len()).map_err(|_| too_big())?;
+                    t.tagged.push(TaggedSpans { default, at_end });
+                    Span { at, len: TAGGED }
+                }
+                other => return Err(A::Error::custom(format!("entry {k:?}: not a string or object: {other}"))),
+            };
+            t.slots.push(Slot { key, val });
+        }
+        Ok(t)
+    }
 }
 
 /// The right context misaki carries from the following word.
@@ -57,8 +192,8 @@ pub(crate) struct Mode {
 
 /// The gold and silver lexicons, with misaki's capitalisation variants added.
 pub struct Lexicon {
-    gold: HashMap<String, Entry>,
-    silver: HashMap<String, Entry>,
+    gold: Table,
+    silver: Table,
 }
 
 const SYMBOLS: [(&str, &str); 4] = [("%", "percent"), ("&", "and"), ("+", "plus"), ("@", "at")];
@@ -136,7 +271,7 @@ fn restress(ps: &str) -> String {
     keyed.into_iter().map(|(_, c)| c).collect()
 }
 
-fn parse_lexicon(path: &Path) -> Result<HashMap<String, Entry>> {
+fn parse_lexicon(path: &Path) -> Result<Table> {
     let bad = |what: String| Error::Config {
         path: path.to_path_buf(),
         what: format!("lexicon: {what}"),
@@ -145,43 +280,43 @@ fn parse_lexicon(path: &Path) -> Result<HashMap<String, Entry>> {
         path: path.to_path_buf(),
         source,
     })?;
-    let v: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    let mut out = HashMap::with_capacity(v.len() * 2);
-    for (k, v) in v {
-        let e = match v {
-            serde_json::Value::String(s) => Entry::Plain(s),
-            serde_json::Value::Object(m) => {
-                let get = |key: &str| m.get(key).map(|x| x.as_str().map(str::to_string));
-                Entry::Tagged {
-                    default: get("DEFAULT").flatten(),
-                    at_end: get("None"),
-                }
-            }
-            other => return Err(bad(format!("entry {k:?}: not a string or object: {other}"))),
-        };
-        out.insert(k, e);
-    }
-    // misaki's grow_dictionary: "word" also answers "Word", and "Word" answers "word"
-    let mut extra = Vec::new();
-    for (k, e) in &out {
+    let mut de = serde_json::Deserializer::from_str(&text);
+    let mut t = serde::Deserializer::deserialize_map(&mut de, TableVisitor).map_err(|e| bad(e.to_string()))?;
+    de.end().map_err(|e| bad(e.to_string()))?;
+    drop(text);
+    t.sort_dedup();
+    // misaki's grow_dictionary: "word" also answers "Word", and "Word" answers "word" (the
+    // reading shared, only the new key stored)
+    let mut extra: Vec<(String, Span)> = Vec::new();
+    for (i, slot) in t.slots.iter().enumerate() {
+        let k = t.key(i);
         if k.chars().count() < 2 {
             continue;
         }
         let lower = k.to_lowercase();
-        if *k == lower {
-            let cap = capitalize(k);
-            if cap != *k {
-                extra.push((cap, e.clone()));
-            }
-        } else if *k == capitalize(&lower) {
-            extra.push((lower, e.clone()));
+        let new = if k == lower {
+            Some(capitalize(k)).filter(|cap| cap != k)
+        } else if k == capitalize(&lower) {
+            Some(lower)
+        } else {
+            None
+        };
+        if let Some(n) = new.filter(|n| !t.contains_key(n)) {
+            extra.push((n, slot.val));
         }
     }
-    for (k, e) in extra {
-        out.entry(k).or_insert(e);
+    // two entries growing the same key: the first (in key order) wins
+    extra.sort_by(|a, b| a.0.cmp(&b.0));
+    extra.dedup_by(|later, first| later.0 == first.0);
+    for (k, val) in extra {
+        let key = t.push_str(&k).ok_or_else(|| bad("over 4 GB".into()))?;
+        t.slots.push(Slot { key, val });
     }
-    Ok(out)
+    t.sort_dedup();
+    t.text.shrink_to_fit();
+    t.slots.shrink_to_fit();
+    t.tagged.shrink_to_fit();
+    Ok(t)
 }
 
 impl Lexicon {
@@ -200,21 +335,21 @@ impl Lexicon {
 
     fn gold_str(&self, w: &str) -> Option<String> {
         match self.gold.get(w)? {
-            Entry::Plain(s) => Some(s.clone()),
-            Entry::Tagged { default, .. } => default.clone(),
+            Entry::Plain(s) => Some(s.to_string()),
+            Entry::Tagged { default, .. } => default.map(str::to_string),
         }
     }
 
-    fn resolve(e: &Entry, ctx: Option<Ctx>) -> Option<String> {
+    fn resolve(e: Entry<'_>, ctx: Option<Ctx>) -> Option<String> {
         match e {
-            Entry::Plain(s) => Some(s.clone()),
+            Entry::Plain(s) => Some(s.to_string()),
             Entry::Tagged { default, at_end } => {
                 if let (Some(c), Some(v)) = (ctx, at_end) {
                     if c.future_vowel.is_none() {
-                        return v.clone();
+                        return v.map(str::to_string);
                     }
                 }
-                default.clone()
+                default.map(str::to_string)
             }
         }
     }
@@ -404,8 +539,8 @@ impl Lexicon {
             "the" | "The" => Some(if fv == Some(true) { "ði" } else { "ðə" }.into()),
             "vs" | "vs." | "Vs." if mode.running_text => self.lookup("versus", None, mode.ctx),
             "used" | "Used" | "USED" => match self.gold.get("used") {
-                Some(Entry::Tagged { default, .. }) => default.clone(),
-                Some(Entry::Plain(s)) => Some(s.clone()),
+                Some(Entry::Tagged { default, .. }) => default.map(str::to_string),
+                Some(Entry::Plain(s)) => Some(s.to_string()),
                 None => None,
             },
             _ => None,
@@ -470,6 +605,33 @@ mod tests {
         assert_eq!(apply_stress("wʌn", Some(0.0)), "wˌʌn");
         assert_eq!(apply_stress("ɛnˌi", Some(1.0)), "ɛnˈi");
         assert_eq!(apply_stress("st", Some(2.0)), "st");
+    }
+
+    #[test]
+    fn table_reads_entries_tags_duplicates_and_grows_cases() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("lex.json");
+        let json = r#"{"hello": "həlˈO", "Paris": "pˈɛɹɪs", "used": {"DEFAULT": "jˈuzd", "VBD": "jˈust", "None": null},
+            "read": {"DEFAULT": "ɹˈid", "None": "ɹˈɛd"}, "x": "ˈɛks", "hello": "hɛlˈO", "caf\u00e9": "kæfˈA", "NASA": "nˈæsə"}"#;
+        std::fs::write(&p, json).unwrap();
+        let t = parse_lexicon(&p).unwrap();
+        // the later of two equal keys, as a JSON object read into a map
+        assert!(matches!(t.get("hello"), Some(Entry::Plain("hɛlˈO"))));
+        // grown: lower -> Capitalised and Capitalised -> lower, one letter and all-caps not
+        assert!(matches!(t.get("Hello"), Some(Entry::Plain("hɛlˈO"))));
+        assert!(matches!(t.get("paris"), Some(Entry::Plain("pˈɛɹɪs"))));
+        assert!(matches!(t.get("Café"), Some(Entry::Plain("kæfˈA"))));
+        assert!(t.get("X").is_none() && t.get("nasa").is_none() && t.get("Nasa").is_none());
+        assert!(matches!(t.get("used"), Some(Entry::Tagged { default: Some("jˈuzd"), at_end: Some(None) })));
+        assert!(matches!(t.get("Read"), Some(Entry::Tagged { default: Some("ɹˈid"), at_end: Some(Some("ɹˈɛd")) })));
+        assert!(t.get("hell").is_none() && t.get("").is_none() && t.get("zzz").is_none());
+        // hello Hello Paris paris used Used read Read x café Café NASA
+        assert_eq!(t.len(), 12);
+
+        for bad in [r#"{"a": 1}"#, r#"["a"]"#, r#"{"a": "b""#, r#"{"a": "b"} x"#] {
+            std::fs::write(&p, bad).unwrap();
+            assert!(matches!(parse_lexicon(&p), Err(Error::Config { .. })), "{bad}");
+        }
     }
 
     #[test]
