@@ -62,7 +62,7 @@ struct TaggedSpans {
 
 /// One lexicon, compact: every key and reading in one string, the entries (16 bytes each)
 /// sorted by key and found by binary search. A map of `String`s took about 30 MB of heap per
-/// lexicon (two allocations and a bucket per entry); this takes about 7.
+/// lexicon (two allocations and a bucket per entry); this takes about 6.
 #[derive(Debug, Default)]
 struct Table {
     text: String,
