@@ -702,6 +702,12 @@ impl Transcriber {
             let before: Vec<Vec<u32>> = segments.iter().rev().take(3).map(|s| text_of(&s.tokens, tok.eot)).collect();
             drop_repeats(&mut current, &before, tok.eot);
         }
+        if unprompted {
+            // without the previous text the window hears the end of its last word again
+            if let (Some(prev), Some(first)) = (segments.last(), current.first_mut()) {
+                drop_boundary_repeat(&mut first.2, &text_of(&prev.tokens, tok.eot), tok.eot);
+            }
+        }
         let mut segs: Vec<Segment> = Vec::with_capacity(current.len());
         for (start, end, toks) in current {
             let text = tok.decode_text(&toks)?;
@@ -866,6 +872,23 @@ impl Transcriber {
             tracing::debug!(temperature = t, unprompted, avg_logprob = r.avg_logprob, compression = r.compression_ratio, fallback, looped = r.looped, "window decoded");
             tracing::trace!(tokens = ?r.tokens, "window tokens");
             if !fallback {
+                let ts = self.tokenizer.timestamp_begin;
+                if !unprompted && unprompted_retry && t == 0.0 && repeats_a_sentence(&r.tokens, ts) {
+                    // One sentence said twice with others between: most often the previous
+                    // text copied instead of the audio heard. The window decoded without the
+                    // prompt is kept if it passes and says no sentence twice; if it does too,
+                    // the audio repeats itself and the prompted result stands.
+                    let mut o = o.clone();
+                    o.prompt.clear();
+                    let u = decode_window(&self.model, &self.tokenizer, cross, &o)?;
+                    let passes = !u.looped
+                        && opts.compression_ratio_threshold.is_none_or(|c| u.compression_ratio <= c)
+                        && opts.logprob_threshold.is_none_or(|l| u.avg_logprob >= l);
+                    tracing::debug!(passes, avg_logprob = u.avg_logprob, "window said a sentence twice: decoded without the prompt");
+                    if passes && !repeats_a_sentence(&u.tokens, ts) {
+                        return Ok((u, true));
+                    }
+                }
                 return Ok((r, unprompted));
             }
             if t == 0.0 && !compression_ok && unprompted_retry {
@@ -881,6 +904,23 @@ impl Transcriber {
         Ok((r, false))
     }
 }
+
+/// Whether two segments of a window's `tokens` (text between timestamp tokens, those from
+/// `timestamp_begin` on) say the same sentence of at least [`REPEAT_MIN_TOKENS`] tokens.
+///
+/// A prompted decode that copies the previous window's text instead of hearing the audio
+/// says one of its sentences again and again, with other sentences between, which neither
+/// the loop check (a repetition at the end) nor the compression ratio (a few sentences are
+/// not compressible enough) catches. A speaker who says one long sentence twice within 30
+/// seconds costs only a decode without the prompt.
+fn repeats_a_sentence(tokens: &[u32], timestamp_begin: u32) -> bool {
+    let segments: Vec<&[u32]> = tokens.split(|&t| t >= timestamp_begin).filter(|s| s.len() >= REPEAT_MIN_TOKENS).collect();
+    segments.iter().enumerate().any(|(i, a)| segments[i + 1..].contains(a))
+}
+
+/// The shortest sentence [`repeats_a_sentence`] counts (shorter ones, "Thank you.", are
+/// said twice in earnest).
+const REPEAT_MIN_TOKENS: usize = 6;
 
 /// When every temperature failed, the result faster-whisper keeps: the best average log
 /// probability among those whose compression ratio passed (a looping text only when all
@@ -930,6 +970,20 @@ impl LoopState {
 
 fn text_of(tokens: &[u32], eot: u32) -> Vec<u32> {
     tokens.iter().copied().filter(|&t| t < eot).collect()
+}
+
+/// Drops the first text tokens of `first` (a window's first segment, timestamps and all)
+/// where they repeat the last text tokens of `prev` (the segment before it): up to three
+/// tokens, the longest such overlap. A window decoded without the previous text, which
+/// starts where the last segment ended, hears the end of that segment's last word and says
+/// it again ("... amiable himself." then "himself. And ...").
+fn drop_boundary_repeat(first: &mut Vec<u32>, prev: &[u32], eot: u32) {
+    let Some(at) = first.iter().position(|&t| t < eot) else {
+        return;
+    };
+    let text: Vec<u32> = first[at..].iter().copied().take_while(|&t| t < eot).collect();
+    let k = (1..=3.min(prev.len()).min(text.len())).rev().find(|&k| prev[prev.len() - k..] == text[..k]).unwrap_or(0);
+    first.drain(at..at + k);
 }
 
 /// The segments of a looping result without the loop: a segment whose text is that of an
@@ -1051,6 +1105,56 @@ fn begin_transcript(samples: &[f32], opts: &TranscribeOptions) -> Result<Transcr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sentences said twice with another between are found; short ones, and a window of
+    /// different sentences, are not.
+    #[test]
+    fn repeated_sentences_are_found() {
+        const TS: u32 = 50_000;
+        let ts = |x: u32| TS + x;
+        let a = [1u32, 2, 3, 4, 5, 6];
+        let b = [7u32, 8, 9, 10, 11, 12, 13];
+        let window = |segs: &[&[u32]]| -> Vec<u32> {
+            let mut v = Vec::new();
+            for (i, s) in segs.iter().enumerate() {
+                v.push(ts(2 * i as u32));
+                v.extend_from_slice(s);
+                v.push(ts(2 * i as u32 + 1));
+            }
+            v
+        };
+        assert!(repeats_a_sentence(&window(&[&a, &b, &a]), TS));
+        assert!(repeats_a_sentence(&window(&[&b, &b]), TS));
+        assert!(!repeats_a_sentence(&window(&[&a, &b]), TS));
+        // under six tokens ("Thank you.") said twice is speech
+        assert!(!repeats_a_sentence(&window(&[&a[..5], &b, &a[..5]]), TS));
+        // one sentence that contains another is not a repetition
+        assert!(!repeats_a_sentence(&window(&[&[1, 2, 3, 4, 5, 6, 7], &a]), TS));
+        assert!(!repeats_a_sentence(&[], TS));
+    }
+
+    /// The longest overlap of up to three text tokens between the end of the previous segment
+    /// and the start of the next is dropped, the timestamps kept.
+    #[test]
+    fn boundary_repeats_are_dropped() {
+        const EOT: u32 = 50_000;
+        let ts = EOT + 10;
+        let mut first = vec![ts, 7, 8, 9, ts + 1];
+        drop_boundary_repeat(&mut first, &[1, 2, 7], EOT);
+        assert_eq!(first, [ts, 8, 9, ts + 1]);
+        let mut first = vec![ts, 6, 7, 8, 9, ts + 1];
+        drop_boundary_repeat(&mut first, &[5, 6, 7], EOT);
+        assert_eq!(first, [ts, 8, 9, ts + 1], "two tokens");
+        let mut first = vec![ts, 8, 9, ts + 1];
+        drop_boundary_repeat(&mut first, &[5, 6, 7], EOT);
+        assert_eq!(first, [ts, 8, 9, ts + 1], "no overlap");
+        let mut first = vec![ts, 7, ts + 1];
+        drop_boundary_repeat(&mut first, &[], EOT);
+        assert_eq!(first, [ts, 7, ts + 1], "nothing before");
+        let mut first = vec![ts, ts + 1];
+        drop_boundary_repeat(&mut first, &[7], EOT);
+        assert_eq!(first, [ts, ts + 1], "no text");
+    }
 
     fn result(t: f32, avg_logprob: f32, compression_ratio: f32) -> DecodeResult {
         DecodeResult { tokens: vec![], text: format!("t={t}"), avg_logprob, no_speech_prob: 0.0, temperature: t, compression_ratio, looped: false }
