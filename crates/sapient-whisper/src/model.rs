@@ -135,17 +135,28 @@ fn linear(src: &dyn WeightSource, prefix: &str, out: usize, inp: usize, bias: bo
 
 /// A linear layer for many rows with f32 activations (the cross-attention keys and values
 /// of the encoded audio, 1500 rows per window), a quantized weight dequantized: quantizing
-/// the encoder's output for these products costs the transcripts accuracy (tiny.en q8_0
-/// fell into repetition loops), and at this many rows the dense products are as fast.
-/// [`DenseMatrix`] (AMX-BF16) where the CPU has it, else the f32 matrix.
+/// the encoder's output to Q8_0 for these products costs the transcripts accuracy (tiny.en
+/// q8_0 fell into repetition loops), and at this many rows the dense products are as fast.
+/// [`DenseMatrix`] (AMX-BF16 bf16 pairs) where the CPU has it; else, for a quantized (lossy)
+/// weight on AVX512-BF16, bf16 products (weights and activations rounded to bf16, f32 sums,
+/// as the quantized encoder's products: each value keeps 8 significant bits, against Q8_0's
+/// 8 bits per block of 32); else the f32 matrix.
 fn linear_dense(src: &dyn WeightSource, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<cpu::Lin> {
     let w = src.load_checked(&format!("{prefix}.weight"), &[out, inp], &Device::Cpu)?;
+    let lossy = matches!(w, Weight::Quantized(_));
     let t = w.dequantize(&Device::Cpu, DType::F32)?.contiguous()?;
-    let w = if kernels::has_amx_bf16() {
+    let dense = if kernels::has_amx_bf16() {
         let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
-        cpu::Mat::D(std::sync::Arc::new(DenseMatrix::from_f32(&v, out, inp)))
+        Some(DenseMatrix::from_f32(&v, out, inp))
+    } else if lossy && kernels::has_avx512_bf16() {
+        let v: Vec<f32> = t.flatten_all()?.to_vec1()?;
+        DenseMatrix::from_f32_bf16(&v, out, inp)
     } else {
-        cpu::Mat::F(t)
+        None
+    };
+    let w = match dense {
+        Some(m) => cpu::Mat::D(std::sync::Arc::new(m)),
+        None => cpu::Mat::F(t),
     };
     let b = if bias { Some(values(src, &format!("{prefix}.bias"), &[out])?) } else { None };
     Ok(cpu::Lin { w, b })
@@ -373,11 +384,17 @@ impl Whisper {
             for (bi, c) in out.iter_mut().enumerate() {
                 // keys [H, Dh, P], values [H, S, Dh]
                 let (kw, vw) = (&k[bi * s * d..(bi + 1) * s * d], &v[bi * s * d..(bi + 1) * s * d]);
-                for (j, (kr, vr)) in kw.chunks_exact(d).zip(vw.chunks_exact(d)).enumerate() {
-                    for h in 0..nh {
-                        for e in 0..hd {
-                            kt[(h * hd + e) * pitch + j] = kr[h * hd + e];
+                // keys transposed by blocks of 16 positions (their rows stay in cache)
+                for (b, rows) in kw.chunks(16 * d).enumerate() {
+                    let j0 = 16 * b;
+                    for c in 0..d {
+                        for (i, r) in rows.chunks_exact(d).enumerate() {
+                            kt[c * pitch + j0 + i] = r[c];
                         }
+                    }
+                }
+                for (j, vr) in vw.chunks_exact(d).enumerate() {
+                    for h in 0..nh {
                         vt[(h * s + j) * hd..(h * s + j + 1) * hd].copy_from_slice(&vr[h * hd..(h + 1) * hd]);
                     }
                 }
