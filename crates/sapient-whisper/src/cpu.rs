@@ -240,10 +240,6 @@ fn grow(v: &mut Vec<f32>, n: usize) {
     }
 }
 
-fn gelu_erf(v: f32) -> f32 {
-    (candle_core::cpu::erf::erf_f32(v * std::f32::consts::FRAC_1_SQRT_2) + 1.) * 0.5 * v
-}
-
 #[derive(Default)]
 struct Scratch {
     x: Vec<f32>,
@@ -265,8 +261,7 @@ impl CpuDecoder {
     /// Hidden states [b * t, d] (after the final norm) of `tokens` (b rows of t) after what
     /// `cache` holds (`offset` tokens). `embed` is the token embedding [vocab, d] and `pos`
     /// the positions [n_ctx, d]; `cross` the windows the batch rows attend to, in row order
-    /// (each group's keys per layer [H, Dh, S], values [H, S, Dh], and its number of batch
-    /// rows; the rows add up to `b`).
+    /// (each group's window and its number of batch rows; the rows add up to `b`).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -287,8 +282,8 @@ impl CpuDecoder {
         if cross.iter().map(|g| g.rows).sum::<usize>() != b || tokens.len() != b * t {
             return Err(Error::Mismatch(format!("{} tokens in {b} rows of {t}, windows for {} rows", tokens.len(), cross.iter().map(|g| g.rows).sum::<usize>())));
         }
-        if let Some(g) = cross.iter().find(|g| g.k.len() != self.layers.len() || g.v.len() != self.layers.len()) {
-            return Err(Error::Mismatch(format!("a window has keys for {} layers, the decoder {}", g.k.len(), self.layers.len())));
+        if let Some(g) = cross.iter().find(|g| g.kv.k.len() != self.layers.len() || g.kv.v.len() != self.layers.len()) {
+            return Err(Error::Mismatch(format!("a window has keys for {} layers, the decoder {}", g.kv.k.len(), self.layers.len())));
         }
         let n = b * t;
         let nl = self.layers.len();
@@ -332,11 +327,12 @@ impl CpuDecoder {
                 let mut groups = Vec::with_capacity(cross.len());
                 let mut row0 = 0;
                 for g in cross {
-                    let (ck, cv) = (&g.k[li], &g.v[li]);
-                    if ck.len() != g.pitch * d || cv.len() != g.src * d || g.pitch % 16 != 0 || g.pitch < g.src {
-                        return Err(Error::Mismatch(format!("cross-attention keys of {} and values of {} values for {} positions of width {d}", ck.len(), cv.len(), g.src)));
+                    let kv = g.kv;
+                    let (ck, cv) = (&kv.k[li], &kv.v[li]);
+                    if ck.len() != kv.pitch * d || cv.len() != kv.src * d || kv.pitch % 16 != 0 || kv.pitch < kv.src {
+                        return Err(Error::Mismatch(format!("cross-attention keys of {} and values of {} values for {} positions of width {d}", ck.len(), cv.len(), kv.src)));
                     }
-                    groups.push(CrossRun { r0: row0 * t, n: g.rows * t, k: ck, v: cv, src: g.src, pitch: g.pitch });
+                    groups.push(CrossRun { r0: row0 * t, n: g.rows * t, k: ck, v: cv, src: kv.src, pitch: kv.pitch });
                     row0 += g.rows;
                 }
                 // this layer's alignment heads: (head, where its scores go)
@@ -359,9 +355,7 @@ impl CpuDecoder {
                 l.mlp_ln.forward(&s.x[..n * d], d, &mut s.h);
                 l.fc1.forward(&s.h[..n * d], n, &mut s.f)?;
                 let ff = l.fc1.w.rows();
-                for v in &mut s.f[..n * ff] {
-                    *v = gelu_erf(*v);
-                }
+                kernels::gelu_erf_in_place(&mut s.f[..n * ff]);
                 l.fc2.forward(&s.f[..n * ff], n, &mut s.y)?;
                 add(&mut s.x[..n * d], &s.y[..n * d]);
             }
@@ -425,29 +419,35 @@ impl CpuDecoder {
         }
     }
 
-    /// Attention of query rows over windows' f16 keys [H, Dh, pitch] and values [H, S, Dh]:
-    /// each run of query rows attends to one window; one head of one run per unit (scores of
-    /// up to [`kernels::MAX_QUERIES`] rows against every key at once, a softmax, the weighted
-    /// sums of the values). `keep` lists heads whose scores (scaled q·k, before the softmax)
-    /// are copied out, [rows, S] each (one run only).
+    /// Attention of query rows over windows' f16 keys [H, P / 16, Dh, 16] and values
+    /// [H, S, Dh] ([`CrossKv`](crate::model::CrossKv)'s layout): each run of query rows
+    /// attends to one window; one head of one run per unit (scores of up to
+    /// [`kernels::MAX_QUERIES`] rows against every key at once, a softmax, the weighted sums of
+    /// the values). `keep` lists heads whose scores (scaled q·k, before the softmax) are copied
+    /// out, [rows, S] each (one run only).
     fn cross_attention(&self, q_all: &[f32], groups: &[CrossRun<'_>], keep: &[(usize, SendPtr)], out: &mut [f32]) {
         let (d, nh) = (self.d, self.heads);
         let hd = d / nh;
         let scale = 1.0 / (hd as f32).sqrt();
         let out_ptr = SendPtr(out.as_mut_ptr());
+        // chunk c of a head's keys: component e of its 16 keys at (c * hd + e) * 16
+        let chunks = groups.iter().map(|g| g.pitch / 16).max().unwrap_or(0);
+        let bases: Vec<usize> = (0..chunks).map(|c| c * hd * 16).collect();
         let work = |u: usize| {
             let g = &groups[u / nh];
             let h = u % nh;
             let (src, pitch) = (g.src, g.pitch);
-            let bases: Vec<usize> = (0..pitch / 16).map(|c| h * hd * pitch + 16 * c).collect();
+            let keys = &g.k[h * hd * pitch..(h + 1) * hd * pitch];
+            let bases = &bases[..pitch / 16];
+            let q_row = |i: usize| &q_all[(g.r0 + i) * d + h * hd..(g.r0 + i) * d + (h + 1) * hd];
             SCORES.with(|sc| {
                 let mut sc = sc.borrow_mut();
                 grow(&mut sc, g.n * pitch);
                 let s = &mut sc[..g.n * pitch];
                 for i0 in (0..g.n).step_by(kernels::MAX_QUERIES) {
-                    let i1 = (i0 + kernels::MAX_QUERIES).min(g.n);
-                    let qs: Vec<&[f32]> = (i0..i1).map(|i| &q_all[(g.r0 + i) * d + h * hd..(g.r0 + i) * d + (h + 1) * hd]).collect();
-                    kernels::scores_chunks(&qs, g.k, &bases, pitch, scale, &mut s[i0 * pitch..], pitch);
+                    let nq = (g.n - i0).min(kernels::MAX_QUERIES);
+                    let qs: [&[f32]; kernels::MAX_QUERIES] = std::array::from_fn(|x| q_row(i0 + x.min(nq - 1)));
+                    kernels::scores_chunks(&qs[..nq], keys, bases, 16, scale, &mut s[i0 * pitch..], pitch);
                 }
                 for (_, p) in keep.iter().filter(|(kh, _)| *kh == h) {
                     for (i, row) in s.chunks_exact(pitch).enumerate() {
@@ -463,19 +463,23 @@ impl CpuDecoder {
                         *v *= inv;
                     }
                 }
-                let mut rows: Vec<&mut [f32]> = (0..g.n)
-                    .map(|i| {
-                        // SAFETY: row r0 + i, head h's columns of `out`: in bounds (the runs'
-                        // rows are within q_all's), written by this unit alone.
-                        let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.ptr().add((g.r0 + i) * d + h * hd), hd) };
+                for i0 in (0..g.n).step_by(kernels::MAX_VALUE_ROWS) {
+                    let nr = (g.n - i0).min(kernels::MAX_VALUE_ROWS);
+                    let ws: [&[f32]; kernels::MAX_VALUE_ROWS] = std::array::from_fn(|x| {
+                        let i = i0 + x.min(nr - 1);
+                        &s[i * pitch..i * pitch + src]
+                    });
+                    let mut ys: [&mut [f32]; kernels::MAX_VALUE_ROWS] = std::array::from_fn(|x| {
+                        if x >= nr {
+                            return &mut [][..];
+                        }
+                        // SAFETY: row r0 + i0 + x, head h's columns of `out`: in bounds (the
+                        // runs' rows are within q_all's), written by this unit alone.
+                        let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.ptr().add((g.r0 + i0 + x) * d + h * hd), hd) };
                         o.fill(0.0);
                         o
-                    })
-                    .collect();
-                for (c, ys) in rows.chunks_mut(kernels::MAX_VALUE_ROWS).enumerate() {
-                    let i0 = c * kernels::MAX_VALUE_ROWS;
-                    let ws: Vec<&[f32]> = (i0..i0 + ys.len()).map(|i| &s[i * pitch..i * pitch + src]).collect();
-                    kernels::values_f16(&ws, g.v, hd, h * src * hd, 0, src, ys);
+                    });
+                    kernels::values_f16(&ws[..nr], g.v, hd, h * src * hd, 0, src, &mut ys[..nr]);
                 }
             })
         };
@@ -494,14 +498,10 @@ pub(crate) struct CrossRun<'a> {
     pitch: usize,
 }
 
-/// The windows one run of batch rows attends to: per decoder layer, cross-attention keys
-/// [H, Dh, pitch] and values [H, src, Dh] in f16 ([`CrossKv`](crate::model::CrossKv)'s), and
-/// the number of batch rows.
+/// A window ([`CrossKv`](crate::model::CrossKv): per decoder layer, the cross-attention keys
+/// and values in f16) and the number of consecutive batch rows that attend to it.
 pub(crate) struct CrossGroup<'a> {
-    pub k: &'a [Vec<u16>],
-    pub v: &'a [Vec<u16>],
-    pub src: usize,
-    pub pitch: usize,
+    pub kv: &'a crate::model::CrossKv,
     pub rows: usize,
 }
 
@@ -543,6 +543,10 @@ pub(crate) unsafe fn head_attention(
 mod tests {
     use super::*;
     use kernels::{exp_in_place, gelu_erf_in_place};
+
+    fn gelu_erf(v: f32) -> f32 {
+        (candle_core::cpu::erf::erf_f32(v * std::f32::consts::FRAC_1_SQRT_2) + 1.) * 0.5 * v
+    }
 
     #[test]
     fn vector_exp_and_gelu_match_libm() {

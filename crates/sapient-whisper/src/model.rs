@@ -177,13 +177,16 @@ fn norm(src: &dyn WeightSource, prefix: &str, d: usize) -> Result<cpu::Norm> {
 }
 
 /// Cross-attention keys and values of one encoded window, per decoder layer, in f16 (half
-/// the memory a decoding step reads of them in f32): keys as [H, Dh, P] (transposed once;
-/// `P` is the `S` source positions rounded up to 16, the padding zero), values as [H, S, Dh].
+/// the memory a decoding step reads of them in f32): keys transposed in chunks of 16
+/// positions, [H, P / 16, Dh, 16] (`P` is the `S` source positions rounded up to 16, the
+/// padding zero: component `e` of a chunk's 16 keys is 16 contiguous values, and a head's
+/// chunks follow one another, so the scores read the keys in one sequential pass), values as
+/// [H, S, Dh].
 pub struct CrossKv {
-    k: Vec<Vec<u16>>,
-    v: Vec<Vec<u16>>,
-    src: usize,
-    pitch: usize,
+    pub(crate) k: Vec<Vec<u16>>,
+    pub(crate) v: Vec<Vec<u16>>,
+    pub(crate) src: usize,
+    pub(crate) pitch: usize,
 }
 
 /// Self-attention cache of a decoding run: per layer and batch row, the keys and values.
@@ -382,14 +385,14 @@ impl Whisper {
                 l.cv.forward(x, b * s, &mut v)
             })??;
             for (bi, c) in out.iter_mut().enumerate() {
-                // keys [H, Dh, P], values [H, S, Dh]
+                // keys [H, P / 16, Dh, 16], values [H, S, Dh]
                 let (kw, vw) = (&k[bi * s * d..(bi + 1) * s * d], &v[bi * s * d..(bi + 1) * s * d]);
-                // keys transposed by blocks of 16 positions (their rows stay in cache)
-                for (b, rows) in kw.chunks(16 * d).enumerate() {
-                    let j0 = 16 * b;
+                for (chunk, rows) in kw.chunks(16 * d).enumerate() {
                     for c in 0..d {
-                        for (i, r) in rows.chunks_exact(d).enumerate() {
-                            kt[c * pitch + j0 + i] = r[c];
+                        let (h, e) = (c / hd, c % hd);
+                        let dst = &mut kt[h * hd * pitch + (chunk * hd + e) * 16..][..16];
+                        for (o, r) in dst.iter_mut().zip(rows.chunks_exact(d)) {
+                            *o = r[c];
                         }
                     }
                 }
@@ -417,7 +420,7 @@ impl Whisper {
     pub fn decode_groups(&self, tokens: &[u32], b: usize, t: usize, groups: &[(&CrossKv, usize)], cache: &mut KvCache) -> Result<Tensor> {
         let offset = cache.len;
         self.check_positions(offset + t)?;
-        let cross: Vec<cpu::CrossGroup> = groups.iter().map(|(c, rows)| cpu::CrossGroup { k: &c.k, v: &c.v, src: c.src, pitch: c.pitch, rows: *rows }).collect();
+        let cross: Vec<cpu::CrossGroup> = groups.iter().map(|(c, rows)| cpu::CrossGroup { kv: c, rows: *rows }).collect();
         let h = self.decoder.forward(tokens, b, t, offset, &self.embed, &self.dec_pos, &cross, &mut cache.buf, None)?;
         cache.len = offset + t;
         Ok(Tensor::from_vec(h, (b, t, self.config.d_model), &self.device)?)
@@ -445,7 +448,7 @@ impl Whisper {
         let offset = cache.len;
         self.check_positions(offset + t)?;
         let toks: Vec<u32> = tokens.flatten_all()?.to_vec1()?;
-        let group = [cpu::CrossGroup { k: &cross.k, v: &cross.v, src: cross.src, pitch: cross.pitch, rows: b }];
+        let group = [cpu::CrossGroup { kv: cross, rows: b }];
         let heads = &self.config.alignment_heads;
         let mut scores = alignment.is_some().then(|| vec![Vec::new(); heads.len()]);
         let align = scores.as_mut().map(|s| cpu::Align { heads, scores: s });
