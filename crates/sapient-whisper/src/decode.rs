@@ -152,13 +152,46 @@ fn log_softmax(x: &[f32]) -> Vec<f32> {
     x.iter().map(|&v| v - lse).collect()
 }
 
+/// The largest value (-inf for none, NaNs left out), as `fold(f32::NEG_INFINITY, f32::max)`
+/// gives it, in 16 lanes (a maximum does not depend on the order): a pass over the
+/// vocabulary at the vector rate instead of a chain of scalar maxima.
+fn max_value(x: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = if v > *l { v } else { *l };
+        }
+    }
+    let rest = chunks.remainder().iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    lanes.iter().copied().fold(rest, f32::max)
+}
+
+/// The index of the largest value, the lowest of equal ones.
+fn argmax(x: &[f32]) -> usize {
+    let m = max_value(x);
+    x.iter().position(|&v| v == m).unwrap_or(0)
+}
+
+/// A sum in 16 lanes (value `i` into lane `i % 16`), the lanes added in order at the end.
+fn lane_sum(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v;
+        }
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
+}
+
 fn logsumexp(x: &[f32]) -> f32 {
-    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let m = max_value(x);
     if m == f32::NEG_INFINITY {
         return m;
     }
     // f32 terms (the kernels' vectorised exp, a relative error of about 1e-7 as libm's),
-    // summed in f64 blocks
+    // summed in 16 lanes per block and in f64 over the blocks
     let mut buf = [0f32; 1024];
     let s: f64 = x
         .chunks(1024)
@@ -168,7 +201,7 @@ fn logsumexp(x: &[f32]) -> f32 {
                 *o = v - m;
             }
             sapient_tensor::kernels::exp_in_place(b);
-            b.iter().sum::<f32>() as f64
+            lane_sum(b) as f64
         })
         .sum();
     m + s.ln() as f32
@@ -291,7 +324,7 @@ impl Filters {
         // a timestamp when their total probability beats every text token (compared in
         // logits: both sides would subtract the same normaliser)
         let ts = logsumexp(&logits[tb..]);
-        let text_max = logits[..tb].iter().copied().fold(ninf, f32::max);
+        let text_max = max_value(&logits[..tb]);
         if ts > text_max {
             logits[..tb].fill(ninf);
         }
@@ -638,7 +671,7 @@ impl<'a> Search<'a> {
                     }
                     pick
                 } else {
-                    (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best })
+                    argmax(row)
                 };
                 self.sum_logprobs[j] += row[t] - lse;
                 seq.push(t as u32);
@@ -720,7 +753,29 @@ impl<'a> Search<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::loop_start;
+    use super::{argmax, lane_sum, logsumexp, loop_start, max_value};
+
+    #[test]
+    fn vocabulary_passes_match_the_scalar_definitions() {
+        for n in [0usize, 1, 15, 16, 17, 33, 1000, 51_864] {
+            // values with repeats (ties), -inf for suppressed tokens
+            let x: Vec<f32> = (0..n).map(|i| if i % 7 == 3 { f32::NEG_INFINITY } else { ((i * 7919 % 1013) as f32 - 500.0) * 0.03 }).collect();
+            let want_max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max_value(&x).to_bits(), want_max.to_bits(), "n={n}");
+            let want_arg = (0..n).fold(0, |best, i| if x[i] > x[best] { i } else { best });
+            assert_eq!(argmax(&x), want_arg, "n={n}");
+            let finite: Vec<f32> = x.iter().map(|v| v.max(-1.0)).collect();
+            let want_sum: f64 = finite.iter().map(|&v| v as f64).sum();
+            let scale = finite.iter().map(|v| v.abs() as f64).sum::<f64>().max(1.0);
+            assert!((lane_sum(&finite) as f64 - want_sum).abs() <= 1e-5 * scale, "n={n}");
+            if n > 0 {
+                let lse = x.iter().map(|&v| ((v - want_max) as f64).exp()).sum::<f64>().ln() + want_max as f64;
+                assert!((logsumexp(&x) as f64 - lse).abs() <= 1e-5 * lse.abs().max(1.0), "n={n}: {} {lse}", logsumexp(&x));
+            }
+        }
+        assert_eq!(max_value(&[f32::NEG_INFINITY; 20]), f32::NEG_INFINITY);
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+    }
 
     #[test]
     fn loops_are_found_at_the_end_only() {
