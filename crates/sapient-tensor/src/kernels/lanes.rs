@@ -30,7 +30,7 @@
 
 #![allow(clippy::missing_safety_doc, clippy::needless_range_loop, clippy::too_many_arguments)]
 
-use super::quant::{BlockQ8, QType};
+use super::quant::{BlockQ8, BlockQ8K, QType};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -658,8 +658,8 @@ unsafe fn range_packed_of<F: Fmt>(w: &[u8], gb: usize, r0: usize, r1: usize, act
 /// block's share at a time: into L2 alone, or in bursts of a whole pair, one sequence's
 /// decode of Qwen2.5-0.5B (Q5_0/Q8_0) streamed its weights ~10% slower than the row-at-a-time
 /// kernels; so it is level or ahead (2-core Xeon VM, 4096/1024 against 2048..8192/0..2048).
-const PACKED_AHEAD_L2: usize = 4096;
-const PACKED_AHEAD_L1: usize = 1024;
+pub(super) const PACKED_AHEAD_L2: usize = 4096;
+pub(super) const PACKED_AHEAD_L1: usize = 1024;
 
 /// [`range`] on weights packed by [`Packed::new_all`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512bitalg,avx2,fma,f16c")]
@@ -672,8 +672,15 @@ pub unsafe fn range_packed(p: &Packed, r0: usize, r1: usize, acts: &[BlockQ8], c
         QType::Q5_0 => range_packed_of::<Q50>(w, gb, r0, r1, acts, corr, m, out, out_stride, amx),
         QType::Q5_1 => range_packed_of::<Q51>(w, gb, r0, r1, acts, corr, m, out, out_stride, amx),
         QType::Q8_0 => range_packed_of::<Q80>(w, gb, r0, r1, acts, corr, m, out, out_stride, amx),
-        _ => unreachable!("packed weights are of the 32-value formats"),
+        _ => unreachable!("packed k-quant weights go to range_packed_k"),
     }
+}
+
+/// [`range_packed`] for packed Q4_K and Q6_K weights (`acts`: `m` rows of superblocks,
+/// `side`: their `lanes_k::side` data).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn range_packed_k(p: &Packed, r0: usize, r1: usize, acts: &[BlockQ8K], side: &[i32], m: usize, out: *mut f32, out_stride: usize) {
+    super::lanes_k::range_packed(p.qtype == QType::Q6K, p.bytes(), p.group_bytes, r0, r1, acts, side, m, out, out_stride)
 }
 
 /// Where the parts of a 32-value format's block are (raw GGML layout) and where they go in
@@ -752,6 +759,9 @@ pub struct Packed {
 /// Packed bytes of `rows` rows of format `t` (`None`: not a lane format, or `cols` not whole
 /// blocks).
 fn packed_len(t: QType, rows: usize, cols: usize) -> Option<(usize, usize)> {
+    if t.k_quant() {
+        return super::lanes_k::packed_len(t, rows, cols);
+    }
     let lay = Layout::of(t)?;
     if !cols.is_multiple_of(32) {
         return None;
@@ -767,7 +777,7 @@ impl Packed {
         const HUGE: usize = 2 << 20;
         let sizes: Vec<Option<(usize, usize)>> = mats
             .iter()
-            .map(|&(t, raw, rows, cols)| packed_len(t, rows, cols).filter(|_| raw.len() >= rows * cols / 32 * t.block_bytes()))
+            .map(|&(t, raw, rows, cols)| packed_len(t, rows, cols).filter(|_| raw.len() >= rows * cols / t.block_len() * t.block_bytes()))
             .collect();
         let total: usize = sizes.iter().flatten().map(|s| s.1).sum();
         if total == 0 {
@@ -802,17 +812,20 @@ impl Packed {
 
     /// Row `r`'s GGML blocks, as they were packed.
     pub fn unpack_row(&self, r: usize, out: &mut [u8]) {
-        let Some(lay) = Layout::of(self.qtype) else { return };
-        for (b, blk) in out.chunks_exact_mut(lay.bytes).take(self.cols / 32).enumerate() {
+        let (len, bytes) = (self.qtype.block_len(), self.qtype.block_bytes());
+        for (b, blk) in out.chunks_exact_mut(bytes).take(self.cols / len).enumerate() {
             self.unpack_block(r, b, blk);
         }
     }
 
     /// Block `b` of row `r` in GGML's layout (`out`: the block's bytes).
     pub fn unpack_block(&self, r: usize, b: usize, blk: &mut [u8]) {
-        let Some(lay) = Layout::of(self.qtype) else { return };
         let src = self.bytes();
         let go = (r / 16) * self.group_bytes;
+        if self.qtype.k_quant() {
+            return super::lanes_k::unpack_block(self.qtype, self.cols, &src[go..go + self.group_bytes], r % 16, b, blk);
+        }
+        let Some(lay) = Layout::of(self.qtype) else { return };
         let (v, h, d, m) = lay.places(32 * lay.bytes, r % 16, b);
         for i in 0..lay.qs_len {
             blk[lay.qs_at + i] = src[go + v + 64 * (i / 4) + i % 4] ^ lay.flip;
@@ -842,6 +855,9 @@ impl Packed {
 
 /// Pack `rows` rows of GGML blocks (`raw`) into `out` (groups of `gb` bytes, zeroed).
 fn pack_into(t: QType, raw: &[u8], rows: usize, cols: usize, gb: usize, out: &mut [u8]) {
+    if t.k_quant() {
+        return super::lanes_k::pack_into(t, raw, rows, cols, gb, out);
+    }
     let Some(lay) = Layout::of(t) else { return };
     let nb = cols / 32;
     let rb = nb * lay.bytes;
@@ -890,6 +906,9 @@ pub unsafe fn range(t: QType, w: &[u8], rb: usize, r0: usize, r1: usize, acts: &
 /// that reads GGML's layout row after row, reducing sixteen rows' partial sums with a shuffle
 /// tree, decoded no faster.)
 pub fn handles(t: QType) -> bool {
+    if matches!(t, QType::Q4K | QType::Q6K) {
+        return super::options().lanes_kquants && !super::has_amx();
+    }
     match super::options().lanes_formats {
         super::LanesFormats::Q4 => matches!(t, QType::Q4_0 | QType::Q4_1),
         super::LanesFormats::All => matches!(t, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0),
@@ -905,7 +924,7 @@ pub fn unpacked(t: QType) -> bool {
 /// Every format the lane kernels can compute (for the tests).
 #[cfg(test)]
 pub fn computes(t: QType) -> bool {
-    matches!(t, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0)
+    matches!(t, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0 | QType::Q4K | QType::Q6K)
 }
 
 /// The offset subtracted in integers for format `t` (0: the format has a minimum).
@@ -914,6 +933,8 @@ pub fn offset(t: QType) -> i32 {
         QType::Q4_0 => Q40::OFF,
         QType::Q5_0 => Q50::OFF,
         QType::Q8_0 => Q80::OFF,
+        // Q6_K's values are stored as q + 32 (its activations' side data differs from Q4_K's).
+        QType::Q6K => 32,
         _ => 0,
     }
 }

@@ -32,6 +32,8 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
+#[cfg(target_arch = "x86_64")]
+mod lanes_k;
 mod dense;
 mod dense_bf16;
 mod conv_bf16;
@@ -507,9 +509,9 @@ impl QMatrix {
         #[cfg(target_arch = "x86_64")]
         if let Storage::Lanes(p) = &self.storage {
             // Block by block (no allocation: the embedding lookup of every decode step).
-            let mut blk = [0u8; 64];
-            let bytes = self.qtype.block_bytes();
-            for (b, o) in out.chunks_exact_mut(32).take(self.cols / 32).enumerate() {
+            let mut blk = [0u8; 256];
+            let (len, bytes) = (self.qtype.block_len(), self.qtype.block_bytes());
+            for (b, o) in out.chunks_exact_mut(len).take(self.cols / len).enumerate() {
                 p.unpack_block(r, b, &mut blk[..bytes]);
                 quant::dequantize_row(self.qtype, &blk[..bytes], o);
             }
@@ -593,7 +595,11 @@ impl QMatrix {
             // format (`fits`); chunks start at multiples of 16 rows (`chunk_len`) and each
             // writes a disjoint range of output columns.
             if let Storage::Lanes(p) = &self.storage {
-                unsafe { lanes::range_packed(p, range.start, range.end, &acts.q8, &acts.corr, acts.m, out_ptr.0, self.rows) };
+                if acts.k_quant {
+                    unsafe { lanes::range_packed_k(p, range.start, range.end, &acts.q8k, &acts.corr, acts.m, out_ptr.0, self.rows) };
+                } else {
+                    unsafe { lanes::range_packed(p, range.start, range.end, &acts.q8, &acts.corr, acts.m, out_ptr.0, self.rows) };
+                }
                 return;
             }
             unsafe {
@@ -979,7 +985,8 @@ pub struct QuantizedActs {
     wide: bool,
     /// Laid out for the sixteen-rows kernels (`lanes`): `q8` plus `corr`.
     lanes: bool,
-    /// Per block `-off * sum(qs)` for the lane kernels of the offset formats.
+    /// Per block `-off * sum(qs)` for the lane kernels of the offset formats; for Q4_K and
+    /// Q6_K, per superblock their `lanes_k::side` data.
     corr: Vec<i32>,
     /// The weight offset the pair layout was made for (`avx512::offset`).
     off: i32,
@@ -1044,7 +1051,7 @@ impl QuantizedActs {
         // there are several rows (a batch's decode step: otherwise the pool's other threads
         // wait on this serial work before every product).
         #[cfg(target_arch = "x86_64")]
-        let to_lanes = wide && !k_quant && lanes && lanes::handles(t);
+        let to_lanes = wide && lanes && lanes::handles(t);
         #[cfg(target_arch = "x86_64")]
         let to_amx = !to_lanes && wide && amx::use_for(t, m) && has_amx();
         #[cfg(target_arch = "x86_64")]
@@ -1063,7 +1070,9 @@ impl QuantizedActs {
             } else {
                 0
             };
-            if to_lanes && s.off != 0 {
+            if to_lanes && k_quant {
+                s.corr = take_to_fill(&SCRATCH_CORR, m * nq8k * lanes_k::SIDE);
+            } else if to_lanes && s.off != 0 {
                 s.corr = take_to_fill(&SCRATCH_CORR, m * nq8);
             }
             s.pairs = take_to_fill(&SCRATCH_PAIRS, m * npairs);
@@ -1087,6 +1096,11 @@ impl QuantizedActs {
                     let out = unsafe { std::slice::from_raw_parts_mut(p as *mut BlockQ8K, n) };
                     for (xr, br) in xs.chunks_exact(cols).zip(out.chunks_exact_mut(nq8k)) {
                         quantize_q8k(xr, br);
+                    }
+                    #[cfg(target_arch = "x86_64")]
+                    if with_corr {
+                        let (p, n) = part(corr.ptr() as *mut u8, nq8k * lanes_k::SIDE, std::mem::size_of::<i32>());
+                        lanes_k::side(t, out, unsafe { std::slice::from_raw_parts_mut(p as *mut i32, n) });
                     }
                     #[cfg(target_arch = "x86_64")]
                     if nk > 0 {
@@ -1140,7 +1154,11 @@ impl QuantizedActs {
     fn lay_out_lanes(&mut self, t: QType) {
         self.lanes = true;
         self.off = lanes::offset(t);
-        if self.off != 0 {
+        if self.k_quant {
+            let mut c = take_scratch(&SCRATCH_CORR, self.q8k.len() * lanes_k::SIDE);
+            lanes_k::side(t, &self.q8k, &mut c);
+            self.corr = c;
+        } else if self.off != 0 {
             let mut c = take_scratch(&SCRATCH_CORR, self.q8.len());
             lanes::corrections(&self.q8, self.off, &mut c);
             self.corr = c;
@@ -1174,7 +1192,7 @@ impl QuantizedActs {
             // (Tests run the kernels of every format they compute; in use, only the formats
             // that go to them take them, so a format never mixes arithmetics.)
             #[cfg(test)]
-            if lanes::computes(t) {
+            if lanes::computes(t) && (!t.k_quant() || w.is_packed()) {
                 return lanes::offset(t) == self.off;
             }
             return w.takes_lanes() && lanes::offset(t) == self.off;

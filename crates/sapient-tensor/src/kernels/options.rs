@@ -54,6 +54,10 @@ pub struct KernelOptions {
     /// Which 32-value formats take the sixteen-rows kernels for every number of activation
     /// rows (one row included, so a sequence decoded alone keeps the batch's arithmetic).
     pub lanes_formats: LanesFormats,
+    /// Q4_K and Q6_K take sixteen-rows kernels too, once packed at load
+    /// ([`pack_for_lanes`](super::pack_for_lanes)), on machines where AMX does not take them
+    /// (`SAPIENT_NO_LANES_K` set = off). Their arithmetic is the AMX kernels' exact one.
+    pub lanes_kquants: bool,
     /// Prefetch distance into L1, in bytes ahead of the weights being read (0: none).
     pub prefetch_l1: usize,
     /// Prefetch distance into L2, in bytes (0: none).
@@ -84,6 +88,7 @@ impl Default for KernelOptions {
             amx_q6k: AmxQ6k::Auto,
             lanes: true,
             lanes_formats: LanesFormats::default(),
+            lanes_kquants: true,
             prefetch_l1: 2048,
             prefetch_l2: 8192,
             huge_pages: true,
@@ -96,7 +101,7 @@ impl Default for KernelOptions {
 impl KernelOptions {
     /// Options from the environment, for binaries (`sapient`, `cargo xtask`):
     /// `SAPIENT_THREADS=N`, `SAPIENT_NO_AVX2`, `SAPIENT_NO_VNNI`, `SAPIENT_NO_AVX512`,
-    /// `SAPIENT_NO_AMX`, `SAPIENT_NO_AVX512_BF16` (set = off), `SAPIENT_AMX_Q6K=all|never`, `SAPIENT_LANES=q4|all`,
+    /// `SAPIENT_NO_AMX`, `SAPIENT_NO_AVX512_BF16`, `SAPIENT_NO_LANES_K` (set = off), `SAPIENT_AMX_Q6K=all|never`, `SAPIENT_LANES=q4|all`,
     /// `SAPIENT_PREFETCH="t0:BYTES,t1:BYTES"` (a hint left out is not used),
     /// `SAPIENT_HUGE_PAGES=0`, `SAPIENT_DENSE_ROWS=N`. Values that do not parse are named
     /// in the returned warnings and left at their defaults.
@@ -117,6 +122,7 @@ impl KernelOptions {
         o.amx = !set("SAPIENT_NO_AMX");
         o.avx512_bf16 = !set("SAPIENT_NO_AVX512_BF16");
         o.lanes = !set("SAPIENT_NO_LANES");
+        o.lanes_kquants = !set("SAPIENT_NO_LANES_K");
         match var("SAPIENT_LANES").as_deref() {
             None => {}
             Some("q4") => o.lanes_formats = LanesFormats::Q4,

@@ -227,7 +227,7 @@ fn lane_kernels_match_their_reference() {
         eprintln!("skipped: this CPU has no AVX-512 BITALG (or the lane kernels are off)");
         return;
     }
-    for t in ALL.into_iter().filter(|t| lanes::computes(*t)) {
+    for t in ALL.into_iter().filter(|t| lanes::computes(*t) && !t.k_quant()) {
         for cols in [32, 96, 576] {
             for (rows, m) in [(1, 1), (15, 1), (16, 3), (37, 1), (37, 9), (130, 17), (48, 8), (100, 70)] {
                 let (w, _) = quantized(t, rows, cols, 5 + cols as u64 + rows as u64);
@@ -262,6 +262,75 @@ fn lane_kernels_match_their_reference() {
                 let g = packed.gather_rows(&ids).unwrap();
                 assert!(g.with_bytes(|gb| ids.iter().enumerate().all(|(k, &r)| gb[k * rb..(k + 1) * rb] == raw[r * rb..(r + 1) * rb])));
             }
+        }
+    }
+}
+
+/// The Q4_K and Q6_K sixteen-rows kernels return their documented arithmetic bit for bit
+/// (so every row of a batch is what it gives alone) for 1..=40 activation rows, whole and
+/// partial groups of weight rows; that is also what the exact k-quant kernels of `avx512`
+/// (the AMX kernels' arithmetic) give. Packing keeps every byte.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn k_lane_kernels_match_their_reference() {
+    if !has_lanes() {
+        eprintln!("skipped: this CPU has no AVX-512 BITALG (or the lane kernels are off)");
+        return;
+    }
+    for t in [QType::Q4K, QType::Q6K] {
+        for (rows, cols) in [(1, 256), (15, 512), (16, 256), (37, 768), (130, 256)] {
+            let (w, _) = quantized(t, rows, cols, 41 + cols as u64 + rows as u64);
+            let rb = w.row_bytes();
+            let raw = w.with_bytes(|b| b.to_vec());
+            let packed = QMatrix::from_bytes_unpacked(t, rows, cols, raw.clone()).packed_lanes().expect("a lane format");
+            assert!(packed.is_packed());
+            assert!(packed.with_bytes(|b| b == &raw[..]), "{t:?} [{rows}x{cols}]: packing lost bytes");
+            const M: usize = 40;
+            let x = data(M * cols, 9 + rows as u64);
+            let all = QuantizedActs::for_lane_kernels(t, &x, M, cols);
+            let (rawr, allr) = (&raw, &all);
+            let want: Vec<f32> = (0..M).flat_map(|i| (0..rows).map(move |j| lanes_k::reference(t, &rawr[j * rb..(j + 1) * rb], allr.row_q8k(i)))).collect();
+            // The exact AVX-512 kernels, one activation row at a time.
+            let nsb = cols / 256;
+            for i in 0..M {
+                let mut bk = vec![super::avx512::BlockK::default(); nsb];
+                super::avx512::blockk_from(all.row_q8k(i), &mut bk);
+                for j in 0..rows {
+                    let mut o = [0f32; 1];
+                    // SAFETY: has_lanes() implies the AVX-512 features; rows are `cols` long.
+                    unsafe {
+                        if t == QType::Q4K {
+                            super::avx512::rows_q4k_x(&raw[j * rb..(j + 1) * rb], &[&bk], &mut o)
+                        } else {
+                            super::avx512::rows_q6k_x(&raw[j * rb..(j + 1) * rb], &[&bk], &mut o)
+                        }
+                    }
+                    assert_eq!(o[0].to_bits(), want[i * rows + j].to_bits(), "{t:?} [{rows}x{cols}] ({i},{j}): avx-512 exact {} vs reference {}", o[0], want[i * rows + j]);
+                }
+            }
+            for m in 1..=M {
+                // Rows `a0..a0 + m` of the 40 as one batch.
+                let a0 = (M - m) / 2;
+                let acts = QuantizedActs::for_lane_kernels(t, &x[a0 * cols..(a0 + m) * cols], m, cols);
+                let mut out = vec![0f32; m * rows];
+                packed.matmul_quantized(&acts, &mut out);
+                for i in 0..m {
+                    for j in 0..rows {
+                        let (got, want) = (out[i * rows + j], want[(a0 + i) * rows + j]);
+                        assert_eq!(got.to_bits(), want.to_bits(), "{t:?} [{rows}x{cols}] x{m} ({},{j}): {got} vs {want}", a0 + i);
+                    }
+                }
+            }
+            // Rows read back from the packed layout: dequantized and gathered.
+            let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
+            for r in [0, rows / 2, rows - 1] {
+                w.dequantize_row(r, &mut a);
+                packed.dequantize_row(r, &mut b);
+                assert_eq!(a, b);
+            }
+            let ids = [rows - 1, 0, rows / 3];
+            let g = packed.gather_rows(&ids).unwrap();
+            assert!(g.with_bytes(|gb| ids.iter().enumerate().all(|(k, &r)| gb[k * rb..(k + 1) * rb] == raw[r * rb..(r + 1) * rb])));
         }
     }
 }
@@ -742,6 +811,43 @@ fn lane_timing() {
     }
 }
 
+/// Q4_K and Q6_K products of a 896x4864 matrix (Qwen2.5-0.5B's ffn_down) in GGML's layout on
+/// the row-at-a-time AVX-512 kernels and packed on the sixteen-rows ones (`cargo test
+/// --release -p sapient-tensor --lib k_lane_timing -- --ignored --nocapture`; `MS=1,4`).
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn k_lane_timing() {
+    for t in [QType::Q4K, QType::Q6K] {
+        let (rows, cols) = (896, 4864);
+        let (w, _) = quantized(t, rows, cols, 1);
+        let ggml = QMatrix::from_bytes_unpacked(t, rows, cols, w.with_bytes(|b| b.to_vec()));
+        let packed = ggml.packed_lanes().unwrap();
+        let ms: Vec<usize> = std::env::var("MS").ok().map(|v| v.split(',').filter_map(|m| m.parse().ok()).collect()).unwrap_or(vec![1, 4, 8, 16]);
+        for &m in &ms {
+            let x = data(m * cols, 2);
+            let mut out = vec![0f32; m * rows];
+            let mut time = |w: &QMatrix| {
+                let acts = QuantizedActs::for_matrix(w, &x, m);
+                let reps = (4000 / m).max(50);
+                w.matmul_quantized(&acts, &mut out);
+                let t0 = std::time::Instant::now();
+                for _ in 0..reps {
+                    w.matmul_quantized(&acts, &mut out);
+                }
+                t0.elapsed().as_secs_f64() / reps as f64 * 1e6
+            };
+            // Alternating, best of three each.
+            let (mut a, mut c) = (f64::MAX, f64::MAX);
+            for _ in 0..3 {
+                a = a.min(time(&ggml));
+                c = c.min(time(&packed));
+            }
+            println!("{t:?} {rows}x{cols} m={m}: GGML layout {a:.1} us, packed {c:.1} us ({:.2}x)", a / c);
+        }
+    }
+}
+
 /// `pack_for_lanes` lays a model's matrices out in one allocation: a clone sharing another's
 /// storage packs once, the other formats stay as they are, and every product and row keeps
 /// its values (the lane kernels' arithmetic, bit for bit).
@@ -759,7 +865,8 @@ fn pack_for_lanes_keeps_products_and_rows() {
     let before: Vec<Vec<u8>> = [&a, &b, &k].iter().map(|m| m.with_bytes(|x| x.to_vec())).collect();
     let (mut pa, mut pb, mut pk, mut pt) = (a.clone(), b.clone(), k.clone(), tied.clone());
     pack_for_lanes(&mut [&mut pa, &mut pb, &mut pk, &mut pt]);
-    assert!(pa.is_packed() && pb.is_packed() && pt.is_packed() && !pk.is_packed());
+    assert!(pa.is_packed() && pb.is_packed() && pt.is_packed());
+    assert_eq!(pk.is_packed(), lanes::handles(QType::Q6K));
     match (&pa.storage, &pt.storage) {
         (Storage::Lanes(x), Storage::Lanes(y)) => assert!(Arc::ptr_eq(x, y), "a tied clone was packed twice"),
         _ => unreachable!(),
@@ -774,7 +881,11 @@ fn pack_for_lanes_keeps_products_and_rows() {
             let rb = m.row_bytes();
             for i in 0..rows {
                 for j in 0..m.rows() {
-                    let want = if m.is_packed() { lanes::reference(m.qtype(), &raw[j * rb..(j + 1) * rb], acts.row_q8(i)) } else { got[i * m.rows() + j] };
+                    let want = match (m.is_packed(), m.qtype().k_quant()) {
+                        (true, false) => lanes::reference(m.qtype(), &raw[j * rb..(j + 1) * rb], acts.row_q8(i)),
+                        (true, true) => lanes_k::reference(m.qtype(), &raw[j * rb..(j + 1) * rb], acts.row_q8k(i)),
+                        (false, _) => got[i * m.rows() + j],
+                    };
                     assert_eq!(got[i * m.rows() + j].to_bits(), want.to_bits(), "{:?} x{rows} ({i},{j})", m.qtype());
                 }
             }
@@ -826,7 +937,7 @@ fn batched_activation_layouts_match_single_rows() {
                     let (a, b) = (all.row_q8(i), one.row_q8(0));
                     assert!(a.iter().zip(b).all(|(p, q)| p.d.to_bits() == q.d.to_bits() && p.s.to_bits() == q.s.to_bits() && p.qs == q.qs), "{what}");
                 }
-                let nb = cols / 32;
+                let nb = one.corr.len();
                 assert_eq!(all.corr.get(i * nb..(i + 1) * nb).unwrap_or(&[]), &one.corr[..], "{what}: corrections");
                 #[cfg(target_arch = "x86_64")]
                 {
