@@ -10,16 +10,18 @@
 //! Every output element is computed by the same function whatever the number of activation
 //! rows, so a batch of rows gives bit-identical results to the same rows one at a time
 //! (speculative decoding relies on that). On machines with AMX ([`has_amx`]) Q4_K and Q6_K
-//! products follow the AMX kernels' arithmetic whichever kernel runs them (`amx.rs`).
+//! products follow the AMX kernels' arithmetic whichever kernel runs them (`amx.rs`); on
+//! machines with the lane kernels and without AMX, packed Q4_K and Q6_K matrices take the
+//! sixteen-rows kernels of `lanes_k.rs`, which compute the same exact arithmetic.
 //!
 //! Where things are: this file holds the quantized matrix ([`QMatrix`]), its dispatch over
 //! the instruction sets and the activations' 8-bit layouts; `detect.rs` what the CPU can do,
 //! `options.rs` the knobs ([`KernelOptions`], passed at load), `pool.rs` the one thread pool,
 //! `memory.rs` huge pages and prefetch distances; the products by instruction set in
-//! `avx2.rs`, `avx512.rs`, `lanes.rs` and `amx.rs`, the block formats in `quant.rs`; dense
-//! f32/bf16 products in `dense.rs` and `dense_bf16.rs`; element-wise activations in `act.rs`;
-//! attention over an f16 KV cache in `attention.rs`, an encoder's full attention on
-//! AVX512-BF16 in `attention_bf16.rs`.
+//! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_k.rs` and `amx.rs`, the block formats in
+//! `quant.rs`; dense f32/bf16 products in `dense.rs` and `dense_bf16.rs`; element-wise
+//! activations in `act.rs`; attention over an f16 KV cache in `attention.rs`, an encoder's
+//! full attention on AVX512-BF16 in `attention_bf16.rs`.
 
 mod act;
 #[cfg(target_arch = "x86_64")]
@@ -531,8 +533,8 @@ impl QMatrix {
 
     /// Whether this matrix's products take the lane kernels (on a CPU with them, for the
     /// formats [`lanes::handles`]): Q4_0 and Q4_1 in GGML's layout too, the other 32-value
-    /// formats once packed ([`pack_for_lanes`]); in GGML's layout those run faster one row at
-    /// a time on the row kernels. Fixed per matrix, so its rows never mix arithmetics.
+    /// formats and Q4_K/Q6_K once packed ([`pack_for_lanes`]); in GGML's layout those run on
+    /// the row kernels. Fixed per matrix, so its rows never mix arithmetics.
     fn takes_lanes(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         return has_lanes() && lanes::handles(self.qtype) && (self.is_packed() || lanes::unpacked(self.qtype));
