@@ -813,11 +813,27 @@ fn lane_timing() {
 
 /// Q4_K and Q6_K products of a 896x4864 matrix (Qwen2.5-0.5B's ffn_down) in GGML's layout on
 /// the row-at-a-time AVX-512 kernels and packed on the sixteen-rows ones (`cargo test
-/// --release -p sapient-tensor --lib k_lane_timing -- --ignored --nocapture`; `MS=1,4`).
+/// --release -p sapient-tensor --lib k_lane_timing -- --ignored --nocapture`; `MS=1,4`;
+/// `CPU_TIME=1`: one thread, timed by its CPU time, which a busy machine disturbs less).
 #[cfg(target_arch = "x86_64")]
 #[test]
 #[ignore]
 fn k_lane_timing() {
+    let cpu_time = std::env::var_os("CPU_TIME").is_some();
+    if cpu_time {
+        configure(KernelOptions { threads: Some(1), ..KernelOptions::default() }).expect("the first configuration");
+    }
+    let now = || {
+        if cpu_time {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: a plain system call writing the timespec it is given.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+        } else {
+            std::time::Instant::now().duration_since(*START.get_or_init(std::time::Instant::now)).as_secs_f64()
+        }
+    };
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     for t in [QType::Q4K, QType::Q6K] {
         let (rows, cols) = (896, 4864);
         let (w, _) = quantized(t, rows, cols, 1);
@@ -831,11 +847,11 @@ fn k_lane_timing() {
                 let acts = QuantizedActs::for_matrix(w, &x, m);
                 let reps = (4000 / m).max(50);
                 w.matmul_quantized(&acts, &mut out);
-                let t0 = std::time::Instant::now();
+                let t0 = now();
                 for _ in 0..reps {
                     w.matmul_quantized(&acts, &mut out);
                 }
-                t0.elapsed().as_secs_f64() / reps as f64 * 1e6
+                (now() - t0) / reps as f64 * 1e6
             };
             // Alternating, best of three each.
             let (mut a, mut c) = (f64::MAX, f64::MAX);
