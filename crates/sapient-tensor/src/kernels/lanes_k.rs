@@ -3,9 +3,9 @@
 //!
 //! Layout ([`Packed`](super::lanes::Packed), made at load): for each group of sixteen rows
 //! and each 256-value superblock, the sixteen rows' superblock bytes transposed by dwords
-//! (line `q`, lane `n`: dword `q` of row `n`'s GGML superblock; Q4_K 36 lines, Q6_K 52), then
-//! for Q6_K the group's f16 superblock scales, sixteen per superblock. The same bytes as the
-//! GGML blocks (but Q6_K's tail rounding up to a line per group), and every register the
+//! (line `q`, lane `n`: dword `q` of row `n`'s GGML superblock; Q4_K 36 lines, Q6_K 52), for
+//! Q6_K after the group's f16 superblock scales, sixteen per superblock. The same bytes as the
+//! GGML blocks (but Q6_K's scales rounding up to a line per group), and every register the
 //! kernels need is one aligned load: a line of Q4_K nibbles holds values `4k..4k + 4` of two
 //! 32-value sub-blocks for sixteen rows, so one mask (or shift) gives the register one
 //! `vpdpbusd` with four broadcast activation bytes advances sixteen dot products by.
@@ -66,17 +66,27 @@ pub fn packed_len(t: QType, rows: usize, cols: usize) -> Option<(usize, usize)> 
         return None;
     }
     let nsb = cols / 256;
-    let gb = nsb * 64 * dwords(q6) + if q6 { (nsb * 32).next_multiple_of(64) } else { 0 };
+    let gb = head(q6, nsb) + nsb * 64 * dwords(q6);
     Some((gb, rows.div_ceil(16) * gb))
+}
+
+/// Bytes before a group's superblocks: Q6_K's f16 scales, sixteen per superblock (first, so
+/// that the group is read in order).
+fn head(q6: bool, nsb: usize) -> usize {
+    if q6 {
+        (nsb * 32).next_multiple_of(64)
+    } else {
+        0
+    }
 }
 
 /// Where byte `i` of row `n`'s superblock `s` goes in its group (`nsb` superblocks a row).
 fn place(q6: bool, nsb: usize, n: usize, s: usize, i: usize) -> usize {
     let nd = dwords(q6);
     if i < 4 * nd {
-        s * 64 * nd + 64 * (i / 4) + 4 * n + i % 4
+        head(q6, nsb) + s * 64 * nd + 64 * (i / 4) + 4 * n + i % 4
     } else {
-        nsb * 64 * nd + 32 * s + 2 * n + (i - 4 * nd)
+        32 * s + 2 * n + (i - 4 * nd)
     }
 }
 
@@ -170,7 +180,6 @@ unsafe fn group_q4k<const R: usize>(gp: *const u8, nsb: usize, nvalid: usize, ac
     let mut acc = [_mm512_setzero_ps(); R];
     for s in 0..nsb {
         let base = gp.add(s * SB);
-        ahead(base, SB, dist, l1d);
         macro_rules! ld {
             ($q:expr) => {
                 _mm512_load_si512(base.add(64 * ($q)) as *const __m512i)
@@ -197,6 +206,8 @@ unsafe fn group_q4k<const R: usize>(gp: *const u8, nsb: usize, nvalid: usize, ac
         ];
         let mut isum = [_mm512_setzero_si512(); R];
         for j in 0..8 {
+            // This superblock's lines ahead, an eighth at a time.
+            ahead(base.add(320 * j), 320, dist, l1d);
             let scj = _mm512_and_si512(_mm512_srlv_epi32(sc[j / 4], _mm512_set1_epi32(8 * (j % 4) as i32)), byte);
             let at = 4 + 8 * (j / 2);
             let mut w = [_mm512_setzero_si512(); 8];
@@ -234,19 +245,20 @@ unsafe fn group_q6k<const R: usize>(gp: *const u8, nsb: usize, nvalid: usize, ac
     let m4 = _mm512_set1_epi8(0x0f);
     let m30 = _mm512_set1_epi8(0x30);
     let mut acc = [_mm512_setzero_ps(); R];
+    let sbs = gp.add(head(true, nsb));
     for s in 0..nsb {
-        let base = gp.add(s * SB);
-        ahead(base, SB, dist, l1d);
+        let base = sbs.add(s * SB);
         macro_rules! ld {
             ($q:expr) => {
                 _mm512_load_si512(base.add(64 * ($q)) as *const __m512i)
             };
         }
-        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(gp.add(nsb * SB + 32 * s) as *const __m256i));
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(gp.add(32 * s) as *const __m256i));
         let scr = [ld!(48), ld!(49), ld!(50), ld!(51)];
         let mut isum = [_mm512_setzero_si512(); R];
         for h in 0..2 {
             for t in 0..4 {
+                ahead(base.add(448 * (4 * h + t)), 448, dist, l1d);
                 // Values 128h + 32t + 4k + i: low four bits from a nibble of the ql bytes,
                 // the high two from bits 2t, 2t + 1 of the qh bytes.
                 let mut w = [_mm512_setzero_si512(); 8];
@@ -318,7 +330,12 @@ pub unsafe fn range_packed(q6: bool, w: &[u8], gb: usize, r0: usize, r1: usize, 
     let nsb = acts.len() / m.max(1);
     debug_assert_eq!(side.len(), acts.len() * SIDE);
     let p = w.as_ptr();
-    let (dist, l1d) = (super::lanes::PACKED_AHEAD_L2, super::lanes::PACKED_AHEAD_L1);
+    // How far ahead (bytes) to ask for weights into L2 and L1, a superblock's eighth at a
+    // time: the row kernels' distances (`KernelOptions::prefetch_l2` / `prefetch_l1`, 8 and 2
+    // KiB by default). One row streaming from memory on one thread (k_lane_timing, 32 copies
+    // of 896x4864) took 0.89x (Q4_K) and 0.66x (Q6_K) the row kernels' speed with the 32-value
+    // lane kernels' 4 and 1 KiB asked for a superblock at a time, 1.18x and 1.08x so.
+    let (dist, l1d) = (super::options().prefetch_l2, super::options().prefetch_l1);
     // The first lines of the range, read before the prefetches of the loop reach them.
     let first = p.add(r0 / 16 * gb);
     let mut off = 0;

@@ -837,27 +837,29 @@ fn k_lane_timing() {
     for t in [QType::Q4K, QType::Q6K] {
         let (rows, cols) = (896, 4864);
         let (w, _) = quantized(t, rows, cols, 1);
-        let ggml = QMatrix::from_bytes_unpacked(t, rows, cols, w.with_bytes(|b| b.to_vec()));
-        let packed = ggml.packed_lanes().unwrap();
+        // `COPIES=n`: cycle through n copies (from memory rather than cache once they exceed it).
+        let copies: usize = std::env::var("COPIES").ok().and_then(|c| c.parse().ok()).unwrap_or(1);
+        let ggmls: Vec<QMatrix> = (0..copies).map(|_| QMatrix::from_bytes_unpacked(t, rows, cols, w.with_bytes(|b| b.to_vec()))).collect();
+        let packeds: Vec<QMatrix> = ggmls.iter().map(|g| g.packed_lanes().unwrap()).collect();
         let ms: Vec<usize> = std::env::var("MS").ok().map(|v| v.split(',').filter_map(|m| m.parse().ok()).collect()).unwrap_or(vec![1, 4, 8, 16]);
         for &m in &ms {
             let x = data(m * cols, 2);
             let mut out = vec![0f32; m * rows];
-            let mut time = |w: &QMatrix| {
-                let acts = QuantizedActs::for_matrix(w, &x, m);
-                let reps = (4000 / m).max(50);
-                w.matmul_quantized(&acts, &mut out);
+            let mut time = |ws: &[QMatrix]| {
+                let acts = QuantizedActs::for_matrix(&ws[0], &x, m);
+                let reps = (4000 / m).max(50).next_multiple_of(copies);
+                ws[0].matmul_quantized(&acts, &mut out);
                 let t0 = now();
-                for _ in 0..reps {
-                    w.matmul_quantized(&acts, &mut out);
+                for i in 0..reps {
+                    ws[i % copies].matmul_quantized(&acts, &mut out);
                 }
                 (now() - t0) / reps as f64 * 1e6
             };
             // Alternating, best of three each.
             let (mut a, mut c) = (f64::MAX, f64::MAX);
             for _ in 0..3 {
-                a = a.min(time(&ggml));
-                c = c.min(time(&packed));
+                a = a.min(time(&ggmls));
+                c = c.min(time(&packeds));
             }
             println!("{t:?} {rows}x{cols} m={m}: GGML layout {a:.1} us, packed {c:.1} us ({:.2}x)", a / c);
         }
