@@ -34,6 +34,7 @@
 pub mod config;
 mod error;
 pub mod g2p;
+mod memory;
 pub mod model;
 pub mod onnx_import;
 pub mod params;

@@ -109,13 +109,13 @@ impl KokoroTts {
     pub fn from_dir_with(dir: &Path, device: &Device, limits: &sapient_tensor::Limits) -> Result<Self> {
         let model = KModel::load_preset_dir_with(dir, device, limits)?;
         let g2p = G2p::from_dir(dir)?;
-        crate::model::memory_probe("load: lexicons");
+        crate::memory::memory_probe("load: lexicons");
         let vocab = PhonemeVocab::from_file(&dir.join("vocab.json"))?;
         let voices_path = find_voices(dir)?;
         let voices = Voices::load_with(&voices_path, limits)?;
         // what parsing the lexicons and the voices took goes back to the system
         sapient_tensor::kernels::release_freed();
-        crate::model::memory_probe("load: voices");
+        crate::memory::memory_probe("load: voices");
         Ok(Self::new(model, g2p, vocab, voices))
     }
 

@@ -103,9 +103,9 @@ impl KokoroWeights {
     /// [`from_onnx`](Self::from_onnx) under `limits` (see [`sapient_tensor::Limits`]).
     pub fn from_onnx_with(onnx: &Path, cfg: &KokoroConfig, device: &Device, dtype: DType, limits: &sapient_tensor::Limits) -> Result<Self> {
         let model = sapient_tensor::onnx::OnnxModel::open_with(onnx, limits)?;
-        crate::model::memory_probe("load: ONNX file read");
+        crate::memory::memory_probe("load: ONNX file read");
         let imported = crate::onnx_import::import_compact(&model, cfg)?;
-        crate::model::memory_probe("load: ONNX imported");
+        crate::memory::memory_probe("load: ONNX imported");
         // the file's mapping goes now: the imported weights are copies
         drop(model);
         let tensors = imported.params.into_iter().map(|(name, p)| (name, Entry::Imported(Arc::new(p)))).collect();

@@ -3,7 +3,7 @@
 //! Linear layers run on sapient-tensor's quantized kernels when their weight
 //! is quantized, else on the f32 weight (dot products for a few rows, the `gemm` crate for
 //! more); the self-attention cache is kept per batch row as f32 rows of `d` values; the
-//! cross-attention keys and values are the window's [`CrossKv`](crate::model::CrossKv)
+//! cross-attention keys and values are the window's [`CrossKv`]
 //! tensors, read in place; the alignment heads' cross-attention scores (word timestamps)
 //! are copied out when asked for ([`Align`]).
 
@@ -177,7 +177,7 @@ pub(crate) struct Layer {
     pub o: Lin,
     pub cross_ln: Norm,
     pub cq: Lin,
-    /// Cross-attention keys and values, for [`CrossKv`](crate::model::CrossKv).
+    /// Cross-attention keys and values, for [`CrossKv`].
     pub ck: Lin,
     pub cv: Lin,
     pub co: Lin,
@@ -402,7 +402,7 @@ impl CpuDecoder {
     }
 
     /// Attention of query rows over windows' f16 keys [H, P / 16, Dh, 16] and values
-    /// [H, S, Dh] ([`CrossKv`](crate::model::CrossKv)'s layout): each run of query rows
+    /// [H, S, Dh] ([`CrossKv`]'s layout): each run of query rows
     /// attends to one window; one head of one run per unit (scores of up to
     /// [`kernels::MAX_QUERIES`] rows against every key at once, a softmax, the weighted sums of
     /// the values). `keep` lists heads whose scores (scaled q·k, before the softmax) are copied
@@ -550,10 +550,23 @@ pub(crate) struct CrossRun<'a> {
     pitch: usize,
 }
 
-/// A window ([`CrossKv`](crate::model::CrossKv): per decoder layer, the cross-attention keys
+/// Cross-attention keys and values of one encoded window, per decoder layer, in f16 (half
+/// the memory a decoding step reads of them in f32): keys transposed in chunks of 16
+/// positions, [H, P / 16, Dh, 16] (`P` is the `S` source positions rounded up to 16, the
+/// padding zero: component `e` of a chunk's 16 keys is 16 contiguous values, and a head's
+/// chunks follow one another, so the scores read the keys in one sequential pass), values as
+/// [H, S, Dh].
+pub struct CrossKv {
+    pub(crate) k: Vec<Vec<u16>>,
+    pub(crate) v: Vec<Vec<u16>>,
+    pub(crate) src: usize,
+    pub(crate) pitch: usize,
+}
+
+/// A window ([`CrossKv`]: per decoder layer, the cross-attention keys
 /// and values in f16) and the number of consecutive batch rows that attend to it.
 pub(crate) struct CrossGroup<'a> {
-    pub kv: &'a crate::model::CrossKv,
+    pub kv: &'a CrossKv,
     pub rows: usize,
 }
 

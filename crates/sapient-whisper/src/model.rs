@@ -176,18 +176,7 @@ fn norm(src: &dyn WeightSource, prefix: &str, d: usize) -> Result<cpu::Norm> {
     Ok(cpu::Norm { w: values(src, &format!("{prefix}.weight"), &[d])?, b: values(src, &format!("{prefix}.bias"), &[d])? })
 }
 
-/// Cross-attention keys and values of one encoded window, per decoder layer, in f16 (half
-/// the memory a decoding step reads of them in f32): keys transposed in chunks of 16
-/// positions, [H, P / 16, Dh, 16] (`P` is the `S` source positions rounded up to 16, the
-/// padding zero: component `e` of a chunk's 16 keys is 16 contiguous values, and a head's
-/// chunks follow one another, so the scores read the keys in one sequential pass), values as
-/// [H, S, Dh].
-pub struct CrossKv {
-    pub(crate) k: Vec<Vec<u16>>,
-    pub(crate) v: Vec<Vec<u16>>,
-    pub(crate) src: usize,
-    pub(crate) pitch: usize,
-}
+pub use crate::cpu::CrossKv;
 
 /// Self-attention cache of a decoding run: per layer and batch row, the keys and values.
 #[derive(Default)]

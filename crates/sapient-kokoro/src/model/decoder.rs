@@ -17,7 +17,8 @@
 //!   at both ends. Like the export (the `TorchSTFT` of StyleTTS 2 traced with one frame), only
 //!   the first 20 samples are divided by the squared window; the rest is not normalised.
 
-use super::{fast, memory_probe};
+use super::fast;
+use crate::memory::memory_probe;
 use super::nn::{AdaIn, AdaInStyle, Conv1d, ConvTranspose1d};
 use super::predictor::AdainResBlk1d;
 use crate::{KokoroConfig, KokoroWeights, Result};
