@@ -10,7 +10,7 @@ use crate::timing::{self, Word};
 use crate::tokenizer::WhisperTokenizer;
 use crate::{ct2, Error, Result};
 use candle_core::{DType, Device, Tensor};
-use sapient_audio::mel::{HOP_LENGTH, N_SAMPLES, SAMPLE_RATE};
+use sapient_audio::mel::{HOP_LENGTH, N_FFT, N_SAMPLES, SAMPLE_RATE};
 use sapient_audio::LogMel;
 use sapient_hub::{Hub, Progress};
 use std::path::Path;
@@ -58,8 +58,10 @@ pub enum LongForm {
     #[default]
     Sequential,
     /// faster-whisper's `BatchedInferencePipeline`: the attached Silero VAD
-    /// ([`Transcriber::set_vad`], required) finds the speech, neighbouring speech regions
-    /// are merged into chunks of up to 30 s, and `batch_size` chunks at a time go through
+    /// ([`Transcriber::set_vad`], required) finds the speech (regions padded by 400 ms),
+    /// the regions are gathered in order into chunks of up to 30 s of audio, each chunk's
+    /// regions heard one after the other without the silence between them (times are
+    /// mapped back to the file's), and `batch_size` chunks at a time go through
     /// the encoder as one batch and through the decoder together (one decoder step over
     /// every chunk's beams). No chunk is conditioned on another's text (the initial prompt,
     /// if any, is given to every chunk); each chunk whose result fails the thresholds is
@@ -370,8 +372,8 @@ impl Transcriber {
         self.transcribe_prompted(samples, opts, None, on_segment)
     }
 
-    /// [`LongForm::Batched`]: VAD chunks of up to 30 s, `batch_size` at a time through the
-    /// encoder and the decoder.
+    /// [`LongForm::Batched`]: VAD chunks of up to 30 s of speech, `batch_size` at a time
+    /// through the encoder and the decoder.
     fn transcribe_batched(&self, samples: &[f32], opts: &TranscribeOptions, batch_size: usize, on_segment: &mut dyn FnMut(&Segment)) -> Result<Transcript> {
         self.check_options(opts)?;
         if batch_size == 0 {
@@ -398,31 +400,41 @@ impl Transcriber {
             out.language_probs.first().map(|p| p.0.clone())
         };
         out.language = language.clone().unwrap_or_default();
-        let (regions, chunks) = self.speech_chunks(samples)?;
-        tracing::debug!(chunks = chunks.len(), "batched transcription");
-        // samples of speech in [a, b)
-        let speech_in = |a: usize, b: usize| -> usize { regions.iter().map(|&(s, e)| e.min(b).saturating_sub(s.max(a))).sum() };
-        let mut queue: std::collections::VecDeque<(usize, usize)> = chunks.into();
+        let t_vad = std::time::Instant::now();
+        let chunks = self.speech_chunks(samples)?;
+        tracing::debug!(chunks = chunks.len(), vad_s = t_vad.elapsed().as_secs_f64(), "batched transcription");
+        for c in &chunks {
+            tracing::debug!(pieces = ?c.pieces, seconds = c.len() as f64 / SAMPLE_RATE as f64, "chunk");
+        }
+        let mut queue: std::collections::VecDeque<Chunk> = chunks.into();
         let mut segments: Vec<Segment> = Vec::new();
         let prompt = match &opts.initial_prompt {
             Some(p) => tok.encode(&format!(" {}", p.trim()))?,
             None => Vec::new(),
         };
         let n_frames = self.model.n_frames();
+        let sr = SAMPLE_RATE as f64;
         while !queue.is_empty() {
-            let batch: Vec<(usize, usize)> = queue.drain(..batch_size.min(queue.len())).collect();
-            // each chunk's log-mel window, zero-padded to 30 s
+            let batch: Vec<Chunk> = queue.drain(..batch_size.min(queue.len())).collect();
+            // each chunk's log-mel window (its speech one after the other), zero-padded to 30 s
             let mut windows = Vec::with_capacity(batch.len());
             let mut frames = Vec::with_capacity(batch.len());
-            for &(a, b) in &batch {
-                let mel = self.mel.log_mel_padded(&samples[a..b], N_SAMPLES)?;
-                let content = mel.n_frames.saturating_sub(n_frames).clamp(1, n_frames);
+            let t0 = std::time::Instant::now();
+            for chunk in &batch {
+                // Padded by one STFT window, not 30 s: the content frames see the zeros
+                // after the audio as they do in a 30 s padding (their normalisation too:
+                // frames of zeros are at the floor), and the frames of the padding itself,
+                // zeros in the window, are not computed.
+                let mel = self.mel.log_mel_padded(&chunk.samples(samples), N_FFT)?;
+                let content = (chunk.len() / HOP_LENGTH).clamp(1, n_frames.min(mel.n_frames));
                 windows.push(self.window(&mel, 0, content)?);
                 frames.push(content);
             }
+            let t1 = std::time::Instant::now();
             let audio = self.model.encode(&Tensor::stack(&windows, 0)?)?;
             let crosses = self.model.cross_kv_batch(&audio)?;
             drop(audio);
+            let t2 = std::time::Instant::now();
             let base = DecodeOptions {
                 task: opts.task,
                 language: language.clone(),
@@ -444,9 +456,10 @@ impl Transcriber {
             };
             let refs: Vec<&crate::model::CrossKv> = crosses.iter().collect();
             let results = decode_batch(&self.model, tok, &refs, &first)?;
-            for (((&(a, b), cross), r), &content) in batch.iter().zip(&crosses).zip(results).zip(&frames) {
-                let time_offset = a as f64 / SAMPLE_RATE as f64;
-                let chunk_end = b as f64 / SAMPLE_RATE as f64;
+            tracing::debug!(chunks = batch.len(), mel_s = (t1 - t0).as_secs_f64(), encode_s = (t2 - t1).as_secs_f64(), decode_s = t2.elapsed().as_secs_f64(), "batch decoded");
+            for (((chunk, cross), r), &content) in batch.iter().zip(&crosses).zip(results).zip(&frames) {
+                let time_offset = chunk.start() as f64 / sr;
+                let chunk_len = chunk.len();
                 let seed = opts.seed.wrapping_add(seek_of(time_offset) as u64);
                 let base = DecodeOptions { seed, ..base.clone() };
                 let (result, _) = self.decode_with_fallback(cross, &base, opts, Some(r))?;
@@ -457,7 +470,8 @@ impl Transcriber {
                         continue;
                     }
                 }
-                let (mut current, last_ts, trailing) = chunk_segments(tok, &result.tokens, time_offset, chunk_end);
+                // segments in chunk time
+                let (mut current, last_ts, trailing) = chunk_segments(tok, &result.tokens, 0.0, chunk_len as f64 / sr);
                 let failed = result.looped || opts.compression_ratio_threshold.is_some_and(|c| result.compression_ratio > c);
                 if failed {
                     drop_repeats(&mut current, &[], tok.eot);
@@ -466,13 +480,14 @@ impl Transcriber {
                     // (the sequential loop's next window starts there): speech after the last
                     // timestamp goes back into the queue as a chunk of its own, and text
                     // decoded after that timestamp is dropped (it is decoded again there).
-                    let rest = ((lt * SAMPLE_RATE as f64).ceil() as usize).clamp(a, b);
-                    if rest > a && b - rest >= SAMPLE_RATE as usize && speech_in(rest, b) >= SAMPLE_RATE as usize / 2 {
+                    let rest = ((lt * sr).ceil() as usize).min(chunk_len);
+                    let tail = chunk.tail(rest);
+                    if rest > 0 && tail.len() >= SAMPLE_RATE as usize && tail.speech(self.chunk_pad()) >= SAMPLE_RATE as usize / 2 {
                         if trailing {
                             current.pop();
                         }
-                        tracing::debug!(from = lt, to = chunk_end, "speech after the last timestamp: decoded again");
-                        queue.push_back((rest, b));
+                        tracing::debug!(from = chunk.file_time(lt, false), "speech after the last timestamp: decoded again");
+                        queue.push_back(tail);
                     }
                 }
                 let mut segs: Vec<Segment> = Vec::with_capacity(current.len());
@@ -480,11 +495,18 @@ impl Transcriber {
                     segs.push(Segment::decoded(seek_of(time_offset), start, end, tok.decode_text(&toks)?, toks, &result));
                 }
                 if opts.word_timestamps && !segs.is_empty() {
-                    let mut last_speech_timestamp = time_offset;
-                    self.add_word_timestamps(&mut segs, cross, &base, time_offset, content, &mut last_speech_timestamp)?;
+                    let mut last_speech_timestamp = 0.0;
+                    self.add_word_timestamps(&mut segs, cross, &base, 0.0, content, &mut last_speech_timestamp)?;
                 }
                 for mut seg in segs {
-                    seg.end = seg.end.min(duration).max(seg.start);
+                    // chunk time to file time: a word by the piece its middle is in
+                    for w in seg.words.iter_mut() {
+                        let (start, end) = chunk.file_span(w.start, w.end);
+                        w.start = start;
+                        w.end = end;
+                    }
+                    seg.start = chunk.file_time(seg.start, false);
+                    seg.end = chunk.file_time(seg.end, true).min(duration).max(seg.start);
                     if !seg.text.trim().is_empty() && seg.start < seg.end {
                         segments.push(seg);
                     }
@@ -505,21 +527,36 @@ impl Transcriber {
         Ok(out)
     }
 
-    /// The speech chunks of [`LongForm::Batched`] (16 kHz sample ranges): the attached VAD's
-    /// speech regions (at most 30 s each, silences of 160 ms or more end one), neighbouring
-    /// ones merged while the chunk stays within 30 s (faster-whisper's `merge_segments`).
-    /// Returns the speech regions and the chunks.
-    #[allow(clippy::type_complexity)]
-    fn speech_chunks(&self, samples: &[f32]) -> Result<(Vec<(usize, usize)>, Vec<(usize, usize)>)> {
-        let Some(vad) = &self.vad else { return Ok((Vec::new(), Vec::new())) };
+    /// The VAD options of [`LongForm::Batched`]: faster-whisper's `BatchedInferencePipeline`
+    /// ones (speech regions of up to 30 s, cut at the last silence of 98 ms or more; a
+    /// silence of 160 ms ends one; 400 ms of padding on each side, so that a word's soft
+    /// onset is not cut off).
+    fn chunk_vad_options() -> sapient_audio::VadOptions {
+        sapient_audio::VadOptions {
+            max_speech_s: CHUNK_S,
+            min_silence_ms: 160,
+            min_speech_ms: 0,
+            speech_pad_ms: CHUNK_PAD_MS,
+            use_max_possible_silence_at_max_speech: false,
+            ..Default::default()
+        }
+    }
+
+    /// [`CHUNK_PAD_MS`] in samples.
+    fn chunk_pad(&self) -> usize {
+        CHUNK_PAD_MS as usize * SAMPLE_RATE as usize / 1000
+    }
+
+    /// The chunks of [`LongForm::Batched`]: the attached VAD's padded speech regions, heard
+    /// one after the other without the silence between them, up to 30 s of them per chunk
+    /// (faster-whisper's `collect_chunks`).
+    fn speech_chunks(&self, samples: &[f32]) -> Result<Vec<Chunk>> {
+        let Some(vad) = &self.vad else { return Ok(Vec::new()) };
         let mut vad = vad.lock().map_err(|_| Error::Options("the VAD's lock was poisoned by a panic".into()))?;
         let probs = vad.probabilities(samples)?;
-        let vo = sapient_audio::VadOptions { max_speech_s: CHUNK_S, min_silence_ms: 160, ..Default::default() };
-        let pad = vo.speech_pad_ms as usize * SAMPLE_RATE as usize / 1000;
-        let seg = sapient_audio::VadSegmenter::new(vo)?;
-        let regions: Vec<(usize, usize)> = seg.segments(&probs, samples.len()).iter().map(|s| (s.start, s.end)).collect();
-        let chunks = merge_chunks(&regions, pad, (CHUNK_S * SAMPLE_RATE as f64) as usize, samples.len());
-        Ok((regions, chunks))
+        let seg = sapient_audio::VadSegmenter::new(Self::chunk_vad_options())?;
+        let regions: Vec<(usize, usize)> = seg.segments(&probs, samples.len()).iter().map(|s| (s.start, s.end.min(samples.len()))).collect();
+        Ok(collect_chunks(&regions, (CHUNK_S * SAMPLE_RATE as f64) as usize))
     }
 
     /// The transcription loop; `previous` (text tokens that came before this audio, for the
@@ -873,18 +910,21 @@ impl Transcriber {
             tracing::trace!(tokens = ?r.tokens, "window tokens");
             if !fallback {
                 let ts = self.tokenizer.timestamp_begin;
-                if !unprompted && unprompted_retry && t == 0.0 && repeats_a_sentence(&r.tokens, ts) {
-                    // One sentence said twice with others between: most often the previous
-                    // text copied instead of the audio heard. The window decoded without the
-                    // prompt is kept if it passes and says no sentence twice; if it does too,
-                    // the audio repeats itself and the prompted result stands.
+                let twice = repeats_a_sentence(&r.tokens, ts);
+                if !unprompted && unprompted_retry && t == 0.0 && (twice || repeats_the_prompt(&r.tokens, &base.prompt, ts)) {
+                    // One sentence said twice with others between, or the window opening
+                    // with one of the prompt's last sentences: most often the previous text
+                    // copied instead of the audio heard. The window decoded without the
+                    // prompt (which cannot copy it) is kept if it passes and says no
+                    // sentence twice; if it does, the audio repeats itself and the prompted
+                    // result stands.
                     let mut o = o.clone();
                     o.prompt.clear();
                     let u = decode_window(&self.model, &self.tokenizer, cross, &o)?;
                     let passes = !u.looped
                         && opts.compression_ratio_threshold.is_none_or(|c| u.compression_ratio <= c)
                         && opts.logprob_threshold.is_none_or(|l| u.avg_logprob >= l);
-                    tracing::debug!(passes, avg_logprob = u.avg_logprob, "window said a sentence twice: decoded without the prompt");
+                    tracing::debug!(passes, twice, avg_logprob = u.avg_logprob, "window said a sentence twice or the prompt's again: decoded without the prompt");
                     if passes && !repeats_a_sentence(&u.tokens, ts) {
                         return Ok((u, true));
                     }
@@ -917,6 +957,31 @@ fn repeats_a_sentence(tokens: &[u32], timestamp_begin: u32) -> bool {
     let segments: Vec<&[u32]> = tokens.split(|&t| t >= timestamp_begin).filter(|s| s.len() >= REPEAT_MIN_TOKENS).collect();
     segments.iter().enumerate().any(|(i, a)| segments[i + 1..].contains(a))
 }
+
+/// Whether one of the first [`PROMPT_COPY_SEGMENTS`] segments of a window's `tokens` is one
+/// of the last [`PROMPT_COPY_SEGMENTS`] segments of its `prompt` (the previous text), at
+/// least [`REPEAT_MIN_TOKENS`] long.
+///
+/// A prompted decode can open by saying the previous window's last sentences again, with
+/// timestamps stretched over the audio it did not hear (tiny.en greedy on the long-form
+/// case: "Had he married a more amiable woman ... than" from 205 s to 231 s, the prompt's
+/// second-to-last sentence, over audio of four other sentences), and then stop: no loop,
+/// no repetition inside the window, a compression ratio and log probability that pass.
+/// A window of real speech starts where the prompt's last segment ended, so it opens with
+/// what comes after those sentences; a speaker who says a sentence again right away costs
+/// only a decode without the prompt.
+fn repeats_the_prompt(tokens: &[u32], prompt: &[u32], timestamp_begin: u32) -> bool {
+    let recent: Vec<&[u32]> = prompt.split(|&t| t >= timestamp_begin).filter(|s| !s.is_empty()).rev().take(PROMPT_COPY_SEGMENTS).collect();
+    tokens
+        .split(|&t| t >= timestamp_begin)
+        .filter(|s| !s.is_empty())
+        .take(PROMPT_COPY_SEGMENTS)
+        .any(|s| s.len() >= REPEAT_MIN_TOKENS && recent.contains(&s))
+}
+
+/// Segments at the end of the prompt and at the start of the window that
+/// [`repeats_the_prompt`] compares.
+const PROMPT_COPY_SEGMENTS: usize = 3;
 
 /// The shortest sentence [`repeats_a_sentence`] counts (shorter ones, "Thank you.", are
 /// said twice in earnest).
@@ -1046,34 +1111,117 @@ fn chunk_segments(tok: &WhisperTokenizer, tokens: &[u32], offset: f64, chunk_end
     (out, last_ts, trailing)
 }
 
-/// faster-whisper's `merge_segments`: speech regions (sample ranges, in order) merged into
-/// chunks while a chunk spans at most `max_len` samples; where two regions' padding
-/// overlapped, the padding is taken back. A region longer than `max_len` alone is cut
-/// to `max_len`.
-pub(crate) fn merge_chunks(regions: &[(usize, usize)], pad: usize, max_len: usize, len: usize) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let Some(&(first, _)) = regions.first() else { return out };
-    let (mut cur_start, mut cur_end) = (first, first);
-    for (i, &(s, e)) in regions.iter().enumerate() {
-        let mut s = s;
-        let mut e = e;
-        if i > 0 && s < regions[i - 1].1 {
-            s += pad;
-        }
-        if i + 1 < regions.len() && e > regions[i + 1].0 {
-            e = e.saturating_sub(pad);
-        }
-        if e.saturating_sub(cur_start) > max_len && cur_end > cur_start {
-            out.push((cur_start, cur_end));
-            cur_start = s;
-        }
-        cur_end = e;
+/// Padding of the speech regions of [`LongForm::Batched`] (faster-whisper's default).
+const CHUNK_PAD_MS: u32 = 400;
+
+/// A chunk of [`LongForm::Batched`]: speech regions of the audio (16 kHz sample ranges, in
+/// order, not touching) heard one after the other, the silence between them left out.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Chunk {
+    pieces: Vec<(usize, usize)>,
+}
+
+impl Chunk {
+    /// Samples of audio in the chunk.
+    fn len(&self) -> usize {
+        self.pieces.iter().map(|&(s, e)| e - s).sum()
     }
-    out.push((cur_start, cur_end));
-    out.into_iter()
-        .map(|(s, e)| (s.min(len), e.min(len).min(s + max_len)))
-        .filter(|(s, e)| e > s)
-        .collect()
+
+    /// The sample of the file the chunk starts at.
+    fn start(&self) -> usize {
+        self.pieces.first().map_or(0, |p| p.0)
+    }
+
+    /// The chunk's audio.
+    fn samples(&self, audio: &[f32]) -> Vec<f32> {
+        let mut v = Vec::with_capacity(self.len());
+        for &(s, e) in &self.pieces {
+            v.extend_from_slice(&audio[s.min(audio.len())..e.min(audio.len())]);
+        }
+        v
+    }
+
+    /// The piece chunk time `t` (seconds) falls in, and the chunk sample that piece starts
+    /// at. A time on the joint of two pieces is in the first when `is_end`, else in the
+    /// second; times past the end are in the last piece.
+    fn piece_at(&self, t: f64, is_end: bool) -> (usize, usize) {
+        let x = t * SAMPLE_RATE as f64;
+        let mut acc = 0;
+        for (i, &(s, e)) in self.pieces.iter().enumerate() {
+            let end = (acc + e - s) as f64;
+            if x < end || (is_end && x <= end) || i + 1 == self.pieces.len() {
+                return (i, acc);
+            }
+            acc += e - s;
+        }
+        (0, 0)
+    }
+
+    /// File time (seconds) of chunk time `t`; see [`Chunk::piece_at`] for `is_end`.
+    fn file_time(&self, t: f64, is_end: bool) -> f64 {
+        self.file_time_in(t, self.piece_at(t, is_end))
+    }
+
+    fn file_time_in(&self, t: f64, (i, acc): (usize, usize)) -> f64 {
+        let Some(&(s, e)) = self.pieces.get(i) else { return t };
+        let x = (t * SAMPLE_RATE as f64 - acc as f64).clamp(0.0, (e - s) as f64);
+        (s as f64 + x) / SAMPLE_RATE as f64
+    }
+
+    /// File times of a span of chunk time (a word), both in the piece its middle is in.
+    fn file_span(&self, start: f64, end: f64) -> (f64, f64) {
+        let piece = self.piece_at((start + end) / 2.0, false);
+        (self.file_time_in(start, piece), self.file_time_in(end, piece))
+    }
+
+    /// The chunk from chunk sample `from` on.
+    fn tail(&self, from: usize) -> Chunk {
+        let mut acc = 0;
+        let mut pieces = Vec::new();
+        for &(s, e) in &self.pieces {
+            let skip = from.saturating_sub(acc).min(e - s);
+            if s + skip < e {
+                pieces.push((s + skip, e));
+            }
+            acc += e - s;
+        }
+        Chunk { pieces }
+    }
+
+    /// Samples of speech in the chunk: each piece without the padding at its ends (`pad`
+    /// samples each side).
+    fn speech(&self, pad: usize) -> usize {
+        self.pieces.iter().map(|&(s, e)| (e - s).saturating_sub(2 * pad)).sum()
+    }
+}
+
+/// faster-whisper's `collect_chunks`: speech regions (sample ranges, in order) gathered into
+/// chunks of at most `max_len` samples of audio, a region that would take a chunk past it
+/// starting the next; a region longer than `max_len` is cut to it. Regions that touch are
+/// one piece.
+pub(crate) fn collect_chunks(regions: &[(usize, usize)], max_len: usize) -> Vec<Chunk> {
+    let mut out = Vec::new();
+    let mut cur: Vec<(usize, usize)> = Vec::new();
+    let mut cur_len = 0;
+    for &(s, e) in regions {
+        let e = e.min(s + max_len);
+        if e <= s {
+            continue;
+        }
+        if cur_len + (e - s) > max_len && !cur.is_empty() {
+            out.push(Chunk { pieces: std::mem::take(&mut cur) });
+            cur_len = 0;
+        }
+        match cur.last_mut() {
+            Some(last) if last.1 >= s => last.1 = last.1.max(e),
+            _ => cur.push((s, e)),
+        }
+        cur_len += e - s;
+    }
+    if !cur.is_empty() {
+        out.push(Chunk { pieces: cur });
+    }
+    out
 }
 
 fn seek_of(time_offset: f64) -> usize {
@@ -1133,6 +1281,47 @@ mod tests {
         assert!(!repeats_a_sentence(&[], TS));
     }
 
+    /// A window that opens with one of the prompt's last sentences is found; one that opens
+    /// with what follows them, or says a sentence the prompt said longer ago, or a short one
+    /// ("Thank you."), is not.
+    #[test]
+    fn windows_opening_with_the_prompt_are_found() {
+        const TS: u32 = 50_000;
+        let segs = |segs: &[&[u32]]| -> Vec<u32> {
+            let mut v = Vec::new();
+            for (i, s) in segs.iter().enumerate() {
+                v.push(TS + 2 * i as u32);
+                v.extend_from_slice(s);
+                v.push(TS + 2 * i as u32 + 1);
+            }
+            v
+        };
+        let a: &[u32] = &[1, 2, 3, 4, 5, 6];
+        let b: &[u32] = &[7, 8, 9, 10, 11, 12, 13];
+        let c: &[u32] = &[14, 15];
+        let d: &[u32] = &[20, 21, 22, 23, 24, 25, 26];
+        let e: &[u32] = &[30, 31, 32, 33, 34, 35];
+        let f: &[u32] = &[40, 41, 42, 43, 44, 45];
+        // the prompt ends "... A. B. C." and the window says "B." (the failure) or "A."
+        let prompt = segs(&[d, e, a, b, c]);
+        assert!(repeats_the_prompt(&segs(&[b, c]), &prompt, TS));
+        assert!(repeats_the_prompt(&segs(&[a]), &prompt, TS));
+        // ... or the second segment does, after a short one
+        assert!(repeats_the_prompt(&segs(&[c, b, f]), &prompt, TS));
+        // what comes next, and a sentence said longer ago
+        assert!(!repeats_the_prompt(&segs(&[f, d]), &prompt, TS));
+        assert!(!repeats_the_prompt(&segs(&[d]), &prompt, TS));
+        // the prompt's sentence later in the window (the audio itself repeating)
+        assert!(!repeats_the_prompt(&segs(&[f, d, e, b]), &prompt, TS));
+        // a short sentence said again is speech; no prompt, no window
+        assert!(!repeats_the_prompt(&segs(&[c]), &prompt, TS));
+        assert!(!repeats_the_prompt(&segs(&[b]), &[], TS));
+        assert!(!repeats_the_prompt(&[], &prompt, TS));
+        // a window that contains a prompt sentence and more in one segment is not a copy
+        let longer: Vec<u32> = b.iter().chain(f).copied().collect();
+        assert!(!repeats_the_prompt(&segs(&[&longer]), &prompt, TS));
+    }
+
     /// The longest overlap of up to three text tokens between the end of the previous segment
     /// and the start of the next is dropped, the timestamps kept.
     #[test]
@@ -1154,6 +1343,36 @@ mod tests {
         let mut first = vec![ts, ts + 1];
         drop_boundary_repeat(&mut first, &[7], EOT);
         assert_eq!(first, [ts, ts + 1], "no text");
+    }
+
+    /// Regions are gathered while a chunk holds at most the longest chunk's samples, touching
+    /// ones joined; chunk times map back to the file around the silence left out.
+    #[test]
+    fn chunks_hold_speech_only_and_map_times_back() {
+        let chunks = collect_chunks(&[(100, 200), (200, 300), (500, 700), (900, 1000), (1000, 1500)], 400);
+        assert_eq!(chunks.len(), 3);
+        assert_eq!(chunks[0].pieces, [(100, 300), (500, 700)]);
+        // the next region would take the chunk past 400 samples; one longer than that is cut
+        assert_eq!(chunks[1].pieces, [(900, 1000)]);
+        assert_eq!(chunks[2].pieces, [(1000, 1400)]);
+        assert_eq!((chunks[0].len(), chunks[0].start(), chunks[1].len()), (400, 100, 100));
+        let audio: Vec<f32> = (0..2000).map(|i| i as f32).collect();
+        let x = chunks[0].samples(&audio);
+        assert_eq!((x.len(), x[199], x[200]), (400, 299.0, 500.0));
+        // chunk sample 200 is the joint: the end of the first piece or the start of the second
+        let sr = SAMPLE_RATE as f64;
+        let c = &chunks[0];
+        assert_eq!(c.file_time(200.0 / sr, true), 300.0 / sr);
+        assert_eq!(c.file_time(200.0 / sr, false), 500.0 / sr);
+        assert_eq!(c.file_time(50.0 / sr, false), 150.0 / sr);
+        assert_eq!(c.file_time(999.0 / sr, true), 700.0 / sr, "past the end: the end");
+        // a word across the joint is in the piece its middle is in, clamped to it
+        assert_eq!(c.file_span(190.0 / sr, 230.0 / sr), (500.0 / sr, 530.0 / sr));
+        assert_eq!(c.file_span(150.0 / sr, 210.0 / sr), (250.0 / sr, 300.0 / sr));
+        assert_eq!(c.tail(250).pieces, [(550, 700)]);
+        assert_eq!(c.tail(0), *c);
+        assert_eq!(c.speech(50), 100 + 100);
+        assert!(collect_chunks(&[], 400).is_empty());
     }
 
     fn result(t: f32, avg_logprob: f32, compression_ratio: f32) -> DecodeResult {
