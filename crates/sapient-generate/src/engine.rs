@@ -83,7 +83,7 @@ pub enum ContextPolicy {
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
-            kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(32 * 1024) },
+            kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(32 * 1024), ..KvOptions::default() },
             max_seqs: 64,
             max_step_tokens: 512,
             prefill_chunk: 256,

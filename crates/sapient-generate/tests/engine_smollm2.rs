@@ -35,7 +35,7 @@ fn questions() -> Vec<Vec<Message>> {
 }
 
 fn small(opts: EngineOptions) -> EngineOptions {
-    EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(4096) }, ..opts }
+    EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(4096), ..KvOptions::default() }, ..opts }
 }
 
 fn wait_idle(engine: &Engine) -> Result<()> {
@@ -135,7 +135,7 @@ fn the_budget_holds_through_preemption() -> Result<()> {
     let budget = 3 * longest + 16;
     let e = Engine::new(
         p,
-        EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(budget) }, prefix_cache: false, ..Default::default() },
+        EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(budget), ..KvOptions::default() }, prefix_cache: false, ..Default::default() },
     )?;
     let handles: Vec<_> = qs.iter().map(|q| e.submit_chat(q, cfg.clone())).collect::<Result<_, _>>()?;
     let mut peak = 0;
@@ -170,7 +170,7 @@ fn a_shared_system_prompt_comes_from_the_prefix_cache() -> Result<()> {
 #[test]
 fn requests_that_cannot_fit_are_errors() -> Result<()> {
     let p = pipeline();
-    let e = Engine::new(p, EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(64) }, ..Default::default() })?;
+    let e = Engine::new(p, EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(64), ..KvOptions::default() }, ..Default::default() })?;
     let long = vec![Message::user("word ".repeat(100))];
     let err = e.submit_chat(&long, GenerationConfig::default())?.wait().unwrap_err();
     assert!(matches!(err, sapient_generate::Error::TooLargeForCache { capacity: 64, .. }), "{err}");

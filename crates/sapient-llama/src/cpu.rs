@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, Dims, RopeTable, Seg, Step};
 use crate::config::Activation;
-use crate::kv::KvCache;
+use crate::kv::{KvCache, KvLayer, KvLayerMut};
 use crate::{Error, Result};
 
 /// Rows per call of the f32 dot-product kernel in row-invariant products
@@ -514,42 +514,85 @@ impl Backend for Cpu {
         let n = step.slot.len();
         let kv_out = self.dims.kv_heads * self.dims.head_dim;
         let bs = kv.block_size();
-        let (kc, vc) = kv.layer_mut(layer);
-        let slots = kc.len() / kv_out.max(1);
-        // `plan` reserves every slot inside the pool; the unchecked writes below rely on it.
-        assert!(step.slot.iter().all(|&s| s < slots) && vc.len() >= slots * kv_out, "write_kv: a slot lies outside the KV cache");
-        let (kp, vp) = (OutPtr(kc.as_mut_ptr()), OutPtr(vc.as_mut_ptr()));
-        let rows = |r: std::ops::Range<usize>| {
-            let mut kh = [0u16; 1024];
-            for i in r {
-                let slot = step.slot[i];
-                // SAFETY: every slot is inside the layer's caches (checked above) and each row
-                // has a slot of its own (`plan` checks), so rows write disjoint elements; the
-                // caches outlive the call.
-                let vrow = unsafe { std::slice::from_raw_parts_mut(vp.ptr().add(slot * kv_out), kv_out) };
-                kernels::f32_to_f16(&v[i * kv_out..(i + 1) * kv_out], vrow);
-                let base = slot / bs * bs * kv_out + slot % bs;
-                for c0 in (0..kv_out).step_by(kh.len()) {
-                    let c1 = (c0 + kh.len()).min(kv_out);
-                    kernels::f32_to_f16(&k[i * kv_out + c0..i * kv_out + c1], &mut kh[..c1 - c0]);
-                    for (c, &x) in (c0..c1).zip(&kh[..c1 - c0]) {
-                        // SAFETY: as above; `base + c * bs` is inside the slot's block.
-                        unsafe { *kp.ptr().add(base + c * bs) = x };
-                    }
-                }
+        let per = kernels::rows_per_thread(n, n * kv_out);
+        let run = |rows: &(dyn Fn(std::ops::Range<usize>) + Sync)| {
+            if per >= n {
+                rows(0..n);
+            } else {
+                pool::pool().run_chunks(n.div_ceil(per), &|c| rows(c * per..((c + 1) * per).min(n)));
             }
         };
-        let per = kernels::rows_per_thread(n, n * kv_out);
-        if per >= n {
-            rows(0..n);
-        } else {
-            pool::pool().run_chunks(n.div_ceil(per), &|c| rows(c * per..((c + 1) * per).min(n)));
+        match kv.layer_mut(layer) {
+            KvLayerMut::F16 { k: kc, v: vc } => {
+                let slots = kc.len() / kv_out.max(1);
+                // `plan` reserves every slot inside the pool; the unchecked writes below rely on it.
+                assert!(step.slot.iter().all(|&s| s < slots) && vc.len() >= slots * kv_out, "write_kv: a slot lies outside the KV cache");
+                let (kp, vp) = (OutPtr(kc.as_mut_ptr()), OutPtr(vc.as_mut_ptr()));
+                run(&|r: std::ops::Range<usize>| {
+                    let mut kh = [0u16; 1024];
+                    for i in r {
+                        let slot = step.slot[i];
+                        // SAFETY: every slot is inside the layer's caches (checked above) and each row
+                        // has a slot of its own (`plan` checks), so rows write disjoint elements; the
+                        // caches outlive the call.
+                        let vrow = unsafe { std::slice::from_raw_parts_mut(vp.ptr().add(slot * kv_out), kv_out) };
+                        kernels::f32_to_f16(&v[i * kv_out..(i + 1) * kv_out], vrow);
+                        let base = slot / bs * bs * kv_out + slot % bs;
+                        for c0 in (0..kv_out).step_by(kh.len()) {
+                            let c1 = (c0 + kh.len()).min(kv_out);
+                            kernels::f32_to_f16(&k[i * kv_out + c0..i * kv_out + c1], &mut kh[..c1 - c0]);
+                            for (c, &x) in (c0..c1).zip(&kh[..c1 - c0]) {
+                                // SAFETY: as above; `base + c * bs` is inside the slot's block.
+                                unsafe { *kp.ptr().add(base + c * bs) = x };
+                            }
+                        }
+                    }
+                });
+            }
+            // Keys by four components (`[block][c / 4][position in block][4]`, biased by
+            // 128), their scales `[block][group][position in block]`; values and their scales
+            // in rows (see `kv.rs`).
+            KvLayerMut::Q8 { k: kc, v: vc, ks, vs } => {
+                const G: usize = kernels::Q8_GROUP;
+                let ngr = kv_out / G;
+                let slots = kc.len() / kv_out.max(1);
+                assert!(
+                    step.slot.iter().all(|&s| s < slots) && vc.len() >= slots * kv_out && ks.len() >= slots * ngr && vs.len() >= slots * ngr && kv_out.is_multiple_of(G),
+                    "write_kv: a slot lies outside the KV cache"
+                );
+                let (kp, vp, ksp, vsp) = (OutPtr(kc.as_mut_ptr()), OutPtr(vc.as_mut_ptr()), OutPtr(ks.as_mut_ptr()), OutPtr(vs.as_mut_ptr()));
+                run(&|r: std::ops::Range<usize>| {
+                    let (mut kq, mut kd) = ([0i8; 1024], [0u16; 1024 / G]);
+                    for i in r {
+                        let slot = step.slot[i];
+                        // SAFETY: as for f16: slots inside the caches (checked above), one per
+                        // row, so rows write disjoint elements.
+                        let (vrow, vsrow) = unsafe {
+                            (std::slice::from_raw_parts_mut(vp.ptr().add(slot * kv_out), kv_out), std::slice::from_raw_parts_mut(vsp.ptr().add(slot * ngr), ngr))
+                        };
+                        kernels::quantize_q8_f16(&v[i * kv_out..(i + 1) * kv_out], vrow, vsrow);
+                        let (blk, j) = (slot / bs, slot % bs);
+                        for c0 in (0..kv_out).step_by(kq.len()) {
+                            let c1 = (c0 + kq.len()).min(kv_out);
+                            kernels::quantize_q8_f16(&k[i * kv_out + c0..i * kv_out + c1], &mut kq[..c1 - c0], &mut kd[..(c1 - c0) / G]);
+                            for (c, x) in (c0..c1).step_by(4).zip(kq[..c1 - c0].chunks_exact(4)) {
+                                let quad = u32::from_le_bytes([x[0] as u8, x[1] as u8, x[2] as u8, x[3] as u8]) ^ 0x8080_8080;
+                                // SAFETY: as above; the quad lies inside the slot's block.
+                                unsafe { (kp.ptr().add(blk * bs * kv_out + c / 4 * 4 * bs + 4 * j) as *mut u32).write_unaligned(quad) };
+                            }
+                            for (g, &d) in (c0 / G..c1 / G).zip(&kd[..(c1 - c0) / G]) {
+                                // SAFETY: as above; inside the block's scales.
+                                unsafe { *ksp.ptr().add(blk * bs * ngr + g * bs + j) = d };
+                            }
+                        }
+                    }
+                });
+            }
         }
     }
     fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, q: &Vec<f32>, step: &Step, out: &mut Vec<f32>) {
         let len = step.pos.len() * self.dims.heads * self.dims.head_dim;
-        let (kc, vc) = kv.layer(layer);
-        attention(&self.dims, window, &q[..len], kc, vc, &step.segs, &step.tabs, kv.block_size(), &mut self.units, &mut out[..len]);
+        attention(&self.dims, window, &q[..len], kv.layer(layer), &step.segs, &step.tabs, kv.block_size(), &mut self.units, &mut out[..len]);
     }
     fn logits(&mut self, output: &Lin, x: &Vec<f32>, rows: usize, exact: bool, softcap: Option<f32>, logits: &mut Vec<f32>) -> Result<()> {
         let (vocab, h) = (output.out(), output.input());
@@ -615,9 +658,12 @@ impl Backend for Cpu {
     }
 }
 
+type Scratch = (Vec<f32>, Vec<usize>, Vec<usize>, Vec<kernels::QueryQ8>);
+
 thread_local! {
-    /// A worker's attention scratch: scores (then weights) and key-chunk offsets.
-    static SCORES: RefCell<(Vec<f32>, Vec<usize>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// A worker's attention scratch: scores (then weights), key-chunk offsets, their
+    /// scales' offsets and the quantized queries (8-bit cache).
+    static SCORES: RefCell<Scratch> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new())) };
 }
 
 /// Calls `f(slot, t, len)` for each stretch `t..t + len` of positions `a..b` of a sequence
@@ -653,7 +699,7 @@ fn runs(tab: &[u32], bs: usize, a: usize, b: usize, mut f: impl FnMut(usize, usi
 /// every row's result is what it gives alone in a decode step, bit for bit, whatever the
 /// batch, and wherever its blocks lie.
 #[allow(clippy::too_many_arguments)]
-fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16], segs: &[Seg], tabs: &[u32], bs: usize, units_at: &mut Vec<usize>, out: &mut [f32]) {
+fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, segs: &[Seg], tabs: &[u32], bs: usize, units_at: &mut Vec<usize>, out: &mut [f32]) {
     const MQ: usize = kernels::MAX_QUERIES;
     let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
     let n_rep = nh / nkv;
@@ -673,11 +719,19 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16],
     let units_at = &units_at[..];
     let out_ptr = OutPtr(out.as_mut_ptr());
     let lo = |pos: usize| window.map_or(0, |w| (pos + 1).saturating_sub(w));
-    let pool_slots = kc.len() / kv_out.max(1);
+    let pool_slots = match layer {
+        KvLayer::F16 { k, .. } => k.len(),
+        KvLayer::Q8 { k, .. } => k.len(),
+    } / kv_out.max(1);
+    const G: usize = kernels::Q8_GROUP;
+    let ngr = kv_out / G;
     let work = |u0: usize, u1: usize| {
         let out_ptr = &out_ptr;
         SCORES.with(|cell| {
-            let (s, bases) = &mut *cell.borrow_mut();
+            let (s, bases, sbases, qq) = &mut *cell.borrow_mut();
+            if qq.len() < MQ {
+                qq.resize_with(MQ, Default::default);
+            }
             for u in u0..u1 {
                 let si = units_at.partition_point(|&x| x <= u) - 1;
                 let seg = &segs[si];
@@ -698,7 +752,15 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16],
                 bases.clear();
                 // Room for every block of positions the pool holds, as for the scores below.
                 bases.reserve((pool_slots + 32) / 16);
-                bases.extend((c0..c1).step_by(16).map(|t| tab[t / bs] as usize * bs * kv_out + g * hd * bs + t % bs));
+                let q8 = matches!(layer, KvLayer::Q8 { .. });
+                // Keys of the 8-bit cache go by four components (4 bytes a position).
+                let pw = if q8 { 4 } else { 1 };
+                bases.extend((c0..c1).step_by(16).map(|t| tab[t / bs] as usize * bs * kv_out + g * hd * bs + pw * (t % bs)));
+                if q8 {
+                    sbases.clear();
+                    sbases.reserve((pool_slots + 32) / 16);
+                    sbases.extend((c0..c1).step_by(16).map(|t| tab[t / bs] as usize * bs * ngr + g * hd / G * bs + t % bs));
+                }
                 if s.len() < nq * ostride {
                     // Room for every position the pool holds: growing a key at a time would
                     // reallocate now and then during decode.
@@ -710,7 +772,16 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16],
                     let (i, h) = (qrow(qi.min(nq - 1)), h0 + qi.min(nq - 1) % k);
                     &q[i * nh * hd + h * hd..i * nh * hd + (h + 1) * hd]
                 });
-                kernels::scores_chunks(&qv[..nq], kc, bases, bs, scale, &mut s[..nq * ostride], ostride);
+                match layer {
+                    KvLayer::F16 { k: kc, .. } => kernels::scores_chunks(&qv[..nq], kc, bases, bs, scale, &mut s[..nq * ostride], ostride),
+                    KvLayer::Q8 { k: kc, ks, .. } => {
+                        for (x, y) in qq.iter_mut().zip(&qv[..nq]) {
+                            x.set(y);
+                        }
+                        let qr: [&kernels::QueryQ8; MQ] = std::array::from_fn(|i| &qq[i.min(nq - 1)]);
+                        kernels::scores_chunks_q8(&qr[..nq], kc, ks, bases, sbases, bs, scale, &mut s[..nq * ostride], ostride);
+                    }
+                }
                 for qi in 0..nq {
                     let p = pos0 + qi / k;
                     let w = &mut s[qi * ostride..(qi + 1) * ostride];
@@ -740,7 +811,10 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], kc: &[u16], vc: &[u16],
                             let qi = (q0 + j).min(nq - 1);
                             &s[qi * ostride + t - c0..(qi + 1) * ostride]
                         });
-                        kernels::values_f16(&ws[..m], vc, kv_out, g * hd, sl, sl + l, &mut ys[..m]);
+                        match layer {
+                            KvLayer::F16 { v: vc, .. } => kernels::values_f16(&ws[..m], vc, kv_out, g * hd, sl, sl + l, &mut ys[..m]),
+                            KvLayer::Q8 { v: vc, vs, .. } => kernels::values_q8(&ws[..m], vc, vs, kv_out, ngr, g * hd, g * hd / G, sl, sl + l, &mut ys[..m]),
+                        }
                     });
                 }
             }

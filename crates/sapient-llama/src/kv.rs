@@ -1,9 +1,14 @@
 //! The paged KV cache: a pool of fixed-size blocks shared by many sequences.
 //!
-//! Every layer's keys and values live in one f16 buffer each, cut into blocks of
-//! `block_size` positions: values laid out `[block][position in block][kv head][head dim]`,
-//! keys transposed within each block, `[block][kv head][head dim][position in block]` (the
-//! model writes and reads them; this module only moves whole blocks). A sequence
+//! Every layer's keys and values live in one buffer each, cut into blocks of `block_size`
+//! positions, in f16 or, as an option ([`KvDtype::Q8_0`], llama.cpp's `q8_0` cache types),
+//! in int8 with one f16 scale per group of 32 components of a head (about half the bytes,
+//! so a budget in bytes holds about twice the positions). In f16, values are laid out
+//! `[block][position in block][kv head][head dim]`, keys transposed within each block,
+//! `[block][kv head][head dim][position in block]`; in 8 bits values the same, with their
+//! scales `[slot][group]` beside them, and keys transposed by four components,
+//! `[block][kv head][head dim / 4][position in block][4]`, their scales `[block][group][position
+//! in block]` (the model writes and reads them; this module only moves whole blocks). A sequence
 //! is a list of blocks (its block table) and a length; position `p` of a sequence is slot
 //! `blocks[p / block_size] * block_size + p % block_size` of the pool, and the attention
 //! kernels walk a sequence block by block (values of consecutive blocks in one go).
@@ -34,18 +39,91 @@ pub enum KvBudget {
     Bytes(usize),
 }
 
+/// How the cache stores keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum KvDtype {
+    /// f16 (the default): 2 bytes per component.
+    #[default]
+    F16,
+    /// int8 with an f16 scale per group of 32 components of a head (GGML's Q8_0 blocks,
+    /// llama.cpp's `-ctk q8_0 -ctv q8_0`): 1.0625 bytes per component. The query is
+    /// quantized to int8 for the key scores. Needs a head dimension that is a multiple of 32.
+    #[allow(non_camel_case_types)]
+    Q8_0,
+}
+
+impl KvDtype {
+    /// The name as options spell it: `f16` or `q8_0`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F16 => "f16",
+            Self::Q8_0 => "q8_0",
+        }
+    }
+    /// Bytes one layer's keys and values take per position, for `width` components each.
+    pub fn bytes_per_position(self, width: usize) -> usize {
+        match self {
+            Self::F16 => 2 * width * 2,
+            Self::Q8_0 => 2 * (width + width / Q8_GROUP * 2),
+        }
+    }
+}
+
+impl std::fmt::Display for KvDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KvDtype {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "f16" => Ok(Self::F16),
+            "q8_0" | "q8" => Ok(Self::Q8_0),
+            _ => Err(Error::Config(format!("unknown KV cache type {s:?} (expected f16 or q8_0)"))),
+        }
+    }
+}
+
+/// Components per scale in the 8-bit cache.
+const Q8_GROUP: usize = sapient_tensor::kernels::Q8_GROUP;
+
 /// Shape of a KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvOptions {
     /// Positions per block (a multiple of 16 for [`crate::LlamaModel::new_kv_cache`]).
     pub block_size: usize,
     pub budget: KvBudget,
+    /// How keys and values are stored.
+    pub dtype: KvDtype,
 }
 
 impl Default for KvOptions {
     fn default() -> Self {
-        Self { block_size: 32, budget: KvBudget::Tokens(16 * 1024) }
+        Self { block_size: 32, budget: KvBudget::Tokens(16 * 1024), dtype: KvDtype::F16 }
     }
+}
+
+/// The layers' keys and values.
+enum Store {
+    /// f16 bits, per layer.
+    F16 { k: Vec<Vec<u16>>, v: Vec<Vec<u16>> },
+    /// Per layer: keys (int8 + 128), values (int8), and their f16 scales.
+    Q8 { k: Vec<Vec<u8>>, v: Vec<Vec<i8>>, ks: Vec<Vec<u16>>, vs: Vec<Vec<u16>> },
+}
+
+/// One layer of the cache, as the backend reads it (layouts in the module docs).
+#[derive(Clone, Copy)]
+pub(crate) enum KvLayer<'a> {
+    F16 { k: &'a [u16], v: &'a [u16] },
+    Q8 { k: &'a [u8], v: &'a [i8], ks: &'a [u16], vs: &'a [u16] },
+}
+
+/// One layer of the cache, as the backend writes it.
+pub(crate) enum KvLayerMut<'a> {
+    F16 { k: &'a mut [u16], v: &'a mut [u16] },
+    Q8 { k: &'a mut [u8], v: &'a mut [i8], ks: &'a mut [u16], vs: &'a mut [u16] },
 }
 
 /// A sequence in a [`KvCache`].
@@ -84,9 +162,8 @@ pub struct KvCache {
     block_size: usize,
     /// `kv heads * head dim`: values per position per layer for keys (and for values).
     width: usize,
-    /// Per layer: keys and values, f16 bits.
-    k: Vec<Vec<u16>>,
-    v: Vec<Vec<u16>>,
+    store: Store,
+    layers: usize,
     refs: Vec<u32>,
     hash: Vec<Option<u64>>,
     /// Blocks with no reference and no hash, popped from the end (low ids first).
@@ -110,7 +187,10 @@ impl KvCache {
                 "KV cache needs a block size, layers and a width (got {bs}, {layers}, {width})"
             )));
         }
-        let per_block_bytes = 2 * layers * bs * width * 2;
+        if opts.dtype == KvDtype::Q8_0 && !width.is_multiple_of(Q8_GROUP) {
+            return Err(Error::Config(format!("a q8_0 KV cache needs rows in groups of {Q8_GROUP} (got {width} values)")));
+        }
+        let per_block_bytes = layers * bs * opts.dtype.bytes_per_position(width);
         let blocks = match opts.budget {
             KvBudget::Tokens(t) => t.div_ceil(bs),
             KvBudget::Bytes(b) => b / per_block_bytes,
@@ -126,13 +206,23 @@ impl KvCache {
         }
         let per_layer = blocks.checked_mul(bs * width).ok_or_else(|| Error::Config("KV budget overflows".into()))?;
         // Zeroed allocations: pages are committed only once written.
-        let k = (0..layers).map(|_| vec![0u16; per_layer]).collect();
-        let v = (0..layers).map(|_| vec![0u16; per_layer]).collect();
+        let store = match opts.dtype {
+            KvDtype::F16 => Store::F16 {
+                k: (0..layers).map(|_| vec![0u16; per_layer]).collect(),
+                v: (0..layers).map(|_| vec![0u16; per_layer]).collect(),
+            },
+            KvDtype::Q8_0 => Store::Q8 {
+                k: (0..layers).map(|_| vec![0u8; per_layer]).collect(),
+                v: (0..layers).map(|_| vec![0i8; per_layer]).collect(),
+                ks: (0..layers).map(|_| vec![0u16; per_layer / Q8_GROUP]).collect(),
+                vs: (0..layers).map(|_| vec![0u16; per_layer / Q8_GROUP]).collect(),
+            },
+        };
         Ok(Self {
             block_size: bs,
             width,
-            k,
-            v,
+            store,
+            layers,
             refs: vec![0; blocks],
             hash: vec![None; blocks],
             free: (0..blocks as u32).rev().collect(),
@@ -147,6 +237,13 @@ impl KvCache {
 
     pub fn block_size(&self) -> usize {
         self.block_size
+    }
+    /// How keys and values are stored.
+    pub fn dtype(&self) -> KvDtype {
+        match self.store {
+            Store::F16 { .. } => KvDtype::F16,
+            Store::Q8 { .. } => KvDtype::Q8_0,
+        }
     }
     pub fn total_blocks(&self) -> usize {
         self.refs.len()
@@ -167,7 +264,7 @@ impl KvCache {
             used_blocks: used,
             cached_blocks: self.lru.len(),
             block_size: self.block_size,
-            bytes: 2 * self.k.len() * total * self.block_size * self.width * 2,
+            bytes: self.layers * total * self.block_size * self.dtype().bytes_per_position(self.width),
         }
     }
     /// Sequences alive.
@@ -348,10 +445,24 @@ impl KvCache {
     }
 
     fn copy_block(&mut self, from: u32, to: u32) {
+        fn copy<T: Copy>(layers: &mut [Vec<T>], n: usize, from: u32, to: u32) {
+            let (f, t) = (from as usize * n, to as usize * n);
+            for layer in layers {
+                layer.copy_within(f..f + n, t);
+            }
+        }
         let n = self.block_size * self.width;
-        let (f, t) = (from as usize * n, to as usize * n);
-        for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
-            layer.copy_within(f..f + n, t);
+        match &mut self.store {
+            Store::F16 { k, v } => {
+                copy(k, n, from, to);
+                copy(v, n, from, to);
+            }
+            Store::Q8 { k, v, ks, vs } => {
+                copy(k, n, from, to);
+                copy(v, n, from, to);
+                copy(ks, n / Q8_GROUP, from, to);
+                copy(vs, n / Q8_GROUP, from, to);
+            }
         }
     }
 
@@ -449,18 +560,24 @@ impl KvCache {
         }
     }
 
-    /// Keys and values of layer `li`, f16 bits, `[slot][width]`.
-    pub(crate) fn layer(&self, li: usize) -> (&[u16], &[u16]) {
-        (&self.k[li], &self.v[li])
+    /// Keys and values of layer `li` (layouts in the module docs).
+    pub(crate) fn layer(&self, li: usize) -> KvLayer<'_> {
+        match &self.store {
+            Store::F16 { k, v } => KvLayer::F16 { k: &k[li], v: &v[li] },
+            Store::Q8 { k, v, ks, vs } => KvLayer::Q8 { k: &k[li], v: &v[li], ks: &ks[li], vs: &vs[li] },
+        }
     }
-    pub(crate) fn layer_mut(&mut self, li: usize) -> (&mut [u16], &mut [u16]) {
-        (&mut self.k[li], &mut self.v[li])
+    pub(crate) fn layer_mut(&mut self, li: usize) -> KvLayerMut<'_> {
+        match &mut self.store {
+            Store::F16 { k, v } => KvLayerMut::F16 { k: &mut k[li], v: &mut v[li] },
+            Store::Q8 { k, v, ks, vs } => KvLayerMut::Q8 { k: &mut k[li], v: &mut v[li], ks: &mut ks[li], vs: &mut vs[li] },
+        }
     }
     pub(crate) fn width(&self) -> usize {
         self.width
     }
     pub(crate) fn num_layers(&self) -> usize {
-        self.k.len()
+        self.layers
     }
 }
 
@@ -468,10 +585,18 @@ impl KvCache {
 mod tests {
     use super::*;
 
+    /// Positions' values in the tests: 32 per position (one group of the 8-bit cache).
+    const W: usize = 32;
+
+    fn cache_of(blocks: usize, dtype: KvDtype) -> KvCache {
+        KvCache::new(2, W, KvOptions { block_size: 4, budget: KvBudget::Tokens(blocks * 4), dtype }).unwrap()
+    }
     fn cache(blocks: usize) -> KvCache {
-        KvCache::new(2, 4, KvOptions { block_size: 4, budget: KvBudget::Tokens(blocks * 4) }).unwrap()
+        cache_of(blocks, KvDtype::F16)
     }
 
+    /// Writes `x` into every key value of a position (and its key scale in the 8-bit
+    /// cache), `x + 1` into every value value.
     fn write(c: &mut KvCache, id: SeqId, vals: &[u16]) {
         let len = c.len(id).unwrap();
         c.reserve(id, vals.len()).unwrap();
@@ -479,9 +604,18 @@ mod tests {
         for (i, &x) in vals.iter().enumerate() {
             let slot = c.slot(&blocks, len + i);
             for li in 0..2 {
-                let (k, v) = c.layer_mut(li);
-                k[slot * 4..slot * 4 + 4].fill(x);
-                v[slot * 4..slot * 4 + 4].fill(x + 1);
+                match c.layer_mut(li) {
+                    KvLayerMut::F16 { k, v } => {
+                        k[slot * W..(slot + 1) * W].fill(x);
+                        v[slot * W..(slot + 1) * W].fill(x + 1);
+                    }
+                    KvLayerMut::Q8 { k, v, ks, vs } => {
+                        k[slot * W..(slot + 1) * W].fill(x as u8);
+                        v[slot * W..(slot + 1) * W].fill((x + 1) as i8);
+                        ks[slot] = x;
+                        vs[slot] = x + 1;
+                    }
+                }
             }
         }
         c.set_len(id, len + vals.len()).unwrap();
@@ -489,7 +623,19 @@ mod tests {
 
     fn read(c: &KvCache, id: SeqId) -> Vec<u16> {
         let blocks = c.blocks(id).unwrap();
-        (0..c.len(id).unwrap()).map(|p| c.layer(1).0[c.slot(blocks, p) * 4]).collect()
+        (0..c.len(id).unwrap())
+            .map(|p| {
+                let slot = c.slot(blocks, p);
+                match c.layer(1) {
+                    KvLayer::F16 { k, .. } => k[slot * W],
+                    KvLayer::Q8 { k, v, ks, vs } => {
+                        // Every part of the position moved together.
+                        assert_eq!((ks[slot], vs[slot], v[slot * W + W - 1] as u16), (k[slot * W] as u16, k[slot * W] as u16 + 1, k[slot * W] as u16 + 1));
+                        k[slot * W + W - 1] as u16
+                    }
+                }
+            })
+            .collect()
     }
 
     #[test]
@@ -521,7 +667,42 @@ mod tests {
         // Room in a's second block.
         write(&mut c, a, &[6, 7, 8]);
         assert!(matches!(c.reserve(a, 1), Err(Error::KvFull { .. })));
-        assert!(KvCache::new(1, 4, KvOptions { block_size: 4, budget: KvBudget::Bytes(10) }).err().map(|e| e.to_string()).unwrap_or_default().contains("holds no block"));
+        assert!(KvCache::new(1, 4, KvOptions { block_size: 4, budget: KvBudget::Bytes(10), dtype: KvDtype::F16 }).err().map(|e| e.to_string()).unwrap_or_default().contains("holds no block"));
+    }
+
+    /// The 8-bit cache takes the same block bookkeeping, and about half the bytes.
+    #[test]
+    fn q8_cache_holds_twice_the_positions_of_a_byte_budget() {
+        let opts = |dtype| KvOptions { block_size: 16, budget: KvBudget::Bytes(1 << 20), dtype };
+        let f16 = KvCache::new(4, 128, opts(KvDtype::F16)).unwrap();
+        let q8 = KvCache::new(4, 128, opts(KvDtype::Q8_0)).unwrap();
+        assert_eq!(f16.capacity_tokens(), 512);
+        // 1.0625 bytes a value against 2.
+        assert_eq!(q8.capacity_tokens(), 960);
+        assert!(q8.usage().bytes <= 1 << 20 && q8.usage().bytes > (1 << 20) - 4 * 16 * KvDtype::Q8_0.bytes_per_position(128));
+        assert_eq!(q8.dtype(), KvDtype::Q8_0);
+        let err = KvCache::new(4, 80, opts(KvDtype::Q8_0)).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("groups of 32"), "{err}");
+        assert_eq!("Q8_0".parse::<KvDtype>().unwrap(), KvDtype::Q8_0);
+        assert_eq!("f16".parse::<KvDtype>().unwrap(), KvDtype::F16);
+        let err = "q4_0".parse::<KvDtype>().unwrap_err().to_string();
+        assert!(err.contains("expected f16 or q8_0"), "{err}");
+    }
+
+    #[test]
+    fn q8_fork_copies_scales_with_the_values() {
+        let mut c = cache_of(8, KvDtype::Q8_0);
+        let a = c.new_seq();
+        write(&mut c, a, &[1, 2, 3, 4, 5, 6]);
+        let b = c.fork(a).unwrap();
+        write(&mut c, b, &[70, 80]);
+        write(&mut c, a, &[7]);
+        assert_eq!(read(&c, a), [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(read(&c, b), [1, 2, 3, 4, 5, 6, 70, 80]);
+        assert_ne!(c.blocks(a).unwrap()[1], c.blocks(b).unwrap()[1]);
+        c.truncate(b, 5).unwrap();
+        write(&mut c, b, &[9]);
+        assert_eq!(read(&c, b), [1, 2, 3, 4, 5, 9]);
     }
 
     #[test]

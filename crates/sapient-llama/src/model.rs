@@ -14,7 +14,7 @@ use crate::backend::{Backend, Dims, RopeTable, Seg, Step};
 use crate::batch::{BatchSeq, Logits};
 use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
 use crate::cpu::{check_block_size, Cpu};
-use crate::kv::{KvBudget, KvCache, KvOptions, SeqId};
+use crate::kv::{KvBudget, KvCache, KvDtype, KvOptions, SeqId};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use sapient_tensor::WeightSource;
@@ -140,6 +140,8 @@ pub struct LlamaModel {
     kv: Option<(KvCache, SeqId)>,
     /// Most positions one forward pass of [`forward`](Self::forward) takes.
     prefill_chunk: usize,
+    /// How the cache of [`forward`](Self::forward) stores keys and values.
+    kv_dtype: KvDtype,
 }
 
 /// Most positions [`LlamaModel::forward`] runs at once: a longer input goes in pieces of this
@@ -273,6 +275,7 @@ impl LlamaModel {
             net: Transformer::load(backend, dims, src, cfg)?,
             kv: None,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
+            kv_dtype: KvDtype::F16,
         })
     }
 
@@ -321,10 +324,35 @@ impl LlamaModel {
         self.prefill_chunk = positions.max(1);
     }
 
+    /// How the cache of [`forward`](Self::forward) stores keys and values (f16 unless set);
+    /// changing it drops what that cache holds. A [`KvDtype::Q8_0`] cache needs a head
+    /// dimension that is a multiple of 32.
+    pub fn set_kv_dtype(&mut self, dtype: KvDtype) -> Result<()> {
+        if dtype != self.kv_dtype {
+            self.check_kv_dtype(dtype)?;
+            self.kv = None;
+            self.pos = 0;
+            self.kv_dtype = dtype;
+        }
+        Ok(())
+    }
+
+    fn check_kv_dtype(&self, dtype: KvDtype) -> Result<()> {
+        if dtype == KvDtype::Q8_0 && !self.cfg.head_dim.is_multiple_of(sapient_tensor::kernels::Q8_GROUP) {
+            return Err(Error::Config(format!(
+                "a q8_0 KV cache needs a head dimension that is a multiple of 32; this model's is {}",
+                self.cfg.head_dim
+            )));
+        }
+        Ok(())
+    }
+
     /// A paged KV cache for this model, for [`forward_batch`](Self::forward_batch). Its block
-    /// size must be a multiple of 16 (the attention kernels take keys 16 at a time).
+    /// size must be a multiple of 16 (the attention kernels take keys 16 at a time); a
+    /// [`KvDtype::Q8_0`] cache needs a head dimension that is a multiple of 32.
     pub fn new_kv_cache(&self, opts: KvOptions) -> Result<KvCache> {
         check_block_size(opts.block_size)?;
+        self.check_kv_dtype(opts.dtype)?;
         KvCache::new(self.cfg.num_layers, self.cfg.num_kv_heads * self.cfg.head_dim, opts)
     }
 
@@ -391,7 +419,7 @@ impl LlamaModel {
         if self.kv.is_none() {
             // Blocks of 256 positions: one sequence, so sharing is moot and long stretches of
             // consecutive slots keep the attention kernels' calls few.
-            let mut kv = self.new_kv_cache(KvOptions { block_size: 256, budget: KvBudget::Tokens(self.max_seq_len) })?;
+            let mut kv = self.new_kv_cache(KvOptions { block_size: 256, budget: KvBudget::Tokens(self.max_seq_len), dtype: self.kv_dtype })?;
             let seq = kv.new_seq_with_capacity(self.max_seq_len);
             self.kv = Some((kv, seq));
         }

@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 use candle_core::Device;
-use sapient_llama::{BatchSeq, KvBudget, KvCache, KvOptions, LlamaModel, Logits, SeqId};
+use sapient_llama::{BatchSeq, KvBudget, KvCache, KvDtype, KvOptions, LlamaModel, Logits, SeqId};
 
 const STEPS: usize = 10;
 
@@ -33,8 +33,8 @@ fn prompts(tok: &sapient_tokenizers::Tokenizer) -> Result<Vec<Vec<u32>>> {
 }
 
 /// Greedy decoding of `prompt` alone: the logits of each step.
-fn alone(model: &mut LlamaModel, prompt: &[u32]) -> Result<Vec<Vec<u32>>> {
-    let mut kv = model.new_kv_cache(KvOptions { block_size: 64, budget: KvBudget::Tokens(1024) })?;
+fn alone(model: &mut LlamaModel, prompt: &[u32], dtype: KvDtype) -> Result<Vec<Vec<u32>>> {
+    let mut kv = model.new_kv_cache(KvOptions { block_size: 64, budget: KvBudget::Tokens(1024), dtype })?;
     let seq = kv.new_seq();
     let mut out = Vec::new();
     let mut logits = Vec::new();
@@ -57,6 +57,17 @@ struct Running {
 
 #[test]
 fn every_sequence_in_a_batch_gets_what_it_gets_alone() -> Result<()> {
+    batch_against_alone(KvDtype::F16)
+}
+
+/// The same with the 8-bit KV cache: its queries are quantized per row, so rows stay
+/// independent of the batch.
+#[test]
+fn every_sequence_in_a_batch_gets_what_it_gets_alone_q8_0() -> Result<()> {
+    batch_against_alone(KvDtype::Q8_0)
+}
+
+fn batch_against_alone(dtype: KvDtype) -> Result<()> {
     let r = sapient_hub::Hub::new()?.fetch_preset("smollm2-135m-instruct", &mut |_| {})?;
     let g = sapient_tensor::GgufFile::open(r.file("gguf")?)?;
     let tok = sapient_tokenizers::Tokenizer::from_gguf(&g)?;
@@ -65,10 +76,10 @@ fn every_sequence_in_a_batch_gets_what_it_gets_alone() -> Result<()> {
     let prompts = prompts(&tok)?;
     let lens: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
     assert!(lens.iter().min() < Some(&4) && lens.iter().max() > Some(&30), "mixed lengths: {lens:?}");
-    let reference: Vec<Vec<Vec<u32>>> = prompts.iter().map(|p| alone(&mut model, p)).collect::<Result<_>>()?;
+    let reference: Vec<Vec<Vec<u32>>> = prompts.iter().map(|p| alone(&mut model, p, dtype)).collect::<Result<_>>()?;
 
     // The smallest blocks, a pool shared by all: sequences' blocks interleave.
-    let mut kv: KvCache = model.new_kv_cache(KvOptions { block_size: 16, budget: KvBudget::Tokens(2048) })?;
+    let mut kv: KvCache = model.new_kv_cache(KvOptions { block_size: 16, budget: KvBudget::Tokens(2048), dtype })?;
     let joins = [0, 0, 1, 2, 4, 4, 6, 9];
     // Prompt chunks that do not line up with the blocks.
     let chunk = 12;
@@ -143,7 +154,7 @@ fn every_sequence_in_a_batch_gets_what_it_gets_alone() -> Result<()> {
         let r = r.as_ref().ok_or_else(|| anyhow::anyhow!("prompt {i} never ran"))?;
         assert_eq!(r.got.len(), STEPS, "prompt {i}");
         for (s, (a, b)) in reference[i].iter().zip(&r.got).enumerate() {
-            assert!(a == b, "prompt {i} (length {}), step {s}: batched logits differ from alone", lens[i]);
+            assert!(a == b, "prompt {i} (length {}), step {s}: batched logits differ from alone ({dtype} cache)", lens[i]);
         }
     }
     Ok(())

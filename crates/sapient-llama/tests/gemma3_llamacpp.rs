@@ -111,7 +111,7 @@ fn gemma3_batches_give_what_each_sequence_gets_alone() -> Result<()> {
     // Alone: the whole prompt in one forward, then greedy steps.
     let mut alone = Vec::new();
     for p in &prompts {
-        let mut kv = m.new_kv_cache(KvOptions { block_size: 64, budget: KvBudget::Tokens(2048) })?;
+        let mut kv = m.new_kv_cache(KvOptions { block_size: 64, budget: KvBudget::Tokens(2048), ..KvOptions::default() })?;
         let seq = kv.new_seq();
         let mut logits = Vec::new();
         let mut got = Vec::new();
@@ -125,7 +125,7 @@ fn gemma3_batches_give_what_each_sequence_gets_alone() -> Result<()> {
     }
     // Together: 16-position blocks from one pool, the long prompt in chunks of 100 beside the
     // short ones, which are decoding by then.
-    let mut kv = m.new_kv_cache(KvOptions { block_size: 16, budget: KvBudget::Tokens(4096) })?;
+    let mut kv = m.new_kv_cache(KvOptions { block_size: 16, budget: KvBudget::Tokens(4096), ..KvOptions::default() })?;
     let seqs: Vec<_> = prompts.iter().map(|_| kv.new_seq()).collect();
     let mut fed = [0usize; 3];
     let mut next: Vec<Option<u32>> = vec![None; 3];

@@ -13,7 +13,7 @@
 
 use anyhow::Result;
 use candle_core::Device;
-use sapient_llama::{Error, LlamaModel, Logits};
+use sapient_llama::{Error, KvDtype, LlamaModel, Logits};
 use serde_json::Value;
 
 fn model(max: usize) -> Result<LlamaModel> {
@@ -34,9 +34,14 @@ fn floats(v: &Value, key: &str) -> Vec<f32> {
 }
 
 fn check(name: &str) -> Result<()> {
+    check_with(name, KvDtype::F16)
+}
+
+fn check_with(name: &str, dtype: KvDtype) -> Result<()> {
     let r = reference(name)?;
     let ids = ids_of(&r, "ids");
     let mut m = model(256)?;
+    m.set_kv_dtype(dtype)?;
     let all = m.forward(&ids, Logits::All)?.to_vec2::<f32>()?;
     let last = &all[ids.len() - 1];
     let (probe, want_last, want_5) = (ids_of(&r, "probe_ids"), floats(&r, "probe_logits_last"), floats(&r, "probe_logits_pos5"));
@@ -57,7 +62,7 @@ fn check(name: &str) -> Result<()> {
     if top_logits[0] - top_logits[1] > 1.0 {
         assert_eq!(ours_sorted[0] as u32, top_ids[0], "{name}: top-1");
     }
-    eprintln!("{name}: max abs diff {worst:.3}, top-10 overlap {overlap}/10");
+    eprintln!("{name} ({dtype} cache): max abs diff {worst:.3}, top-10 overlap {overlap}/10");
     Ok(())
 }
 
@@ -65,6 +70,13 @@ fn check(name: &str) -> Result<()> {
 fn logits_match_numpy_reference() -> Result<()> {
     check("smollm2_logits_paris.json")?;
     check("smollm2_logits_system.json")
+}
+
+/// The 8-bit KV cache stays within the same tolerances of the exact reference.
+#[test]
+fn logits_match_numpy_reference_with_a_q8_0_cache() -> Result<()> {
+    check_with("smollm2_logits_paris.json", KvDtype::Q8_0)?;
+    check_with("smollm2_logits_system.json", KvDtype::Q8_0)
 }
 
 fn argmax(v: &[f32]) -> usize {

@@ -163,7 +163,7 @@ fn dense_weights_give_each_sequence_of_a_batch_what_it_gets_alone() -> Result<()
     let g = tiny(&[])?;
     let mut m = load(&g)?;
     let prompts: [&[u32]; 3] = [&IDS[..1], &IDS[3..14], &IDS];
-    let opts = KvOptions { block_size: 16, budget: KvBudget::Tokens(512) };
+    let opts = KvOptions { block_size: 16, budget: KvBudget::Tokens(512), ..KvOptions::default() };
     let mut alone = Vec::new();
     for p in prompts {
         let mut kv = m.new_kv_cache(opts)?;

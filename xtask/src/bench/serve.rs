@@ -222,7 +222,7 @@ pub fn run(a: Args) -> Result<()> {
     // Ours: one server, every level.
     let engine = Engine::new(
         &pipe,
-        EngineOptions { kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(max_clients * ctx_per + 1024) }, max_seqs: max_clients, ..EngineOptions::default() },
+        EngineOptions { kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(max_clients * ctx_per + 1024), ..KvOptions::default() }, max_seqs: max_clients, ..EngineOptions::default() },
     )?;
     let server = sapient_server::Server::new(sapient_server::ServerOptions { max_queue: max_clients * 2, ..Default::default() });
     let addr = rt.block_on(async {

@@ -39,7 +39,7 @@ pub async fn start(opts: ServerOptions) -> Result<TestServer> {
 
 /// [`start`] on another pipeline (e.g. one loaded with another chat template).
 pub async fn start_with(pipeline: &Pipeline, opts: ServerOptions) -> Result<TestServer> {
-    let engine = Engine::new(pipeline, EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(8192) }, ..EngineOptions::default() })?;
+    let engine = Engine::new(pipeline, EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(8192), ..KvOptions::default() }, ..EngineOptions::default() })?;
     let server = Server::new(opts);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
