@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use sapient_generate::{DeviceRequest, Engine, EngineOptions, KvBudget, KvOptions, Pipeline, PipelineOptions};
+use sapient_generate::{DeviceRequest, Engine, EngineOptions, KvBudget, KvDtype, KvOptions, Pipeline, PipelineOptions};
 use sapient_server::{Llm, Models, Server, ServerOptions};
 use serde::Deserialize;
 use std::path::PathBuf;
@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// KV cache budget per model, in positions over all sequences [default: 32768].
     #[arg(long)]
     kv_tokens: Option<usize>,
+    /// How the KV cache stores keys and values: f16, or q8_0 (8 bits with an f16 scale per
+    /// 32 values: about half the memory per position) [default: f16].
+    #[arg(long, value_name = "TYPE")]
+    kv_type: Option<KvDtype>,
     /// Sequences decoded at once per model [default: 64].
     #[arg(long)]
     max_seqs: Option<usize>,
@@ -83,6 +87,7 @@ struct ServeFile {
     public_metrics: Option<bool>,
     ctx: Option<usize>,
     kv_tokens: Option<usize>,
+    kv_type: Option<String>,
     max_seqs: Option<usize>,
     max_queue: Option<usize>,
     max_tokens_limit: Option<usize>,
@@ -129,6 +134,9 @@ fn merge(mut args: ServeArgs, file: ServeFile) -> Result<ServeArgs> {
     args.public_metrics |= file.public_metrics.unwrap_or(false);
     pick(&mut args.ctx, file.ctx);
     pick(&mut args.kv_tokens, file.kv_tokens);
+    if args.kv_type.is_none() {
+        args.kv_type = file.kv_type.map(|t| t.parse::<KvDtype>()).transpose()?;
+    }
     pick(&mut args.max_seqs, file.max_seqs);
     pick(&mut args.max_queue, file.max_queue);
     pick(&mut args.max_tokens_limit, file.max_tokens_limit);
@@ -245,7 +253,7 @@ async fn load_models(args: &ServeArgs) -> Result<Models> {
     for spec in &args.models {
         let (name, reference) = named(spec);
         eprintln!("loading {reference} as '{name}' ...");
-        let popts = PipelineOptions { device, max_seq_len: args.ctx, ..PipelineOptions::default() };
+        let popts = PipelineOptions { device, max_seq_len: args.ctx, kv_dtype: args.kv_type.unwrap_or_default(), ..PipelineOptions::default() };
         let r2 = reference.clone();
         let pipe = tokio::task::spawn_blocking(move || {
             let mut bars = crate::Bars::default();
@@ -255,7 +263,7 @@ async fn load_models(args: &ServeArgs) -> Result<Models> {
         })
         .await?
             .with_context(|| format!("loading model '{reference}'"))?;
-        let eopts = EngineOptions { kv: KvOptions { budget: KvBudget::Tokens(kv_tokens), ..KvOptions::default() }, max_seqs: max_seqs.max(1), ..EngineOptions::default() };
+        let eopts = EngineOptions { kv: KvOptions { budget: KvBudget::Tokens(kv_tokens), dtype: args.kv_type.unwrap_or_default(), ..KvOptions::default() }, max_seqs: max_seqs.max(1), ..EngineOptions::default() };
         let engine = Engine::new(&pipe, eopts).with_context(|| format!("starting the engine for '{name}'"))?;
         llms.push(Llm::new(name, engine));
     }
@@ -336,6 +344,7 @@ mod tests {
             r#"
             port = 9000
             max_seqs = 16
+            kv_type = "q8_0"
             public_metrics = true
             cors_origins = ["http://localhost:3000"]
             [[llm]]
@@ -351,6 +360,8 @@ mod tests {
         let a = merge(args(&["--port", "8081", "-m", "extra=/models/x.gguf"]), file)?;
         assert_eq!(a.port, Some(8081), "the flag wins");
         assert_eq!(a.max_seqs, Some(16), "the file fills what flags leave");
+        assert_eq!(a.kv_type, Some(KvDtype::Q8_0));
+        assert_eq!(args(&["--kv-type", "f16"]).kv_type, Some(KvDtype::F16));
         assert_eq!(a.host, None);
         assert!(a.public_metrics);
         assert_eq!(a.cors_origins, ["http://localhost:3000"]);
@@ -373,6 +384,11 @@ mod tests {
         let file: ServeFile = toml::from_str("[[tts]]\nmodel = \"kokoro-82m\"\nname = \"a=b\"").unwrap();
         let e = merge(args(&[]), file).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("name 'a=b'"), "{e}");
+        let file: ServeFile = toml::from_str("kv_type = \"q4\"").unwrap();
+        let e = merge(args(&[]), file).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("unknown KV cache type \"q4\" (expected f16 or q8_0)"), "{e}");
+        let e = Cli::try_parse_from(["serve", "--kv-type", "q4"]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("expected f16 or q8_0"), "{e}");
         let e = ServeFile::read(std::path::Path::new("/nonexistent/models.toml")).unwrap_err();
         assert!(format!("{e:#}").contains("/nonexistent/models.toml"), "{e:#}");
     }

@@ -3,7 +3,7 @@ use crate::generation::{split_reasoning, FinishReason, Generation, GenerationCon
 use crate::model::{Model, ModelInfo};
 use crate::{Error, Result, TextStream};
 use sapient_hub::{Hub, Progress};
-use sapient_llama::{KvBudget, KvOptions, LlamaConfig, LlamaModel};
+use sapient_llama::{KvBudget, KvDtype, KvOptions, LlamaConfig, LlamaModel};
 
 use sapient_tensor::{DeviceRequest, GgufFile};
 use sapient_tokenizers::{Message, Tokenizer};
@@ -30,6 +30,10 @@ pub struct PipelineOptions {
     /// `None`: room in the KV cache for two full contexts, so that the pipeline's own
     /// conversation stays cached while another thread's call runs beside it.
     pub engine: Option<EngineOptions>,
+    /// How the KV cache of the pipeline's own engine stores keys and values when `engine`
+    /// is `None` (f16 by default; [`KvDtype::Q8_0`] takes about half the memory per
+    /// position). An `engine` given carries its own, in `kv.dtype`.
+    pub kv_dtype: KvDtype,
     /// The most a model file may make the loader allocate (see [`sapient_tensor::Limits`]):
     /// GGUF metadata arrays and tensors, safetensors tensors.
     pub limits: sapient_tensor::Limits,
@@ -52,6 +56,7 @@ pub struct Pipeline {
     /// [`Drafter::Model`]), with the draft it was made for; made on first use.
     draft_engine: Arc<Mutex<Option<(Model, Engine, Session)>>>,
     engine_opts: Option<EngineOptions>,
+    kv_dtype: KvDtype,
     /// Held (shared) by every running call; `cache_len` and `reset_cache` take it alone.
     runs: Arc<RwLock<()>>,
 }
@@ -170,6 +175,7 @@ impl Pipeline {
             engine: Arc::default(),
             draft_engine: Arc::default(),
             engine_opts: opts.engine,
+            kv_dtype: opts.kv_dtype,
             runs: Arc::default(),
         })
     }
@@ -182,7 +188,7 @@ impl Pipeline {
     /// The options of the pipeline's own engine.
     fn engine_options(&self) -> EngineOptions {
         self.engine_opts.clone().unwrap_or_else(|| EngineOptions {
-            kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(2 * self.info.max_seq_len) },
+            kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(2 * self.info.max_seq_len), dtype: self.kv_dtype },
             max_seqs: 16,
             ..EngineOptions::default()
         })

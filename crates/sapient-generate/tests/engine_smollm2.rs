@@ -1,10 +1,11 @@
 //! The Engine on the real SmolLM2-135M-Instruct: concurrent requests give what they give
 //! alone, cancellation frees blocks, the KV budget holds through preemption, the prefix cache
-//! serves a shared system prompt, and requests that cannot fit are errors.
+//! serves a shared system prompt, and requests that cannot fit are errors; the first three
+//! with the 8-bit KV cache too.
 
 use anyhow::Result;
 use sapient_generate::{
-    Engine, EngineOptions, Event, FinishReason, Generation, GenerationConfig, KvBudget, KvOptions, Message, Pipeline,
+    Engine, EngineOptions, Event, FinishReason, Generation, GenerationConfig, KvBudget, KvDtype, KvOptions, Message, Pipeline,
     PipelineOptions, SamplerConfig,
 };
 use std::sync::OnceLock;
@@ -35,7 +36,11 @@ fn questions() -> Vec<Vec<Message>> {
 }
 
 fn small(opts: EngineOptions) -> EngineOptions {
-    EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(4096), ..KvOptions::default() }, ..opts }
+    small_with(opts, KvDtype::F16)
+}
+
+fn small_with(opts: EngineOptions, dtype: KvDtype) -> EngineOptions {
+    EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(4096), dtype }, ..opts }
 }
 
 fn wait_idle(engine: &Engine) -> Result<()> {
@@ -49,6 +54,16 @@ fn wait_idle(engine: &Engine) -> Result<()> {
 
 #[test]
 fn concurrent_requests_give_what_they_give_alone() -> Result<()> {
+    concurrent_against_alone(KvDtype::F16)
+}
+
+/// The same with the 8-bit KV cache: every request gives, to the bit, what it gives alone.
+#[test]
+fn concurrent_requests_give_what_they_give_alone_q8_0() -> Result<()> {
+    concurrent_against_alone(KvDtype::Q8_0)
+}
+
+fn concurrent_against_alone(dtype: KvDtype) -> Result<()> {
     let p = pipeline();
     let qs = questions();
     // Different seeds and temperatures too: a sampled request's draws are its own.
@@ -61,16 +76,16 @@ fn concurrent_requests_give_what_they_give_alone() -> Result<()> {
         }
     };
     let alone: Vec<Generation> = {
-        let e = Engine::new(p, small(EngineOptions::default()))?;
+        let e = Engine::new(p, small_with(EngineOptions::default(), dtype))?;
         qs.iter().enumerate().map(|(i, q)| e.submit_chat(q, cfg(i))?.wait()).collect::<Result<_, _>>()?
     };
-    // The greedy ones equal the Pipeline's own answers.
-    for (i, q) in qs.iter().enumerate().filter(|(i, _)| i % 3 != 2) {
+    // The greedy ones equal the Pipeline's own answers (its engine keeps f16).
+    for (i, q) in qs.iter().enumerate().filter(|(i, _)| i % 3 != 2 && dtype == KvDtype::F16) {
         let g = p.chat(q, &cfg(i))?;
         assert_eq!(g.tokens, alone[i].tokens, "request {i}: engine alone vs Pipeline");
     }
     // Small prompt chunks and steps: prompts are split and mixed with decode rows.
-    let e = Engine::new(p, small(EngineOptions { prefill_chunk: 8, max_step_tokens: 24, ..Default::default() }))?;
+    let e = Engine::new(p, small_with(EngineOptions { prefill_chunk: 8, max_step_tokens: 24, ..Default::default() }, dtype))?;
     let mut handles = Vec::new();
     for (i, q) in qs.iter().enumerate().take(4) {
         handles.push((i, e.submit_chat(q, cfg(i))?));
@@ -123,11 +138,20 @@ fn a_dropped_receiver_cancels_and_frees_its_blocks() -> Result<()> {
 
 #[test]
 fn the_budget_holds_through_preemption() -> Result<()> {
+    budget_through_preemption(KvDtype::F16)
+}
+
+#[test]
+fn the_budget_holds_through_preemption_q8_0() -> Result<()> {
+    budget_through_preemption(KvDtype::Q8_0)
+}
+
+fn budget_through_preemption(dtype: KvDtype) -> Result<()> {
     let p = pipeline();
     let qs = questions();
     let cfg = GenerationConfig { ignore_eos: true, ..GenerationConfig::default().max_tokens(48) };
     let alone: Vec<Generation> = {
-        let e = Engine::new(p, small(EngineOptions::default()))?;
+        let e = Engine::new(p, small_with(EngineOptions::default(), dtype))?;
         qs.iter().map(|q| e.submit_chat(q, cfg.clone())?.wait()).collect::<Result<_, _>>()?
     };
     // Room for about three of these sequences at a time, no prefix cache to lean on.
@@ -135,14 +159,14 @@ fn the_budget_holds_through_preemption() -> Result<()> {
     let budget = 3 * longest + 16;
     let e = Engine::new(
         p,
-        EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(budget), ..KvOptions::default() }, prefix_cache: false, ..Default::default() },
+        EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(budget), dtype }, prefix_cache: false, ..Default::default() },
     )?;
     let handles: Vec<_> = qs.iter().map(|q| e.submit_chat(q, cfg.clone())).collect::<Result<_, _>>()?;
     let mut peak = 0;
     for (i, h) in handles.into_iter().enumerate() {
         let g = h.wait()?;
         peak = peak.max(e.metrics().kv.used_blocks);
-        assert_eq!(g.tokens, alone[i].tokens, "request {i} under preemption");
+        assert_eq!(g.tokens, alone[i].tokens, "request {i} under preemption ({dtype} cache)");
         assert_eq!(g.finish, FinishReason::MaxTokens);
     }
     let m = e.metrics();
@@ -154,8 +178,17 @@ fn the_budget_holds_through_preemption() -> Result<()> {
 
 #[test]
 fn a_shared_system_prompt_comes_from_the_prefix_cache() -> Result<()> {
+    shared_system_prompt(KvDtype::F16)
+}
+
+#[test]
+fn a_shared_system_prompt_comes_from_the_prefix_cache_q8_0() -> Result<()> {
+    shared_system_prompt(KvDtype::Q8_0)
+}
+
+fn shared_system_prompt(dtype: KvDtype) -> Result<()> {
     let p = pipeline();
-    let e = Engine::new(p, small(EngineOptions::default()))?;
+    let e = Engine::new(p, small_with(EngineOptions::default(), dtype))?;
     let system = "You are a meticulous assistant for a hardware store. ".repeat(12);
     let ask = |q: &str| vec![Message::system(system.clone()), Message::user(q)];
     let cfg = GenerationConfig::default().max_tokens(8);
@@ -164,6 +197,11 @@ fn a_shared_system_prompt_comes_from_the_prefix_cache() -> Result<()> {
     assert_eq!(a.stats.reused_prompt_tokens, 0);
     assert!(b.stats.reused_prompt_tokens >= 100, "reused {} of {}", b.stats.reused_prompt_tokens, b.stats.prompt_tokens);
     assert!(b.stats.prompt_tokens - b.stats.reused_prompt_tokens < 32);
+    // The cached prefix gives what computing it afresh gives.
+    let fresh = Engine::new(p, EngineOptions { prefix_cache: false, ..small_with(EngineOptions::default(), dtype) })?;
+    let c = fresh.submit_chat(&ask("Where are the nails?"), GenerationConfig::default().max_tokens(8))?.wait()?;
+    assert_eq!(c.stats.reused_prompt_tokens, 0);
+    assert_eq!(b.tokens, c.tokens, "{dtype} cache: prefix-cache answer vs fresh");
     Ok(())
 }
 

@@ -7,7 +7,7 @@
 //! with peak RSS.
 
 use anyhow::{Context, Result};
-use sapient_generate::{Engine, EngineOptions, GenerationConfig, KvBudget, KvOptions, Pipeline, PipelineOptions};
+use sapient_generate::{Engine, EngineOptions, GenerationConfig, KvBudget, KvDtype, KvOptions, Pipeline, PipelineOptions};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -38,6 +38,9 @@ pub struct Args {
     pub budget_len: usize,
     #[arg(long, default_value = "target/bench/batch.json")]
     pub json: PathBuf,
+    /// How the KV cache stores keys and values: f16, or q8_0 (8 bits with a scale per 32).
+    #[arg(long, default_value = "f16")]
+    pub kv_type: KvDtype,
 }
 
 fn status_kb(key: &str) -> f64 {
@@ -70,7 +73,7 @@ fn engine_point(pipe: &Pipeline, npl: usize, a: &Args) -> Result<Point> {
     // Every prompt in the first step, then one decode row per sequence per step: the shape
     // llama-batched-bench measures.
     let opts = EngineOptions {
-        kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(npl * (a.npp + a.ntg) + 64) },
+        kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(npl * (a.npp + a.ntg) + 64), dtype: a.kv_type },
         max_seqs: npl,
         max_step_tokens: npl * a.npp,
         prefill_chunk: a.npp,
@@ -134,7 +137,7 @@ pub fn run(a: Args) -> Result<()> {
     for preset in &a.presets {
         let pipe = Pipeline::load(preset, PipelineOptions { max_seq_len: Some(4096), ..Default::default() }, |_| {})?;
         let path = pipe.info().path.clone();
-        println!("{preset} ({}), prompts of {} tokens, {} generated each:", path.display(), a.npp, a.ntg);
+        println!("{preset} ({}), prompts of {} tokens, {} generated each, {} KV cache:", path.display(), a.npp, a.ntg, a.kv_type);
         let lcpp = match &a.vs_llamacpp {
             Some(dir) => Some(llama_batched(dir, &path, &a)?),
             None => None,
@@ -152,7 +155,7 @@ pub fn run(a: Args) -> Result<()> {
                 p.total_s
             );
             let mut entry = serde_json::json!({
-                "preset": preset, "npl": npl, "npp": a.npp, "ntg": a.ntg, "decode_tok_s": p.decode_tok_s,
+                "preset": preset, "kv_type": a.kv_type.name(), "npl": npl, "npp": a.npp, "ntg": a.ntg, "decode_tok_s": p.decode_tok_s,
                 "ttft_median_s": p.ttft_median, "ttft_max_s": p.ttft_max, "total_s": p.total_s,
                 "machine": super::machine(),
             });
@@ -172,7 +175,7 @@ pub fn run(a: Args) -> Result<()> {
             results.push(entry);
         }
         if !a.no_extras {
-            results.push(prefix_run(&pipe)?);
+            results.push(prefix_run(&pipe, a.kv_type)?);
         }
     }
     if !a.no_extras {
@@ -191,8 +194,9 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// Two requests sharing a 1,000-token system prompt, one after the other.
-fn prefix_run(pipe: &Pipeline) -> Result<serde_json::Value> {
-    let engine = Engine::new(pipe, EngineOptions::default())?;
+fn prefix_run(pipe: &Pipeline, dtype: KvDtype) -> Result<serde_json::Value> {
+    let defaults = EngineOptions::default();
+    let engine = Engine::new(pipe, EngineOptions { kv: KvOptions { dtype, ..defaults.kv }, ..defaults })?;
     let vocab = pipe.info().vocab_size;
     let system = prompt(1000, 7, vocab);
     let ask = |q: usize| -> Vec<u32> { system.iter().copied().chain(prompt(12, 100 + q, vocab)).collect() };
@@ -216,7 +220,7 @@ fn budget_run(pipe: &Pipeline, a: &Args) -> Result<serde_json::Value> {
     let budget = fit * a.budget_len;
     let engine = Engine::new(
         pipe,
-        EngineOptions { kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(budget) }, prefix_cache: false, ..Default::default() },
+        EngineOptions { kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(budget), dtype: a.kv_type }, prefix_cache: false, ..Default::default() },
     )?;
     let half = a.budget_len / 2;
     let cfg = GenerationConfig { ignore_eos: true, ..GenerationConfig::default().max_tokens(half) };

@@ -26,18 +26,43 @@ pub const Q8_GROUP: usize = 32;
 
 /// Quantizes `x` (a multiple of [`Q8_GROUP`] long) as the 8-bit cache keeps keys and
 /// values: per group of 32, `d = max|x| / 127` rounded to f16 (its bits into `d`), and `q =
-/// round(x / d)` (0 for an all-zero group).
+/// round(x / d)` (to nearest, ties to even; 0 for an all-zero group).
 pub fn quantize_q8_f16(x: &[f32], q: &mut [i8], d: &mut [u16]) {
     for ((xs, qs), dd) in x.chunks_exact(Q8_GROUP).zip(q.chunks_exact_mut(Q8_GROUP)).zip(d.iter_mut()) {
-        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let h = half::f16::from_f32(amax / 127.0);
+        let h = half::f16::from_f32(amax32(xs) / 127.0);
         let df = h.to_f32();
         let id = if df > 0.0 && df.is_finite() { 1.0 / df } else { 0.0 };
-        for (o, &v) in qs.iter_mut().zip(xs) {
-            *o = (v * id).round().clamp(-127.0, 127.0) as i8;
-        }
+        round32(xs, id, qs);
         *dd = h.to_bits();
     }
+}
+
+/// `max |x|` over a group of 32.
+#[inline]
+fn amax32(x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() && x.len() == Q8_GROUP {
+        // SAFETY: AVX-512 F is present; `x` holds 32 values.
+        return unsafe { x512::amax32(x.as_ptr()) };
+    }
+    x.iter().fold(0f32, |m, v| m.max(v.abs()))
+}
+
+/// `q = round(clamp(x * id, -127, 127))` (to nearest, ties to even) over a group of 32;
+/// returns the sum of `q`.
+#[inline]
+fn round32(x: &[f32], id: f32, q: &mut [i8]) -> i32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() && x.len() == Q8_GROUP && q.len() == Q8_GROUP {
+        // SAFETY: AVX-512 F/BW is present; `x` and `q` hold 32 values.
+        return unsafe { x512::round32(x.as_ptr(), id, q.as_mut_ptr()) };
+    }
+    let mut sum = 0;
+    for (o, &v) in q.iter_mut().zip(x) {
+        *o = (v * id).clamp(-127.0, 127.0).round_ties_even() as i8;
+        sum += *o as i32;
+    }
+    sum
 }
 
 /// A query quantized for [`scores_chunks_q8`]: int8 components, and per group of
@@ -52,22 +77,17 @@ pub struct QueryQ8 {
 
 impl QueryQ8 {
     /// Quantizes `x` (a multiple of [`Q8_GROUP`] long; a shorter tail is dropped) in place
-    /// of what the query held: per group `d = max|x| / 127` (f32), `q = round(x / d)`.
+    /// of what the query held: per group `d = max|x| / 127` (f32), `q = round(x / d)` (to
+    /// nearest, ties to even).
     pub fn set(&mut self, x: &[f32]) {
         let g = x.len() / Q8_GROUP;
         self.q.resize(g * Q8_GROUP, 0);
         self.d.resize(g, 0.0);
         self.corr.resize(g, 0);
         for (((xs, qs), d), c) in x.chunks_exact(Q8_GROUP).zip(self.q.chunks_exact_mut(Q8_GROUP)).zip(&mut self.d).zip(&mut self.corr) {
-            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
-            *d = amax / 127.0;
+            *d = amax32(xs) / 127.0;
             let id = if *d > 0.0 && d.is_finite() { 1.0 / *d } else { 0.0 };
-            let mut sum = 0i32;
-            for (o, &v) in qs.iter_mut().zip(xs) {
-                *o = (v * id).round().clamp(-127.0, 127.0) as i8;
-                sum += *o as i32;
-            }
-            *c = -128 * sum;
+            *c = -128 * round32(xs, id, qs);
         }
     }
 
@@ -215,6 +235,28 @@ mod x512 {
     use super::QueryQ8;
     use std::arch::x86_64::*;
 
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn amax32(x: *const f32) -> f32 {
+        let a = _mm512_abs_ps(_mm512_loadu_ps(x));
+        let b = _mm512_abs_ps(_mm512_loadu_ps(x.add(16)));
+        _mm512_reduce_max_ps(_mm512_max_ps(a, b))
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn round32(x: *const f32, id: f32, q: *mut i8) -> i32 {
+        let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
+        let vid = _mm512_set1_ps(id);
+        let mut sum = _mm512_setzero_si512();
+        for h in 0..2 {
+            let v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x.add(16 * h)), vid), lo), hi);
+            // Round to nearest, ties to even (the default rounding mode).
+            let i = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+            sum = _mm512_add_epi32(sum, i);
+            _mm_storeu_si128(q.add(16 * h) as *mut __m128i, _mm512_cvtepi32_epi8(i));
+        }
+        _mm512_reduce_add_epi32(sum)
+    }
+
     /// [`super::scores_chunks_q8`] with `Q` queries, `U` chunks at a time.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -329,6 +371,29 @@ mod tests {
         let mut z = (vec![1i8; 32], vec![1u16; 1]);
         quantize_q8_f16(&[0.0; 32], &mut z.0, &mut z.1);
         assert!(z.0.iter().all(|&v| v == 0) && z.1[0] == 0);
+    }
+
+    /// The vector quantization gives the portable one's bytes, ties included.
+    #[test]
+    fn quantize_paths_agree() {
+        let mut x = vals(32, 5);
+        x[3] = 2.5 * x[0].abs() / 127.0 * 127.0 / x[0].abs().max(1e-9);
+        x[7] = -0.0;
+        for id in [1.0f32, 3.0, 127.0 / 3.5, 0.0, 1e9] {
+            let (mut a, mut b) = ([0i8; 32], [0i8; 32]);
+            let sa = round32(&x, id, &mut a);
+            let mut sb = 0;
+            for (o, &v) in b.iter_mut().zip(&x) {
+                *o = (v * id).clamp(-127.0, 127.0).round_ties_even() as i8;
+                sb += *o as i32;
+            }
+            assert_eq!((a, sa), (b, sb), "id {id}");
+        }
+        assert_eq!(amax32(&x), x.iter().fold(0f32, |m, v| m.max(v.abs())));
+        // Ties go to even, as on every path.
+        let (mut q, halves) = ([0i8; 32], [0.5f32; 32]);
+        round32(&halves, 5.0, &mut q);
+        assert!(q.iter().all(|&v| v == 2), "{q:?}");
     }
 
     /// A key block laid out as the cache keeps it: `n` keys of `hd` components, `bs` positions.
