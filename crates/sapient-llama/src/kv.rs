@@ -81,7 +81,7 @@ impl std::str::FromStr for KvDtype {
         match s.to_ascii_lowercase().as_str() {
             "f16" => Ok(Self::F16),
             "q8_0" | "q8" => Ok(Self::Q8_0),
-            _ => Err(Error::Config(format!("unknown KV cache type {s:?} (expected f16 or q8_0)"))),
+            _ => Err(Error::UnknownKvType(s.to_string())),
         }
     }
 }

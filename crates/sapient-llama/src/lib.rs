@@ -32,6 +32,8 @@ pub enum Error {
     UnsupportedArchitecture { arch: String, path: PathBuf },
     #[error("invalid model config: {0}")]
     Config(String),
+    #[error("unknown KV cache type {0:?} (expected f16 or q8_0)")]
+    UnknownKvType(String),
     #[error("the sequence needs {needed} positions but the context holds {max}")]
     ContextOverflow { needed: usize, max: usize },
     #[error("token id {token} is outside the vocabulary of {vocab}")]

@@ -10,13 +10,13 @@
 //! is an exact integer (`sum((k + 128) q) - 128 sum(q)`), then scaled by the key's and the
 //! query's scales and added up in f32 in order of the groups, per key lane. Values stay in
 //! rows of int8 with their group scales ([`values_q8`]: one fused multiply-add per output
-//! and value, by `weight * scale`, in order of the values). Every path (AVX-512 VNNI or
-//! portable) does the same integer sums and the same f32 operations in the same order, so
+//! and value, by `weight * scale`, in order of the values). Every path (AVX-512 VNNI, AVX2
+//! with 16-bit products, or portable) does the same integer sums and the same f32 operations in the same order, so
 //! the results are bit-identical whatever the machine, the number of queries or keys a call
 //! takes, or the batch: a row gives what it gives alone.
 
 #[cfg(target_arch = "x86_64")]
-use super::has_avx512;
+use super::{has_avx2, has_avx512};
 use super::MAX_QUERIES;
 use super::MAX_VALUE_ROWS;
 
@@ -148,6 +148,14 @@ pub fn scores_chunks_q8(qs: &[&QueryQ8], kc: &[u8], ks: &[u16], bases: &[usize],
         }
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        for (i, q) in qs.iter().enumerate() {
+            // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
+            unsafe { xavx2::scores(q, kc.as_ptr(), ks.as_ptr(), bases, sbases, pitch, scale, out[i * ostride..].as_mut_ptr()) }
+        }
+        return;
+    }
     scores_portable(qs, kc, ks, bases, sbases, pitch, scale, out, ostride);
 }
 
@@ -209,6 +217,14 @@ pub fn values_q8(ws: &[&[f32]], vc: &[i8], vs: &[u16], stride: usize, sstride: u
         }
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        for (w, y) in ws.iter().zip(ys.iter_mut()) {
+            // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
+            unsafe { xavx2::values(w.as_ptr(), vc[off..].as_ptr(), vs[soff..].as_ptr(), stride, sstride, hd, t0, t1, y.as_mut_ptr()) }
+        }
+        return;
+    }
     values_portable(ws, vc, vs, stride, sstride, off, soff, t0, t1, ys);
 }
 
@@ -224,6 +240,72 @@ fn values_portable(ws: &[&[f32]], vc: &[i8], vs: &[u16], stride: usize, sstride:
                 for (yd, &xd) in yg.iter_mut().zip(xg) {
                     *yd = ag.mul_add(xd as f32, *yd);
                 }
+            }
+        }
+    }
+}
+
+/// The AVX2 paths (no VNNI needed): the same integer sums, by 16-bit products.
+#[cfg(target_arch = "x86_64")]
+mod xavx2 {
+    #![allow(clippy::missing_safety_doc)]
+    use super::{QueryQ8, Q8_GROUP};
+    use std::arch::x86_64::*;
+
+    /// [`super::scores_chunks_q8`] for one query: each group's sums of four products per key
+    /// by `vpmaddwd` on the bytes widened to 16 bits (exact), pairs added at the group's end.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn scores(q: &QueryQ8, kc: *const u8, ks: *const u16, bases: &[usize], sbases: &[usize], pitch: usize, scale: f32, out: *mut f32) {
+        let sc = _mm256_set1_ps(scale);
+        let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+        for (c, (&b, &sb)) in bases.iter().zip(sbases).enumerate() {
+            let k = kc.add(b);
+            let mut s = [_mm256_setzero_ps(); 2];
+            for g in 0..q.d.len() {
+                // Four keys per accumulator, two 32-bit halves of each key's sum.
+                let mut acc = [_mm256_setzero_si256(); 4];
+                for quad in g * 8..g * 8 + 8 {
+                    let qb = q.q.as_ptr().add(quad * 4);
+                    let pat = (0..4).fold(0u64, |p, i| p | ((*qb.add(i) as i16 as u16 as u64) << (16 * i)));
+                    let qv = _mm256_set1_epi64x(pat as i64);
+                    for (h, a) in acc.iter_mut().enumerate() {
+                        let kb = _mm256_cvtepu8_epi16(_mm_loadu_si128(k.add(quad * 4 * pitch + 16 * h) as *const __m128i));
+                        *a = _mm256_add_epi32(*a, _mm256_madd_epi16(kb, qv));
+                    }
+                }
+                let corr = _mm256_set1_epi32(q.corr[g]);
+                let f = _mm256_set1_ps(q.d[g]);
+                for (half, sh) in s.iter_mut().enumerate() {
+                    let sums = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(acc[2 * half], acc[2 * half + 1]), order);
+                    let sums = _mm256_add_epi32(sums, corr);
+                    let dk = _mm256_cvtph_ps(_mm_loadu_si128(ks.add(sb + g * pitch + 8 * half) as *const __m128i));
+                    *sh = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(dk, f), *sh);
+                }
+            }
+            _mm256_storeu_ps(out.add(16 * c), _mm256_mul_ps(s[0], sc));
+            _mm256_storeu_ps(out.add(16 * c + 8), _mm256_mul_ps(s[1], sc));
+        }
+    }
+
+    /// [`super::values_q8`] for one row, a group of 32 outputs at a time.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn values(w: *const f32, vc: *const i8, vs: *const u16, stride: usize, sstride: usize, hd: usize, t0: usize, t1: usize, y: *mut f32) {
+        for g in 0..hd / Q8_GROUP {
+            let yg = y.add(g * Q8_GROUP);
+            let mut acc: [__m256; 4] = std::array::from_fn(|h| _mm256_loadu_ps(yg.add(8 * h)));
+            for t in t0..t1 {
+                let px = vc.add(t * stride + g * Q8_GROUP);
+                let ds = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(*vs.add(t * sstride + g) as i32)));
+                let a = _mm256_set1_ps(*w.add(t - t0) * ds);
+                for (h, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(px.add(8 * h) as *const __m128i)));
+                    *acc = _mm256_fmadd_ps(a, x, *acc);
+                }
+            }
+            for (h, acc) in acc.iter().enumerate() {
+                _mm256_storeu_ps(yg.add(8 * h), *acc);
             }
         }
     }
@@ -438,6 +520,15 @@ mod tests {
                     scores_chunks_q8(&refs, &kc, &ks, &bases, &sbases, bs, 0.125, &mut a, ostride);
                     scores_portable(&refs, &kc, &ks, &bases, &sbases, bs, 0.125, &mut b, ostride);
                     assert_eq!(a, b, "hd {hd}, {nq} queries, {nc} chunks");
+                    #[cfg(target_arch = "x86_64")]
+                    if has_avx2() {
+                        let mut c = vec![0f32; nq * ostride];
+                        for (i, q) in refs.iter().enumerate() {
+                            // SAFETY: AVX2, FMA and F16C are present; the ranges are those above.
+                            unsafe { xavx2::scores(q, kc.as_ptr(), ks.as_ptr(), &bases, &sbases, bs, 0.125, c[i * ostride..].as_mut_ptr()) };
+                        }
+                        assert_eq!(c, b, "avx2: hd {hd}, {nq} queries, {nc} chunks");
+                    }
                     for i in 0..nq {
                         for j in 0..16 * nc {
                             let exact: f32 = raw[i].iter().zip(&keys[j]).map(|(x, y)| x * y).sum::<f32>() * 0.125;
@@ -475,6 +566,15 @@ mod tests {
                     values_portable(&ws, &vc, &vs, stride, ng, off, soff, 3, n, &mut yb);
                 }
                 assert_eq!(a, b, "hd {hd}, {nr} rows");
+                #[cfg(target_arch = "x86_64")]
+                if has_avx2() {
+                    let mut c: Vec<Vec<f32>> = (0..nr).map(|r| vals(hd, 9 + r)).collect();
+                    for (w, y) in ws.iter().zip(c.iter_mut()) {
+                        // SAFETY: AVX2, FMA and F16C are present; the ranges are those above.
+                        unsafe { xavx2::values(w.as_ptr(), vc[off..].as_ptr(), vs[soff..].as_ptr(), stride, ng, hd, 3, n, y.as_mut_ptr()) };
+                    }
+                    assert_eq!(c, b, "avx2: hd {hd}, {nr} rows");
+                }
                 for (r, y) in want.iter_mut().enumerate() {
                     for t in 3..n {
                         for d in 0..hd {
