@@ -556,11 +556,18 @@ pub(crate) struct CrossRun<'a> {
 /// padding zero: component `e` of a chunk's 16 keys is 16 contiguous values, and a head's
 /// chunks follow one another, so the scores read the keys in one sequential pass), values as
 /// [H, S, Dh].
+#[derive(Clone)]
 pub struct CrossKv {
     pub(crate) k: Vec<Vec<u16>>,
     pub(crate) v: Vec<Vec<u16>>,
     pub(crate) src: usize,
     pub(crate) pitch: usize,
+}
+
+impl std::fmt::Debug for CrossKv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CrossKv").field("layers", &self.k.len()).field("src", &self.src).field("pitch", &self.pitch).finish_non_exhaustive()
+    }
 }
 
 /// A window ([`CrossKv`]: per decoder layer, the cross-attention keys

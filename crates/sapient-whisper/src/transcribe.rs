@@ -583,6 +583,8 @@ impl Transcriber {
             return Ok(out);
         }
         let mut language = opts.language.clone();
+        // the first window encoded for the language detection, kept for the loop's first window
+        let mut encoded = None;
         if tok.multilingual {
             if language.is_none() {
                 let window = self.window(&mel, 0, n_frames)?;
@@ -591,6 +593,7 @@ impl Transcriber {
                 language = probs.first().map(|p| p.0.clone());
                 tracing::debug!(language = ?language, "detected language");
                 out.language_probs = probs;
+                encoded = Some((n_frames, cross));
             }
         } else {
             language = Some("en".into());
@@ -602,6 +605,7 @@ impl Transcriber {
             None => None,
         };
         let mut st = LoopState::new(self, opts, previous)?;
+        st.encoded = encoded;
         while st.seek < content_frames {
             let segment_size = n_frames.min(content_frames - st.seek);
             let window = self.window(&mel, st.seek, segment_size)?;
@@ -659,8 +663,11 @@ impl Transcriber {
         let tok = &self.tokenizer;
         let time_offset = (st.seek * HOP_LENGTH) as f64 / SAMPLE_RATE as f64;
         let segment_duration = (segment_size * HOP_LENGTH) as f64 / SAMPLE_RATE as f64;
-        let audio = self.model.encode(window)?;
-        let cross = self.model.cross_kv(&audio)?;
+        let cross = match st.encoded.take() {
+            // the same frames (from 0, a whole window) encoded already
+            Some((len, cross)) if st.seek == 0 && len == segment_size => cross,
+            _ => self.model.cross_kv(&self.model.encode(window)?)?,
+        };
         let base = DecodeOptions {
             task: opts.task,
             language: language.map(str::to_string),
@@ -1015,6 +1022,8 @@ pub(crate) struct LoopState {
     /// Mel frame the next window starts at.
     pub seek: usize,
     pub last_speech_timestamp: f64,
+    /// The window from frame 0 of `.0` frames, encoded already (by the language detection).
+    pub encoded: Option<(usize, crate::model::CrossKv)>,
 }
 
 impl LoopState {
@@ -1029,7 +1038,7 @@ impl LoopState {
                 }
             }
         }
-        Ok(Self { all_tokens, prompt_reset_since: 0, seek: 0, last_speech_timestamp: 0.0 })
+        Ok(Self { all_tokens, prompt_reset_since: 0, seek: 0, last_speech_timestamp: 0.0, encoded: None })
     }
 }
 
