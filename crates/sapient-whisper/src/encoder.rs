@@ -13,11 +13,14 @@
 //! per head and block of 512 queries. Where the weights are quantized (lossy already) and
 //! the CPU has AVX512-BF16 without AMX, every product is in bf16 (weights and activations
 //! rounded to bf16, f32 sums, [`DenseMatrix::from_f32_bf16`]; about twice the speed of the
-//! Q8_0 kernels at 1500 rows on a Zen 4) and the attention is in f32 as below (bf16 scores
-//! on top of bf16 products tipped tiny.en's greedy decoding of the benchmark's 59.5 s file
-//! into a repetition loop). Elsewhere quantized matrices run on [`QMatrix`], the
-//! others on [`DenseMatrix`]'s f32 products, and the attention by blocks of 64 queries with
-//! the `gemm` crate. Every buffer is kept between calls; a batch of windows runs window by
+//! Q8_0 kernels at 1500 rows on a Zen 4). Elsewhere quantized matrices run on [`QMatrix`],
+//! the others on [`DenseMatrix`]'s f32 products. Without AMX the attention is in f32: on
+//! AVX-512 fused per head and six query rows ([`kernels::attention_f32`]: scores, softmax and
+//! values in registers and L1, keys and values packed once per head), else by blocks of 64
+//! queries with the `gemm` crate. (The bf16 variant of that kernel, on top of bf16 products,
+//! tipped tiny.en's greedy decoding of the benchmark's 59.5 s file into a repetition loop,
+//! so it is not used; the f32 one gives the same text as the `gemm` attention there, only the
+//! order of its sums differs.) Every buffer is kept between calls; a batch of windows runs window by
 //! window through the same buffers (the products have 1500 rows per window already).
 
 use crate::cpu::head_attention;
@@ -156,6 +159,8 @@ struct Scratch {
     hk: Vec<f32>,
     p: Vec<f32>,
     ho: Vec<f32>,
+    /// Attention on AVX-512: every head's keys and values, packed.
+    packed: Vec<f32>,
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) {
@@ -361,9 +366,10 @@ impl Encoder {
         for l in &self.layers {
             l.attn_ln.forward(&s.x[..n * d], d, &mut s.h);
             l.qkv.forward(&s.h, n, false, &mut s.qkv);
+            let hd = d / self.heads;
             if kernels::has_amx_bf16() {
                 attention_dense(&s.qkv[..n * 3 * d], n, d, self.heads, &mut s.hq, &mut s.hk, &mut s.p, &mut s.ho, &mut s.o[..n * d]);
-            } else {
+            } else if hd != kernels::FULL_HEAD_DIM || !kernels::attention_f32(&s.qkv[..n * 3 * d], 3 * d, n, self.heads, 1.0 / (hd as f32).sqrt(), &mut s.packed, &mut s.o[..n * d]) {
                 attention(&s.qkv[..n * 3 * d], n, d, self.heads, &mut s.o[..n * d]);
             }
             l.out.forward(&s.o, n, false, &mut s.h);

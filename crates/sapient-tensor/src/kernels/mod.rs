@@ -20,14 +20,15 @@
 //! `memory.rs` huge pages and prefetch distances; the products by instruction set in
 //! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_k.rs` and `amx.rs`, the block formats in
 //! `quant.rs`; dense f32/bf16 products in `dense.rs` and `dense_bf16.rs`; element-wise
-//! activations in `act.rs`; attention over an f16 KV cache in `attention.rs` and over an 8-bit one in `attention_q8.rs`, an encoder's
-//! full attention on AVX512-BF16 in `attention_bf16.rs`.
+//! activations in `act.rs`; attention over an f16 KV cache in `attention.rs` and over an 8-bit one
+//! in `attention_q8.rs`, an encoder's full attention (f32 on AVX-512, bf16 on AVX512-BF16) in
+//! `attention_full.rs`.
 
 mod act;
 #[cfg(target_arch = "x86_64")]
 mod amx;
 mod attention;
-mod attention_bf16;
+mod attention_full;
 mod attention_q8;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -54,7 +55,7 @@ use candle_core::quantized::QTensor;
 pub use act::{exp_in_place, gelu_erf_in_place};
 pub use attention::{axpy_f16, dot_f32_f16, scores_chunks, softmax_unnormalized, values_f16, MAX_QUERIES, MAX_VALUE_ROWS};
 pub use attention_q8::{quantize_q8_f16, scores_chunks_q8, values_q8, QueryQ8, Q8_GROUP};
-pub use attention_bf16::{attention_bf16, has_attention_bf16, BF16_HEAD_DIM};
+pub use attention_full::{attention_bf16, attention_f32, has_attention_bf16, has_attention_f32, FULL_HEAD_DIM};
 pub use dense::matmul_f32;
 pub use detect::{has_amx, has_avx2, has_avx512, has_avx512_bf16, has_lanes, has_vnni};
 pub use memory::{huge_pages, huge_pages_for, release_freed};
