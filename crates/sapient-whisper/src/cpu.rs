@@ -387,7 +387,7 @@ impl CpuDecoder {
                     let qh = &q[r * d + h * hd..r * d + (h + 1) * hd];
                     // SAFETY: each (row, head) slice of the output is written by one unit.
                     let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.ptr().add(r * d + h * hd), hd) };
-                    head_self_attention(qh, &ck[bi], &cv[bi], d, h * hd, scale, s, o);
+                    kernels::attention_row_f32(qh, &ck[bi], &cv[bi], d, h * hd, scale, s, o);
                 }
             })
         };
@@ -466,76 +466,6 @@ impl CpuDecoder {
             })
         };
         pool::pool().run_chunks(groups.len() * nh, &work);
-    }
-}
-
-/// One head of one row's self-attention over `s.len()` cached positions: `o` (`hd` values)
-/// becomes softmax(`scale` q·kⱼ)·vⱼ, where key and value `j` are `k[j * d + off..][..hd]` and
-/// `v[j * d + off..][..hd]`; `s` holds the scores, then the weights.
-#[allow(clippy::too_many_arguments)]
-fn head_self_attention(q: &[f32], k: &[f32], v: &[f32], d: usize, off: usize, scale: f32, s: &mut [f32], o: &mut [f32]) {
-    let (hd, len) = (q.len(), s.len());
-    assert!(o.len() == hd && (len == 0 || ((len - 1) * d + off + hd <= k.len().min(v.len()))), "self-attention: cache too short");
-    #[cfg(target_arch = "x86_64")]
-    if kernels::has_avx512() && hd.is_multiple_of(16) && hd <= 64 {
-        // SAFETY: AVX-512 F and FMA are present; every read is within the ranges checked above.
-        unsafe {
-            match hd / 16 {
-                1 => x512::head::<1>(q, k, v, d, off, scale, s, o),
-                2 => x512::head::<2>(q, k, v, d, off, scale, s, o),
-                3 => x512::head::<3>(q, k, v, d, off, scale, s, o),
-                _ => x512::head::<4>(q, k, v, d, off, scale, s, o),
-            }
-        }
-        return;
-    }
-    for (j, sv) in s.iter_mut().enumerate() {
-        *sv = kernels::dot_f32(q, &k[j * d + off..j * d + off + hd]) * scale;
-    }
-    let inv = kernels::softmax_unnormalized(s);
-    o.fill(0.0);
-    for (j, &p) in s.iter().enumerate() {
-        let p = p * inv;
-        for (ov, vv) in o.iter_mut().zip(&v[j * d + off..j * d + off + hd]) {
-            *ov += p * vv;
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x512 {
-    #![allow(clippy::needless_range_loop)]
-    use std::arch::x86_64::*;
-
-    /// [`super::head_self_attention`] for a head of `16 * NB` values: the query and the
-    /// weighted sums in registers.
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
-    pub(super) unsafe fn head<const NB: usize>(q: &[f32], k: &[f32], v: &[f32], d: usize, off: usize, scale: f32, s: &mut [f32], o: &mut [f32]) {
-        unsafe {
-            let qv: [__m512; NB] = std::array::from_fn(|b| _mm512_loadu_ps(q.as_ptr().add(16 * b)));
-            let (kp, vp) = (k.as_ptr().add(off), v.as_ptr().add(off));
-            for (j, sv) in s.iter_mut().enumerate() {
-                let kr = kp.add(j * d);
-                let mut acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
-                for b in 1..NB {
-                    acc = _mm512_fmadd_ps(qv[b], _mm512_loadu_ps(kr.add(16 * b)), acc);
-                }
-                *sv = _mm512_reduce_add_ps(acc) * scale;
-            }
-            let inv = sapient_tensor::kernels::softmax_unnormalized(s);
-            let mut acc = [_mm512_setzero_ps(); NB];
-            for (j, &p) in s.iter().enumerate() {
-                let (pv, vr) = (_mm512_set1_ps(p), vp.add(j * d));
-                for b in 0..NB {
-                    acc[b] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vr.add(16 * b)), acc[b]);
-                }
-            }
-            let iv = _mm512_set1_ps(inv);
-            for b in 0..NB {
-                _mm512_storeu_ps(o.as_mut_ptr().add(16 * b), _mm512_mul_ps(acc[b], iv));
-            }
-        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Attention over an f16 KV cache: scores of query rows against cached keys, the softmax,
-//! and the probability-weighted sum of cached values.
+//! and the probability-weighted sum of cached values; and one head of one query row over an
+//! f32 cache of rows ([`attention_row_f32`], an encoder-decoder's self-attention).
 //!
 //! Keys are kept transposed in chunks of 16 ([`scores_chunks`]): each key has a vector lane
 //! of its own, and its score is a chain of fused multiply-adds over the head's components, so
@@ -207,6 +208,45 @@ pub fn softmax_unnormalized(sc: &mut [f32]) -> f32 {
     softmax_portable(sc)
 }
 
+/// One head of one query row's attention over `s.len()` cached positions: `o` (`hd =
+/// q.len()` values) becomes softmax(`scale` q·kⱼ)·vⱼ, where key and value `j` are
+/// `k[j * d + off..][..hd]` and `v[j * d + off..][..hd]` (rows of `d` values, the head at
+/// `off`); `s` holds the scores, then the weights. On AVX-512 with `hd` a multiple of 16 up
+/// to 64, the query and the weighted sums stay in registers (one pass over the keys, one over
+/// the values).
+///
+/// # Panics
+/// When `o` is not `hd` long or the cache holds fewer than `s.len()` rows.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_row_f32(q: &[f32], k: &[f32], v: &[f32], d: usize, off: usize, scale: f32, s: &mut [f32], o: &mut [f32]) {
+    let (hd, len) = (q.len(), s.len());
+    assert!(o.len() == hd && (len == 0 || ((len - 1) * d + off + hd <= k.len().min(v.len()))), "self-attention: cache too short");
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() && hd.is_multiple_of(16) && hd <= 64 {
+        // SAFETY: AVX-512 F and FMA are present; every read is within the ranges checked above.
+        unsafe {
+            match hd / 16 {
+                1 => x512::head::<1>(q, k, v, d, off, scale, s, o),
+                2 => x512::head::<2>(q, k, v, d, off, scale, s, o),
+                3 => x512::head::<3>(q, k, v, d, off, scale, s, o),
+                _ => x512::head::<4>(q, k, v, d, off, scale, s, o),
+            }
+        }
+        return;
+    }
+    for (j, sv) in s.iter_mut().enumerate() {
+        *sv = super::dot_f32(q, &k[j * d + off..j * d + off + hd]) * scale;
+    }
+    let inv = softmax_unnormalized(s);
+    o.fill(0.0);
+    for (j, &p) in s.iter().enumerate() {
+        let p = p * inv;
+        for (ov, vv) in o.iter_mut().zip(&v[j * d + off..j * d + off + hd]) {
+            *ov += p * vv;
+        }
+    }
+}
+
 fn softmax_portable(sc: &mut [f32]) -> f32 {
     let max = sc.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
     let mut lanes = [0f32; 16];
@@ -272,6 +312,37 @@ mod x512 {
     #![allow(clippy::missing_safety_doc, clippy::needless_range_loop)]
     use super::super::avx512::exp8;
     use std::arch::x86_64::*;
+
+    /// [`super::attention_row_f32`] for a head of `16 * NB` values: the query and the
+    /// weighted sums in registers.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn head<const NB: usize>(q: &[f32], k: &[f32], v: &[f32], d: usize, off: usize, scale: f32, s: &mut [f32], o: &mut [f32]) {
+        unsafe {
+            let qv: [__m512; NB] = std::array::from_fn(|b| _mm512_loadu_ps(q.as_ptr().add(16 * b)));
+            let (kp, vp) = (k.as_ptr().add(off), v.as_ptr().add(off));
+            for (j, sv) in s.iter_mut().enumerate() {
+                let kr = kp.add(j * d);
+                let mut acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
+                for b in 1..NB {
+                    acc = _mm512_fmadd_ps(qv[b], _mm512_loadu_ps(kr.add(16 * b)), acc);
+                }
+                *sv = _mm512_reduce_add_ps(acc) * scale;
+            }
+            let inv = super::softmax_unnormalized(s);
+            let mut acc = [_mm512_setzero_ps(); NB];
+            for (j, &p) in s.iter().enumerate() {
+                let (pv, vr) = (_mm512_set1_ps(p), vp.add(j * d));
+                for b in 0..NB {
+                    acc[b] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vr.add(16 * b)), acc[b]);
+                }
+            }
+            let iv = _mm512_set1_ps(inv);
+            for b in 0..NB {
+                _mm512_storeu_ps(o.as_mut_ptr().add(16 * b), _mm512_mul_ps(acc[b], iv));
+            }
+        }
+    }
 
     /// Lanes `n..16` off.
     #[inline(always)]
