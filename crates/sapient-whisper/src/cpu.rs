@@ -240,6 +240,25 @@ fn grow(v: &mut Vec<f32>, n: usize) {
     }
 }
 
+/// The sum of `f(v)` over `x` in 16 lanes (value `i` into lane `i % 16`, so that it
+/// vectorises): the values past the last whole 16 summed first, then the lanes added to
+/// them in order.
+#[inline(always)]
+pub(crate) fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0f32; 16];
+    let mut it = x.chunks_exact(16);
+    for c in &mut it {
+        for i in 0..16 {
+            acc[i] += f(c[i]);
+        }
+    }
+    let mut s: f32 = it.remainder().iter().map(|&v| f(v)).sum();
+    for a in acc {
+        s += a;
+    }
+    s
+}
+
 #[derive(Default)]
 struct Scratch {
     x: Vec<f32>,

@@ -3,6 +3,7 @@
 //! suppress tokens, timestamp rules), greedy / sampled / beam-search decoding, ranking by
 //! length-normalised log probability, and the no-speech probability.
 
+use crate::cpu::lane_sum;
 use crate::model::{CrossKv, KvCache, Whisper};
 use crate::tokenizer::WhisperTokenizer;
 use crate::{Error, Result};
@@ -173,18 +174,6 @@ fn argmax(x: &[f32]) -> usize {
     x.iter().position(|&v| v == m).unwrap_or(0)
 }
 
-/// A sum in 16 lanes (value `i` into lane `i % 16`), the lanes added in order at the end.
-fn lane_sum(x: &[f32]) -> f32 {
-    let mut lanes = [0f32; 16];
-    let mut chunks = x.chunks_exact(16);
-    for c in &mut chunks {
-        for (l, &v) in lanes.iter_mut().zip(c) {
-            *l += v;
-        }
-    }
-    lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
-}
-
 fn logsumexp(x: &[f32]) -> f32 {
     let m = max_value(x);
     if m == f32::NEG_INFINITY {
@@ -201,7 +190,7 @@ fn logsumexp(x: &[f32]) -> f32 {
                 *o = v - m;
             }
             sapient_tensor::kernels::exp_in_place(b);
-            lane_sum(b) as f64
+            lane_sum(b, |v| v) as f64
         })
         .sum();
     m + s.ln() as f32
@@ -767,7 +756,7 @@ mod tests {
             let finite: Vec<f32> = x.iter().map(|v| v.max(-1.0)).collect();
             let want_sum: f64 = finite.iter().map(|&v| v as f64).sum();
             let scale = finite.iter().map(|v| v.abs() as f64).sum::<f64>().max(1.0);
-            assert!((lane_sum(&finite) as f64 - want_sum).abs() <= 1e-5 * scale, "n={n}");
+            assert!((lane_sum(&finite, |v| v) as f64 - want_sum).abs() <= 1e-5 * scale, "n={n}");
             if n > 0 {
                 let lse = x.iter().map(|&v| ((v - want_max) as f64).exp()).sum::<f64>().ln() + want_max as f64;
                 assert!((logsumexp(&x) as f64 - lse).abs() <= 1e-5 * lse.abs().max(1.0), "n={n}: {} {lse}", logsumexp(&x));

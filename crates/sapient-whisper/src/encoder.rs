@@ -23,7 +23,7 @@
 //! order of its sums differs.) Every buffer is kept between calls; a batch of windows runs window by
 //! window through the same buffers (the products have 1500 rows per window already).
 
-use crate::cpu::head_attention;
+use crate::cpu::{head_attention, lane_sum};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use sapient_tensor::kernels::{self, pool, DenseMatrix, QMatrix, SendPtr};
@@ -102,23 +102,6 @@ impl Norm {
             }
         });
     }
-}
-
-/// Sum of `x` in 16 lanes (so that it vectorises).
-#[inline(always)]
-fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
-    let mut acc = [0f32; 16];
-    let mut it = x.chunks_exact(16);
-    for c in &mut it {
-        for i in 0..16 {
-            acc[i] += f(c[i]);
-        }
-    }
-    let mut s: f32 = it.remainder().iter().map(|&v| f(v)).sum();
-    for a in acc {
-        s += a;
-    }
-    s
 }
 
 #[inline(always)]
