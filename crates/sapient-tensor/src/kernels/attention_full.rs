@@ -185,8 +185,8 @@ unsafe fn pack_group_f32(qkv: &[f32], ld: usize, n: usize, d: usize, h: usize, g
         let j = g * 16 + c;
         if j < n {
             let k = &qkv[j * ld + d + h * HD..][..HD];
-            for r in 0..HD {
-                *kd.add(r * 16 + c) = k[r];
+            for (r, &kv) in k.iter().enumerate() {
+                *kd.add(r * 16 + c) = kv;
             }
             std::ptr::copy_nonoverlapping(qkv[j * ld + 2 * d + h * HD..][..HD].as_ptr(), vd.add(j * HD), HD);
         } else {
