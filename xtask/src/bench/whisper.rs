@@ -97,7 +97,10 @@ fn run_child(a: &Args, wav: &std::path::Path, out: &std::path::Path) -> Result<(
     let mut runs = Vec::new();
     for mode in &a.modes {
         for &beam in &a.beams {
-            let mut opts = TranscribeOptions { beam_size: (beam > 1).then_some(beam), ..Default::default() };
+            // English, as faster-whisper is told (`language="en"`): no language detection on
+            // either side
+            let language = t.tokenizer.multilingual.then(|| "en".to_string());
+            let mut opts = TranscribeOptions { beam_size: (beam > 1).then_some(beam), language, ..Default::default() };
             if mode == "batched" {
                 // faster-whisper's BatchedInferencePipeline defaults: batch 8, no timestamps
                 opts.long_form = sapient_whisper::LongForm::Batched { batch_size: sapient_whisper::DEFAULT_BATCH_SIZE };
