@@ -710,6 +710,14 @@ impl<'a> Search<'a> {
             };
             lp / penalty.max(f32::MIN_POSITIVE)
         };
+        if tracing::enabled!(tracing::Level::TRACE) {
+            // the final ranking (near ties decide words such as "ill-disposed" against
+            // "old-sposed")
+            for (toks, lp) in &candidates {
+                let text = tok.decode_text(toks).unwrap_or_default();
+                tracing::trace!(score = score(toks, *lp), sum_logprob = lp, len = toks.len(), text, "candidate");
+            }
+        }
         // a looping candidate only when every candidate loops
         let looping: Vec<bool> = candidates.iter().map(|c| is_looping(&c.0, eot, &mut scratch)).collect();
         let all_loop = looping.iter().all(|&l| l);

@@ -74,7 +74,8 @@ fn batched_long_form_word_errors_and_times() -> Result<()> {
 }
 
 /// Five windows encoded as one batch and decoded together give each window's text and
-/// tokens as it gets encoded and decoded alone (greedy and beam 5; f32 and q8_0).
+/// tokens as it gets encoded and decoded alone (greedy and beam 5, with timestamps and
+/// without as the batched mode's default; f32 and q8_0).
 #[test]
 fn a_batch_decodes_as_its_windows_one_by_one() -> Result<()> {
     for t in [tiny(), tiny_q8()] {
@@ -82,16 +83,16 @@ fn a_batch_decodes_as_its_windows_one_by_one() -> Result<()> {
         let audio = t.model.encode(&candle_core::Tensor::stack(&windows, 0)?)?;
         let batch = t.model.cross_kv_batch(&audio)?;
         let refs: Vec<_> = batch.iter().collect();
-        for beam in [None, Some(5)] {
-            let opts = DecodeOptions { beam_size: beam, language: Some("en".into()), ..Default::default() };
+        for (beam, without_timestamps) in [(None, false), (Some(5), false), (Some(5), true)] {
+            let opts = DecodeOptions { beam_size: beam, without_timestamps, language: Some("en".into()), ..Default::default() };
             let together = decode_batch(&t.model, &t.tokenizer, &refs, &opts)?;
             assert_eq!(together.len(), CLIPS.len());
             let (mut errors, mut words) = (0, 0);
             for ((w, r), c) in windows.iter().zip(&together).zip(CLIPS) {
                 let cross = t.model.cross_kv(&t.model.encode(w)?)?;
                 let alone = decode_window(&t.model, &t.tokenizer, &cross, &opts)?;
-                assert_eq!(r.text, alone.text, "clip {c}, beam {beam:?}");
-                assert_eq!(r.tokens, alone.tokens, "clip {c}, beam {beam:?}");
+                assert_eq!(r.text, alone.text, "clip {c}, beam {beam:?}, without timestamps {without_timestamps}");
+                assert_eq!(r.tokens, alone.tokens, "clip {c}, beam {beam:?}, without timestamps {without_timestamps}");
                 assert!((r.no_speech_prob - alone.no_speech_prob).abs() < 1e-3);
                 assert!((r.avg_logprob - alone.avg_logprob).abs() < 1e-3, "{} {}", r.avg_logprob, alone.avg_logprob);
                 let (e, n) = wer_counts(&reference(c), &r.text);
