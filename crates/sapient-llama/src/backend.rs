@@ -107,14 +107,30 @@ pub(crate) trait Backend {
     /// `out = x W^T + b` for `n` rows. `exact`: every row's result as it is alone, whatever
     /// the batch (else long batches may take a faster product whose sums depend on them).
     fn linear_rows(&mut self, l: &Self::Lin, x: &Self::Buf, n: usize, exact: bool, out: &mut Self::Buf) -> Result<()>;
-    /// Several linear layers of the same input (1 to 4); results as separate
-    /// [`linear_rows`](Self::linear_rows) calls.
-    fn linear_group(&mut self, ls: &[&Self::Lin], x: &Self::Buf, n: usize, exact: bool, outs: &mut [&mut Self::Buf]) -> Result<()>;
     /// Split each of `n` rows of `x` into consecutive pieces, `outs[i].1` values wide, into
     /// `outs[i].0` (a fused projection's parts).
     fn split_rows(&mut self, x: &Self::Buf, n: usize, outs: &mut [(&mut Self::Buf, usize)]);
-    /// RMSNorm of each `w`-wide row of the first `len` values of `x`, into `out`.
-    fn rms_norm(&mut self, x: &Self::Buf, w: &Self::Vector, len: usize, eps: f32, out: &mut Self::Buf);
+    /// `x += y` over `n` rows when `y` is given (a residual), then `xn` = the RMSNorm of `x`
+    /// by `w` (its width the rows' width), and the linear layers `ls` (1 to 4) of `xn` into
+    /// `outs`, each as [`linear_rows`](Self::linear_rows) gives it; fused where the backend
+    /// can.
+    #[allow(clippy::too_many_arguments)]
+    fn add_norm_linear_group(
+        &mut self,
+        x: &mut Self::Buf,
+        y: Option<&Self::Buf>,
+        w: &Self::Vector,
+        eps: f32,
+        xn: &mut Self::Buf,
+        ls: &[&Self::Lin],
+        n: usize,
+        exact: bool,
+        outs: &mut [&mut Self::Buf],
+    ) -> Result<()>;
+    /// `g = act(g) * u` over `n` rows `width` wide, then [`linear_rows`](Self::linear_rows)
+    /// of `g` by `l`; fused where the backend can.
+    #[allow(clippy::too_many_arguments)]
+    fn glu_linear(&mut self, act: Activation, g: &mut Self::Buf, u: &Self::Buf, width: usize, l: &Self::Lin, n: usize, exact: bool, out: &mut Self::Buf) -> Result<()>;
     /// [`rms_norm`](Self::rms_norm) in place (`w` may be narrower than a row: per head).
     fn rms_norm_in_place(&mut self, x: &mut Self::Buf, w: &Self::Vector, len: usize, eps: f32);
     /// RMSNorm of rows `rows` of `x` (`w`-wide) into consecutive rows of `out`.
@@ -123,14 +139,11 @@ pub(crate) trait Backend {
     fn scale(&mut self, x: &mut Self::Buf, len: usize, s: f32);
     /// `x += y` over the first `len` values.
     fn add(&mut self, x: &mut Self::Buf, y: &Self::Buf, len: usize);
-    /// `g = act(g) * u` over the first `len` values.
-    fn glu(&mut self, act: Activation, g: &mut Self::Buf, u: &Self::Buf, len: usize);
-    /// RoPE on each head of the step's rows (`width` values each: the query or key heads), at
-    /// each row's position.
-    fn rope(&mut self, x: &mut Self::Buf, width: usize, step: &Step, table: RopeTable);
-    /// The step's keys and values (`kv heads x head dim` per row) into their slots of layer
-    /// `layer`'s cache.
-    fn write_kv(&mut self, kv: &mut KvCache, layer: usize, k: &Self::Buf, v: &Self::Buf, step: &Step);
+    /// RoPE on each head of the step's query rows (`heads x head dim` each) and key rows
+    /// (`kv heads x head dim`), at each row's position, then the keys and the values into
+    /// their slots of layer `layer`'s cache; one pass over each row where the backend can.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_write_kv(&mut self, kv: &mut KvCache, layer: usize, q: &mut Self::Buf, k: &mut Self::Buf, v: &Self::Buf, step: &Step, table: RopeTable);
     /// Causal grouped-query attention of the step's queries over their sequences' cached keys
     /// and values in layer `layer` (within `window` positions when it is set).
     fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, q: &Self::Buf, step: &Step, out: &mut Self::Buf);

@@ -244,6 +244,30 @@ fn run_group(lins: &[&Lin], x: &[f32], n: usize, exact: bool, outs: &mut [&mut [
     Ok(())
 }
 
+/// [`run_group`] of the rows `prep` makes in `x` (`prep(r, rows)` writes rows `r`), fused
+/// with the activations' quantization when the group takes [`kernels::matmul_group_prep`],
+/// else made first on this thread. Either way the results are those of `prep(0..n, x)`
+/// followed by [`run_group`].
+fn run_group_prep(lins: &[&Lin], x: &mut [f32], n: usize, exact: bool, outs: &mut [&mut [f32]], prep: kernels::Prep<'_>) -> Result<()> {
+    let first = lins.first().and_then(|l| l.quant());
+    let all_quant = lins.iter().all(|l| l.quant().is_some());
+    let Some(first) = first.filter(|_| all_quant && (exact || n < dense_prefill_rows())) else {
+        prep(0..n, x);
+        return run_group(lins, x, n, exact, outs);
+    };
+    let k = lins.len().min(kernels::MAX_GROUP);
+    let mats: [&QMatrix; kernels::MAX_GROUP] = std::array::from_fn(|i| lins[i.min(k - 1)].quant().unwrap_or(first));
+    let mut parts: [&mut [f32]; kernels::MAX_GROUP] = Default::default();
+    for (p, (o, l)) in parts.iter_mut().zip(outs.iter_mut().zip(lins)) {
+        *p = &mut o[..n * l.out()];
+    }
+    kernels::matmul_group_prep(&mats[..k], x, n, &mut parts[..k], prep);
+    for (l, o) in lins.iter().zip(parts.iter_mut()) {
+        l.add_bias(o);
+    }
+    Ok(())
+}
+
 /// The token embedding rows.
 pub(crate) enum Embed {
     Quant(QMatrix),
@@ -445,16 +469,65 @@ impl Backend for Cpu {
     fn linear_rows(&mut self, l: &Lin, x: &Vec<f32>, n: usize, exact: bool, out: &mut Vec<f32>) -> Result<()> {
         l.run(&x[..n * l.input()], n, exact, out)
     }
-    fn linear_group(&mut self, ls: &[&Lin], x: &Vec<f32>, n: usize, exact: bool, outs: &mut [&mut Vec<f32>]) -> Result<()> {
-        let Some(first) = ls.first() else {
+    #[allow(clippy::too_many_arguments)]
+    fn add_norm_linear_group(&mut self, x: &mut Vec<f32>, y: Option<&Vec<f32>>, w: &Vec<f32>, eps: f32, xn: &mut Vec<f32>, ls: &[&Lin], n: usize, exact: bool, outs: &mut [&mut Vec<f32>]) -> Result<()> {
+        let h = w.len();
+        if ls.is_empty() || h == 0 {
             return Ok(());
+        }
+        assert!(x.len() >= n * h && xn.len() >= n * h && y.is_none_or(|y| y.len() >= n * h), "add_norm_linear_group: buffers shorter than the rows");
+        let xp = OutPtr(x.as_mut_ptr());
+        // Each row range: the residual add and the norm, by the thread that quantizes it.
+        let prep = |r: std::ops::Range<usize>, rows: &mut [f32]| {
+            // SAFETY: rows `r` of `x` (checked long enough above, exclusively borrowed for the
+            // call); `prep` gets each row once, so no other thread touches them.
+            let xr = unsafe { std::slice::from_raw_parts_mut(xp.ptr().add(r.start * h), r.len() * h) };
+            if let Some(y) = y {
+                for (a, b) in xr.iter_mut().zip(&y[r.start * h..r.end * h]) {
+                    *a += b;
+                }
+            }
+            rms_norm(xr, w, eps, rows);
         };
-        // Fixed arrays: no allocation per token.
         let mut parts: [&mut [f32]; kernels::MAX_GROUP] = Default::default();
         for (p, o) in parts.iter_mut().zip(outs.iter_mut()) {
             *p = o.as_mut_slice();
         }
-        run_group(ls, &x[..n * first.input()], n, exact, &mut parts[..ls.len().min(kernels::MAX_GROUP)])
+        run_group_prep(ls, &mut xn[..n * h], n, exact, &mut parts[..ls.len().min(kernels::MAX_GROUP)], &prep)
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn glu_linear(&mut self, act: Activation, g: &mut Vec<f32>, u: &Vec<f32>, width: usize, l: &Lin, n: usize, exact: bool, out: &mut Vec<f32>) -> Result<()> {
+        let u = &u[..n * width];
+        // Each row range's activation by the thread that quantizes it.
+        let prep = |r: std::ops::Range<usize>, rows: &mut [f32]| {
+            let u = &u[r.start * width..r.end * width];
+            match act {
+                Activation::Silu => kernels::silu_mul_range(rows, u),
+                Activation::GeluTanh => gelu_tanh_mul(rows, u),
+            }
+        };
+        run_group_prep(&[l], &mut g[..n * width], n, exact, &mut [&mut out[..]], &prep)
+    }
+    fn rope_write_kv(&mut self, kv: &mut KvCache, layer: usize, q: &mut Vec<f32>, k: &mut Vec<f32>, v: &Vec<f32>, step: &Step, table: RopeTable) {
+        let d = &self.dims;
+        let (q_out, kv_out) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
+        let (cos, sin) = match (&self.rope_swa, table) {
+            (Some((c, s)), RopeTable::SlidingWindow) => (c, s),
+            _ => (&self.cos, &self.sin),
+        };
+        let n = step.pos.len();
+        assert!(q.len() >= n * q_out && k.len() >= n * kv_out, "rope_write_kv: buffers shorter than the rows");
+        let qp = OutPtr(q.as_mut_ptr());
+        // The rotation of each range's queries and keys, in the job that writes its keys.
+        let rot = |r: std::ops::Range<usize>, kr: &mut [f32]| {
+            // SAFETY: rows `r` of `q` (checked long enough above); each range is given to
+            // one thread only.
+            let qr = unsafe { std::slice::from_raw_parts_mut(qp.ptr().add(r.start * q_out), r.len() * q_out) };
+            rope_rows(d, cos, sin, qr, q_out, &step.pos[r.start..]);
+            rope_rows(d, cos, sin, kr, kv_out, &step.pos[r.start..]);
+        };
+        let per = kernels::rows_per_thread(n, n * (q_out + kv_out));
+        write_kv(kv, layer, kv_out, k, v, step, per, &rot);
     }
     fn split_rows(&mut self, x: &Vec<f32>, n: usize, outs: &mut [(&mut Vec<f32>, usize)]) {
         let w: usize = outs.iter().map(|o| o.1).sum();
@@ -465,9 +538,6 @@ impl Backend for Cpu {
                 at += *width;
             }
         }
-    }
-    fn rms_norm(&mut self, x: &Vec<f32>, w: &Vec<f32>, len: usize, eps: f32, out: &mut Vec<f32>) {
-        rms_norm(&x[..len], w, eps, &mut out[..len]);
     }
     fn rms_norm_in_place(&mut self, x: &mut Vec<f32>, w: &Vec<f32>, len: usize, eps: f32) {
         rms_norm_inplace(&mut x[..len], w, eps);
@@ -486,108 +556,6 @@ impl Backend for Cpu {
     fn add(&mut self, x: &mut Vec<f32>, y: &Vec<f32>, len: usize) {
         for (x, y) in x[..len].iter_mut().zip(&y[..len]) {
             *x += y;
-        }
-    }
-    fn glu(&mut self, act: Activation, g: &mut Vec<f32>, u: &Vec<f32>, len: usize) {
-        match act {
-            Activation::Silu => kernels::silu_mul(&mut g[..len], &u[..len]),
-            Activation::GeluTanh => gelu_tanh_mul(&mut g[..len], &u[..len]),
-        }
-    }
-    fn rope(&mut self, x: &mut Vec<f32>, width: usize, step: &Step, table: RopeTable) {
-        let d = &self.dims;
-        let (cos, sin) = match (&self.rope_swa, table) {
-            (Some((c, s)), RopeTable::SlidingWindow) => (c, s),
-            _ => (&self.cos, &self.sin),
-        };
-        let n = step.pos.len();
-        let per = kernels::rows_per_thread(n, n * width);
-        pool::pool().for_each_chunk_mut(&mut x[..n * width], per * width, |c, rows| {
-            rope_rows(d, cos, sin, rows, width, &step.pos[c * per..]);
-        });
-    }
-    /// Keys go transposed per block: component `c` of the key at slot `blk * bs + j` to
-    /// `kc[blk * bs * kv_out + c * bs + j]`, so that [`kernels::scores_chunks`] reads 16
-    /// consecutive positions' component `c` at once. Values go in rows. A batch's rows are
-    /// split over the kernel pool.
-    fn write_kv(&mut self, kv: &mut KvCache, layer: usize, k: &Vec<f32>, v: &Vec<f32>, step: &Step) {
-        let n = step.slot.len();
-        let kv_out = self.dims.kv_heads * self.dims.head_dim;
-        let bs = kv.block_size();
-        let per = kernels::rows_per_thread(n, n * kv_out);
-        let run = |rows: &(dyn Fn(std::ops::Range<usize>) + Sync)| {
-            if per >= n {
-                rows(0..n);
-            } else {
-                pool::pool().run_chunks(n.div_ceil(per), &|c| rows(c * per..((c + 1) * per).min(n)));
-            }
-        };
-        match kv.layer_mut(layer) {
-            KvLayerMut::F16 { k: kc, v: vc } => {
-                let slots = kc.len() / kv_out.max(1);
-                // `plan` reserves every slot inside the pool; the unchecked writes below rely on it.
-                assert!(step.slot.iter().all(|&s| s < slots) && vc.len() >= slots * kv_out, "write_kv: a slot lies outside the KV cache");
-                let (kp, vp) = (OutPtr(kc.as_mut_ptr()), OutPtr(vc.as_mut_ptr()));
-                run(&|r: std::ops::Range<usize>| {
-                    let mut kh = [0u16; 1024];
-                    for i in r {
-                        let slot = step.slot[i];
-                        // SAFETY: every slot is inside the layer's caches (checked above) and each row
-                        // has a slot of its own (`plan` checks), so rows write disjoint elements; the
-                        // caches outlive the call.
-                        let vrow = unsafe { std::slice::from_raw_parts_mut(vp.ptr().add(slot * kv_out), kv_out) };
-                        kernels::f32_to_f16(&v[i * kv_out..(i + 1) * kv_out], vrow);
-                        let base = slot / bs * bs * kv_out + slot % bs;
-                        for c0 in (0..kv_out).step_by(kh.len()) {
-                            let c1 = (c0 + kh.len()).min(kv_out);
-                            kernels::f32_to_f16(&k[i * kv_out + c0..i * kv_out + c1], &mut kh[..c1 - c0]);
-                            for (c, &x) in (c0..c1).zip(&kh[..c1 - c0]) {
-                                // SAFETY: as above; `base + c * bs` is inside the slot's block.
-                                unsafe { *kp.ptr().add(base + c * bs) = x };
-                            }
-                        }
-                    }
-                });
-            }
-            // Keys by four components (`[block][c / 4][position in block][4]`, biased by
-            // 128), their scales `[block][group][position in block]`; values and their scales
-            // in rows (see `kv.rs`).
-            KvLayerMut::Q8 { k: kc, v: vc, ks, vs } => {
-                const G: usize = kernels::Q8_GROUP;
-                let ngr = kv_out / G;
-                let slots = kc.len() / kv_out.max(1);
-                assert!(
-                    step.slot.iter().all(|&s| s < slots) && vc.len() >= slots * kv_out && ks.len() >= slots * ngr && vs.len() >= slots * ngr && kv_out.is_multiple_of(G),
-                    "write_kv: a slot lies outside the KV cache"
-                );
-                let (kp, vp, ksp, vsp) = (OutPtr(kc.as_mut_ptr()), OutPtr(vc.as_mut_ptr()), OutPtr(ks.as_mut_ptr()), OutPtr(vs.as_mut_ptr()));
-                run(&|r: std::ops::Range<usize>| {
-                    let (mut kq, mut kd) = ([0i8; 1024], [0u16; 1024 / G]);
-                    for i in r {
-                        let slot = step.slot[i];
-                        // SAFETY: as for f16: slots inside the caches (checked above), one per
-                        // row, so rows write disjoint elements.
-                        let (vrow, vsrow) = unsafe {
-                            (std::slice::from_raw_parts_mut(vp.ptr().add(slot * kv_out), kv_out), std::slice::from_raw_parts_mut(vsp.ptr().add(slot * ngr), ngr))
-                        };
-                        kernels::quantize_q8_f16(&v[i * kv_out..(i + 1) * kv_out], vrow, vsrow);
-                        let (blk, j) = (slot / bs, slot % bs);
-                        for c0 in (0..kv_out).step_by(kq.len()) {
-                            let c1 = (c0 + kq.len()).min(kv_out);
-                            kernels::quantize_q8_f16(&k[i * kv_out + c0..i * kv_out + c1], &mut kq[..c1 - c0], &mut kd[..(c1 - c0) / G]);
-                            for (c, x) in (c0..c1).step_by(4).zip(kq[..c1 - c0].chunks_exact(4)) {
-                                let quad = u32::from_le_bytes([x[0] as u8, x[1] as u8, x[2] as u8, x[3] as u8]) ^ 0x8080_8080;
-                                // SAFETY: as above; the quad lies inside the slot's block.
-                                unsafe { (kp.ptr().add(blk * bs * kv_out + c / 4 * 4 * bs + 4 * j) as *mut u32).write_unaligned(quad) };
-                            }
-                            for (g, &d) in (c0 / G..c1 / G).zip(&kd[..(c1 - c0) / G]) {
-                                // SAFETY: as above; inside the block's scales.
-                                unsafe { *ksp.ptr().add(blk * bs * ngr + g * bs + j) = d };
-                            }
-                        }
-                    }
-                });
-            }
         }
     }
     fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, q: &Vec<f32>, step: &Step, out: &mut Vec<f32>) {
@@ -655,6 +623,105 @@ impl Backend for Cpu {
             _ => None,
         };
         Ok(self.restricted.is_some())
+    }
+}
+
+/// Keys go transposed per block: component `c` of the key at slot `blk * bs + j` to
+/// `kc[blk * bs * kv_out + c * bs + j]`, so that [`kernels::scores_chunks`] reads 16
+/// consecutive positions' component `c` at once. Values go in rows. A batch's rows are
+/// split over the kernel pool.
+#[allow(clippy::too_many_arguments)]
+fn write_kv(kv: &mut KvCache, layer: usize, kv_out: usize, k: &mut [f32], v: &[f32], step: &Step, per: usize, prep: kernels::Prep<'_>) {
+    let n = step.slot.len();
+    let bs = kv.block_size();
+    assert!(k.len() >= n * kv_out && v.len() >= n * kv_out, "write_kv: buffers shorter than the rows");
+    let kptr = OutPtr(k.as_mut_ptr());
+    // Rows `r` of the keys, made by `prep` first (the rotation), on this range's thread.
+    let keys = |r: std::ops::Range<usize>| -> *const f32 {
+        // SAFETY: rows `r` of `k` (checked long enough above, exclusively borrowed for the
+        // call); each range is given to one thread only.
+        let kr = unsafe { std::slice::from_raw_parts_mut(kptr.ptr().add(r.start * kv_out), r.len() * kv_out) };
+        prep(r, kr);
+        kr.as_ptr()
+    };
+    let per = per.max(1);
+    let run = |rows: &(dyn Fn(std::ops::Range<usize>) + Sync)| {
+        if per >= n {
+            rows(0..n);
+        } else {
+            pool::pool().run_chunks(n.div_ceil(per), &|c| rows(c * per..((c + 1) * per).min(n)));
+        }
+    };
+    match kv.layer_mut(layer) {
+        KvLayerMut::F16 { k: kc, v: vc } => {
+            let slots = kc.len() / kv_out.max(1);
+            // `plan` reserves every slot inside the pool; the unchecked writes below rely on it.
+            assert!(step.slot.iter().all(|&s| s < slots) && vc.len() >= slots * kv_out, "write_kv: a slot lies outside the KV cache");
+            let (kp, vp) = (OutPtr(kc.as_mut_ptr()), OutPtr(vc.as_mut_ptr()));
+            run(&|r: std::ops::Range<usize>| {
+                let mut kh = [0u16; 1024];
+                // SAFETY: the range's rows, made by `keys` and read by this thread only.
+                let (k, r0) = (unsafe { std::slice::from_raw_parts(keys(r.clone()), r.len() * kv_out) }, r.start);
+                for i in r {
+                    let slot = step.slot[i];
+                    // SAFETY: every slot is inside the layer's caches (checked above) and each row
+                    // has a slot of its own (`plan` checks), so rows write disjoint elements; the
+                    // caches outlive the call.
+                    let vrow = unsafe { std::slice::from_raw_parts_mut(vp.ptr().add(slot * kv_out), kv_out) };
+                    kernels::f32_to_f16(&v[i * kv_out..(i + 1) * kv_out], vrow);
+                    let base = slot / bs * bs * kv_out + slot % bs;
+                    for c0 in (0..kv_out).step_by(kh.len()) {
+                        let c1 = (c0 + kh.len()).min(kv_out);
+                        kernels::f32_to_f16(&k[(i - r0) * kv_out + c0..(i - r0) * kv_out + c1], &mut kh[..c1 - c0]);
+                        for (c, &x) in (c0..c1).zip(&kh[..c1 - c0]) {
+                            // SAFETY: as above; `base + c * bs` is inside the slot's block.
+                            unsafe { *kp.ptr().add(base + c * bs) = x };
+                        }
+                    }
+                }
+            });
+        }
+        // Keys by four components (`[block][c / 4][position in block][4]`, biased by
+        // 128), their scales `[block][group][position in block]`; values and their scales
+        // in rows (see `kv.rs`).
+        KvLayerMut::Q8 { k: kc, v: vc, ks, vs } => {
+            const G: usize = kernels::Q8_GROUP;
+            let ngr = kv_out / G;
+            let slots = kc.len() / kv_out.max(1);
+            assert!(
+                step.slot.iter().all(|&s| s < slots) && vc.len() >= slots * kv_out && ks.len() >= slots * ngr && vs.len() >= slots * ngr && kv_out.is_multiple_of(G),
+                "write_kv: a slot lies outside the KV cache"
+            );
+            let (kp, vp, ksp, vsp) = (OutPtr(kc.as_mut_ptr()), OutPtr(vc.as_mut_ptr()), OutPtr(ks.as_mut_ptr()), OutPtr(vs.as_mut_ptr()));
+            run(&|r: std::ops::Range<usize>| {
+                let (mut kq, mut kd) = ([0i8; 1024], [0u16; 1024 / G]);
+                // SAFETY: the range's rows, made by `keys` and read by this thread only.
+                let (k, r0) = (unsafe { std::slice::from_raw_parts(keys(r.clone()), r.len() * kv_out) }, r.start);
+                for i in r {
+                    let slot = step.slot[i];
+                    // SAFETY: as for f16: slots inside the caches (checked above), one per
+                    // row, so rows write disjoint elements.
+                    let (vrow, vsrow) = unsafe {
+                        (std::slice::from_raw_parts_mut(vp.ptr().add(slot * kv_out), kv_out), std::slice::from_raw_parts_mut(vsp.ptr().add(slot * ngr), ngr))
+                    };
+                    kernels::quantize_q8_f16(&v[i * kv_out..(i + 1) * kv_out], vrow, vsrow);
+                    let (blk, j) = (slot / bs, slot % bs);
+                    for c0 in (0..kv_out).step_by(kq.len()) {
+                        let c1 = (c0 + kq.len()).min(kv_out);
+                        kernels::quantize_q8_f16(&k[(i - r0) * kv_out + c0..(i - r0) * kv_out + c1], &mut kq[..c1 - c0], &mut kd[..(c1 - c0) / G]);
+                        for (c, x) in (c0..c1).step_by(4).zip(kq[..c1 - c0].chunks_exact(4)) {
+                            let quad = u32::from_le_bytes([x[0] as u8, x[1] as u8, x[2] as u8, x[3] as u8]) ^ 0x8080_8080;
+                            // SAFETY: as above; the quad lies inside the slot's block.
+                            unsafe { (kp.ptr().add(blk * bs * kv_out + c / 4 * 4 * bs + 4 * j) as *mut u32).write_unaligned(quad) };
+                        }
+                        for (g, &d) in (c0 / G..c1 / G).zip(&kd[..(c1 - c0) / G]) {
+                            // SAFETY: as above; inside the block's scales.
+                            unsafe { *ksp.ptr().add(blk * bs * ngr + g * bs + j) = d };
+                        }
+                    }
+                }
+            });
+        }
     }
 }
 

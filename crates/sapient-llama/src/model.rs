@@ -602,13 +602,16 @@ impl<B: Backend> Transformer<B> {
         if let Some(scale) = d.embed_scale {
             backend.scale(&mut b.x, n * h, scale);
         }
+        // The residual add that ends a layer is done with the next layer's first norm (in the
+        // same pass over each row), the last one after the loop.
+        let mut pending = false;
         for (li, layer) in layers.iter().enumerate() {
-            backend.rms_norm(&b.x, &layer.attn_norm, n * h, d.eps, &mut b.xn);
+            let y = pending.then_some(&b.y);
             match &layer.qkv {
-                Qkv::Separate(q, k, v) => backend.linear_group(&[q, k, v], &b.xn, n, exact, &mut [&mut b.q, &mut b.k, &mut b.v])?,
+                Qkv::Separate(q, k, v) => backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[q, k, v], n, exact, &mut [&mut b.q, &mut b.k, &mut b.v])?,
                 Qkv::Fused(l) => {
                     B::reserve(&mut b.qkv, n * (q_out + 2 * kv_out));
-                    backend.linear_rows(l, &b.xn, n, exact, &mut b.qkv)?;
+                    backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.qkv])?;
                     backend.split_rows(&b.qkv, n, &mut [(&mut b.q, q_out), (&mut b.k, kv_out), (&mut b.v, kv_out)]);
                 }
             }
@@ -618,29 +621,27 @@ impl<B: Backend> Transformer<B> {
             if let Some(w) = &layer.k_norm {
                 backend.rms_norm_in_place(&mut b.k, w, n * kv_out, d.eps);
             }
-            backend.rope(&mut b.q, q_out, step, layer.rope);
-            backend.rope(&mut b.k, kv_out, step, layer.rope);
-            backend.write_kv(kv, li, &b.k, &b.v, step);
+            backend.rope_write_kv(kv, li, &mut b.q, &mut b.k, &b.v, step, layer.rope);
             backend.attention(kv, li, layer.window, &b.q, step, &mut b.att);
             backend.linear_rows(&layer.o, &b.att, n, exact, &mut b.y)?;
             if let Some(w) = &layer.post_attn_norm {
                 backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
             }
-            backend.add(&mut b.x, &b.y, n * h);
-            backend.rms_norm(&b.x, &layer.ffn_norm, n * h, d.eps, &mut b.xn);
             match &layer.gate_up {
-                GateUp::Separate(g, u) => backend.linear_group(&[g, u], &b.xn, n, exact, &mut [&mut b.g, &mut b.u])?,
+                GateUp::Separate(g, u) => backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[g, u], n, exact, &mut [&mut b.g, &mut b.u])?,
                 GateUp::Fused(l) => {
                     B::reserve(&mut b.gu, n * 2 * inter);
-                    backend.linear_rows(l, &b.xn, n, exact, &mut b.gu)?;
+                    backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.gu])?;
                     backend.split_rows(&b.gu, n, &mut [(&mut b.g, inter), (&mut b.u, inter)]);
                 }
             }
-            backend.glu(d.activation, &mut b.g, &b.u, n * inter);
-            backend.linear_rows(&layer.down, &b.g, n, exact, &mut b.y)?;
+            backend.glu_linear(d.activation, &mut b.g, &b.u, inter, &layer.down, n, exact, &mut b.y)?;
             if let Some(w) = &layer.post_ffn_norm {
                 backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
             }
+            pending = true;
+        }
+        if pending {
             backend.add(&mut b.x, &b.y, n * h);
         }
         // Final norm (of the rows whose logits are wanted) and logits.

@@ -258,7 +258,7 @@ pub fn silu_mul(g: &mut [f32], u: &[f32]) {
 }
 
 /// [`silu_mul`] on one thread.
-fn silu_mul_range(g: &mut [f32], u: &[f32]) {
+pub fn silu_mul_range(g: &mut [f32], u: &[f32]) {
     let n = g.len().min(u.len());
     let (g, u) = (&mut g[..n], &u[..n]);
     let mut done = 0;
@@ -803,10 +803,46 @@ pub const MAX_GROUP: usize = 4;
 /// The input is quantized once per activation format the matrices need, and the results are
 /// exactly those of separate [`QMatrix::matmul`] calls.
 pub fn matmul_group(mats: &[&QMatrix], x: &[f32], m: usize, outs: &mut [&mut [f32]]) {
+    group(mats, ActsIn::Ready(x), m, outs)
+}
+
+/// Fills a range of rows of a product's input (`rows` starts at the range's first row)
+/// before they are quantized; see [`matmul_group_prep`].
+pub type Prep<'a> = &'a (dyn Fn(std::ops::Range<usize>, &mut [f32]) + Sync);
+
+/// [`matmul_group`] whose input rows are first made by `prep` (`prep(r, rows)` writes rows
+/// `r` of `x`, `rows` being `x[r.start * cols..r.end * cols]`; a residual add and RMSNorm,
+/// the gated activation), in the same pool job as their quantization: each row range is
+/// prepared and quantized by one thread, so the preparation costs no dispatch of its own
+/// and runs on all threads. Rows must not depend on one another. The results are those of
+/// `prep(0..m, x)` followed by [`matmul_group`].
+pub fn matmul_group_prep(mats: &[&QMatrix], x: &mut [f32], m: usize, outs: &mut [&mut [f32]], prep: Prep<'_>) {
+    group(mats, ActsIn::Prep(x, prep), m, outs)
+}
+
+/// A product's input: ready, or to be made row range by row range ([`matmul_group_prep`]).
+enum ActsIn<'a, 'p> {
+    Ready(&'a [f32]),
+    Prep(&'a mut [f32], Prep<'p>),
+}
+
+fn group(mats: &[&QMatrix], xin: ActsIn<'_, '_>, m: usize, outs: &mut [&mut [f32]]) {
     assert!(!mats.is_empty() && mats.len() <= MAX_GROUP, "matmul_group takes 1 to {MAX_GROUP} matrices");
     assert_eq!(mats.len(), outs.len(), "matmul_group: one output per matrix");
     let cols = mats[0].cols;
-    assert_eq!(x.len(), m * cols, "matmul_group: x has the wrong length");
+    let (xlen, ready) = match &xin {
+        ActsIn::Ready(x) => (x.len(), true),
+        ActsIn::Prep(x, _) => (x.len(), false),
+    };
+    assert_eq!(xlen, m * cols, "matmul_group: x has the wrong length");
+    // The first quantization prepares the rows; the others read them.
+    let mut xin = Some(xin);
+    let mut x: &[f32] = &[];
+    if ready {
+        if let Some(ActsIn::Ready(r)) = xin.take() {
+            x = r;
+        }
+    }
     // Activations: one quantization per distinct format key.
     let mut acts: [Option<QuantizedActs>; MAX_GROUP] = Default::default();
     let mut which = [0usize; MAX_GROUP];
@@ -822,7 +858,14 @@ pub fn matmul_group(mats: &[&QMatrix], x: &[f32], m: usize, outs: &mut [&mut [f3
             Some(k) => k,
             None => {
                 let k = acts.iter().position(Option::is_none).unwrap_or(0);
-                acts[k] = Some(QuantizedActs::for_matrix(w, x, m));
+                acts[k] = Some(match xin.take() {
+                    Some(ActsIn::Prep(xm, prep)) => {
+                        let a = QuantizedActs::for_matrix_prep(w, xm, m, prep);
+                        x = xm;
+                        a
+                    }
+                    _ => QuantizedActs::for_matrix(w, x, m),
+                });
                 k
             }
         };
@@ -1012,7 +1055,13 @@ impl QuantizedActs {
     /// Quantize `m` rows of `w.cols()` values for the products of `w`. Reuses per-thread
     /// buffers (returned by `Drop`), so the decode loop does not allocate.
     pub fn for_matrix(w: &QMatrix, x: &[f32], m: usize) -> Self {
-        Self::with_kernels_lanes(w.qtype, x, m, w.cols, has_avx512() && wide_format(w.qtype), w.takes_lanes())
+        Self::with_kernels_lanes(w.qtype, ActsIn::Ready(x), m, w.cols, has_avx512() && wide_format(w.qtype), w.takes_lanes())
+    }
+
+    /// [`for_matrix`](Self::for_matrix) of the rows `prep` writes into `x`, each range
+    /// prepared by the thread that quantizes it (see [`matmul_group_prep`]).
+    fn for_matrix_prep(w: &QMatrix, x: &mut [f32], m: usize, prep: Prep<'_>) -> Self {
+        Self::with_kernels_lanes(w.qtype, ActsIn::Prep(x, prep), m, w.cols, has_avx512() && wide_format(w.qtype), w.takes_lanes())
     }
 
     /// Laid out for the AVX-512 kernels when `wide` (which needs [`has_avx512`]) or for the
@@ -1023,13 +1072,24 @@ impl QuantizedActs {
         let lanes = has_lanes() && lanes::handles(t) && lanes::unpacked(t);
         #[cfg(not(target_arch = "x86_64"))]
         let lanes = false;
-        Self::with_kernels_lanes(t, x, m, cols, wide, lanes)
+        Self::with_kernels_lanes(t, ActsIn::Ready(x), m, cols, wide, lanes)
     }
 
     /// [`with_kernels`](Self::with_kernels); `lanes`: the sixteen-rows kernels where they
     /// apply (only when [`has_lanes`] holds).
-    fn with_kernels_lanes(t: QType, x: &[f32], m: usize, cols: usize, wide: bool, lanes: bool) -> Self {
-        assert_eq!(x.len(), m * cols);
+    fn with_kernels_lanes(t: QType, xin: ActsIn<'_, '_>, m: usize, cols: usize, wide: bool, lanes: bool) -> Self {
+        // The input: ready to read, or written by `prep` range by range (through `xp`, so
+        // that no reference covers rows another thread is writing).
+        let (xr, xp, prep): (&[f32], SendPtr, Option<Prep<'_>>) = match xin {
+            ActsIn::Ready(x) => {
+                assert_eq!(x.len(), m * cols);
+                (x, SendPtr(std::ptr::null_mut()), None)
+            }
+            ActsIn::Prep(x, prep) => {
+                assert_eq!(x.len(), m * cols);
+                (&[], SendPtr(x.as_mut_ptr()), Some(prep))
+            }
+        };
         let k_quant = t.k_quant();
         let mut s = Self {
             m,
@@ -1095,7 +1155,16 @@ impl QuantizedActs {
                 // rows of its per-row length, so the slices below are disjoint parts of
                 // buffers that outlive the call.
                 let part = |p: *mut u8, per: usize, size: usize| unsafe { (p.add(r.start * per * size), r.len() * per) };
-                let xs = &x[r.start * cols..r.end * cols];
+                let xs: &[f32] = match prep {
+                    None => &xr[r.start * cols..r.end * cols],
+                    Some(prep) => {
+                        // SAFETY: the range's rows of the caller's `x` (exclusively borrowed
+                        // for this call), written by this thread only.
+                        let rows_x = unsafe { std::slice::from_raw_parts_mut(xp.ptr().add(r.start * cols), r.len() * cols) };
+                        prep(r.clone(), rows_x);
+                        rows_x
+                    }
+                };
                 if k_quant {
                     let (p, n) = part(q8k.ptr() as *mut u8, nq8k, std::mem::size_of::<BlockQ8K>());
                     let out = unsafe { std::slice::from_raw_parts_mut(p as *mut BlockQ8K, n) };
@@ -1174,7 +1243,7 @@ impl QuantizedActs {
     /// [`has_lanes`]).
     #[cfg(all(test, target_arch = "x86_64"))]
     fn for_lane_kernels(t: QType, x: &[f32], m: usize, cols: usize) -> Self {
-        let mut s = Self::with_kernels_lanes(t, x, m, cols, false, false);
+        let mut s = Self::with_kernels_lanes(t, ActsIn::Ready(x), m, cols, false, false);
         s.lay_out_lanes(t);
         s
     }

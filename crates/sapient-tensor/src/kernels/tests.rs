@@ -672,6 +672,50 @@ fn matmul_group_matches_separate_products() {
     }
 }
 
+/// Rows made by a `prep` in the quantization job (a residual add and a scaling here, on
+/// packed and unpacked formats, one shared layout and two) give exactly the products of the
+/// rows made first, and `x` ends up holding the prepared rows, on the pool and inline.
+#[test]
+fn matmul_group_prep_matches_prepared_input() {
+    let cols = 512;
+    let groups: [&[(QType, usize)]; 2] = [&[(QType::Q4_1, 70), (QType::Q4_1, 33)], &[(QType::Q4K, 64), (QType::Q6K, 40)]];
+    for (gi, group) in groups.iter().enumerate() {
+        let mut mats: Vec<QMatrix> = group.iter().enumerate().map(|(k, &(t, rows))| quantized(t, rows, cols, 3 + 17 * gi as u64 + k as u64).0).collect();
+        #[cfg(target_arch = "x86_64")]
+        if gi == 0 && has_lanes() {
+            mats[1] = mats[1].packed_lanes().unwrap();
+        }
+        for m in [1, 2, 5, 16, 40] {
+            let (a, b) = (data(m * cols, 11 + m as u64), data(m * cols, 12 + m as u64));
+            let make = |r: std::ops::Range<usize>, rows: &mut [f32]| {
+                for (i, v) in rows.iter_mut().enumerate() {
+                    let j = r.start * cols + i;
+                    *v = (a[j] + b[j]) * 0.75;
+                }
+            };
+            let mut x = vec![0f32; m * cols];
+            make(0..m, &mut x);
+            let want: Vec<Vec<f32>> = mats
+                .iter()
+                .map(|w| {
+                    let mut o = vec![0f32; m * w.rows()];
+                    w.matmul(&x, m, &mut o);
+                    o
+                })
+                .collect();
+            let mut got: Vec<Vec<f32>> = mats.iter().map(|w| vec![f32::NAN; m * w.rows()]).collect();
+            let refs: Vec<&QMatrix> = mats.iter().collect();
+            let mut outs: Vec<&mut [f32]> = got.iter_mut().map(|v| v.as_mut_slice()).collect();
+            let mut xp = vec![f32::NAN; m * cols];
+            matmul_group_prep(&refs, &mut xp, m, &mut outs, &make);
+            assert!(xp.iter().zip(&x).all(|(p, q)| p.to_bits() == q.to_bits()), "group {gi}, m = {m}: prepared rows differ");
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(g.iter().zip(w).all(|(p, q)| p.to_bits() == q.to_bits()), "group {gi}, matrix {k}, m = {m}: differs");
+            }
+        }
+    }
+}
+
 #[test]
 fn huge_pages_keep_weights_and_products() {
     // Several matrices of a few MiB, as a model's are, then the advice over the stretch they
@@ -944,9 +988,9 @@ fn batched_activation_layouts_match_single_rows() {
         #[cfg(not(target_arch = "x86_64"))]
         let variants = [(false, false)];
         for (wide, lanes_) in variants {
-            let all = QuantizedActs::with_kernels_lanes(t, &x, m, cols, wide, lanes_);
+            let all = QuantizedActs::with_kernels_lanes(t, super::ActsIn::Ready(&x), m, cols, wide, lanes_);
             for i in 0..m {
-                let one = QuantizedActs::with_kernels_lanes(t, &x[i * cols..(i + 1) * cols], 1, cols, wide, lanes_);
+                let one = QuantizedActs::with_kernels_lanes(t, super::ActsIn::Ready(&x[i * cols..(i + 1) * cols]), 1, cols, wide, lanes_);
                 let what = format!("{t:?} wide {wide} lanes {lanes_} row {i}");
                 if t.k_quant() {
                     let (a, b) = (all.row_q8k(i), one.row_q8k(0));
