@@ -571,6 +571,36 @@ unsafe fn q6k_rows_pf<const R: usize>(w: &[u8], acts: [&[BlockK]; R], out: &mut 
     }
 }
 
+/// `roundf` in 16 lanes: to nearest, ties away from zero, as `avx2::round_away`.
+#[inline(always)]
+unsafe fn round_away16(x: __m512) -> __m512 {
+    let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x);
+    let frac = _mm512_abs_ps(_mm512_sub_ps(x, t)); // exact
+    let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, _mm512_set1_ps(0.5));
+    // +-1 with x's sign (integer operations: the float ones need AVX512DQ).
+    let one = _mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(i32::MIN)), _mm512_castps_si512(_mm512_set1_ps(1.0)));
+    _mm512_mask_add_ps(t, up, t, _mm512_castsi512_ps(one))
+}
+
+/// [`super::quant::quantize_q8`] with AVX-512 (a block in two vectors), bit-identical to it.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+pub unsafe fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
+    for (chunk, b) in x.chunks_exact(32).zip(out.iter_mut()) {
+        let p = chunk.as_ptr();
+        let (v0, v1) = (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)));
+        let d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / 127.0;
+        let id = _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let r0 = _mm512_cvtps_epi32(round_away16(_mm512_mul_ps(v0, id)));
+        let r1 = _mm512_cvtps_epi32(round_away16(_mm512_mul_ps(v1, id)));
+        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(r0, r1));
+        // Values within -127..=127: the truncating narrowing keeps them.
+        _mm_storeu_si128(b.qs.as_mut_ptr() as *mut __m128i, _mm512_cvtepi32_epi8(r0));
+        _mm_storeu_si128(b.qs.as_mut_ptr().add(16) as *mut __m128i, _mm512_cvtepi32_epi8(r1));
+        b.d = half::f16::from_f32(d).to_f32();
+        b.s = half::f16::from_f32(sum as f32 * d).to_f32();
+    }
+}
+
 /// One Q4_K weight row against 1..=8 activation rows.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn rows_q4k(w: &[u8], acts: &[&[BlockK]], out: &mut [f32]) {

@@ -182,9 +182,14 @@ pub fn rows_q8k(t: QType, w: &[u8], acts: &[&[BlockQ8K]], out: &mut [f32]) {
     }
 }
 
-/// Quantize activations to 32-value blocks (AVX2 where present, bit-identical to the
-/// portable code).
+/// Quantize activations to 32-value blocks (AVX-512 or AVX2 where present, bit-identical
+/// to the portable code).
 pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: AVX-512 F/BW/VL, AVX2, FMA and F16C are present.
+        return unsafe { avx512::quantize_q8(x, out) };
+    }
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: AVX2, FMA and F16C are present.

@@ -522,8 +522,28 @@ fn simd_quantizers_match_portable() {
     for (i, (p, q)) in a.iter().zip(&b).enumerate() {
         assert_eq!(p.d.to_bits(), q.d.to_bits(), "block {i}");
         assert_eq!(p.qs, q.qs, "block {i}");
+        assert_eq!(p.s.to_bits(), q.s.to_bits(), "block {i}");
         let sum: i32 = q.qs.iter().map(|&v| v as i32).sum();
         assert!(close(q.s, sum as f32 * q.d, 2e-3), "block {i}");
+    }
+    // Each SIMD path on its own (the dispatch above takes the widest).
+    #[cfg(target_arch = "x86_64")]
+    for (name, have) in [("avx2", has_avx2()), ("avx512", has_avx512())] {
+        if !have {
+            continue;
+        }
+        let mut c = vec![BlockQ8::default(); 64];
+        // SAFETY: the instruction set checked just above.
+        unsafe {
+            if name == "avx2" {
+                avx2::quantize_q8(&x, &mut c);
+            } else {
+                avx512::quantize_q8(&x, &mut c);
+            }
+        }
+        for (i, (p, q)) in a.iter().zip(&c).enumerate() {
+            assert_eq!((p.d.to_bits(), p.s.to_bits(), p.qs), (q.d.to_bits(), q.s.to_bits(), q.qs), "{name} block {i}");
+        }
     }
     let mut a = vec![BlockQ8K::default(); 8];
     let mut b = vec![BlockQ8K::default(); 8];
