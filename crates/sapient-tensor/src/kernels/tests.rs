@@ -875,6 +875,38 @@ fn lane_timing() {
     }
 }
 
+/// The activation quantizer's AVX2 and AVX-512 paths on a batch's rows (`cargo test
+/// --release -p sapient-tensor --lib quantize_q8_timing -- --ignored --nocapture`).
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn quantize_q8_timing() {
+    if !has_avx512() {
+        return;
+    }
+    for cols in [576usize, 1536, 4864] {
+        let x = data(16 * cols, 3);
+        let mut b = vec![BlockQ8::default(); 16 * cols / 32];
+        let reps = 20_000_000 / (16 * cols);
+        let mut time = |wide: bool| {
+            let t0 = std::time::Instant::now();
+            for _ in 0..reps {
+                // SAFETY: AVX-512 (and so AVX2) checked above.
+                unsafe {
+                    if wide {
+                        avx512::quantize_q8(std::hint::black_box(&x), &mut b);
+                    } else {
+                        avx2::quantize_q8(std::hint::black_box(&x), &mut b);
+                    }
+                }
+            }
+            t0.elapsed().as_secs_f64() / reps as f64 * 1e6
+        };
+        let (a, w, a2, w2) = (time(false), time(true), time(false), time(true));
+        println!("16 x {cols}: avx2 {:.2} us, avx512 {:.2} us", a.min(a2), w.min(w2));
+    }
+}
+
 /// Q4_K and Q6_K products of a 896x4864 matrix (Qwen2.5-0.5B's ffn_down) in GGML's layout on
 /// the row-at-a-time AVX-512 kernels and packed on the sixteen-rows ones (`cargo test
 /// --release -p sapient-tensor --lib k_lane_timing -- --ignored --nocapture`; `MS=1,4`;
