@@ -215,21 +215,35 @@ impl BufCache {
         self.k.first().map_or(0, Vec::len)
     }
 
-    /// Row `i` becomes old row `rows[i]`.
+    /// Row `i` becomes old row `rows[i]`: an old row's buffer moves to the last new row
+    /// that takes it, the others get copies (beam search copies only the beams that more
+    /// than one continuation comes from, not every beam).
     pub fn reorder(&mut self, rows: &[u32]) {
-        if rows.iter().enumerate().all(|(i, &r)| r as usize == i) && rows.len() == self.batch() {
+        let nb = self.batch();
+        if rows.iter().enumerate().all(|(i, &r)| r as usize == i) && rows.len() == nb {
             return;
+        }
+        // the last new row that takes each old row
+        let mut last = vec![usize::MAX; nb];
+        for (i, &r) in rows.iter().enumerate() {
+            last[r as usize] = i;
         }
         let spare = &mut self.spare;
         for per_layer in self.k.iter_mut().chain(self.v.iter_mut()) {
-            let old = std::mem::take(per_layer);
-            for &r in rows {
-                let mut v = spare.pop().unwrap_or_default();
-                v.clear();
-                v.extend_from_slice(&old[r as usize]);
-                per_layer.push(v);
+            let mut old = std::mem::take(per_layer);
+            for (i, &r) in rows.iter().enumerate() {
+                let r = r as usize;
+                if last[r] == i {
+                    // no later row reads it: copies for the earlier ones are made
+                    per_layer.push(std::mem::take(&mut old[r]));
+                } else {
+                    let mut v = spare.pop().unwrap_or_default();
+                    v.clear();
+                    v.extend_from_slice(&old[r]);
+                    per_layer.push(v);
+                }
             }
-            spare.extend(old);
+            spare.extend(old.into_iter().filter(|v| v.capacity() > 0));
         }
     }
 }

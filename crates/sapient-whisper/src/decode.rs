@@ -193,13 +193,26 @@ fn logsumexp(x: &[f32]) -> f32 {
 /// Indices of the `k` largest values, largest first (ties: lower index first).
 fn top_k(x: &[f32], k: usize) -> Vec<usize> {
     let mut best: Vec<usize> = Vec::with_capacity(k + 1);
-    for (i, &v) in x.iter().enumerate() {
-        if best.len() == k && v <= x[best[k - 1]] {
-            continue;
+    if k == 0 {
+        return best;
+    }
+    // blocks of 16 whose values are all at or below the k-th best so far are passed over
+    // in one vector comparison (what the value-by-value test would do with each of them)
+    for (c, block) in x.chunks(16).enumerate() {
+        if best.len() == k {
+            let floor = x[best[k - 1]];
+            if block.iter().fold(true, |all, &v| all & (v <= floor)) {
+                continue;
+            }
         }
-        let pos = best.iter().position(|&b| v > x[b]).unwrap_or(best.len());
-        best.insert(pos, i);
-        best.truncate(k);
+        for (j, &v) in block.iter().enumerate() {
+            if best.len() == k && v <= x[best[k - 1]] {
+                continue;
+            }
+            let pos = best.iter().position(|&b| v > x[b]).unwrap_or(best.len());
+            best.insert(pos, c * 16 + j);
+            best.truncate(k);
+        }
     }
     best
 }
@@ -454,9 +467,23 @@ pub fn decode_batch(model: &Whisper, tok: &WhisperTokenizer, crosses: &[&CrossKv
     loop {
         let mut keep: Vec<u32> = Vec::with_capacity(live.len() * n_group);
         let mut still: Vec<usize> = Vec::with_capacity(live.len());
-        for (slot, &w) in live.iter().enumerate() {
+        // the live windows' steps (independent searches) spread over the kernel pool
+        let mut steps: Vec<(&mut Search, &mut Vec<Vec<f32>>, Option<Step>)> = searches
+            .iter_mut()
+            .zip(rows_of_window.iter_mut())
+            .enumerate()
+            .filter(|(w, _)| live.contains(w))
+            .map(|(_, (s, rows))| (s, rows, None))
+            .collect();
+        sapient_tensor::kernels::pool::pool().for_each_chunk_mut(&mut steps, 1, |_, part| {
+            for (s, rows, step) in part.iter_mut() {
+                *step = Some(s.advance(rows));
+            }
+        });
+        let steps: Vec<Step> = steps.into_iter().map(|(_, _, step)| step.unwrap_or(Step::Done)).collect();
+        for ((slot, &w), step) in live.iter().enumerate().zip(steps) {
             let base = (slot * n_group) as u32;
-            match searches[w].advance(&mut rows_of_window[w]) {
+            match step {
                 Step::Done => continue,
                 Step::Reorder(sources) => keep.extend(sources.iter().map(|&r| base + r)),
                 Step::Continue => keep.extend(base..base + n_group as u32),
@@ -472,7 +499,7 @@ pub fn decode_batch(model: &Whisper, tok: &WhisperTokenizer, crosses: &[&CrossKv
         let groups: Vec<(&CrossKv, usize)> = live.iter().map(|&w| (crosses[w], n_group)).collect();
         let rows = tokens.len();
         let h = model.decode_groups(&tokens, rows, 1, &groups, &mut cache)?.reshape((rows, d))?;
-        let l = rows_of(&model.logits(&h)?)?;
+        let l = model.logits_rows(&h)?;
         let mut it = l.into_iter();
         for &w in &live {
             rows_of_window[w] = it.by_ref().take(n_group).collect();

@@ -465,4 +465,21 @@ impl Whisper {
         self.proj.matmul(&x, rows, &mut out)?;
         Ok(Tensor::from_vec(out, (rows, vocab), &self.device)?)
     }
+
+    /// [`Whisper::logits`] as one `Vec` per row (what the searches take), the rows copied
+    /// out of the product on the kernel pool.
+    pub fn logits_rows(&self, hidden: &Tensor) -> Result<Vec<Vec<f32>>> {
+        let rows = hidden.dim(0)?;
+        let x: Vec<f32> = hidden.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        let vocab = self.proj.rows();
+        let mut out = vec![0f32; rows * vocab];
+        self.proj.matmul(&x, rows, &mut out)?;
+        let mut split: Vec<Vec<f32>> = vec![Vec::new(); rows];
+        kernels::pool::pool().for_each_chunk_mut(&mut split, 1, |r, row| {
+            for v in row.iter_mut() {
+                *v = out[r * vocab..(r + 1) * vocab].to_vec();
+            }
+        });
+        Ok(split)
+    }
 }
