@@ -225,6 +225,8 @@ pub struct Whisper {
     dec_pos: Tensor,
     /// The decoder on plain buffers.
     decoder: cpu::CpuDecoder,
+    /// [`Whisper::logits_rows`]'s product, kept between steps.
+    logits_buf: std::sync::Mutex<Vec<f32>>,
 }
 
 impl Whisper {
@@ -307,6 +309,7 @@ impl Whisper {
             proj,
             dec_pos: src.tensor("model.decoder.embed_positions.weight", &[config.max_target_positions, d], device, DType::F32)?,
             decoder,
+            logits_buf: std::sync::Mutex::new(Vec::new()),
             config,
             device: device.clone(),
         })
@@ -472,14 +475,19 @@ impl Whisper {
         let rows = hidden.dim(0)?;
         let x: Vec<f32> = hidden.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         let vocab = self.proj.rows();
-        let mut out = vec![0f32; rows * vocab];
-        self.proj.matmul(&x, rows, &mut out)?;
+        // the product's buffer is kept between calls (no zeroing or fresh pages per step)
+        let mut out = self.logits_buf.lock().map(|mut b| std::mem::take(&mut *b)).unwrap_or_default();
+        out.resize(rows * vocab, 0.0);
+        self.proj.matmul(&x, rows, &mut out[..rows * vocab])?;
         let mut split: Vec<Vec<f32>> = vec![Vec::new(); rows];
         kernels::pool::pool().for_each_chunk_mut(&mut split, 1, |r, row| {
             for v in row.iter_mut() {
                 *v = out[r * vocab..(r + 1) * vocab].to_vec();
             }
         });
+        if let Ok(mut b) = self.logits_buf.lock() {
+            *b = out;
+        }
         Ok(split)
     }
 }
