@@ -3,7 +3,6 @@
 //! suppress tokens, timestamp rules), greedy / sampled / beam-search decoding, ranking by
 //! length-normalised log probability, and the no-speech probability.
 
-use crate::cpu::lane_sum;
 use crate::model::{CrossKv, KvCache, Whisper};
 use crate::tokenizer::WhisperTokenizer;
 use crate::{Error, Result};
@@ -175,18 +174,7 @@ fn logsumexp(x: &[f32]) -> f32 {
     }
     // f32 terms (the kernels' vectorised exp, a relative error of about 1e-7 as libm's),
     // summed in 16 lanes per block and in f64 over the blocks
-    let mut buf = [0f32; 1024];
-    let s: f64 = x
-        .chunks(1024)
-        .map(|c| {
-            let b = &mut buf[..c.len()];
-            for (o, &v) in b.iter_mut().zip(c) {
-                *o = v - m;
-            }
-            sapient_tensor::kernels::exp_in_place(b);
-            lane_sum(b, |v| v) as f64
-        })
-        .sum();
+    let s: f64 = x.chunks(1024).map(|c| crate::cpu::exp_sum(c, m) as f64).sum();
     m + s.ln() as f32
 }
 
@@ -773,7 +761,8 @@ impl<'a> Search<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::{lane_sum, logsumexp, loop_start, max_value};
+    use super::{logsumexp, loop_start, max_value};
+    use crate::cpu::lane_sum;
 
     #[test]
     fn vocabulary_passes_match_the_scalar_definitions() {
