@@ -487,7 +487,9 @@ pub fn decode_batch(model: &Whisper, tok: &WhisperTokenizer, crosses: &[&CrossKv
         let groups: Vec<(&CrossKv, usize)> = live.iter().map(|&w| (crosses[w], n_group)).collect();
         let rows = tokens.len();
         let h = model.decode_groups(&tokens, rows, 1, &groups, &mut cache)?.reshape((rows, d))?;
-        let l = model.logits_rows(&h)?;
+        // the live windows' row buffers take the new logits (no fresh allocations per step)
+        let mut l: Vec<Vec<f32>> = live.iter().flat_map(|&w| std::mem::take(&mut rows_of_window[w])).collect();
+        model.logits_rows_into(&h, &mut l)?;
         let mut it = l.into_iter();
         for &w in &live {
             rows_of_window[w] = it.by_ref().take(n_group).collect();

@@ -469,9 +469,10 @@ impl Whisper {
         Ok(Tensor::from_vec(out, (rows, vocab), &self.device)?)
     }
 
-    /// [`Whisper::logits`] as one `Vec` per row (what the searches take), the rows copied
-    /// out of the product on the kernel pool.
-    pub fn logits_rows(&self, hidden: &Tensor) -> Result<Vec<Vec<f32>>> {
+    /// [`Whisper::logits`] as one `Vec` per row (what the searches take) in `rows` (resized
+    /// to the hidden rows; each row's buffer reused), copied out of the product on the kernel
+    /// pool.
+    pub fn logits_rows_into(&self, hidden: &Tensor, split: &mut Vec<Vec<f32>>) -> Result<()> {
         let rows = hidden.dim(0)?;
         let x: Vec<f32> = hidden.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         let vocab = self.proj.rows();
@@ -479,15 +480,16 @@ impl Whisper {
         let mut out = self.logits_buf.lock().map(|mut b| std::mem::take(&mut *b)).unwrap_or_default();
         out.resize(rows * vocab, 0.0);
         self.proj.matmul(&x, rows, &mut out[..rows * vocab])?;
-        let mut split: Vec<Vec<f32>> = vec![Vec::new(); rows];
-        kernels::pool::pool().for_each_chunk_mut(&mut split, 1, |r, row| {
+        split.resize_with(rows, Vec::new);
+        kernels::pool::pool().for_each_chunk_mut(split, 1, |r, row| {
             for v in row.iter_mut() {
-                *v = out[r * vocab..(r + 1) * vocab].to_vec();
+                v.clear();
+                v.extend_from_slice(&out[r * vocab..(r + 1) * vocab]);
             }
         });
         if let Ok(mut b) = self.logits_buf.lock() {
             *b = out;
         }
-        Ok(split)
+        Ok(())
     }
 }
