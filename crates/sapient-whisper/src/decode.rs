@@ -463,11 +463,17 @@ pub fn decode_batch(model: &Whisper, tok: &WhisperTokenizer, crosses: &[&CrossKv
             .filter(|(w, _)| live.contains(w))
             .map(|(_, (s, rows))| (s, rows, None))
             .collect();
-        sapient_tensor::kernels::pool::pool().for_each_chunk_mut(&mut steps, 1, |_, part| {
+        let run = |part: &mut [(&mut Search, &mut Vec<Vec<f32>>, Option<Step>)]| {
             for (s, rows, step) in part.iter_mut() {
                 *step = Some(s.advance(rows));
             }
-        });
+        };
+        if live.len() * n_group >= 16 {
+            sapient_tensor::kernels::pool::pool().for_each_chunk_mut(&mut steps, 1, |_, part| run(part));
+        } else {
+            // a row per window (greedy): less work than a hand-off to the pool is worth
+            run(&mut steps);
+        }
         let steps: Vec<Step> = steps.into_iter().map(|(_, _, step)| step.unwrap_or(Step::Done)).collect();
         for ((slot, &w), step) in live.iter().enumerate().zip(steps) {
             let base = (slot * n_group) as u32;
