@@ -456,23 +456,18 @@ pub fn decode_batch(model: &Whisper, tok: &WhisperTokenizer, crosses: &[&CrossKv
         let mut keep: Vec<u32> = Vec::with_capacity(live.len() * n_group);
         let mut still: Vec<usize> = Vec::with_capacity(live.len());
         // the live windows' steps (independent searches) spread over the kernel pool
-        let mut steps: Vec<(&mut Search, &mut Vec<Vec<f32>>, Option<Step>)> = searches
+        let mut steps: Vec<StepJob<'_, '_>> = searches
             .iter_mut()
             .zip(rows_of_window.iter_mut())
             .enumerate()
             .filter(|(w, _)| live.contains(w))
             .map(|(_, (s, rows))| (s, rows, None))
             .collect();
-        let run = |part: &mut [(&mut Search, &mut Vec<Vec<f32>>, Option<Step>)]| {
-            for (s, rows, step) in part.iter_mut() {
-                *step = Some(s.advance(rows));
-            }
-        };
         if live.len() * n_group >= 16 {
-            sapient_tensor::kernels::pool::pool().for_each_chunk_mut(&mut steps, 1, |_, part| run(part));
+            sapient_tensor::kernels::pool::pool().for_each_chunk_mut(&mut steps, 1, |_, part| advance_all(part));
         } else {
             // a row per window (greedy): less work than a hand-off to the pool is worth
-            run(&mut steps);
+            advance_all(&mut steps);
         }
         let steps: Vec<Step> = steps.into_iter().map(|(_, _, step)| step.unwrap_or(Step::Done)).collect();
         for ((slot, &w), step) in live.iter().enumerate().zip(steps) {
@@ -502,6 +497,15 @@ pub fn decode_batch(model: &Whisper, tok: &WhisperTokenizer, crosses: &[&CrossKv
         }
     }
     searches.into_iter().map(|s| s.finish(tok)).collect()
+}
+
+/// One window's search, its logits rows and what its step gives.
+type StepJob<'s, 'a> = (&'s mut Search<'a>, &'s mut Vec<Vec<f32>>, Option<Step>);
+
+fn advance_all(jobs: &mut [StepJob<'_, '_>]) {
+    for (s, rows, step) in jobs.iter_mut() {
+        *step = Some(s.advance(rows));
+    }
 }
 
 /// What a decoding step leaves the caller to do before the next forward.
