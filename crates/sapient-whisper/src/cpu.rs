@@ -273,32 +273,6 @@ pub(crate) fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     s
 }
 
-/// `e^v` as sapient-tensor's `exp_in_place` computes it (the same operations, so the same
-/// bits): a relative error of about 1e-7, 0 below -87.3.
-#[inline(always)]
-fn exp1(v: f32) -> f32 {
-    let a = v.clamp(-87.3, 88.7);
-    let n = (a * std::f32::consts::LOG2_E).round();
-    let r = n.mul_add(-0.693_359_4, a);
-    let r = n.mul_add(2.121_944_4e-4, r);
-    let mut p = 1.987_569_1e-4f32;
-    p = p.mul_add(r, 1.398_199_9e-3);
-    p = p.mul_add(r, 8.333_452e-3);
-    p = p.mul_add(r, 4.166_579_6e-2);
-    p = p.mul_add(r, 0.166_666_66);
-    p = p.mul_add(r, 0.5);
-    p = p.mul_add(r * r, r) + 1.0;
-    // 2^n from n's bits in n + 1.5 * 2^23 (|n| <= 128): what `n as i32` gives, without its
-    // saturating conversion, which does not vectorise (one scalar conversion a value)
-    let ni = (n + 12_582_912.0).to_bits().wrapping_sub(0x4B40_0000) as i32;
-    let e = f32::from_bits((ni.wrapping_add(127) as u32) << 23);
-    if v < -87.3 {
-        0.0
-    } else {
-        p * e
-    }
-}
-
 /// [`lane_sum`] of `e^(v - m)` over `x`, written out (no closure) so that it vectorises
 /// under the callers' target features.
 #[inline(always)]
@@ -307,10 +281,10 @@ fn exp_sum_portable(x: &[f32], m: f32) -> f32 {
     let mut it = x.chunks_exact(16);
     for c in &mut it {
         for i in 0..16 {
-            acc[i] += exp1(c[i] - m);
+            acc[i] += kernels::exp_f32(c[i] - m);
         }
     }
-    let mut s: f32 = it.remainder().iter().map(|&v| exp1(v - m)).sum();
+    let mut s: f32 = it.remainder().iter().map(|&v| kernels::exp_f32(v - m)).sum();
     for a in acc {
         s += a;
     }
