@@ -725,12 +725,12 @@ fn write_kv(kv: &mut KvCache, layer: usize, kv_out: usize, k: &mut [f32], v: &[f
     }
 }
 
-type Scratch = (Vec<f32>, Vec<usize>, Vec<usize>, Vec<kernels::QueryQ8>);
+type Scratch = (Vec<f32>, Vec<usize>, Vec<usize>, Vec<kernels::QueryQ8>, Vec<(usize, usize)>);
 
 thread_local! {
     /// A worker's attention scratch: scores (then weights), key-chunk offsets, their
-    /// scales' offsets and the quantized queries (8-bit cache).
-    static SCORES: RefCell<Scratch> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new())) };
+    /// scales' offsets, the quantized queries (8-bit cache) and the runs of value slots.
+    static SCORES: RefCell<Scratch> = const { RefCell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new())) };
 }
 
 /// Calls `f(slot, t, len)` for each stretch `t..t + len` of positions `a..b` of a sequence
@@ -795,7 +795,7 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, seg
     let work = |u0: usize, u1: usize| {
         let out_ptr = &out_ptr;
         SCORES.with(|cell| {
-            let (s, bases, sbases, qq) = &mut *cell.borrow_mut();
+            let (s, bases, sbases, qq, vruns) = &mut *cell.borrow_mut();
             if qq.len() < MQ {
                 qq.resize_with(MQ, Default::default);
             }
@@ -873,16 +873,26 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, seg
                     for y in &mut ys[..m] {
                         y.fill(0.0);
                     }
-                    runs(tab, bs, first, last + 1, |sl, t, l| {
-                        let ws: [&[f32]; kernels::MAX_VALUE_ROWS] = std::array::from_fn(|j| {
-                            let qi = (q0 + j).min(nq - 1);
-                            &s[qi * ostride + t - c0..(qi + 1) * ostride]
-                        });
-                        match layer {
-                            KvLayer::F16 { v: vc, .. } => kernels::values_f16(&ws[..m], vc, kv_out, g * hd, sl, sl + l, &mut ys[..m]),
-                            KvLayer::Q8 { v: vc, vs, .. } => kernels::values_q8(&ws[..m], vc, vs, kv_out, ngr, g * hd, g * hd / G, sl, sl + l, &mut ys[..m]),
+                    match layer {
+                        KvLayer::F16 { v: vc, .. } => {
+                            // All the runs of slots in one call: the sums stay in registers.
+                            vruns.clear();
+                            vruns.reserve(pool_slots / bs.max(1) + 1);
+                            runs(tab, bs, first, last + 1, |sl, _, l| vruns.push((sl, l)));
+                            let ws: [&[f32]; kernels::MAX_VALUE_ROWS] = std::array::from_fn(|j| {
+                                let qi = (q0 + j).min(nq - 1);
+                                &s[qi * ostride + first - c0..(qi + 1) * ostride]
+                            });
+                            kernels::values_f16_runs(&ws[..m], vc, kv_out, g * hd, vruns, &mut ys[..m]);
                         }
-                    });
+                        KvLayer::Q8 { v: vc, vs, .. } => runs(tab, bs, first, last + 1, |sl, t, l| {
+                            let ws: [&[f32]; kernels::MAX_VALUE_ROWS] = std::array::from_fn(|j| {
+                                let qi = (q0 + j).min(nq - 1);
+                                &s[qi * ostride + t - c0..(qi + 1) * ostride]
+                            });
+                            kernels::values_q8(&ws[..m], vc, vs, kv_out, ngr, g * hd, g * hd / G, sl, sl + l, &mut ys[..m]);
+                        }),
+                    }
                 }
             }
         })

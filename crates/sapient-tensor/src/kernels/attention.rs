@@ -118,25 +118,35 @@ pub fn scores_chunks(qs: &[&[f32]], kc: &[u16], bases: &[usize], pitch: usize, s
 /// call takes or where a run of values is cut. At most [`MAX_VALUE_ROWS`] rows.
 #[allow(clippy::too_many_arguments)]
 pub fn values_f16(ws: &[&[f32]], vc: &[u16], stride: usize, off: usize, t0: usize, t1: usize, ys: &mut [&mut [f32]]) {
+    values_f16_runs(ws, vc, stride, off, &[(t0, t1.saturating_sub(t0))], ys);
+}
+
+/// [`values_f16`] over several runs of values in one call (the blocks of a paged cache):
+/// run `(s, n)` is values `s..s + n`, and the runs follow each other in the weights, so the
+/// `k`-th value over all the runs is weighted by `ws[r][k]`. The same fused multiply-adds in
+/// the same order as one [`values_f16`] call a run, so the same bits; the AVX-512 path keeps
+/// the sums in registers from one run to the next.
+pub fn values_f16_runs(ws: &[&[f32]], vc: &[u16], stride: usize, off: usize, runs: &[(usize, usize)], ys: &mut [&mut [f32]]) {
     let nr = ys.len();
     assert!(nr == ws.len() && (1..=MAX_VALUE_ROWS).contains(&nr), "values_f16: 1 to {MAX_VALUE_ROWS} rows, as many weights");
     let hd = ys[0].len();
     assert!(ys.iter().all(|y| y.len() == hd), "values_f16: outputs of different lengths");
-    assert!(t1 <= t0 || (t1 - 1) * stride + off + hd <= vc.len(), "values_f16: values out of range");
-    assert!(ws.iter().all(|w| w.len() >= t1.saturating_sub(t0)), "values_f16: weight rows too short");
-    if t1 <= t0 {
+    assert!(runs.iter().all(|&(s, n)| n == 0 || (s + n - 1) * stride + off + hd <= vc.len()), "values_f16: values out of range");
+    let total: usize = runs.iter().map(|r| r.1).sum();
+    assert!(ws.iter().all(|w| w.len() >= total), "values_f16: weight rows too short");
+    if total == 0 {
         return;
     }
-    let v = vc[off..].as_ptr();
     #[cfg(target_arch = "x86_64")]
     if has_avx512() && hd.is_multiple_of(16) {
+        let v = vc[off..].as_ptr();
         macro_rules! go {
             ($r:literal) => {{
                 let w: [*const f32; $r] = std::array::from_fn(|i| ws[i].as_ptr());
                 let y: [*mut f32; $r] = std::array::from_fn(|i| ys[i].as_mut_ptr());
                 // SAFETY: AVX-512 F/VL, FMA and F16C are present; ranges checked above; the
                 // rows are distinct `&mut` slices of `hd` values.
-                unsafe { x512::values::<$r>(w, v, stride, hd, t0, t1, y) }
+                unsafe { x512::values::<$r>(w, v, stride, hd, runs, y) }
             }};
         }
         match nr {
@@ -147,33 +157,43 @@ pub fn values_f16(ws: &[&[f32]], vc: &[u16], stride: usize, off: usize, t0: usiz
         }
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() && hd.is_multiple_of(8) {
-        macro_rules! go {
-            ($r:literal, $nb:literal) => {{
-                let w: [*const f32; $r] = std::array::from_fn(|i| ws[i].as_ptr());
-                let y: [*mut f32; $r] = std::array::from_fn(|i| ys[i].as_mut_ptr());
-                // SAFETY: AVX2, FMA and F16C are present; ranges checked above; the rows are
-                // distinct `&mut` slices of `hd` values.
-                unsafe { avx2::values_w::<$r, $nb>(w, v, stride, hd, t0, t1, y) }
-            }};
+    let mut k = 0;
+    for &(t0, n) in runs {
+        let t1 = t0 + n;
+        if n == 0 {
+            continue;
         }
-        match nr {
-            1 => go!(1, 8),
-            2 => go!(2, 4),
-            3 => go!(3, 2),
-            _ => go!(4, 2),
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() && hd.is_multiple_of(8) {
+            let v = vc[off..].as_ptr();
+            macro_rules! go {
+                ($r:literal, $nb:literal) => {{
+                    let w: [*const f32; $r] = std::array::from_fn(|i| ws[i][k..].as_ptr());
+                    let y: [*mut f32; $r] = std::array::from_fn(|i| ys[i].as_mut_ptr());
+                    // SAFETY: AVX2, FMA and F16C are present; ranges checked above; the rows
+                    // are distinct `&mut` slices of `hd` values.
+                    unsafe { avx2::values_w::<$r, $nb>(w, v, stride, hd, t0, t1, y) }
+                }};
+            }
+            match nr {
+                1 => go!(1, 8),
+                2 => go!(2, 4),
+                3 => go!(3, 2),
+                _ => go!(4, 2),
+            }
+            k += n;
+            continue;
         }
-        return;
-    }
-    for t in t0..t1 {
-        let x = &vc[t * stride + off..t * stride + off + hd];
-        for (w, y) in ws.iter().zip(ys.iter_mut()) {
-            let a = w[t - t0];
-            for (yd, xd) in y.iter_mut().zip(x) {
-                *yd = a.mul_add(half::f16::from_bits(*xd).to_f32(), *yd);
+        for t in t0..t1 {
+            let x = &vc[t * stride + off..t * stride + off + hd];
+            for (w, y) in ws.iter().zip(ys.iter_mut()) {
+                let a = w[k + t - t0];
+                for (yd, xd) in y.iter_mut().zip(x) {
+                    *yd = a.mul_add(half::f16::from_bits(*xd).to_f32(), *yd);
+                }
             }
         }
+        k += n;
     }
 }
 
@@ -423,35 +443,50 @@ mod x512 {
         }
     }
 
-    /// [`super::values_f16`] (`hd` a multiple of 16): up to 64 outputs of each row in
-    /// registers over all the values.
-    #[allow(clippy::too_many_arguments)]
+    /// [`super::values_f16_runs`] (`hd` a multiple of 16): up to 64 outputs of each row in
+    /// registers over all the runs of values.
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
-    pub unsafe fn values<const R: usize>(w: [*const f32; R], vc: *const u16, stride: usize, hd: usize, t0: usize, t1: usize, ys: [*mut f32; R]) {
+    pub unsafe fn values<const R: usize>(w: [*const f32; R], vc: *const u16, stride: usize, hd: usize, runs: &[(usize, usize)], ys: [*mut f32; R]) {
         let mut d0 = 0;
         while d0 < hd {
             match (hd - d0) / 16 {
-                1 => values_block::<R, 1>(w, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0))),
-                2 => values_block::<R, 2>(w, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0))),
-                3 => values_block::<R, 3>(w, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0))),
-                _ => values_block::<R, 4>(w, vc.add(d0), stride, t0, t1, ys.map(|y| y.add(d0))),
+                1 => values_block::<R, 1>(w, vc.add(d0), stride, runs, ys.map(|y| y.add(d0))),
+                2 => values_block::<R, 2>(w, vc.add(d0), stride, runs, ys.map(|y| y.add(d0))),
+                3 => values_block::<R, 3>(w, vc.add(d0), stride, runs, ys.map(|y| y.add(d0))),
+                _ => values_block::<R, 4>(w, vc.add(d0), stride, runs, ys.map(|y| y.add(d0))),
             }
             d0 += 64;
         }
     }
 
+    /// How many rows of values ahead [`values_block`] prefetches.
+    const AHEAD: usize = 16;
+
     #[inline(always)]
-    unsafe fn values_block<const R: usize, const NB: usize>(w: [*const f32; R], vc: *const u16, stride: usize, t0: usize, t1: usize, ys: [*mut f32; R]) {
+    unsafe fn values_block<const R: usize, const NB: usize>(w: [*const f32; R], vc: *const u16, stride: usize, runs: &[(usize, usize)], ys: [*mut f32; R]) {
         let mut acc: [[__m512; NB]; R] = std::array::from_fn(|r| std::array::from_fn(|b| _mm512_loadu_ps(ys[r].add(16 * b))));
-        for t in t0..t1 {
-            let px = vc.add(t * stride);
-            let x: [__m512; NB] = std::array::from_fn(|b| _mm512_cvtph_ps(_mm256_loadu_si256(px.add(16 * b) as *const __m256i)));
-            for r in 0..R {
-                let va = _mm512_set1_ps(*w[r].add(t - t0));
-                for b in 0..NB {
-                    acc[r][b] = _mm512_fmadd_ps(va, x[b], acc[r][b]);
+        let mut w = w;
+        for (ri, &(t0, n)) in runs.iter().enumerate() {
+            let mut px = vc.add(t0 * stride);
+            // The values come from memory a block at a time: fetch `AHEAD` rows ahead, into the
+            // next run near the end of this one (a prefetch never faults, and addresses are
+            // only formed with wrapping arithmetic).
+            let next = runs.get(ri + 1).map_or(px, |&(s, _)| vc.wrapping_add(s * stride));
+            for i in 0..n {
+                let pf = if i + AHEAD < n { px.wrapping_add(AHEAD * stride) } else { next.wrapping_add((i + AHEAD - n) * stride) };
+                for l in 0..(NB * 32).div_ceil(64) {
+                    _mm_prefetch::<_MM_HINT_T0>(pf.wrapping_add(32 * l) as *const i8);
                 }
+                let x: [__m512; NB] = std::array::from_fn(|b| _mm512_cvtph_ps(_mm256_loadu_si256(px.add(16 * b) as *const __m256i)));
+                for r in 0..R {
+                    let va = _mm512_set1_ps(*w[r].add(i));
+                    for b in 0..NB {
+                        acc[r][b] = _mm512_fmadd_ps(va, x[b], acc[r][b]);
+                    }
+                }
+                px = px.add(stride);
             }
+            w = w.map(|p| p.add(n));
         }
         for r in 0..R {
             for b in 0..NB {

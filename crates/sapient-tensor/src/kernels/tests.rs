@@ -657,6 +657,39 @@ fn weighted_values_equal_ordered_fmas() {
     }
 }
 
+/// `values_f16_runs` over runs of values scattered in the cache (blocks of a paged cache, in
+/// any order) gives each row exactly the fused multiply-adds in order of the runs.
+#[test]
+fn weighted_value_runs_equal_ordered_fmas() {
+    for hd in [64, 128, 96, 80, 37] {
+        let (stride, off, keys) = (3 * hd, hd, 50);
+        let mut cache = vec![0u16; keys * stride];
+        f32_to_f16(&data(keys * stride, 43), &mut cache);
+        let runs = [(32usize, 16usize), (0, 5), (20, 0), (40, 10), (8, 1)];
+        let total: usize = runs.iter().map(|r| r.1).sum();
+        let ws: Vec<Vec<f32>> = (0..MAX_VALUE_ROWS).map(|r| data(total, 70 + r as u64)).collect();
+        for nr in 1..=MAX_VALUE_ROWS {
+            let mut want: Vec<Vec<f32>> = (0..nr).map(|r| data(hd, 80 + r as u64)).collect();
+            for (r, y) in want.iter_mut().enumerate() {
+                let mut k = 0;
+                for &(t0, n) in &runs {
+                    for t in t0..t0 + n {
+                        for d in 0..hd {
+                            y[d] = ws[r][k].mul_add(half::f16::from_bits(cache[t * stride + off + d]).to_f32(), y[d]);
+                        }
+                        k += 1;
+                    }
+                }
+            }
+            let mut got: Vec<Vec<f32>> = (0..nr).map(|r| data(hd, 80 + r as u64)).collect();
+            let w: Vec<&[f32]> = ws[..nr].iter().map(|v| &v[..]).collect();
+            let mut ys: Vec<&mut [f32]> = got.iter_mut().map(|v| &mut v[..]).collect();
+            values_f16_runs(&w, &cache, stride, off, &runs, &mut ys);
+            assert_eq!(got, want, "hd {hd}, {nr} rows");
+        }
+    }
+}
+
 /// One dispatch over several matrices of the same input (q/k/v, gate/up) gives exactly the
 /// separate products, with formats that share an activation layout and ones that do not,
 /// for decode-sized and batch inputs, on the pool and inline.
