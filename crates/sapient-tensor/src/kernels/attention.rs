@@ -424,8 +424,14 @@ mod x512 {
             let u = (bases.len() - c).min(U);
             // A short last group repeats its last chunk (results not stored).
             let k: [*const u16; U] = std::array::from_fn(|x| kc.add(bases[c + x.min(u - 1)]));
+            // The next group's chunks (another block of the paged cache, where the hardware's
+            // stream prefetch does not reach) are fetched while this group is summed.
+            let kn: [*const u16; U] = std::array::from_fn(|x| bases.get(c + u + x).map_or(k[x], |&b| kc.add(b)));
             let mut acc = [[_mm512_setzero_ps(); U]; Q];
             for d in 0..hd {
+                for p in kn {
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(d * pitch) as *const i8);
+                }
                 let kv: [__m512; U] = std::array::from_fn(|x| _mm512_cvtph_ps(_mm256_loadu_si256(k[x].add(d * pitch) as *const __m256i)));
                 for i in 0..Q {
                     let q = _mm512_set1_ps(*qs[i].add(d));
