@@ -401,8 +401,8 @@ pub fn decode_window(model: &Whisper, tok: &WhisperTokenizer, cross: &CrossKv, o
         let last = search.last_tokens();
         let x = Tensor::new(last.as_slice(), device)?.unsqueeze(1)?;
         let h = model.decode(&x, cross, &mut cache, None)?;
-        let l = model.logits(&h.squeeze(1)?)?;
-        logits_rows = rows_of(&l)?;
+        // the group's row buffers take the new logits (no fresh allocations per step)
+        model.logits_rows_into(&h.squeeze(1)?, &mut logits_rows)?;
     }
     search.finish(tok)
 }

@@ -469,7 +469,7 @@ impl Whisper {
         Ok(Tensor::from_vec(out, (rows, vocab), &self.device)?)
     }
 
-    /// [`Whisper::logits`] as one `Vec` per row (what the searches take) in `rows` (resized
+    /// [`Whisper::logits`] as one `Vec` per row (what the searches take) in `split` (resized
     /// to the hidden rows; each row's buffer reused), copied out of the product on the kernel
     /// pool.
     pub fn logits_rows_into(&self, hidden: &Tensor, split: &mut Vec<Vec<f32>>) -> Result<()> {
