@@ -835,19 +835,12 @@ fn group(mats: &[&QMatrix], xin: ActsIn<'_, '_>, m: usize, outs: &mut [&mut [f32
     assert!(!mats.is_empty() && mats.len() <= MAX_GROUP, "matmul_group takes 1 to {MAX_GROUP} matrices");
     assert_eq!(mats.len(), outs.len(), "matmul_group: one output per matrix");
     let cols = mats[0].cols;
-    let (xlen, ready) = match &xin {
-        ActsIn::Ready(x) => (x.len(), true),
-        ActsIn::Prep(x, _) => (x.len(), false),
+    // The first quantization prepares the rows (`pending`); the others read them (`x`).
+    let (mut x, mut pending): (&[f32], _) = match xin {
+        ActsIn::Ready(x) => (x, None),
+        ActsIn::Prep(x, prep) => (&[], Some((x, prep))),
     };
-    assert_eq!(xlen, m * cols, "matmul_group: x has the wrong length");
-    // The first quantization prepares the rows; the others read them.
-    let mut xin = Some(xin);
-    let mut x: &[f32] = &[];
-    if ready {
-        if let Some(ActsIn::Ready(r)) = xin.take() {
-            x = r;
-        }
-    }
+    assert_eq!(pending.as_ref().map_or(x.len(), |p| p.0.len()), m * cols, "matmul_group: x has the wrong length");
     // Activations: one quantization per distinct format key.
     let mut acts: [Option<QuantizedActs>; MAX_GROUP] = Default::default();
     let mut which = [0usize; MAX_GROUP];
@@ -863,13 +856,13 @@ fn group(mats: &[&QMatrix], xin: ActsIn<'_, '_>, m: usize, outs: &mut [&mut [f32
             Some(k) => k,
             None => {
                 let k = acts.iter().position(Option::is_none).unwrap_or(0);
-                acts[k] = Some(match xin.take() {
-                    Some(ActsIn::Prep(xm, prep)) => {
+                acts[k] = Some(match pending.take() {
+                    Some((xm, prep)) => {
                         let a = QuantizedActs::for_matrix_prep(w, xm, m, prep);
                         x = xm;
                         a
                     }
-                    _ => QuantizedActs::for_matrix(w, x, m),
+                    None => QuantizedActs::for_matrix(w, x, m),
                 });
                 k
             }
