@@ -1110,3 +1110,76 @@ fn batched_activation_layouts_match_single_rows() {
         }
     }
 }
+
+/// The products of one decode step of a SmolLM2-135M-shaped model (30 layers of Q4_1 q, k,
+/// v, o, gate, up, down at width 576, a Q8_0 49152x576 output layer), packed as a loader
+/// packs them, for 1, 4 and 16 activation rows on the kernel pool (`cargo test --release -p
+/// sapient-tensor --lib smol_step_timing -- --ignored --nocapture`; `MS=1,4`, `ROUNDS=n`;
+/// best of the rounds, the row counts alternating).
+#[cfg(target_arch = "x86_64")]
+#[test]
+#[ignore]
+fn smol_step_timing() {
+    // `CPU_TIME=1`: one thread, timed by its CPU time (a busy machine disturbs it less).
+    let cpu_time = std::env::var_os("CPU_TIME").is_some();
+    if cpu_time {
+        configure(KernelOptions { threads: Some(1), ..KernelOptions::default() }).expect("the first configuration");
+    }
+    let now = || {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let clock = if cpu_time { libc::CLOCK_THREAD_CPUTIME_ID } else { libc::CLOCK_MONOTONIC };
+        // SAFETY: a plain system call writing the timespec it is given.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    };
+    let (d, ff, kv, vocab, layers) = (576usize, 1536usize, 192usize, 49152usize, 30usize);
+    let shapes = [(d, d), (kv, d), (kv, d), (d, d), (ff, d), (ff, d), (d, ff)];
+    let one: Vec<(QMatrix, usize, usize)> = shapes.iter().enumerate().map(|(i, &(r, c))| (quantized(QType::Q4_1, r, c, i as u64 + 1).0, r, c)).collect();
+    let mut mats: Vec<QMatrix> = (0..layers)
+        .flat_map(|_| one.iter().map(|(m, r, c)| QMatrix::from_bytes_unpacked(QType::Q4_1, *r, *c, m.with_bytes(|b| b.to_vec()))))
+        .collect();
+    mats.push(quantized(QType::Q8_0, vocab, d, 9).0);
+    {
+        let mut refs: Vec<&mut QMatrix> = mats.iter_mut().collect();
+        pack_for_lanes(&mut refs);
+    }
+    let ms: Vec<usize> = std::env::var("MS").ok().map(|v| v.split(',').filter_map(|m| m.parse().ok()).collect()).unwrap_or(vec![1, 4, 16]);
+    let rounds: usize = std::env::var("ROUNDS").ok().and_then(|c| c.parse().ok()).unwrap_or(5);
+    let mut best = vec![[f64::MAX; 4]; ms.len()];
+    for _ in 0..rounds {
+        for (mi, &m) in ms.iter().enumerate() {
+            let x = data(m * ff, 2);
+            let (mut q, mut k, mut v, mut o) = (vec![0f32; m * d], vec![0f32; m * kv], vec![0f32; m * kv], vec![0f32; m * d]);
+            let (mut g, mut u, mut dn, mut lg) = (vec![0f32; m * ff], vec![0f32; m * ff], vec![0f32; m * d], vec![0f32; m * vocab]);
+            let reps = 8;
+            let mut t = [0f64; 4];
+            for _ in 0..reps {
+                for l in 0..layers {
+                    let w = &mats[7 * l..7 * l + 7];
+                    let t0 = now();
+                    matmul_group(&[&w[0], &w[1], &w[2]], &x[..m * d], m, &mut [&mut q, &mut k, &mut v]);
+                    w[3].matmul(&x[..m * d], m, &mut o);
+                    let t1 = now();
+                    matmul_group(&[&w[4], &w[5]], &x[..m * d], m, &mut [&mut g, &mut u]);
+                    let t2 = now();
+                    w[6].matmul(&x[..m * ff], m, &mut dn);
+                    let t3 = now();
+                    t[0] += t1 - t0;
+                    t[1] += t2 - t1;
+                    t[2] += t3 - t2;
+                }
+                let t0 = now();
+                mats[7 * layers].matmul(&x[..m * d], m, &mut lg);
+                t[3] += now() - t0;
+            }
+            for (b, t) in best[mi].iter_mut().zip(t) {
+                *b = b.min(t / reps as f64 * 1e3);
+            }
+        }
+    }
+    let base: f64 = best[0].iter().sum();
+    for (&m, b) in ms.iter().zip(&best) {
+        let s: f64 = b.iter().sum();
+        println!("m={m:2}: step {s:.3} ms ({:.2}x of m={}; per row {:.3} ms) | qkv+o {:.3}, gate+up {:.3}, down {:.3}, output {:.3}", s / base, ms[0], s / m as f64, b[0], b[1], b[2], b[3]);
+    }
+}
