@@ -918,7 +918,7 @@ fn lane_timing() {
 }
 
 /// The activation quantizer's AVX2 and AVX-512 paths on a batch's rows (`cargo test
-/// --release -p sapient-tensor --lib quantize_q8_timing -- --ignored --nocapture`).
+/// --release -p sapient-tensor --lib quantize_q8_timing -- --ignored --nocapture`; `ROWS=n`, 16 by default).
 #[cfg(target_arch = "x86_64")]
 #[test]
 #[ignore]
@@ -926,10 +926,11 @@ fn quantize_q8_timing() {
     if !has_avx512() {
         return;
     }
+    let rows: usize = std::env::var("ROWS").ok().and_then(|c| c.parse().ok()).unwrap_or(16).max(1);
     for cols in [576usize, 1536, 4864] {
-        let x = data(16 * cols, 3);
-        let mut b = vec![BlockQ8::default(); 16 * cols / 32];
-        let reps = 20_000_000 / (16 * cols);
+        let x = data(rows * cols, 3);
+        let mut b = vec![BlockQ8::default(); rows * cols / 32];
+        let reps = 20_000_000 / (rows * cols);
         let mut time = |wide: bool| {
             let t0 = std::time::Instant::now();
             for _ in 0..reps {
@@ -945,7 +946,7 @@ fn quantize_q8_timing() {
             t0.elapsed().as_secs_f64() / reps as f64 * 1e6
         };
         let (a, w, a2, w2) = (time(false), time(true), time(false), time(true));
-        println!("16 x {cols}: avx2 {:.2} us, avx512 {:.2} us", a.min(a2), w.min(w2));
+        println!("{rows} x {cols}: avx2 {:.2} us, avx512 {:.2} us", a.min(a2), w.min(w2));
     }
 }
 
