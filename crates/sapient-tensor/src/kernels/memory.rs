@@ -67,6 +67,95 @@ fn huge_pages_range(start: usize, end: usize) {
     let _ = (start, end);
 }
 
+/// A zeroed slice of `T` in an anonymous mapping of its own (on Linux): 2 MiB-aligned,
+/// committed by the system only as it is written, and asking for 2 MiB pages for later
+/// faults (`MADV_HUGEPAGE`) where [`KernelOptions::huge_pages`](super::KernelOptions::huge_pages)
+/// allows. For a large buffer read as a stream that fills up over time, as a KV cache: with
+/// huge pages it is committed in steps of 2 MiB instead of 4 KiB, and its rows start on
+/// cache lines (an allocator's large blocks sit 16 bytes past a page boundary, which splits
+/// one 32-byte load in two across cache lines). Elsewhere, and when the mapping fails, a
+/// zeroed `Vec`.
+pub struct ZeroedMap<T: bytemuck::Zeroable + Copy> {
+    inner: Mapped<T>,
+}
+
+enum Mapped<T> {
+    Vec(Vec<T>),
+    #[cfg(target_os = "linux")]
+    Map {
+        /// The 2 MiB-aligned start of the slice inside the mapping.
+        ptr: std::ptr::NonNull<T>,
+        len: usize,
+        /// The whole mapping, for `munmap`.
+        base: *mut libc::c_void,
+        bytes: usize,
+    },
+}
+
+// SAFETY: the mapping is owned by the value alone, as a `Vec`'s buffer is.
+unsafe impl<T: bytemuck::Zeroable + Copy + Send> Send for ZeroedMap<T> {}
+// SAFETY: shared access only reads through `&[T]`, as for a `Vec`.
+unsafe impl<T: bytemuck::Zeroable + Copy + Sync> Sync for ZeroedMap<T> {}
+
+impl<T: bytemuck::Zeroable + Copy> ZeroedMap<T> {
+    /// `len` zeroed values.
+    pub fn new(len: usize) -> Self {
+        #[cfg(target_os = "linux")]
+        if let Some(bytes) = len.checked_mul(std::mem::size_of::<T>()).filter(|&b| b >= HUGE_PAGE && std::mem::align_of::<T>() <= HUGE_PAGE) {
+            // Room to start on a 2 MiB boundary.
+            let map = bytes.next_multiple_of(HUGE_PAGE) + HUGE_PAGE;
+            // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+            let base = unsafe { libc::mmap(std::ptr::null_mut(), map, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+            if base != libc::MAP_FAILED {
+                let start = (base as usize).next_multiple_of(HUGE_PAGE);
+                if options().huge_pages {
+                    // SAFETY: advice on pages of this mapping only; contents are unchanged
+                    // (and all zero); a failure changes nothing.
+                    unsafe { libc::madvise(start as *mut libc::c_void, bytes.next_multiple_of(HUGE_PAGE), libc::MADV_HUGEPAGE) };
+                }
+                if let Some(ptr) = std::ptr::NonNull::new(start as *mut T) {
+                    return Self { inner: Mapped::Map { ptr, len, base, bytes: map } };
+                }
+            }
+        }
+        Self { inner: Mapped::Vec(vec![T::zeroed(); len]) }
+    }
+}
+
+impl<T: bytemuck::Zeroable + Copy> std::ops::Deref for ZeroedMap<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.inner {
+            Mapped::Vec(v) => v,
+            // SAFETY: `len` values from `ptr` lie inside the mapping (`new`), which lives as
+            // long as `self`; anonymous memory reads as zeros, a valid `T` (`Zeroable`).
+            #[cfg(target_os = "linux")]
+            Mapped::Map { ptr, len, .. } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), *len) },
+        }
+    }
+}
+
+impl<T: bytemuck::Zeroable + Copy> std::ops::DerefMut for ZeroedMap<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match &mut self.inner {
+            Mapped::Vec(v) => v,
+            // SAFETY: as in `deref`, and `&mut self` makes the access exclusive.
+            #[cfg(target_os = "linux")]
+            Mapped::Map { ptr, len, .. } => unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), *len) },
+        }
+    }
+}
+
+impl<T: bytemuck::Zeroable + Copy> Drop for ZeroedMap<T> {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Mapped::Map { base, bytes, .. } = self.inner {
+            // SAFETY: the mapping made in `new`, unmapped once; no slice of it outlives `self`.
+            unsafe { libc::munmap(base, bytes) };
+        }
+    }
+}
+
 /// How far ahead of the row being multiplied a product prefetches its weight rows, for each
 /// of two prefetch hints: `t0` rows into L1 and `t1` rows into L2 (0 = no such prefetch).
 #[derive(Clone, Copy, Debug, PartialEq)]

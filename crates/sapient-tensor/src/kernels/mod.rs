@@ -58,7 +58,7 @@ pub use attention_q8::{quantize_q8_f16, scores_chunks_q8, values_q8, QueryQ8, Q8
 pub use attention_full::{attention_bf16, attention_f32, has_attention_bf16, has_attention_f32, FULL_HEAD_DIM};
 pub use dense::matmul_f32;
 pub use detect::{has_amx, has_avx2, has_avx512, has_avx512_bf16, has_lanes, has_vnni};
-pub use memory::{huge_pages, huge_pages_for, release_freed};
+pub use memory::{huge_pages, huge_pages_for, release_freed, ZeroedMap};
 pub(crate) use memory::Ahead;
 use memory::prefetch;
 pub use dense_bf16::{has_amx_bf16, DenseMatrix};

@@ -62,7 +62,7 @@ pub struct KernelOptions {
     pub prefetch_l1: usize,
     /// Prefetch distance into L2, in bytes (0: none).
     pub prefetch_l2: usize,
-    /// Back model weights with 2 MiB pages where Linux allows.
+    /// Back model weights and the KV cache with 2 MiB pages where Linux allows.
     pub huge_pages: bool,
     /// From how many activation rows a product leaves the quantized kernels for a dense f32
     /// GEMM on the dequantized weight; `None`: never with AVX-512, 32 rows otherwise.
