@@ -751,6 +751,11 @@ fn runs(tab: &[u32], bs: usize, a: usize, b: usize, mut f: impl FnMut(usize, usi
     }
 }
 
+/// How many of a unit's values (of one KV head) [`attention`] asks into L2 before scoring its
+/// keys: 2048 of 64 f16 components are 256 KiB, a quarter of a Zen 4 core's L2, so those
+/// fetched first are still there when the values are summed.
+const PREFETCH_VALUES: usize = 2048;
+
 /// Causal (and sliding-window) grouped-query attention of every sequence of a batch: the
 /// rows of `seg` at positions `seg.start..seg.start + seg.n` over that sequence's cached
 /// keys and values (its block table in `tabs`). Keys are stored transposed per block
@@ -840,7 +845,15 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, seg
                     &q[i * nh * hd + h * hd..i * nh * hd + (h + 1) * hd]
                 });
                 match layer {
-                    KvLayer::F16 { k: kc, .. } => kernels::scores_chunks(&qv[..nq], kc, bases, bs, scale, &mut s[..nq * ostride], ostride),
+                    KvLayer::F16 { k: kc, v: vc } => {
+                        // The runs of value slots, for every call of the values below; the
+                        // first of them are on their way into L2 while the keys are scored.
+                        vruns.clear();
+                        vruns.reserve(pool_slots / bs.max(1) + 1);
+                        runs(tab, bs, first, last + 1, |sl, _, l| vruns.push((sl, l)));
+                        kernels::prefetch_values(vc, kv_out, g * hd, hd, vruns, PREFETCH_VALUES);
+                        kernels::scores_chunks(&qv[..nq], kc, bases, bs, scale, &mut s[..nq * ostride], ostride)
+                    }
                     KvLayer::Q8 { k: kc, ks, .. } => {
                         for (x, y) in qq.iter_mut().zip(&qv[..nq]) {
                             x.set(y);
@@ -876,9 +889,6 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, seg
                     match layer {
                         KvLayer::F16 { v: vc, .. } => {
                             // All the runs of slots in one call: the sums stay in registers.
-                            vruns.clear();
-                            vruns.reserve(pool_slots / bs.max(1) + 1);
-                            runs(tab, bs, first, last + 1, |sl, _, l| vruns.push((sl, l)));
                             let ws: [&[f32]; kernels::MAX_VALUE_ROWS] = std::array::from_fn(|j| {
                                 let qi = (q0 + j).min(nq - 1);
                                 &s[qi * ostride + first - c0..(qi + 1) * ostride]
