@@ -752,8 +752,8 @@ fn runs(tab: &[u32], bs: usize, a: usize, b: usize, mut f: impl FnMut(usize, usi
 }
 
 /// How many of a unit's values (of one KV head) [`attention`] asks into L2 before scoring its
-/// keys: 2048 of 64 f16 components are 256 KiB, a quarter of a Zen 4 core's L2, so those
-/// fetched first are still there when the values are summed.
+/// keys: 2048 of 64 f16 components are 256 KiB (half that in 8 bits), a quarter of a Zen 4
+/// core's L2, so those fetched first are still there when the values are summed.
 const PREFETCH_VALUES: usize = 2048;
 
 /// Causal (and sliding-window) grouped-query attention of every sequence of a batch: the
@@ -854,7 +854,13 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, seg
                         kernels::prefetch_values(vc, kv_out, g * hd, hd, vruns, PREFETCH_VALUES);
                         kernels::scores_chunks(&qv[..nq], kc, bases, bs, scale, &mut s[..nq * ostride], ostride)
                     }
-                    KvLayer::Q8 { k: kc, ks, .. } => {
+                    KvLayer::Q8 { k: kc, ks, v: vc, vs } => {
+                        // As for f16: the values and their scales on their way into L2.
+                        vruns.clear();
+                        vruns.reserve(pool_slots / bs.max(1) + 1);
+                        runs(tab, bs, first, last + 1, |sl, _, l| vruns.push((sl, l)));
+                        kernels::prefetch_values(vc, kv_out, g * hd, hd, vruns, PREFETCH_VALUES);
+                        kernels::prefetch_values(vs, ngr, g * hd / G, hd / G, vruns, PREFETCH_VALUES);
                         for (x, y) in qq.iter_mut().zip(&qv[..nq]) {
                             x.set(y);
                         }
