@@ -284,3 +284,25 @@ pub fn release_freed() {
         libc::malloc_trim(0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Small buffers (a `Vec`) and large ones (a mapping, 2 MiB-aligned on Linux) read as
+    /// zeros, keep what is written, and have the length asked for.
+    #[test]
+    fn zeroed_map_is_zero_writable_and_aligned() {
+        for len in [10usize, (3 << 20) / 2 + 7] {
+            let mut m = ZeroedMap::<u16>::new(len);
+            assert_eq!(m.len(), len);
+            assert!(m.iter().all(|&x| x == 0), "len {len}");
+            m[0] = 3;
+            m[len - 1] = 7;
+            assert_eq!((m[0], m[1], m[len - 1]), (3, 0, 7));
+            if cfg!(target_os = "linux") && 2 * len >= HUGE_PAGE {
+                assert_eq!(m.as_ptr() as usize % HUGE_PAGE, 0);
+            }
+        }
+    }
+}
