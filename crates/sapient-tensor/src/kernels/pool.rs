@@ -7,8 +7,8 @@
 //! no CPU. One job runs at a time; a caller that finds the pool busy (another thread is
 //! decoding) runs its job on its own thread instead of waiting.
 //!
-//! The number of threads is `SAPIENT_THREADS` if set, otherwise the number of available
-//! cores.
+//! The number of threads is [`super::KernelOptions::threads`] if set (the binaries take it
+//! from `SAPIENT_THREADS`), otherwise the number of available cores.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
