@@ -1,6 +1,7 @@
 //! `cargo xtask bench batch`: many sequences through the engine. For each concurrency, B
 //! requests of `--npp` prompt tokens each generate `--ntg` tokens (greedy, end-of-sequence
-//! ignored): time to first token and aggregate decode tokens/s, beside llama.cpp's
+//! ignored): time to first token and aggregate decode tokens/s (medians of `--reps` runs,
+//! taken in rounds over the concurrencies), beside llama.cpp's
 //! `llama-batched-bench` on the same GGUF with the same shape (`--vs-llamacpp DIR`). Then two
 //! engine behaviours: a request sharing a long system prompt with the one before it (prefix
 //! cache), and many sequences under a KV budget that holds only some of them (preemption),
@@ -27,6 +28,10 @@ pub struct Args {
     /// Directory holding llama.cpp's `llama-batched-bench` (scripts/build-llamacpp.sh).
     #[arg(long)]
     pub vs_llamacpp: Option<PathBuf>,
+    /// Runs of each concurrency, in rounds over every `--npl` value (so a slow stretch of a
+    /// shared machine falls on all of them alike); the medians are reported.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
     /// Skip the prefix-cache and KV-budget runs.
     #[arg(long)]
     pub no_extras: bool,
@@ -142,9 +147,20 @@ pub fn run(a: Args) -> Result<()> {
             Some(dir) => Some(llama_batched(dir, &path, &a)?),
             None => None,
         };
+        let reps = a.reps.max(1);
+        let mut runs: Vec<Vec<Point>> = a.npl.iter().map(|_| Vec::new()).collect();
+        for _ in 0..reps {
+            for (i, &npl) in a.npl.iter().enumerate() {
+                runs[i].push(engine_point(&pipe, npl, &a)?);
+            }
+        }
+        if reps > 1 {
+            println!("  (medians of {reps} runs of each concurrency, in rounds)");
+        }
         let mut single = None;
-        for &npl in &a.npl {
-            let p = engine_point(&pipe, npl, &a)?;
+        for (&npl, ps) in a.npl.iter().zip(&runs) {
+            let of = |f: fn(&Point) -> f64| median(ps.iter().map(f).collect());
+            let p = Point { ttft_median: of(|p| p.ttft_median), ttft_max: of(|p| p.ttft_max), decode_tok_s: of(|p| p.decode_tok_s), total_s: of(|p| p.total_s) };
             let base = *single.get_or_insert(p.decode_tok_s);
             print!(
                 "  B={npl:>2}: decode {:7.1} tok/s aggregate ({:.2}x one sequence) | first token median {:.3}s, last {:.3}s | total {:.2}s",
@@ -157,6 +173,7 @@ pub fn run(a: Args) -> Result<()> {
             let mut entry = serde_json::json!({
                 "preset": preset, "kv_type": a.kv_type.name(), "npl": npl, "npp": a.npp, "ntg": a.ntg, "decode_tok_s": p.decode_tok_s,
                 "ttft_median_s": p.ttft_median, "ttft_max_s": p.ttft_max, "total_s": p.total_s,
+                "reps": reps, "decode_tok_s_runs": ps.iter().map(|p| p.decode_tok_s).collect::<Vec<_>>(),
                 "machine": super::machine(),
             });
             if let Some(row) = lcpp.as_ref().and_then(|r| r.iter().find(|r| r.0 == npl)) {
