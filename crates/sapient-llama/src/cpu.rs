@@ -844,21 +844,18 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, seg
                     let (i, h) = (qrow(qi.min(nq - 1)), h0 + qi.min(nq - 1) % k);
                     &q[i * nh * hd + h * hd..i * nh * hd + (h + 1) * hd]
                 });
+                // The runs of value slots, for every call of the values below; the first of
+                // them are on their way into L2 while the keys are scored.
+                vruns.clear();
+                vruns.reserve(pool_slots / bs.max(1) + 1);
+                runs(tab, bs, first, last + 1, |sl, _, l| vruns.push((sl, l)));
                 match layer {
                     KvLayer::F16 { k: kc, v: vc } => {
-                        // The runs of value slots, for every call of the values below; the
-                        // first of them are on their way into L2 while the keys are scored.
-                        vruns.clear();
-                        vruns.reserve(pool_slots / bs.max(1) + 1);
-                        runs(tab, bs, first, last + 1, |sl, _, l| vruns.push((sl, l)));
                         kernels::prefetch_values(vc, kv_out, g * hd, hd, vruns, PREFETCH_VALUES);
                         kernels::scores_chunks(&qv[..nq], kc, bases, bs, scale, &mut s[..nq * ostride], ostride)
                     }
                     KvLayer::Q8 { k: kc, ks, v: vc, vs } => {
-                        // As for f16: the values and their scales on their way into L2.
-                        vruns.clear();
-                        vruns.reserve(pool_slots / bs.max(1) + 1);
-                        runs(tab, bs, first, last + 1, |sl, _, l| vruns.push((sl, l)));
+                        // The values and their scales.
                         kernels::prefetch_values(vc, kv_out, g * hd, hd, vruns, PREFETCH_VALUES);
                         kernels::prefetch_values(vs, ngr, g * hd / G, hd / G, vruns, PREFETCH_VALUES);
                         for (x, y) in qq.iter_mut().zip(&qv[..nq]) {
@@ -901,13 +898,18 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, seg
                             });
                             kernels::values_f16_runs(&ws[..m], vc, kv_out, g * hd, vruns, &mut ys[..m]);
                         }
-                        KvLayer::Q8 { v: vc, vs, .. } => runs(tab, bs, first, last + 1, |sl, t, l| {
-                            let ws: [&[f32]; kernels::MAX_VALUE_ROWS] = std::array::from_fn(|j| {
-                                let qi = (q0 + j).min(nq - 1);
-                                &s[qi * ostride + t - c0..(qi + 1) * ostride]
-                            });
-                            kernels::values_q8(&ws[..m], vc, vs, kv_out, ngr, g * hd, g * hd / G, sl, sl + l, &mut ys[..m]);
-                        }),
+                        KvLayer::Q8 { v: vc, vs, .. } => {
+                            // One call a run; `t` is the run's first position.
+                            let mut t = first;
+                            for &(sl, l) in vruns.iter() {
+                                let ws: [&[f32]; kernels::MAX_VALUE_ROWS] = std::array::from_fn(|j| {
+                                    let qi = (q0 + j).min(nq - 1);
+                                    &s[qi * ostride + t - c0..(qi + 1) * ostride]
+                                });
+                                kernels::values_q8(&ws[..m], vc, vs, kv_out, ngr, g * hd, g * hd / G, sl, sl + l, &mut ys[..m]);
+                                t += l;
+                            }
+                        }
                     }
                 }
             }

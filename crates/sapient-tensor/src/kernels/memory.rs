@@ -24,7 +24,7 @@ pub fn huge_pages_for(mats: &[&QMatrix]) {
         }
     }
     for (a, b) in merged {
-        huge_pages_range(a, b);
+        huge_pages_range(a, b, true);
     }
 }
 
@@ -34,7 +34,7 @@ const HUGE_PAGE: usize = 2 << 20;
 /// public for the bandwidth probe of `cargo xtask bench`, which reads memory backed as the
 /// weights are.
 pub fn huge_pages(b: &[u8]) {
-    huge_pages_range(b.as_ptr() as usize, b.as_ptr() as usize + b.len())
+    huge_pages_range(b.as_ptr() as usize, b.as_ptr() as usize + b.len(), true)
 }
 
 /// Ask Linux to back the whole 2 MiB pages of addresses `start..end` (weights in anonymous
@@ -44,7 +44,9 @@ pub fn huge_pages(b: &[u8]) {
 /// page boundary. On the 2-core Intel VM a Q8_0 [48640, 896] product from memory went from
 /// 1.9-2.2 ms to 1.66-1.70 ms. Contents are unchanged; where it fails (old kernels, THP
 /// disabled, other systems) the pages stay as they were. [`KernelOptions::huge_pages`](super::KernelOptions::huge_pages).
-fn huge_pages_range(start: usize, end: usize) {
+/// Without `collapse`, only the advice for later faults: memory not yet written stays
+/// uncommitted ([`ZeroedMap`]).
+fn huge_pages_range(start: usize, end: usize, collapse: bool) {
     #[cfg(target_os = "linux")]
     {
         if !options().huge_pages {
@@ -60,11 +62,13 @@ fn huge_pages_range(start: usize, end: usize) {
         unsafe {
             let p = a as *mut libc::c_void;
             libc::madvise(p, b - a, libc::MADV_HUGEPAGE);
-            libc::madvise(p, b - a, libc::MADV_COLLAPSE);
+            if collapse {
+                libc::madvise(p, b - a, libc::MADV_COLLAPSE);
+            }
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = (start, end);
+    let _ = (start, end, collapse);
 }
 
 /// A zeroed slice of `T` in an anonymous mapping of its own (on Linux): 2 MiB-aligned,
@@ -108,11 +112,9 @@ impl<T: bytemuck::Zeroable + Copy> ZeroedMap<T> {
             let base = unsafe { libc::mmap(std::ptr::null_mut(), map, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
             if base != libc::MAP_FAILED {
                 let start = (base as usize).next_multiple_of(HUGE_PAGE);
-                if options().huge_pages {
-                    // SAFETY: advice on pages of this mapping only; contents are unchanged
-                    // (and all zero); a failure changes nothing.
-                    unsafe { libc::madvise(start as *mut libc::c_void, bytes.next_multiple_of(HUGE_PAGE), libc::MADV_HUGEPAGE) };
-                }
+                // Advice on pages of this mapping only (it reaches `start + bytes` rounded up
+                // to a huge page); nothing is committed until written.
+                huge_pages_range(start, start + bytes.next_multiple_of(HUGE_PAGE), false);
                 if let Some(ptr) = std::ptr::NonNull::new(start as *mut T) {
                     return Self { inner: Mapped::Map { ptr, len, base, bytes: map } };
                 }
