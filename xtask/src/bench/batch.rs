@@ -1,7 +1,8 @@
 //! `cargo xtask bench batch`: many sequences through the engine. For each concurrency, B
 //! requests of `--npp` prompt tokens each generate `--ntg` tokens (greedy, end-of-sequence
 //! ignored): time to first token and aggregate decode tokens/s (medians of `--reps` runs,
-//! taken in rounds over the concurrencies), beside llama.cpp's
+//! taken in rounds over the concurrencies; the ratio to the first concurrency also as the
+//! median of the rounds' own ratios), beside llama.cpp's
 //! `llama-batched-bench` on the same GGUF with the same shape (`--vs-llamacpp DIR`). Then two
 //! engine behaviours: a request sharing a long system prompt with the one before it (prefix
 //! cache), and many sequences under a KV budget that holds only some of them (preemption),
@@ -162,10 +163,15 @@ pub fn run(a: Args) -> Result<()> {
             let of = |f: fn(&Point) -> f64| median(ps.iter().map(f).collect());
             let p = Point { ttft_median: of(|p| p.ttft_median), ttft_max: of(|p| p.ttft_max), decode_tok_s: of(|p| p.decode_tok_s), total_s: of(|p| p.total_s) };
             let base = *single.get_or_insert(p.decode_tok_s);
+            // The same ratio taken round by round (each run against the first concurrency's
+            // run of the same round, minutes apart at most), then the median: a slow stretch
+            // of the machine then moves both sides of a ratio alike.
+            let paired = median(ps.iter().zip(&runs[0]).map(|(p, b)| p.decode_tok_s / b.decode_tok_s.max(1e-9)).collect());
             print!(
-                "  B={npl:>2}: decode {:7.1} tok/s aggregate ({:.2}x one sequence) | first token median {:.3}s, last {:.3}s | total {:.2}s",
+                "  B={npl:>2}: decode {:7.1} tok/s aggregate ({:.2}x one sequence; {:.2}x paired by round) | first token median {:.3}s, last {:.3}s | total {:.2}s",
                 p.decode_tok_s,
                 p.decode_tok_s / base.max(1e-9),
+                paired,
                 p.ttft_median,
                 p.ttft_max,
                 p.total_s
@@ -173,7 +179,7 @@ pub fn run(a: Args) -> Result<()> {
             let mut entry = serde_json::json!({
                 "preset": preset, "kv_type": a.kv_type.name(), "npl": npl, "npp": a.npp, "ntg": a.ntg, "decode_tok_s": p.decode_tok_s,
                 "ttft_median_s": p.ttft_median, "ttft_max_s": p.ttft_max, "total_s": p.total_s,
-                "reps": reps, "decode_tok_s_runs": ps.iter().map(|p| p.decode_tok_s).collect::<Vec<_>>(),
+                "reps": reps, "decode_tok_s_runs": ps.iter().map(|p| p.decode_tok_s).collect::<Vec<_>>(), "vs_first_paired": paired,
                 "machine": super::machine(),
             });
             if let Some(row) = lcpp.as_ref().and_then(|r| r.iter().find(|r| r.0 == npl)) {
