@@ -159,6 +159,11 @@ pub fn run(a: Args) -> Result<()> {
             println!("  (medians of {reps} runs of each concurrency, in rounds)");
         }
         let mut single = None;
+        // The ratios are to the first concurrency measured (one sequence by default).
+        let against = match a.npl.first() {
+            Some(1) | None => "one sequence".to_string(),
+            Some(n) => format!("B={n}"),
+        };
         for (&npl, ps) in a.npl.iter().zip(&runs) {
             let of = |f: fn(&Point) -> f64| median(ps.iter().map(f).collect());
             let p = Point { ttft_median: of(|p| p.ttft_median), ttft_max: of(|p| p.ttft_max), decode_tok_s: of(|p| p.decode_tok_s), total_s: of(|p| p.total_s) };
@@ -168,7 +173,7 @@ pub fn run(a: Args) -> Result<()> {
             // of the machine then moves both sides of a ratio alike.
             let paired = median(ps.iter().zip(&runs[0]).map(|(p, b)| p.decode_tok_s / b.decode_tok_s.max(1e-9)).collect());
             print!(
-                "  B={npl:>2}: decode {:7.1} tok/s aggregate ({:.2}x one sequence; {:.2}x paired by round) | first token median {:.3}s, last {:.3}s | total {:.2}s",
+                "  B={npl:>2}: decode {:7.1} tok/s aggregate ({:.2}x {against}; {:.2}x paired by round) | first token median {:.3}s, last {:.3}s | total {:.2}s",
                 p.decode_tok_s,
                 p.decode_tok_s / base.max(1e-9),
                 paired,
