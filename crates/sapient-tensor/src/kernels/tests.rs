@@ -950,6 +950,24 @@ fn quantize_q8_timing() {
     }
 }
 
+/// The clock of the timing tests, in seconds: with `CPU_TIME` set, the kernels on one
+/// thread and this thread's CPU time (which a busy machine disturbs less); else the
+/// monotonic clock.
+#[cfg(target_arch = "x86_64")]
+fn timing_clock() -> impl Fn() -> f64 {
+    let cpu_time = std::env::var_os("CPU_TIME").is_some();
+    if cpu_time {
+        configure(KernelOptions { threads: Some(1), ..KernelOptions::default() }).expect("the first configuration");
+    }
+    let clock = if cpu_time { libc::CLOCK_THREAD_CPUTIME_ID } else { libc::CLOCK_MONOTONIC };
+    move || {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a plain system call writing the timespec it is given.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    }
+}
+
 /// Q4_K and Q6_K products of a 896x4864 matrix (Qwen2.5-0.5B's ffn_down) in GGML's layout on
 /// the row-at-a-time AVX-512 kernels and packed on the sixteen-rows ones (`cargo test
 /// --release -p sapient-tensor --lib k_lane_timing -- --ignored --nocapture`; `MS=1,4`;
@@ -958,21 +976,7 @@ fn quantize_q8_timing() {
 #[test]
 #[ignore]
 fn k_lane_timing() {
-    let cpu_time = std::env::var_os("CPU_TIME").is_some();
-    if cpu_time {
-        configure(KernelOptions { threads: Some(1), ..KernelOptions::default() }).expect("the first configuration");
-    }
-    let now = || {
-        if cpu_time {
-            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-            // SAFETY: a plain system call writing the timespec it is given.
-            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-            ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-        } else {
-            std::time::Instant::now().duration_since(*START.get_or_init(std::time::Instant::now)).as_secs_f64()
-        }
-    };
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let now = timing_clock();
     for t in [QType::Q4K, QType::Q6K] {
         let (rows, cols) = (896, 4864);
         let (w, _) = quantized(t, rows, cols, 1);
@@ -1116,23 +1120,12 @@ fn batched_activation_layouts_match_single_rows() {
 /// v, o, gate, up, down at width 576, a Q8_0 49152x576 output layer), packed as a loader
 /// packs them, for 1, 4 and 16 activation rows on the kernel pool (`cargo test --release -p
 /// sapient-tensor --lib smol_step_timing -- --ignored --nocapture`; `MS=1,4`, `ROUNDS=n`;
-/// best of the rounds, the row counts alternating).
+/// `CPU_TIME=1` as for [`timing_clock`]; best of the rounds, the row counts alternating).
 #[cfg(target_arch = "x86_64")]
 #[test]
 #[ignore]
 fn smol_step_timing() {
-    // `CPU_TIME=1`: one thread, timed by its CPU time (a busy machine disturbs it less).
-    let cpu_time = std::env::var_os("CPU_TIME").is_some();
-    if cpu_time {
-        configure(KernelOptions { threads: Some(1), ..KernelOptions::default() }).expect("the first configuration");
-    }
-    let now = || {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        let clock = if cpu_time { libc::CLOCK_THREAD_CPUTIME_ID } else { libc::CLOCK_MONOTONIC };
-        // SAFETY: a plain system call writing the timespec it is given.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-    };
+    let now = timing_clock();
     let (d, ff, kv, vocab, layers) = (576usize, 1536usize, 192usize, 49152usize, 30usize);
     let shapes = [(d, d), (kv, d), (kv, d), (d, d), (ff, d), (ff, d), (d, ff)];
     let one: Vec<(QMatrix, usize, usize)> = shapes.iter().enumerate().map(|(i, &(r, c))| (quantized(QType::Q4_1, r, c, i as u64 + 1).0, r, c)).collect();
