@@ -3,12 +3,7 @@
 
 use crate::dfa::DfaTable;
 use crate::error::GrammarError;
-
-/// Most integer digits of a ranged decimal number.
-pub(crate) const MAX_INT_DIGITS: u32 = 15;
-/// Most fraction digits a number may have ([`JsonOptions::max_fraction_digits`] is capped
-/// here).
-pub(crate) const MAX_FRAC_DIGITS: u32 = 12;
+use crate::number::{IntRange, NumRange};
 
 pub(crate) type NodeId = u32;
 
@@ -16,10 +11,10 @@ pub(crate) type NodeId = u32;
 pub(crate) enum Node {
     Bytes(Box<[u8]>),
     Dfa(u32),
-    Int { lo: i64, hi: i64 },
-    /// A decimal number in a range; `max_frac`: most fraction digits (a fraction never ends
-    /// in 0, and there is no `-0`).
-    Float { lo: f64, hi: f64, lo_excl: bool, hi_excl: bool, max_frac: u32 },
+    /// An integer in a range (crate::number).
+    Int(IntRange),
+    /// A JSON number in a range, as JSON writes it (crate::number).
+    Num(NumRange),
     Seq(Box<[NodeId]>),
     Choice(Box<[NodeId]>),
     Repeat { item: NodeId, sep: Option<NodeId>, min: u32, max: u32 },
@@ -40,15 +35,17 @@ pub enum JsonLayout {
     Flexible { max_whitespace: usize },
 }
 
-/// Options for JSON (free-form and schema): the layout between tokens and the form numbers
-/// take. The default is canonical: [`JsonLayout::Compact`], numbers with at most 6 fraction
-/// digits, no trailing zeros in a fraction, no `-0` and no exponent.
+/// Options for JSON (free-form and schema). The default is [`JsonLayout::Compact`] (no
+/// whitespace between tokens: that changes no value). Numbers are always allowed in every
+/// form JSON has (RFC 8259: `2.0`, `19.90`, `-0.0`, `1e-7`), so the model writes its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JsonOptions {
     pub layout: JsonLayout,
-    /// Most digits after the decimal point (1 to 12). A fraction never ends in `0`
-    /// (`2.5`, not `2.50`), and `-0` (`-0.0`, ...) is never generated.
-    pub max_fraction_digits: u32,
+    /// OpenAI's strict mode: an object schema that lists `properties` and says nothing of
+    /// `additionalProperties` allows no other property (JSON Schema's own default allows
+    /// any). An object schema that lists none (`{"type": "object"}`) stays any object.
+    /// Off by default.
+    pub strict: bool,
     /// How many levels deep a recursive `$ref` may nest (at least 1; 5 by default). A
     /// schema's `$ref` inside its own expansion is unrolled up to this many levels; at the
     /// last level the branches that would nest it again (an optional property, an array
@@ -69,7 +66,7 @@ pub const MAX_STACK_DEPTH: u32 = 1 << 16;
 
 impl Default for JsonOptions {
     fn default() -> Self {
-        Self { layout: JsonLayout::Compact, max_fraction_digits: 6, max_ref_depth: 5, max_stack_depth: 2048 }
+        Self { layout: JsonLayout::Compact, strict: false, max_ref_depth: 5, max_stack_depth: 2048 }
     }
 }
 
@@ -82,23 +79,19 @@ impl JsonOptions {
     pub fn spaced() -> Self {
         Self { layout: JsonLayout::Spaced, ..Self::default() }
     }
-    /// Flexible whitespace, at most `max_whitespace` characters per gap; numbers may then
-    /// also take an exponent (`1e-3`).
+    /// Flexible whitespace, at most `max_whitespace` characters per gap.
     pub fn flexible(max_whitespace: usize) -> Self {
         Self { layout: JsonLayout::Flexible { max_whitespace }, ..Self::default() }
     }
-    pub(crate) fn frac_digits(&self) -> u32 {
-        self.max_fraction_digits.clamp(1, MAX_FRAC_DIGITS)
-    }
-    /// The regex of an unbounded JSON number under these options.
-    pub(crate) fn number_regex(&self) -> String {
-        let f = self.frac_digits();
-        let frac = if f == 1 { r"\.[1-9]".to_string() } else { format!(r"\.[0-9]{{0,{}}}[1-9]", f - 1) };
-        let exp = if matches!(self.layout, JsonLayout::Flexible { .. }) { r"(?:[eE][+-]?[1-9][0-9]?)?" } else { "" };
-        // No `-0`: a negative number has a non-zero digit somewhere.
-        format!(r"(?:(?:0|[1-9][0-9]{{0,15}})(?:{frac})?|-(?:[1-9][0-9]{{0,15}}(?:{frac})?|0{frac})){exp}")
+    /// [`JsonOptions::strict`] set.
+    pub fn strict(self) -> Self {
+        Self { strict: true, ..self }
     }
 }
+
+/// Any JSON number (RFC 8259) that a double holds without overflow or underflow: at most
+/// 200 digits either side of the point and a two-digit exponent.
+pub(crate) const JSON_NUMBER: &str = r"-?(?:0|[1-9][0-9]{0,199})(?:\.[0-9]{1,200})?(?:[eE][+-]?[0-9]{1,2})?";
 
 /// Builds the node arena (used by `Grammar::new` and the JSON Schema compiler).
 pub(crate) struct Builder {
@@ -150,6 +143,21 @@ impl Builder {
         self.dfa_ids.insert((pattern.to_string(), json_safe), id);
         Ok(id)
     }
+    /// A regex's automaton, not added to the grammar (to be combined with others first).
+    pub fn dfa_of(&mut self, pattern: &str, json_safe: bool) -> Result<DfaTable, GrammarError> {
+        if let Some(&id) = self.dfa_ids.get(&(pattern.to_string(), json_safe)) {
+            if let Node::Dfa(d) = self.nodes[id as usize] {
+                return Ok(self.dfas[d as usize].clone());
+            }
+        }
+        let forbid = |b: u8| json_safe && (b == b'"' || b == b'\\' || b < 0x20);
+        DfaTable::new(pattern, &forbid)
+    }
+    /// An automaton made by [`Builder::dfa_of`] and combined, as a lexeme.
+    pub fn add_dfa(&mut self, t: DfaTable) -> NodeId {
+        self.dfas.push(t);
+        self.add(Node::Dfa((self.dfas.len() - 1) as u32))
+    }
     /// Text up to and including the first `stop` (`until`), or any text without `stop`.
     pub fn stop_string(&mut self, stop: &str, until: bool) -> Result<NodeId, GrammarError> {
         let key = (format!("{}{stop}", if until { "until:" } else { "without:" }), true);
@@ -161,34 +169,26 @@ impl Builder {
         self.dfa_ids.insert(key, id);
         Ok(id)
     }
-    pub fn int(&mut self, lo: i64, hi: i64) -> Result<NodeId, GrammarError> {
+    /// An integer in `[lo, hi]`; `zero_frac`: also written with a fraction of zeros (`4.0`).
+    pub fn int(&mut self, lo: i64, hi: i64, zero_frac: bool) -> Result<NodeId, GrammarError> {
         if lo > hi {
             return Err(GrammarError::Unsatisfiable(format!("integer range [{lo}, {hi}] is empty")));
         }
-        Ok(self.add(Node::Int { lo, hi }))
+        Ok(self.add(Node::Int(IntRange { lo, hi, zero_frac })))
     }
-    pub fn float(&mut self, lo: f64, hi: f64, lo_excl: bool, hi_excl: bool) -> Result<NodeId, GrammarError> {
-        if lo.is_nan() || hi.is_nan() || lo > hi || (lo == hi && (lo_excl || hi_excl)) {
+    /// A JSON number in a range (infinite ends are open).
+    pub fn num(&mut self, lo: f64, hi: f64, lo_excl: bool, hi_excl: bool) -> Result<NodeId, GrammarError> {
+        if lo.is_nan() || hi.is_nan() {
+            return Err(GrammarError::Unsatisfiable("a number range with NaN".into()));
+        }
+        if lo.is_infinite() && hi.is_infinite() && lo < hi {
+            return self.json_number();
+        }
+        let r = NumRange::new(lo, lo_excl, hi, hi_excl);
+        if r.is_empty() {
             return Err(GrammarError::Unsatisfiable(format!("number range {lo}..{hi} is empty")));
         }
-        // The decimal form has at most 15 integer and `max_frac` fractional digits: check
-        // that some such number is in range (the smallest multiple of 10^-max_frac above
-        // the low bound).
-        let max_frac = self.json.frac_digits();
-        if lo.is_finite() {
-            let scale = 10f64.powi(max_frac as i32);
-            let mut c = (lo * scale).ceil();
-            if lo_excl && c / scale <= lo {
-                c += 1.0;
-            }
-            let x = c / scale;
-            if !(x < hi || (x == hi && !hi_excl)) || x.abs() >= 10f64.powi(MAX_INT_DIGITS as i32) {
-                return Err(GrammarError::Unsatisfiable(format!("no decimal number in range {lo}..{hi}")));
-            }
-        } else if hi.is_finite() && hi.abs() >= 10f64.powi(MAX_INT_DIGITS as i32) && hi < 0.0 {
-            return Err(GrammarError::Unsatisfiable(format!("no decimal number in range {lo}..{hi}")));
-        }
-        Ok(self.add(Node::Float { lo, hi, lo_excl, hi_excl, max_frac }))
+        Ok(self.add(Node::Num(r)))
     }
     /// Whitespace allowed in any gap between JSON tokens (only with a flexible layout).
     pub fn ws(&mut self) -> Result<Option<NodeId>, GrammarError> {
@@ -223,10 +223,9 @@ impl Builder {
         let colon = self.lit(":");
         Ok(self.seq_ws(&[Some(key), ws, Some(colon), after, Some(value)]))
     }
-    /// An unbounded JSON number under the options' number policy.
+    /// Any JSON number.
     pub fn json_number(&mut self) -> Result<NodeId, GrammarError> {
-        let r = self.json.number_regex();
-        self.regex(&r, false)
+        self.regex(JSON_NUMBER, false)
     }
     /// This JSON value exactly (`const`, `enum`), laid out like generated JSON.
     pub fn json_const(&mut self, v: &serde_json::Value) -> Result<NodeId, GrammarError> {

@@ -124,7 +124,13 @@ impl DfaTable {
                 trans[base + b as usize] = next;
             }
         }
-        let n = order.len();
+        Self::finish(trans, accepting, pattern)
+    }
+
+    /// Drop the states that cannot reach an accepting one (so "not dead" means "can still
+    /// complete"); `what` names the language in the error when nothing is left.
+    fn finish(mut trans: Vec<u32>, accepting: Vec<bool>, what: &str) -> Result<Self, GrammarError> {
+        let n = accepting.len();
         // Live = can reach an accepting state: backwards search from the accepting ones.
         let mut rev: Vec<Vec<u32>> = vec![Vec::new(); n];
         for s in 0..n {
@@ -145,7 +151,7 @@ impl DfaTable {
             }
         }
         if !live[0] {
-            return Err(GrammarError::Unsatisfiable(format!("regex {pattern:?} matches no string")));
+            return Err(GrammarError::Unsatisfiable(format!("regex {what:?} matches no string")));
         }
         for t in trans.iter_mut() {
             if *t != DEAD && !live[*t as usize] {
@@ -154,6 +160,49 @@ impl DfaTable {
         }
         let can_consume = (0..n).map(|s| trans[s * 256..s * 256 + 256].iter().any(|&t| t != DEAD)).collect();
         Ok(Self { trans, accepting, can_consume, start: 0 })
+    }
+
+    /// The strings of `self` that are also in `other` (`keep_other`), or that are not
+    /// (`!keep_other`), as one table of at most `max_states` states. `what` names the result
+    /// in errors.
+    pub(crate) fn product(&self, other: &DfaTable, keep_other: bool, max_states: usize, what: &str) -> Result<Self, GrammarError> {
+        let mut ids: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut order = vec![(self.start, other.start)];
+        ids.insert((self.start, other.start), 0);
+        let (mut trans, mut accepting) = (Vec::new(), Vec::new());
+        let mut i = 0;
+        while i < order.len() {
+            let (a, b) = order[i];
+            i += 1;
+            let b_acc = b != DEAD && other.accepting[b as usize];
+            accepting.push(self.accepting[a as usize] && b_acc == keep_other);
+            let base = trans.len();
+            trans.resize(base + 256, DEAD);
+            for byte in 0..=255u8 {
+                let na = self.next(a, byte);
+                if na == DEAD {
+                    continue;
+                }
+                let nb = if b == DEAD { DEAD } else { other.next(b, byte) };
+                if nb == DEAD && keep_other {
+                    continue;
+                }
+                let next = match ids.get(&(na, nb)) {
+                    Some(&n) => n,
+                    None => {
+                        if order.len() >= max_states {
+                            return Err(GrammarError::RegexTooLarge { pattern: what.to_string(), states: max_states });
+                        }
+                        let n = order.len() as u32;
+                        ids.insert((na, nb), n);
+                        order.push((na, nb));
+                        n
+                    }
+                };
+                trans[base + byte as usize] = next;
+            }
+        }
+        Self::finish(trans, accepting, what)
     }
 
     /// Text over any bytes around `stop` (KMP automaton; state k = the last k bytes read

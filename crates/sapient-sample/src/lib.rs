@@ -50,6 +50,7 @@ mod vocab;
 mod constraint;
 mod matcher;
 mod builder;
+mod number;
 mod schema;
 mod grammar;
 mod validate;

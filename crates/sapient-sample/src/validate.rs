@@ -150,6 +150,41 @@ impl Cx<'_> {
                 return Err(bad(path, format!("{v} matches {n} branches of oneOf, not exactly one")));
             }
         }
+        // Does `v` satisfy `sub`? (Invalid is an answer, a schema error is not.)
+        let holds = |sub: &Value, sp: &str| -> Result<bool, Fail> {
+            match self.check(sub, v, path, sp, depth + 1) {
+                Ok(()) => Ok(true),
+                Err(Fail::Invalid(_)) => Ok(false),
+                Err(e) => Err(e),
+            }
+        };
+        if let Some(n) = o.get("not") {
+            if holds(n, &format!("{spath}/not"))? {
+                return Err(bad(path, format!("{v} satisfies the schema under not")));
+            }
+        }
+        if let Some(cond) = o.get("if") {
+            let (branch, key) = if holds(cond, &format!("{spath}/if"))? { (o.get("then"), "then") } else { (o.get("else"), "else") };
+            if let Some(b) = branch {
+                self.check(b, v, path, &format!("{spath}/{key}"), depth + 1)?;
+            }
+        }
+        if let Value::Object(m) = v {
+            for key in ["dependentRequired", "dependentSchemas", "dependencies"] {
+                let Some(deps) = o.get(key) else { continue };
+                let deps = deps.as_object().ok_or_else(|| schema_err(spath, format!("{key} must be an object")))?;
+                for (name, dep) in deps.iter().filter(|(name, _)| m.contains_key(name.as_str())) {
+                    match dep {
+                        Value::Array(names) => {
+                            if let Some(missing) = names.iter().filter_map(|n| n.as_str()).find(|n| !m.contains_key(*n)) {
+                                return Err(bad(path, format!("{name:?} is present, so {missing:?} is required")));
+                            }
+                        }
+                        _ => self.check(dep, v, path, &format!("{spath}/{key}/{name}"), depth + 1)?,
+                    }
+                }
+            }
+        }
         if let Some(list) = o.get("allOf") {
             let list = list.as_array().ok_or_else(|| schema_err(spath, "allOf must be an array"))?;
             for (i, sub) in list.iter().enumerate() {
@@ -210,14 +245,17 @@ impl Cx<'_> {
         }
         if let Some(p) = o.get("pattern") {
             let p = p.as_str().ok_or_else(|| schema_err(spath, "pattern must be a string"))?;
-            if !regex_cached(&crate::schema::ecma_to_rust(p))?.is_match(st) {
+            if !regex_cached(&crate::schema::ecma_to_rust(p).map_err(|e| match e {
+                GrammarError::UnsupportedSchema { keyword, .. } => GrammarError::UnsupportedSchema { path: spath.to_string(), keyword },
+                e => e,
+            })?)?
+            .is_match(st)
+            {
                 return Err(bad(path, format!("{st:?} does not match the pattern {p:?}")));
             }
         }
-        if let Some(f) = o.get("format").and_then(|f| f.as_str()) {
-            let re = crate::schema::format_regex(f).ok_or_else(|| {
-                Fail::Schema(GrammarError::UnsupportedSchema { path: spath.to_string(), keyword: format!("format {f:?}") })
-            })?;
+        // An unknown format is an annotation.
+        if let Some((f, re)) = o.get("format").and_then(|f| f.as_str()).and_then(|f| Some((f, crate::schema::format_regex(f)?))) {
             if !regex_cached(&format!("^(?:{re})$"))?.is_match(st) {
                 return Err(bad(path, format!("{st:?} is not a valid {f}")));
             }
@@ -279,10 +317,32 @@ impl Cx<'_> {
             }
             Some(_) => return Err(schema_err(spath, "required must be an array")),
         }
+        let patterns: Vec<(regex::Regex, &Value, &String)> = match o.get("patternProperties") {
+            None => vec![],
+            Some(Value::Object(pp)) => pp
+                .iter()
+                .map(|(p, sub)| {
+                    let re = crate::schema::ecma_to_rust(p)?;
+                    Ok((regex_cached(&re)?, sub, p))
+                })
+                .collect::<Result<_, GrammarError>>()?,
+            Some(_) => return Err(schema_err(spath, "patternProperties must be an object")),
+        };
         for (k, x) in m {
             let p = format!("{path}/{}", k.replace('~', "~0").replace('/', "~1"));
+            if let Some(pn) = o.get("propertyNames") {
+                self.check(pn, &Value::String(k.clone()), &p, &format!("{spath}/propertyNames"), depth + 1)?;
+            }
+            let mut matched = false;
+            for (re, sub, pat) in &patterns {
+                if re.is_match(k) {
+                    matched = true;
+                    self.check(sub, x, &p, &format!("{spath}/patternProperties/{pat}"), depth + 1)?;
+                }
+            }
             match props.and_then(|ps| ps.get(k)) {
                 Some(sub) => self.check(sub, x, &p, &format!("{spath}/properties/{k}"), depth + 1)?,
+                None if matched => {}
                 None => match o.get("additionalProperties") {
                     None => {}
                     Some(ap) => self.check(ap, x, &p, &format!("{spath}/additionalProperties"), depth + 1).map_err(|e| match e {
@@ -297,7 +357,7 @@ impl Cx<'_> {
 }
 
 /// JSON equality with numbers compared by value (`1` equals `1.0`, as JSON Schema says).
-fn json_eq(a: &Value, b: &Value) -> bool {
+pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
             (Some(p), Some(q), _, _) => p == q,
@@ -362,7 +422,8 @@ mod tests {
         ] {
             assert!(!ok(&s, v.clone()), "{v}");
         }
-        assert!(validate(&json!({"not": {}}), &json!(1)).is_err());
+        assert!(matches!(validate(&json!({"not": {}}), &json!(1)), Ok(Err(_))));
+        assert!(validate(&json!({"contains": {}}), &json!([1])).is_err());
         assert!(validate(&json!({"$ref": "#/nowhere"}), &json!(1)).is_err());
     }
 }

@@ -1,0 +1,234 @@
+//! `allOf` and sibling keywords merged into one schema.
+
+use super::*;
+
+/// `sub` with the keywords of `parent` (other than `key`) added where `sub` lacks them.
+pub(super) fn merge_siblings(parent: &serde_json::Map<String, Value>, sub: &Value, key: &str) -> Value {
+    let Value::Object(sub_obj) = sub else { return sub.clone() };
+    if sub_obj.contains_key("$ref") {
+        return sub.clone();
+    }
+    let mut m = sub_obj.clone();
+    for (k, v) in parent {
+        if k != key && !m.contains_key(k) && !is_annotation(k) {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(m)
+}
+
+/// `allOf` folded into one schema: the parent's other keywords and every branch (a
+/// branch's `$ref` resolved) merged. Properties present in several branches become an
+/// `allOf` of their schemas; `required` lists are joined; bounds take the tighter value;
+/// any other keyword given different values in two branches is refused.
+pub(super) fn merge_all_of(root: &Value, parent: &serde_json::Map<String, Value>, all: &Value, path: &str) -> Result<Value, GrammarError> {
+    let list = all.as_array().ok_or_else(|| invalid(path, "allOf must be an array"))?;
+    if list.is_empty() {
+        return Err(invalid(path, "allOf must not be empty"));
+    }
+    let mut acc: serde_json::Map<String, Value> =
+        parent.iter().filter(|(k, _)| k.as_str() != "allOf").map(|(k, v)| (k.clone(), v.clone())).collect();
+    for (i, sub) in list.iter().enumerate() {
+        let mut sub = sub.clone();
+        // Follow $refs (a chain of them; a cycle is refused).
+        for _ in 0..32 {
+            let Some(r) = sub.get("$ref").and_then(|r| r.as_str()).map(str::to_string) else { break };
+            let target = resolve(root, &r).ok_or_else(|| GrammarError::UnresolvedRef(r.clone()))?.clone();
+            let mut m = match target {
+                Value::Object(m) => m,
+                Value::Bool(true) => serde_json::Map::new(),
+                _ => return Err(GrammarError::Unsatisfiable(format!("schema `false` in allOf at {path}"))),
+            };
+            if let Value::Object(o) = &sub {
+                for (k, v) in o {
+                    if k != "$ref" {
+                        m.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            sub = Value::Object(m);
+        }
+        let sub = match sub {
+            Value::Bool(true) => continue,
+            Value::Bool(false) => return Err(GrammarError::Unsatisfiable(format!("schema `false` in allOf at {path}/{i}"))),
+            Value::Object(m) => m,
+            _ => return Err(invalid(&format!("{path}/{i}"), "a schema must be an object or a boolean")),
+        };
+        if sub.contains_key("$ref") {
+            return Err(GrammarError::UnsupportedSchema { path: format!("{path}/{i}"), keyword: "allOf of recursive $refs".into() });
+        }
+        // not, if/then/else and dependencies as the allOf they mean.
+        let sub = match super::rewrite::expand(root, &sub, &format!("{path}/{i}"))? {
+            Some(Value::Object(m)) => m,
+            _ => sub,
+        };
+        let sub = if let Some(inner) = sub.get("allOf") { merge_all_of(root, &sub, &inner.clone(), &format!("{path}/{i}"))? } else { Value::Object(sub) };
+        let Value::Object(sub) = sub else { continue };
+        // `additionalProperties` of one side applies to the other side's properties.
+        let props_of = |m: &serde_json::Map<String, Value>| m.get("properties").and_then(|p| p.as_object()).cloned().unwrap_or_default();
+        let (pa, pb) = (props_of(&acc), props_of(&sub));
+        let (aa, ab) = (acc.get("additionalProperties").cloned(), sub.get("additionalProperties").cloned());
+        let mut props = serde_json::Map::new();
+        let mut dropped = Vec::new();
+        for (name, s1) in pa.iter() {
+            let e = match (pb.get(name), &ab) {
+                (Some(s2), _) if s2 != s1 => serde_json::json!({"allOf": [s1, s2]}),
+                (Some(_), _) | (None, None) | (None, Some(Value::Bool(true))) => s1.clone(),
+                (None, Some(Value::Bool(false))) => {
+                    dropped.push(name.clone());
+                    continue;
+                }
+                (None, Some(extra)) => serde_json::json!({"allOf": [s1, extra]}),
+            };
+            props.insert(name.clone(), e);
+        }
+        for (name, s2) in pb.iter() {
+            if pa.contains_key(name) {
+                continue;
+            }
+            let e = match &aa {
+                None | Some(Value::Bool(true)) => s2.clone(),
+                Some(Value::Bool(false)) => {
+                    dropped.push(name.clone());
+                    continue;
+                }
+                Some(extra) => serde_json::json!({"allOf": [extra, s2]}),
+            };
+            props.insert(name.clone(), e);
+        }
+        let addl = match (aa, ab) {
+            (None, x) | (x, None) => x,
+            (Some(Value::Bool(false)), _) | (_, Some(Value::Bool(false))) => Some(Value::Bool(false)),
+            (Some(Value::Bool(true)), x) | (x, Some(Value::Bool(true))) => x,
+            (Some(x), Some(y)) => Some(serde_json::json!({"allOf": [x, y]})),
+        };
+        for (k, v) in sub {
+            if is_annotation(&k) || k == "properties" || k == "additionalProperties" {
+                continue;
+            }
+            let Some(old) = acc.get(&k).cloned() else {
+                acc.insert(k, v);
+                continue;
+            };
+            if old == v {
+                continue;
+            }
+            let merged = match k.as_str() {
+                "required" => {
+                    let mut a = old.as_array().cloned().unwrap_or_default();
+                    for x in v.as_array().cloned().unwrap_or_default() {
+                        if !a.contains(&x) {
+                            a.push(x);
+                        }
+                    }
+                    Value::Array(a)
+                }
+                "minimum" | "exclusiveMinimum" | "minLength" | "minItems" | "minProperties" if old.is_number() && v.is_number() => {
+                    if old.as_f64() >= v.as_f64() { old } else { v }
+                }
+                "maximum" | "exclusiveMaximum" | "maxLength" | "maxItems" | "maxProperties" if old.is_number() && v.is_number() => {
+                    if old.as_f64() <= v.as_f64() { old } else { v }
+                }
+                "type" => {
+                    let as_list = |t: &Value| -> Vec<Value> { match t { Value::Array(a) => a.clone(), x => vec![x.clone()] } };
+                    let b2 = as_list(&v);
+                    let (int, num) = (Value::from("integer"), Value::from("number"));
+                    let both: Vec<Value> = as_list(&old)
+                        .into_iter()
+                        .filter_map(|t| {
+                            if b2.contains(&t) {
+                                Some(t)
+                            } else if (t == num && b2.contains(&int)) || (t == int && b2.contains(&num)) {
+                                Some(int.clone())
+                            } else {
+                                None
+                            }
+                        })
+                        .collect();
+                    if both.is_empty() {
+                        return Err(GrammarError::Unsatisfiable(format!("allOf at {path} asks for types {old} and {v}")));
+                    }
+                    Value::Array(both)
+                }
+                "anyOf" | "oneOf" => {
+                    // (a1 or a2) and (b1 or b2): every pair of branches.
+                    let (xs, ys) = (old.as_array().cloned().unwrap_or_default(), v.as_array().cloned().unwrap_or_default());
+                    if xs.len() * ys.len() > MAX_BRANCHES {
+                        return Err(GrammarError::TooLarge { what: format!("anyOf branches of the allOf at {path}"), limit: MAX_BRANCHES });
+                    }
+                    Value::Array(xs.iter().flat_map(|x| ys.iter().map(move |y| serde_json::json!({"allOf": [x, y]}))).collect())
+                }
+                NOT_VALUES => {
+                    let mut a = old.as_array().cloned().unwrap_or_default();
+                    a.extend(v.as_array().cloned().unwrap_or_default());
+                    Value::Array(a)
+                }
+                "pattern" => {
+                    let mut extra = acc.get(PATTERNS).and_then(|p| p.as_array()).cloned().unwrap_or_default();
+                    extra.push(v);
+                    acc.insert(PATTERNS.into(), Value::Array(extra));
+                    old
+                }
+                PATTERNS => {
+                    let mut a = old.as_array().cloned().unwrap_or_default();
+                    a.extend(v.as_array().cloned().unwrap_or_default());
+                    Value::Array(a)
+                }
+                "enum" | "const" => {
+                    let as_list = |k: &str, x: &Value| if k == "const" { vec![x.clone()] } else { x.as_array().cloned().unwrap_or_default() };
+                    let ys = as_list(&k, &v);
+                    let both: Vec<Value> = as_list(&k, &old).into_iter().filter(|x| ys.iter().any(|y| crate::validate::json_eq(x, y))).collect();
+                    if both.is_empty() {
+                        return Err(GrammarError::Unsatisfiable(format!("allOf at {path} has no value in both {k} lists")));
+                    }
+                    if k == "const" { both[0].clone() } else { Value::Array(both) }
+                }
+                "items" | "additionalItems" | "propertyNames" | "contains" => serde_json::json!({"allOf": [old, v]}),
+                "patternProperties" => {
+                    let mut m = old.as_object().cloned().unwrap_or_default();
+                    for (p, x) in v.as_object().cloned().unwrap_or_default() {
+                        let e = match m.remove(&p) {
+                            Some(y) if y != x => serde_json::json!({"allOf": [y, x]}),
+                            _ => x,
+                        };
+                        m.insert(p, e);
+                    }
+                    Value::Object(m)
+                }
+                "prefixItems" => {
+                    let (mut xs, ys) = (old.as_array().cloned().unwrap_or_default(), v.as_array().cloned().unwrap_or_default());
+                    for (j, y) in ys.into_iter().enumerate() {
+                        match xs.get_mut(j) {
+                            Some(x) => *x = serde_json::json!({"allOf": [x.clone(), y]}),
+                            None => xs.push(y),
+                        }
+                    }
+                    Value::Array(xs)
+                }
+                "uniqueItems" => Value::Bool(old == Value::Bool(true) || v == Value::Bool(true)),
+                _ => {
+                    return Err(GrammarError::UnsupportedSchema { path: format!("{path}/{i}"), keyword: format!("allOf with two different {k:?}") });
+                }
+            };
+            acc.insert(k, merged);
+        }
+        if let Some(req) = acc.get("required").and_then(|r| r.as_array()) {
+            if let Some(name) = dropped.iter().find(|d| req.contains(&Value::from(d.as_str()))) {
+                return Err(GrammarError::Unsatisfiable(format!("allOf at {path}: {name:?} is required but another branch forbids it")));
+            }
+        }
+        if !props.is_empty() {
+            acc.insert("properties".into(), Value::Object(props));
+        }
+        match addl {
+            Some(x) => {
+                acc.insert("additionalProperties".into(), x);
+            }
+            None => {
+                acc.remove("additionalProperties");
+            }
+        }
+    }
+    Ok(Value::Object(acc))
+}
+

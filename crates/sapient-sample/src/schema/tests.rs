@@ -1,0 +1,169 @@
+use crate::{Constraint, Grammar, GrammarError};
+use serde_json::json;
+
+/// A schema compiled compact (the default) and with flexible whitespace.
+struct G(Grammar, Grammar);
+fn gs(s: &serde_json::Value) -> Result<G, GrammarError> {
+    let e = crate::Expr::JsonSchema(s.clone());
+    Ok(G(Grammar::json_schema(s)?, Grammar::with_options(&e, crate::JsonOptions::flexible(24))?))
+}
+fn ok(g: &G, v: &serde_json::Value) -> bool {
+    let compact = serde_json::to_string(v).unwrap();
+    let pretty = serde_json::to_string_pretty(v).unwrap();
+    let a = g.0.matches(compact.as_bytes()).unwrap();
+    let b = g.1.matches(pretty.as_bytes()).unwrap();
+    assert_eq!(a, b, "compact and pretty disagree on {compact}");
+    assert!(!a || compact == pretty || !g.0.matches(pretty.as_bytes()).unwrap(), "compact grammar took whitespace");
+    a
+}
+
+#[test]
+fn object_required_optional_and_order() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 8},
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "email": {"type": "string", "format": "email"},
+            "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3}
+        },
+        "required": ["name", "age"]
+    });
+    let g = gs(&s).unwrap();
+    assert!(ok(&g, &json!({"name": "Ann", "age": 30})));
+    assert!(ok(&g, &json!({"name": "Ann", "age": 30, "tags": ["x"]})));
+    assert!(ok(&g, &json!({"name": "Ann", "age": 0, "email": "a@b.co", "tags": ["x", "y", "z"]})));
+    assert!(!ok(&g, &json!({"name": "Ann"})), "missing required");
+    assert!(!ok(&g, &json!({"age": 3, "name": "Ann"})), "order is the schema's");
+    assert!(!ok(&g, &json!({"name": "", "age": 1})), "minLength");
+    assert!(!ok(&g, &json!({"name": "Annabelle!", "age": 1})), "maxLength");
+    assert!(!ok(&g, &json!({"name": "A", "age": 151})), "maximum");
+    assert!(!ok(&g, &json!({"name": "A", "age": 1, "tags": []})), "minItems");
+    assert!(!ok(&g, &json!({"name": "A", "age": 1, "tags": ["a", "b", "c", "d"]})), "maxItems");
+    assert!(!ok(&g, &json!({"name": "A", "age": 1, "email": "nope"})), "format");
+    // Absent additionalProperties: any further property, after the listed ones.
+    assert!(ok(&g, &json!({"name": "A", "age": 1, "extra": {"any": [1, "x"]}})), "additional properties");
+    assert!(!g.0.matches(br#"{"name":"A","age":1,"extra":1,"name":"B"}"#).unwrap(), "a listed key again");
+    // Strict mode (OpenAI's): none.
+    let strict = Grammar::with_options(&crate::Expr::JsonSchema(s.clone()), crate::JsonOptions::default().strict()).unwrap();
+    assert!(!strict.matches(br#"{"name":"A","age":1,"extra":1}"#).unwrap());
+    assert!(strict.matches(br#"{"name":"A","age":1}"#).unwrap());
+}
+
+#[test]
+fn all_optional_properties() {
+    let s = json!({"properties": {"a": {"type": "boolean"}, "b": {"type": "null"}, "c": {"const": "x"}}});
+    let g = gs(&s).unwrap();
+    for v in [json!({}), json!({"a": true}), json!({"b": null}), json!({"c": "x"}), json!({"a": false, "c": "x"}), json!({"a": true, "b": null, "c": "x"})] {
+        assert!(ok(&g, &v), "{v}");
+    }
+    for v in [json!({"c": "y"}), json!({"b": null, "a": true}), json!({"a": 1})] {
+        assert!(!ok(&g, &v), "{v}");
+    }
+}
+
+#[test]
+fn enum_const_anyof_ref_nested() {
+    let s = json!({
+        "$defs": {
+            "node": {"type": "object", "properties": {
+                "value": {"type": "integer"},
+                "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}
+            }, "required": ["value"]},
+            "color": {"enum": ["red", "green", 3, null]}
+        },
+        "type": "object",
+        "properties": {
+            "tree": {"$ref": "#/$defs/node"},
+            "color": {"$ref": "#/$defs/color"},
+            "id": {"anyOf": [{"type": "string", "pattern": "^id-[0-9]{3}$"}, {"type": "integer", "exclusiveMinimum": 0}]},
+            "kind": {"const": "fixed"},
+            "ratio": {"type": "number", "minimum": 0, "maximum": 1}
+        },
+        "required": ["tree", "color", "id", "kind"]
+    });
+    let g = gs(&s).unwrap();
+    let good = json!({"tree": {"value": 1, "children": [{"value": 2}, {"value": 3, "children": []}]}, "color": "green", "id": "id-042", "kind": "fixed", "ratio": 0.25});
+    assert!(ok(&g, &good));
+    assert!(ok(&g, &json!({"tree": {"value": -5}, "color": null, "id": 7, "kind": "fixed"})));
+    for bad in [
+        json!({"tree": {"value": 1}, "color": "blue", "id": 7, "kind": "fixed"}),
+        json!({"tree": {"value": 1}, "color": 3, "id": "id-42", "kind": "fixed"}),
+        json!({"tree": {"value": 1}, "color": 3, "id": 0, "kind": "fixed"}),
+        json!({"tree": {"value": 1}, "color": 3, "id": 1, "kind": "other"}),
+        json!({"tree": {"children": []}, "color": 3, "id": 1, "kind": "fixed"}),
+        json!({"tree": {"value": 1, "children": [{"value": "x"}]}, "color": 3, "id": 1, "kind": "fixed"}),
+        json!({"tree": {"value": 1}, "color": 3, "id": 1, "kind": "fixed", "ratio": 1.5}),
+    ] {
+        assert!(!ok(&g, &bad), "{bad}");
+    }
+}
+
+#[test]
+fn type_lists_free_maps_and_true() {
+    let g = gs(&json!({"type": ["string", "null"]})).unwrap();
+    assert!(ok(&g, &json!("x")) && ok(&g, &json!(null)) && !ok(&g, &json!(1)));
+    let g = gs(&json!({"type": "object", "additionalProperties": {"type": "integer"}})).unwrap();
+    assert!(ok(&g, &json!({"a": 1, "b": 2})) && ok(&g, &json!({})) && !ok(&g, &json!({"a": "x"})));
+    let g = gs(&json!(true)).unwrap();
+    assert!(ok(&g, &json!({"any": [1, {"thing": null}]})));
+    let g = gs(&json!({"type": "string", "pattern": "a+b"})).unwrap();
+    assert!(ok(&g, &json!("xxaab!")) && !ok(&g, &json!("ba")));
+}
+
+#[test]
+fn date_formats_respect_month_lengths() {
+    let g = gs(&json!({"type": "string", "format": "date"})).unwrap();
+    for (d, want) in [("2024-02-29", true), ("2024-02-30", false), ("2024-04-31", false), ("2024-12-31", true), ("2024-13-01", false), ("2024-06-00", false)] {
+        assert_eq!(ok(&g, &json!(d)), want, "{d}");
+    }
+    let g = gs(&json!({"type": "string", "format": "date-time"})).unwrap();
+    assert!(ok(&g, &json!("2024-11-30T23:59:59Z")) && ok(&g, &json!("2024-01-01T00:00:00.5+02:00")));
+    assert!(!ok(&g, &json!("2024-11-31T10:00:00Z")) && !ok(&g, &json!("2024-11-30T24:00:00Z")));
+}
+
+#[test]
+fn uri_percent_encodings_are_whole() {
+    // A sampled document once ended a path in "%2" (a percent sign and one hex digit),
+    // which RFC 3986 validators refuse.
+    let g = gs(&json!({"type": "string", "format": "uri"})).unwrap();
+    for (u, want) in [("https://a.example/x%2Fy", true), ("https://a.example/q?a=%20b", true), ("https://a.example/x%2", false), ("https://a.example/x%", false), ("https://a.example/%zz", false), ("https://a.example/?q=%2", false)] {
+        assert_eq!(ok(&g, &json!(u)), want, "{u}");
+    }
+}
+
+#[test]
+fn schema_errors_are_clear() {
+    let cases = [
+        (json!({"type": "integer", "minimum": 5, "maximum": 4}), "unsat"),
+        (json!({"type": "integer", "minimum": 1.2, "maximum": 1.8}), "unsat"),
+        (json!({"type": "number", "exclusiveMinimum": 1, "maximum": 1}), "unsat"),
+        (json!({"type": "array", "minItems": 3, "maxItems": 2}), "unsat"),
+        (json!({"type": "string", "minLength": 3, "maxLength": 2}), "unsat"),
+        (json!({"enum": []}), "unsat"),
+        (json!(false), "unsat"),
+        (json!({"type": "string", "pattern": "^\"$"}), "unsat"),
+        (json!({"type": "string", "pattern": "(unclosed"}), "regex"),
+        (json!({"$ref": "#/$defs/missing"}), "ref"),
+        (json!({"$ref": "http://example.com/s.json"}), "ref"),
+        (json!({"not": {"pattern": "a"}}), "unsupported"),
+        (json!({"type": "string", "pattern": "(?=a)b"}), "unsupported"),
+        (json!({"type": "integer", "multipleOf": 3}), "unsupported"),
+        (json!({"type": "strnig"}), "invalid"),
+        (json!({"type": "object", "required": "name"}), "invalid"),
+        (json!(3), "invalid"),
+    ];
+    for (s, kind) in cases {
+        let Some(e) = gs(&s).err() else { panic!("{s} compiled") };
+        let got = match e {
+            GrammarError::Unsatisfiable(_) => "unsat",
+            GrammarError::InvalidRegex { .. } => "regex",
+            GrammarError::UnresolvedRef(_) => "ref",
+            GrammarError::UnsupportedSchema { .. } => "unsupported",
+            GrammarError::InvalidSchema { .. } => "invalid",
+            ref other => panic!("{s}: unexpected {other}"),
+        };
+        assert_eq!(got, kind, "{s}: {e}");
+    }
+}
+
