@@ -44,7 +44,7 @@ pub struct JsonOptions {
     /// OpenAI's strict mode: an object schema that lists `properties` and says nothing of
     /// `additionalProperties` allows no other property (JSON Schema's own default allows
     /// any). An object schema that lists none (`{"type": "object"}`) stays any object.
-    /// Off by default.
+    /// Off by default. See [`crate::strict_schema`] (the same for part of a grammar).
     pub strict: bool,
     /// How many levels deep a recursive `$ref` may nest (at least 1; 5 by default). A
     /// schema's `$ref` inside its own expansion is unrolled up to this many levels; at the

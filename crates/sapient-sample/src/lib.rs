@@ -64,7 +64,7 @@ pub use error::GrammarError;
 pub use grammar::{Expr, Frame, Grammar, GrammarState, Tool};
 pub use matcher::{Matcher, MatcherStats};
 pub use dfa::{MAX_PATTERN_BYTES, MAX_REGEX_STATES};
-pub use schema::{refused_keywords, ANNOTATIONS, MAX_SCHEMA_DEPTH, SUPPORTED_KEYWORDS};
+pub use schema::{refused_keywords, strict_schema, ANNOTATIONS, MAX_SCHEMA_DEPTH, SUPPORTED_KEYWORDS};
 pub use vocab::{TokenIndex, TokenMask, Tokenize};
 pub use repetition::{Repetition, RepetitionDetector, RepetitionOptions};
 /// `#[derive(Schema, Parse)]` (the traits of the same names are in [`typed`]).

@@ -323,6 +323,8 @@ fn response_format(rf: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
         Some("json_schema") => {
             let js = rf.get("json_schema").ok_or_else(|| ApiError::invalid_param("response_format", "response_format json_schema needs a 'json_schema' object"))?;
             let schema = js.get("schema").cloned().unwrap_or_else(|| json!({}));
+            // `strict: true` (OpenAI's strict mode): no property beyond those listed.
+            let json_opts = JsonOptions { strict: js.get("strict") == Some(&Value::Bool(true)), ..json_opts };
             Grammar::with_options(&Expr::JsonSchema(schema), json_opts)
                 .map(Some)
                 .map_err(|e| tools::schema_error("response_format.json_schema.schema", e))

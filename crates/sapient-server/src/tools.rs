@@ -164,9 +164,13 @@ pub fn grammar_for(format: Format, tools: &[Function], choice: &Choice, parallel
     let calls: Vec<Value> = offered
         .iter()
         .map(|t| {
+            // A function with `strict: true` (OpenAI's strict mode) gets no argument beyond
+            // those its schema lists.
+            let strict = t.definition.pointer("/function/strict").or_else(|| t.definition.get("strict")) == Some(&Value::Bool(true));
+            let params = if strict { sapient_sample::strict_schema(&t.parameters) } else { t.parameters.clone() };
             json!({
                 "type": "object",
-                "properties": {"name": {"const": t.name}, format.args_key(): t.parameters},
+                "properties": {"name": {"const": t.name}, format.args_key(): params},
                 "required": ["name", format.args_key()],
                 "additionalProperties": false
             })

@@ -75,6 +75,13 @@ pub(crate) fn compile(b: &mut Builder, schema: &Value) -> Result<NodeId, Grammar
     if max_ref_depth == 0 {
         return Err(GrammarError::InvalidOption("JsonOptions::max_ref_depth must be at least 1".into()));
     }
+    let strict;
+    let schema = if b.json.strict {
+        strict = strict_schema(schema);
+        &strict
+    } else {
+        schema
+    };
     let draft = schema.get("$schema").and_then(|s| s.as_str()).unwrap_or("");
     let zero_frac_ints = !(draft.contains("draft-04") || draft.contains("draft-03"));
     let mut cx = Ctx { root: schema, refs: HashMap::new(), active: HashMap::new(), max_ref_depth, depth: 0, zero_frac_ints };
@@ -295,6 +302,36 @@ fn values(b: &mut Builder, obj: &serde_json::Map<String, Value>, path: &str) -> 
     }
     let alts = list.iter().map(|v| b.json_const(v)).collect::<Result<_, _>>()?;
     Ok(b.choice(alts))
+}
+
+/// `schema` in OpenAI's strict mode: every object schema that lists `properties` (or
+/// `patternProperties`) and says nothing of `additionalProperties` gets
+/// `"additionalProperties": false`, so no unlisted property is allowed; an object schema
+/// listing none (`{"type": "object"}`) stays any object. The branches of an `allOf` are left
+/// open at their top (they are merged, and each would forbid the others' properties).
+pub fn strict_schema(schema: &Value) -> Value {
+    fn walk(s: &Value, close: bool) -> Value {
+        let Value::Object(m) = s else { return s.clone() };
+        let mut out = serde_json::Map::new();
+        for (k, v) in m {
+            let v = match (k.as_str(), v) {
+                ("properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas", Value::Object(sub)) => {
+                    Value::Object(sub.iter().map(|(n, x)| (n.clone(), walk(x, true))).collect())
+                }
+                ("anyOf" | "oneOf" | "prefixItems" | "items", Value::Array(list)) => Value::Array(list.iter().map(|x| walk(x, true)).collect()),
+                ("allOf", Value::Array(list)) => Value::Array(list.iter().map(|x| walk(x, false)).collect()),
+                ("items" | "additionalProperties" | "additionalItems" | "not" | "if" | "then" | "else" | "propertyNames" | "contains", x) => walk(x, true),
+                (_, x) => x.clone(),
+            };
+            out.insert(k.clone(), v);
+        }
+        let lists = out.contains_key("properties") || out.contains_key("patternProperties");
+        if close && lists && !out.contains_key("additionalProperties") {
+            out.insert("additionalProperties".into(), Value::Bool(false));
+        }
+        Value::Object(out)
+    }
+    walk(schema, true)
 }
 
 /// Internal keyword: values excluded by a `not` of `const` / `enum`.

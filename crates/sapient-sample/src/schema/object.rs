@@ -123,13 +123,9 @@ pub(super) fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String
         Some(s) => Some(super::string::key_content(b, s, &format!("{path}/propertyNames"))?),
     };
     let key_ok = |name: &str| names_dfa.as_ref().is_none_or(|d| d.as_ref().is_some_and(|d| dfa_matches(d, name)));
-    // Absent additionalProperties allows any further property (JSON Schema's default),
-    // unless strict mode asks otherwise for a schema that lists its properties.
-    let listed = !props.is_empty() || !patterns.is_empty();
-    let additional = match obj.get("additionalProperties") {
-        Some(v) => v.clone(),
-        None => Value::Bool(!(b.json.strict && listed)),
-    };
+    // Absent additionalProperties allows any further property (JSON Schema's default;
+    // strict mode wrote `false` into the schema first, see `strict_schema`).
+    let additional = obj.get("additionalProperties").cloned().unwrap_or(Value::Bool(true));
     // The value schema of a key: its own, and every patternProperties schema whose pattern
     // matches it; additionalProperties when none applies.
     let schema_for = |name: &str, own: Option<&Value>| -> Value {

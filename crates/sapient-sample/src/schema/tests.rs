@@ -167,3 +167,71 @@ fn schema_errors_are_clear() {
     }
 }
 
+
+#[test]
+fn numbers_as_the_model_writes_them() {
+    let g = gs(&json!({"type": "object", "properties": {"price": {"type": "number"}, "qty": {"type": "number"}}, "required": ["price", "qty"]})).unwrap();
+    for doc in [r#"{"price":2.0,"qty":10.0}"#, r#"{"price":19.90,"qty":1.50}"#, r#"{"price":1e-7,"qty":-0.0}"#, r#"{"price":-0,"qty":3E+2}"#] {
+        assert!(g.0.matches(doc.as_bytes()).unwrap(), "{doc}");
+    }
+    // Ranged numbers keep every written form of an in-range value, and no other value.
+    let g = gs(&json!({"type": "number", "minimum": 0, "maximum": 100, "exclusiveMaximum": 100})).unwrap();
+    for (doc, want) in [("99.990", true), ("1e2", false), ("99.9999999999", true), ("100.0", false), ("-0.0", true), ("0.5e1", true)] {
+        assert_eq!(g.0.matches(doc.as_bytes()).unwrap(), want, "{doc}");
+    }
+    // Integers: `4.0` is one from draft 6 on, not in draft 4.
+    let g = gs(&json!({"type": "integer", "maximum": 5})).unwrap();
+    assert!(g.0.matches(b"4.0").unwrap() && g.0.matches(b"-0").unwrap() && !g.0.matches(b"4.5").unwrap() && !g.0.matches(b"6.0").unwrap());
+    let g = gs(&json!({"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"})).unwrap();
+    assert!(g.0.matches(b"4").unwrap() && !g.0.matches(b"4.0").unwrap());
+}
+
+#[test]
+fn free_form_objects_carry_data() {
+    let g = gs(&json!({"type": "object", "properties": {"kwargs": {"type": "object"}, "metadata": {"type": "object"}}, "required": ["kwargs"]})).unwrap();
+    assert!(ok(&g, &json!({"kwargs": {"a": 1, "b": [true, {"c": null}]}, "metadata": {"k": "v"}})));
+    assert!(ok(&g, &json!({"kwargs": {}})));
+    // Strict mode closes objects that list properties, never free-form ones.
+    let strict = Grammar::with_options(&crate::Expr::JsonSchema(json!({"type": "object", "properties": {"kwargs": {"type": "object"}}})), crate::JsonOptions::default().strict()).unwrap();
+    assert!(strict.matches(br#"{"kwargs":{"a":1}}"#).unwrap() && !strict.matches(br#"{"kwargs":{},"x":1}"#).unwrap());
+}
+
+#[test]
+fn negation_conditions_and_dependencies() {
+    let g = gs(&json!({"type": "string", "not": {"enum": ["admin", "root"]}})).unwrap();
+    assert!(ok(&g, &json!("alice")) && ok(&g, &json!("admins")) && !ok(&g, &json!("admin")) && !ok(&g, &json!("root")));
+    let g = gs(&json!({"not": {"type": ["string", "object"]}})).unwrap();
+    assert!(ok(&g, &json!(1)) && ok(&g, &json!([1])) && !ok(&g, &json!("x")) && !ok(&g, &json!({})));
+    let g = gs(&json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "not": {"required": ["a", "b"]}})).unwrap();
+    assert!(ok(&g, &json!({"a": 1})) && ok(&g, &json!({"b": 1})) && !ok(&g, &json!({"a": 1, "b": 2})));
+    let g = gs(&json!({
+        "type": "object",
+        "properties": {"kind": {"enum": ["int", "text"]}, "value": {}},
+        "required": ["kind", "value"],
+        "if": {"properties": {"kind": {"const": "int"}}},
+        "then": {"properties": {"value": {"type": "integer"}}},
+        "else": {"properties": {"value": {"type": "string"}}}
+    }))
+    .unwrap();
+    assert!(ok(&g, &json!({"kind": "int", "value": 3})) && ok(&g, &json!({"kind": "text", "value": "x"})));
+    assert!(!ok(&g, &json!({"kind": "int", "value": "3"})) && !ok(&g, &json!({"kind": "text", "value": 3})));
+    let g = gs(&json!({"type": "object", "properties": {"card": {"type": "string"}, "cvv": {"type": "string"}}, "dependentRequired": {"card": ["cvv"]}})).unwrap();
+    assert!(ok(&g, &json!({"card": "1", "cvv": "2"})) && ok(&g, &json!({"cvv": "2"})) && !ok(&g, &json!({"card": "1"})));
+}
+
+#[test]
+fn pattern_properties_names_and_lengths() {
+    let g = gs(&json!({"type": "object", "patternProperties": {"^x-": {"type": "string"}, "^n_": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}})).unwrap();
+    assert!(ok(&g, &json!({"x-a": "s", "n_b": 1, "other": true})));
+    assert!(!ok(&g, &json!({"x-a": 1})) && !ok(&g, &json!({"n_b": "s"})) && !ok(&g, &json!({"other": 1})));
+    let g = gs(&json!({"type": "object", "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 4}})).unwrap();
+    assert!(ok(&g, &json!({"abc": 1, "wxyz": [2]})) && !ok(&g, &json!({"ABC": 1})) && !ok(&g, &json!({"abcde": 1})));
+    // A pattern and length bounds together, and ECMA 262 escapes.
+    let g = gs(&json!({"type": "string", "pattern": "^\\w+@\\d+$", "minLength": 4, "maxLength": 6})).unwrap();
+    assert!(ok(&g, &json!("ab@12")) && !ok(&g, &json!("a@1")) && !ok(&g, &json!("abcd@12")) && !ok(&g, &json!("ab@1x")));
+    let g = gs(&json!({"type": "string", "pattern": "^[\\x41-\\x43\\/]+$"})).unwrap();
+    assert!(ok(&g, &json!("AB/C")) && !ok(&g, &json!("AD")));
+    // Unknown formats are annotations; uniqueItems is accepted (not enforced).
+    assert!(ok(&gs(&json!({"type": "string", "format": "int32"})).unwrap(), &json!("anything")));
+    assert!(ok(&gs(&json!({"type": "array", "uniqueItems": true})).unwrap(), &json!([1, 2])));
+}
