@@ -98,6 +98,8 @@ pub(crate) struct Builder {
     pub nodes: Vec<Node>,
     pub dfas: Vec<DfaTable>,
     dfa_ids: std::collections::HashMap<(String, bool), NodeId>,
+    /// Automata compiled by `dfa_of` (to be combined, not added).
+    dfa_cache: std::collections::HashMap<(String, bool), DfaTable>,
     pub json: JsonOptions,
     json_value: Option<NodeId>,
     ws: Option<Option<NodeId>>,
@@ -114,7 +116,7 @@ pub(crate) const JSON_STRING: &str = concat!(
 
 impl Builder {
     pub fn new(json: JsonOptions) -> Self {
-        Self { nodes: Vec::new(), dfas: Vec::new(), dfa_ids: Default::default(), json, json_value: None, ws: None }
+        Self { nodes: Vec::new(), dfas: Vec::new(), dfa_ids: Default::default(), dfa_cache: Default::default(), json, json_value: None, ws: None }
     }
 
     pub fn add(&mut self, n: Node) -> NodeId {
@@ -145,13 +147,19 @@ impl Builder {
     }
     /// A regex's automaton, not added to the grammar (to be combined with others first).
     pub fn dfa_of(&mut self, pattern: &str, json_safe: bool) -> Result<DfaTable, GrammarError> {
-        if let Some(&id) = self.dfa_ids.get(&(pattern.to_string(), json_safe)) {
+        let key = (pattern.to_string(), json_safe);
+        if let Some(&id) = self.dfa_ids.get(&key) {
             if let Node::Dfa(d) = self.nodes[id as usize] {
                 return Ok(self.dfas[d as usize].clone());
             }
         }
+        if let Some(t) = self.dfa_cache.get(&key) {
+            return Ok(t.clone());
+        }
         let forbid = |b: u8| json_safe && (b == b'"' || b == b'\\' || b < 0x20);
-        DfaTable::new(pattern, &forbid)
+        let t = DfaTable::new(pattern, &forbid)?;
+        self.dfa_cache.insert(key, t.clone());
+        Ok(t)
     }
     /// An automaton made by [`Builder::dfa_of`] and combined, as a lexeme.
     pub fn add_dfa(&mut self, t: DfaTable) -> NodeId {
