@@ -179,10 +179,15 @@ impl Builder {
     }
     /// An integer in `[lo, hi]`; `zero_frac`: also written with a fraction of zeros (`4.0`).
     pub fn int(&mut self, lo: i64, hi: i64, zero_frac: bool) -> Result<NodeId, GrammarError> {
-        if lo > hi {
-            return Err(GrammarError::Unsatisfiable(format!("integer range [{lo}, {hi}] is empty")));
+        self.int_multiple(lo, hi, zero_frac, 1)
+    }
+    /// [`Builder::int`] with only the multiples of `multiple` (`multipleOf`).
+    pub fn int_multiple(&mut self, lo: i64, hi: i64, zero_frac: bool, multiple: u64) -> Result<NodeId, GrammarError> {
+        let r = IntRange { lo, hi, zero_frac, multiple: multiple.max(1) };
+        if lo > hi || !r.hits(lo as i128, hi as i128) {
+            return Err(GrammarError::Unsatisfiable(format!("no integer in [{lo}, {hi}] (multiple of {multiple})")));
         }
-        Ok(self.add(Node::Int(IntRange { lo, hi, zero_frac })))
+        Ok(self.add(Node::Int(r)))
     }
     /// A JSON number in a range (infinite ends are open).
     pub fn num(&mut self, lo: f64, hi: f64, lo_excl: bool, hi_excl: bool) -> Result<NodeId, GrammarError> {

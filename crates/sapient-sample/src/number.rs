@@ -393,6 +393,17 @@ pub(crate) struct IntRange {
     pub lo: i64,
     pub hi: i64,
     pub zero_frac: bool,
+    /// `multipleOf` (1 when there is none).
+    pub multiple: u64,
+}
+
+impl IntRange {
+    /// Is some multiple in the signed range `[a, b]`, within the range?
+    pub(crate) fn hits(&self, a: i128, b: i128) -> bool {
+        let (a, b) = (a.max(self.lo as i128), b.min(self.hi as i128));
+        let m = self.multiple.max(1) as i128;
+        a <= b && a.div_euclid(m) * m + if a.rem_euclid(m) == 0 { 0 } else { m } <= b
+    }
 }
 
 // Integer state: pos = `-` | `.` read << 1 | a fraction digit read << 2 | digits << 3,
@@ -412,16 +423,13 @@ fn signed(neg: bool, mag: u64) -> i128 {
 
 pub(crate) fn int_accepting(pos: u32, aux: u64, r: &IntRange) -> bool {
     let (neg, point, frac, digits) = int_split(pos);
-    digits > 0 && point == frac && (r.lo as i128..=r.hi as i128).contains(&signed(neg, aux))
+    let v = signed(neg, aux);
+    digits > 0 && point == frac && r.hits(v, v)
 }
 
 fn int_feasible(neg: bool, digits: u32, mag: u64, more: bool, r: &IntRange) -> bool {
-    let (lo, hi) = (r.lo as i128, r.hi as i128);
-    // Is some magnitude in [a, b] (signed) in the range?
-    let hit = |a: i128, b: i128| {
-        let (x, y) = if neg { (-b, -a) } else { (a, b) };
-        x <= hi && y >= lo
-    };
+    // Is some magnitude in [a, b] (signed) in the range, and a multiple?
+    let hit = |a: i128, b: i128| if neg { r.hits(-b, -a) } else { r.hits(a, b) };
     if digits == 0 {
         return hit(0, i64::MAX as i128 + 1);
     }
@@ -566,7 +574,7 @@ mod tests {
 
     #[test]
     fn integers() {
-        let r = IntRange { lo: -20, hi: 150, zero_frac: true };
+        let r = IntRange { lo: -20, hi: 150, zero_frac: true, multiple: 1 };
         let ok = |r: &IntRange, s: &str| {
             let (mut pos, mut aux) = (0, 0);
             for &b in s.as_bytes() {
@@ -580,7 +588,14 @@ mod tests {
         for (s, want) in [("4", true), ("4.0", true), ("4.00", true), ("4.", false), ("4.5", false), ("-0", true), ("150.0", true), ("151", false), ("-21.0", false), ("007", false)] {
             assert_eq!(ok(&r, s), want, "{s}");
         }
-        let strict = IntRange { zero_frac: false, ..r };
+        let strict = IntRange { zero_frac: false, ..r.clone() };
         assert!(ok(&strict, "4") && !ok(&strict, "4.0"));
+        let threes = IntRange { multiple: 3, ..r };
+        for (s, want) in [("0", true), ("3", true), ("4", false), ("-18", true), ("-21", false), ("150", true), ("12.0", true)] {
+            assert_eq!(ok(&threes, s), want, "{s}");
+        }
+        // "14" goes on to 141, 144, 147; "16" is no multiple and 160 is past 150: refused.
+        let prefix = |s: &[u8]| s.iter().try_fold((0, 0), |st, &b| int_consume(st.0, st.1, b, &threes)).is_some();
+        assert!(prefix(b"14") && !prefix(b"16"));
     }
 }

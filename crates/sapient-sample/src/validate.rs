@@ -235,6 +235,12 @@ impl Cx<'_> {
         if excl("exclusiveMinimum", "minimum").is_some_and(|m| x <= m) || excl("exclusiveMaximum", "maximum").is_some_and(|m| x >= m) {
             return Err(bad(path, format!("{v} is out of the exclusive range")));
         }
+        if let Some(m) = num(o, "multipleOf").filter(|m| *m > 0.0) {
+            let q = x / m;
+            if !q.is_finite() || (q - q.round()).abs() > 1e-9 * q.abs().max(1.0) {
+                return Err(bad(path, format!("{v} is not a multiple of {m}")));
+            }
+        }
         Ok(())
     }
 

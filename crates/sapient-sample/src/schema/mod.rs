@@ -26,7 +26,7 @@ use std::collections::HashMap;
 
 /// JSON Schema keywords refused by both the grammar and the validator.
 pub(crate) const UNSUPPORTED: &[&str] = &[
-    "contains", "minContains", "maxContains", "multipleOf",
+    "contains", "minContains", "maxContains",
     "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "$anchor",
     "$dynamicAnchor", "$recursiveAnchor",
 ];
@@ -46,6 +46,7 @@ pub const SUPPORTED_KEYWORDS: &[&str] = &[
     "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
     "exclusiveMaximum", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "not", "if", "then",
     "else", "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "dependencies",
+    "multipleOf",
 ];
 /// The annotation keywords a grammar ignores (they do not constrain a document).
 pub const ANNOTATIONS: &[&str] = &[
@@ -264,7 +265,7 @@ fn node_at_depth(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result
                 b.choice(left)
             }
             "string" => string(b, obj, path)?,
-            "integer" => integer(b, cx, obj, path)?,
+            "integer" => integer(b, cx.zero_frac_ints, obj, path)?,
             "number" => number(b, obj, path)?,
             "array" => array(b, cx, obj, path)?,
             "object" => object(b, cx, obj, path)?,
@@ -395,15 +396,50 @@ fn bounds(obj: &serde_json::Map<String, Value>, path: &str) -> Result<(f64, bool
     Ok((lo, lo_x, hi, hi_x))
 }
 
-fn integer(b: &mut Builder, cx: &Ctx, obj: &serde_json::Map<String, Value>, path: &str) -> Result<NodeId, GrammarError> {
+fn integer(b: &mut Builder, zero_frac: bool, obj: &serde_json::Map<String, Value>, path: &str) -> Result<NodeId, GrammarError> {
     let (lo, lo_x, hi, hi_x) = bounds(obj, path)?;
     let clamp = |x: f64| if x <= i64::MIN as f64 { i64::MIN } else if x >= i64::MAX as f64 { i64::MAX } else { x as i64 };
     let lo_i = if lo.is_infinite() { i64::MIN } else if lo_x { clamp(lo.floor()).saturating_add(1) } else { clamp(lo.ceil()) };
     let hi_i = if hi.is_infinite() { i64::MAX } else if hi_x { clamp(hi.ceil()).saturating_sub(1) } else { clamp(hi.floor()) };
-    b.int(lo_i, hi_i, cx.zero_frac_ints).map_err(|_| GrammarError::Unsatisfiable(format!("no integer in the range at {path}")))
+    let multiple = match multiple_of(obj, path)? {
+        None => 1,
+        Some(Multiple::Integer(m)) => m,
+        // Every integer is a multiple of 0.5, 0.25, 0.1, ...
+        Some(Multiple::UnitFraction) => 1,
+    };
+    b.int_multiple(lo_i, hi_i, zero_frac, multiple).map_err(|_| GrammarError::Unsatisfiable(format!("no integer in the range at {path}")))
+}
+
+enum Multiple {
+    Integer(u64),
+    /// 1/k for an integer k.
+    UnitFraction,
+}
+
+/// `multipleOf`, where it can be enforced: a positive integer, or (for integers) one over
+/// an integer; other values are refused by name.
+fn multiple_of(obj: &serde_json::Map<String, Value>, path: &str) -> Result<Option<Multiple>, GrammarError> {
+    let Some(m) = obj.get("multipleOf") else { return Ok(None) };
+    let x = m.as_f64().filter(|x| *x > 0.0 && x.is_finite()).ok_or_else(|| invalid(path, "multipleOf must be a positive number"))?;
+    if let Some(k) = m.as_u64() {
+        return Ok(Some(Multiple::Integer(k)));
+    }
+    let inv = 1.0 / x;
+    if (inv - inv.round()).abs() < 1e-9 {
+        return Ok(Some(Multiple::UnitFraction));
+    }
+    Err(GrammarError::UnsupportedSchema { path: path.to_string(), keyword: format!("multipleOf {m}") })
 }
 
 fn number(b: &mut Builder, obj: &serde_json::Map<String, Value>, path: &str) -> Result<NodeId, GrammarError> {
+    match multiple_of(obj, path)? {
+        // Multiples of an integer are integers (written `6` or `6.0`).
+        Some(Multiple::Integer(_)) => return integer(b, true, obj, path),
+        Some(Multiple::UnitFraction) => {
+            return Err(GrammarError::UnsupportedSchema { path: path.to_string(), keyword: format!("multipleOf {} on a number", obj["multipleOf"]) })
+        }
+        None => {}
+    }
     let (lo, lo_x, hi, hi_x) = bounds(obj, path)?;
     b.num(lo, hi, lo_x, hi_x)
         .map_err(|e| GrammarError::Unsatisfiable(format!("at {path}: {e}")))
