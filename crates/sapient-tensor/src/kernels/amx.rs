@@ -2,9 +2,9 @@
 //! activation rows: speculative verification and prefill.
 //!
 //! `tdpbusd` multiplies a 16 x 64 tile of unsigned bytes by a 64 x 16 tile of signed bytes
-//! into 16 x 16 i32 sums (~1.1 TMAC/s on one core of a 2-core Xeon VM, ~10x its AVX-512
-//! VNNI kernels' peak), which takes the integer work of every further activation row off the
-//! vector units.
+//! into 16 x 16 i32 sums (~1.1 TMAC/s on one Xeon core, ~10x its AVX-512 VNNI kernels'
+//! peak), which takes the integer work of every further activation row off the vector
+//! units.
 //!
 //! Layout. The A tile is 16 weight rows x 64 values of one superblock step (the weights'
 //! nibbles unpacked to bytes, no transposition). The B tile holds the activations of up to
@@ -16,7 +16,12 @@
 //! fma(imin, -dmin * da, acc)`). That folding of the sums, ~34 vector instructions per
 //! weight row and superblock, and the unpacking cost more than the tiles (~560 cycles a
 //! step against 90 for its tile instructions alone): a 5-row verification of Qwen2.5-1.5B
-//! takes 75 ms against 82-84 ms with the same arithmetic on AVX-512 (docs/benchmarks.md).
+//! took 75 ms against 82-84 ms with the same arithmetic on AVX-512 on a 2-core Xeon.
+//!
+//! The tiles need AMX-INT8 and the tile state granted by Linux (`arch_prctl`);
+//! [`KernelOptions::amx`](super::KernelOptions::amx) turns them off (`SAPIENT_NO_AMX` in the
+//! binaries), and [`use_for`] picks per product (`SAPIENT_AMX_Q6K=all|never` overrides it
+//! for Q6_K).
 //!
 //! On a machine that uses these kernels, every other Q4_K/Q6_K product computes the same
 //! exact integer sums and the same fused multiply-adds per superblock: one activation row

@@ -9,7 +9,9 @@
 //! per output and value, in order of the values), and [`softmax_unnormalized`] gives the same
 //! bits on every path. So a row's attention does not depend on how many rows, keys or heads
 //! a call takes: a prompt's rows, a decode step's single row and speculative verification
-//! rows agree bit for bit.
+//! rows agree bit for bit. A call takes up to [`MAX_QUERIES`] queries that share a KV head
+//! (the query heads of a grouped-query group, and neighbouring rows of a prompt when the
+//! group has fewer heads), so each key read serves all of them.
 
 #[cfg(target_arch = "x86_64")]
 use super::avx2;

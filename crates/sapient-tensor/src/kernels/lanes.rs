@@ -24,6 +24,19 @@
 //! `tdpbsud` gives every activation row's sums for the sixteen weight rows, and the fold into
 //! the accumulators is the one above. Same results, bit for bit.
 //!
+//! Layout: model loaders call [`pack_for_lanes`](super::pack_for_lanes), which lays the
+//! matrices out once in the registers' order ([`Packed`]: per group of sixteen rows, pairs of
+//! blocks) in one allocation starting on a 2 MiB boundary, so a block costs a few aligned
+//! loads and one activation row (decode) streams as fast as the row-at-a-time kernels. Q4_0
+//! and Q4_1 in GGML's layout take these kernels too, transposing each block once for all
+//! activation rows; Q5_0, Q5_1 and Q8_0 only once packed
+//! ([`LanesFormats::Q4`](super::LanesFormats::Q4) leaves them on the row-at-a-time kernels).
+//! Activation rows go `M_BLOCK` at a time past all of a thread's weight rows, so they stay
+//! in L2, and the weights are prefetched one block's share at a time ahead of the loads. On the
+//! AMX path blocks alternate between two sets of tiles, so one block's tiles run while the
+//! last one's sums are folded, and the nibble formats are unpacked into a small buffer a few
+//! blocks ahead of their tile loads.
+//!
 //! Safety: every function requires AVX-512 F/BW/VL/VNNI/BITALG, FMA and F16C (checked at
 //! run time by the dispatcher, [`super::has_lanes`]), the AMX path also AMX-TILE/INT8 with
 //! the tile state granted ([`super::has_amx`]); the weight rows hold `acts`' width.
@@ -361,7 +374,7 @@ macro_rules! by_rows {
 }
 
 /// The passes of a product over weight rows `r0..r1` (groups of sixteen) and `m` activation
-/// rows: activation rows in blocks of [`M_BLOCK`], each block taken by every group of the range
+/// rows: activation rows in blocks of `M_BLOCK`, each block taken by every group of the range
 /// before the next (a block's activations stay in L2 while the weight rows pass, instead of
 /// all `m` rows streaming from memory once per sixteen weight rows), `pass` rows at a time.
 /// `$body` sees the group's first row `g`, its `nvalid` real rows, the pass's `r` rows as

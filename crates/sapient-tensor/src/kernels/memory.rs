@@ -1,5 +1,11 @@
 //! How weights sit in memory and are read ahead: huge pages for a loaded model's matrices,
 //! and the prefetch distances of the products.
+//!
+//! After a model loads, [`huge_pages_for`] asks Linux to back its weights with 2 MiB pages
+//! (`MADV_COLLAPSE`; [`KernelOptions::huge_pages`](super::KernelOptions::huge_pages), off with
+//! `SAPIENT_HUGE_PAGES=0` in the binaries). The one-row kernels prefetch the weights at two
+//! distances set in bytes (`Ahead`: one into L1, one into L2; `SAPIENT_PREFETCH`), asking
+//! for each line as they stream along their rows, one line per 64 bytes read.
 
 use super::{options, QMatrix};
 

@@ -2,10 +2,36 @@
 //!
 //! LLM decoding on a CPU reads every weight once per token, so it is bound by memory
 //! bandwidth; candle's quantized matrix-vector products reach only a fraction of it. These
-//! kernels keep the weights in their GGML block layout, quantize the activations to 8 bits per
-//! row (as llama.cpp does), and compute integer dot products with AVX2/FMA when the CPU has
-//! them (checked at run time) or portable code otherwise. Work is split by weight rows over a
-//! persistent thread pool ([`pool`]).
+//! kernels keep the weights in their GGML block layout (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+//! Q5_K, Q6_K; [`QMatrix`] borrows candle's `QTensor` without a copy) or a packed copy of it,
+//! quantize the activations to 8 bits per row (as llama.cpp does), and compute integer dot
+//! products, each block's sum scaled once. Work is split by weight rows over a persistent
+//! thread pool ([`pool`]).
+//!
+//! Which kernel takes a product is decided at run time from the CPU, widest first (each step
+//! can be turned off in [`KernelOptions`]: `avx512`, `avx2`, `amx`, `lanes`, ...):
+//!
+//! - the 32-value formats take the sixteen-rows lane kernels of `lanes.rs` (AVX-512 VNNI)
+//!   for any number of activation rows once packed ([`pack_for_lanes`], which model loaders
+//!   call), Q4_0 and Q4_1 in GGML's layout too; from
+//!   [`KernelOptions::lanes_amx_rows`] rows, packed weights take their integer sums from AMX
+//!   tiles;
+//! - Q4_K and Q6_K follow the AMX arithmetic on machines with AMX (`amx.rs`, or the AVX-512
+//!   kernels with the same arithmetic where `amx::use_for` leaves a product to them), and
+//!   the lane kernels of `lanes_k.rs` once packed on machines without;
+//! - everything else runs one weight row at a time on `avx512.rs` (up to 8 activation rows
+//!   per weight row, every format but Q5_K), `avx2.rs`, or the portable code of `quant.rs`.
+//!   Without the AVX-512 kernels, a caller may take products of many rows to a dense f32
+//!   GEMM on the dequantized weight instead ([`crate::weights::dense_prefill_rows`]).
+//!
+//! A product of many activation rows is split into several chunks of weight rows per thread,
+//! claimed one at a time, so a thread the OS deschedules holds up only its chunk; one
+//! activation row (decode) takes one contiguous stretch per thread, run by one kernel call so
+//! that its prefetching streams on ([`rows_per_thread`]). The activations are quantized and
+//! laid out on the pool too, a range of rows per thread. [`matmul_group`] runs several
+//! products of one input (q/k/v, gate/up) in one dispatch, and [`matmul_group_prep`] makes
+//! each range's input rows (a residual add and RMSNorm, a gated activation) in the job that
+//! quantizes them, so that work costs no dispatch of its own.
 //!
 //! Every output element is computed by the same function whatever the number of activation
 //! rows, so a batch of rows gives bit-identical results to the same rows one at a time
