@@ -40,7 +40,8 @@ fn character_json_schema_greedy_and_sampled() -> Result<()> {
             "age": {"type": "integer", "minimum": 1, "maximum": 100},
             "description": {"type": "string", "maxLength": 80}
         },
-        "required": ["name", "age", "description"]
+        "required": ["name", "age", "description"],
+        "additionalProperties": false
     });
     let grammar = Grammar::json_schema(&schema)?;
     let p = pipeline();
@@ -131,7 +132,8 @@ fn fast_forward_feeds_forced_text_and_skips_forwards() -> Result<()> {
             "country": {"enum": ["France", "Germany", "Japan"]},
             "population_millions": {"type": "number", "minimum": 0, "maximum": 50}
         },
-        "required": ["city", "country", "population_millions"]
+        "required": ["city", "country", "population_millions"],
+        "additionalProperties": false
     });
     let grammar = Grammar::with_options(&Expr::JsonSchema(schema), sapient_generate::JsonOptions::compact())?;
     let p = pipeline();
