@@ -1264,7 +1264,7 @@ mod tests {
         for (s, want) in [
             ("0", true), ("2.25", true), ("2.26", false), ("2.250", true), ("-1.5", true), ("-1.51", false),
             ("1.", false), ("3", false), ("-0.5", true), ("00.1", false), ("2.2", true), (".5", false),
-            ("-0", true), ("-0.0", true), ("1.0", true), ("0.000001", true), ("0.0000001", true), ("225e-2", true), ("2.3e0", false),
+            ("-0", true), ("-0.0", true), ("1.0", true), ("0.000001", true), ("0.0000001", true), ("225e-2", false), ("2.25e0", true), ("2.3e0", false),
         ] {
             assert_eq!(ok(&c, s), want, "{s:?}");
         }

@@ -305,8 +305,19 @@ fn num_feasible(s: &NumState, r: &NumRange) -> bool {
                 // the exponent (0.5e3).
                 return true;
             }
-            // Reachable: [V, V + u) * 10^k for any k (more integer digits, an exponent).
-            let Some(k) = mr.top_shift(s.mag(), s.sticky) else { return true };
+            // Reachable: [V, V + u) * 10^k: k >= 0 more integer digits, or any k through an
+            // exponent. An exponent may bring the value into the range only after a single
+            // integer digit (scientific notation, `5e-4`, `2.5e3`): digits written plainly
+            // must fit on their own, so a model writing an out-of-range `123456...` is
+            // stopped, not led on digit after digit towards an exponent.
+            let Some(top) = mr.top_shift(s.mag(), s.sticky) else { return true };
+            let scientific = s.int_zero || ndigits(s.m) + s.e == 1;
+            let k = match (scientific, s.phase) {
+                (true, _) => top,
+                (false, INT) if top >= 0 => top,
+                (false, _) if top >= 0 => 0,
+                _ => return false,
+            };
             if k < -cap - MAX_PLACE {
                 return false;
             }
@@ -513,7 +524,7 @@ mod tests {
         let r = NumRange::new(0.1, false, 0.3, false);
         for (s, want) in [
             ("0.1", true), ("0.10", true), ("0.3", true), ("0.30000", true), ("0.3000000000000000000001", false),
-            ("0.0999999999999999999999", false), ("0.2", true), ("1e-1", true), ("3e-1", true), ("30e-2", true),
+            ("0.0999999999999999999999", false), ("0.2", true), ("1e-1", true), ("3e-1", true), ("30e-2", false), ("3.0e-1", true),
             ("0.31", false), ("-0.2", false), ("0", false), ("2.5e-1", true), ("0.25E0", true),
         ] {
             assert_eq!(num_ok(&r, s), want, "{s}");
@@ -538,6 +549,14 @@ mod tests {
     }
 
     #[test]
+    fn plain_digits_out_of_range_are_stopped() {
+        // A model writing 123456789 where the maximum is 50 is stopped at once, not led on.
+        let r = NumRange::new(0.0, false, 50.0, false);
+        assert!(num_prefix(&r, "12") && !num_prefix(&r, "123") && !num_prefix(&r, "5.5.") && num_prefix(&r, "5.5e0"));
+        assert!(num_ok(&r, "1.2e1") && !num_prefix(&r, "120"));
+    }
+
+    #[test]
     fn no_prefix_leads_to_a_dead_end() {
         // Every allowed prefix has some allowed completion: checked by a bounded search over
         // short texts for a few ranges, against the value computed with f64.
@@ -556,8 +575,13 @@ mod tests {
                             let v: f64 = s.parse().unwrap();
                             assert!(in_range(v, lo, lo_x, hi, hi_x), "{s} accepted in {lo}..{hi}");
                         } else if let Ok(v) = s.parse::<f64>() {
+                            // Refused in range only when written with an exponent after
+                            // several integer digits that are out of range on their own.
                             let json = serde_json::from_str::<serde_json::Value>(&s).is_ok();
-                            assert!(!(json && in_range(v, lo, lo_x, hi, hi_x)), "{s} refused in {lo}..{hi}");
+                            let plain: f64 = s.split(['e', 'E']).next().unwrap_or("").parse().unwrap_or(f64::NAN);
+                            let int_digits = s.trim_start_matches('-').split(['.', 'e', 'E']).next().map_or(0, str::len);
+                            let excused = s.contains(['e', 'E']) && int_digits > 1 && !in_range(plain, lo, lo_x, hi, hi_x);
+                            assert!(!(json && in_range(v, lo, lo_x, hi, hi_x)) || excused, "{s} refused in {lo}..{hi}");
                         }
                         if allowed {
                             // Some completion exists: search a little deeper.
