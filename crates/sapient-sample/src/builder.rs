@@ -89,9 +89,10 @@ impl JsonOptions {
     }
 }
 
-/// Any JSON number (RFC 8259) that a double holds without overflow or underflow: at most
-/// 200 digits either side of the point and a two-digit exponent.
-pub(crate) const JSON_NUMBER: &str = r"-?(?:0|[1-9][0-9]{0,199})(?:\.[0-9]{1,200})?(?:[eE][+-]?[0-9]{1,2})?";
+/// Any JSON number (RFC 8259) with at most 19 digits either side of the point (more than a
+/// double tells apart: small models otherwise run on writing digits) and a two-digit exponent
+/// (so that a double holds it).
+pub(crate) const JSON_NUMBER: &str = r"-?(?:0|[1-9][0-9]{0,18})(?:\.[0-9]{1,19})?(?:[eE][+-]?[0-9]{1,2})?";
 
 /// Builds the node arena (used by `Grammar::new` and the JSON Schema compiler).
 pub(crate) struct Builder {
