@@ -44,9 +44,12 @@ fn tokens_are_allowed(p: &Pipeline) -> Result<()> {
 }
 
 /// Copies of each document, greedy, with and without the constraint: where the model copies
-/// the numbers without it, it copies them the same with it.
+/// the numbers without it, it copies them the same with it. The documents are shown spaced
+/// (`{"price": 2.0, ...}`, as the model writes JSON), and the constraint uses that layout, so
+/// that only the numbers' rules are compared (the compact layout changes the text the model
+/// continues from, and with it a small model's choices).
 fn copies_are_unchanged(p: &Pipeline, all_exact: bool) -> Result<()> {
-    let grammar = Grammar::json_schema(&schema())?;
+    let grammar = Grammar::with_options(&sapient_generate::Expr::JsonSchema(schema()), sapient_generate::JsonOptions::spaced())?;
     let mut exact = 0;
     for doc in DOCS {
         let spaced = doc.replace(':', ": ").replace(',', ", ");
@@ -91,7 +94,7 @@ fn copies_are_unchanged(p: &Pipeline, all_exact: bool) -> Result<()> {
 fn smollm2_numbers_as_written() -> Result<()> {
     let p = load("smollm2-135m-instruct");
     tokens_are_allowed(&p)?;
-    copies_are_unchanged(&p, false)
+    copies_are_unchanged(&p, true)
 }
 
 /// The issue's own example: Qwen2.5-Coder 0.5B (a 491 MB download; opt-in).
