@@ -50,9 +50,9 @@ fn corpus(limit: Option<usize>) -> Result<(Vec<Job>, usize)> {
     let manifest: Manifest = toml::from_str(&std::fs::read_to_string(MANIFEST).with_context(|| format!("reading {MANIFEST}"))?)?;
     let mut jobs = Vec::new();
     let mut unreadable = 0;
-    for name in SETS {
-        let set = manifest.set.iter().find(|s| s.name == *name).with_context(|| format!("{MANIFEST} has no set {name}"))?;
-        let source: &'static str = *name;
+    for &name in SETS {
+        let set = manifest.set.iter().find(|s| s.name == name).with_context(|| format!("{MANIFEST} has no set {name}"))?;
+        let source: &'static str = name;
         let mut n = 0;
         for f in hub.fetch_file_set(set, &mut |_| {})? {
             let stem = f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -377,7 +377,7 @@ fn print_side_by_side(source: &str, o: &Value, l: Option<(&Value, &Value)>) {
     }
     let top = |v: &Value| -> String {
         let mut r: Vec<(String, u64)> = v["refused"].as_object().into_iter().flatten().map(|(k, n)| (k.clone(), n.as_u64().unwrap_or(0))).collect();
-        r.sort_by(|x, y| y.1.cmp(&x.1));
+        r.sort_by_key(|x| std::cmp::Reverse(x.1));
         r.iter().take(8).map(|(k, n)| format!("{k} ×{n}")).collect::<Vec<_>>().join("; ")
     };
     println!("  refused (SAPIENT): {}", top(o));
