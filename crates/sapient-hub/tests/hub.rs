@@ -574,3 +574,42 @@ fn zip_member_from_the_last_pieces_of_a_split_archive() -> Result<()> {
     assert!(e.contains("end-of-central-directory"), "{e}");
     Ok(())
 }
+
+#[test]
+fn file_sets_are_pinned_by_one_digest() -> Result<()> {
+    use sapient_hub::FileSet;
+    let src = tempfile::tempdir()?;
+    let folder = src.path().join("tests/suite");
+    std::fs::create_dir_all(folder.join("optional"))?;
+    std::fs::write(folder.join("b.json"), b"[2]")?;
+    std::fs::write(folder.join("a.json"), b"[1]")?;
+    std::fs::write(folder.join("notes.txt"), b"not in the set")?;
+    std::fs::write(folder.join("optional/c.json"), b"[3]")?;
+    // The digest written out by hand: `name sha256\n` lines in name order.
+    let digest = sha(format!("a.json {}\nb.json {}\n", sha(b"[1]"), sha(b"[2]")).as_bytes());
+    let cache = tempfile::tempdir()?;
+    let hub = Hub::with_cache_dir(cache.path())?;
+    let mut set = FileSet {
+        name: "suite".into(),
+        registry: "dir".into(),
+        package: src.path().display().to_string(),
+        version: String::new(),
+        sdist: false,
+        path: "tests/suite".into(),
+        suffix: ".json".into(),
+        files: 2,
+        sha256: digest,
+    };
+    let files = hub.fetch_file_set(&set, &mut |_| {})?;
+    let names: Vec<_> = files.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["a.json", "b.json"]);
+    // A changed file is caught, with the set's name in the error.
+    std::fs::write(folder.join("b.json"), b"[22]")?;
+    match hub.fetch_file_set(&set, &mut |_| {}) {
+        Err(Error::HashMismatch { file, .. }) => assert!(file.starts_with("suite"), "{file}"),
+        other => panic!("expected a hash mismatch, got {other:?}"),
+    }
+    set.path = "../elsewhere".into();
+    assert!(matches!(hub.fetch_file_set(&set, &mut |_| {}), Err(Error::Registry { .. })));
+    Ok(())
+}

