@@ -15,6 +15,9 @@ KEY = os.environ["ANTHROPIC_API_KEY"]
 MODEL = os.environ["MODEL"]
 
 client = anthropic.Anthropic(base_url=BASE, api_key=KEY, max_retries=0, timeout=120)
+# This SDK's create() has no sampling arguments any more; the API (and this server) takes
+# them in the body.
+GREEDY = {"temperature": 0}
 
 
 def check(cond, what):
@@ -29,7 +32,7 @@ def text_of(msg):
 # A message, whole.
 system = "You are a helpful assistant."
 question = [{"role": "user", "content": "What is the capital of France?"}]
-r = client.messages.create(model=MODEL, system=system, messages=question, max_tokens=24, temperature=0)
+r = client.messages.create(model=MODEL, system=system, messages=question, max_tokens=24, extra_body=GREEDY)
 answer = text_of(r)
 check(r.type == "message" and r.role == "assistant" and r.model == MODEL, r)
 check("Paris" in answer, f"answer {answer!r}")
@@ -46,7 +49,7 @@ print("count_tokens:", n.input_tokens)
 # Streamed through the SDK's accumulating helper: the same text, stop reason and usage;
 # the raw event sequence in Anthropic's order.
 events = []
-with client.messages.stream(model=MODEL, system=system, messages=question, max_tokens=24, temperature=0) as s:
+with client.messages.stream(model=MODEL, system=system, messages=question, max_tokens=24, extra_body=GREEDY) as s:
     for ev in s:
         events.append(ev.type)
     final = s.get_final_message()
@@ -59,7 +62,7 @@ print("stream: ok,", raw.count("content_block_delta"), "deltas")
 
 # A stop sequence taken from the answer: the answer stops before it and names it.
 word = answer.split()[len(answer.split()) // 2]
-cut = client.messages.create(model=MODEL, system=system, messages=question, max_tokens=24, temperature=0, stop_sequences=["@@never@@", word])
+cut = client.messages.create(model=MODEL, system=system, messages=question, max_tokens=24, extra_body=GREEDY, stop_sequences=["@@never@@", word])
 check(cut.stop_reason == "stop_sequence" and cut.stop_sequence == word, (cut.stop_reason, cut.stop_sequence, word))
 check(text_of(cut).rstrip() == answer[: answer.find(word)].rstrip(), (text_of(cut), word))
 print("stop_sequence:", repr(word))
@@ -80,7 +83,7 @@ tools = [
 ]
 ask = [{"role": "user", "content": "What is the weather like in Paris today?"}]
 r = client.messages.create(
-    model=MODEL, messages=ask, tools=tools, tool_choice={"type": "any", "disable_parallel_tool_use": True}, max_tokens=64, temperature=0
+    model=MODEL, messages=ask, tools=tools, tool_choice={"type": "any", "disable_parallel_tool_use": True}, max_tokens=64, extra_body=GREEDY
 )
 check(r.stop_reason == "tool_use", r)
 uses = [b for b in r.content if b.type == "tool_use"]
@@ -89,7 +92,7 @@ args = uses[0].input
 check(isinstance(args["city"], str) and len(args["city"]) <= 30 and args["unit"] in ("celsius", "fahrenheit") and set(args) == {"city", "unit"}, args)
 
 with client.messages.stream(
-    model=MODEL, messages=ask, tools=tools, tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}, max_tokens=64, temperature=0
+    model=MODEL, messages=ask, tools=tools, tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}, max_tokens=64, extra_body=GREEDY
 ) as s:
     streamed = s.get_final_message()
 suses = [b for b in streamed.content if b.type == "tool_use"]
@@ -99,13 +102,13 @@ turns = ask + [
     {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in r.content]},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": json.dumps({"temperature": 21, "sky": "sunny"})}]},
 ]
-final = client.messages.create(model=MODEL, messages=turns, tools=tools, tool_choice={"type": "none"}, max_tokens=48, temperature=0)
+final = client.messages.create(model=MODEL, messages=turns, tools=tools, tool_choice={"type": "none"}, max_tokens=48, extra_body=GREEDY)
 check(text_of(final) and not any(b.type == "tool_use" for b in final.content), final)
 check(final.stop_reason in ("end_turn", "max_tokens"), final.stop_reason)
 print("tools:", args, "->", repr(text_of(final)))
 
 # Thinking switched off is accepted (the template gets enable_thinking: false).
-t = client.messages.create(model=MODEL, messages=question, max_tokens=8, temperature=0, thinking={"type": "disabled"})
+t = client.messages.create(model=MODEL, messages=question, max_tokens=8, extra_body=GREEDY, thinking={"type": "disabled"})
 check(t.content and t.content[0].type == "text", t)
 
 
@@ -120,7 +123,7 @@ def expect(exc, status, kind, fn):
     raise AssertionError(f"expected {exc.__name__} ({status})")
 
 
-expect(anthropic.BadRequestError, 400, "invalid_request_error", lambda: client.messages.create(model=MODEL, messages=question, max_tokens=8, temperature=7))
+expect(anthropic.BadRequestError, 400, "invalid_request_error", lambda: client.messages.create(model=MODEL, messages=question, max_tokens=8, extra_body={"temperature": 7}))
 e = expect(anthropic.BadRequestError, 400, "invalid_request_error", lambda: client.messages.create(model=MODEL, messages=[{"role": "robot", "content": "hi"}], max_tokens=8))
 check("robot" in e.body["error"]["message"], e.body)
 expect(anthropic.NotFoundError, 404, "not_found_error", lambda: client.messages.create(model="claude-sonnet-4-5", messages=question, max_tokens=8))
