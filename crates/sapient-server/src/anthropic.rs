@@ -34,6 +34,8 @@ struct MessagesRequest {
     tools: Option<Vec<Value>>,
     tool_choice: Option<Value>,
     thinking: Option<Value>,
+    /// Structured output: `{"format": {"type": "json_schema", "schema": {...}}}`.
+    output_config: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -188,6 +190,14 @@ fn to_chat(req: MessagesRequest, counting: bool) -> Result<ChatRequest, ApiError
     if let Some(on) = thinking {
         kwargs.insert("enable_thinking".into(), json!(on));
     }
+    let response_format = match req.output_config.as_ref().and_then(|o| o.get("format")).filter(|f| !f.is_null()) {
+        None => None,
+        Some(f) if f.get("type").and_then(Value::as_str) == Some("json_schema") => {
+            let schema = f.get("schema").cloned().ok_or_else(|| ApiError::invalid_param("output_config.format.schema", "output_config.format needs a 'schema'"))?;
+            Some(json!({"type": "json_schema", "json_schema": {"schema": schema}}))
+        }
+        Some(_) => return Err(ApiError::invalid_param("output_config.format.type", "output_config.format type must be 'json_schema'")),
+    };
     let sampling = Sampling {
         temperature: req.temperature,
         top_p: req.top_p,
@@ -204,8 +214,8 @@ fn to_chat(req: MessagesRequest, counting: bool) -> Result<ChatRequest, ApiError
         tools,
         tool_choice,
         parallel_tool_calls: parallel,
+        response_format,
         chat_template_kwargs: (!kwargs.is_empty()).then_some(kwargs),
-        ..ChatRequest::default()
     })
 }
 
@@ -405,7 +415,8 @@ mod tests {
             "tools": [{"name": "get_weather", "description": "d", "input_schema": {"type": "object"}}],
             "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
             "stop_sequences": ["END"],
-            "thinking": {"type": "disabled"}
+            "thinking": {"type": "disabled"},
+            "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}
         }));
         let c = to_chat(r, false).unwrap();
         let roles: Vec<&str> = c.messages.iter().map(|m| m.role.as_str()).collect();
@@ -417,6 +428,7 @@ mod tests {
         assert_eq!((c.tool_choice, c.parallel_tool_calls), (Some(json!("required")), Some(false)));
         assert_eq!(c.chat_template_kwargs.unwrap()["enable_thinking"], json!(false));
         assert!(matches!(c.sampling.stop, Some(Stop::Many(ref v)) if v == &["END"]));
+        assert_eq!(c.response_format, Some(json!({"type": "json_schema", "json_schema": {"schema": {"type": "object"}}})));
     }
 
     #[test]

@@ -393,7 +393,7 @@ pub(crate) fn render_chat(st: &AppState, llm: &Llm, req: &ChatRequest) -> Result
         if native {
             ropts.tools = Some(Value::Array(fns.iter().map(|f| f.definition.clone()).collect()));
         } else {
-            let prompt = tools::system_prompt(&fns);
+            let prompt = tools::system_prompt(fns);
             match msgs.first_mut() {
                 Some(m) if m.role == "system" => {
                     m.content = format!("{}\n\n{prompt}", m.content);

@@ -9,6 +9,9 @@ import json
 import os
 
 import anthropic
+import pydantic
+
+from client_common import WEATHER_PARAMETERS, check
 
 BASE = os.environ["ANTHROPIC_BASE_URL"]
 KEY = os.environ["ANTHROPIC_API_KEY"]
@@ -18,11 +21,6 @@ client = anthropic.Anthropic(base_url=BASE, api_key=KEY, max_retries=0, timeout=
 # This SDK's create() has no sampling arguments any more; the API (and this server) takes
 # them in the body.
 GREEDY = {"temperature": 0}
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 def text_of(msg):
@@ -73,12 +71,7 @@ tools = [
     {
         "name": "get_weather",
         "description": "Current weather in a city",
-        "input_schema": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-            "required": ["city", "unit"],
-            "additionalProperties": False,
-        },
+        "input_schema": WEATHER_PARAMETERS,
     }
 ]
 ask = [{"role": "user", "content": "What is the weather like in Paris today?"}]
@@ -106,6 +99,23 @@ final = client.messages.create(model=MODEL, messages=turns, tools=tools, tool_ch
 check(text_of(final) and not any(b.type == "tool_use" for b in final.content), final)
 check(final.stop_reason in ("end_turn", "max_tokens"), final.stop_reason)
 print("tools:", args, "->", repr(text_of(final)))
+
+# Structured output: a Pydantic model through parse() (output_config.format's JSON schema).
+class City(pydantic.BaseModel):
+    name: str
+    country: str
+    population_millions: float
+
+
+p = client.messages.parse(
+    model=MODEL,
+    messages=[{"role": "user", "content": "Describe Paris as JSON with its name, country and population in millions."}],
+    output_format=City,
+    max_tokens=64,
+    extra_body=GREEDY,
+)
+check(isinstance(p.parsed_output, City), p.content)
+print("parse:", p.parsed_output)
 
 # Thinking switched off is accepted (the template gets enable_thinking: false).
 t = client.messages.create(model=MODEL, messages=question, max_tokens=8, extra_body=GREEDY, thinking={"type": "disabled"})
