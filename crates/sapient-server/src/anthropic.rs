@@ -138,8 +138,10 @@ fn to_chat_tools(tools: &[Value]) -> Result<Value, ApiError> {
         let name = t.get("name").cloned().ok_or_else(|| ApiError::invalid_param(&at, format!("{at}: a tool needs a 'name'")))?;
         let schema = t.get("input_schema").cloned().ok_or_else(|| ApiError::invalid_param(&at, format!("{at}: a tool needs an 'input_schema'")))?;
         let mut f = json!({"name": name, "parameters": schema});
-        if let Some(d) = t.get("description") {
-            f["description"] = d.clone();
+        for k in ["description", "strict"] {
+            if let Some(v) = t.get(k) {
+                f[k] = v.clone();
+            }
         }
         out.push(json!({"type": "function", "function": f}));
     }

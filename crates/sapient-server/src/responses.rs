@@ -184,7 +184,7 @@ fn to_chat_tools(tools: &[Value]) -> Result<Value, ApiError> {
             kind => return Err(ApiError::invalid_param(format!("tools[{i}]"), format!("tool type '{}' is not supported (function)", kind.unwrap_or("?")))),
         }
         let mut f = Map::new();
-        for k in ["name", "description", "parameters"] {
+        for k in ["name", "description", "parameters", "strict"] {
             if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
                 f.insert(k.into(), v.clone());
             }
@@ -202,7 +202,7 @@ fn to_response_format(text: Option<&Value>) -> Result<Option<Value>, ApiError> {
         Some("json_object") => Ok(Some(json!({"type": "json_object"}))),
         Some("json_schema") => {
             let schema = f.get("schema").cloned().ok_or_else(|| ApiError::invalid_param("text.format.schema", "text.format of type json_schema needs a 'schema'"))?;
-            Ok(Some(json!({"type": "json_schema", "json_schema": {"name": f.get("name"), "schema": schema}})))
+            Ok(Some(json!({"type": "json_schema", "json_schema": {"name": f.get("name"), "schema": schema, "strict": f.get("strict")}})))
         }
         _ => Err(ApiError::invalid_param("text.format.type", "text.format type must be 'text', 'json_object' or 'json_schema'")),
     }
