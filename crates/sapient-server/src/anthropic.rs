@@ -265,7 +265,7 @@ fn content(s: &ChoiceState) -> Vec<Value> {
 }
 
 /// Parse a Messages request, find its model and render its prompt.
-async fn prepare(st: &Arc<AppState>, headers: &HeaderMap, body: Result<Bytes, BytesRejection>, counting: bool) -> Result<(Arc<Llm>, crate::chat::Prepared, Vec<String>), ApiError> {
+async fn prepare(st: &Arc<AppState>, headers: &HeaderMap, body: Result<Bytes, BytesRejection>, counting: bool) -> Result<(Arc<Llm>, crate::turn::Prepared, Vec<String>), ApiError> {
     let req: MessagesRequest = parse_body(st, headers, body)?;
     let stops = req.stop_sequences.clone().unwrap_or_default();
     let chat = to_chat(req, counting)?;

@@ -2,7 +2,7 @@
 
 use crate::error::{from_generate, ApiError};
 use crate::tools::{self, Piece};
-use crate::turn::{merged, sse_response, ChoiceState, InFlight};
+use crate::turn::{merged, sse_response, ChoiceState, InFlight, Prepared};
 use crate::{new_id, parse_body, unix_now, AppState, Llm};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -97,23 +97,6 @@ struct CompletionRequest {
     echo: Option<bool>,
     suffix: Option<String>,
     best_of: Option<i64>,
-}
-
-/// What a request turns into before it is submitted.
-pub(crate) struct Prepared {
-    /// One prompt per choice group (chat: one; completions: one per prompt).
-    pub(crate) prompts: Vec<Vec<u32>>,
-    pub(crate) cfg: GenerationConfig,
-    pub(crate) n: usize,
-    pub(crate) stream: bool,
-    pub(crate) include_usage: bool,
-    /// Tools are on: parse `<tool_call>` blocks out of the text.
-    pub(crate) tools: bool,
-    /// Chat: split a `<think>` block into `reasoning_content`; `Some(true)` when the prompt
-    /// opened the block already.
-    pub(crate) reasoning: Option<bool>,
-    /// The model's tool-call syntax.
-    pub(crate) tool_format: tools::Format,
 }
 
 impl Sampling {

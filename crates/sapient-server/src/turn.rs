@@ -3,7 +3,6 @@
 //! generation driven for the endpoints that answer a single message (Anthropic Messages,
 //! Responses) with its pieces as chat completions parses them.
 
-use crate::chat::Prepared;
 use crate::error::{from_generate, ApiError};
 use crate::reasoning;
 use crate::tools::{self, Piece};
@@ -12,11 +11,28 @@ use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use sapient_generate::{Event, FinishReason, Generation, RequestHandle};
+use sapient_generate::{Event, FinishReason, Generation, GenerationConfig, RequestHandle};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
+
+/// What a request turns into before it is submitted.
+pub(crate) struct Prepared {
+    /// One prompt per choice group (chat: one; completions: one per prompt).
+    pub(crate) prompts: Vec<Vec<u32>>,
+    pub(crate) cfg: GenerationConfig,
+    pub(crate) n: usize,
+    pub(crate) stream: bool,
+    pub(crate) include_usage: bool,
+    /// Tools are on: parse `<tool_call>` blocks out of the text.
+    pub(crate) tools: bool,
+    /// Chat: split a `<think>` block into `reasoning_content`; `Some(true)` when the prompt
+    /// opened the block already.
+    pub(crate) reasoning: Option<bool>,
+    /// The model's tool-call syntax.
+    pub(crate) tool_format: tools::Format,
+}
 
 /// Choices in flight for one model; given back when dropped.
 pub(crate) struct InFlight {
