@@ -40,7 +40,7 @@ pub struct ServeArgs {
     /// [default: 8080]
     #[arg(long)]
     port: Option<u16>,
-    /// Require `Authorization: Bearer KEY` on every route but /health.
+    /// Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on every route but /health.
     #[arg(long, env = "SAPIENT_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// Serve /metrics without the API key (for a metrics scraper that holds none).
@@ -75,6 +75,13 @@ pub struct ServeArgs {
     /// any). Off by default.
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
     cors_origins: Vec<String>,
+    /// /v1/responses answers kept in memory for previous_response_id; the oldest go first
+    /// (0: none) [default: 256].
+    #[arg(long)]
+    responses_max: Option<usize>,
+    /// How long a stored /v1/responses answer is kept, in seconds [default: 3600].
+    #[arg(long)]
+    responses_ttl_secs: Option<u64>,
 }
 
 /// `--config`: the same settings as the flags (snake_case), and the models as tables.
@@ -96,6 +103,8 @@ struct ServeFile {
     device: Option<String>,
     #[serde(default)]
     cors_origins: Vec<String>,
+    responses_max: Option<usize>,
+    responses_ttl_secs: Option<u64>,
     #[serde(default)]
     llm: Vec<ModelEntry>,
     #[serde(default)]
@@ -143,6 +152,8 @@ fn merge(mut args: ServeArgs, file: ServeFile) -> Result<ServeArgs> {
     pick(&mut args.max_body_mib, file.max_body_mib);
     pick(&mut args.max_audio_mib, file.max_audio_mib);
     pick(&mut args.device, file.device);
+    pick(&mut args.responses_max, file.responses_max);
+    pick(&mut args.responses_ttl_secs, file.responses_ttl_secs);
     if args.cors_origins.is_empty() {
         args.cors_origins = file.cors_origins;
     }
@@ -210,6 +221,8 @@ async fn serve(args: ServeArgs) -> Result<()> {
         max_queue: args.max_queue.unwrap_or(256).max(1),
         max_audio_bytes: args.max_audio_mib.unwrap_or(25).max(1) << 20,
         cors_origins: args.cors_origins.clone(),
+        responses_max: args.responses_max.unwrap_or(256),
+        responses_ttl: std::time::Duration::from_secs(args.responses_ttl_secs.unwrap_or(3600)),
         ..ServerOptions::default()
     };
     let server = Server::new(opts);
@@ -347,6 +360,7 @@ mod tests {
             kv_type = "q8_0"
             public_metrics = true
             cors_origins = ["http://localhost:3000"]
+            responses_max = 8
             [[llm]]
             model = "qwen2.5-coder-0.5b-instruct"
             name = "coder"
@@ -365,6 +379,7 @@ mod tests {
         assert_eq!(a.host, None);
         assert!(a.public_metrics);
         assert_eq!(a.cors_origins, ["http://localhost:3000"]);
+        assert_eq!((a.responses_max, a.responses_ttl_secs), (Some(8), None));
         assert_eq!(a.models, ["coder=qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct", "extra=/models/x.gguf"]);
         assert_eq!(a.embed_models, ["emb=all-minilm-l6-v2"]);
         Ok(())

@@ -1,16 +1,16 @@
 //! `POST /v1/chat/completions` and `POST /v1/completions`.
 
 use crate::error::{from_generate, ApiError};
-use crate::reasoning;
 use crate::tools::{self, Piece};
+use crate::turn::{merged, sse_response, ChoiceState, InFlight, Prepared};
 use crate::{new_id, parse_body, unix_now, AppState, Llm};
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::{header, HeaderMap};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use sapient_generate::{Event, FinishReason, Generation, GenerationConfig, Grammar, Message, RequestHandle, SamplerConfig, TokenLogprob};
+use sapient_generate::{Event, Generation, GenerationConfig, Grammar, Message, RequestHandle, SamplerConfig, TokenLogprob};
 use sapient_sample::{Expr, JsonOptions};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -23,69 +23,69 @@ use tokio::sync::mpsc;
 /// `stop`: one string or a list.
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Stop {
+pub(crate) enum Stop {
     One(String),
     Many(Vec<String>),
 }
 
 #[derive(Deserialize, Default)]
-struct StreamOptions {
+pub(crate) struct StreamOptions {
     #[serde(default)]
     include_usage: Option<bool>,
 }
 
 /// The sampling fields both endpoints share.
 #[derive(Deserialize, Default)]
-struct Sampling {
-    temperature: Option<f32>,
-    top_p: Option<f32>,
+pub(crate) struct Sampling {
+    pub(crate) temperature: Option<f32>,
+    pub(crate) top_p: Option<f32>,
     /// Not OpenAI's, but common (vLLM, llama.cpp).
-    top_k: Option<usize>,
-    min_p: Option<f32>,
-    repetition_penalty: Option<f32>,
-    presence_penalty: Option<f32>,
-    frequency_penalty: Option<f32>,
-    logit_bias: Option<HashMap<String, f32>>,
-    seed: Option<i64>,
-    stop: Option<Stop>,
-    max_tokens: Option<i64>,
-    max_completion_tokens: Option<i64>,
-    n: Option<i64>,
-    stream: Option<bool>,
-    stream_options: Option<StreamOptions>,
-    logprobs: Option<Value>,
-    top_logprobs: Option<i64>,
-    user: Option<String>,
+    pub(crate) top_k: Option<usize>,
+    pub(crate) min_p: Option<f32>,
+    pub(crate) repetition_penalty: Option<f32>,
+    pub(crate) presence_penalty: Option<f32>,
+    pub(crate) frequency_penalty: Option<f32>,
+    pub(crate) logit_bias: Option<HashMap<String, f32>>,
+    pub(crate) seed: Option<i64>,
+    pub(crate) stop: Option<Stop>,
+    pub(crate) max_tokens: Option<i64>,
+    pub(crate) max_completion_tokens: Option<i64>,
+    pub(crate) n: Option<i64>,
+    pub(crate) stream: Option<bool>,
+    pub(crate) stream_options: Option<StreamOptions>,
+    pub(crate) logprobs: Option<Value>,
+    pub(crate) top_logprobs: Option<i64>,
+    pub(crate) user: Option<String>,
     /// Not OpenAI's (llama.cpp's and vLLM's): keep going past end-of-sequence, up to max_tokens.
-    ignore_eos: Option<bool>,
+    pub(crate) ignore_eos: Option<bool>,
 }
 
-#[derive(Deserialize)]
-struct InMessage {
-    role: String,
+#[derive(Deserialize, Default, Clone)]
+pub(crate) struct InMessage {
+    pub(crate) role: String,
     #[serde(default)]
-    content: Option<Value>,
+    pub(crate) content: Option<Value>,
     #[serde(default)]
-    name: Option<String>,
+    pub(crate) name: Option<String>,
     #[serde(default)]
-    tool_calls: Option<Vec<Value>>,
+    pub(crate) tool_calls: Option<Vec<Value>>,
     #[serde(default)]
-    tool_call_id: Option<String>,
+    pub(crate) tool_call_id: Option<String>,
 }
 
-#[derive(Deserialize)]
-struct ChatRequest {
-    model: Option<String>,
-    messages: Vec<InMessage>,
+#[derive(Deserialize, Default)]
+pub(crate) struct ChatRequest {
+    pub(crate) model: Option<String>,
+    pub(crate) messages: Vec<InMessage>,
     #[serde(flatten)]
-    sampling: Sampling,
-    response_format: Option<Value>,
-    tools: Option<Value>,
-    tool_choice: Option<Value>,
-    parallel_tool_calls: Option<bool>,
+    pub(crate) sampling: Sampling,
+    pub(crate) response_format: Option<Value>,
+    pub(crate) tools: Option<Value>,
+    pub(crate) tool_choice: Option<Value>,
+    pub(crate) parallel_tool_calls: Option<bool>,
     /// Not OpenAI's (vLLM's and llama.cpp's): variables for the chat template, e.g.
     /// `{"enable_thinking": false}` for Qwen3.
-    chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    pub(crate) chat_template_kwargs: Option<serde_json::Map<String, Value>>,
 }
 
 #[derive(Deserialize)]
@@ -97,23 +97,6 @@ struct CompletionRequest {
     echo: Option<bool>,
     suffix: Option<String>,
     best_of: Option<i64>,
-}
-
-/// What a request turns into before it is submitted.
-struct Prepared {
-    /// One prompt per choice group (chat: one; completions: one per prompt).
-    prompts: Vec<Vec<u32>>,
-    cfg: GenerationConfig,
-    n: usize,
-    stream: bool,
-    include_usage: bool,
-    /// Tools are on: parse `<tool_call>` blocks out of the text.
-    tools: bool,
-    /// Chat: split a `<think>` block into `reasoning_content`; `Some(true)` when the prompt
-    /// opened the block already.
-    reasoning: Option<bool>,
-    /// The model's tool-call syntax.
-    tool_format: tools::Format,
 }
 
 impl Sampling {
@@ -335,7 +318,7 @@ fn response_format(rf: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
 
 /// A chat request's fields checked and turned into what the engine takes, short of the
 /// prompt (which needs the model's template and tokenizer).
-struct CheckedChat {
+pub(crate) struct CheckedChat {
     cfg: GenerationConfig,
     n: usize,
     fns: Vec<tools::Function>,
@@ -378,7 +361,9 @@ fn check_chat(st: &AppState, vocab: usize, native: bool, format: tools::Format, 
     })
 }
 
-fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, ApiError> {
+/// A chat request checked and its prompt rendered by the model's chat template: the prompt's
+/// text, the checked request and the tool-call syntax.
+pub(crate) fn render_chat(st: &AppState, llm: &Llm, req: &ChatRequest) -> Result<(String, CheckedChat, tools::Format), ApiError> {
     let pipe = llm.engine.model();
     let native = llm.template_tools;
     let template = pipe
@@ -386,17 +371,14 @@ fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, 
         .chat_template()
         .ok_or_else(|| ApiError::bad_request(format!("model '{}' has no chat template; use /v1/completions", llm.id)))?;
     let format = if native { tools::Format::detect(template.source()) } else { tools::Format::Hermes };
-    let CheckedChat { mut cfg, n, fns, mut msgs, stream, include_usage, tools: calls, template_vars } = check_chat(st, pipe.info().vocab_size, native, format, &req)?;
-    if calls && format == tools::Format::Mistral {
-        // Its marker is a special token: keep it in the text for the parser.
-        cfg.skip_special_tokens = false;
-    }
-    let mut ropts = sapient_tokenizers::RenderOptions { extra: template_vars, ..Default::default() };
+    let mut checked = check_chat(st, pipe.info().vocab_size, native, format, req)?;
+    let (fns, msgs) = (&checked.fns, &mut checked.msgs);
+    let mut ropts = sapient_tokenizers::RenderOptions { extra: std::mem::take(&mut checked.template_vars), ..Default::default() };
     if !fns.is_empty() {
         if native {
             ropts.tools = Some(Value::Array(fns.iter().map(|f| f.definition.clone()).collect()));
         } else {
-            let prompt = tools::system_prompt(&fns);
+            let prompt = tools::system_prompt(fns);
             match msgs.first_mut() {
                 Some(m) if m.role == "system" => {
                     m.content = format!("{}\n\n{prompt}", m.content);
@@ -405,8 +387,17 @@ fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, 
             }
         }
     }
-    let text = template.render(&msgs, &ropts).map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
-    let ids = pipe.tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let text = template.render(msgs, &ropts).map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
+    Ok((text, checked, format))
+}
+
+pub(crate) fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, ApiError> {
+    let (text, CheckedChat { mut cfg, n, stream, include_usage, tools: calls, .. }, format) = render_chat(st, llm, &req)?;
+    if calls && format == tools::Format::Mistral {
+        // Its marker is a special token: keep it in the text for the parser.
+        cfg.skip_special_tokens = false;
+    }
+    let ids = llm.engine.model().tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let opened = text.trim_end().ends_with("<think>");
     Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls, reasoning: Some(opened), tool_format: format })
 }
@@ -474,30 +465,6 @@ pub(crate) fn check_body(st: &AppState, chat: bool, body: &[u8], vocab: usize) -
     }
 }
 
-/// Choices in flight for one model; given back when dropped.
-struct InFlight {
-    llm: Arc<Llm>,
-    n: usize,
-}
-
-impl InFlight {
-    fn take(st: &AppState, llm: &Arc<Llm>, n: usize) -> Result<Self, ApiError> {
-        let limit = st.opts.max_queue.max(1);
-        let prev = llm.in_flight.fetch_add(n, Ordering::SeqCst);
-        if prev + n > limit {
-            llm.in_flight.fetch_sub(n, Ordering::SeqCst);
-            return Err(ApiError::overloaded(1));
-        }
-        Ok(Self { llm: llm.clone(), n })
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.llm.in_flight.fetch_sub(self.n, Ordering::SeqCst);
-    }
-}
-
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Chat,
@@ -511,11 +478,8 @@ pub(crate) async fn chat_completions(
 ) -> Result<Response, ApiError> {
     let req: ChatRequest = parse_body(&st, &headers, body)?;
     let llm = st.models()?.llm(req.model.as_deref())?.clone();
-    let st2 = st.clone();
-    let l2 = llm.clone();
-    let p = tokio::task::spawn_blocking(move || prepare_chat(&st2, &l2, req))
-        .await
-        .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))??;
+    let (st2, l2) = (st.clone(), llm.clone());
+    let p = blocking(move || prepare_chat(&st2, &l2, req)).await?;
     run(st, llm, p, Kind::Chat).await
 }
 
@@ -526,102 +490,16 @@ pub(crate) async fn completions(
 ) -> Result<Response, ApiError> {
     let req: CompletionRequest = parse_body(&st, &headers, body)?;
     let llm = st.models()?.llm(req.model.as_deref())?.clone();
-    let st2 = st.clone();
-    let l2 = llm.clone();
-    let p = tokio::task::spawn_blocking(move || prepare_completion(&st2, &l2, req))
-        .await
-        .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))??;
+    let (st2, l2) = (st.clone(), llm.clone());
+    let p = blocking(move || prepare_completion(&st2, &l2, req)).await?;
     run(st, llm, p, Kind::Completion).await
 }
 
-/// Per choice: its parser and what it has said.
-struct ChoiceState {
-    format: tools::Format,
-    thinking: Option<reasoning::Splitter>,
-    reasoning: String,
-    parser: Option<tools::Parser>,
-    call_ids: Vec<String>,
-    content: String,
-    calls: Vec<(String, String, String)>,
-    started: bool,
-    last: Option<Instant>,
-    result: Option<Result<Generation, ApiError>>,
-    /// Streaming with logprobs: a step's pieces wait for its log-probabilities.
-    held: Vec<Piece>,
+/// Work that needs the CPU for a while (templates, tokenizers, grammars), off the async threads.
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))?
 }
 
-impl ChoiceState {
-    fn new(tools: bool, reasoning: Option<bool>, format: tools::Format) -> Self {
-        Self {
-            format,
-            thinking: reasoning.map(reasoning::Splitter::new),
-            reasoning: String::new(),
-            parser: tools.then(|| tools::Parser::for_format(format)),
-            call_ids: vec![],
-            content: String::new(),
-            calls: vec![],
-            started: false,
-            last: None,
-            result: None,
-            held: Vec::new(),
-        }
-    }
-    /// Split a piece of generated text into reasoning, content and call pieces.
-    fn pieces(&mut self, text: &str) -> Vec<Piece> {
-        let parts = match &mut self.thinking {
-            Some(s) => s.push(text),
-            None => vec![reasoning::Part::Content(text.to_string())],
-        };
-        self.after_reasoning(parts, false)
-    }
-    fn finish_pieces(&mut self) -> Vec<Piece> {
-        let parts = self.thinking.as_mut().map(|s| s.finish()).unwrap_or_default();
-        self.after_reasoning(parts, true)
-    }
-    /// The answer's text through the tool-call parser; reasoning as it is.
-    fn after_reasoning(&mut self, parts: Vec<reasoning::Part>, end: bool) -> Vec<Piece> {
-        let mut out = Vec::new();
-        for p in parts {
-            match p {
-                reasoning::Part::Reasoning(r) => out.push(Piece::Reasoning(r)),
-                reasoning::Part::Content(c) => match &mut self.parser {
-                    Some(p) => out.extend(p.push(&c)),
-                    None => out.push(Piece::Content(c)),
-                },
-            }
-        }
-        if end {
-            out.extend(self.parser.as_mut().map(|p| p.finish()).unwrap_or_default());
-        }
-        out
-    }
-    /// Keep the pieces (for the whole answer) and give their ids to new calls.
-    fn record(&mut self, pieces: &[Piece]) {
-        for p in pieces {
-            match p {
-                Piece::Content(c) => self.content.push_str(c),
-                Piece::Reasoning(r) => self.reasoning.push_str(r),
-                Piece::CallStart { name, .. } => {
-                    let id = self.format.call_id();
-                    self.call_ids.push(id.clone());
-                    self.calls.push((id, name.clone(), String::new()));
-                }
-                Piece::CallArgs { index, text } => {
-                    if let Some(c) = self.calls.get_mut(*index) {
-                        c.2.push_str(text);
-                    }
-                }
-            }
-        }
-    }
-    fn finish_reason(&self, g: &Generation) -> &'static str {
-        match g.finish {
-            FinishReason::MaxTokens | FinishReason::ContextFull => "length",
-            _ if !self.calls.is_empty() => "tool_calls",
-            _ => "stop",
-        }
-    }
-}
 
 fn usage(results: &[&Generation], groups: usize, n: usize) -> Value {
     // The prompt of each group counts once, as OpenAI counts it.
@@ -658,12 +536,7 @@ async fn run(st: Arc<AppState>, llm: Arc<Llm>, p: Prepared, kind: Kind) -> Resul
         let (tx, rx) = mpsc::channel::<Bytes>(64);
         let states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools, p.reasoning, p.tool_format)).collect();
         tokio::spawn(stream_task(handles, states, tx, ctx, llm, guard, t0));
-        let body = Body::from_stream(tokio_stream_from(rx));
-        return Ok((
-            [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")],
-            body,
-        )
-            .into_response());
+        return Ok(sse_response(rx));
     }
     // Whole answers: wait for every choice.
     let mut states: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::new(p.tools, p.reasoning, p.tool_format)).collect();
@@ -843,21 +716,6 @@ impl Ctx {
 
 fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
-}
-
-/// One handle's events, tagged with its index.
-type Tagged = std::pin::Pin<Box<dyn futures::Stream<Item = (usize, Event)> + Send>>;
-
-/// Every handle's events, tagged with the handle's index, as they come.
-fn merged(handles: Vec<RequestHandle>) -> futures::stream::SelectAll<Tagged> {
-    futures::stream::select_all(handles.into_iter().enumerate().map(|(i, h)| {
-        let s = futures::stream::unfold(h, |mut h| async move { h.next().await.map(|e| (e, h)) }).map(move |e| (i, e));
-        Box::pin(s) as Tagged
-    }))
-}
-
-fn tokio_stream_from(rx: mpsc::Receiver<Bytes>) -> impl futures::Stream<Item = Result<Bytes, std::convert::Infallible>> {
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok(b), rx)) })
 }
 
 /// Drive a streamed request: pieces to SSE chunks. Stops (dropping the handles, which

@@ -31,7 +31,7 @@ impl ApiError {
     pub fn unauthorized() -> Self {
         Self {
             code: Some("invalid_api_key"),
-            ..Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "Incorrect or missing API key: send 'Authorization: Bearer <key>'")
+            ..Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "Incorrect or missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
         }
     }
     pub fn model_not_found(model: &str, available: &[String]) -> Self {
@@ -77,6 +77,46 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// Anthropic's name for this error's kind (from its status).
+    fn anthropic_type(&self) -> &'static str {
+        match self.status.as_u16() {
+            400 | 405 | 422 => "invalid_request_error",
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            _ => "api_error",
+        }
+    }
+
+    /// The JSON body in Anthropic's shape: `{"type": "error", "error": {"type", "message"}}`.
+    pub fn anthropic_body(&self) -> serde_json::Value {
+        serde_json::json!({"type": "error", "error": {"type": self.anthropic_type(), "message": self.message}})
+    }
+
+    /// The response, in Anthropic's shape with `anthropic` (the `/v1/messages` routes), else
+    /// OpenAI's.
+    pub(crate) fn respond(self, anthropic: bool) -> Response {
+        if !anthropic {
+            return self.into_response();
+        }
+        let mut r = (self.status, axum::Json(self.anthropic_body())).into_response();
+        self.set_retry_after(&mut r);
+        r
+    }
+
+    fn set_retry_after(&self, r: &mut Response) {
+        if let Some(s) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
+                r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+            }
+        }
+    }
+}
+
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {}", self.status.as_u16(), self.message)
@@ -86,11 +126,7 @@ impl std::fmt::Display for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status, axum::Json(self.body())).into_response();
-        if let Some(s) = self.retry_after {
-            if let Ok(v) = HeaderValue::from_str(&s.to_string()) {
-                r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
-            }
-        }
+        self.set_retry_after(&mut r);
         r
     }
 }

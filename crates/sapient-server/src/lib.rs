@@ -1,7 +1,10 @@
 //! `sapient-server`: an OpenAI-compatible HTTP server over SAPIENT's models.
 //!
 //! Routes: `GET /v1/models`, `POST /v1/chat/completions` (streamed as server-sent events or
-//! whole), `POST /v1/completions`, `GET /health` (200 once the models are loaded, 503 before),
+//! whole), `POST /v1/completions`, Anthropic's `POST /v1/messages` and
+//! `/v1/messages/count_tokens`, OpenAI's `POST /v1/responses` with `GET` / `DELETE
+//! /v1/responses/{id}`, llama-server's `POST /tokenize`, `/detokenize` and `/apply-template`,
+//! embeddings and audio, `GET /health` (200 once the models are loaded, 503 before),
 //! `GET /metrics` (Prometheus text). Language models run on a [`sapient_generate::Engine`]
 //! each, so concurrent requests are decoded together; a client that goes away drops its
 //! request handle, which cancels the generation at the next engine step and frees its KV
@@ -21,10 +24,14 @@
 //! # Ok(()) }
 //! ```
 
+mod anthropic;
 mod chat;
 mod error;
 mod media;
 mod reasoning;
+mod responses;
+mod tokenize;
+mod turn;
 pub mod metrics;
 pub mod tools;
 
@@ -63,6 +70,11 @@ pub struct ServerOptions {
     /// allows any. Empty (the default): no CORS headers, so browsers on other origins are
     /// refused.
     pub cors_origins: Vec<String>,
+    /// Most `/v1/responses` answers kept in memory (for `previous_response_id` and `GET`);
+    /// the oldest go first. 0 keeps none.
+    pub responses_max: usize,
+    /// How long a stored `/v1/responses` answer is kept.
+    pub responses_ttl: std::time::Duration,
 }
 
 impl Default for ServerOptions {
@@ -76,6 +88,8 @@ impl Default for ServerOptions {
             max_n: 8,
             max_audio_bytes: 25 << 20,
             cors_origins: Vec::new(),
+            responses_max: 256,
+            responses_ttl: std::time::Duration::from_secs(3600),
         }
     }
 }
@@ -170,6 +184,7 @@ pub(crate) struct AppState {
     pub(crate) models: OnceLock<Loaded>,
     pub(crate) http: metrics::HttpStats,
     pub(crate) speech: metrics::SpeechStats,
+    pub(crate) responses: responses::Store,
 }
 
 impl AppState {
@@ -187,7 +202,7 @@ pub struct Server {
 
 impl Server {
     pub fn new(opts: ServerOptions) -> Self {
-        Self { state: Arc::new(AppState { opts, models: OnceLock::new(), http: Default::default(), speech: Default::default() }) }
+        Self { state: Arc::new(AppState { opts, models: OnceLock::new(), http: Default::default(), speech: Default::default(), responses: Default::default() }) }
     }
 
     /// Install the models; the server is ready from now on.
@@ -230,6 +245,13 @@ impl Server {
             .route("/v1/models/{id}", get(get_model))
             .route("/v1/chat/completions", post(chat::chat_completions))
             .route("/v1/completions", post(chat::completions))
+            .route("/v1/messages", post(anthropic::messages))
+            .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+            .route("/v1/responses", post(responses::create))
+            .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
+            .route("/tokenize", post(tokenize::tokenize))
+            .route("/detokenize", post(tokenize::detokenize))
+            .route("/apply-template", post(tokenize::apply_template))
             .route("/v1/embeddings", post(media::embeddings))
             .route("/v1/audio/speech", post(media::speech))
             .route(
@@ -273,19 +295,27 @@ pub(crate) fn new_id(prefix: &str) -> String {
     format!("{prefix}{mix:016x}{n:x}")
 }
 
+/// The key: `Authorization: Bearer <key>` (OpenAI's clients) or `x-api-key: <key>`
+/// (Anthropic's).
 async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(key) = &st.opts.api_key {
-        let given = req
-            .headers()
+        let h = req.headers();
+        let bearer = h
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
             .map(str::trim);
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
-            return ApiError::unauthorized().into_response();
+        let x_api_key = h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
+        if ![bearer, x_api_key].into_iter().flatten().any(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
+            return ApiError::unauthorized().respond(is_anthropic(req.uri().path()));
         }
     }
     next.run(req).await
+}
+
+/// Routes that answer errors in Anthropic's shape.
+pub(crate) fn is_anthropic(path: &str) -> bool {
+    path == "/v1/messages" || path.starts_with("/v1/messages/")
 }
 
 /// A body that declares a length over its route's limit is refused before any of it is read
@@ -295,7 +325,7 @@ async fn declared_size(State(st): State<Arc<AppState>>, req: Request, next: Next
     let limit = if path == "/v1/audio/transcriptions" || path == "/v1/audio/translations" { st.opts.max_audio_bytes } else { st.opts.max_body_bytes };
     let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
-        return ApiError::too_large(limit).into_response();
+        return ApiError::too_large(limit).respond(is_anthropic(path));
     }
     next.run(req).await
 }
@@ -313,8 +343,8 @@ async fn cors(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Resp
         let mut r = StatusCode::NO_CONTENT.into_response();
         let asked = req.headers().get(header::ACCESS_CONTROL_REQUEST_HEADERS).cloned();
         let h = r.headers_mut();
-        h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, OPTIONS"));
-        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked.unwrap_or(HeaderValue::from_static("authorization, content-type")));
+        h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, DELETE, OPTIONS"));
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked.unwrap_or(HeaderValue::from_static("authorization, content-type, x-api-key, anthropic-version")));
         h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
         r
     } else {
@@ -376,12 +406,15 @@ async fn metrics_text(State(st): State<Arc<AppState>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics::render(&st)).into_response()
 }
 
-async fn not_found(req: Request) -> ApiError {
-    ApiError::not_found(format!("No route {} {}", req.method(), req.uri().path())).with_code("unknown_url")
+async fn not_found(req: Request) -> Response {
+    let path = req.uri().path();
+    ApiError::not_found(format!("No route {} {path}", req.method())).with_code("unknown_url").respond(is_anthropic(path))
 }
 
-async fn method_not_allowed(req: Request) -> ApiError {
-    ApiError { status: StatusCode::METHOD_NOT_ALLOWED, ..ApiError::bad_request(format!("Method {} is not allowed on {}", req.method(), req.uri().path())) }
+async fn method_not_allowed(req: Request) -> Response {
+    let path = req.uri().path();
+    let e = ApiError { status: StatusCode::METHOD_NOT_ALLOWED, ..ApiError::bad_request(format!("Method {} is not allowed on {path}", req.method())) };
+    e.respond(is_anthropic(path))
 }
 
 /// A JSON request body [`check_request`] reads.
@@ -407,7 +440,7 @@ pub enum Endpoint {
 /// the voices, the embedding size) is not checked. The fuzz target `server_request` runs
 /// this on arbitrary bytes.
 pub fn check_request(endpoint: Endpoint, body: &[u8], opts: &ServerOptions, vocab_size: usize) -> Result<(), ApiError> {
-    let st = AppState { opts: opts.clone(), models: OnceLock::new(), http: Default::default(), speech: Default::default() };
+    let st = AppState { opts: opts.clone(), models: OnceLock::new(), http: Default::default(), speech: Default::default(), responses: Default::default() };
     if body.len() > opts.max_body_bytes {
         return Err(ApiError::too_large(opts.max_body_bytes));
     }

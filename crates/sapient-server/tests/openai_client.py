@@ -11,16 +11,13 @@ import os
 import openai
 import pydantic
 
+from client_common import WEATHER_PARAMETERS, check
+
 BASE = os.environ["OPENAI_BASE_URL"]
 KEY = os.environ["OPENAI_API_KEY"]
 MODEL = os.environ["MODEL"]
 
 client = openai.OpenAI(base_url=BASE, api_key=KEY, max_retries=0, timeout=120)
-
-
-def check(cond, what):
-    if not cond:
-        raise AssertionError(what)
 
 
 # Models.
@@ -103,12 +100,7 @@ tools = [
         "function": {
             "name": "get_weather",
             "description": "Current weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["celsius", "fahrenheit"]}},
-                "required": ["city", "unit"],
-                "additionalProperties": False,
-            },
+            "parameters": WEATHER_PARAMETERS,
         },
     }
 ]
