@@ -283,6 +283,11 @@ impl Builder {
                 let (o, c) = (self.lit("{"), self.lit("}"));
                 self.seq_ws(&[Some(o), ws, Some(c)])
             }
+            // A number is the value, in any form JSON writes it (`1`, `1.0`, `1e0`).
+            Value::Number(n) => match n.as_f64() {
+                Some(x) if x.is_finite() => self.num(x, x, false, false)?,
+                _ => self.lit(&n.to_string()),
+            },
             other => self.lit(&serde_json::to_string(other).unwrap_or_default()),
         })
     }

@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Share of the documents of compiled schemas on which the grammar agrees with the suite.
-const FLOOR_AGREE_RATE: f64 = 0.79;
+const FLOOR_AGREE_RATE: f64 = 0.75;
 /// Documents right over the whole suite (a refused schema gets none of its documents right).
-const FLOOR_AGREED: usize = 816;
+const FLOOR_AGREED: usize = 1180;
 
 #[derive(serde::Deserialize)]
 struct Sets {

@@ -849,12 +849,12 @@ mod tests {
 
     #[test]
     fn bad_tool_choice_and_unsupported_schema_are_400s() {
-        let t = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "patternProperties": {"a": {}}}}}]);
+        let t = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "array", "contains": {}}}}}}]);
         let (tools, choice) = parse(Some(&t), None).unwrap();
         assert_eq!(choice, Choice::Auto);
         let e = grammar(&tools, &choice, true, Default::default()).unwrap_err();
         assert_eq!(e.status.as_u16(), 400);
-        assert!(e.message.contains("patternProperties"), "{}", e.message);
+        assert!(e.message.contains("contains"), "{}", e.message);
         let e = parse(Some(&t), Some(&json!({"type": "function", "function": {"name": "nope"}}))).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("tool_choice"));
     }

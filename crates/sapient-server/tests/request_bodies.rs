@@ -76,7 +76,7 @@ fn bad_bodies_are_4xx_naming_the_field() {
         // Nested deeper than serde_json's limit (128): invalid JSON before it is a schema.
         (Endpoint::ChatCompletions, deep_schema, 400, None),
         (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "minLength": 1_000_000_000u64}}}}).to_string(), 400, Some("response_format.json_schema.schema")),
-        (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object", "patternProperties": {"^a": {}}}}}}).to_string(), 400, Some("response_format.json_schema.schema")),
+        (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "array", "contains": {}}}}}).to_string(), 400, Some("response_format.json_schema.schema")),
         (Endpoint::ChatCompletions, json!({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": ""}}]}).to_string(), 400, Some("tools[0]")),
         (Endpoint::Completions, json!({"prompt": [49152]}).to_string(), 400, Some("prompt")),
         (Endpoint::Completions, json!({"prompt": {}}).to_string(), 400, Some("prompt")),

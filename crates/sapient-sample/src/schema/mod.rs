@@ -223,7 +223,7 @@ fn node_at_depth(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result
                 vec!["array"]
             } else if ["minLength", "maxLength", "pattern", "format"].iter().any(|k| obj.contains_key(*k)) {
                 vec!["string"]
-            } else if ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"].iter().any(|k| obj.contains_key(*k)) {
+            } else if ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"].iter().any(|k| obj.contains_key(*k)) {
                 vec!["number"]
             } else if obj.contains_key(NOT_VALUES) {
                 vec!["null", "boolean", "object", "array", "number", "string"]
