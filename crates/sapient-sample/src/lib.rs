@@ -52,6 +52,7 @@ mod matcher;
 mod builder;
 mod number;
 mod schema;
+mod spec;
 mod grammar;
 mod validate;
 pub mod typed;

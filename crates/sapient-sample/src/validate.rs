@@ -12,6 +12,7 @@
 //! `date-time`, `uuid`, `email`, `ipv4`, as bounded as the grammar's) is asserted.
 
 use crate::error::GrammarError;
+use crate::spec::json_eq;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -98,14 +99,14 @@ impl Cx<'_> {
             Value::Object(o) => o,
             _ => return Err(schema_err(spath, "a schema must be an object or a boolean")),
         };
-        for k in crate::schema::UNSUPPORTED {
+        for k in crate::spec::UNSUPPORTED {
             if o.contains_key(*k) {
                 return Err(Fail::Schema(GrammarError::UnsupportedSchema { path: spath.to_string(), keyword: k.to_string() }));
             }
         }
         if let Some(r) = o.get("$ref") {
             let r = r.as_str().ok_or_else(|| schema_err(spath, "$ref must be a string"))?;
-            let target = crate::schema::resolve(self.root, r).ok_or_else(|| GrammarError::UnresolvedRef(r.to_string()))?;
+            let target = crate::spec::resolve(self.root, r).ok_or_else(|| GrammarError::UnresolvedRef(r.to_string()))?;
             self.check(target, v, path, r, depth + 1)?;
         }
         if let Some(c) = o.get("const") {
@@ -251,7 +252,7 @@ impl Cx<'_> {
         }
         if let Some(p) = o.get("pattern") {
             let p = p.as_str().ok_or_else(|| schema_err(spath, "pattern must be a string"))?;
-            if !regex_cached(&crate::schema::ecma_to_rust(p).map_err(|e| match e {
+            if !regex_cached(&crate::spec::ecma_to_rust(p).map_err(|e| match e {
                 GrammarError::UnsupportedSchema { keyword, .. } => GrammarError::UnsupportedSchema { path: spath.to_string(), keyword },
                 e => e,
             })?)?
@@ -261,7 +262,7 @@ impl Cx<'_> {
             }
         }
         // An unknown format is an annotation.
-        if let Some((f, re)) = o.get("format").and_then(|f| f.as_str()).and_then(|f| Some((f, crate::schema::format_regex(f)?))) {
+        if let Some((f, re)) = o.get("format").and_then(|f| f.as_str()).and_then(|f| Some((f, crate::spec::format_regex(f)?))) {
             if !regex_cached(&format!("^(?:{re})$"))?.is_match(st) {
                 return Err(bad(path, format!("{st:?} is not a valid {f}")));
             }
@@ -328,7 +329,7 @@ impl Cx<'_> {
             Some(Value::Object(pp)) => pp
                 .iter()
                 .map(|(p, sub)| {
-                    let re = crate::schema::ecma_to_rust(p)?;
+                    let re = crate::spec::ecma_to_rust(p)?;
                     Ok((regex_cached(&re)?, sub, p))
                 })
                 .collect::<Result<_, GrammarError>>()?,
@@ -362,19 +363,6 @@ impl Cx<'_> {
     }
 }
 
-/// JSON equality with numbers compared by value (`1` equals `1.0`, as JSON Schema says).
-pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
-            (Some(p), Some(q), _, _) => p == q,
-            (_, _, Some(p), Some(q)) => p == q,
-            _ => x.as_f64() == y.as_f64(),
-        },
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q)),
-        (Value::Object(x), Value::Object(y)) => x.len() == y.len() && x.iter().all(|(k, p)| y.get(k).is_some_and(|q| json_eq(p, q))),
-        _ => a == b,
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -177,7 +177,7 @@ pub(super) fn merge_all_of(root: &Value, parent: &serde_json::Map<String, Value>
                 "enum" | "const" => {
                     let as_list = |k: &str, x: &Value| if k == "const" { vec![x.clone()] } else { x.as_array().cloned().unwrap_or_default() };
                     let ys = as_list(&k, &v);
-                    let both: Vec<Value> = as_list(&k, &old).into_iter().filter(|x| ys.iter().any(|y| crate::validate::json_eq(x, y))).collect();
+                    let both: Vec<Value> = as_list(&k, &old).into_iter().filter(|x| ys.iter().any(|y| crate::spec::json_eq(x, y))).collect();
                     if both.is_empty() {
                         return Err(GrammarError::Unsatisfiable(format!("allOf at {path} has no value in both {k} lists")));
                     }

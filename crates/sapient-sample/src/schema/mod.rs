@@ -24,13 +24,6 @@ use crate::error::GrammarError;
 use serde_json::Value;
 use std::collections::HashMap;
 
-/// JSON Schema keywords refused by both the grammar and the validator.
-pub(crate) const UNSUPPORTED: &[&str] = &[
-    "contains", "minContains", "maxContains",
-    "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef", "$anchor",
-    "$dynamicAnchor", "$recursiveAnchor",
-];
-
 /// Keywords refused by the grammar only (the validator checks them).
 pub(crate) const UNSUPPORTED_IN_GRAMMAR: &[&str] = &[];
 
@@ -103,23 +96,6 @@ fn invalid(path: &str, message: impl Into<String>) -> GrammarError {
     GrammarError::InvalidSchema { path: path.to_string(), message: message.into() }
 }
 
-
-pub(crate) fn resolve<'v>(root: &'v Value, r: &str) -> Option<&'v Value> {
-    let ptr = r.strip_prefix('#')?;
-    if ptr.is_empty() {
-        return Some(root);
-    }
-    let mut cur = root;
-    for part in ptr.strip_prefix('/')?.split('/') {
-        let part = part.replace("~1", "/").replace("~0", "~");
-        cur = match cur {
-            Value::Object(m) => m.get(&part)?,
-            Value::Array(a) => a.get(part.parse::<usize>().ok()?)?,
-            _ => return None,
-        };
-    }
-    Some(cur)
-}
 
 fn node_at_depth(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, GrammarError> {
     let obj = match s {
@@ -289,14 +265,14 @@ fn values(b: &mut Builder, obj: &serde_json::Map<String, Value>, path: &str) -> 
     };
     if let (Some(_), Some(e)) = (obj.get("const"), obj.get("enum")) {
         let e = e.as_array().ok_or_else(|| invalid(path, "enum must be an array"))?;
-        list.retain(|v| e.iter().any(|x| crate::validate::json_eq(x, v)));
+        list.retain(|v| e.iter().any(|x| crate::spec::json_eq(x, v)));
     }
     let rest: serde_json::Map<String, Value> = obj.iter().filter(|(k, _)| !["const", "enum"].contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
     if rest.keys().any(|k| !is_annotation(k)) {
         let rest = Value::Object(rest);
         // Keep the values the rest accepts; a keyword the validator cannot check keeps them.
         list.retain(|v| !matches!(crate::validate::validate(&rest, v), Ok(Err(_))));
-        list.retain(|v| !not_values(obj).any(|x| crate::validate::json_eq(x, v)));
+        list.retain(|v| !not_values(obj).any(|x| crate::spec::json_eq(x, v)));
     }
     if list.is_empty() {
         return Err(GrammarError::Unsatisfiable(format!("no value of the enum or const at {path} is allowed")));
@@ -453,7 +429,7 @@ mod string;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use string::{ecma_to_rust, format_regex};
+pub(crate) use crate::spec::{resolve, UNSUPPORTED};
 use object::regex_syntax_escape;
 use merge::{merge_all_of, merge_siblings};
 use object::{array, object};
