@@ -4,21 +4,19 @@
 //! whether a byte may follow and whether the number may end here. A prefix is allowed only
 //! if some number in the range starts with it, so a range never leads the model into a dead
 //! end, and the value is compared exactly in decimal (not through `f64`), so `0.1` with
-//! `minimum: 0.1` is in range and `0.10000000000000000001` with `maximum: 0.1` is not.
+//! `minimum: 0.1` is in range and `0.1000000000000000001` with `maximum: 0.1` is not.
 //!
 //! Integers (`type: integer`) are read by their own node: digits, and where the schema's
 //! draft counts `4.0` as an integer (draft 6 and later), a fraction of zeros.
 //!
 //! State of a number in a frame (`pos`, `aux`):
 //! - `aux`: the significant digits read so far (`m`, at most 19 of them);
-//! - `pos`: bit 0 `-`, bits 1-3 the phase, bit 4 integer part is `0`, bit 5 a non-zero digit
-//!   was dropped past the 19 kept ("sticky"), bit 6 the exponent is negative, bits 7-16 the
-//!   power of ten of the last kept digit (`e`, ten bits of two's complement), bits 17-30 the
-//!   exponent read. A new frame (all zeros) is a number not started.
+//! - `pos`: bit 0 `-`, bits 1-3 the phase, bit 4 integer part is `0`, bit 6 the exponent is
+//!   negative, bits 7-16 the power of ten of the last digit (`e`, ten bits of two's
+//!   complement), bits 17-30 the exponent read. A new frame (all zeros) is a number not
+//!   started.
 //!
-//! The magnitude read is then `m * 10^e` exactly, or a little more when sticky: a bound has
-//! at most 17 significant digits (it is an `f64`), so it cannot fall strictly between
-//! `m * 10^e` and `(m + 1) * 10^e` once 19 digits are kept.
+//! The magnitude read is then exactly `m * 10^e` (times the exponent's power of ten).
 
 use std::cmp::Ordering;
 
@@ -163,47 +161,46 @@ struct MagRange {
 }
 
 impl MagRange {
-    /// Is `x` (a little more than `x` when `sticky`) in the range?
-    fn holds(&self, x: Mag, sticky: bool) -> bool {
-        let lo = match x.cmp(self.lo) {
-            Ordering::Greater => true,
-            Ordering::Equal => self.lo_incl || sticky,
-            Ordering::Less => false,
-        };
-        lo && self.below_hi(x, sticky)
+    /// Is `x` in the range?
+    fn holds(&self, x: Mag) -> bool {
+        self.above_lo(x) && self.below_hi(x)
     }
-    /// `x` (or a little more) is at most the upper end.
-    fn below_hi(&self, x: Mag, sticky: bool) -> bool {
+    /// `x` is at least the lower end.
+    fn above_lo(&self, x: Mag) -> bool {
+        match x.cmp(self.lo) {
+            Ordering::Greater => true,
+            Ordering::Equal => self.lo_incl,
+            Ordering::Less => false,
+        }
+    }
+    /// `x` is at most the upper end.
+    fn below_hi(&self, x: Mag) -> bool {
         match self.hi {
             None => true,
             Some(h) => match x.cmp(h) {
                 Ordering::Less => true,
-                Ordering::Equal => self.hi_incl && !sticky,
+                Ordering::Equal => self.hi_incl,
                 Ordering::Greater => false,
             },
         }
     }
-    /// The largest `k` with `x * 10^k` (or a little more) at most the upper end, or `None`
+    /// The largest `k` with `x * 10^k` at most the upper end, or `None`
     /// when there is no upper end.
-    fn top_shift(&self, x: Mag, sticky: bool) -> Option<i32> {
+    fn top_shift(&self, x: Mag) -> Option<i32> {
         let h = self.hi?;
         if h.m == 0 {
             return Some(i32::MIN); // only 0 fits, and x > 0
         }
         let k = h.order() - x.order();
-        Some(if self.below_hi(x.shift(k), sticky) { k } else { k - 1 })
+        Some(if self.below_hi(x.shift(k)) { k } else { k - 1 })
     }
-    /// The smallest `k` with `x * 10^k` (or a little more) at least the lower end.
-    fn bottom_shift(&self, x: Mag, sticky: bool) -> i32 {
+    /// The smallest `k` with `x * 10^k` at least the lower end.
+    fn bottom_shift(&self, x: Mag) -> i32 {
         if self.lo.m == 0 {
             return i32::MIN;
         }
         let k = self.lo.order() - x.order();
-        let ok = match x.shift(k).cmp(self.lo) {
-            Ordering::Greater => true,
-            Ordering::Equal => self.lo_incl || sticky,
-            Ordering::Less => false,
-        };
+        let ok = self.above_lo(x.shift(k));
         if ok {
             k
         } else {
@@ -226,7 +223,6 @@ struct NumState {
     neg: bool,
     phase: u32,
     int_zero: bool,
-    sticky: bool,
     exp_neg: bool,
     e: i32,
     x: u32,
@@ -239,7 +235,6 @@ impl NumState {
             neg: pos & 1 != 0,
             phase: (pos >> 1) & 7,
             int_zero: pos & 16 != 0,
-            sticky: pos & 32 != 0,
             exp_neg: pos & 64 != 0,
             e: (((pos >> 7) & 1023) as i32 ^ E_BIAS) - E_BIAS,
             x: (pos >> 17) & 0x3FFF,
@@ -250,7 +245,6 @@ impl NumState {
         let pos = self.neg as u32
             | self.phase << 1
             | (self.int_zero as u32) << 4
-            | (self.sticky as u32) << 5
             | (self.exp_neg as u32) << 6
             | ((self.e & 1023) as u32) << 7
             | self.x << 17;
@@ -288,7 +282,7 @@ pub(crate) fn num_accepting(pos: u32, aux: u64, r: &NumRange) -> bool {
     }
     let Some(mr) = r.mags(s.neg) else { return false };
     let x = if s.phase == EXP_DIGITS { s.mag().shift(s.exponent()) } else { s.mag() };
-    mr.holds(if x.m == 0 { Mag::ZERO } else { x }, s.sticky)
+    mr.holds(if x.m == 0 { Mag::ZERO } else { x })
 }
 
 /// Can the number read so far still end in the range?
@@ -308,7 +302,7 @@ fn num_feasible(s: &NumState, r: &NumRange) -> bool {
             // integer digit (scientific notation, `5e-4`, `2.5e3`): digits written plainly
             // must fit on their own, so a model writing an out-of-range `123456...` is
             // stopped, not led on digit after digit towards an exponent.
-            let Some(top) = mr.top_shift(s.mag(), s.sticky) else { return true };
+            let Some(top) = mr.top_shift(s.mag()) else { return true };
             let scientific = s.int_zero || ndigits(s.m) + s.e == 1;
             let k = match (scientific, s.phase) {
                 (true, _) => top,
@@ -324,10 +318,10 @@ fn num_feasible(s: &NumState, r: &NumRange) -> bool {
         }
         _ => {
             if s.m == 0 {
-                return mr.holds(Mag::ZERO, false);
+                return mr.holds(Mag::ZERO);
             }
-            let top = mr.top_shift(s.mag(), s.sticky).unwrap_or(i32::MAX).min(cap);
-            let bottom = mr.bottom_shift(s.mag(), s.sticky).max(-cap);
+            let top = mr.top_shift(s.mag()).unwrap_or(i32::MAX).min(cap);
+            let bottom = mr.bottom_shift(s.mag()).max(-cap);
             if bottom > top {
                 return false;
             }

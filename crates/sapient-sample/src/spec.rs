@@ -75,10 +75,7 @@ pub(crate) fn ecma_to_rust(p: &str) -> Result<String, GrammarError> {
                 Some('0') if !it.peek().is_some_and(|n| n.is_ascii_digit()) => out.push_str("\\x00"),
                 Some(n @ '1'..='9') => return Err(unsupported(&format!("backreference \\{n}"))),
                 Some('k') if it.peek() == Some(&'<') => return Err(unsupported("named backreference")),
-                Some(n) if n.is_ascii_punctuation() || n == ' ' => {
-                    out.push('\\');
-                    out.push(n);
-                }
+                // Escaped punctuation is the character; other escapes mean the same in both.
                 Some(n) => {
                     out.push('\\');
                     out.push(n);
