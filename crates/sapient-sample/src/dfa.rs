@@ -256,7 +256,6 @@ impl DfaTable {
     }
 
     /// Whole-string match.
-    #[cfg(test)]
     pub fn matches(&self, bytes: &[u8]) -> bool {
         let mut s = self.start;
         for &b in bytes {

@@ -69,18 +69,6 @@ pub(super) fn array(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String,
 /// Most states of a key automaton (the keys a pattern or the additional properties allow).
 const MAX_KEY_STATES: usize = 20_000;
 
-/// Does `name` match the automaton?
-fn dfa_matches(d: &crate::dfa::DfaTable, name: &str) -> bool {
-    let mut s = d.start;
-    for &byte in name.as_bytes() {
-        s = d.next(s, byte);
-        if s == crate::dfa::DEAD {
-            return false;
-        }
-    }
-    d.accepting[s as usize]
-}
-
 /// A member's value schema, or `None` when compiling it shows no value can satisfy it.
 fn value_node(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<Option<NodeId>, GrammarError> {
     match node(b, cx, s, path) {
@@ -122,7 +110,7 @@ pub(super) fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String
         None | Some(Value::Bool(true)) => None,
         Some(s) => Some(super::string::key_content(b, s, &format!("{path}/propertyNames"))?),
     };
-    let key_ok = |name: &str| names_dfa.as_ref().is_none_or(|d| d.as_ref().is_some_and(|d| dfa_matches(d, name)));
+    let key_ok = |name: &str| names_dfa.as_ref().is_none_or(|d| d.as_ref().is_some_and(|d| d.matches(name.as_bytes())));
     // Absent additionalProperties allows any further property (JSON Schema's default;
     // strict mode wrote `false` into the schema first, see `strict_schema`).
     let additional = obj.get("additionalProperties").cloned().unwrap_or(Value::Bool(true));
@@ -130,7 +118,7 @@ pub(super) fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String
     // matches it; additionalProperties when none applies.
     let schema_for = |name: &str, own: Option<&Value>| -> Value {
         let mut all: Vec<Value> = own.into_iter().cloned().collect();
-        all.extend(patterns.iter().filter(|(d, _, _)| dfa_matches(d, name)).map(|(_, s, _)| (*s).clone()));
+        all.extend(patterns.iter().filter(|(d, _, _)| d.matches(name.as_bytes())).map(|(_, s, _)| (*s).clone()));
         match all.len() {
             0 => additional.clone(),
             1 => all.remove(0),
@@ -173,12 +161,12 @@ pub(super) fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String
             Err(GrammarError::Unsatisfiable(_)) => Ok(None),
             Err(e) => Err(e),
         };
-        let mut universe = Some(b.dfa_of("(?s:.)*", true)?);
-        match &names_dfa {
-            Some(Some(d)) => universe = keep(b.dfa_of("(?s:.)*", true)?.product(d, true, MAX_KEY_STATES, &what))?,
-            Some(None) => universe = None,
-            None => {}
-        }
+        let any = b.dfa_of("(?s:.)*", true)?;
+        let mut universe = match &names_dfa {
+            Some(Some(d)) => keep(any.product(d, true, MAX_KEY_STATES, &what))?,
+            Some(None) => None,
+            None => Some(any),
+        };
         if let (Some(u), false) = (&universe, names.is_empty()) {
             let alts: Vec<String> = names.iter().map(|n| regex_syntax_escape(n)).collect();
             let listed = b.dfa_of(&alts.join("|"), true)?;
