@@ -39,8 +39,9 @@ pub trait Constraint: Send + Sync {
         Ok(None)
     }
     /// Compute ahead whatever [`Constraint::fast_mask`] needs for this vocabulary (called by
-    /// [`crate::Matcher::new`]); by default nothing.
-    fn prepare(&self, _index: &TokenIndex) {}
+    /// [`crate::Matcher::new`]; it may also start work that goes on in the background); by
+    /// default nothing.
+    fn prepare(&self, _index: &Arc<TokenIndex>) {}
     /// Whether `bytes` as a whole is accepted from the start state.
     fn matches(&self, bytes: &[u8]) -> Result<bool, GrammarError> {
         Ok(self.advance_bytes(&self.start(), bytes)?.is_some_and(|s| self.is_accepting(&s)))

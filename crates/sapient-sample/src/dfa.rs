@@ -166,7 +166,7 @@ impl DfaTable {
     /// (`!keep_other`), as one table of at most `max_states` states. `what` names the result
     /// in errors.
     pub(crate) fn product(&self, other: &DfaTable, keep_other: bool, max_states: usize, what: &str) -> Result<Self, GrammarError> {
-        let mut ids: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut ids: crate::hash::FastMap<(u32, u32), u32> = Default::default();
         let mut order = vec![(self.start, other.start)];
         ids.insert((self.start, other.start), 0);
         let (mut trans, mut accepting) = (Vec::new(), Vec::new());

@@ -45,6 +45,7 @@
 
 // Modules from the bottom layer up; each uses only the ones listed before it.
 mod error;
+mod hash;
 mod dfa;
 mod vocab;
 mod constraint;

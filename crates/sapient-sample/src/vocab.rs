@@ -3,8 +3,9 @@
 //! [`TokenIndex`] holds the vocabulary as a byte trie laid out in pre-order (each node knows
 //! where its subtree ends), built once per tokenizer. [`TokenMask`] is a set of token ids.
 
+use crate::hash::FxHasher;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TrieNode {
@@ -49,6 +50,8 @@ pub struct TokenIndex {
     pub(crate) root_child: [u32; 256],
     /// The trie node of each two first bytes, `[256 * b0 + b1]` (0: none).
     pub(crate) root_child2: Arc<[u32]>,
+    /// Lexeme token sets shared by the grammars that use this index.
+    pub(crate) lexemes: Arc<Mutex<LexemeStore>>,
 }
 
 static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -73,18 +76,30 @@ pub(crate) struct BoundaryGroup {
 }
 
 impl BoundaryGroup {
-    pub(crate) fn new(p: u32, b: u8, rests: &[(Vec<u8>, Vec<u32>)]) -> Self {
+    /// A group from its (rest, token) pairs sorted by rest (equal rests adjacent).
+    pub(crate) fn from_sorted<'a>(p: u32, b: u8, rests: impl Iterator<Item = (&'a [u8], u32)>) -> Self {
         let mut g = Self { p, b, rest_bytes: Vec::new(), rest_ends: Vec::new(), toks: Vec::new(), tok_ends: Vec::new(), next_first: Vec::new() };
+        let mut firsts: Vec<Option<u8>> = Vec::new();
+        let mut prev: Option<&[u8]> = None;
         for (r, t) in rests {
-            g.rest_bytes.extend_from_slice(r);
-            g.rest_ends.push(g.rest_bytes.len() as u32);
-            g.toks.extend_from_slice(t);
+            if prev != Some(r) {
+                if prev.is_some() {
+                    g.tok_ends.push(g.toks.len() as u32);
+                }
+                g.rest_bytes.extend_from_slice(r);
+                g.rest_ends.push(g.rest_bytes.len() as u32);
+                firsts.push(r.first().copied());
+                prev = Some(r);
+            }
+            g.toks.push(t);
+        }
+        if prev.is_some() {
             g.tok_ends.push(g.toks.len() as u32);
         }
-        let n = rests.len();
+        let n = firsts.len();
         g.next_first = vec![n as u32; n];
         for i in (0..n.saturating_sub(1)).rev() {
-            g.next_first[i] = if rests[i].0.first() == rests[i + 1].0.first() { g.next_first[i + 1] } else { i as u32 + 1 };
+            g.next_first[i] = if firsts[i] == firsts[i + 1] { g.next_first[i + 1] } else { i as u32 + 1 };
         }
         g
     }
@@ -192,6 +207,7 @@ impl TokenIndex {
             tokenize: TokenizeFn(None),
             root_child,
             root_child2: root_child2.into(),
+            lexemes: Default::default(),
         }
     }
 
@@ -222,11 +238,11 @@ impl TokenIndex {
     pub(crate) fn lexeme_tokens(&self, dfa: &crate::dfa::DfaTable, s: u32) -> LexemeTokens {
         use crate::dfa::DEAD;
         let mut inner = TokenMask::empty(self.bytes.len());
-        // Keyed by the DFA state after the boundary byte: the parse after it depends only on
-        // that state (and the stack below), so tokens leaving at different places but into
-        // the same state share one group and their common rests are checked once.
-        type Rests = HashMap<Vec<u8>, Vec<u32>>;
-        let mut groups: HashMap<u32, (u32, u8, Rests)> = HashMap::new();
+        // Tokens that leave the lexeme, with the DFA state after the boundary byte (the parse
+        // after it depends only on that state and the stack below, so tokens leaving at
+        // different places but into the same state share one group and their common rests
+        // are checked once), the state before it and the byte, and where the rest starts.
+        let mut leaving: Vec<Leaving> = Vec::new();
         let mut st = vec![0u32; self.max_depth + 1];
         // acc[d]: the first point on the path where the lexeme could end (DFA state before
         // the byte, the byte, depth after it).
@@ -241,13 +257,9 @@ impl TokenIndex {
             if t == DEAD {
                 // The token leaves the lexeme: possible only after a point where it could end.
                 if let Some((ap, ab, ad)) = acc[d - 1] {
-                    let g = &mut groups.entry(dfa.next(ap, ab)).or_insert_with(|| (ap, ab, HashMap::new())).2;
-                    for j in i..n.end as usize {
-                        let m = self.nodes[j];
-                        for &tok in &self.tok_ids[m.tok_start as usize..m.tok_end as usize] {
-                            g.entry(self.bytes[tok as usize][ad..].to_vec()).or_default().push(tok);
-                        }
-                    }
+                    let into = dfa.next(ap, ab);
+                    let (t0, t1) = (n.tok_start as usize, self.nodes[n.end as usize - 1].tok_end as usize);
+                    leaving.extend(self.tok_ids[t0..t1].iter().map(|&tok| Leaving { into, p: ap, b: ab, tok, at: ad as u32 }));
                 }
                 i = n.end as usize;
                 continue;
@@ -260,19 +272,69 @@ impl TokenIndex {
             }
             i += 1;
         }
-        let mut groups: Vec<_> = groups
-            .into_iter()
-            .map(|(_, (p, b, m))| {
-                let mut rests: Vec<_> = m.into_iter().collect();
-                rests.sort_unstable();
-                BoundaryGroup::new(p, b, &rests)
-            })
+        let rest = |l: &Leaving| &self.bytes[l.tok as usize][l.at as usize..];
+        leaving.sort_unstable_by(|a, b| a.into.cmp(&b.into).then_with(|| rest(a).cmp(rest(b))));
+        let mut groups: Vec<BoundaryGroup> = leaving
+            .chunk_by(|a, b| a.into == b.into)
+            .map(|g| BoundaryGroup::from_sorted(g[0].p, g[0].b, g.iter().map(|l| (rest(l), l.tok))))
             .collect();
         groups.sort_unstable_by_key(|g| (g.p, g.b));
         let num_rests = groups.iter().map(|g| g.len()).sum();
         LexemeTokens { inner, groups, num_rests }
     }
 
+    /// The cells of [`LexemeTokens`] of `dfa`'s states: shared by every grammar with this
+    /// index whose automaton has the same transitions (a JSON string, a number, a format),
+    /// filled on first use.
+    pub(crate) fn lexeme_cells(&self, dfa: &crate::dfa::DfaTable) -> LexemeCells {
+        let fresh = || -> LexemeCells { (0..dfa.num_states()).map(|_| OnceLock::new()).collect() };
+        if dfa.num_states() > MAX_SHARED_LEXEME_STATES {
+            return fresh();
+        }
+        let mut h = FxHasher::default();
+        std::hash::Hash::hash(&dfa.trans, &mut h);
+        std::hash::Hash::hash(&dfa.accepting, &mut h);
+        let key = std::hash::Hasher::finish(&h);
+        let Ok(mut store) = self.lexemes.lock() else { return fresh() };
+        if let Some((_, c)) = store.map.get(&key).and_then(|v| v.iter().find(|(d, _)| d.trans == dfa.trans && d.accepting == dfa.accepting)) {
+            return c.clone();
+        }
+        if store.states + dfa.num_states() > MAX_STORED_LEXEME_STATES {
+            store.map.clear();
+            store.states = 0;
+        }
+        let c = fresh();
+        store.states += dfa.num_states();
+        store.map.entry(key).or_default().push((Arc::new(dfa.clone()), c.clone()));
+        c
+    }
+}
+
+/// A token leaving a lexeme (see [`TokenIndex::lexeme_tokens`]).
+struct Leaving {
+    into: u32,
+    p: u32,
+    b: u8,
+    tok: u32,
+    /// Where the token's rest starts.
+    at: u32,
+}
+
+/// One lexeme's [`LexemeTokens`] per DFA state, each computed on first use.
+pub(crate) type LexemeCells = Arc<[OnceLock<LexemeTokens>]>;
+
+/// Automata with more states keep their lexeme sets per grammar (hashing and comparing them
+/// would cost more than sharing saves).
+const MAX_SHARED_LEXEME_STATES: usize = 512;
+/// DFA states whose cells an index keeps for all grammars before it starts over (about
+/// 20 KB each once filled, with a 150k-token vocabulary).
+const MAX_STORED_LEXEME_STATES: usize = 8192;
+
+/// The lexeme cells an index shares between grammars, by the hash of the automaton.
+#[derive(Debug, Default)]
+pub(crate) struct LexemeStore {
+    map: HashMap<u64, Vec<(Arc<crate::dfa::DfaTable>, LexemeCells)>>,
+    states: usize,
 }
 
 /// A set of allowed token ids (a bitset over the vocabulary).

@@ -62,39 +62,44 @@ pub(super) fn merge_all_of(root: &Value, parent: &serde_json::Map<String, Value>
             Some(Value::Object(m)) => m,
             _ => sub,
         };
-        let sub = if let Some(inner) = sub.get("allOf") { merge_all_of(root, &sub, &inner.clone(), &format!("{path}/{i}"))? } else { Value::Object(sub) };
-        let Value::Object(sub) = sub else { continue };
+        let mut sub = match sub.get("allOf") {
+            Some(inner) => match merge_all_of(root, &sub, inner, &format!("{path}/{i}"))? {
+                Value::Object(m) => m,
+                _ => continue,
+            },
+            None => sub,
+        };
         // `additionalProperties` of one side applies to the other side's properties.
-        let props_of = |m: &serde_json::Map<String, Value>| m.get("properties").and_then(|p| p.as_object()).cloned().unwrap_or_default();
-        let (pa, pb) = (props_of(&acc), props_of(&sub));
+        let props_of = |m: &mut serde_json::Map<String, Value>| match m.remove("properties") {
+            Some(Value::Object(p)) => p,
+            _ => serde_json::Map::new(),
+        };
+        let (pa, mut pb) = (props_of(&mut acc), props_of(&mut sub));
         let (aa, ab) = (acc.get("additionalProperties").cloned(), sub.get("additionalProperties").cloned());
         let mut props = serde_json::Map::new();
         let mut dropped = Vec::new();
-        for (name, s1) in pa.iter() {
-            let e = match (pb.get(name), &ab) {
+        for (name, s1) in pa {
+            let e = match (pb.remove(&name), &ab) {
                 (Some(s2), _) if s2 != s1 => serde_json::json!({"allOf": [s1, s2]}),
-                (Some(_), _) | (None, None) | (None, Some(Value::Bool(true))) => s1.clone(),
+                (Some(_), _) | (None, None) | (None, Some(Value::Bool(true))) => s1,
                 (None, Some(Value::Bool(false))) => {
-                    dropped.push(name.clone());
+                    dropped.push(name);
                     continue;
                 }
                 (None, Some(extra)) => serde_json::json!({"allOf": [s1, extra]}),
             };
-            props.insert(name.clone(), e);
+            props.insert(name, e);
         }
-        for (name, s2) in pb.iter() {
-            if pa.contains_key(name) {
-                continue;
-            }
+        for (name, s2) in pb {
             let e = match &aa {
-                None | Some(Value::Bool(true)) => s2.clone(),
+                None | Some(Value::Bool(true)) => s2,
                 Some(Value::Bool(false)) => {
-                    dropped.push(name.clone());
+                    dropped.push(name);
                     continue;
                 }
                 Some(extra) => serde_json::json!({"allOf": [extra, s2]}),
             };
-            props.insert(name.clone(), e);
+            props.insert(name, e);
         }
         let addl = match (aa, ab) {
             (None, x) | (x, None) => x,
