@@ -35,6 +35,21 @@ pub(crate) struct DfaTable {
     /// Some byte leads to a live state.
     pub can_consume: Vec<bool>,
     pub start: u32,
+    /// Set on `a.product(b, false, ..)`: the states where the text has left `b`'s language
+    /// for good behave as `a`'s states from there on, so their token sets are `a`'s (and
+    /// shared wherever `a` is: the keys of an object that are not its listed names).
+    pub alias: Option<std::sync::Arc<Alias>>,
+}
+
+/// The states of a product that behave as the states of one of its factors (see
+/// [`DfaTable::alias`]).
+#[derive(Debug)]
+pub(crate) struct Alias {
+    pub base: DfaTable,
+    /// Per state here: the base's state it behaves as, or `DEAD`.
+    pub base_of: Vec<u32>,
+    /// Per base state: the state here that behaves as it, or `DEAD`.
+    pub here_of: Vec<u32>,
 }
 
 impl DfaTable {
@@ -159,7 +174,7 @@ impl DfaTable {
             }
         }
         let can_consume = (0..n).map(|s| trans[s * 256..s * 256 + 256].iter().any(|&t| t != DEAD)).collect();
-        Ok(Self { trans, accepting, can_consume, start: 0 })
+        Ok(Self { trans, accepting, can_consume, start: 0, alias: None })
     }
 
     /// The strings of `self` that are also in `other` (`keep_other`), or that are not
@@ -202,7 +217,20 @@ impl DfaTable {
                 trans[base + byte as usize] = next;
             }
         }
-        Self::finish(trans, accepting, what)
+        let mut t = Self::finish(trans, accepting, what)?;
+        if !keep_other && self.alias.is_none() {
+            let mut alias = Alias { base: self.clone(), base_of: vec![DEAD; order.len()], here_of: vec![DEAD; self.num_states()] };
+            for (i, &(a, b)) in order.iter().enumerate() {
+                if b == DEAD {
+                    alias.base_of[i] = a;
+                    alias.here_of[a as usize] = i as u32;
+                }
+            }
+            if alias.base_of.iter().any(|&a| a != DEAD) {
+                t.alias = Some(std::sync::Arc::new(alias));
+            }
+        }
+        Ok(t)
     }
 
     /// Text over any bytes around `stop` (KMP automaton; state k = the last k bytes read
@@ -243,7 +271,7 @@ impl DfaTable {
         }
         let accepting = (0..states).map(|s| if until { s == n } else { true }).collect();
         let can_consume = (0..states).map(|s| s < n).collect();
-        Ok(Self { trans, accepting, can_consume, start: 0 })
+        Ok(Self { trans, accepting, can_consume, start: 0, alias: None })
     }
 
     #[inline]
@@ -349,5 +377,37 @@ mod tests {
         // Only a quote could match but quotes are forbidden.
         assert!(matches!(DfaTable::new("\"", &|b| b == b'"'), Err(GrammarError::Unsatisfiable(_))));
         assert!(DfaTable::new(r"[^\x00-\x{10FFFF}]", &none).is_err());
+    }
+
+    /// A product's aliased states behave exactly as their base states: same acceptance,
+    /// and every byte leads to aliases of the same next states (or nowhere in both).
+    #[test]
+    fn product_aliases_behave_as_their_base() {
+        let json_safe = |b: u8| b == b'"' || b == b'\\' || b < 0x20;
+        let any = DfaTable::new("(?s:.)*", &json_safe).unwrap();
+        let listed = DfaTable::new("a|ab|abc|é", &json_safe).unwrap();
+        let keys = any.product(&listed, false, 1000, "keys").unwrap();
+        let alias = keys.alias.as_ref().expect("aliased states");
+        let mut seen = 0;
+        for (s, &b) in alias.base_of.iter().enumerate() {
+            if b == DEAD {
+                continue;
+            }
+            seen += 1;
+            assert_eq!(alias.here_of[b as usize], s as u32);
+            assert_eq!(keys.accepting[s], any.accepting[b as usize]);
+            for x in 0..=255u8 {
+                let (n, nb) = (keys.next(s as u32, x), any.next(b, x));
+                assert_eq!(n == DEAD, nb == DEAD, "state {s} byte {x}");
+                if n != DEAD {
+                    assert_eq!(alias.base_of[n as usize], nb, "state {s} byte {x}");
+                }
+            }
+        }
+        assert!(seen >= 2, "{seen} aliased states");
+        // Within the listed names nothing is aliased: "ab" is still being spelled.
+        let st = b"ab".iter().fold(keys.start, |s, &x| keys.next(s, x));
+        assert_eq!(alias.base_of[st as usize], DEAD);
+        assert!(keys.alias.is_some() && any.product(&listed, true, 1000, "both").unwrap().alias.is_none());
     }
 }

@@ -5,11 +5,11 @@
 
 use super::{Frame, Grammar, GrammarState, DEEPEST};
 use crate::constraint::Constraint;
-use crate::dfa::DfaTable;
+use crate::dfa::{Alias, DfaTable, DEAD};
 use crate::builder::Node;
 use crate::error::GrammarError;
 use crate::hash::FastMap;
-use crate::vocab::{BoundaryGroup, LexemeCells, TokenIndex, TokenMask};
+use crate::vocab::{BoundaryGroup, LexemeCells, LexemeTokens, TokenIndex, TokenMask};
 use std::sync::{Arc, Mutex};
 
 /// Distinct token rests leaving a lexeme above which its precomputed set is not used.
@@ -29,7 +29,7 @@ const MAX_TOP_FIRST_BYTES: usize = 48;
 /// of stacks, of states, and of stack tops seen so far.
 #[derive(Debug)]
 pub(super) struct LexemeTable {
-    lexemes: Vec<LexemeCells>,
+    lexemes: Vec<Lexemes>,
     /// Masks of single parse stacks seen so far (shared by every generation with this
     /// grammar and vocabulary).
     stacks: Mutex<FastMap<Vec<Frame>, Arc<StackMask>>>,
@@ -62,10 +62,43 @@ struct TopMask {
     depth: usize,
 }
 
+/// One automaton's lexeme cells, and those of the automaton its aliased states behave as.
+#[derive(Debug)]
+struct Lexemes {
+    own: LexemeCells,
+    base: Option<(LexemeCells, Arc<Alias>)>,
+}
+
+/// Where a lexeme state finds its token sets: the cell, the automaton and state they are
+/// built from, and (for an aliased state) how that automaton's states map back.
+struct Resolved<'a> {
+    cell: &'a std::sync::OnceLock<LexemeTokens>,
+    dfa: &'a DfaTable,
+    state: u32,
+    here_of: Option<&'a [u32]>,
+}
+
 impl LexemeTable {
+    fn resolve<'a>(&'a self, dfas: &'a [DfaTable], d: usize, s: usize) -> Option<Resolved<'a>> {
+        let l = self.lexemes.get(d)?;
+        if let Some((cells, alias)) = &l.base {
+            if let Some(&b) = alias.base_of.get(s).filter(|&&b| b != DEAD) {
+                return Some(Resolved { cell: cells.get(b as usize)?, dfa: &alias.base, state: b, here_of: Some(&alias.here_of) });
+            }
+        }
+        Some(Resolved { cell: l.own.get(s)?, dfa: dfas.get(d)?, state: s as u32, here_of: None })
+    }
+    fn build<'a>(&'a self, index: &TokenIndex, dfas: &'a [DfaTable], d: usize, s: usize) -> Option<(&'a LexemeTokens, Option<&'a [u32]>)> {
+        let r = self.resolve(dfas, d, s)?;
+        Some((r.cell.get_or_init(|| index.lexeme_tokens(r.dfa, r.state)), r.here_of))
+    }
+
     fn new(dfas: &[DfaTable], index: &TokenIndex) -> Self {
         Self {
-            lexemes: dfas.iter().map(|d| index.lexeme_cells(d)).collect(),
+            lexemes: dfas
+                .iter()
+                .map(|d| Lexemes { own: index.lexeme_cells(d), base: d.alias.as_ref().map(|a| (index.lexeme_cells(&a.base), a.clone())) })
+                .collect(),
             stacks: Mutex::new(Default::default()),
             states: Mutex::new(Default::default()),
             tops: Mutex::new(Default::default()),
@@ -253,9 +286,7 @@ impl Grammar {
             let all = dfas.iter().enumerate().flat_map(|(d, t)| (0..t.num_states()).map(move |s| (d, s)));
             for (d, s) in starts.chain(all) {
                 let Some(table) = weak.upgrade() else { return };
-                if let Some(cell) = table.lexemes.get(d).and_then(|c| c.get(s)) {
-                    cell.get_or_init(|| index.lexeme_tokens(&dfas[d], s as u32));
-                }
+                table.build(&index, &dfas, d, s);
             }
         };
         if let Err(e) = std::thread::Builder::new().name("sapient-grammar-prepare".into()).spawn(run) {
@@ -268,9 +299,9 @@ impl Grammar {
     pub fn prepare_all(&self, index: &TokenIndex) -> std::time::Duration {
         let t = std::time::Instant::now();
         let table = self.lexeme_table(index);
-        for (d, cells) in table.lexemes.iter().enumerate() {
-            for (s, cell) in cells.iter().enumerate() {
-                cell.get_or_init(|| index.lexeme_tokens(&self.dfas[d], s as u32));
+        for (d, dfa) in self.dfas.iter().enumerate() {
+            for s in 0..dfa.num_states() {
+                table.build(index, &self.dfas, d, s);
             }
         }
         t.elapsed()
@@ -382,7 +413,7 @@ impl Grammar {
     fn add_stack_mask(&self, index: &TokenIndex, table: &LexemeTable, m: &StackMask, out: &mut Option<TokenMask>) {
         match m {
             StackMask::Lexeme { dfa, state, extra } => {
-                let inner = table.lexemes.get(*dfa as usize).and_then(|v| v.get(*state as usize)).and_then(|c| c.get());
+                let inner = table.resolve(&self.dfas, *dfa as usize, *state as usize).and_then(|r| r.cell.get());
                 let o = match (out.as_mut(), inner) {
                     (Some(o), Some(lt)) => {
                         o.union_with(&lt.inner);
@@ -416,8 +447,7 @@ impl Grammar {
     fn lexeme_mask(&self, index: &TokenIndex, table: &LexemeTable, state: &GrammarState) -> Result<Option<StackMask>, GrammarError> {
         let Some(top) = state.frames.last().copied() else { return Ok(None) };
         let Node::Dfa(d) = self.nodes[top.node as usize] else { return Ok(None) };
-        let Some(cell) = table.lexemes.get(d as usize).and_then(|v| v.get(top.pos as usize)) else { return Ok(None) };
-        let lt = cell.get_or_init(|| index.lexeme_tokens(&self.dfas[d as usize], top.pos));
+        let Some((lt, here_of)) = table.build(index, &self.dfas, d as usize, top.pos as usize) else { return Ok(None) };
         if lt.num_rests > MAX_LEXEME_RESTS {
             // Most tokens leave the lexeme at once (e.g. whitespace): the walk prunes faster.
             return Ok(None);
@@ -426,9 +456,10 @@ impl Grammar {
         let mut before = state.clone();
         let mut states: Vec<GrammarState> = vec![GrammarState::default()];
         for g in &lt.groups {
-            if let Some(t) = before.frames.last_mut() {
-                t.pos = g.p;
-            }
+            // An aliased state's sets name the base automaton's states: map them back.
+            let p = here_of.map_or(Some(g.p), |h| h.get(g.p as usize).copied().filter(|&p| p != DEAD));
+            let (Some(t), Some(p)) = (before.frames.last_mut(), p) else { continue };
+            t.pos = p;
             if !self.advance(&before, g.b, &mut states[0])? {
                 continue;
             }
