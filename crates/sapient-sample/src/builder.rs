@@ -138,8 +138,7 @@ impl Builder {
         if let Some(&id) = self.dfa_ids.get(&(pattern.to_string(), json_safe)) {
             return Ok(id);
         }
-        let forbid = |b: u8| json_safe && (b == b'"' || b == b'\\' || b < 0x20);
-        let t = DfaTable::new(pattern, &forbid)?;
+        let t = crate::dfa::compiled(pattern, json_safe)?;
         tracing::debug!(pattern, states = t.num_states(), "regex compiled");
         self.dfas.push(t);
         let id = self.add(Node::Dfa((self.dfas.len() - 1) as u32));
@@ -157,8 +156,7 @@ impl Builder {
         if let Some(t) = self.dfa_cache.get(&key) {
             return Ok(t.clone());
         }
-        let forbid = |b: u8| json_safe && (b == b'"' || b == b'\\' || b < 0x20);
-        let t = DfaTable::new(pattern, &forbid)?;
+        let t = crate::dfa::compiled(pattern, json_safe)?;
         self.dfa_cache.insert(key, t.clone());
         Ok(t)
     }

@@ -26,6 +26,36 @@ pub const MAX_PATTERN_BYTES: usize = 64 << 10;
 const MAX_NFA_BYTES: usize = 16 << 20;
 const MAX_DFA_BYTES: usize = 16 << 20;
 
+/// Automata of patterns kept for the whole process: the JSON string and number, the
+/// formats and the any-key automaton recur in every schema, and compiling them is most of a
+/// small schema's compile time. Bounded: automata with at most this many states, this many
+/// of them (then the cache starts over).
+const MAX_CACHED_STATES: usize = 1024;
+const MAX_CACHED: usize = 1024;
+
+/// The automaton of `pattern` ([`DfaTable::new`]; `json_safe` leaves out `"`, `\` and
+/// control bytes), from the process-wide cache or compiled.
+pub(crate) fn compiled(pattern: &str, json_safe: bool) -> Result<DfaTable, GrammarError> {
+    type Cache = std::sync::Mutex<HashMap<(String, bool), DfaTable>>;
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (pattern.to_string(), json_safe);
+    if let Some(t) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return Ok(t);
+    }
+    let forbid = |b: u8| json_safe && (b == b'"' || b == b'\\' || b < 0x20);
+    let t = DfaTable::new(pattern, &forbid)?;
+    if t.num_states() <= MAX_CACHED_STATES {
+        if let Ok(mut c) = cache.lock() {
+            if c.len() >= MAX_CACHED {
+                c.clear();
+            }
+            c.insert(key, t.clone());
+        }
+    }
+    Ok(t)
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct DfaTable {
     /// `trans[s * 256 + byte]`: next state or `DEAD`.

@@ -282,9 +282,7 @@ impl Grammar {
         drop(table);
         let (dfas, index) = (self.dfas.clone(), index.clone());
         let run = move || {
-            let starts = dfas.iter().enumerate().map(|(d, t)| (d, t.start as usize));
-            let all = dfas.iter().enumerate().flat_map(|(d, t)| (0..t.num_states()).map(move |s| (d, s)));
-            for (d, s) in starts.chain(all) {
+            for (d, s) in nearest_first(&dfas) {
                 let Some(table) = weak.upgrade() else { return };
                 table.build(&index, &dfas, d, s);
             }
@@ -507,4 +505,33 @@ impl Grammar {
         }
         Ok(Some(mask))
     }
+}
+
+/// Every (automaton, state) of `dfas`, by how many bytes from its start state a state is
+/// first reached (all the start states first, then the states one byte away, ...): the
+/// order in which a generation is likely to need them.
+fn nearest_first(dfas: &[DfaTable]) -> Vec<(usize, usize)> {
+    let mut levels: Vec<Vec<(usize, usize)>> = Vec::new();
+    for (d, t) in dfas.iter().enumerate() {
+        let mut depth = vec![u32::MAX; t.num_states()];
+        let mut queue = std::collections::VecDeque::from([t.start as usize]);
+        if let Some(x) = depth.get_mut(t.start as usize) {
+            *x = 0;
+        }
+        while let Some(s) = queue.pop_front() {
+            let k = depth[s] as usize;
+            if levels.len() <= k {
+                levels.resize_with(k + 1, Vec::new);
+            }
+            levels[k].push((d, s));
+            for b in 0..=255u8 {
+                let n = t.next(s as u32, b);
+                if n != DEAD && depth[n as usize] == u32::MAX {
+                    depth[n as usize] = depth[s] + 1;
+                    queue.push_back(n as usize);
+                }
+            }
+        }
+    }
+    levels.concat()
 }
