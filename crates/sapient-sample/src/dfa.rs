@@ -44,7 +44,8 @@ pub(crate) fn compiled(pattern: &str, json_safe: bool) -> Result<DfaTable, Gramm
         return Ok(t);
     }
     let forbid = |b: u8| json_safe && (b == b'"' || b == b'\\' || b < 0x20);
-    let t = DfaTable::new(pattern, &forbid)?;
+    let mut t = DfaTable::new(pattern, &forbid)?;
+    t.source = Some(format!("{}{pattern}", if json_safe { "json-safe:" } else { "any:" }).into());
     if t.num_states() <= MAX_CACHED_STATES {
         if let Ok(mut c) = cache.lock() {
             if c.len() >= MAX_CACHED {
@@ -69,6 +70,8 @@ pub(crate) struct DfaTable {
     /// for good behave as `a`'s states from there on, so their token sets are `a`'s (and
     /// shared wherever `a` is: the keys of an object that are not its listed names).
     pub alias: Option<std::sync::Arc<Alias>>,
+    /// The pattern it was compiled from (by [`compiled`]), naming it whatever its size.
+    pub source: Option<std::sync::Arc<str>>,
 }
 
 /// The states of a product that behave as the states of one of its factors (see
@@ -204,7 +207,7 @@ impl DfaTable {
             }
         }
         let can_consume = (0..n).map(|s| trans[s * 256..s * 256 + 256].iter().any(|&t| t != DEAD)).collect();
-        Ok(Self { trans, accepting, can_consume, start: 0, alias: None })
+        Ok(Self { trans, accepting, can_consume, start: 0, alias: None, source: None })
     }
 
     /// The strings of `self` that are also in `other` (`keep_other`), or that are not
@@ -301,7 +304,7 @@ impl DfaTable {
         }
         let accepting = (0..states).map(|s| if until { s == n } else { true }).collect();
         let can_consume = (0..states).map(|s| s < n).collect();
-        Ok(Self { trans, accepting, can_consume, start: 0, alias: None })
+        Ok(Self { trans, accepting, can_consume, start: 0, alias: None, source: None })
     }
 
     #[inline]

@@ -259,7 +259,7 @@ impl TokenIndex {
                 if let Some((ap, ab, ad)) = acc[d - 1] {
                     let into = dfa.next(ap, ab);
                     let (t0, t1) = (n.tok_start as usize, self.nodes[n.end as usize - 1].tok_end as usize);
-                    leaving.extend(self.tok_ids[t0..t1].iter().map(|&tok| Leaving { into, p: ap, b: ab, tok, at: ad as u32 }));
+                    leaving.extend(self.tok_ids[t0..t1].iter().map(|&tok| Leaving { into, p: ap, b: ab, tok, at: ad as u32, head: head(&self.bytes[tok as usize][ad..]) }));
                 }
                 i = n.end as usize;
                 continue;
@@ -273,7 +273,7 @@ impl TokenIndex {
             i += 1;
         }
         let rest = |l: &Leaving| &self.bytes[l.tok as usize][l.at as usize..];
-        leaving.sort_unstable_by(|a, b| a.into.cmp(&b.into).then_with(|| rest(a).cmp(rest(b))));
+        leaving.sort_unstable_by(|a, b| (a.into, a.head).cmp(&(b.into, b.head)).then_with(|| rest(a).cmp(rest(b))));
         let mut groups: Vec<BoundaryGroup> = leaving
             .chunk_by(|a, b| a.into == b.into)
             .map(|g| BoundaryGroup::from_sorted(g[0].p, g[0].b, g.iter().map(|l| (rest(l), l.tok))))
@@ -288,15 +288,24 @@ impl TokenIndex {
     /// filled on first use.
     pub(crate) fn lexeme_cells(&self, dfa: &crate::dfa::DfaTable) -> LexemeCells {
         let fresh = || -> LexemeCells { (0..dfa.num_states()).map(|_| OnceLock::new()).collect() };
-        if dfa.num_states() > MAX_SHARED_LEXEME_STATES {
-            return fresh();
-        }
+        // Named by its pattern if it has one, else by its table (small ones only: hashing and
+        // comparing a large table would cost more than sharing saves).
         let mut h = FxHasher::default();
-        std::hash::Hash::hash(&dfa.trans, &mut h);
-        std::hash::Hash::hash(&dfa.accepting, &mut h);
+        let name = match &dfa.source {
+            Some(src) => {
+                std::hash::Hash::hash(src, &mut h);
+                StoreKey::Source(src.clone())
+            }
+            None if dfa.num_states() <= MAX_SHARED_LEXEME_STATES => {
+                std::hash::Hash::hash(&dfa.trans, &mut h);
+                std::hash::Hash::hash(&dfa.accepting, &mut h);
+                StoreKey::Table(Arc::new(dfa.clone()))
+            }
+            None => return fresh(),
+        };
         let key = std::hash::Hasher::finish(&h);
         let Ok(mut store) = self.lexemes.lock() else { return fresh() };
-        if let Some((_, c)) = store.map.get(&key).and_then(|v| v.iter().find(|(d, _)| d.trans == dfa.trans && d.accepting == dfa.accepting)) {
+        if let Some((_, c)) = store.map.get(&key).and_then(|v| v.iter().find(|(n, _)| n.names(dfa))) {
             return c.clone();
         }
         if store.states + dfa.num_states() > MAX_STORED_LEXEME_STATES {
@@ -305,8 +314,24 @@ impl TokenIndex {
         }
         let c = fresh();
         store.states += dfa.num_states();
-        store.map.entry(key).or_default().push((Arc::new(dfa.clone()), c.clone()));
+        store.map.entry(key).or_default().push((name, c.clone()));
         c
+    }
+}
+
+/// What names an automaton in a [`LexemeStore`].
+#[derive(Debug)]
+enum StoreKey {
+    Source(Arc<str>),
+    Table(Arc<crate::dfa::DfaTable>),
+}
+
+impl StoreKey {
+    fn names(&self, d: &crate::dfa::DfaTable) -> bool {
+        match self {
+            StoreKey::Source(s) => d.source.as_ref() == Some(s),
+            StoreKey::Table(t) => d.source.is_none() && t.trans == d.trans && t.accepting == d.accepting,
+        }
     }
 }
 
@@ -318,13 +343,25 @@ struct Leaving {
     tok: u32,
     /// Where the token's rest starts.
     at: u32,
+    /// The rest's first bytes (see [`head`]), to sort by without reading the rest.
+    head: u64,
+}
+
+/// The first eight bytes of `rest` as a number that orders as the bytes do (a shorter rest
+/// before a longer one with the same bytes; ties broken by the rest itself).
+pub(crate) fn head(rest: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    let n = rest.len().min(7);
+    w[..n].copy_from_slice(&rest[..n]);
+    // The last byte holds the length (up to 7), so "a" sorts before "a\0".
+    w[7] = rest.len().min(7) as u8;
+    u64::from_be_bytes(w)
 }
 
 /// One lexeme's [`LexemeTokens`] per DFA state, each computed on first use.
 pub(crate) type LexemeCells = Arc<[OnceLock<LexemeTokens>]>;
 
-/// Automata with more states keep their lexeme sets per grammar (hashing and comparing them
-/// would cost more than sharing saves).
+/// Automata without a pattern and with more states keep their lexeme sets per grammar.
 const MAX_SHARED_LEXEME_STATES: usize = 512;
 /// DFA states whose cells an index keeps for all grammars before it starts over (about
 /// 20 KB each once filled, with a 150k-token vocabulary).
@@ -333,7 +370,7 @@ const MAX_STORED_LEXEME_STATES: usize = 8192;
 /// The lexeme cells an index shares between grammars, by the hash of the automaton.
 #[derive(Debug, Default)]
 pub(crate) struct LexemeStore {
-    map: HashMap<u64, Vec<(Arc<crate::dfa::DfaTable>, LexemeCells)>>,
+    map: HashMap<u64, Vec<(StoreKey, LexemeCells)>>,
     states: usize,
 }
 
@@ -390,5 +427,26 @@ impl TokenMask {
                 *l = f32::NEG_INFINITY;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Sorting by `head` then by the bytes is sorting by the bytes.
+    #[test]
+    fn head_orders_as_the_bytes() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut rests: Vec<Vec<u8>> = (0..2000).map(|_| (0..next() % 11).map(|_| [0u8, 1, b'a', b'b', 255][(next() % 5) as usize]).collect()).collect();
+        rests.extend([vec![], vec![0], vec![0, 0], vec![b'a'], vec![b'a', 0], vec![b'a'; 7], vec![b'a'; 8], vec![b'a'; 9]]);
+        let mut by_head = rests.clone();
+        by_head.sort_by(|a, b| super::head(a).cmp(&super::head(b)).then_with(|| a.cmp(b)));
+        rests.sort();
+        assert_eq!(by_head, rests);
     }
 }

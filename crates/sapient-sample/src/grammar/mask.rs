@@ -202,9 +202,10 @@ impl Grammar {
             i = if has_open { i + 1 } else { n.end as usize };
         }
         let depth = DEEPEST.with(|d| d.get()).max(tops.stacks().map(|s| s.len()).max().unwrap_or(0));
-        let rest = |&(tok, at): &(u32, u32)| &index.bytes[tok as usize][at as usize..];
-        rests.sort_unstable_by(|a, b| rest(a).cmp(rest(b)));
-        let rests = BoundaryGroup::from_sorted(0, 0, rests.iter().map(|r| (rest(r), r.0)));
+        let rest = |tok: u32, at: u32| &index.bytes[tok as usize][at as usize..];
+        let mut rests: Vec<(u64, u32, u32)> = rests.into_iter().map(|(tok, at)| (crate::vocab::head(rest(tok, at)), tok, at)).collect();
+        rests.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| rest(a.1, a.2).cmp(rest(b.1, b.2))));
+        let rests = BoundaryGroup::from_sorted(0, 0, rests.iter().map(|&(_, tok, at)| (rest(tok, at), tok)));
         Ok(Some(TopMask { open, closed, rests, depth }))
     }
 
