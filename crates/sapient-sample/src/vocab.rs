@@ -257,6 +257,11 @@ impl TokenIndex {
             if t == DEAD {
                 // The token leaves the lexeme: possible only after a point where it could end.
                 if let Some((ap, ab, ad)) = acc[d - 1] {
+                    if leaving.len() > 4 * MAX_LEXEME_RESTS {
+                        // Too many to check per mask (a length-bounded lexeme: every longer
+                        // token leaves it): masks of this state walk the trie instead.
+                        return LexemeTokens { inner, groups: Vec::new(), num_rests: usize::MAX };
+                    }
                     let into = dfa.next(ap, ab);
                     let (t0, t1) = (n.tok_start as usize, self.nodes[n.end as usize - 1].tok_end as usize);
                     leaving.extend(self.tok_ids[t0..t1].iter().map(|&tok| Leaving { into, p: ap, b: ab, tok, at: ad as u32, head: head(&self.bytes[tok as usize][ad..]) }));
@@ -357,6 +362,10 @@ pub(crate) fn head(rest: &[u8]) -> u64 {
     w[7] = rest.len().min(7) as u8;
     u64::from_be_bytes(w)
 }
+
+/// Distinct token rests leaving a lexeme state above which its sets are not used (its masks
+/// walk the trie with the whole parse instead).
+pub(crate) const MAX_LEXEME_RESTS: usize = 4096;
 
 /// One lexeme's [`LexemeTokens`] per DFA state, each computed on first use.
 pub(crate) type LexemeCells = Arc<[OnceLock<LexemeTokens>]>;

@@ -9,11 +9,9 @@ use crate::dfa::{Alias, DfaTable, DEAD};
 use crate::builder::Node;
 use crate::error::GrammarError;
 use crate::hash::FastMap;
-use crate::vocab::{BoundaryGroup, LexemeCells, LexemeTokens, TokenIndex, TokenMask};
+use crate::vocab::{BoundaryGroup, LexemeCells, LexemeTokens, TokenIndex, TokenMask, MAX_LEXEME_RESTS};
 use std::sync::{Arc, Mutex};
 
-/// Distinct token rests leaving a lexeme above which its precomputed set is not used.
-const MAX_LEXEME_RESTS: usize = 4096;
 /// Sets of stack tops whose [`TopMask`] a grammar keeps per vocabulary (a mask each: about
 /// 19 KB with Qwen's vocabulary); states with other tops take the per-stack path.
 const MAX_TOP_MASKS: usize = 256;
