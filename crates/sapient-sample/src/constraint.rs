@@ -2,7 +2,7 @@
 //!
 //! A [`Constraint`] turns a state and one byte into the next state (or a rejection); states
 //! are `Clone`, so a caller can keep earlier states and roll back. The built-in one is
-//! [`crate::Grammar`] (`grammar.rs`).
+//! [`crate::Grammar`] (`grammar/`).
 
 use crate::error::GrammarError;
 use crate::vocab::{TokenIndex, TokenMask};

@@ -207,7 +207,7 @@ pub fn run(a: Args) -> Result<()> {
             let t0 = Instant::now();
             let g = Arc::new(make()?);
             let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
-            let prepare_ms = g.prepare(&index).as_secs_f64() * 1e3;
+            let prepare_ms = g.prepare_all(&index).as_secs_f64() * 1e3;
             let mut m = Matcher::new(g.clone(), index.clone());
             let (mut walk, mut full, mut cached, mut check) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let mut forced = 0usize;
@@ -323,7 +323,7 @@ fn end_to_end(model: &str, reps: usize) -> Result<serde_json::Value> {
     let t = Instant::now();
     let g = Arc::new(Grammar::json_schema(&schema)?);
     let compile = t.elapsed();
-    let prepare = g.prepare(&p.token_index());
+    let prepare = g.prepare_all(&p.token_index());
     let msgs = [
         Message::system("You are a helpful assistant that answers in JSON."),
         Message::user(format!("Write a realistic order with two items as JSON following this schema:\n{schema}")),
