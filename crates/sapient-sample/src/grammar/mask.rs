@@ -281,6 +281,7 @@ impl Grammar {
         drop(table);
         let (dfas, index) = (self.dfas.clone(), index.clone());
         let run = move || {
+            idle_priority();
             for (d, s) in nearest_first(&dfas) {
                 let Some(table) = weak.upgrade() else { return };
                 table.build(&index, &dfas, d, s);
@@ -503,6 +504,21 @@ impl Grammar {
             c.insert(state.clone(), mask.clone());
         }
         Ok(Some(mask))
+    }
+}
+
+/// Run the calling thread only when a CPU would otherwise be idle (Linux `SCHED_IDLE`), so
+/// background preparation never takes time from the model or the masks it would speed up.
+fn idle_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: sched_setscheduler on the calling thread (pid 0) with a valid parameter;
+        // it changes only this thread's scheduling class.
+        let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+        if r != 0 {
+            tracing::debug!("background preparation runs at normal priority (SCHED_IDLE refused)");
+        }
     }
 }
 
