@@ -477,7 +477,7 @@ pub(crate) async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: ChatRequest = parse_body(&st, &headers, body)?;
-    let llm = st.models()?.llm(req.model.as_deref())?.clone();
+    let llm = st.llm(req.model.as_deref()).await?;
     let (st2, l2) = (st.clone(), llm.clone());
     let p = blocking(move || prepare_chat(&st2, &l2, req)).await?;
     run(st, llm, p, Kind::Chat).await
@@ -489,7 +489,7 @@ pub(crate) async fn completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: CompletionRequest = parse_body(&st, &headers, body)?;
-    let llm = st.models()?.llm(req.model.as_deref())?.clone();
+    let llm = st.llm(req.model.as_deref()).await?;
     let (st2, l2) = (st.clone(), llm.clone());
     let p = blocking(move || prepare_completion(&st2, &l2, req)).await?;
     run(st, llm, p, Kind::Completion).await

@@ -30,7 +30,7 @@ impl Histogram {
         self.sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
     }
-    fn write(&self, out: &mut String, name: &str, help: &str, labels: &str) {
+    pub(crate) fn write(&self, out: &mut String, name: &str, help: &str, labels: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         let mut cum = 0;
         for (b, c) in self.bounds.iter().zip(&self.counts) {
@@ -89,7 +89,7 @@ impl HttpStats {
     }
 }
 
-fn gauge(out: &mut String, name: &str, help: &str, kind: &str, rows: &[(String, f64)]) {
+pub(crate) fn gauge(out: &mut String, name: &str, help: &str, kind: &str, rows: &[(String, f64)]) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     for (labels, v) in rows {
         let _ = writeln!(out, "{name}{{{labels}}} {v}");
@@ -100,9 +100,14 @@ fn gauge(out: &mut String, name: &str, help: &str, kind: &str, rows: &[(String, 
 pub(crate) fn render(state: &crate::AppState) -> String {
     let mut out = String::new();
     let models = state.models.get();
-    let llms: Vec<(String, sapient_generate::EngineMetrics, &LlmStats)> = models
-        .map(|m| m.llms.iter().map(|l| (format!("model_name=\"{}\"", escape(&l.id)), l.engine.metrics(), &l.stats)).collect())
-        .unwrap_or_default();
+    let label = |id: &str| format!("model_name=\"{}\"", escape(id));
+    // Engine figures of the models loaded now; the server's own for every model loaded once.
+    let mut engines: Vec<(String, sapient_generate::EngineMetrics)> = Vec::new();
+    if let Some(m) = models {
+        m.llms.for_each_loaded(|e, l| engines.push((label(&e.id), l.engine.metrics())));
+    }
+    let entries: Vec<&crate::router::Entry> = models.map(|m| m.llms.entries.iter().filter(|e| e.ever_loaded()).collect()).unwrap_or_default();
+    let llms: Vec<(String, &LlmStats)> = entries.iter().map(|e| (label(&e.id), &*e.stats)).collect();
     type Get = fn(&sapient_generate::EngineMetrics) -> f64;
     let engine_rows: &[(&str, &str, &str, Get)] = &[
         ("sapient:num_requests_waiting", "Requests waiting for a sequence slot (queued or preempted).", "gauge", |m| m.waiting as f64),
@@ -120,17 +125,17 @@ pub(crate) fn render(state: &crate::AppState) -> String {
         ("sapient:requests_cancelled_total", "Requests cancelled (client gone).", "counter", |m| m.cancelled as f64),
     ];
     for (name, help, kind, get) in engine_rows {
-        let rows: Vec<(String, f64)> = llms.iter().map(|(l, m, _)| (l.clone(), get(m))).collect();
+        let rows: Vec<(String, f64)> = engines.iter().map(|(l, m)| (l.clone(), get(m))).collect();
         gauge(&mut out, name, help, kind, &rows);
     }
-    for (labels, _, s) in &llms {
+    for (labels, s) in &llms {
         s.ttft.write(&mut out, "sapient:time_to_first_token_seconds", "Time from request to first token.", labels);
         s.inter_token.write(&mut out, "sapient:inter_token_latency_seconds", "Time between streamed pieces of text.", labels);
         s.e2e.write(&mut out, "sapient:e2e_request_latency_seconds", "Time from request to last token.", labels);
     }
     let outcome: Vec<(String, f64)> = llms
         .iter()
-        .flat_map(|(l, _, s)| {
+        .flat_map(|(l, s)| {
             [
                 (format!("{l},outcome=\"ok\""), s.requests_ok.load(Ordering::Relaxed) as f64),
                 (format!("{l},outcome=\"cancelled\""), s.requests_cancelled.load(Ordering::Relaxed) as f64),
@@ -139,6 +144,9 @@ pub(crate) fn render(state: &crate::AppState) -> String {
         })
         .collect();
     gauge(&mut out, "sapient:generation_requests_total", "Generation requests answered, by outcome.", "counter", &outcome);
+    if let Some(m) = models {
+        crate::router::render_metrics(&mut out, &m.llms, &label);
+    }
     let http: Vec<(String, f64)> = state
         .http
         .by_status
