@@ -415,7 +415,11 @@ async fn get_model(State(st): State<Arc<AppState>>, axum::extract::Path(id): axu
 }
 
 async fn metrics_text(State(st): State<Arc<AppState>>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics::render(&st)).into_response()
+    let mut text = metrics::render(&st);
+    if let Some(m) = st.models.get() {
+        router::render_metrics(&mut text, &m.llms);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
 async fn not_found(req: Request) -> Response {

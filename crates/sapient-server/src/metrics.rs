@@ -30,8 +30,7 @@ impl Histogram {
         self.sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
     }
-    pub(crate) fn write(&self, out: &mut String, name: &str, help: &str, labels: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
         let mut cum = 0;
         for (b, c) in self.bounds.iter().zip(&self.counts) {
             cum += c.load(Ordering::Relaxed);
@@ -41,6 +40,14 @@ impl Histogram {
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
         let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
         let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+    }
+}
+
+/// A histogram family: its help and type once, then each labelled histogram.
+pub(crate) fn histograms(out: &mut String, name: &str, help: &str, rows: &[(&str, &Histogram)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (labels, h) in rows {
+        h.write(out, name, labels);
     }
 }
 
@@ -100,14 +107,14 @@ pub(crate) fn gauge(out: &mut String, name: &str, help: &str, kind: &str, rows: 
 pub(crate) fn render(state: &crate::AppState) -> String {
     let mut out = String::new();
     let models = state.models.get();
-    let label = |id: &str| format!("model_name=\"{}\"", escape(id));
+    let label = model_label;
     // Engine figures of the models loaded now; the server's own for every model loaded once.
     let mut engines: Vec<(String, sapient_generate::EngineMetrics)> = Vec::new();
     if let Some(m) = models {
         m.llms.for_each_loaded(|e, l| engines.push((label(&e.id), l.engine.metrics())));
     }
-    let entries: Vec<&crate::router::Entry> = models.map(|m| m.llms.entries.iter().filter(|e| e.ever_loaded()).collect()).unwrap_or_default();
-    let llms: Vec<(String, &LlmStats)> = entries.iter().map(|e| (label(&e.id), &*e.stats)).collect();
+    let llms: Vec<(String, &LlmStats)> =
+        models.map(|m| m.llms.entries.iter().filter(|e| e.ever_loaded()).map(|e| (label(&e.id), &*e.stats)).collect()).unwrap_or_default();
     type Get = fn(&sapient_generate::EngineMetrics) -> f64;
     let engine_rows: &[(&str, &str, &str, Get)] = &[
         ("sapient:num_requests_waiting", "Requests waiting for a sequence slot (queued or preempted).", "gauge", |m| m.waiting as f64),
@@ -128,10 +135,15 @@ pub(crate) fn render(state: &crate::AppState) -> String {
         let rows: Vec<(String, f64)> = engines.iter().map(|(l, m)| (l.clone(), get(m))).collect();
         gauge(&mut out, name, help, kind, &rows);
     }
-    for (labels, s) in &llms {
-        s.ttft.write(&mut out, "sapient:time_to_first_token_seconds", "Time from request to first token.", labels);
-        s.inter_token.write(&mut out, "sapient:inter_token_latency_seconds", "Time between streamed pieces of text.", labels);
-        s.e2e.write(&mut out, "sapient:e2e_request_latency_seconds", "Time from request to last token.", labels);
+    type Pick = fn(&LlmStats) -> &Histogram;
+    let families: [(&str, &str, Pick); 3] = [
+        ("sapient:time_to_first_token_seconds", "Time from request to first token.", |s| &s.ttft),
+        ("sapient:inter_token_latency_seconds", "Time between streamed pieces of text.", |s| &s.inter_token),
+        ("sapient:e2e_request_latency_seconds", "Time from request to last token.", |s| &s.e2e),
+    ];
+    for (name, help, pick) in families {
+        let rows: Vec<(&str, &Histogram)> = llms.iter().map(|(l, s)| (l.as_str(), pick(s))).collect();
+        histograms(&mut out, name, help, &rows);
     }
     let outcome: Vec<(String, f64)> = llms
         .iter()
@@ -144,9 +156,6 @@ pub(crate) fn render(state: &crate::AppState) -> String {
         })
         .collect();
     gauge(&mut out, "sapient:generation_requests_total", "Generation requests answered, by outcome.", "counter", &outcome);
-    if let Some(m) = models {
-        crate::router::render_metrics(&mut out, &m.llms, &label);
-    }
     let http: Vec<(String, f64)> = state
         .http
         .by_status
@@ -159,6 +168,11 @@ pub(crate) fn render(state: &crate::AppState) -> String {
     gauge(&mut out, "sapient:speech_streams_cancelled_total", "Streamed speech stopped because the client left.", "counter", &[(String::new(), speech.streams_cancelled.load(Ordering::Relaxed) as f64)]);
     gauge(&mut out, "sapient:ready", "1 once the models are loaded.", "gauge", &[(String::new(), if models.is_some() { 1.0 } else { 0.0 })]);
     out
+}
+
+/// The label of a model's rows.
+pub(crate) fn model_label(id: &str) -> String {
+    format!("model_name=\"{}\"", escape(id))
 }
 
 fn escape(s: &str) -> String {

@@ -86,8 +86,8 @@ impl Entry {
 
 /// `/metrics` rows of the models loaded on demand: loads, unloads, failures, load time, the
 /// state and estimated memory of each, and the budget.
-pub(crate) fn render_metrics(out: &mut String, llms: &Llms, label: &dyn Fn(&str) -> String) {
-    use crate::metrics::gauge;
+pub(crate) fn render_metrics(out: &mut String, llms: &Llms) {
+    use crate::metrics::{gauge, model_label as label};
     let on_demand: Vec<&Entry> = llms.entries.iter().filter(|e| e.source.is_some()).collect();
     type Count = fn(&Entry) -> &AtomicU64;
     let counters: [(&str, &str, Count); 3] = [
@@ -107,9 +107,9 @@ pub(crate) fn render_metrics(out: &mut String, llms: &Llms, label: &dyn Fn(&str)
     }
     gauge(out, "sapient:model_loaded", "1 while the model is loaded.", "gauge", &loaded);
     gauge(out, "sapient:model_memory_bytes", "Estimated bytes of a loaded model (weights file + KV cache budget).", "gauge", &memory);
-    for e in &on_demand {
-        e.load_time.write(out, "sapient:model_load_seconds", "Time to load a model on demand (making room included).", &label(&e.id));
-    }
+    let labels: Vec<String> = on_demand.iter().map(|e| label(&e.id)).collect();
+    let rows: Vec<(&str, &Histogram)> = labels.iter().zip(&on_demand).map(|(l, e)| (l.as_str(), &e.load_time)).collect();
+    crate::metrics::histograms(out, "sapient:model_load_seconds", "Time to load a model on demand (making room included).", &rows);
     if let Some(b) = llms.opts.budget_bytes {
         gauge(out, "sapient:models_budget_bytes", "The memory budget of the models loaded on demand.", "gauge", &[(String::new(), b as f64)]);
     }

@@ -130,6 +130,9 @@ async fn a_budget_for_one_of_two_models_serves_both_in_turn() -> Result<()> {
         }
         ensure!(labelled(&text, "sapient:model_loaded", "smol-b") == Some(1.0) && labelled(&text, "sapient:model_loaded", "smol-a") == Some(0.0), "{text}");
         ensure!(metric(&text, "sapient:models_budget_bytes") == Some(budget as f64), "{text}");
+        let families: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        let unique: std::collections::HashSet<&&str> = families.iter().collect();
+        ensure!(unique.len() == families.len(), "a metric family is declared twice:\n{text}");
 
         // Requests for both at once: those for the other model wait until the first model's
         // are done, then it is swapped in; all are answered.
