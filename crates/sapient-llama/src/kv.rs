@@ -34,6 +34,8 @@ use sapient_tensor::kernels::ZeroedMap;
 
 use crate::{Error, Result};
 
+mod saved;
+
 /// How much memory the cache may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvBudget {
