@@ -35,7 +35,28 @@ fn take<T: Copy, const B: usize>(data: &mut &[u8], buf: &mut [T], blocks: &[u32]
     }
 }
 
+/// What must match for [`KvCache::import_seq`] to read what [`KvCache::export_seq`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvLayout {
+    pub layers: usize,
+    /// Values per position per layer (KV heads x head dimension).
+    pub width: usize,
+    pub block_size: usize,
+    pub dtype: super::KvDtype,
+}
+
+impl std::fmt::Display for KvLayout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} layers x {} values in {} (blocks of {})", self.layers, self.width, self.dtype, self.block_size)
+    }
+}
+
 impl KvCache {
+    /// The cache's shape, as saved sequences are checked against it.
+    pub fn layout(&self) -> KvLayout {
+        KvLayout { layers: self.layers, width: self.width, block_size: self.block_size, dtype: self.dtype() }
+    }
+
     /// Bytes [`export_seq`](Self::export_seq) writes for a sequence of `len` positions
     /// (whole blocks).
     pub fn seq_bytes(&self, len: usize) -> usize {
