@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// [default: 120].
     #[arg(long, value_name = "SECS")]
     model_load_timeout_secs: Option<u64>,
+    /// Let POST /slots/{id}?action=save|restore write and read conversation slots as files in
+    /// DIR (created if missing; plain file names only). Off by default.
+    #[arg(long, value_name = "DIR")]
+    slot_save_path: Option<PathBuf>,
     /// A sentence embedder for /v1/embeddings (preset such as all-minilm-l6-v2, file or
     /// directory; NAME=REFERENCE to name it; repeatable).
     #[arg(long = "embed-model")]
@@ -122,6 +126,7 @@ struct ServeFile {
     models_dir: Option<PathBuf>,
     models_budget: Option<Size>,
     model_load_timeout_secs: Option<u64>,
+    slot_save_path: Option<PathBuf>,
     #[serde(default)]
     llm: Vec<ModelEntry>,
     #[serde(default)]
@@ -206,6 +211,7 @@ fn merge(mut args: ServeArgs, file: ServeFile) -> Result<ServeArgs> {
     pick(&mut args.responses_max, file.responses_max);
     pick(&mut args.responses_ttl_secs, file.responses_ttl_secs);
     pick(&mut args.models_dir, file.models_dir);
+    pick(&mut args.slot_save_path, file.slot_save_path);
     pick(&mut args.model_load_timeout_secs, file.model_load_timeout_secs);
     if args.models_budget.is_none() {
         args.models_budget = match file.models_budget {
@@ -283,8 +289,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
         cors_origins: args.cors_origins.clone(),
         responses_max: args.responses_max.unwrap_or(256),
         responses_ttl: std::time::Duration::from_secs(args.responses_ttl_secs.unwrap_or(3600)),
+        slot_save_path: args.slot_save_path.clone(),
         ..ServerOptions::default()
     };
+    if let Some(dir) = &args.slot_save_path {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating --slot-save-path {}", dir.display()))?;
+    }
     let server = Server::new(opts);
     let addr = format!("{}:{}", args.host.as_deref().unwrap_or("127.0.0.1"), args.port.unwrap_or(8080));
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;

@@ -33,6 +33,7 @@ mod media;
 mod reasoning;
 mod responses;
 mod router;
+mod slots;
 mod tokenize;
 mod turn;
 pub mod metrics;
@@ -79,6 +80,9 @@ pub struct ServerOptions {
     pub responses_max: usize,
     /// How long a stored `/v1/responses` answer is kept.
     pub responses_ttl: std::time::Duration,
+    /// The directory `POST /slots/{id}?action=save|restore` writes and reads slot files in
+    /// (plain names only). `None` (the default): those routes answer 501.
+    pub slot_save_path: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerOptions {
@@ -94,6 +98,7 @@ impl Default for ServerOptions {
             cors_origins: Vec::new(),
             responses_max: 256,
             responses_ttl: std::time::Duration::from_secs(3600),
+            slot_save_path: None,
         }
     }
 }
@@ -111,6 +116,8 @@ pub struct Llm {
     pub(crate) template_tools: bool,
     /// Every token's bytes, made on the first request for logprobs.
     pub(crate) token_bytes: std::sync::OnceLock<Vec<Vec<u8>>>,
+    /// Conversation slots (`id_slot`), each an engine session.
+    pub(crate) slots: slots::Slots,
 }
 
 impl Llm {
@@ -128,6 +135,7 @@ impl Llm {
             created: unix_now(),
             template_tools,
             token_bytes: std::sync::OnceLock::new(),
+            slots: Default::default(),
         }
     }
 }
@@ -251,6 +259,7 @@ impl Server {
             .route("/models", get(list_models))
             .route("/models/load", post(router::load_route))
             .route("/models/unload", post(router::unload_route))
+            .route("/slots/{id}", post(slots::slot_action))
             .route("/v1/chat/completions", post(chat::chat_completions))
             .route("/v1/completions", post(chat::completions))
             .route("/v1/messages", post(anthropic::messages))
