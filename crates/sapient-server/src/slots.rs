@@ -86,7 +86,7 @@ fn checked_name(name: &str) -> Result<&str, ApiError> {
         || name.contains("..")
         || name.chars().any(|c| c == '/' || c == '\\' || c == ':' || c.is_control());
     if bad {
-        return Err(ApiError::invalid_param("filename", format!("invalid file name {name:?}: a plain name, without '/', '\\\\', ':', '..' or a leading '.'")));
+        return Err(ApiError::invalid_param("filename", format!("invalid file name {name:?}: a plain name, without '/', '\\', ':', '..' or a leading '.'")));
     }
     Ok(name)
 }
