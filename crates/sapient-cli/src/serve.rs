@@ -3,7 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use sapient_generate::{DeviceRequest, Engine, EngineOptions, KvBudget, KvDtype, KvOptions, Pipeline, PipelineOptions};
-use sapient_server::{Llm, Models, Server, ServerOptions};
+use sapient_server::{Llm, LlmSource, LoadOptions, Models, Server, ServerOptions};
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -18,6 +18,24 @@ pub struct ServeArgs {
     /// requests that name no model). Without any model: smollm2-135m-instruct.
     #[arg(short, long = "model")]
     models: Vec<String>,
+    /// Serve every GGUF file in DIR as a language model named after its file stem, loaded
+    /// when a request first names it (language models are loaded on demand with this or
+    /// --models-budget).
+    #[arg(long, value_name = "DIR")]
+    models_dir: Option<PathBuf>,
+    /// Memory the language models may take together, e.g. 6GiB or 512MiB (weights file +
+    /// KV budget each, by estimate): when a load would pass it, the least recently used
+    /// model with no request in flight is unloaded first. Loads models on demand.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    models_budget: Option<u64>,
+    /// How long a request waits for its model to load before it gets 503 (the load goes on)
+    /// [default: 120].
+    #[arg(long, value_name = "SECS")]
+    model_load_timeout_secs: Option<u64>,
+    /// Let POST /slots/{id}?action=save|restore write and read conversation slots as files in
+    /// DIR (created if missing; plain file names only). Off by default.
+    #[arg(long, value_name = "DIR")]
+    slot_save_path: Option<PathBuf>,
     /// A sentence embedder for /v1/embeddings (preset such as all-minilm-l6-v2, file or
     /// directory; NAME=REFERENCE to name it; repeatable).
     #[arg(long = "embed-model")]
@@ -105,6 +123,10 @@ struct ServeFile {
     cors_origins: Vec<String>,
     responses_max: Option<usize>,
     responses_ttl_secs: Option<u64>,
+    models_dir: Option<PathBuf>,
+    models_budget: Option<Size>,
+    model_load_timeout_secs: Option<u64>,
+    slot_save_path: Option<PathBuf>,
     #[serde(default)]
     llm: Vec<ModelEntry>,
     #[serde(default)]
@@ -113,6 +135,40 @@ struct ServeFile {
     whisper: Vec<ModelEntry>,
     #[serde(default)]
     tts: Vec<ModelEntry>,
+}
+
+/// A size in the file: bytes, or a string with a unit (`"6GiB"`).
+#[derive(Deserialize, Debug, PartialEq)]
+#[serde(untagged)]
+enum Size {
+    Bytes(u64),
+    Text(String),
+}
+
+/// `1234`, `512MiB`, `6GiB`, `2GB` (KiB/MiB/GiB/TiB: powers of 1024; KB/MB/GB/TB: of 1000;
+/// K/M/G/T alone: powers of 1024).
+fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| anyhow::anyhow!("'{s}' is not a size (a number of bytes, or with a unit: 512MiB, 6GiB, 2GB)"))?;
+    let k = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024f64,
+        "m" | "mib" => 1024f64.powi(2),
+        "g" | "gib" => 1024f64.powi(3),
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        u => bail!("'{s}': unknown size unit '{u}' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)"),
+    };
+    let bytes = n * k;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        bail!("'{s}' is not a usable size");
+    }
+    Ok(bytes as u64)
 }
 
 /// `[[llm]]` and the other model tables: what to load, and the name requests use.
@@ -154,6 +210,16 @@ fn merge(mut args: ServeArgs, file: ServeFile) -> Result<ServeArgs> {
     pick(&mut args.device, file.device);
     pick(&mut args.responses_max, file.responses_max);
     pick(&mut args.responses_ttl_secs, file.responses_ttl_secs);
+    pick(&mut args.models_dir, file.models_dir);
+    pick(&mut args.slot_save_path, file.slot_save_path);
+    pick(&mut args.model_load_timeout_secs, file.model_load_timeout_secs);
+    if args.models_budget.is_none() {
+        args.models_budget = match file.models_budget {
+            Some(Size::Bytes(b)) => Some(b),
+            Some(Size::Text(t)) => Some(parse_size(&t).context("models_budget")?),
+            None => None,
+        };
+    }
     if args.cors_origins.is_empty() {
         args.cors_origins = file.cors_origins;
     }
@@ -187,7 +253,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         Some(path) => merge(args, ServeFile::read(&path)?)?,
         None => args,
     };
-    if args.models.is_empty() && args.embed_models.is_empty() && args.whisper_models.is_empty() && args.tts_models.is_empty() {
+    if args.models.is_empty() && args.models_dir.is_none() && args.embed_models.is_empty() && args.whisper_models.is_empty() && args.tts_models.is_empty() {
         args.models.push("smollm2-135m-instruct".into());
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
@@ -223,8 +289,12 @@ async fn serve(args: ServeArgs) -> Result<()> {
         cors_origins: args.cors_origins.clone(),
         responses_max: args.responses_max.unwrap_or(256),
         responses_ttl: std::time::Duration::from_secs(args.responses_ttl_secs.unwrap_or(3600)),
+        slot_save_path: args.slot_save_path.clone(),
         ..ServerOptions::default()
     };
+    if let Some(dir) = &args.slot_save_path {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating --slot-save-path {}", dir.display()))?;
+    }
     let server = Server::new(opts);
     let addr = format!("{}:{}", args.host.as_deref().unwrap_or("127.0.0.1"), args.port.unwrap_or(8080));
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
@@ -258,16 +328,51 @@ async fn serve(args: ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Every model the arguments name, loaded with progress bars.
-async fn load_models(args: &ServeArgs) -> Result<Models> {
+/// How each language model loads and the engine it gets.
+fn llm_options(args: &ServeArgs) -> Result<(PipelineOptions, EngineOptions)> {
     let device: DeviceRequest = args.device.as_deref().unwrap_or("cpu").parse()?;
     let (kv_tokens, max_seqs) = (args.kv_tokens.unwrap_or(32768), args.max_seqs.unwrap_or(64));
+    let popts = PipelineOptions { device, max_seq_len: args.ctx, kv_dtype: args.kv_type.unwrap_or_default(), ..PipelineOptions::default() };
+    let eopts = EngineOptions { kv: KvOptions { budget: KvBudget::Tokens(kv_tokens), dtype: args.kv_type.unwrap_or_default(), ..KvOptions::default() }, max_seqs: max_seqs.max(1), ..EngineOptions::default() };
+    Ok((popts, eopts))
+}
+
+/// Language models loaded on demand: those named, then the GGUF files of `--models-dir`
+/// (named after their file stems, in name order).
+fn on_demand(args: &ServeArgs) -> Result<Vec<LlmSource>> {
+    let mut out: Vec<LlmSource> = args.models.iter().map(|s| named(s)).map(|(id, reference)| LlmSource { id, reference }).collect();
+    if let Some(dir) = &args.models_dir {
+        let mut found = Vec::new();
+        for f in std::fs::read_dir(dir).with_context(|| format!("reading --models-dir {}", dir.display()))? {
+            let path = f?.path();
+            let gguf = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+            if let (true, Some(stem)) = (gguf && path.is_file(), path.file_stem().and_then(|s| s.to_str())) {
+                found.push(LlmSource { id: stem.to_string(), reference: path.to_string_lossy().into_owned() });
+            }
+        }
+        if found.is_empty() {
+            bail!("--models-dir {}: no .gguf file in it", dir.display());
+        }
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        out.extend(found);
+    }
+    Ok(out)
+}
+
+/// Every model the arguments name, loaded with progress bars (language models on demand
+/// with --models-dir or --models-budget: only listed here).
+async fn load_models(args: &ServeArgs) -> Result<Models> {
+    let (popts, eopts) = llm_options(args)?;
     let mut llms = Vec::new();
-    for spec in &args.models {
+    let routed = args.models_dir.is_some() || args.models_budget.is_some();
+    let on_demand = if routed { on_demand(args)? } else { Vec::new() };
+    for s in &on_demand {
+        eprintln!("'{}': {} (loaded on its first request)", s.id, s.reference);
+    }
+    for spec in args.models.iter().filter(|_| !routed) {
         let (name, reference) = named(spec);
         eprintln!("loading {reference} as '{name}' ...");
-        let popts = PipelineOptions { device, max_seq_len: args.ctx, kv_dtype: args.kv_type.unwrap_or_default(), ..PipelineOptions::default() };
-        let r2 = reference.clone();
+        let (popts, r2) = (popts.clone(), reference.clone());
         let pipe = tokio::task::spawn_blocking(move || {
             let mut bars = crate::Bars::default();
             let r = Pipeline::load(&r2, popts, |p| bars.update(p));
@@ -276,11 +381,16 @@ async fn load_models(args: &ServeArgs) -> Result<Models> {
         })
         .await?
             .with_context(|| format!("loading model '{reference}'"))?;
-        let eopts = EngineOptions { kv: KvOptions { budget: KvBudget::Tokens(kv_tokens), dtype: args.kv_type.unwrap_or_default(), ..KvOptions::default() }, max_seqs: max_seqs.max(1), ..EngineOptions::default() };
-        let engine = Engine::new(&pipe, eopts).with_context(|| format!("starting the engine for '{name}'"))?;
+        let engine = Engine::new(&pipe, eopts.clone()).with_context(|| format!("starting the engine for '{name}'"))?;
         llms.push(Llm::new(name, engine));
     }
-    let mut models = Models { llms, ..Models::default() };
+    let load = LoadOptions {
+        budget_bytes: args.models_budget,
+        load_timeout: std::time::Duration::from_secs(args.model_load_timeout_secs.unwrap_or(120).max(1)),
+        pipeline: popts,
+        engine: eopts,
+    };
+    let mut models = Models { llms, on_demand, load, ..Models::default() };
     for spec in &args.embed_models {
         let (name, reference) = named(spec);
         eprintln!("loading {reference} as '{name}' ...");
@@ -382,6 +492,40 @@ mod tests {
         assert_eq!((a.responses_max, a.responses_ttl_secs), (Some(8), None));
         assert_eq!(a.models, ["coder=qwen2.5-coder-0.5b-instruct", "smollm2-135m-instruct", "extra=/models/x.gguf"]);
         assert_eq!(a.embed_models, ["emb=all-minilm-l6-v2"]);
+        Ok(())
+    }
+
+    #[test]
+    fn sizes_and_models_on_demand() -> Result<()> {
+        assert_eq!(parse_size("1234")?, 1234);
+        assert_eq!(parse_size("512MiB")?, 512 << 20);
+        assert_eq!(parse_size("1.5 GiB")?, 3 << 29);
+        assert_eq!(parse_size("2GB")?, 2_000_000_000);
+        assert_eq!(parse_size("6g")?, 6 << 30);
+        assert!(parse_size("6 parsecs").unwrap_err().to_string().contains("unknown size unit 'parsecs'"));
+        assert!(parse_size("GiB").unwrap_err().to_string().contains("is not a size"));
+        assert!(parse_size("0").is_err());
+        let e = Cli::try_parse_from(["serve", "--models-budget", "lots"]).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("'lots' is not a size"), "{e}");
+
+        let file: ServeFile = toml::from_str("models_budget = \"1GiB\"\nmodels_dir = \"/m\"\nmodel_load_timeout_secs = 9")?;
+        let a = merge(args(&[]), file)?;
+        assert_eq!((a.models_budget, a.models_dir.as_deref(), a.model_load_timeout_secs), (Some(1 << 30), Some(std::path::Path::new("/m")), Some(9)));
+        let file: ServeFile = toml::from_str("models_budget = 4096")?;
+        assert_eq!(merge(args(&["--models-budget", "2KiB"]), file)?.models_budget, Some(2048), "the flag wins");
+
+        let dir = std::env::temp_dir().join(format!("sapient-models-dir-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub.gguf"))?;
+        for f in ["b-model.gguf", "a-model.GGUF", "notes.txt"] {
+            std::fs::write(dir.join(f), b"x")?;
+        }
+        let dir_arg = dir.to_string_lossy().into_owned();
+        let a = args(&["--models-dir", &dir_arg, "-m", "first=smollm2-135m-instruct"]);
+        let ids: Vec<String> = on_demand(&a)?.into_iter().map(|s| s.id).collect();
+        assert_eq!(ids, ["first", "a-model", "b-model"], "named ones first, then the directory's GGUF files by name");
+        std::fs::remove_dir_all(&dir)?;
+        let e = on_demand(&a).unwrap_err();
+        assert!(format!("{e:#}").contains("reading --models-dir"), "{e:#}");
         Ok(())
     }
 

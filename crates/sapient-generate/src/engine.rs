@@ -39,6 +39,7 @@ use crate::decode::Decoder;
 use crate::generation::{FinishReason, Generation, GenerationConfig, GenerationStats};
 use crate::model::{common_prefix, Model};
 use crate::{Error, Result};
+pub use saved::SavedSession;
 use sapient_llama::{BatchSeq, KvBudget, KvCache, KvOptions, KvUsage, Logits, SeqId};
 use sapient_tokenizers::Message;
 use std::collections::{HashMap, VecDeque};
@@ -46,6 +47,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::mpsc;
+
+mod saved;
 
 /// How an [`Engine`] schedules and how much memory it takes.
 #[derive(Debug, Clone)]
@@ -218,6 +221,10 @@ enum Msg {
     Reset,
     /// Nothing: makes an idle scheduler look at its stop flag.
     Wake,
+    /// A session's kept cache, out ([`Engine::save_session`]).
+    Save(u64, saved::Reply<SavedSession>),
+    /// A session's kept cache, in ([`Engine::restore_session`]).
+    Restore(u64, Box<SavedSession>, saved::Reply<()>),
 }
 
 /// A conversation whose KV cache the engine keeps between its requests: a request
@@ -573,6 +580,12 @@ impl Scheduler {
                 self.kv.clear_prefix_cache();
             }
             Msg::Wake => {}
+            Msg::Save(s, reply) => {
+                let _ = reply.send(self.save(s));
+            }
+            Msg::Restore(s, saved, reply) => {
+                let _ = reply.send(self.restore(s, *saved));
+            }
         }
     }
 

@@ -31,8 +31,8 @@ pub use sapient_hub::Progress;
 pub use sapient_sample::{Expr, Grammar, JsonOptions, SamplerConfig};
 pub use sapient_tensor::DeviceRequest;
 pub use sapient_tokenizers::Message;
-pub use engine::{ContextPolicy, Engine, EngineMetrics, EngineOptions, Event, RequestHandle, Session};
-pub use sapient_llama::{KvBudget, KvDtype, KvOptions};
+pub use engine::{ContextPolicy, Engine, EngineMetrics, EngineOptions, Event, RequestHandle, SavedSession, Session};
+pub use sapient_llama::{KvBudget, KvDtype, KvLayout, KvOptions};
 pub use stream::TextStream;
 pub use task::{Task, TaskBuilder, TaskStream};
 

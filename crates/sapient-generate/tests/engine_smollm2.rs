@@ -1,7 +1,8 @@
 //! The Engine on the real SmolLM2-135M-Instruct: concurrent requests give what they give
 //! alone, cancellation frees blocks, the KV budget holds through preemption, the prefix cache
-//! serves a shared system prompt, and requests that cannot fit are errors; the first three
-//! with the 8-bit KV cache too.
+//! serves a shared system prompt, requests that cannot fit are errors, and a session saved
+//! from one engine continues in another to the token; the first three with the 8-bit KV
+//! cache too.
 
 use anyhow::Result;
 use sapient_generate::{
@@ -268,6 +269,54 @@ fn a_session_keeps_its_conversation_to_the_token() -> Result<()> {
     // Dropping the session gives its blocks back.
     drop(session);
     wait_idle(&engine)?;
+    Ok(())
+}
+
+#[test]
+fn a_saved_session_continues_in_another_engine_to_the_token() -> Result<()> {
+    let p = pipeline();
+    let opts = small(EngineOptions { prefix_cache: false, ..Default::default() });
+    let a = Engine::new(p, opts.clone())?;
+    let sa = a.session()?;
+    assert!(a.save_session(&sa).unwrap_err().to_string().contains("keeps no cache"));
+    let cfg = GenerationConfig::default().max_tokens(20);
+    let mut msgs = questions()[0].clone();
+    let encode = |m: &[Message]| -> Result<Vec<u32>> { Ok(p.tokenizer().encode(&p.render_chat(m)?, false)?) };
+    let first_prompt = encode(&msgs)?;
+    let first = a.submit_in(&sa, first_prompt.clone(), cfg.clone())?.wait()?;
+    let saved = a.save_session(&sa)?;
+    assert_eq!(saved.tokens.len(), session_cap(&first_prompt, &first));
+    assert_eq!(saved.tokens[..first_prompt.len()], first_prompt[..]);
+    msgs.push(Message::assistant(first.text.clone()));
+    msgs.push(Message::user("And of Italy?"));
+    let second_prompt = encode(&msgs)?;
+    let uninterrupted = a.submit_in(&sa, second_prompt.clone(), cfg.clone())?.wait()?;
+
+    // A fresh engine given the saved cache continues exactly as the first one did.
+    let b = Engine::new(p, opts.clone())?;
+    let sb = b.session()?;
+    b.restore_session(&sb, saved.clone())?;
+    assert_eq!(sb.cached_tokens(), saved.tokens.len());
+    let restored = b.submit_in(&sb, second_prompt.clone(), cfg.clone())?.wait()?;
+    assert!(restored.stats.reused_prompt_tokens > first_prompt.len(), "the saved turn is reused: {:?}", restored.stats);
+    assert_eq!(restored.stats.reused_prompt_tokens, uninterrupted.stats.reused_prompt_tokens);
+    assert_eq!(restored.tokens, uninterrupted.tokens);
+
+    // What does not fit is refused, and the session keeps nothing from it.
+    let q8 = Engine::new(p, small_with(EngineOptions::default(), KvDtype::Q8_0))?;
+    let e = q8.restore_session(&q8.session()?, saved.clone()).unwrap_err().to_string();
+    assert!(e.contains("this engine's is") && e.contains("q8_0"), "{e}");
+    let s2 = b.session()?;
+    let mut short = saved.clone();
+    short.kv.truncate(short.kv.len() - 1);
+    assert!(b.restore_session(&s2, short).unwrap_err().to_string().contains("does not fit"));
+    let mut foreign = saved.clone();
+    foreign.tokens[3] = u32::MAX;
+    assert!(b.restore_session(&s2, foreign).unwrap_err().to_string().contains("outside the vocabulary"));
+    assert_eq!(s2.cached_tokens(), 0);
+    assert!(b.restore_session(&a.session()?, saved).unwrap_err().to_string().contains("another engine"));
+    drop((sa, sb, s2));
+    wait_idle(&b)?;
     Ok(())
 }
 

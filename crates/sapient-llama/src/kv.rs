@@ -34,6 +34,9 @@ use sapient_tensor::kernels::ZeroedMap;
 
 use crate::{Error, Result};
 
+mod saved;
+pub use saved::KvLayout;
+
 /// How much memory the cache may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvBudget {

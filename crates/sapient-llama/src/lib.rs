@@ -18,7 +18,7 @@ pub mod kv;
 mod model;
 
 pub use config::{Activation, Arch, LlamaConfig, RopeScaling, WeightLayout};
-pub use kv::{KvBudget, KvCache, KvDtype, KvOptions, KvUsage, SeqId};
+pub use kv::{KvBudget, KvCache, KvDtype, KvLayout, KvOptions, KvUsage, SeqId};
 pub use batch::{BatchSeq, Logits};
 pub use model::{LlamaModel, DEFAULT_PREFILL_CHUNK};
 

@@ -269,7 +269,7 @@ async fn prepare(st: &Arc<AppState>, headers: &HeaderMap, body: Result<Bytes, By
     let req: MessagesRequest = parse_body(st, headers, body)?;
     let stops = req.stop_sequences.clone().unwrap_or_default();
     let chat = to_chat(req, counting)?;
-    let llm = st.models()?.llm(chat.model.as_deref())?.clone();
+    let llm = st.llm(chat.model.as_deref()).await?;
     let (st2, l2) = (st.clone(), llm.clone());
     let p = blocking(move || prepare_chat(&st2, &l2, chat)).await?;
     Ok((llm, p, stops))

@@ -58,6 +58,8 @@ pub(crate) struct Sampling {
     pub(crate) user: Option<String>,
     /// Not OpenAI's (llama.cpp's and vLLM's): keep going past end-of-sequence, up to max_tokens.
     pub(crate) ignore_eos: Option<bool>,
+    /// Not OpenAI's (llama-server's): run in this conversation slot (see slots.rs).
+    pub(crate) id_slot: Option<u32>,
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -399,7 +401,7 @@ pub(crate) fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result
     }
     let ids = llm.engine.model().tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let opened = text.trim_end().ends_with("<think>");
-    Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls, reasoning: Some(opened), tool_format: format })
+    Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls, reasoning: Some(opened), tool_format: format, slot: req.sampling.id_slot })
 }
 
 /// A completion request's fields checked, its prompts encoded with `encode` (strings) or
@@ -442,6 +444,7 @@ fn check_completion(st: &AppState, vocab: usize, req: &CompletionRequest, encode
         tools: false,
         reasoning: None,
         tool_format: tools::Format::Hermes,
+        slot: req.sampling.id_slot,
     })
 }
 
@@ -477,7 +480,7 @@ pub(crate) async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: ChatRequest = parse_body(&st, &headers, body)?;
-    let llm = st.models()?.llm(req.model.as_deref())?.clone();
+    let llm = st.llm(req.model.as_deref()).await?;
     let (st2, l2) = (st.clone(), llm.clone());
     let p = blocking(move || prepare_chat(&st2, &l2, req)).await?;
     run(st, llm, p, Kind::Chat).await
@@ -489,7 +492,7 @@ pub(crate) async fn completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let req: CompletionRequest = parse_body(&st, &headers, body)?;
-    let llm = st.models()?.llm(req.model.as_deref())?.clone();
+    let llm = st.llm(req.model.as_deref()).await?;
     let (st2, l2) = (st.clone(), llm.clone());
     let p = blocking(move || prepare_completion(&st2, &l2, req)).await?;
     run(st, llm, p, Kind::Completion).await
@@ -525,7 +528,7 @@ async fn run(st: Arc<AppState>, llm: Arc<Llm>, p: Prepared, kind: Kind) -> Resul
             if let Some(s) = cfg.sampling.seed.as_mut() {
                 *s = s.wrapping_add(j as u64);
             }
-            handles.push(llm.engine.submit(prompt.clone(), cfg).map_err(from_generate)?);
+            handles.push(crate::slots::submit(&llm, p.slot, prompt.clone(), cfg)?);
         }
     }
     let id = new_id(if kind == Kind::Chat { "chatcmpl-" } else { "cmpl-" });

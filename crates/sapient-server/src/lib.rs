@@ -5,7 +5,9 @@
 //! `/v1/messages/count_tokens`, OpenAI's `POST /v1/responses` with `GET` / `DELETE
 //! /v1/responses/{id}`, llama-server's `POST /tokenize`, `/detokenize` and `/apply-template`,
 //! embeddings and audio, `GET /health` (200 once the models are loaded, 503 before),
-//! `GET /metrics` (Prometheus text). Language models run on a [`sapient_generate::Engine`]
+//! `GET /metrics` (Prometheus text), and llama-server's router routes `GET /models`, `POST
+//! /models/load` and `/models/unload` for language models loaded on demand
+//! ([`Models::on_demand`], within [`LoadOptions`]' memory budget). Language models run on a [`sapient_generate::Engine`]
 //! each, so concurrent requests are decoded together; a client that goes away drops its
 //! request handle, which cancels the generation at the next engine step and frees its KV
 //! blocks. `response_format` and tools are enforced with sapient-sample's constraints.
@@ -30,12 +32,15 @@ mod error;
 mod media;
 mod reasoning;
 mod responses;
+mod router;
+mod slots;
 mod tokenize;
 mod turn;
 pub mod metrics;
 pub mod tools;
 
 pub use error::{ApiError, Error};
+pub use router::{LlmSource, LoadOptions};
 
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
@@ -75,6 +80,9 @@ pub struct ServerOptions {
     pub responses_max: usize,
     /// How long a stored `/v1/responses` answer is kept.
     pub responses_ttl: std::time::Duration,
+    /// The directory `POST /slots/{id}?action=save|restore` writes and reads slot files in
+    /// (plain names only). `None` (the default): those routes answer 501.
+    pub slot_save_path: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerOptions {
@@ -90,6 +98,7 @@ impl Default for ServerOptions {
             cors_origins: Vec::new(),
             responses_max: 256,
             responses_ttl: std::time::Duration::from_secs(3600),
+            slot_save_path: None,
         }
     }
 }
@@ -98,7 +107,8 @@ impl Default for ServerOptions {
 pub struct Llm {
     pub id: String,
     pub engine: sapient_generate::Engine,
-    pub(crate) stats: metrics::LlmStats,
+    /// Kept by the server across the model's loads.
+    pub(crate) stats: Arc<metrics::LlmStats>,
     /// Requests (choices) submitted and not yet answered.
     pub(crate) in_flight: AtomicUsize,
     pub(crate) created: u64,
@@ -106,6 +116,8 @@ pub struct Llm {
     pub(crate) template_tools: bool,
     /// Every token's bytes, made on the first request for logprobs.
     pub(crate) token_bytes: std::sync::OnceLock<Vec<Vec<u8>>>,
+    /// Conversation slots (`id_slot`), each an engine session.
+    pub(crate) slots: slots::Slots,
 }
 
 impl Llm {
@@ -123,6 +135,7 @@ impl Llm {
             created: unix_now(),
             template_tools,
             token_bytes: std::sync::OnceLock::new(),
+            slots: Default::default(),
         }
     }
 }
@@ -130,7 +143,14 @@ impl Llm {
 /// The models a server answers with, each under a name (the `model` field routes).
 #[derive(Default)]
 pub struct Models {
+    /// Language models loaded already (never unloaded).
     pub llms: Vec<Llm>,
+    /// Language models loaded when a request first names them, within
+    /// [`load`](Self::load)'s memory budget (after `llms` in `/v1/models`; a request that
+    /// names no model goes to the first of `llms`, else of these).
+    pub on_demand: Vec<LlmSource>,
+    /// How `on_demand` models load.
+    pub load: LoadOptions,
     pub embedders: Vec<(String, sapient_embed::Embedder)>,
     pub transcribers: Vec<(String, sapient_whisper::Transcriber)>,
     pub tts: Vec<(String, sapient_kokoro::KokoroTts)>,
@@ -138,7 +158,7 @@ pub struct Models {
 
 /// The models once loaded, shared with requests in flight.
 pub(crate) struct Loaded {
-    pub(crate) llms: Vec<Arc<Llm>>,
+    pub(crate) llms: Arc<router::Llms>,
     pub(crate) embedders: Vec<(String, Arc<sapient_embed::Embedder>)>,
     pub(crate) transcribers: Vec<(String, Arc<sapient_whisper::Transcriber>)>,
     pub(crate) tts: Vec<(String, Arc<sapient_kokoro::KokoroTts>)>,
@@ -147,7 +167,7 @@ pub(crate) struct Loaded {
 
 impl Loaded {
     fn ids(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.llms.iter().map(|l| l.id.clone()).collect();
+        let mut v: Vec<String> = self.llms.ids().map(str::to_string).collect();
         v.extend(self.embedders.iter().map(|e| e.0.clone()));
         v.extend(self.transcribers.iter().map(|e| e.0.clone()));
         v.extend(self.tts.iter().map(|e| e.0.clone()));
@@ -168,13 +188,6 @@ impl Loaded {
             Some((id, m)) => Ok((id.as_str(), m)),
             None if list.is_empty() => Err(ApiError::not_found(format!("this server has no {kind} model")).with_code("model_not_found")),
             None => Err(ApiError::model_not_found(name.unwrap_or_default(), &self.ids())),
-        }
-    }
-    /// The language model a request names (the first one when it names none).
-    pub(crate) fn llm(&self, name: Option<&str>) -> Result<&Arc<Llm>, ApiError> {
-        match name {
-            None | Some("") => self.llms.first().ok_or_else(|| ApiError::not_found("this server has no language model")),
-            Some(n) => self.llms.iter().find(|l| l.id == n).ok_or_else(|| ApiError::model_not_found(n, &self.ids())),
         }
     }
 }
@@ -208,7 +221,7 @@ impl Server {
     /// Install the models; the server is ready from now on.
     pub fn set_models(&self, models: Models) -> Result<(), Error> {
         let mut seen = std::collections::HashSet::new();
-        let names = models.llms.iter().map(|l| &l.id).chain(models.embedders.iter().map(|e| &e.0)).chain(models.transcribers.iter().map(|e| &e.0)).chain(models.tts.iter().map(|e| &e.0));
+        let names = models.llms.iter().map(|l| &l.id).chain(models.on_demand.iter().map(|s| &s.id)).chain(models.embedders.iter().map(|e| &e.0)).chain(models.transcribers.iter().map(|e| &e.0)).chain(models.tts.iter().map(|e| &e.0));
         for id in names {
             if !seen.insert(id.clone()) {
                 return Err(Error::DuplicateModel(id.clone()));
@@ -216,7 +229,7 @@ impl Server {
         }
         let arc = |v: Vec<(String, _)>| v.into_iter().map(|(n, m)| (n, Arc::new(m))).collect();
         let loaded = Loaded {
-            llms: models.llms.into_iter().map(Arc::new).collect(),
+            llms: Arc::new(router::Llms::new(models.llms, models.on_demand, models.load)),
             embedders: arc(models.embedders),
             transcribers: models.transcribers.into_iter().map(|(n, m)| (n, Arc::new(m))).collect(),
             tts: models.tts.into_iter().map(|(n, m)| (n, Arc::new(m))).collect(),
@@ -232,7 +245,7 @@ impl Server {
     /// The engine metrics of a model (for tests and embedding applications).
     pub fn engine_metrics(&self, model: &str) -> Result<sapient_generate::EngineMetrics, Error> {
         let m = self.state.models.get().ok_or_else(|| Error::UnknownModel(model.into()))?;
-        m.llms.iter().find(|l| l.id == model).map(|l| l.engine.metrics()).ok_or_else(|| Error::UnknownModel(model.into()))
+        m.llms.get_loaded(model).map(|l| l.engine.metrics()).ok_or_else(|| Error::UnknownModel(model.into()))
     }
 
     /// The routes, with authentication, body limits and request logs.
@@ -243,6 +256,10 @@ impl Server {
         let api = Router::new()
             .route("/v1/models", get(list_models))
             .route("/v1/models/{id}", get(get_model))
+            .route("/models", get(list_models))
+            .route("/models/load", post(router::load_route))
+            .route("/models/unload", post(router::unload_route))
+            .route("/slots/{id}", post(slots::slot_action))
             .route("/v1/chat/completions", post(chat::chat_completions))
             .route("/v1/completions", post(chat::completions))
             .route("/v1/messages", post(anthropic::messages))
@@ -382,12 +399,14 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
 }
 
 fn model_object(id: &str, created: u64) -> serde_json::Value {
-    serde_json::json!({"id": id, "object": "model", "created": created, "owned_by": "sapient"})
+    serde_json::json!({"id": id, "object": "model", "created": created, "owned_by": "sapient", "status": {"value": "loaded"}})
 }
 
+/// Every model: language models with their status (`loaded`, `loading`, `unloaded`, as
+/// llama-server's router lists them), then the others (always loaded).
 async fn list_models(State(st): State<Arc<AppState>>) -> Result<Response, ApiError> {
     let m = st.models()?;
-    let mut data: Vec<serde_json::Value> = m.llms.iter().map(|l| model_object(&l.id, l.created)).collect();
+    let mut data: Vec<serde_json::Value> = m.llms.view().iter().map(router::model_object).collect();
     let others = m.embedders.iter().map(|e| &e.0).chain(m.transcribers.iter().map(|e| &e.0)).chain(m.tts.iter().map(|e| &e.0));
     data.extend(others.map(|id| model_object(id, m.created)));
     Ok(axum::Json(serde_json::json!({"object": "list", "data": data})).into_response())
@@ -395,15 +414,21 @@ async fn list_models(State(st): State<Arc<AppState>>) -> Result<Response, ApiErr
 
 async fn get_model(State(st): State<Arc<AppState>>, axum::extract::Path(id): axum::extract::Path<String>) -> Result<Response, ApiError> {
     let m = st.models()?;
-    if !m.llms.iter().any(|l| l.id == id) && m.ids().contains(&id) {
+    if let Some(v) = m.llms.view().iter().find(|v| v.id == id) {
+        return Ok(axum::Json(router::model_object(v)).into_response());
+    }
+    if m.ids().contains(&id) {
         return Ok(axum::Json(model_object(&id, m.created)).into_response());
     }
-    let l = m.llm(Some(&id))?;
-    Ok(axum::Json(model_object(&l.id, l.created)).into_response())
+    Err(ApiError::model_not_found(&id, &m.ids()))
 }
 
 async fn metrics_text(State(st): State<Arc<AppState>>) -> Response {
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], metrics::render(&st)).into_response()
+    let mut text = metrics::render(&st);
+    if let Some(m) = st.models.get() {
+        router::render_metrics(&mut text, &m.llms);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
 async fn not_found(req: Request) -> Response {

@@ -30,8 +30,7 @@ impl Histogram {
         self.sum_us.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
         self.count.fetch_add(1, Ordering::Relaxed);
     }
-    fn write(&self, out: &mut String, name: &str, help: &str, labels: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
         let mut cum = 0;
         for (b, c) in self.bounds.iter().zip(&self.counts) {
             cum += c.load(Ordering::Relaxed);
@@ -41,6 +40,14 @@ impl Histogram {
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
         let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6);
         let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+    }
+}
+
+/// A histogram family: its help and type once, then each labelled histogram.
+pub(crate) fn histograms(out: &mut String, name: &str, help: &str, rows: &[(&str, &Histogram)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (labels, h) in rows {
+        h.write(out, name, labels);
     }
 }
 
@@ -89,7 +96,7 @@ impl HttpStats {
     }
 }
 
-fn gauge(out: &mut String, name: &str, help: &str, kind: &str, rows: &[(String, f64)]) {
+pub(crate) fn gauge(out: &mut String, name: &str, help: &str, kind: &str, rows: &[(String, f64)]) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     for (labels, v) in rows {
         let _ = writeln!(out, "{name}{{{labels}}} {v}");
@@ -100,9 +107,14 @@ fn gauge(out: &mut String, name: &str, help: &str, kind: &str, rows: &[(String, 
 pub(crate) fn render(state: &crate::AppState) -> String {
     let mut out = String::new();
     let models = state.models.get();
-    let llms: Vec<(String, sapient_generate::EngineMetrics, &LlmStats)> = models
-        .map(|m| m.llms.iter().map(|l| (format!("model_name=\"{}\"", escape(&l.id)), l.engine.metrics(), &l.stats)).collect())
-        .unwrap_or_default();
+    let label = model_label;
+    // Engine figures of the models loaded now; the server's own for every model loaded once.
+    let mut engines: Vec<(String, sapient_generate::EngineMetrics)> = Vec::new();
+    if let Some(m) = models {
+        m.llms.for_each_loaded(|e, l| engines.push((label(&e.id), l.engine.metrics())));
+    }
+    let llms: Vec<(String, &LlmStats)> =
+        models.map(|m| m.llms.entries.iter().filter(|e| e.ever_loaded()).map(|e| (label(&e.id), &*e.stats)).collect()).unwrap_or_default();
     type Get = fn(&sapient_generate::EngineMetrics) -> f64;
     let engine_rows: &[(&str, &str, &str, Get)] = &[
         ("sapient:num_requests_waiting", "Requests waiting for a sequence slot (queued or preempted).", "gauge", |m| m.waiting as f64),
@@ -120,17 +132,22 @@ pub(crate) fn render(state: &crate::AppState) -> String {
         ("sapient:requests_cancelled_total", "Requests cancelled (client gone).", "counter", |m| m.cancelled as f64),
     ];
     for (name, help, kind, get) in engine_rows {
-        let rows: Vec<(String, f64)> = llms.iter().map(|(l, m, _)| (l.clone(), get(m))).collect();
+        let rows: Vec<(String, f64)> = engines.iter().map(|(l, m)| (l.clone(), get(m))).collect();
         gauge(&mut out, name, help, kind, &rows);
     }
-    for (labels, _, s) in &llms {
-        s.ttft.write(&mut out, "sapient:time_to_first_token_seconds", "Time from request to first token.", labels);
-        s.inter_token.write(&mut out, "sapient:inter_token_latency_seconds", "Time between streamed pieces of text.", labels);
-        s.e2e.write(&mut out, "sapient:e2e_request_latency_seconds", "Time from request to last token.", labels);
+    type Pick = fn(&LlmStats) -> &Histogram;
+    let families: [(&str, &str, Pick); 3] = [
+        ("sapient:time_to_first_token_seconds", "Time from request to first token.", |s| &s.ttft),
+        ("sapient:inter_token_latency_seconds", "Time between streamed pieces of text.", |s| &s.inter_token),
+        ("sapient:e2e_request_latency_seconds", "Time from request to last token.", |s| &s.e2e),
+    ];
+    for (name, help, pick) in families {
+        let rows: Vec<(&str, &Histogram)> = llms.iter().map(|(l, s)| (l.as_str(), pick(s))).collect();
+        histograms(&mut out, name, help, &rows);
     }
     let outcome: Vec<(String, f64)> = llms
         .iter()
-        .flat_map(|(l, _, s)| {
+        .flat_map(|(l, s)| {
             [
                 (format!("{l},outcome=\"ok\""), s.requests_ok.load(Ordering::Relaxed) as f64),
                 (format!("{l},outcome=\"cancelled\""), s.requests_cancelled.load(Ordering::Relaxed) as f64),
@@ -151,6 +168,11 @@ pub(crate) fn render(state: &crate::AppState) -> String {
     gauge(&mut out, "sapient:speech_streams_cancelled_total", "Streamed speech stopped because the client left.", "counter", &[(String::new(), speech.streams_cancelled.load(Ordering::Relaxed) as f64)]);
     gauge(&mut out, "sapient:ready", "1 once the models are loaded.", "gauge", &[(String::new(), if models.is_some() { 1.0 } else { 0.0 })]);
     out
+}
+
+/// The label of a model's rows.
+pub(crate) fn model_label(id: &str) -> String {
+    format!("model_name=\"{}\"", escape(id))
 }
 
 fn escape(s: &str) -> String {

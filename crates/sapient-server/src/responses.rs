@@ -458,7 +458,7 @@ pub(crate) async fn create(State(st): State<Arc<AppState>>, headers: HeaderMap, 
     // What the stored conversation holds: the messages without `instructions`.
     let skip = usize::from(req.instructions.as_ref().is_some_and(|i| !i.is_empty()));
     let conversation: Vec<InMessage> = chat.messages[skip..].to_vec();
-    let llm = st.models()?.llm(chat.model.as_deref())?.clone();
+    let llm = st.llm(chat.model.as_deref()).await?;
     let (st2, l2) = (st.clone(), llm.clone());
     let p = blocking(move || prepare_chat(&st2, &l2, chat)).await?;
     let stream = p.stream;

@@ -4,7 +4,7 @@
 
 use crate::chat::{blocking, render_chat, ChatRequest};
 use crate::error::ApiError;
-use crate::{parse_body, AppState, Llm};
+use crate::{parse_body, AppState};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
@@ -34,16 +34,12 @@ struct DetokenizeRequest {
     tokens: Vec<u32>,
 }
 
-fn llm(st: &AppState, model: Option<&str>) -> Result<Arc<Llm>, ApiError> {
-    Ok(st.models()?.llm(model)?.clone())
-}
-
 pub(crate) async fn tokenize(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let req: TokenizeRequest = parse_body(&st, &headers, body)?;
     if req.parse_special == Some(false) {
         return Err(ApiError::invalid_param("parse_special", "parse_special: false is not supported (special tokens written in the text always become their ids)"));
     }
-    let llm = llm(&st, req.model.as_deref())?;
+    let llm = st.llm(req.model.as_deref()).await?;
     let tokens = blocking(move || {
         let tok = llm.engine.model().tokenizer();
         let ids = tok.encode(&req.content, req.add_special).map_err(|e| ApiError::bad_request(e.to_string()))?;
@@ -64,7 +60,7 @@ pub(crate) async fn tokenize(State(st): State<Arc<AppState>>, headers: HeaderMap
 
 pub(crate) async fn detokenize(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let req: DetokenizeRequest = parse_body(&st, &headers, body)?;
-    let llm = llm(&st, req.model.as_deref())?;
+    let llm = st.llm(req.model.as_deref()).await?;
     let content = blocking(move || llm.engine.model().tokenizer().decode(&req.tokens, false).map_err(|e| ApiError::invalid_param("tokens", e.to_string()))).await?;
     Ok(axum::Json(json!({"content": content})).into_response())
 }
@@ -73,7 +69,7 @@ pub(crate) async fn detokenize(State(st): State<Arc<AppState>>, headers: HeaderM
 /// `chat_template_kwargs`), with the assistant's turn opened.
 pub(crate) async fn apply_template(State(st): State<Arc<AppState>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let req: ChatRequest = parse_body(&st, &headers, body)?;
-    let llm = llm(&st, req.model.as_deref())?;
+    let llm = st.llm(req.model.as_deref()).await?;
     let st2 = st.clone();
     let prompt = blocking(move || render_chat(&st2, &llm, &req).map(|(text, ..)| text)).await?;
     Ok(axum::Json(json!({"prompt": prompt})).into_response())

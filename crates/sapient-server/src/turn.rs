@@ -32,6 +32,8 @@ pub(crate) struct Prepared {
     pub(crate) reasoning: Option<bool>,
     /// The model's tool-call syntax.
     pub(crate) tool_format: tools::Format,
+    /// The conversation slot it runs in (`id_slot`).
+    pub(crate) slot: Option<u32>,
 }
 
 /// Choices in flight for one model; given back when dropped.
@@ -191,7 +193,7 @@ impl Turn {
         let prompt = p.prompts.into_iter().next().ok_or_else(|| ApiError::internal("no prompt"))?;
         let guard = InFlight::take(st, &llm, 1)?;
         let prompt_tokens = prompt.len();
-        let handle = llm.engine.submit(prompt, p.cfg).map_err(from_generate)?;
+        let handle = crate::slots::submit(&llm, p.slot, prompt, p.cfg)?;
         let state = ChoiceState::new(p.tools, p.reasoning, p.tool_format);
         Ok(Self { handle, state, llm, _guard: guard, t0: Instant::now(), prompt_tokens, done: false })
     }
