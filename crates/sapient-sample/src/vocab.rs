@@ -293,6 +293,9 @@ impl TokenIndex {
     /// filled on first use.
     pub(crate) fn lexeme_cells(&self, dfa: &crate::dfa::DfaTable) -> LexemeCells {
         let fresh = || -> LexemeCells { (0..dfa.num_states()).map(|_| OnceLock::new()).collect() };
+        if dfa.num_states() > MAX_STORED_LEXEME_STATES / 8 {
+            return fresh();
+        }
         // Named by its pattern if it has one, else by its table (small ones only: hashing and
         // comparing a large table would cost more than sharing saves).
         let mut h = FxHasher::default();
@@ -310,18 +313,34 @@ impl TokenIndex {
         };
         let key = std::hash::Hasher::finish(&h);
         let Ok(mut store) = self.lexemes.lock() else { return fresh() };
-        if let Some((_, c)) = store.map.get(&key).and_then(|v| v.iter().find(|(n, _)| n.names(dfa))) {
-            return c.clone();
+        if let Some(e) = store.map.get_mut(&key).and_then(|v| v.iter_mut().find(|e| e.name.names(dfa))) {
+            e.shared = true;
+            return e.cells.clone();
         }
         if store.states + dfa.num_states() > MAX_STORED_LEXEME_STATES {
-            store.map.clear();
-            store.states = 0;
+            // Full: keep the automata more than one grammar has used (the JSON string, the
+            // keys of any name, formats), drop the others; if that is not enough, start over.
+            store.map.values_mut().for_each(|v| v.retain(|e| e.shared));
+            store.map.retain(|_, v| !v.is_empty());
+            store.states = store.map.values().flatten().map(|e| e.cells.len()).sum();
+            if store.states + dfa.num_states() > MAX_STORED_LEXEME_STATES {
+                store.map.clear();
+                store.states = 0;
+            }
         }
         let c = fresh();
         store.states += dfa.num_states();
-        store.map.entry(key).or_default().push((name, c.clone()));
+        store.map.entry(key).or_default().push(StoreEntry { name, cells: c.clone(), shared: false });
         c
     }
+}
+
+/// An automaton's cells in a [`LexemeStore`], and whether a second grammar has asked for them.
+#[derive(Debug)]
+struct StoreEntry {
+    name: StoreKey,
+    cells: LexemeCells,
+    shared: bool,
 }
 
 /// What names an automaton in a [`LexemeStore`].
@@ -379,7 +398,7 @@ const MAX_STORED_LEXEME_STATES: usize = 8192;
 /// The lexeme cells an index shares between grammars, by the hash of the automaton.
 #[derive(Debug, Default)]
 pub(crate) struct LexemeStore {
-    map: HashMap<u64, Vec<(StoreKey, LexemeCells)>>,
+    map: HashMap<u64, Vec<StoreEntry>>,
     states: usize,
 }
 
