@@ -200,13 +200,7 @@ fn split_masks_equal_the_walk() {
         "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"type": ["string", "null", "boolean"]}}]}, "b": {}},
         "required": ["a"]
     });
-    let mut seed = 0x2545_f491_4f6c_dd1du64;
-    let mut rand = move |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    };
+    let mut rand = xorshift(0x2545_f491_4f6c_dd1d);
     let mut split = 0;
     // After the first item, the stack below goes deeper than the item did (into the
     // separator): at the stack limit it cannot go on, and a token ending the item is not
@@ -264,13 +258,7 @@ fn aliased_key_states_mask_like_the_walk() {
     let schema = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}, "ab": {"type": "integer"}, "abc": {"type": "string"}}});
     let g = Grammar::json_schema(&schema).unwrap();
     assert!(g.dfas.iter().any(|d| d.alias.is_some()), "the extra keys' automaton is a product with an alias");
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rand = move |n: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    };
+    let mut rand = xorshift(0x9e37_79b9_7f4a_7c15);
     for _ in 0..200 {
         let mut st = g.start();
         for _ in 0..20 {
@@ -283,5 +271,15 @@ fn aliased_key_states_mask_like_the_walk() {
             let t = allowed[rand(allowed.len())];
             st = g.advance_bytes(&st, words[t as usize].as_bytes()).unwrap().unwrap();
         }
+    }
+}
+
+/// A seeded pick below `n` (xorshift), for random walks over the allowed tokens.
+fn xorshift(mut seed: u64) -> impl FnMut(usize) -> usize {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
     }
 }
