@@ -63,7 +63,7 @@ mod repetition;
 pub use builder::{JsonLayout, JsonOptions, MAX_STACK_DEPTH};
 pub use constraint::Constraint;
 pub use error::GrammarError;
-pub use gbnf::MAX_GBNF_BYTES;
+pub use gbnf::{MAX_GBNF_BYTES, MAX_GBNF_RULES};
 pub use grammar::{Expr, Frame, Grammar, GrammarState, Tool};
 pub use matcher::{Matcher, MatcherStats};
 pub use dfa::{MAX_PATTERN_BYTES, MAX_REGEX_STATES};

@@ -170,11 +170,12 @@ fn c_ok(text: &str) -> bool {
     let b = text.as_bytes();
     let decl = regex::bytes::Regex::new(r"^(int|float|char)[ \t\n]+[A-Za-z_][A-Za-z_0-9]*\(").unwrap();
     let find = |from: usize, what: &[u8]| b[from..].windows(what.len()).position(|w| w == what).map(|k| from + k);
-    let (mut i, mut brace, mut paren) = (0usize, 0i32, 0i32);
+    let (mut i, mut brace, mut paren, mut between) = (0usize, 0i32, 0i32, true);
     while i < b.len() {
-        if brace == 0 && paren == 0 && !decl.is_match(&b[i..]) {
+        if between && !decl.is_match(&b[i..]) {
             return false;
         }
+        between = false;
         if b[i..].starts_with(b"//") {
             let Some(k) = find(i, b"\n") else { return false };
             i = k + 1;
@@ -196,20 +197,8 @@ fn c_ok(text: &str) -> bool {
         if brace < 0 || paren < 0 {
             return false;
         }
-        // Inside a declaration until its body closes.
-        while i < b.len() && (brace > 0 || paren > 0 || b[i - 1] != b'}') && !b[i..].starts_with(b"//") && !b[i..].starts_with(b"/*") {
-            match b[i] {
-                b'{' => brace += 1,
-                b'}' => brace -= 1,
-                b'(' => paren += 1,
-                b')' => paren -= 1,
-                _ => {}
-            }
-            i += 1;
-            if brace < 0 || paren < 0 {
-                return false;
-            }
-        }
+        // A declaration ends where its body closes.
+        between = brace == 0 && paren == 0 && b[i - 1] == b'}';
     }
     brace == 0 && paren == 0 && (text.is_empty() || text.ends_with('}'))
 }

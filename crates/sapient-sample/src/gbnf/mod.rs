@@ -33,6 +33,13 @@ pub const MAX_GBNF_BYTES: usize = 1 << 20;
 const MERGED_MAX_STATES: usize = 20_000;
 /// Merged regexes that may fail to compile (too large) before no more are tried.
 const MAX_REGEX_FAILURES: usize = 16;
+/// Bytes of regex kept for the regular rules, all together (each rule's regex holds those of
+/// the rules it uses): past it, rules are built as nodes.
+const RX_BUDGET: usize = 8 * MAX_PATTERN_BYTES;
+/// Bytes of merged regex compiled, all together: past it, parts are built as nodes.
+const COMPILE_BUDGET: usize = 64 * MAX_PATTERN_BYTES;
+/// Most rules in a grammar.
+pub const MAX_GBNF_RULES: usize = 10_000;
 
 /// A rule: `name ::= body`, defined at byte offset `at`.
 #[derive(Debug)]
@@ -82,6 +89,9 @@ pub(crate) fn compile(b: &mut Builder, src: &str) -> Result<NodeId, GrammarError
         return Err(GrammarError::TooLarge { what: format!("a GBNF grammar of {} bytes", src.len()), limit: MAX_GBNF_BYTES });
     }
     let mut rules = parse::parse(src)?;
+    if rules.len() > MAX_GBNF_RULES {
+        return Err(GrammarError::TooLarge { what: format!("a GBNF grammar of {} rules", rules.len()), limit: MAX_GBNF_RULES });
+    }
     let mut index: HashMap<String, usize> = HashMap::new();
     for (i, r) in rules.iter().enumerate() {
         if let Some(&first) = index.get(&r.name) {
@@ -101,8 +111,8 @@ pub(crate) fn compile(b: &mut Builder, src: &str) -> Result<NodeId, GrammarError
         out.dedup();
         refs.push(out);
     }
-    let nullable = fixpoint(&rules, |a, set| nullable(a, set));
-    let productive = fixpoint(&rules, |a, set| productive(a, set));
+    let nullable = fixpoint(&rules, nullable);
+    let productive = fixpoint(&rules, productive);
     if !productive[root] {
         return Err(error(src, rules[root].at, "rule `root` can never finish: every way through it recurses without end"));
     }
@@ -119,11 +129,14 @@ pub(crate) fn compile(b: &mut Builder, src: &str) -> Result<NodeId, GrammarError
         todo: Vec::new(),
         regexes: HashMap::new(),
         failures: 0,
+        compiled: 0,
         src,
     };
+    let mut kept = 0;
     for r in order {
         let mut s = String::new();
-        if c.write_rx(&rules[r].body, &mut s) {
+        if c.write_rx(&rules[r].body, &mut s) && kept + s.len() <= RX_BUDGET {
+            kept += s.len();
             c.rx[r] = Some(s);
         }
     }
@@ -310,6 +323,8 @@ struct Compiler<'a> {
     /// Regexes compiled (`None`: too large).
     regexes: HashMap<String, Option<NodeId>>,
     failures: usize,
+    /// Bytes of merged regex compiled so far.
+    compiled: usize,
     src: &'a str,
 }
 
@@ -394,9 +409,10 @@ impl Compiler<'_> {
         if let Some(&id) = self.regexes.get(&pattern) {
             return id;
         }
-        if self.failures >= MAX_REGEX_FAILURES {
+        if self.failures >= MAX_REGEX_FAILURES || self.compiled + pattern.len() > COMPILE_BUDGET {
             return None;
         }
+        self.compiled += pattern.len();
         let id = match DfaTable::with_max_states(&pattern, &|_| false, MERGED_MAX_STATES) {
             Ok(t) => {
                 tracing::debug!(pattern, states = t.num_states(), "GBNF lexeme compiled");

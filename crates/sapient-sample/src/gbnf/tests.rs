@@ -85,32 +85,25 @@ fn errors_name_line_and_column() {
     assert!(m.contains("left-recursive (expr -> expr)") && (l, c) == (2, 1), "{l}:{c} {m}");
     let (_, _, m) = err("root ::= a\na ::= b? c\nb ::= \"x\"?\nc ::= a \"y\" | \"z\"");
     assert!(m.contains("left-recursive") && m.contains("a -> c -> a"), "{m}");
-    let (_, _, m) = err("rot ::= \"a\"");
-    assert!(m.contains("no `root` rule"), "{m}");
     let (l, _, m) = err("root ::= \"a\"\nroot ::= \"b\"");
     assert!(m.contains("defined twice (first on line 1)") && l == 2, "{m}");
-    let (_, _, m) = err("root ::= <[123]>");
-    assert!(m.contains("token references"), "{m}");
-    let (_, _, m) = err("root ::= \"abc");
-    assert!(m.contains("unterminated string"), "{m}");
-    let (_, _, m) = err("root ::= [abc");
-    assert!(m.contains("unterminated character class"), "{m}");
-    let (_, _, m) = err("root ::= * \"a\"");
-    assert!(m.contains("nothing before it"), "{m}");
-    let (_, _, m) = err("root ::= [z-a]");
-    assert!(m.contains("reversed"), "{m}");
-    let (_, _, m) = err("root ::= \"a\"{3,2}");
-    assert!(m.contains("below the minimum"), "{m}");
-    let (_, _, m) = err("my_rule ::= \"a\"");
-    assert!(m.contains("not `_`"), "{m}");
-    let (_, _, m) = err("root ::= \"a\" root");
-    assert!(m.contains("can never finish"), "{m}");
-    let (_, _, m) = err("root ::= (r?)*\nr ::= \"(\" r \")\" | \"x\"");
-    assert!(m.contains("can match the empty text"), "{m}");
-    let (_, _, m) = err("root ::= []");
-    assert!(m.contains("empty character class"), "{m}");
-    let (_, _, m) = err("root ::= \"\\uD800\"");
-    assert!(m.contains("not a Unicode scalar value"), "{m}");
+    for (src, want) in [
+        ("rot ::= \"a\"", "no `root` rule"),
+        ("root ::= <[123]>", "token references"),
+        ("root ::= \"abc", "unterminated string"),
+        ("root ::= [abc", "unterminated character class"),
+        ("root ::= * \"a\"", "nothing before it"),
+        ("root ::= [z-a]", "reversed"),
+        ("root ::= \"a\"{3,2}", "below the minimum"),
+        ("my_rule ::= \"a\"", "not `_`"),
+        ("root ::= \"a\" root", "can never finish"),
+        ("root ::= (r?)*\nr ::= \"(\" r \")\" | \"x\"", "can match the empty text"),
+        ("root ::= []", "empty character class"),
+        ("root ::= \"\\uD800\"", "not a Unicode scalar value"),
+    ] {
+        let (_, _, m) = err(src);
+        assert!(m.contains(want), "{src:?}: {m}");
+    }
     assert!(matches!(Grammar::gbnf(&"#".repeat(crate::MAX_GBNF_BYTES + 1)), Err(GrammarError::TooLarge { .. })));
     let deep = format!("root ::= {}\"a\"{}", "(".repeat(100), ")".repeat(100));
     let (_, _, m) = err(&deep);
@@ -123,3 +116,4 @@ fn an_empty_repetition_inside_a_regex_is_fine() {
     let c = g("root ::= (ws \"a\")* ws\nws ::= [ ]*");
     assert!(ok(&c, "  a a  ") && ok(&c, "") && !ok(&c, "b"));
 }
+
