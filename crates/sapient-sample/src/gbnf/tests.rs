@@ -117,3 +117,13 @@ fn an_empty_repetition_inside_a_regex_is_fine() {
     assert!(ok(&c, "  a a  ") && ok(&c, "") && !ok(&c, "b"));
 }
 
+
+#[test]
+fn empty_literals_and_single_rule_bodies_between_recursive_rules() {
+    // An empty literal beside recursion (a node of no bytes), a rule that is only another
+    // recursive rule (its node refers to the other's), `{0}`.
+    let c = g("root ::= \"\" p \"\" alias \"x\"{0}\np ::= \"(\" p \")\" | \"\"\nalias ::= p");
+    for (s, want) in [("", true), ("()", true), ("(())()", true), ("(()", false), (")(", false), ("x", false)] {
+        assert_eq!(ok(&c, s), want, "{s:?}");
+    }
+}
