@@ -3,13 +3,13 @@
 //! The text is read as llama.cpp reads it (`parse.rs`); generation starts at the rule
 //! `root`. Terminals match Unicode characters written as UTF-8, as in llama.cpp.
 //!
-//! Compilation: the parts of the grammar that are regular (terminals, and references to
-//! rules that do not recurse, directly or through others) become one regex lexeme each,
-//! as large as they go (a whole non-recursive rule is one DFA; runs of regular items in a
-//! sequence, and the regular alternatives of a choice, are merged), so masks use the
-//! lexemes' precomputed token sets. What recurses becomes grammar nodes: a node per rule,
-//! sequences, choices and repetitions. A regex that would be too large falls back to
-//! nodes.
+//! Compilation: a rule that does not recurse (directly or through others) is one regex
+//! lexeme, the rules it uses inlined (unless one of them can match the empty text: then
+//! the rule is built of its parts), shared by every place that uses it; runs of terminals
+//! in a sequence, and the terminal alternatives of a choice, are merged into one lexeme. So
+//! masks use the lexemes' precomputed token sets. What recurses becomes grammar nodes: a
+//! node per rule, sequences, choices and repetitions. A regex that would be too large falls
+//! back to nodes.
 //!
 //! Refused with a [`GrammarError::Gbnf`] naming the line and column: syntax errors,
 //! undefined and twice-defined rules, a missing `root`, left recursion (which llama.cpp
@@ -134,6 +134,14 @@ pub(crate) fn compile(b: &mut Builder, src: &str) -> Result<NodeId, GrammarError
     };
     let mut kept = 0;
     for r in order {
+        // A rule that uses one that can be empty (`ws ::= [ ]*`) keeps it a lexeme of its
+        // own: inlined, its first bytes would be allowed after every accepting state of the
+        // rule's DFA, and every such state would take the tokens starting with them as
+        // boundary tokens (json.gbnf's `ws` inlined in `string` and `number` makes the
+        // tokens computed ahead cost over three times as much).
+        if refs[r].iter().any(|&s| nullable[s]) {
+            continue;
+        }
         let mut s = String::new();
         if c.write_rx(&rules[r].body, &mut s) && kept + s.len() <= RX_BUDGET {
             kept += s.len();
@@ -147,6 +155,16 @@ pub(crate) fn compile(b: &mut Builder, src: &str) -> Result<NodeId, GrammarError
         c.b.nodes[ph as usize] = if c.placeholders.contains(&id) { Node::Seq(vec![id].into()) } else { c.b.nodes[id as usize].clone() };
     }
     Ok(start)
+}
+
+/// Whether `a` refers to no rule.
+fn terminals_only(a: &Ast) -> bool {
+    match a {
+        Ast::Lit(_) | Ast::Class { .. } | Ast::Any => true,
+        Ast::Ref { .. } => false,
+        Ast::Seq(v) | Ast::Alt(v) => v.iter().all(terminals_only),
+        Ast::Rep { item, .. } => terminals_only(item),
+    }
 }
 
 /// Set each reference's rule index (in `out` too); an undefined name is an error.
@@ -428,9 +446,15 @@ impl Compiler<'_> {
         id
     }
 
-    /// `a` as a node: one regex if it is regular (and not a plain literal), else nodes.
+    /// `a` as a node: one regex if it is a regular rule or made of terminals only (not a
+    /// plain literal), else nodes.
     fn node(&mut self, a: &Ast) -> Result<NodeId, GrammarError> {
-        if !matches!(a, Ast::Lit(_)) && self.is_regular(a) {
+        let whole = match a {
+            Ast::Lit(_) => false,
+            Ast::Ref { .. } => self.is_regular(a),
+            _ => terminals_only(a),
+        };
+        if whole {
             let mut p = String::new();
             if self.write_rx(a, &mut p) {
                 if let Some(id) = self.try_regex(p) {
@@ -457,6 +481,13 @@ impl Compiler<'_> {
             }
             Ast::Rep { item, min, max, at } => {
                 if max.is_none() && nullable(item, self.nullable) {
+                    // Whole, as one regex, if it is regular.
+                    let mut p = String::new();
+                    if self.is_regular(a) && self.write_rx(a, &mut p) {
+                        if let Some(id) = self.try_regex(p) {
+                            return Ok(id);
+                        }
+                    }
                     return Err(error(
                         self.src,
                         *at,
@@ -469,14 +500,16 @@ impl Compiler<'_> {
         })
     }
 
-    /// The items of a sequence (`alt` false) or the alternatives of a choice as nodes, the
-    /// regular ones merged into one regex where they are next to each other (a sequence) or
-    /// anywhere (a choice).
+    /// The items of a sequence (`alt` false) or the alternatives of a choice as nodes, those
+    /// made of terminals merged into one regex where they are next to each other (a sequence)
+    /// or anywhere (a choice). A regular rule stays its own lexeme, shared by every place
+    /// that uses it: merged into each, its DFA states would be repeated in each lexeme, and
+    /// the tokens of every DFA state are computed ahead for each vocabulary.
     fn merged(&mut self, items: &[Ast], alt: bool) -> Result<Vec<NodeId>, GrammarError> {
         let mut parts = Vec::new();
         let mut run: Vec<&Ast> = Vec::new();
         for x in items {
-            if self.is_regular(x) {
+            if terminals_only(x) {
                 run.push(x);
             } else {
                 if !alt {

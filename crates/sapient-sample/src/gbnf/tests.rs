@@ -127,3 +127,4 @@ fn empty_literals_and_single_rule_bodies_between_recursive_rules() {
         assert_eq!(ok(&c, s), want, "{s:?}");
     }
 }
+
