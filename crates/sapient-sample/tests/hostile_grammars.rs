@@ -2,7 +2,8 @@
 //! huge repetition bounds. Each compiles or fails with a `GrammarError` naming the limit,
 //! bounded by a count (nesting levels, pattern bytes, DFA states, NFA bytes), not by time.
 
-use sapient_sample::{Grammar, GrammarError, MAX_PATTERN_BYTES, MAX_REGEX_STATES, MAX_SCHEMA_DEPTH};
+use sapient_sample::{Constraint, Grammar, GrammarError, MAX_GBNF_RULES, MAX_PATTERN_BYTES, MAX_REGEX_STATES, MAX_SCHEMA_DEPTH};
+use std::time::Instant;
 use serde_json::json;
 use std::time::Duration;
 
@@ -69,7 +70,7 @@ fn huge_length_bounds() {
 #[path = "../../sapient-tensor/tests/support/hostile.rs"]
 mod support;
 
-/// Mutated regexes and JSON Schemas through the compiler, then a few bytes through the
+/// Mutated regexes, JSON Schemas and GBNF grammars through the compiler, then a few bytes through the
 /// compiled grammar (the `grammar` fuzz target runs the same for longer).
 #[test]
 fn mutated_constraints_never_panic() {
@@ -78,6 +79,8 @@ fn mutated_constraints_never_panic() {
         "\u{0}(foo|bar)*baz\\d{3}\u{0}foobarbaz123",
         "\u{1}{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},\"age\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":150},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":3}},\"required\":[\"name\"]}\u{0}{\"name\":\"x\",\"age\":3}",
         "\u{1}{\"anyOf\":[{\"type\":\"number\",\"exclusiveMinimum\":1.5},{\"$ref\":\"#/$defs/d\"}],\"$defs\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}}}\u{0}\"2024-01-02\"",
+        "\u{2}root ::= expr \"=\" [0-9]+\nexpr ::= term ([-+*/] term)*  # c\nterm ::= [a-z]+ | \"(\" expr \")\" | \"\\x41\"{1,3}\u{0}(a+b)=12",
+        "\u{2}root ::= [^\\n\"]* (\"\\\"\" .)? item?\nitem ::= \"- \" [\\u3041-\\u309F]+\u{0}abc- あ",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())
@@ -89,8 +92,10 @@ fn mutated_constraints_never_panic() {
             None => (rest, &[][..]),
         };
         let Ok(spec) = std::str::from_utf8(spec) else { return false };
-        let g = if mode % 2 == 0 {
+        let g = if mode % 3 == 0 {
             Grammar::regex(spec)
+        } else if mode % 3 == 2 {
+            Grammar::gbnf(spec)
         } else {
             match serde_json::from_str::<serde_json::Value>(spec) {
                 Ok(s) => Grammar::json_schema(&s),
@@ -102,4 +107,32 @@ fn mutated_constraints_never_panic() {
         true
     });
     assert!(ran >= 300 && ok > ran / 50, "{ok} of {ran} compiled");
+}
+
+/// GBNF grammars built to cost: the most rules, in a chain (each rule's regex holds the next
+/// one's) and in a cycle (grammar nodes); a regex whose DFA explodes and a huge count (both
+/// fall back to grammar nodes); too many rules. Each compiles or is refused in bounded time.
+#[test]
+fn hostile_gbnf_grammars() {
+    let n = MAX_GBNF_RULES - 1;
+    let chain: String = (0..n).map(|i| if i + 1 < n { format!("r{i} ::= \"a\" r{}? \"b\"\n", i + 1) } else { format!("r{i} ::= \"c\"\n") }).collect();
+    let cycle: String = (0..n).map(|i| format!("r{i} ::= \"a\" r{} | \"b\"\n", (i + 1) % n)).collect();
+    for (name, body) in [("chain", &chain), ("cycle", &cycle)] {
+        let t = Instant::now();
+        let g = Grammar::gbnf(&format!("root ::= r0\n{body}")).unwrap_or_else(|e| panic!("{name}: {e}"));
+        println!("{name}: {} nodes, compiled in {:?}", g.num_nodes(), t.elapsed());
+        assert!(t.elapsed() < Duration::from_secs(20), "{name}: {:?}", t.elapsed());
+        // Within the parse stack's depth limit (JsonOptions::max_stack_depth).
+        let text = if name == "chain" { format!("{}{}", "a".repeat(300), "b".repeat(300)) } else { format!("{}b", "a".repeat(500)) };
+        assert!(g.matches(text.as_bytes()).unwrap(), "{name}");
+        assert!(!g.matches(&text.as_bytes()[..text.len() - 1]).unwrap(), "{name}");
+    }
+    let t = Instant::now();
+    let g = Grammar::gbnf("root ::= [ab]* \"a\" [ab]{24} \"-\" \"xy\"{100000}").unwrap();
+    assert!(g.matches(format!("bba{}-{}", "b".repeat(24), "xy".repeat(100_000)).as_bytes()).unwrap());
+    assert!(!g.matches(format!("bba{}-{}", "b".repeat(23), "xy".repeat(100_000)).as_bytes()).unwrap());
+    assert!(!g.matches(format!("bba{}-{}", "b".repeat(24), "xy".repeat(99_999)).as_bytes()).unwrap());
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+    let many: String = (0..=MAX_GBNF_RULES).map(|i| format!("r{i} ::= \"x\"\n")).collect();
+    assert!(matches!(Grammar::gbnf(&format!("root ::= r0\n{many}")), Err(GrammarError::TooLarge { .. })));
 }

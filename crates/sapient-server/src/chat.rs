@@ -60,6 +60,8 @@ pub(crate) struct Sampling {
     pub(crate) ignore_eos: Option<bool>,
     /// Not OpenAI's (llama-server's): run in this conversation slot (see slots.rs).
     pub(crate) id_slot: Option<u32>,
+    /// Not OpenAI's (llama-server's): a GBNF grammar the output must follow.
+    pub(crate) grammar: Option<String>,
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -318,6 +320,12 @@ fn response_format(rf: Option<&Value>) -> Result<Option<Grammar>, ApiError> {
     }
 }
 
+/// The `grammar` field (llama.cpp's GBNF), compiled; empty text is no grammar.
+fn gbnf(text: Option<&str>) -> Result<Option<Grammar>, ApiError> {
+    let Some(text) = text.filter(|t| !t.trim().is_empty()) else { return Ok(None) };
+    Grammar::gbnf(text).map(Some).map_err(|e| ApiError::invalid_param("grammar", format!("invalid grammar: {e}")).with_code("invalid_grammar"))
+}
+
 /// A chat request's fields checked and turned into what the engine takes, short of the
 /// prompt (which needs the model's template and tokenizer).
 pub(crate) struct CheckedChat {
@@ -340,9 +348,15 @@ fn check_chat(st: &AppState, vocab: usize, native: bool, format: tools::Format, 
     // Tools offered are described in the prompt even with tool_choice none (then the
     // constraint keeps calls out of the answer).
     let use_tools = !fns.is_empty();
-    let response = response_format(req.response_format.as_ref())?;
+    let mut response = response_format(req.response_format.as_ref())?;
     if choice != tools::Choice::None && response.is_some() {
         return Err(ApiError::invalid_param("response_format", "response_format cannot be combined with tools (set tool_choice to 'none' to get structured text)"));
+    }
+    if let Some(g) = gbnf(req.sampling.grammar.as_deref())? {
+        if response.is_some() || use_tools {
+            return Err(ApiError::invalid_param("grammar", "grammar cannot be combined with response_format or tools: each is a constraint on the output, and only one applies"));
+        }
+        response = Some(g);
     }
     let msgs = to_messages(&req.messages, native)?;
     let grammar = match choice {
@@ -407,7 +421,8 @@ pub(crate) fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result
 /// A completion request's fields checked, its prompts encoded with `encode` (strings) or
 /// checked against `vocab` (token ids).
 fn check_completion(st: &AppState, vocab: usize, req: &CompletionRequest, encode: &dyn Fn(&str) -> Result<Vec<u32>, ApiError>) -> Result<Prepared, ApiError> {
-    let (cfg, n) = req.sampling.check(st, vocab, false)?;
+    let (mut cfg, n) = req.sampling.check(st, vocab, false)?;
+    cfg.constraint = gbnf(req.sampling.grammar.as_deref())?.map(Arc::new);
     if req.echo.unwrap_or(false) {
         return Err(ApiError::invalid_param("echo", "echo is not supported"));
     }

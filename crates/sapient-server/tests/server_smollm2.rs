@@ -274,6 +274,41 @@ async fn tool_call_round_trip() -> Result<()> {
     .await?
 }
 
+/// llama-server's `grammar` field (GBNF) on chat, streamed chat and completions: the output
+/// follows the grammar (checked with the `regex` crate) and ends there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gbnf_grammar_field_constrains_the_output() -> Result<()> {
+    tokio::time::timeout(LIMIT, async {
+        let s = start(ServerOptions::default()).await?;
+        let list = "# two to four list items\nroot ::= item{2,4}\nitem ::= \"- \" [A-Z] [a-z ]{0,24} \"\\n\"\n";
+        let re = regex::Regex::new(r"^(?:- [A-Z][a-z ]{0,24}\n){2,4}$")?;
+        for stream in [false, true] {
+            let req = json!({"model": MODEL, "stream": stream, "temperature": 0, "max_tokens": 100, "grammar": list,
+                "messages": [{"role": "user", "content": "List some fruits."}]});
+            let r = post(s.addr, "/v1/chat/completions", &req).await?;
+            ensure!(r.status == 200, "{}", r.text());
+            let (text, finish) = if stream {
+                let (t, reasons, _) = join_stream(&r.events())?;
+                (t, reasons.first().cloned().unwrap_or_default())
+            } else {
+                let v = r.json()?;
+                (v["choices"][0]["message"]["content"].as_str().context("content")?.to_string(), v["choices"][0]["finish_reason"].as_str().unwrap_or("").to_string())
+            };
+            ensure!(finish == "stop" && re.is_match(&text), "stream {stream}: {finish} {text:?}");
+        }
+        let req = json!({"model": MODEL, "prompt": "Water boils at a temperature in degrees Fahrenheit of", "max_tokens": 12, "temperature": 0,
+            "grammar": "root ::= \" \" [1-9] [0-9]{0,2} \" degrees\""});
+        let v = post(s.addr, "/v1/completions", &req).await?.json()?;
+        let text = v["choices"][0]["text"].as_str().context("text")?;
+        ensure!(regex::Regex::new(r"^ [1-9][0-9]{0,2} degrees$")?.is_match(text) && v["choices"][0]["finish_reason"] == "stop", "{v}");
+        let bad = json!({"model": MODEL, "messages": question(), "grammar": "root ::= \"a\" | (\"b\""});
+        let v = expect_error(post(s.addr, "/v1/chat/completions", &bad).await?, 400, "line 1, column").await?;
+        ensure!(v["error"]["param"] == "grammar" && v["error"]["code"] == "invalid_grammar", "{v}");
+        Ok(())
+    })
+    .await?
+}
+
 async fn expect_error(r: common::Reply, status: u16, needle: &str) -> Result<Value> {
     ensure!(r.status == status, "want {status}, got {} {}", r.status, r.text());
     let v = r.json()?;

@@ -346,7 +346,7 @@ impl Grammar {
         Self::from_parts_with(nodes, dfas, root, JsonOptions::default().max_stack_depth as usize)
     }
 
-    fn from_parts_with(mut nodes: Vec<Node>, dfas: Vec<DfaTable>, root: NodeId, max_depth: usize) -> Result<Self, GrammarError> {
+    pub(crate) fn from_parts_with(mut nodes: Vec<Node>, dfas: Vec<DfaTable>, root: NodeId, max_depth: usize) -> Result<Self, GrammarError> {
         if !prune_unproductive(&mut nodes, root) {
             return Err(GrammarError::Unsatisfiable(
                 "the grammar accepts no finite text (a recursion that cannot stop, e.g. a required property of its own type nested deeper than JsonOptions::max_ref_depth)".into(),
