@@ -83,33 +83,60 @@ impl Panels {
         let o = SendPtr(out.as_mut_ptr());
         let job = |c: usize| {
             let (p0, p1) = (c * per, ((c + 1) * per).min(np));
-            for s0 in (0..m).step_by(slab) {
-                let s1 = (s0 + slab).min(m);
-                for p in p0..p1 {
-                    let cols = (n - p * COLS).min(COLS);
-                    let b = bias.map(|b| &b[p * COLS..p * COLS + cols]);
-                    let mut r = s0;
-                    while r < s1 {
-                        let rows = (s1 - r).min(ROWS);
-                        // SAFETY: AVX-512 F is present (asserted); rows r..r + rows of x are
-                        // in bounds (checked above); this chunk alone writes columns of
-                        // panels p0..p1, every row.
-                        unsafe {
-                            let (x, out) = (x.as_ptr().add(r * k), o.ptr().add(r * n + p * COLS));
-                            match &self.w {
-                                Data::F32(w) => tile::<f32>(x, k, rows, &w[p * k * COLS..(p + 1) * k * COLS], cols, b, gelu, out, n),
-                                Data::F16(w) => tile::<u16>(x, k, rows, &w[p * k * COLS..(p + 1) * k * COLS], cols, b, gelu, out, n),
+            ROWS_PACKED.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                for s0 in (0..m).step_by(slab) {
+                    let s1 = (s0 + slab).min(m);
+                    pack_rows(&x[s0 * k..s1 * k], k, &mut buf);
+                    for p in p0..p1 {
+                        let cols = (n - p * COLS).min(COLS);
+                        let b = bias.map(|b| &b[p * COLS..p * COLS + cols]);
+                        let mut r = s0;
+                        while r < s1 {
+                            let rows = (s1 - r).min(ROWS);
+                            // SAFETY: AVX-512 F is present (asserted); the tile of rows
+                            // r..r + rows is packed at (r - s0) * k; this chunk alone writes
+                            // the columns of panels p0..p1, every row.
+                            unsafe {
+                                let (xp, out) = (buf.as_ptr().add((r - s0) * k), o.ptr().add(r * n + p * COLS));
+                                match &self.w {
+                                    Data::F32(w) => tile::<f32>(xp, k, rows, &w[p * k * COLS..(p + 1) * k * COLS], cols, b, gelu, out, n),
+                                    Data::F16(w) => tile::<u16>(xp, k, rows, &w[p * k * COLS..(p + 1) * k * COLS], cols, b, gelu, out, n),
+                                }
                             }
+                            r += rows;
                         }
-                        r += rows;
                     }
                 }
-            }
+            });
         };
         if chunks == 1 {
             job(0);
         } else {
             pool::pool().run_chunks(chunks, &job);
+        }
+    }
+}
+
+thread_local! {
+    /// A thread's slab of activation rows, packed by [`pack_rows`].
+    static ROWS_PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Rows of `k` values (`x`) into `buf` as tiles of [`ROWS`] rows (the last may have fewer):
+/// the tile of rows `i..i + rows` at `i * k`, value `t` of its row `r` at `t * rows + r`, so
+/// the micro-kernel reads each step's values from one address on.
+fn pack_rows(x: &[f32], k: usize, buf: &mut Vec<f32>) {
+    let m = x.len() / k.max(1);
+    buf.clear();
+    buf.resize(m * k, 0.0);
+    for i in (0..m).step_by(ROWS) {
+        let rows = (m - i).min(ROWS);
+        let dst = &mut buf[i * k..(i + rows) * k];
+        for r in 0..rows {
+            for (t, &v) in x[(i + r) * k..(i + r + 1) * k].iter().enumerate() {
+                dst[t * rows + r] = v;
+            }
         }
     }
 }
@@ -159,8 +186,8 @@ unsafe fn tile<E: Elem>(_: *const f32, _: usize, _: usize, _: &[E], _: usize, _:
     unreachable!("Panels::matmul needs AVX-512")
 }
 
-/// `R` rows of activations (rows `k` apart at `x`) times one panel, to `out` (rows `ldo`
-/// apart; `cols` of the 32 columns real).
+/// `R` rows of activations (packed: value `t` of row `r` at `x[t * R + r]`) times one
+/// panel, to `out` (rows `ldo` apart; `cols` of the 32 columns real).
 #[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -170,7 +197,7 @@ unsafe fn tile_r<E: Elem, const R: usize>(x: *const f32, k: usize, w: *const E, 
     for t in 0..k {
         let (w0, w1) = E::load32(w.add(t * COLS));
         for (r, a) in acc.iter_mut().enumerate() {
-            let v = _mm512_set1_ps(*x.add(r * k + t));
+            let v = _mm512_set1_ps(*x.add(t * R + r));
             a[0] = _mm512_fmadd_ps(v, w0, a[0]);
             a[1] = _mm512_fmadd_ps(v, w1, a[1]);
         }
