@@ -211,19 +211,23 @@ unsafe fn tile_r<E: Elem, const R: usize>(x: *const f32, k: usize, w: *const E, 
         Some(b) => (_mm512_maskz_loadu_ps(m0, b.as_ptr()), _mm512_maskz_loadu_ps(m1, b.as_ptr().add(16))),
         None => (_mm512_setzero_ps(), _mm512_setzero_ps()),
     };
-    for (r, a) in acc.iter().enumerate() {
-        let o = out.add(r * ldo);
-        let (v0, v1) = (_mm512_add_ps(a[0], b0), _mm512_add_ps(a[1], b1));
-        if gelu {
-            let mut v = [0.0f32; COLS];
-            _mm512_storeu_ps(v.as_mut_ptr(), v0);
-            _mm512_storeu_ps(v.as_mut_ptr().add(16), v1);
-            super::gelu_erf_in_place(&mut v);
-            std::ptr::copy_nonoverlapping(v.as_ptr(), o, cols);
-        } else {
-            _mm512_mask_storeu_ps(o, m0, v0);
-            _mm512_mask_storeu_ps(o.add(16), m1, v1);
+    if !gelu {
+        for (r, a) in acc.iter().enumerate() {
+            let o = out.add(r * ldo);
+            _mm512_mask_storeu_ps(o, m0, _mm512_add_ps(a[0], b0));
+            _mm512_mask_storeu_ps(o.add(16), m1, _mm512_add_ps(a[1], b1));
         }
+        return;
+    }
+    // GELU over the whole tile in one call, then its rows out.
+    let mut v = [0.0f32; ROWS * COLS];
+    for (r, a) in acc.iter().enumerate() {
+        _mm512_storeu_ps(v.as_mut_ptr().add(r * COLS), _mm512_add_ps(a[0], b0));
+        _mm512_storeu_ps(v.as_mut_ptr().add(r * COLS + 16), _mm512_add_ps(a[1], b1));
+    }
+    super::gelu_erf_in_place(&mut v[..R * COLS]);
+    for r in 0..R {
+        std::ptr::copy_nonoverlapping(v.as_ptr().add(r * COLS), out.add(r * ldo), cols);
     }
 }
 
