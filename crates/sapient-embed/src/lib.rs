@@ -21,6 +21,7 @@ pub mod index;
 mod model;
 
 pub use config::{Arch, EncoderConfig, Pooling};
+pub use model::Precision;
 pub use index::{Hit, VectorIndex};
 pub use sapient_hub::Progress;
 
@@ -121,6 +122,8 @@ pub struct EmbedOptions {
     pub task: Task,
     /// Most tokens run in one forward pass (default 16384); longer lists are split.
     pub batch_tokens: Option<usize>,
+    /// How the linear layers multiply (default [`Precision::Float`]).
+    pub precision: Precision,
 }
 
 /// A loaded sentence encoder.
@@ -179,7 +182,7 @@ impl Embedder {
                 let w = sapient_tensor::SafetensorsFiles::open(r.files("safetensors"))?;
                 (cfg, Box::new(w), false, sapient_tokenizers::Tokenizer::from_file(tj)?)
             };
-        let model = model::Encoder::load(cfg, weights.as_ref(), gguf, &mut loading)?;
+        let model = model::Encoder::load(cfg, weights.as_ref(), gguf, options.precision, &mut loading)?;
         Self::new(id, model, tokenizer, options)
     }
 
@@ -229,6 +232,10 @@ impl Embedder {
     }
     pub fn max_tokens(&self) -> usize {
         self.max_tokens
+    }
+    /// How the linear layers multiply ([`EmbedOptions::precision`]).
+    pub fn precision(&self) -> Precision {
+        self.model.precision
     }
 
     /// Token ids of one text as the model sees it (prefix, special tokens, truncation).

@@ -1,18 +1,20 @@
 //! all-MiniLM-L6-v2 (CI model set) against its model card, batching, truncation, errors.
 
 use anyhow::Result;
-use sapient_embed::{cosine, EmbedOptions, Embedder, Error, Task};
+use sapient_embed::{cosine, EmbedOptions, Embedder, Error, Precision, Task};
 
 fn load(o: EmbedOptions) -> Result<Embedder> {
     Ok(Embedder::load("all-minilm-l6-v2", o, &mut |_| {})?)
 }
 
+const CARD: [&str; 3] = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."];
+
 /// The similarities published on the model card (sentence-transformers' example).
 #[test]
 fn model_card_similarities() -> Result<()> {
     let e = load(EmbedOptions::default())?;
-    assert_eq!(e.dimensions(), 384);
-    let s = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."];
+    assert_eq!((e.dimensions(), e.precision()), (384, Precision::Float));
+    let s = CARD;
     let v = e.embed(&s)?;
     for x in &v {
         let n: f32 = x.iter().map(|a| a * a).sum::<f32>().sqrt();
@@ -23,6 +25,22 @@ fn model_card_similarities() -> Result<()> {
     for (got, want) in sims.iter().zip([0.666f32, 0.105, 0.141]) {
         assert!((got - want).abs() < 0.0005 + 1e-6, "{got} vs the model card's {want}");
     }
+    Ok(())
+}
+
+/// The 8-bit products give the float ones' vectors to a cosine of 0.999 or more on these
+/// sentences (the model card's similarities move by up to 0.002).
+#[test]
+fn q8_close_to_float() -> Result<()> {
+    let f = load(EmbedOptions { precision: Precision::Float, ..Default::default() })?;
+    let q = load(EmbedOptions { precision: Precision::Q8, ..Default::default() })?;
+    assert_eq!((f.precision(), q.precision()), (Precision::Float, Precision::Q8));
+    let long = "the river carried small boats past old stone houses ".repeat(12);
+    let s = [&CARD[..], &["A man is eating food.", "A cheetah is running behind its prey.", &long]].concat();
+    let (vf, vq) = (f.embed(&s)?, q.embed(&s)?);
+    let worst = vf.iter().zip(&vq).map(|(a, b)| cosine(a, b)).fold(1.0f32, f32::min);
+    eprintln!("smallest cosine(q8, float) over {} sentences = {worst}", s.len());
+    assert!(worst >= 0.999, "{worst}");
     Ok(())
 }
 

@@ -19,7 +19,7 @@
 //! tokenization (llama.cpp).
 
 use anyhow::{Context, Result};
-use sapient_embed::{EmbedOptions, Embedder, Task};
+use sapient_embed::{EmbedOptions, Embedder, Precision, Task};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -39,6 +39,9 @@ pub struct Args {
     /// Threads for the references (ours uses the kernel pool: SAPIENT_THREADS, default all).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// How ours multiplies: float (the default) or q8.
+    #[arg(long, default_value = "float")]
+    pub precision: String,
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
     #[arg(long, default_value = "target/bench/embed.json")]
@@ -92,12 +95,28 @@ fn time_ours(e: &Embedder, texts: &[&str], reps: usize) -> Result<f64> {
     Ok(best)
 }
 
+fn options(a: &Args) -> Result<EmbedOptions> {
+    let precision = match a.precision.as_str() {
+        "float" => Precision::Float,
+        "q8" => Precision::Q8,
+        other => anyhow::bail!("--precision {other}: float or q8"),
+    };
+    Ok(EmbedOptions { precision, ..Default::default() })
+}
+
+/// The model loaded as `--precision` asks, its products named.
+fn load(a: &Args, id: &str) -> Result<Embedder> {
+    let e = Embedder::load(id, options(a)?, &mut |_| {})?;
+    println!("{id}: products {:?}", e.precision());
+    Ok(e)
+}
+
 fn threads(a: &Args) -> usize {
     a.threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
 }
 
 fn minilm(a: &Args, rows: &mut Vec<Row>) -> Result<()> {
-    let e = Embedder::load("all-minilm-l6-v2", EmbedOptions::default(), &mut |_| {})?;
+    let e = load(a, "all-minilm-l6-v2")?;
     let s = sentences(&e)?;
     let mut ids = Vec::new();
     for &b in &BATCHES {
@@ -180,7 +199,7 @@ fn run_llama(bin: &Path, gguf: &Path, file: &Path, threads: usize) -> Result<(f6
 fn nomic(a: &Args, rows: &mut Vec<Row>) -> Result<()> {
     let r = sapient_hub::Hub::new()?.fetch_preset("nomic-embed-text-v1.5", &mut |_| {})?;
     let gguf = r.file("gguf")?.to_path_buf();
-    let e = Embedder::load("nomic-embed-text-v1.5", EmbedOptions::default(), &mut |_| {})?;
+    let e = load(a, "nomic-embed-text-v1.5")?;
     let s = sentences(&e)?;
     let start = rows.len();
     for &b in &BATCHES {

@@ -1,0 +1,278 @@
+//! A blocked f32 GEMM for dense weights on AVX-512 ([`Panels`]), for encoders without
+//! AMX-BF16 ([`super::DenseMatrix::from_f32_blocked`]).
+//!
+//! Weights `[n, k]` are packed at load into panels of 32 output columns: panel `p` holds, for
+//! each input `t`, the 32 weights `w[32p + c][t]` side by side (zero past `n`), so a step
+//! of the inner loop is two aligned vector loads. The micro-kernel keeps a tile of up to
+//! [`ROWS`] activation rows by 32 columns in 24 registers and for each input broadcasts each
+//! row's value once for two fused multiply-adds. Rows go in slabs whose activations stay in
+//! L2 while every panel of the thread's share passes over them; the panels are split over
+//! the kernel pool. Bias (and GELU) is applied to each tile as it is stored.
+//!
+//! Each output is one chain of fused multiply-adds over `t = 0..k` in order (bias added
+//! after), whatever the number of rows or their grouping: a row gives the same bits alone
+//! as in any batch.
+
+use super::pool;
+use super::SendPtr;
+
+/// Most activation rows of one micro-kernel tile (24 accumulators).
+pub const ROWS: usize = 12;
+/// Output columns per panel.
+const COLS: usize = 32;
+
+/// Dense `[n, k]` weights packed in panels of 32 columns (see the module docs): f32, or f16
+/// (f16 sources keep their bytes: half the memory traffic, widened in registers, the same
+/// products).
+pub struct Panels {
+    n: usize,
+    k: usize,
+    /// `[n / 32][k][32]`.
+    w: Data,
+}
+
+enum Data {
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+}
+
+/// `[n / 32][k][32]` of `get(row, col)`, zero past `n`.
+fn pack<T: Copy + Default>(n: usize, k: usize, get: impl Fn(usize, usize) -> T) -> Vec<T> {
+    let np = n.div_ceil(COLS);
+    let mut w = vec![T::default(); np * k * COLS];
+    for p in 0..np {
+        for c in 0..COLS.min(n - p * COLS) {
+            let row = p * COLS + c;
+            for t in 0..k {
+                w[(p * k + t) * COLS + c] = get(row, t);
+            }
+        }
+    }
+    w
+}
+
+impl Panels {
+    /// Packs `get(row, col)` of an `[n, k]` matrix of f32 values.
+    pub fn new(n: usize, k: usize, get: impl Fn(usize, usize) -> f32) -> Self {
+        Self { n, k, w: Data::F32(pack(n, k, get)) }
+    }
+
+    /// Packs `get(row, col)` of an `[n, k]` matrix of f16 values (their bits).
+    pub fn new_f16(n: usize, k: usize, get: impl Fn(usize, usize) -> u16) -> Self {
+        Self { n, k, w: Data::F16(pack(n, k, get)) }
+    }
+
+    /// `out[m, n] = x[m, k] · wᵀ (+ bias)`, then GELU (erf form,
+    /// [`super::gelu_erf_in_place`]) when `gelu`. Needs AVX-512 F ([`super::has_avx512`]).
+    pub fn matmul(&self, x: &[f32], m: usize, bias: Option<&[f32]>, gelu: bool, out: &mut [f32]) {
+        let (n, k) = (self.n, self.k);
+        assert!(super::has_avx512(), "Panels::matmul needs AVX-512");
+        assert!(x.len() >= m * k && out.len() >= m * n, "Panels::matmul: input or output too short");
+        assert!(bias.is_none_or(|b| b.len() >= n), "Panels::matmul: bias too short");
+        if m == 0 || n == 0 {
+            return;
+        }
+        let np = n.div_ceil(COLS);
+        // Rows per slab: their activations within ~256 KB (L2), a whole number of tiles.
+        let slab = ((1usize << 16) / k.max(1)).clamp(ROWS, 16 * ROWS) / ROWS * ROWS;
+        let threads = pool::pool().threads();
+        let inline = m * n * k < 1 << 18 || threads == 1;
+        // Several chunks per thread (a descheduled thread holds up one), at least 1 panel.
+        let chunks = if inline { 1 } else { (threads * 3).min(np) };
+        let per = np.div_ceil(chunks);
+        let o = SendPtr(out.as_mut_ptr());
+        let job = |c: usize| {
+            let (p0, p1) = (c * per, ((c + 1) * per).min(np));
+            ROWS_PACKED.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                for s0 in (0..m).step_by(slab) {
+                    let s1 = (s0 + slab).min(m);
+                    pack_rows(&x[s0 * k..s1 * k], k, &mut buf);
+                    for p in p0..p1 {
+                        let cols = (n - p * COLS).min(COLS);
+                        let b = bias.map(|b| &b[p * COLS..p * COLS + cols]);
+                        let mut r = s0;
+                        while r < s1 {
+                            let rows = (s1 - r).min(ROWS);
+                            // SAFETY: AVX-512 F is present (asserted); the tile of rows
+                            // r..r + rows is packed at (r - s0) * k; this chunk alone writes
+                            // the columns of panels p0..p1, every row.
+                            unsafe {
+                                let (xp, out) = (buf.as_ptr().add((r - s0) * k), o.ptr().add(r * n + p * COLS));
+                                match &self.w {
+                                    Data::F32(w) => tile::<f32>(xp, k, rows, &w[p * k * COLS..(p + 1) * k * COLS], cols, b, gelu, out, n),
+                                    Data::F16(w) => tile::<u16>(xp, k, rows, &w[p * k * COLS..(p + 1) * k * COLS], cols, b, gelu, out, n),
+                                }
+                            }
+                            r += rows;
+                        }
+                    }
+                }
+            });
+        };
+        if chunks == 1 {
+            job(0);
+        } else {
+            pool::pool().run_chunks(chunks, &job);
+        }
+    }
+}
+
+thread_local! {
+    /// A thread's slab of activation rows, packed by [`pack_rows`].
+    static ROWS_PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Rows of `k` values (`x`) into `buf` as tiles of [`ROWS`] rows (the last may have fewer):
+/// the tile of rows `i..i + rows` at `i * k`, value `t` of its row `r` at `t * rows + r`, so
+/// the micro-kernel reads each step's values from one address on.
+fn pack_rows(x: &[f32], k: usize, buf: &mut Vec<f32>) {
+    let m = x.len() / k.max(1);
+    buf.clear();
+    buf.resize(m * k, 0.0);
+    for i in (0..m).step_by(ROWS) {
+        let rows = (m - i).min(ROWS);
+        let dst = &mut buf[i * k..(i + rows) * k];
+        for r in 0..rows {
+            for (t, &v) in x[(i + r) * k..(i + r + 1) * k].iter().enumerate() {
+                dst[t * rows + r] = v;
+            }
+        }
+    }
+}
+
+/// A panel's element: 32 of them widened to two vectors of f32.
+trait Elem: Copy {
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load32(p: *const Self) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512);
+}
+
+impl Elem for f32 {
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load32(p: *const f32) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+        use std::arch::x86_64::*;
+        (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+    }
+}
+
+impl Elem for u16 {
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load32(p: *const u16) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+        use std::arch::x86_64::*;
+        (_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)), _mm512_cvtph_ps(_mm256_loadu_si256(p.add(16) as *const __m256i)))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma,f16c")]
+unsafe fn tile<E: Elem>(x: *const f32, k: usize, rows: usize, panel: &[E], cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
+    macro_rules! rows {
+        ($($r:literal)*) => {
+            match rows {
+                $($r => tile_r::<E, $r>(x, k, panel.as_ptr(), cols, bias, gelu, out, ldo),)*
+                _ => unreachable!("tiles have 1 to ROWS rows"),
+            }
+        };
+    }
+    rows!(1 2 3 4 5 6 7 8 9 10 11 12)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<E: Elem>(_: *const f32, _: usize, _: usize, _: &[E], _: usize, _: Option<&[f32]>, _: bool, _: *mut f32, _: usize) {
+    unreachable!("Panels::matmul needs AVX-512")
+}
+
+/// `R` rows of activations (packed: value `t` of row `r` at `x[t * R + r]`) times one
+/// panel, to `out` (rows `ldo` apart; `cols` of the 32 columns real).
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tile_r<E: Elem, const R: usize>(x: *const f32, k: usize, w: *const E, cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for t in 0..k {
+        let (w0, w1) = E::load32(w.add(t * COLS));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let v = _mm512_set1_ps(*x.add(t * R + r));
+            a[0] = _mm512_fmadd_ps(v, w0, a[0]);
+            a[1] = _mm512_fmadd_ps(v, w1, a[1]);
+        }
+    }
+    let mask = |h: usize| -> u16 {
+        let c = cols.saturating_sub(16 * h).min(16);
+        ((1u32 << c) - 1) as u16
+    };
+    let (m0, m1) = (mask(0), mask(1));
+    let (b0, b1) = match bias {
+        Some(b) => (_mm512_maskz_loadu_ps(m0, b.as_ptr()), _mm512_maskz_loadu_ps(m1, b.as_ptr().add(16))),
+        None => (_mm512_setzero_ps(), _mm512_setzero_ps()),
+    };
+    if !gelu {
+        for (r, a) in acc.iter().enumerate() {
+            let o = out.add(r * ldo);
+            _mm512_mask_storeu_ps(o, m0, _mm512_add_ps(a[0], b0));
+            _mm512_mask_storeu_ps(o.add(16), m1, _mm512_add_ps(a[1], b1));
+        }
+        return;
+    }
+    // GELU over the whole tile in one call, then its rows out.
+    let mut v = [0.0f32; ROWS * COLS];
+    for (r, a) in acc.iter().enumerate() {
+        _mm512_storeu_ps(v.as_mut_ptr().add(r * COLS), _mm512_add_ps(a[0], b0));
+        _mm512_storeu_ps(v.as_mut_ptr().add(r * COLS + 16), _mm512_add_ps(a[1], b1));
+    }
+    super::gelu_erf_in_place(&mut v[..R * COLS]);
+    for r in 0..R {
+        std::ptr::copy_nonoverlapping(v.as_ptr().add(r * COLS), out.add(r * ldo), cols);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Panels;
+
+    #[test]
+    fn matches_f64_reference_rows_alone_and_gelu() {
+        if !crate::kernels::has_avx512() {
+            eprintln!("no AVX-512 here: nothing to test");
+            return;
+        }
+        // A partial panel and odd inputs; whole panels; inputs long enough for short slabs.
+        for (n, k) in [(70usize, 83usize), (96, 64), (40, 1536)] {
+            let w: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 61.0 + (i as f32).cos() * 1e-3).collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.01 - 0.3).collect();
+            let h: Vec<u16> = w.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
+            let hf: Vec<f32> = h.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect();
+            check(&Panels::new(n, k, |r, c| w[r * k + c]), &w, n, k, &bias);
+            // f16 weights: the products of their f32 values.
+            check(&Panels::new_f16(n, k, |r, c| h[r * k + c]), &hf, n, k, &bias);
+        }
+    }
+
+    fn check(p: &Panels, w: &[f32], n: usize, k: usize, bias: &[f32]) {
+        for m in [1usize, 5, 12, 13, 31, 70, 200] {
+            let x: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 47) as f32 - 23.0) / 17.0 + (i as f32 * 1e-3).sin()).collect();
+            let mut out = vec![f32::NAN; m * n];
+            p.matmul(&x, m, Some(bias), false, &mut out);
+            for i in 0..m {
+                for j in 0..n {
+                    let r: f64 = (0..k).map(|t| x[i * k + t] as f64 * w[j * k + t] as f64).sum::<f64>() + bias[j] as f64;
+                    let scale: f64 = (0..k).map(|t| (x[i * k + t] as f64 * w[j * k + t] as f64).abs()).sum();
+                    assert!((out[i * n + j] as f64 - r).abs() <= 1e-6 * scale + 1e-6, "n={n} k={k} m={m} ({i},{j}): {} vs {r}", out[i * n + j]);
+                }
+            }
+            let mut g = vec![0.0f32; m * n];
+            p.matmul(&x, m, Some(bias), true, &mut g);
+            let mut want = out.clone();
+            crate::kernels::gelu_erf_in_place(&mut want);
+            assert_eq!(g, want, "n={n} k={k} m={m}: GELU in the product differs from GELU after it");
+            let mut one = vec![0.0f32; n];
+            p.matmul(&x[(m - 1) * k..], 1, Some(bias), false, &mut one);
+            assert_eq!(one, out[(m - 1) * n..], "n={n} k={k} m={m}: the last row alone differs");
+        }
+    }
+}
