@@ -476,25 +476,15 @@ pub(crate) fn int_consume(pos: u32, aux: u64, b: u8, r: &IntRange) -> Option<(u3
 mod tests {
     use super::*;
 
+    /// The (pos, aux) state after `s` byte by byte through `step`, `None` if a byte is refused.
+    fn feed(s: &str, step: impl Fn(u32, u64, u8) -> Option<(u32, u64)>) -> Option<(u32, u64)> {
+        s.bytes().try_fold((0, 0), |(pos, aux), b| step(pos, aux, b))
+    }
     fn num_ok(r: &NumRange, s: &str) -> bool {
-        let (mut pos, mut aux) = (0, 0);
-        for &b in s.as_bytes() {
-            match num_consume(pos, aux, b, r) {
-                Some((p, a)) => (pos, aux) = (p, a),
-                None => return false,
-            }
-        }
-        num_accepting(pos, aux, r)
+        feed(s, |p, a, b| num_consume(p, a, b, r)).is_some_and(|(p, a)| num_accepting(p, a, r))
     }
     fn num_prefix(r: &NumRange, s: &str) -> bool {
-        let (mut pos, mut aux) = (0, 0);
-        for &b in s.as_bytes() {
-            match num_consume(pos, aux, b, r) {
-                Some((p, a)) => (pos, aux) = (p, a),
-                None => return false,
-            }
-        }
-        true
+        feed(s, |p, a, b| num_consume(p, a, b, r)).is_some()
     }
     fn in_range(x: f64, lo: f64, lo_x: bool, hi: f64, hi_x: bool) -> bool {
         (if lo_x { x > lo } else { x >= lo }) && (if hi_x { x < hi } else { x <= hi })
@@ -591,16 +581,7 @@ mod tests {
     #[test]
     fn integers() {
         let r = IntRange { lo: -20, hi: 150, zero_frac: true, multiple: 1 };
-        let ok = |r: &IntRange, s: &str| {
-            let (mut pos, mut aux) = (0, 0);
-            for &b in s.as_bytes() {
-                match int_consume(pos, aux, b, r) {
-                    Some((p, a)) => (pos, aux) = (p, a),
-                    None => return false,
-                }
-            }
-            int_accepting(pos, aux, r)
-        };
+        let ok = |r: &IntRange, s: &str| feed(s, |p, a, b| int_consume(p, a, b, r)).is_some_and(|(p, a)| int_accepting(p, a, r));
         for (s, want) in [("4", true), ("4.0", true), ("4.00", true), ("4.", false), ("4.5", false), ("-0", true), ("150.0", true), ("151", false), ("-21.0", false), ("007", false)] {
             assert_eq!(ok(&r, s), want, "{s}");
         }

@@ -116,25 +116,15 @@ pub(super) fn negate(root: &Value, s: &Value, path: &str, depth: usize) -> Resul
         "exclusiveMinimum" if v.is_number() => or_other_types("number", json!({ "maximum": v })),
         "exclusiveMaximum" if v.is_number() => or_other_types("number", json!({ "minimum": v })),
         "minLength" | "minItems" | "minProperties" => {
-            let ty = match k {
-                "minLength" => "string",
-                "minItems" => "array",
-                _ => "object",
-            };
             match n(v) {
                 Some(0) => Value::Bool(false),
-                Some(m) => or_other_types(ty, json!({ k.replace("min", "max"): m - 1 })),
+                Some(m) => or_other_types(counted_type(k), json!({ k.replace("min", "max"): m - 1 })),
                 None => return Err(invalid(path, format!("{k} must be a non-negative integer"))),
             }
         }
         "maxLength" | "maxItems" | "maxProperties" => {
-            let ty = match k {
-                "maxLength" => "string",
-                "maxItems" => "array",
-                _ => "object",
-            };
             match n(v) {
-                Some(m) => or_other_types(ty, json!({ k.replace("max", "min"): m + 1 })),
+                Some(m) => or_other_types(counted_type(k), json!({ k.replace("max", "min"): m + 1 })),
                 None => return Err(invalid(path, format!("{k} must be a non-negative integer"))),
             }
         }
@@ -200,4 +190,15 @@ pub(super) fn expand(root: &Value, obj: &serde_json::Map<String, Value>, path: &
     }
     rest.insert("allOf".into(), Value::Array(extra));
     Ok(Some(Value::Object(rest)))
+}
+
+/// The type a count keyword (`minLength`, `maxItems`, `minProperties`, ...) applies to.
+fn counted_type(k: &str) -> &'static str {
+    if k.ends_with("Length") {
+        "string"
+    } else if k.ends_with("Items") {
+        "array"
+    } else {
+        "object"
+    }
 }
