@@ -299,18 +299,14 @@ impl TokenIndex {
         // Named by its pattern if it has one, else by its table (small ones only: hashing and
         // comparing a large table would cost more than sharing saves).
         let mut h = FxHasher::default();
-        let name = match &dfa.source {
-            Some(src) => {
-                std::hash::Hash::hash(src, &mut h);
-                StoreKey::Source(src.clone())
-            }
+        match &dfa.source {
+            Some(src) => std::hash::Hash::hash(src, &mut h),
             None if dfa.num_states() <= MAX_SHARED_LEXEME_STATES => {
                 std::hash::Hash::hash(&dfa.trans, &mut h);
                 std::hash::Hash::hash(&dfa.accepting, &mut h);
-                StoreKey::Table(Arc::new(dfa.clone()))
             }
             None => return fresh(),
-        };
+        }
         let key = std::hash::Hasher::finish(&h);
         let Ok(mut store) = self.lexemes.lock() else { return fresh() };
         if let Some(e) = store.map.get_mut(&key).and_then(|v| v.iter_mut().find(|e| e.name.names(dfa))) {
@@ -328,6 +324,10 @@ impl TokenIndex {
                 store.states = 0;
             }
         }
+        let name = match &dfa.source {
+            Some(src) => StoreKey::Source(src.clone()),
+            None => StoreKey::Table(Arc::new(dfa.clone())),
+        };
         let c = fresh();
         store.states += dfa.num_states();
         store.map.entry(key).or_default().push(StoreEntry { name, cells: c.clone(), shared: false });

@@ -218,11 +218,8 @@ impl Grammar {
         for st in state.stacks() {
             tops.push_stack(&st[k..]);
         }
-        // An empty stack would be the stack below itself: never a split of a state. Only
-        // tops where values are about to start are worth a walk of their own: they recur at
-        // every nesting level (a top inside its lexeme is cheaper per stack), and only when
-        // they start with few bytes (free text would walk the whole trie).
-        if tops.num_stacks() < 2 || !self.tops_at_start(&tops) {
+        // Which tops are worth a walk of their own is decided on a miss ([`Self::top_mask_of`]).
+        if tops.num_stacks() < 2 {
             return Ok(None);
         }
         let Some(tm) = self.top_mask_of(index, table, tops)? else { return Ok(None) };
@@ -315,7 +312,11 @@ impl Grammar {
             },
             Err(_) => true,
         };
-        if full {
+        // An empty stack would be the stack below itself: never a split of a state. Only
+        // tops where values are about to start are worth a walk of their own: they recur at
+        // every nesting level (a top inside its lexeme is cheaper per stack), and only when
+        // they start with few bytes (free text would walk the whole trie).
+        if full || !self.tops_at_start(&tops) {
             return Ok(None);
         }
         let mut budget = TOP_MASK_BUDGET;
