@@ -101,6 +101,10 @@ pub(crate) struct Builder {
     dfa_ids: std::collections::HashMap<(String, bool), NodeId>,
     /// Automata compiled by `dfa_of` (to be combined, not added).
     dfa_cache: std::collections::HashMap<(String, bool), DfaTable>,
+    /// The keys other than these listed names, any JSON string's text ([`DfaTable::product`]
+    /// of the any-key automaton without the names), by the names: objects that list the
+    /// same properties share one.
+    pub other_keys: std::collections::HashMap<Vec<String>, DfaTable>,
     pub json: JsonOptions,
     json_value: Option<NodeId>,
     ws: Option<Option<NodeId>>,
@@ -117,7 +121,7 @@ pub(crate) const JSON_STRING: &str = concat!(
 
 impl Builder {
     pub fn new(json: JsonOptions) -> Self {
-        Self { nodes: Vec::new(), dfas: Vec::new(), dfa_ids: Default::default(), dfa_cache: Default::default(), json, json_value: None, ws: None }
+        Self { nodes: Vec::new(), dfas: Vec::new(), dfa_ids: Default::default(), dfa_cache: Default::default(), other_keys: Default::default(), json, json_value: None, ws: None }
     }
 
     pub fn add(&mut self, n: Node) -> NodeId {
@@ -135,10 +139,18 @@ impl Builder {
     }
     /// A regex lexeme; `json_safe` removes `"`, `\` and control bytes from its language.
     pub fn regex(&mut self, pattern: &str, json_safe: bool) -> Result<NodeId, GrammarError> {
+        self.regex_by(pattern, json_safe, || {
+            let forbid = |b: u8| json_safe && (b == b'"' || b == b'\\' || b < 0x20);
+            DfaTable::new(pattern, &forbid)
+        })
+    }
+    /// [`Builder::regex`], with `build` making the automaton of `pattern` if no grammar
+    /// has yet (see [`crate::dfa::compiled_by`]).
+    pub fn regex_by(&mut self, pattern: &str, json_safe: bool, build: impl FnOnce() -> Result<DfaTable, GrammarError>) -> Result<NodeId, GrammarError> {
         if let Some(&id) = self.dfa_ids.get(&(pattern.to_string(), json_safe)) {
             return Ok(id);
         }
-        let t = crate::dfa::compiled(pattern, json_safe)?;
+        let t = crate::dfa::compiled_by(pattern, json_safe, build)?;
         tracing::debug!(pattern, states = t.num_states(), "regex compiled");
         self.dfas.push(t);
         let id = self.add(Node::Dfa((self.dfas.len() - 1) as u32));

@@ -11,6 +11,7 @@ use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::util::start;
 use regex_automata::{Anchored, MatchKind};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// No transition (the byte is rejected).
 pub(crate) const DEAD: u32 = u32::MAX;
@@ -28,30 +29,40 @@ const MAX_DFA_BYTES: usize = 16 << 20;
 
 /// Automata of patterns kept for the whole process: the JSON string and number, the
 /// formats and the any-key automaton recur in every schema, and compiling them is most of a
-/// small schema's compile time. Bounded: automata with at most this many states, this many
-/// of them (then the cache starts over).
-const MAX_CACHED_STATES: usize = 1024;
-const MAX_CACHED: usize = 1024;
+/// small schema's compile time. Bounded: automata with at most this many states, and this
+/// many states in all (about 1 KiB each; then the cache starts over).
+const MAX_CACHED_STATES: usize = 4096;
+const MAX_CACHED_TOTAL: usize = 1 << 15;
 
 /// The automaton of `pattern` ([`DfaTable::new`]; `json_safe` leaves out `"`, `\` and
 /// control bytes), from the process-wide cache or compiled.
 pub(crate) fn compiled(pattern: &str, json_safe: bool) -> Result<DfaTable, GrammarError> {
-    type Cache = std::sync::Mutex<HashMap<(String, bool), DfaTable>>;
+    compiled_by(pattern, json_safe, || {
+        let forbid = |b: u8| json_safe && (b == b'"' || b == b'\\' || b < 0x20);
+        DfaTable::new(pattern, &forbid)
+    })
+}
+
+/// [`compiled`], with `build` making the automaton of `pattern` when the cache has none
+/// (a construction faster than the regex compiler's, for the same language).
+pub(crate) fn compiled_by(pattern: &str, json_safe: bool, build: impl FnOnce() -> Result<DfaTable, GrammarError>) -> Result<DfaTable, GrammarError> {
+    type Cache = std::sync::Mutex<([crate::hash::FastMap<String, DfaTable>; 2], usize)>;
     static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
-    let key = (pattern.to_string(), json_safe);
-    if let Some(t) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+    if let Some(t) = cache.lock().ok().and_then(|c| c.0[usize::from(json_safe)].get(pattern).cloned()) {
         return Ok(t);
     }
-    let forbid = |b: u8| json_safe && (b == b'"' || b == b'\\' || b < 0x20);
-    let mut t = DfaTable::new(pattern, &forbid)?;
+    let mut t = build()?;
     t.source = Some(format!("{}{pattern}", if json_safe { "json-safe:" } else { "any:" }).into());
     if t.num_states() <= MAX_CACHED_STATES {
         if let Ok(mut c) = cache.lock() {
-            if c.len() >= MAX_CACHED {
-                c.clear();
+            let (maps, total) = &mut *c;
+            if *total + t.num_states() > MAX_CACHED_TOTAL {
+                maps.iter_mut().for_each(|m| m.clear());
+                *total = 0;
             }
-            c.insert(key, t.clone());
+            *total += t.num_states();
+            maps[usize::from(json_safe)].insert(pattern.to_string(), t.clone());
         }
     }
     Ok(t)
@@ -59,12 +70,13 @@ pub(crate) fn compiled(pattern: &str, json_safe: bool) -> Result<DfaTable, Gramm
 
 #[derive(Debug, Clone)]
 pub(crate) struct DfaTable {
-    /// `trans[s * 256 + byte]`: next state or `DEAD`.
-    pub trans: Vec<u32>,
+    /// `trans[s * 256 + byte]`: next state or `DEAD`. (Shared: a table is cloned into
+    /// every grammar that uses it.)
+    pub trans: Arc<[u32]>,
     /// The input read so far (from the start state) is a full match.
-    pub accepting: Vec<bool>,
+    pub accepting: Arc<[bool]>,
     /// Some byte leads to a live state.
-    pub can_consume: Vec<bool>,
+    pub can_consume: Arc<[bool]>,
     pub start: u32,
     /// Set on `a.product(b, false, ..)`: the states where the text has left `b`'s language
     /// for good behave as `a`'s states from there on, so their token sets are `a`'s (and
@@ -179,19 +191,27 @@ impl DfaTable {
     /// complete"); `what` names the language in the error when nothing is left.
     fn finish(mut trans: Vec<u32>, accepting: Vec<bool>, what: &str) -> Result<Self, GrammarError> {
         let n = accepting.len();
-        // Live = can reach an accepting state: backwards search from the accepting ones.
-        let mut rev: Vec<Vec<u32>> = vec![Vec::new(); n];
-        for s in 0..n {
-            for &t in &trans[s * 256..s * 256 + 256] {
-                if t != DEAD {
-                    rev[t as usize].push(s as u32);
-                }
+        // Live = can reach an accepting state: backwards search from the accepting ones, over
+        // the reversed edges laid out flat (each state's predecessors in one run).
+        let mut starts = vec![0u32; n + 1];
+        for &t in trans.iter().filter(|&&t| t != DEAD) {
+            starts[t as usize + 1] += 1;
+        }
+        for i in 0..n {
+            starts[i + 1] += starts[i];
+        }
+        let mut fill = starts.clone();
+        let mut preds = vec![0u32; starts[n] as usize];
+        for (s, row) in trans.chunks_exact(256).enumerate() {
+            for &t in row.iter().filter(|&&t| t != DEAD) {
+                preds[fill[t as usize] as usize] = s as u32;
+                fill[t as usize] += 1;
             }
         }
         let mut live = accepting.clone();
         let mut stack: Vec<u32> = (0..n as u32).filter(|&s| accepting[s as usize]).collect();
         while let Some(t) = stack.pop() {
-            for &s in &rev[t as usize] {
+            for &s in &preds[starts[t as usize] as usize..starts[t as usize + 1] as usize] {
                 if !live[s as usize] {
                     live[s as usize] = true;
                     stack.push(s);
@@ -201,13 +221,105 @@ impl DfaTable {
         if !live[0] {
             return Err(GrammarError::Unsatisfiable(format!("regex {what:?} matches no string")));
         }
-        for t in trans.iter_mut() {
-            if *t != DEAD && !live[*t as usize] {
-                *t = DEAD;
+        if live.iter().any(|&l| !l) {
+            for t in trans.iter_mut() {
+                if *t != DEAD && !live[*t as usize] {
+                    *t = DEAD;
+                }
             }
         }
-        let can_consume = (0..n).map(|s| trans[s * 256..s * 256 + 256].iter().any(|&t| t != DEAD)).collect();
-        Ok(Self { trans, accepting, can_consume, start: 0, alias: None, source: None })
+        let can_consume = trans.chunks_exact(256).map(|row| row.iter().any(|&t| t != DEAD)).collect();
+        Ok(Self { trans: trans.into(), accepting: accepting.into(), can_consume, start: 0, alias: None, source: None })
+    }
+
+    /// `"`, then from `lo` to `hi` (no bound: `None`) strings of `item`, then `"`: a JSON
+    /// string of bounded length when `item` is one JSON character or escape, built directly
+    /// (the regex compiler takes a second for a few thousand characters). `None` when some
+    /// string of `item` is the prefix of another (the construction needs each item's end to
+    /// be known where it is reached) or `item` takes `"`.
+    pub(crate) fn quoted_repeat(item: &DfaTable, lo: u32, hi: Option<u32>, what: &str) -> Result<Option<Self>, GrammarError> {
+        let n = item.num_states();
+        let terminal = (0..n).all(|s| !item.accepting[s] || !item.can_consume[s]);
+        if !terminal || item.accepting[item.start as usize] || item.next(item.start, b'"') != DEAD {
+            return Ok(None);
+        }
+        // Inside an item: its states that are not ends, numbered 0.. with the start first.
+        let mut inner = vec![DEAD; n];
+        let mut m = 0u32;
+        for s in std::iter::once(item.start as usize).chain(0..n) {
+            if !item.accepting[s] && inner[s] == DEAD {
+                inner[s] = m;
+                m += 1;
+            }
+        }
+        // Counts 0..=cap items (no upper bound: the count stops at `lo`).
+        let cap = hi.unwrap_or(lo) as usize;
+        let states = (cap + 1).saturating_mul(m as usize).saturating_add(2);
+        if states > MAX_REGEX_STATES {
+            return Err(GrammarError::RegexTooLarge { pattern: what.to_string(), states: MAX_REGEX_STATES });
+        }
+        // State 0: before the opening quote; 1 + i * m + inner[s]: i items read, then the
+        // item's state s; the last: after the closing quote.
+        let at = |i: usize, s: u32| 1 + i as u32 * m + s;
+        let last = states as u32 - 1;
+        let mut trans = vec![DEAD; states * 256];
+        trans[b'"' as usize] = at(0, 0);
+        for i in 0..=cap {
+            for s in (0..n).filter(|&s| inner[s] != DEAD) {
+                let row = at(i, inner[s]) as usize * 256;
+                for b in 0..=255u8 {
+                    let t = item.next(s as u32, b);
+                    trans[row + b as usize] = if t == DEAD {
+                        DEAD
+                    } else if item.accepting[t as usize] {
+                        match hi {
+                            Some(h) if i as u32 >= h => DEAD,
+                            Some(_) => at(i + 1, 0),
+                            None => at((i + 1).min(cap), 0),
+                        }
+                    } else {
+                        at(i, inner[t as usize])
+                    };
+                }
+            }
+            if i as u32 >= lo {
+                trans[at(i, 0) as usize * 256 + b'"' as usize] = last;
+            }
+        }
+        let mut accepting = vec![false; states];
+        accepting[last as usize] = true;
+        Self::finish(trans, accepting, what).map(Some)
+    }
+
+    /// Exactly the byte strings `words` (a trie: no regex to compile); `forbidden` bytes
+    /// are removed from the language as in [`DfaTable::new`], so a word holding one is left
+    /// out. `what` names the language in the error when nothing is left.
+    pub(crate) fn words<'a>(words: impl IntoIterator<Item = &'a [u8]>, forbidden: &dyn Fn(u8) -> bool, what: &str) -> Result<Self, GrammarError> {
+        let mut trans = vec![DEAD; 256];
+        let mut accepting = vec![false];
+        for w in words {
+            if w.iter().any(|&b| forbidden(b)) {
+                continue;
+            }
+            let mut s = 0usize;
+            for &b in w {
+                let t = trans[s * 256 + b as usize];
+                s = if t == DEAD {
+                    let n = accepting.len();
+                    if n >= MAX_REGEX_STATES {
+                        return Err(GrammarError::RegexTooLarge { pattern: what.to_string(), states: MAX_REGEX_STATES });
+                    }
+                    trans[s * 256 + b as usize] = n as u32;
+                    trans.resize(trans.len() + 256, DEAD);
+                    accepting.push(false);
+                    n
+                } else {
+                    t as usize
+                };
+            }
+            accepting[s] = true;
+        }
+        Self::finish(trans, accepting, what)
     }
 
     /// The strings of `self` that are also in `other` (`keep_other`), or that are not
@@ -304,7 +416,7 @@ impl DfaTable {
         }
         let accepting = (0..states).map(|s| if until { s == n } else { true }).collect();
         let can_consume = (0..states).map(|s| s < n).collect();
-        Ok(Self { trans, accepting, can_consume, start: 0, alias: None, source: None })
+        Ok(Self { trans: trans.into(), accepting, can_consume, start: 0, alias: None, source: None })
     }
 
     #[inline]

@@ -149,7 +149,9 @@ pub(super) fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String
     // asks for no property count. A key matching several patterns is not generated.
     let mut extras: Vec<NodeId> = Vec::new();
     let any_key = names.is_empty() && patterns.is_empty() && names_dfa.is_none();
-    if any_key {
+    if patterns.is_empty() && additional == Value::Bool(false) {
+        // Only the listed properties: no automaton of other keys to build.
+    } else if any_key {
         if let Some(v) = value_node(b, cx, &additional, &format!("{path}/additionalProperties"))? {
             let key = b.json_string()?;
             extras.push(b.member(key, v)?);
@@ -168,9 +170,22 @@ pub(super) fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String
             None => Some(any),
         };
         if let (Some(u), false) = (&universe, names.is_empty()) {
-            let alts: Vec<String> = names.iter().map(|n| regex_syntax_escape(n)).collect();
-            let listed = b.dfa_of(&alts.join("|"), true)?;
-            universe = keep(u.product(&listed, false, MAX_KEY_STATES, &what))?;
+            universe = match (&names_dfa, b.other_keys.get(&names)) {
+                (None, Some(k)) => Some(k.clone()),
+                _ => {
+                    let forbid = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
+                    // (Names that must be escaped are never written as other keys anyway.)
+                    let k = match crate::dfa::DfaTable::words(names.iter().map(|n| n.as_bytes()), &forbid, &what) {
+                        Ok(listed) => keep(u.product(&listed, false, MAX_KEY_STATES, &what))?,
+                        Err(GrammarError::Unsatisfiable(_)) => Some(u.clone()),
+                        Err(e) => return Err(e),
+                    };
+                    if let (None, Some(k)) = (&names_dfa, &k) {
+                        b.other_keys.insert(names.clone(), k.clone());
+                    }
+                    k
+                }
+            };
         }
         let Some(universe) = universe else { return finish(b, &members, None, sep, ws, min, max, path) };
         // Keys of each pattern (and of no pattern, for additionalProperties).

@@ -4,7 +4,7 @@ use super::*;
 use crate::spec::{ecma_to_rust, format_regex};
 use crate::dfa::DfaTable;
 
-fn json_char() -> String {
+pub(super) fn json_char() -> String {
     format!(r#"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]|{})"#, crate::builder::JSON_UNICODE_ESCAPE)
 }
 
@@ -57,7 +57,14 @@ pub(super) fn string(b: &mut Builder, obj: &serde_json::Map<String, Value>, path
             (lo, Some(hi)) => format!("{{{},{hi}}}", lo.unwrap_or(0)),
             (lo, None) => format!("{{{},}}", lo.unwrap_or(0)),
         };
-        return b.regex(&format!("\"{}{rep}\"", json_char()), false);
+        let pattern = format!("\"{}{rep}\"", json_char());
+        return b.regex_by(&pattern, false, || {
+            let item = crate::dfa::compiled(&json_char(), false)?;
+            match DfaTable::quoted_repeat(&item, min.unwrap_or(0), max, &pattern)? {
+                Some(t) => Ok(t),
+                None => DfaTable::new(&pattern, &|_| false),
+            }
+        });
     }
     let content = content_dfa(b, &parts, min, max, &excluded, path)?;
     let inner = b.add_dfa(content);

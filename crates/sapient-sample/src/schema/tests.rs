@@ -236,3 +236,40 @@ fn pattern_properties_names_and_lengths() {
     assert!(ok(&gs(&json!({"type": "string", "format": "int32"})).unwrap(), &json!("anything")));
     assert!(ok(&gs(&json!({"type": "array", "uniqueItems": true})).unwrap(), &json!([1, 2])));
 }
+
+/// A length-bounded string's automaton, built directly, accepts what the regex compiler's
+/// automaton of the same pattern accepts: on strings of escapes, multi-byte characters,
+/// surrogate pairs, quotes and control bytes around the bounds.
+#[test]
+fn bounded_strings_built_directly_match_the_regex() {
+    use crate::dfa::DfaTable;
+    let item = crate::dfa::compiled(&super::string::json_char(), false).unwrap();
+    let pieces: [&[u8]; 12] = [b"a", b" ", "é".as_bytes(), "日".as_bytes(), "😀".as_bytes(), br#"\n"#, br#"\""#, br"\u0041", br"\uD83D\uDE00", br"\uD83D", b"\"", b"\x01"];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for (lo, hi) in [(0, Some(0)), (0, Some(3)), (2, Some(5)), (3, None), (0, None), (4, Some(4))] {
+        let rep = match hi {
+            Some(h) => format!("{{{lo},{h}}}"),
+            None => format!("{{{lo},}}"),
+        };
+        let pattern = format!("\"{}{rep}\"", super::string::json_char());
+        let by_regex = DfaTable::new(&pattern, &|_| false).unwrap();
+        let direct = DfaTable::quoted_repeat(&item, lo, hi, &pattern).unwrap().expect("one JSON character is an item");
+        let mut seen = [0usize; 2];
+        for _ in 0..3000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut text = b"\"".to_vec();
+            for k in 0..seed % 9 {
+                text.extend_from_slice(pieces[((seed >> (4 * k + 8)) % 12) as usize]);
+            }
+            if seed >> 60 != 0 {
+                text.push(b'"');
+            }
+            let m = by_regex.matches(&text);
+            assert_eq!(direct.matches(&text), m, "{lo}..{hi:?} on {:?}", String::from_utf8_lossy(&text));
+            seen[usize::from(m)] += 1;
+        }
+        assert!(seen[0] > 20 && seen[1] > 20, "{lo}..{hi:?}: accepted / rejected {seen:?}");
+    }
+}
