@@ -1,6 +1,7 @@
 //! `allOf` and sibling keywords merged into one schema.
 
 use super::*;
+use serde_json::json;
 
 /// `sub` with the keywords of `parent` (other than `key`) added where `sub` lacks them.
 pub(super) fn merge_siblings(parent: &serde_json::Map<String, Value>, sub: &Value, key: &str) -> Value {
@@ -26,6 +27,8 @@ pub(super) fn merge_all_of(root: &Value, parent: &serde_json::Map<String, Value>
     if list.is_empty() {
         return Err(invalid(path, "allOf must not be empty"));
     }
+    let discriminated = discriminate(list);
+    let list = discriminated.as_ref().unwrap_or(list);
     let mut acc: serde_json::Map<String, Value> =
         parent.iter().filter(|(k, _)| k.as_str() != "allOf").map(|(k, v)| (k.clone(), v.clone())).collect();
     for (i, sub) in list.iter().enumerate() {
@@ -237,3 +240,62 @@ pub(super) fn merge_all_of(root: &Value, parent: &serde_json::Map<String, Value>
     Ok(Value::Object(acc))
 }
 
+
+/// `sub`'s parts if it is `{"if": {"properties": {P: {"const": c}}}, "then": T}` with a string
+/// `c` (the `if` may also require P; no `else`): (P, c, whether the `if` requires P, T).
+fn if_const(sub: &Value) -> Option<(&str, &Value, bool, &Value)> {
+    let o = sub.as_object()?;
+    if o.keys().any(|k| !["if", "then"].contains(&k.as_str()) && !is_annotation(k)) {
+        return None;
+    }
+    let (cond, then) = (o.get("if")?.as_object()?, o.get("then")?);
+    if cond.keys().any(|k| !["properties", "required"].contains(&k.as_str()) && !is_annotation(k)) {
+        return None;
+    }
+    let props = cond.get("properties")?.as_object()?;
+    let (name, c) = props.iter().next().filter(|_| props.len() == 1)?;
+    let c = c.as_object()?;
+    if c.keys().any(|k| k != "const" && !is_annotation(k)) {
+        return None;
+    }
+    let value = c.get("const").filter(|v| v.is_string())?;
+    let required = match cond.get("required") {
+        None => false,
+        Some(Value::Array(r)) if r.len() == 1 && r[0] == name.as_str() => true,
+        Some(_) => return None,
+    };
+    Some((name.as_str(), value, required, then))
+}
+
+/// An `allOf` whose branches include several `if`s on one property's value (a
+/// discriminator: `"if": {"properties": {"type": {"const": "a"}}}, "then": ...` for each
+/// kind), with those branches replaced by the one `anyOf` they mean: an object whose
+/// property has one of the values and that value's `then`, one with another value, or
+/// (as every `if` holds then, unless it requires the property) a value without the
+/// property under all the `then`s. As separate `if`s, each would double the branches of
+/// the merged schema. `None` when there is no such group.
+fn discriminate(list: &[Value]) -> Option<Vec<Value>> {
+    let parts: Vec<_> = list.iter().map(if_const).collect();
+    let (name, required) = parts.iter().flatten().map(|p| (p.0, p.2)).find(|&(n, r)| parts.iter().flatten().filter(|p| p.0 == n && p.2 == r).count() >= 2)?;
+    let group: Vec<(&Value, &Value)> = parts.iter().flatten().filter(|p| p.0 == name && p.2 == required).map(|p| (p.1, p.3)).collect();
+    let values: Vec<&Value> = group.iter().map(|g| g.0).collect();
+    if values.iter().enumerate().any(|(i, v)| values[..i].contains(v)) {
+        return None;
+    }
+    let mut alts: Vec<Value> = group
+        .iter()
+        .map(|(v, then)| json!({"allOf": [{"type": "object", "required": [name], "properties": {name: {"const": v}}}, then]}))
+        .collect();
+    alts.push(json!({"type": "object", "required": [name], "properties": {name: {NOT_VALUES: values}}}));
+    let absent = json!({"anyOf": [{"not": {"type": "object"}}, {"type": "object", "properties": {name: false}}]});
+    if required {
+        alts.push(absent);
+    } else {
+        let mut all = vec![absent];
+        all.extend(group.iter().map(|g| g.1.clone()));
+        alts.push(json!({"allOf": all}));
+    }
+    let mut out: Vec<Value> = list.iter().zip(&parts).filter(|(_, p)| !p.is_some_and(|p| p.0 == name && p.2 == required)).map(|(v, _)| v.clone()).collect();
+    out.push(json!({"anyOf": alts}));
+    Some(out)
+}

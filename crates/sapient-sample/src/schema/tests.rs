@@ -273,3 +273,33 @@ fn bounded_strings_built_directly_match_the_regex() {
         assert!(seen[0] > 20 && seen[1] > 20, "{lo}..{hi:?}: accepted / rejected {seen:?}");
     }
 }
+
+/// `if`s on one property's value (a discriminator) in an `allOf` mean what they say: the
+/// value's `then` applies, and with the property absent every `then` whose `if` does not
+/// require it.
+#[test]
+fn discriminating_ifs() {
+    let s = json!({"type": "object", "properties": {"kind": {"enum": ["a", "b", "c", "d"]}, "x": {}, "y": {}}, "allOf": [
+        {"if": {"properties": {"kind": {"const": "a"}}}, "then": {"required": ["x"]}},
+        {"if": {"properties": {"kind": {"const": "b"}}}, "then": {"required": ["y"]}},
+        {"if": {"properties": {"kind": {"const": "c"}}, "required": ["kind"]}, "then": {"properties": {"x": {"type": "integer"}}}},
+        {"if": {"properties": {"kind": {"const": "d"}}, "required": ["kind"]}, "then": {"properties": {"y": {"type": "string"}}}},
+    ]});
+    let g = gs(&s).unwrap();
+    for (doc, valid) in [
+        (json!({"kind": "a", "x": 1}), true),
+        (json!({"kind": "a"}), false),
+        (json!({"kind": "b", "y": 1}), true),
+        (json!({"kind": "b", "x": 1}), false),
+        (json!({"kind": "c", "x": 1}), true),
+        (json!({"kind": "c", "x": "s"}), false),
+        (json!({"kind": "d", "y": "s"}), true),
+        (json!({"kind": "d", "y": 1}), false),
+        (json!({"x": "s", "y": 2}), true),
+        (json!({"x": 1}), false),
+        (json!({"kind": "e", "x": 1, "y": 1}), false),
+    ] {
+        assert_eq!(ok(&g, &doc), valid, "{doc}");
+        assert_eq!(crate::validate::validate(&s, &doc).unwrap().is_ok(), valid, "validator on {doc}");
+    }
+}
