@@ -174,6 +174,12 @@ impl Builder {
     }
     /// An automaton made by [`Builder::dfa_of`] and combined, as a lexeme.
     pub fn add_dfa(&mut self, t: DfaTable) -> NodeId {
+        // Where it is any text (a searched pattern once found), its states take the token
+        // sets of the any-text automaton, which every grammar shares.
+        let t = match self.dfa_of("(?s:.)*", true) {
+            Ok(any) => t.alias_any(&any),
+            Err(_) => t,
+        };
         self.dfas.push(t);
         self.add(Node::Dfa((self.dfas.len() - 1) as u32))
     }

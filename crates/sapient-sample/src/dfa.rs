@@ -378,6 +378,86 @@ impl DfaTable {
         Ok(t)
     }
 
+    /// `self`, with its states that behave as the states of `any` (an automaton of any
+    /// text: `(?s:.)*`) aliased to them (see [`DfaTable::alias`]), so that their token sets
+    /// are those of `any`'s states, built once for every grammar: a pattern searched in a
+    /// string (`.*x.*`) is any text once `x` has been read. Left as it is when it has an
+    /// alias already, when no state behaves so, or when it is too large to look.
+    pub(crate) fn alias_any(mut self, any: &DfaTable) -> Self {
+        const MAX_SCANNED: usize = 2048;
+        let n = self.num_states();
+        if self.alias.is_some() || n > MAX_SCANNED || (self.source.is_some() && self.source == any.source) {
+            return self;
+        }
+        let live = |t: &DfaTable, s: u32| -> [u64; 4] {
+            let mut m = [0u64; 4];
+            for b in 0..=255u8 {
+                if t.next(s, b) != DEAD {
+                    m[b as usize / 64] |= 1 << (b % 64);
+                }
+            }
+            m
+        };
+        let any_start = live(any, any.start);
+        let mut base_of = vec![DEAD; n];
+        let mut pairs: Vec<(u32, u32)> = Vec::new();
+        let mut found: crate::hash::FastMap<u32, u32> = Default::default();
+        for u in 0..n as u32 {
+            if base_of[u as usize] != DEAD || !self.accepting[u as usize] || self.accepting[u as usize] != any.accepting[any.start as usize] || live(&self, u) != any_start {
+                continue;
+            }
+            // Walk both automata together from (u, any's start): every pair must agree on
+            // acceptance and on which bytes lead on, and each state here meet one state of
+            // `any` only.
+            found.clear();
+            pairs.clear();
+            pairs.push((u, any.start));
+            let mut ok = true;
+            while let Some((d, a)) = pairs.pop() {
+                match found.get(&d) {
+                    Some(&x) if x == a => continue,
+                    Some(_) => ok = false,
+                    None if base_of[d as usize] != DEAD && base_of[d as usize] != a => ok = false,
+                    None => {}
+                }
+                if !ok || self.accepting[d as usize] != any.accepting[a as usize] {
+                    ok = false;
+                    break;
+                }
+                found.insert(d, a);
+                for b in 0..=255u8 {
+                    let (nd, na) = (self.next(d, b), any.next(a, b));
+                    if (nd == DEAD) != (na == DEAD) {
+                        ok = false;
+                        break;
+                    }
+                    if nd != DEAD && found.get(&nd) != Some(&na) {
+                        pairs.push((nd, na));
+                    }
+                }
+                if !ok {
+                    break;
+                }
+            }
+            if ok {
+                for (&d, &a) in &found {
+                    base_of[d as usize] = a;
+                }
+            }
+        }
+        if base_of.iter().all(|&a| a == DEAD) {
+            return self;
+        }
+        let mut here_of = vec![DEAD; any.num_states()];
+        for (d, &a) in base_of.iter().enumerate() {
+            if a != DEAD && here_of[a as usize] == DEAD {
+                here_of[a as usize] = d as u32;
+            }
+        }
+        self.alias = Some(Arc::new(Alias { base: any.clone(), base_of, here_of }));
+        self
+    }
+
     /// Text over any bytes around `stop` (KMP automaton; state k = the last k bytes read
     /// are `stop`'s first k). `until`: the text ends at the first occurrence of `stop`
     /// (included); otherwise: any text that does not contain `stop`.

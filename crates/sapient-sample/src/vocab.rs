@@ -52,6 +52,9 @@ pub struct TokenIndex {
     pub(crate) root_child2: Arc<[u32]>,
     /// Lexeme token sets shared by the grammars that use this index.
     pub(crate) lexemes: Arc<Mutex<LexemeStore>>,
+    /// The bytes below the nodes with large subtrees (a lexeme state that loops on all of
+    /// them takes the whole subtree at once).
+    pub(crate) subtree_bytes: Arc<SubtreeBytes>,
 }
 
 static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -195,6 +198,7 @@ impl TokenIndex {
                 root_child2[b0 << 8 | n.byte as usize] = i as u32;
             }
         }
+        let subtree = Arc::new(SubtreeBytes::new(&nodes));
         Self {
             nodes,
             tok_ids,
@@ -208,6 +212,7 @@ impl TokenIndex {
             root_child,
             root_child2: root_child2.into(),
             lexemes: Default::default(),
+            subtree_bytes: subtree,
         }
     }
 
@@ -243,37 +248,64 @@ impl TokenIndex {
         // different places but into the same state share one group and their common rests
         // are checked once), the state before it and the byte, and where the rest starts.
         let mut leaving: Vec<Leaving> = Vec::new();
+        let (trans, accepting): (&[u32], &[bool]) = (&dfa.trans, &dfa.accepting);
         let mut st = vec![0u32; self.max_depth + 1];
-        // acc[d]: the first point on the path where the lexeme could end (DFA state before
-        // the byte, the byte, depth after it).
-        let mut acc: Vec<Option<(u32, u8, usize)>> = vec![None; self.max_depth + 1];
+        // acc[d]: the first point on the path where the lexeme could end, packed by
+        // `Accept` (NO_ACCEPT: none yet).
+        let mut acc = vec![NO_ACCEPT; self.max_depth + 1];
+        // Per DFA state met at a node with a summarized subtree: the bytes that keep it in
+        // that state (then the whole subtree stays inside the lexeme).
+        let mut loops: crate::hash::FastMap<u32, ByteSet> = Default::default();
         st[0] = s;
         let mut i = 1;
-        while i < self.nodes.len() {
-            let n = self.nodes[i];
+        let nodes = &self.nodes[..];
+        while i < nodes.len() {
+            let n = nodes[i];
             let d = n.depth as usize;
             let p = st[d - 1];
-            let t = dfa.next(p, n.byte);
+            let t = trans[p as usize * 256 + n.byte as usize];
             if t == DEAD {
                 // The token leaves the lexeme: possible only after a point where it could end.
-                if let Some((ap, ab, ad)) = acc[d - 1] {
+                let a = acc[d - 1];
+                if a != NO_ACCEPT {
                     if leaving.len() > 4 * MAX_LEXEME_RESTS {
                         // Too many to check per mask (a length-bounded lexeme: every longer
                         // token leaves it): masks of this state walk the trie instead.
                         return LexemeTokens { inner, groups: Vec::new(), num_rests: usize::MAX };
                     }
+                    let (ap, ab, ad) = unpack_accept(a);
                     let into = dfa.next(ap, ab);
-                    let (t0, t1) = (n.tok_start as usize, self.nodes[n.end as usize - 1].tok_end as usize);
+                    let (t0, t1) = (n.tok_start as usize, nodes[n.end as usize - 1].tok_end as usize);
                     leaving.extend(self.tok_ids[t0..t1].iter().map(|&tok| Leaving { into, p: ap, b: ab, tok, at: ad as u32, head: head(&self.bytes[tok as usize][ad..]) }));
                 }
                 i = n.end as usize;
                 continue;
             }
             st[d] = t;
-            acc[d] = acc[d - 1].or(if dfa.accepting[t as usize] { Some((p, n.byte, d)) } else { None });
+            acc[d] = if acc[d - 1] != NO_ACCEPT {
+                acc[d - 1]
+            } else if accepting[t as usize] {
+                pack_accept(p, n.byte, d)
+            } else {
+                NO_ACCEPT
+            };
             // Every byte taken by the lexeme: allowed whatever follows it.
-            for &tok in &self.tok_ids[n.tok_start as usize..n.tok_end as usize] {
+            let (t0, t1) = (n.tok_start as usize, n.tok_end as usize);
+            for &tok in &self.tok_ids[t0..t1] {
                 inner.set(tok);
+            }
+            if let Some(below) = self.subtree_bytes.of(i) {
+                let lp = loops.entry(t).or_insert_with(|| ByteSet::loops_of(dfa, t));
+                if below.within(lp) {
+                    // Every byte below keeps the automaton in `t`: every token below stays
+                    // inside the lexeme.
+                    let last = nodes[n.end as usize - 1].tok_end as usize;
+                    for &tok in &self.tok_ids[t1..last] {
+                        inner.set(tok);
+                    }
+                    i = n.end as usize;
+                    continue;
+                }
             }
             i += 1;
         }
@@ -380,6 +412,88 @@ pub(crate) fn head(rest: &[u8]) -> u64 {
     // The last byte holds the length (up to 7), so "a" sorts before "a\0".
     w[7] = rest.len().min(7) as u8;
     u64::from_be_bytes(w)
+}
+
+/// A point where a lexeme could end (DFA state before the byte, the byte, depth after it),
+/// packed in one word; `NO_ACCEPT` for none.
+const NO_ACCEPT: u64 = u64::MAX;
+fn pack_accept(p: u32, b: u8, d: usize) -> u64 {
+    (p as u64) << 32 | (b as u64) << 24 | (d as u64 & 0xff_ffff)
+}
+fn unpack_accept(a: u64) -> (u32, u8, usize) {
+    ((a >> 32) as u32, (a >> 24) as u8, (a & 0xff_ffff) as usize)
+}
+
+/// A set of bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ByteSet([u64; 4]);
+
+impl ByteSet {
+    fn insert(&mut self, b: u8) {
+        self.0[b as usize / 64] |= 1 << (b % 64);
+    }
+    fn union(&mut self, o: &ByteSet) {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a |= b;
+        }
+    }
+    fn within(&self, o: &ByteSet) -> bool {
+        self.0.iter().zip(o.0).all(|(a, b)| a & !b == 0)
+    }
+    /// The bytes on which `dfa` stays in state `t`.
+    fn loops_of(dfa: &crate::dfa::DfaTable, t: u32) -> Self {
+        let mut s = Self::default();
+        for b in 0..=255u8 {
+            if dfa.next(t, b) == t {
+                s.insert(b);
+            }
+        }
+        s
+    }
+}
+
+/// Trie nodes with at least this many nodes below them have their subtree's bytes
+/// summarized ([`SubtreeBytes`]).
+const SUMMARIZED_SUBTREE: u32 = 16;
+
+/// The bytes below each trie node of at least [`SUMMARIZED_SUBTREE`] descendants (not the
+/// node's own byte).
+#[derive(Debug, Default)]
+pub(crate) struct SubtreeBytes {
+    /// Per node: its set in `sets`, or `u32::MAX`.
+    at: Vec<u32>,
+    sets: Vec<ByteSet>,
+}
+
+impl SubtreeBytes {
+    fn new(nodes: &[TrieNode]) -> Self {
+        // Parents from the pre-order layout (a node's parent is the last node before it one
+        // level up), then children before parents: backwards.
+        let mut last_at = vec![0u32; nodes.iter().map(|n| n.depth as usize).max().unwrap_or(0) + 1];
+        let mut parent = vec![0u32; nodes.len()];
+        for (i, n) in nodes.iter().enumerate().skip(1) {
+            let d = n.depth as usize;
+            parent[i] = last_at[d - 1];
+            last_at[d] = i as u32;
+        }
+        let mut below = vec![ByteSet::default(); nodes.len()];
+        let mut out = Self { at: vec![u32::MAX; nodes.len()], sets: Vec::new() };
+        for i in (1..nodes.len()).rev() {
+            let n = nodes[i];
+            let mut mine = below[i];
+            if n.end.saturating_sub(i as u32 + 1) >= SUMMARIZED_SUBTREE {
+                out.at[i] = out.sets.len() as u32;
+                out.sets.push(mine);
+            }
+            mine.insert(n.byte);
+            below[parent[i] as usize].union(&mine);
+        }
+        out
+    }
+    #[inline]
+    fn of(&self, node: usize) -> Option<&ByteSet> {
+        self.sets.get(*self.at.get(node)? as usize)
+    }
 }
 
 /// Distinct token rests leaving a lexeme state above which its sets are not used (its masks

@@ -274,6 +274,37 @@ fn aliased_key_states_mask_like_the_walk() {
     }
 }
 
+/// A string pattern searched anywhere is any text once found: those states take the token
+/// sets of the any-text automaton (shared between grammars). Masks along random documents
+/// equal the plain walk, with tokens that complete the pattern, run past it, or close the
+/// string.
+#[test]
+fn found_pattern_states_mask_like_the_walk() {
+    let words = [
+        "<eos>", "{", "}", "\"", "\"a", "ab", "b", "abc", "c\"", "\"x", "xab", "é", "\u{e9}b\"", "\\n", "\":", "\"}", "a\"}", "\"s", "s\":", "\\", "1", "\"ab\"",
+    ];
+    let toks: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+    let idx = TokenIndex::new(toks, &[0], &[]);
+    let schema = serde_json::json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "ab"}}, "required": ["s"], "additionalProperties": false});
+    let g = Grammar::json_schema(&schema).unwrap();
+    let aliased = g.dfas.iter().filter_map(|d| d.alias.as_ref()).map(|a| a.base_of.iter().filter(|&&b| b != crate::dfa::DEAD).count()).sum::<usize>();
+    assert!(aliased > 0, "the pattern's automaton has states aliased to any text");
+    let mut rand = xorshift(0x2545_f491_4f6c_dd1d);
+    for _ in 0..200 {
+        let mut st = g.start();
+        for _ in 0..20 {
+            let m = idx.mask(&g, &st).unwrap();
+            assert_eq!(m, idx.mask_by_walk(&g, &st).unwrap(), "state {st:?}");
+            let allowed: Vec<u32> = m.iter().filter(|&t| t != 0).collect();
+            if allowed.is_empty() {
+                break;
+            }
+            let t = allowed[rand(allowed.len())];
+            st = g.advance_bytes(&st, words[t as usize].as_bytes()).unwrap().unwrap();
+        }
+    }
+}
+
 /// A seeded pick below `n` (xorshift), for random walks over the allowed tokens.
 fn xorshift(mut seed: u64) -> impl FnMut(usize) -> usize {
     move |n| {
