@@ -17,7 +17,8 @@
 //! block tables.
 
 use crate::config::Activation;
-use crate::kv::KvCache;
+use crate::deltanet::{DeltaInputs, DeltaVectors};
+use crate::kv::{KvCache, SeqId};
 use crate::Result;
 use sapient_tensor::Weight;
 
@@ -46,6 +47,7 @@ pub(crate) struct Dims {
 /// its block table at `tabs[tab0..tab0 + tabn]` of the [`Step`].
 #[derive(Clone, Copy)]
 pub(crate) struct Seg {
+    pub seq: SeqId,
     pub row0: usize,
     pub n: usize,
     pub start: usize,
@@ -153,4 +155,14 @@ pub(crate) trait Backend {
     /// Compute logits only for token ids `0..first` and `extra` (the others `-inf`), or for
     /// all again with `None`; returns whether they are restricted now.
     fn restrict_logits(&mut self, output: &Self::Lin, keep: Option<(usize, &[u32])>) -> Result<bool>;
+
+    /// Per head, split `n` rows of a query-and-gate projection (`heads x [query | gate]`,
+    /// `head_dim` each) into queries `q` and output gates `gate` (`heads x head_dim` a row).
+    fn split_query_gate(&mut self, qg: &Self::Buf, n: usize, heads: usize, head_dim: usize, q: &mut Self::Buf, gate: &mut Self::Buf);
+    /// `x *= sigmoid(g)` over the first `len` values (gated attention's output gate).
+    fn mul_sigmoid(&mut self, x: &mut Self::Buf, g: &Self::Buf, len: usize);
+    /// The Gated DeltaNet of a linear-attention layer over the step's rows (`deltanet.rs`):
+    /// from its projections `p` to the gated-norm output of its value heads in `out`
+    /// (`value dim` a row), each sequence's recurrent state in `kv` updated in place.
+    fn delta_net(&mut self, kv: &mut KvCache, w: &DeltaVectors<Self::Vector>, p: DeltaInputs<'_, Self::Buf>, step: &Step, out: &mut Self::Buf) -> Result<()>;
 }

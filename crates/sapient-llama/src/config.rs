@@ -1,5 +1,6 @@
 //! Hyper-parameters of a LLaMA-family model, read from GGUF metadata or an HF `config.json`.
 
+pub use crate::deltanet::HybridConfig;
 use crate::{Error, Result};
 use sapient_tensor::GgufFile;
 use serde::Deserialize;
@@ -18,6 +19,9 @@ pub enum Arch {
     Gemma3,
     /// Qwen3: Qwen2's layout with per-head q/k RMSNorm and no QKV bias.
     Qwen3,
+    /// Qwen3.5: a hybrid of Gated DeltaNet (linear attention) layers and gated full-attention
+    /// layers with q/k RMSNorm and partial RoPE (see [`HybridConfig`]). GGUF only.
+    Qwen35,
 }
 
 impl Arch {
@@ -29,6 +33,7 @@ impl Arch {
             "phi3" | "phi3forcausallm" => Ok(Arch::Phi3),
             "gemma3" | "gemma3_text" | "gemma3forcausallm" => Ok(Arch::Gemma3),
             "qwen3" | "qwen3forcausallm" => Ok(Arch::Qwen3),
+            "qwen35" | "qwen3_5" | "qwen3_5_text" | "qwen3_5forcausallm" | "qwen3_5forconditionalgeneration" => Ok(Arch::Qwen35),
             _ => Err(Error::UnsupportedArchitecture {
                 arch: name.to_string(),
                 path: file.to_path_buf(),
@@ -43,6 +48,7 @@ impl Arch {
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen35 => "qwen35",
         }
     }
 }
@@ -119,6 +125,9 @@ pub struct LlamaConfig {
     pub attn_scale: Option<f32>,
     /// Final logits become `cap * tanh(logits / cap)`.
     pub final_logit_softcap: Option<f32>,
+    /// Which layers are linear attention, and their shapes (Qwen3.5); `None`: every layer is
+    /// full attention.
+    pub hybrid: Option<HybridConfig>,
 }
 
 impl LlamaConfig {
@@ -214,6 +223,7 @@ impl LlamaConfig {
             activation: Activation::Silu,
             attn_scale: None,
             final_logit_softcap: None,
+            hybrid: None,
         }
         .with_gguf_arch(g, arch_name)
     }
@@ -229,6 +239,13 @@ impl LlamaConfig {
         };
         if self.arch == Arch::Qwen3 {
             self.qk_norm = true;
+        }
+        if self.arch == Arch::Qwen35 {
+            self.qk_norm = true;
+            let hybrid = HybridConfig::from_gguf(g, arch_name, self.num_layers)?;
+            self.num_layers -= hybrid.mtp_layers;
+            hybrid.check_rope_sections(g, arch_name, self.rope_dim)?;
+            self.hybrid = Some(hybrid);
         }
         if self.arch == Arch::Gemma3 {
             // llama.cpp `llama_model_gemma3::load_arch_hparams` and its graph.
@@ -295,10 +312,11 @@ impl LlamaConfig {
             c.model_type.as_deref().or(c.architectures.first().map(|s| s.as_str())).unwrap_or("?"),
             path,
         )?;
-        if arch == Arch::Gemma3 {
+        if matches!(arch, Arch::Gemma3 | Arch::Qwen35) {
             return Err(Error::Config(format!(
-                "{}: gemma3 loads from GGUF only (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)",
-                path.display()
+                "{}: {} loads from GGUF only (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)",
+                path.display(),
+                arch.name()
             )));
         }
         let num_kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
@@ -376,6 +394,7 @@ impl LlamaConfig {
             activation: Activation::Silu,
             attn_scale: None,
             final_logit_softcap: None,
+            hybrid: None,
         })
     }
 }

@@ -26,6 +26,12 @@
 //!   (fewer TLB misses as decode streams the cache; at least 2 MiB a layer's keys or values
 //!   once written), else 4 KiB ones. [`KvCache::reserve`] fails with [`Error::KvFull`]
 //!   instead of growing; the engine preempts a sequence then.
+//! - **Sequence state** (hybrid models such as Qwen3.5): each sequence also owns a fixed-size
+//!   recurrent state for the linear-attention layers (their convolution windows and delta-rule
+//!   matrices), made zeroed on its first forward, copied by [`KvCache::fork`], freed with the
+//!   sequence, and reset when it is truncated to nothing. Such state cannot roll back to an
+//!   earlier position, so truncating a sequence to a shorter non-zero length is an error and
+//!   the prefix cache neither registers nor attaches blocks for these caches.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -143,6 +149,9 @@ struct Seq {
     len: usize,
     /// Chain hashes of the first `hashes.len()` full blocks (see [`KvCache::commit`]).
     hashes: Vec<u64>,
+    /// The recurrent state (empty until the first forward) and the positions it has taken in.
+    state: Vec<f32>,
+    state_len: usize,
 }
 
 /// Counters for monitoring.
@@ -183,6 +192,8 @@ pub struct KvCache {
     tick: u64,
     seqs: Vec<Option<Seq>>,
     spare_ids: Vec<u32>,
+    /// Values of recurrent state per sequence (0: none, a plain transformer).
+    state_floats: usize,
 }
 
 impl KvCache {
@@ -239,6 +250,7 @@ impl KvCache {
             tick: 0,
             seqs: Vec::new(),
             spare_ids: Vec::new(),
+            state_floats: 0,
         })
     }
 
@@ -327,19 +339,30 @@ impl KvCache {
     pub fn fork(&mut self, id: SeqId) -> Result<SeqId> {
         let s = self.seq(id)?;
         let (blocks, len, hashes) = (s.blocks.clone(), s.len, s.hashes.clone());
+        let (state, state_len) = (s.state.clone(), s.state_len);
         for &b in &blocks {
             self.refs[b as usize] += 1;
         }
         let new = self.new_seq();
-        *self.seq_mut(new)? = Seq { blocks, len, hashes };
+        *self.seq_mut(new)? = Seq { blocks, len, hashes, state, state_len };
         Ok(new)
     }
 
     /// Keep the first `len` positions of `id` (speculative rollback, prefix reuse); blocks
-    /// past them go back to the pool.
+    /// past them go back to the pool. With sequence state (a hybrid model), only truncating
+    /// to 0 (or to what the sequence holds or more) is possible: anything else is an error
+    /// and changes nothing.
     pub fn truncate(&mut self, id: SeqId, len: usize) -> Result<()> {
         let bs = self.block_size;
+        let stateful = self.state_floats > 0;
         let s = self.seq_mut(id)?;
+        if stateful && len < s.state_len.max(s.len) {
+            if len > 0 {
+                return Err(Error::StateRollback { len, held: s.state_len.max(s.len) });
+            }
+            s.state.fill(0.0);
+            s.state_len = 0;
+        }
         s.len = s.len.min(len);
         let keep = s.len.div_ceil(bs);
         let dropped: Vec<u32> = s.blocks.drain(keep.min(s.blocks.len())..).collect();
@@ -500,6 +523,10 @@ impl KvCache {
         if self.seq(id)?.len != 0 {
             return Err(Error::Internal("attach_prefix on a sequence that holds positions"));
         }
+        if self.state_floats > 0 {
+            // The recurrent state at a block boundary is not kept: nothing to share.
+            return Ok(0);
+        }
         let mut prev = 0u64;
         let mut taken = Vec::new();
         let mut hashes = Vec::new();
@@ -530,6 +557,9 @@ impl KvCache {
     /// Register the full blocks of `id` under the hashes of `tokens` (the sequence's tokens
     /// so far, at least its length), so later sequences can share them.
     pub fn commit(&mut self, id: SeqId, tokens: &[u32]) -> Result<()> {
+        if self.state_floats > 0 {
+            return Ok(());
+        }
         let bs = self.block_size;
         let s = self.seq(id)?;
         let full = s.len.min(tokens.len()) / bs;
@@ -582,6 +612,39 @@ impl KvCache {
     }
     pub(crate) fn width(&self) -> usize {
         self.width
+    }
+
+    /// Give every sequence `floats` values of recurrent state (a hybrid model's cache).
+    pub(crate) fn with_seq_state(mut self, floats: usize) -> Self {
+        self.state_floats = floats;
+        self
+    }
+    /// Whether sequences carry recurrent state (a hybrid model): then they cannot be
+    /// truncated to a shorter non-zero length, and the prefix cache is off.
+    pub fn has_seq_state(&self) -> bool {
+        self.state_floats > 0
+    }
+    /// Bytes of recurrent state each sequence holds once it has run (0 without).
+    pub fn seq_state_bytes(&self) -> usize {
+        self.state_floats * std::mem::size_of::<f32>()
+    }
+    /// The recurrent state of `id`, zeroed on first use; errors unless it has taken in
+    /// exactly `start` positions (a forward that failed part-way leaves it out of step).
+    pub(crate) fn seq_state_at(&mut self, id: SeqId, start: usize) -> Result<&mut [f32]> {
+        let floats = self.state_floats;
+        let s = self.seq_mut(id)?;
+        if s.state_len != start {
+            return Err(Error::StateRollback { len: start, held: s.state_len });
+        }
+        if s.state.len() != floats {
+            s.state = vec![0.0; floats];
+        }
+        Ok(&mut s.state)
+    }
+    /// Record that the state of `id` has taken in `len` positions.
+    pub(crate) fn set_state_len(&mut self, id: SeqId, len: usize) -> Result<()> {
+        self.seq_mut(id)?.state_len = len;
+        Ok(())
     }
     pub(crate) fn num_layers(&self) -> usize {
         self.layers
