@@ -109,7 +109,7 @@ impl HybridConfig {
         let s: Vec<usize> = g.get_array(&key)?.iter().map(|v| v.as_int().map(|i| i.max(0) as usize).unwrap_or(0)).chain(std::iter::repeat(0)).take(4).collect();
         let total: usize = s.iter().sum();
         // ggml's `ggml_mrope_cache_init` for GGML_ROPE_TYPE_IMROPE.
-        let fourth = |sector: usize| !((sector % 3 == 0 && sector < 3 * s[0]) || (sector % 3 == 1 && sector < 3 * s[1]) || (sector % 3 == 2 && sector < 3 * s[2]));
+        let fourth = |sector: usize| !((sector.is_multiple_of(3) && sector < 3 * s[0]) || (sector % 3 == 1 && sector < 3 * s[1]) || (sector % 3 == 2 && sector < 3 * s[2]));
         if total == 0 || (0..rope_dim / 2).any(|i| fourth(i % total)) {
             return Err(Error::Config(format!(
                 "{}: rope sections {s:?} give some of the {rope_dim} rotated dimensions the fourth M-RoPE position, which is not supported",
