@@ -5,6 +5,8 @@
 //! recomputes it) completes every sequence with the same tokens; the prefix cache is off for
 //! hybrids (it keeps no state snapshots) and answers are what a fresh prefill gives.
 
+mod common;
+use common::wait_idle;
 #[path = "../../sapient-llama/tests/common/qwen35.rs"]
 mod qwen35;
 
@@ -12,9 +14,12 @@ use anyhow::Result;
 use sapient_generate::{Engine, EngineOptions, FinishReason, Generation, GenerationConfig, KvBudget, KvDtype, KvOptions, Pipeline, PipelineOptions, SamplerConfig};
 use std::time::{Duration, Instant};
 
-fn pipeline(file: &qwen35::Synthetic) -> Result<Pipeline> {
+/// The synthetic model (its file lives as long as the first value) and its pipeline.
+fn setup() -> Result<(qwen35::Synthetic, Pipeline)> {
+    let file = qwen35::Synthetic::build(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")))?;
     let path = file.path().to_str().ok_or_else(|| anyhow::anyhow!("path"))?;
-    Ok(Pipeline::load(path, PipelineOptions { max_seq_len: Some(512), ..Default::default() }, |_| {})?)
+    let p = Pipeline::load(path, PipelineOptions { max_seq_len: Some(512), ..Default::default() }, |_| {})?;
+    Ok((file, p))
 }
 
 /// Eight prompts of 3 to about 180 tokens.
@@ -41,19 +46,9 @@ fn alone(p: &Pipeline, prompts: &[Vec<u32>], cfg: impl Fn(usize) -> GenerationCo
     Ok(prompts.iter().enumerate().map(|(i, q)| e.submit(q.clone(), cfg(i))?.wait()).collect::<Result<_, _>>()?)
 }
 
-fn wait_idle(engine: &Engine) -> Result<()> {
-    let t = Instant::now();
-    while engine.metrics().running > 0 || engine.metrics().waiting > 0 || engine.metrics().kv.used_blocks > 0 {
-        anyhow::ensure!(t.elapsed() < Duration::from_secs(60), "engine did not go idle: {:?}", engine.metrics());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Ok(())
-}
-
 #[test]
 fn hybrid_requests_give_what_they_give_alone() -> Result<()> {
-    let file = qwen35::Synthetic::build(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")))?;
-    let p = pipeline(&file)?;
+    let (_file, p) = setup()?;
     let qs = prompts(&p)?;
     // Greedy, and every third sampled with its own seed.
     let cfg = |i: usize| {
@@ -90,8 +85,7 @@ fn hybrid_requests_give_what_they_give_alone() -> Result<()> {
 
 #[test]
 fn hybrid_budget_holds_through_preemption() -> Result<()> {
-    let file = qwen35::Synthetic::build(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")))?;
-    let p = pipeline(&file)?;
+    let (_file, p) = setup()?;
     let qs = prompts(&p)?;
     let cfg = |_| GenerationConfig { ignore_eos: true, ..GenerationConfig::default().max_tokens(40) };
     let alone = alone(&p, &qs, cfg)?;
@@ -115,8 +109,7 @@ fn hybrid_budget_holds_through_preemption() -> Result<()> {
 /// with them); a second request sharing a long prefix computes it again, to the same answer.
 #[test]
 fn hybrid_prefix_cache_takes_nothing() -> Result<()> {
-    let file = qwen35::Synthetic::build(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")))?;
-    let p = pipeline(&file)?;
+    let (_file, p) = setup()?;
     let tok = p.tokenizer();
     let system = "You are a meticulous assistant for a hardware store. ".repeat(8);
     let ask = |q: &str| tok.encode(&format!("{system}{q}"), false);

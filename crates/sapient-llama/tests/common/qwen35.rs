@@ -27,22 +27,9 @@ pub const K_HEADS: usize = 2;
 pub const V_HEADS: usize = 4;
 pub const SD: usize = 16;
 
-fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// uniform(offset - scale, offset + scale), tensor `index`'s element `i` = splitmix(index << 32 + i).
-fn values(index: u64, n: usize, offset: f64, scale: f64) -> Vec<f32> {
-    (0..n as u64)
-        .map(|i| {
-            let u = (splitmix((index << 32) + i) >> 11) as f64 / (1u64 << 53) as f64;
-            (offset + (u - 0.5) * 2.0 * scale) as f32
-        })
-        .collect()
-}
+#[path = "splitmix.rs"]
+mod splitmix;
+use splitmix::values;
 
 /// Name, row-major shape, offset and scale of each tensor, in index order.
 pub fn tensors(vocab: usize) -> Vec<(String, Vec<usize>, f64, f64)> {
