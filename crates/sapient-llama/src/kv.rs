@@ -842,4 +842,27 @@ mod tests {
         // Only the first block still matches.
         assert_eq!(c.attach_prefix(b, &probe).unwrap(), 4);
     }
+
+    /// A hybrid's sequence state: copied by `fork`, reset only by truncating to 0 (a shorter
+    /// non-zero length is an error that changes nothing), out of step when a forward did
+    /// not finish, and never shared through the prefix cache.
+    #[test]
+    fn sequence_state_forks_and_rolls_back_only_to_zero() {
+        let mut c = cache(8).with_seq_state(3);
+        let toks: Vec<u32> = (0..9).collect();
+        let a = c.new_seq();
+        write(&mut c, a, &[1, 2, 3, 4, 5]);
+        c.seq_state_at(a, 0).unwrap().copy_from_slice(&[1.0, 2.0, 3.0]);
+        c.set_state_len(a, 5).unwrap();
+        let b = c.fork(a).unwrap();
+        assert_eq!(c.seq_state_at(b, 5).unwrap(), &[1.0, 2.0, 3.0]);
+        assert!(matches!(c.seq_state_at(b, 4), Err(Error::StateRollback { len: 4, held: 5 })));
+        assert!(matches!(c.truncate(a, 2), Err(Error::StateRollback { len: 2, held: 5 })));
+        assert_eq!(c.len(a).unwrap(), 5);
+        c.truncate(a, 0).unwrap();
+        assert_eq!(c.seq_state_at(a, 0).unwrap(), &[0.0; 3]);
+        c.commit(b, &toks).unwrap();
+        let d = c.new_seq();
+        assert_eq!(c.attach_prefix(d, &toks).unwrap(), 0);
+    }
 }

@@ -126,6 +126,26 @@ fn qwen35_synthetic_matches_llama_cpp() -> Result<()> {
     Ok(())
 }
 
+/// Metadata that does not fit is an error naming it, at load.
+#[test]
+fn linear_attention_metadata_that_does_not_fit_is_an_error() -> Result<()> {
+    use sapient_tensor::gguf::Value;
+    let cases: [(&str, Value, &str); 3] = [
+        ("ssm.inner_size", Value::U32(60), "inner size 60"),
+        ("ssm.group_count", Value::U32(3), "3 key heads"),
+        ("rope.dimension_sections", Value::i32_array([3, 3, 1, 1]), "rope sections [3, 3, 1, 1]"),
+    ];
+    for (key, value, want) in cases {
+        let path = tmp().join(format!("qwen35-bad-{}.gguf", std::process::id()));
+        qwen35::write_with(&path, &[(key, value)])?;
+        let r = LlamaConfig::from_gguf(&sapient_tensor::GgufFile::open(&path)?);
+        let _ = std::fs::remove_file(&path);
+        let e = r.err().context(key)?.to_string();
+        assert!(e.contains(want), "{key}: {e}");
+    }
+    Ok(())
+}
+
 /// F32 weights on both sides, keys and values cached in f16 on both: what is left is
 /// summation order and the cache's f16 rounding. Measured 3.5e-3 on logits near 20 (AVX-512
 /// with AMX-BF16), with every greedy token equal; the value heads reading the key heads in

