@@ -711,6 +711,14 @@ impl Scheduler {
                     let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed]);
                 }
             }
+            // A hybrid's state where its prompt reaches a block boundary (the end of a chunk
+            // of a multiple of the block size, or its last one) is kept for later requests.
+            let a = &self.running[p.idx];
+            if let (Some(seq), Some(end)) = (a.seq, self.snapshot_at(a)) {
+                if a.computed <= end && a.computed.is_multiple_of(self.kv.block_size()) {
+                    let _ = self.kv.snapshot_state(seq);
+                }
+            }
             match r {
                 Ok(None) => {}
                 Ok(Some(reason)) => done.push((p.idx, Ok(reason))),
@@ -935,7 +943,11 @@ impl Scheduler {
             if pending == 0 {
                 continue;
             }
-            let n = if pending == 1 || a.drafts > 0 { pending } else { pending.min(self.opts.prefill_chunk).min(budget) };
+            let mut n = if pending == 1 || a.drafts > 0 { pending } else { pending.min(self.opts.prefill_chunk).min(budget) };
+            if let Some(end) = self.snapshot_at(a).filter(|&end| a.computed < end) {
+                // A hybrid's prompt stops at its last block boundary once, for a state snapshot.
+                n = n.min(end - a.computed);
+            }
             if n == 0 {
                 continue;
             }
@@ -1150,6 +1162,14 @@ impl Scheduler {
             a.kv_tokens.extend_from_slice(&guesses[w]);
             a.dec.stats.draft_time += took / want.len() as u32;
         }
+    }
+
+    /// For a hybrid model with the prefix cache: the prompt position (its last block boundary
+    /// before its last token) where the recurrent state is kept for later requests.
+    fn snapshot_at(&self, a: &Active) -> Option<usize> {
+        let bs = self.kv.block_size();
+        let end = a.dec.prompt_len().saturating_sub(1) / bs * bs;
+        (self.kv.has_seq_state() && self.opts.prefix_cache && end > 0).then_some(end)
     }
 
     /// Free `v`'s blocks (full ones stay in the prefix cache) and queue it for recomputation.

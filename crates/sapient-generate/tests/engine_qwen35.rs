@@ -2,8 +2,8 @@
 //! DeltaNet layers with per-sequence recurrent state beside the paged KV cache): every
 //! sequence of a batch of 8 mixed-length prompts, half joining mid-way, gives exactly the
 //! tokens it gives alone; a budget that forces preemption (which frees a sequence's state and
-//! recomputes it) completes every sequence with the same tokens; the prefix cache is off for
-//! hybrids (it keeps no state snapshots) and answers are what a fresh prefill gives.
+//! recomputes it) completes every sequence with the same tokens; the prefix cache gives a
+//! second request the blocks and a snapshot of the state, and the answer a fresh prefill gives.
 
 mod common;
 use common::wait_idle;
@@ -104,22 +104,38 @@ fn hybrid_budget_holds_through_preemption() -> Result<()> {
     Ok(())
 }
 
-/// The prefix cache keeps keys and values at block boundaries but no recurrent state, so for
-/// a hybrid it takes nothing (rather than give a sequence keys without the state that goes
-/// with them); a second request sharing a long prefix computes it again, to the same answer.
+/// The prefix cache keeps, beside a hybrid's blocks, its recurrent state where a prompt chunk
+/// ends on a block boundary: a second request sharing a long system prompt takes the blocks
+/// and the state up to the last such point inside the shared part, and answers what a fresh
+/// prefill answers.
 #[test]
-fn hybrid_prefix_cache_takes_nothing() -> Result<()> {
+fn hybrid_prefix_cache_reuses_the_state_snapshot() -> Result<()> {
     let (_file, p) = setup()?;
     let tok = p.tokenizer();
     let system = "You are a meticulous assistant for a hardware store. ".repeat(8);
     let ask = |q: &str| tok.encode(&format!("{system}{q}"), false);
     let cfg = GenerationConfig::default().max_tokens(8);
-    let e = Engine::new(&p, opts(4096))?;
-    e.submit(ask("Do you sell hammers?")?, cfg.clone())?.wait()?;
+    let chunked = |prefix_cache| EngineOptions { prefill_chunk: 32, prefix_cache, ..opts(4096) };
+    let e = Engine::new(&p, chunked(true))?;
+    let a = e.submit(ask("Do you sell hammers?")?, cfg.clone())?.wait()?;
     let b = e.submit(ask("Where are the nails?")?, cfg.clone())?.wait()?;
-    assert!(b.stats.prompt_tokens > 64);
-    assert_eq!(b.stats.reused_prompt_tokens, 0);
-    let fresh = Engine::new(&p, EngineOptions { prefix_cache: false, ..opts(4096) })?;
-    assert_eq!(fresh.submit(ask("Where are the nails?")?, cfg)?.wait()?.tokens, b.tokens);
+    let (pa, pb) = (ask("Do you sell hammers?")?, ask("Where are the nails?")?);
+    assert_eq!(a.stats.reused_prompt_tokens, 0);
+    // The first request's state was kept at the ends of its chunks of 32 and at its last
+    // block boundary (blocks of 16) before its last token: the second takes the furthest of
+    // those inside what the two share.
+    let last = (pa.len() - 1) / 16 * 16;
+    let kept = (1..=last / 32).map(|i| i * 32).chain([last]);
+    let want = kept.filter(|&k| k <= common(&pa, &pb) && k < pb.len()).max().unwrap_or(0);
+    assert_eq!(b.stats.reused_prompt_tokens, want, "{} shared tokens", common(&pa, &pb));
+    assert!(want >= 64);
+    let fresh = Engine::new(&p, chunked(false))?;
+    let c = fresh.submit(ask("Where are the nails?")?, cfg)?.wait()?;
+    assert_eq!(c.stats.reused_prompt_tokens, 0);
+    assert_eq!(c.tokens, b.tokens, "prefix cache (blocks and state snapshot) vs fresh");
     Ok(())
+}
+
+fn common(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

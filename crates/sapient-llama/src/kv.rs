@@ -30,8 +30,9 @@
 //!   recurrent state for the linear-attention layers (their convolution windows and delta-rule
 //!   matrices), made zeroed on its first forward, copied by [`KvCache::fork`], freed with the
 //!   sequence, and reset when it is truncated to nothing. Such state cannot roll back to an
-//!   earlier position, so truncating a sequence to a shorter non-zero length is an error and
-//!   the prefix cache neither registers nor attaches blocks for these caches.
+//!   earlier position, so truncating a sequence to a shorter non-zero length is an error; the
+//!   prefix cache shares blocks only up to a block after which a copy of the state was kept
+//!   ([`KvCache::snapshot_state`], `state.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -41,6 +42,7 @@ use sapient_tensor::kernels::ZeroedMap;
 use crate::{Error, Result};
 
 mod saved;
+mod state;
 pub use saved::KvLayout;
 
 /// How much memory the cache may use.
@@ -194,6 +196,8 @@ pub struct KvCache {
     spare_ids: Vec<u32>,
     /// Values of recurrent state per sequence (0: none, a plain transformer).
     state_floats: usize,
+    /// Recurrent state after registered blocks, by chain hash (`state.rs`).
+    snapshots: state::Snapshots,
 }
 
 impl KvCache {
@@ -251,6 +255,7 @@ impl KvCache {
             seqs: Vec::new(),
             spare_ids: Vec::new(),
             state_floats: 0,
+            snapshots: state::Snapshots::default(),
         })
     }
 
@@ -401,6 +406,7 @@ impl KvCache {
         if let Some(h) = self.hash[b as usize].take() {
             if self.by_hash.get(&h) == Some(&b) {
                 self.by_hash.remove(&h);
+                self.snapshots.remove(h);
             }
         }
     }
@@ -517,16 +523,21 @@ impl KvCache {
 
     /// Give the empty sequence `id` the registered blocks that hold a prefix of `tokens`,
     /// leaving at least one token to compute (its logits are needed). Returns the number of
-    /// positions taken.
+    /// positions taken. With sequence state (a hybrid), only up to the last block after
+    /// which the state was kept, and that state with them (`state.rs`).
     pub fn attach_prefix(&mut self, id: SeqId, tokens: &[u32]) -> Result<usize> {
-        let bs = self.block_size;
         if self.seq(id)?.len != 0 {
             return Err(Error::Internal("attach_prefix on a sequence that holds positions"));
         }
         if self.state_floats > 0 {
-            // The recurrent state at a block boundary is not kept: nothing to share.
-            return Ok(0);
+            return self.attach_with_state(id, tokens);
         }
+        self.attach_blocks(id, tokens)
+    }
+
+    /// [`attach_prefix`](Self::attach_prefix)'s blocks: every registered block that matches.
+    fn attach_blocks(&mut self, id: SeqId, tokens: &[u32]) -> Result<usize> {
+        let bs = self.block_size;
         let mut prev = 0u64;
         let mut taken = Vec::new();
         let mut hashes = Vec::new();
@@ -557,9 +568,6 @@ impl KvCache {
     /// Register the full blocks of `id` under the hashes of `tokens` (the sequence's tokens
     /// so far, at least its length), so later sequences can share them.
     pub fn commit(&mut self, id: SeqId, tokens: &[u32]) -> Result<()> {
-        if self.state_floats > 0 {
-            return Ok(());
-        }
         let bs = self.block_size;
         let s = self.seq(id)?;
         let full = s.len.min(tokens.len()) / bs;
@@ -613,39 +621,6 @@ impl KvCache {
     pub(crate) fn width(&self) -> usize {
         self.width
     }
-
-    /// Give every sequence `floats` values of recurrent state (a hybrid model's cache).
-    pub(crate) fn with_seq_state(mut self, floats: usize) -> Self {
-        self.state_floats = floats;
-        self
-    }
-    /// Whether sequences carry recurrent state (a hybrid model): then they cannot be
-    /// truncated to a shorter non-zero length, and the prefix cache is off.
-    pub fn has_seq_state(&self) -> bool {
-        self.state_floats > 0
-    }
-    /// Bytes of recurrent state each sequence holds once it has run (0 without).
-    pub fn seq_state_bytes(&self) -> usize {
-        self.state_floats * std::mem::size_of::<f32>()
-    }
-    /// The recurrent state of `id`, zeroed on first use; errors unless it has taken in
-    /// exactly `start` positions (a forward that failed part-way leaves it out of step).
-    pub(crate) fn seq_state_at(&mut self, id: SeqId, start: usize) -> Result<&mut [f32]> {
-        let floats = self.state_floats;
-        let s = self.seq_mut(id)?;
-        if s.state_len != start {
-            return Err(Error::StateRollback { len: start, held: s.state_len });
-        }
-        if s.state.len() != floats {
-            s.state = vec![0.0; floats];
-        }
-        Ok(&mut s.state)
-    }
-    /// Record that the state of `id` has taken in `len` positions.
-    pub(crate) fn set_state_len(&mut self, id: SeqId, len: usize) -> Result<()> {
-        self.seq_mut(id)?.state_len = len;
-        Ok(())
-    }
     pub(crate) fn num_layers(&self) -> usize {
         self.layers
     }
@@ -661,13 +636,13 @@ mod tests {
     fn cache_of(blocks: usize, dtype: KvDtype) -> KvCache {
         KvCache::new(2, W, KvOptions { block_size: 4, budget: KvBudget::Tokens(blocks * 4), dtype }).unwrap()
     }
-    fn cache(blocks: usize) -> KvCache {
+    pub(super) fn cache(blocks: usize) -> KvCache {
         cache_of(blocks, KvDtype::F16)
     }
 
     /// Writes `x` into every key value of a position (and its key scale in the 8-bit
     /// cache), `x + 1` into every value value.
-    fn write(c: &mut KvCache, id: SeqId, vals: &[u16]) {
+    pub(super) fn write(c: &mut KvCache, id: SeqId, vals: &[u16]) {
         let len = c.len(id).unwrap();
         c.reserve(id, vals.len()).unwrap();
         let blocks = c.blocks(id).unwrap().to_vec();
@@ -841,28 +816,5 @@ mod tests {
         probe.push(100);
         // Only the first block still matches.
         assert_eq!(c.attach_prefix(b, &probe).unwrap(), 4);
-    }
-
-    /// A hybrid's sequence state: copied by `fork`, reset only by truncating to 0 (a shorter
-    /// non-zero length is an error that changes nothing), out of step when a forward did
-    /// not finish, and never shared through the prefix cache.
-    #[test]
-    fn sequence_state_forks_and_rolls_back_only_to_zero() {
-        let mut c = cache(8).with_seq_state(3);
-        let toks: Vec<u32> = (0..9).collect();
-        let a = c.new_seq();
-        write(&mut c, a, &[1, 2, 3, 4, 5]);
-        c.seq_state_at(a, 0).unwrap().copy_from_slice(&[1.0, 2.0, 3.0]);
-        c.set_state_len(a, 5).unwrap();
-        let b = c.fork(a).unwrap();
-        assert_eq!(c.seq_state_at(b, 5).unwrap(), &[1.0, 2.0, 3.0]);
-        assert!(matches!(c.seq_state_at(b, 4), Err(Error::StateRollback { len: 4, held: 5 })));
-        assert!(matches!(c.truncate(a, 2), Err(Error::StateRollback { len: 2, held: 5 })));
-        assert_eq!(c.len(a).unwrap(), 5);
-        c.truncate(a, 0).unwrap();
-        assert_eq!(c.seq_state_at(a, 0).unwrap(), &[0.0; 3]);
-        c.commit(b, &toks).unwrap();
-        let d = c.new_seq();
-        assert_eq!(c.attach_prefix(d, &toks).unwrap(), 0);
     }
 }
