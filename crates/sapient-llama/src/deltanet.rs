@@ -67,7 +67,7 @@ impl HybridConfig {
         let head_dim = g.get_usize(&key("ssm.state_size"))?;
         let v_heads = g.get_usize(&key("ssm.time_step_rank"))?;
         let k_heads = g.get_usize(&key("ssm.group_count"))?;
-        if conv_kernel == 0 || head_dim == 0 || k_heads == 0 || v_heads % k_heads != 0 || inner != v_heads * head_dim {
+        if conv_kernel == 0 || head_dim == 0 || k_heads == 0 || v_heads % k_heads != 0 || v_heads.checked_mul(head_dim) != Some(inner) {
             return Err(bad(format!(
                 "linear attention shapes do not fit: conv kernel {conv_kernel}, {k_heads} key heads, {v_heads} value heads of {head_dim}, inner size {inner}"
             )));
@@ -106,10 +106,11 @@ impl HybridConfig {
         if g.get(&key).is_none() {
             return Ok(());
         }
-        let s: Vec<usize> = g.get_array(&key)?.iter().map(|v| v.as_int().map(|i| i.max(0) as usize).unwrap_or(0)).chain(std::iter::repeat(0)).take(4).collect();
-        let total: usize = s.iter().sum();
+        let s: Vec<usize> = g.get_array(&key)?.iter().map(|v| v.as_int().map(|i| usize::try_from(i.max(0)).unwrap_or(usize::MAX)).unwrap_or(0)).chain(std::iter::repeat(0)).take(4).collect();
+        let total = s.iter().fold(0usize, |t, &x| t.saturating_add(x));
         // ggml's `ggml_mrope_cache_init` for GGML_ROPE_TYPE_IMROPE.
-        let fourth = |sector: usize| !((sector.is_multiple_of(3) && sector < 3 * s[0]) || (sector % 3 == 1 && sector < 3 * s[1]) || (sector % 3 == 2 && sector < 3 * s[2]));
+        let within = |sector: usize, k: usize| sector < s[k].saturating_mul(3);
+        let fourth = |sector: usize| !((sector.is_multiple_of(3) && within(sector, 0)) || (sector % 3 == 1 && within(sector, 1)) || (sector % 3 == 2 && within(sector, 2)));
         if total == 0 || (0..rope_dim / 2).any(|i| fourth(i % total)) {
             return Err(Error::Config(format!(
                 "{}: rope sections {s:?} give some of the {rope_dim} rotated dimensions the fourth M-RoPE position, which is not supported",
