@@ -1,6 +1,7 @@
 //! `sapient-llama`: LLaMA-family causal language models (llama, qwen2, qwen3, mistral, smollm,
-//! phi3-style configs, and gemma3), loaded from GGUF (kept quantized) or HF safetensors
-//! (dense), run by one forward pass on the CPU. docs/llm-architectures.md lists what each was checked against.
+//! phi3-style configs, gemma3, and the Qwen3.5 hybrid of linear and full attention), loaded
+//! from GGUF (kept quantized) or HF safetensors (dense), run by one forward pass on the CPU.
+//! docs/llm-architectures.md lists what each was checked against.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), sapient_llama::Error> {

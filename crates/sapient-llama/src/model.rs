@@ -1,7 +1,9 @@
 //! The LLaMA-family transformer, written once: RMSNorm, RoPE, grouped-query attention over
 //! a paged KV cache, SwiGLU or GeGLU MLP, and what llama, qwen2, qwen3, mistral, smollm, phi3
 //! and gemma3 add (data in `LlamaConfig`: q/k norms, post-norms, embedding scale, sliding
-//! windows with their own RoPE base, soft-capped logits). `Transformer` holds the weights in
+//! windows with their own RoPE base, soft-capped logits), and Qwen3.5's hybrid: layers whose
+//! mixer is Gated DeltaNet linear attention (`deltanet.rs`, its state in the KV cache's
+//! sequences) beside gated full attention. `Transformer` holds the weights in
 //! a [`Backend`]'s form and runs the layer program against the backend's operations
 //! (`backend.rs`); the CPU backend (`cpu.rs`) is the only one, and `LlamaModel` is the
 //! transformer on it (monomorphized: the seam costs nothing). Every forward (`forward`,
