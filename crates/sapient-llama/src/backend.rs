@@ -16,8 +16,7 @@
 //! their sequences and in the cache, is the [`Step`], made by the model from the KV cache's
 //! block tables.
 
-use crate::config::Activation;
-use crate::deltanet::{DeltaInputs, DeltaVectors};
+use crate::config::{Activation, DeltaShape};
 use crate::kv::{KvCache, SeqId};
 use crate::Result;
 use sapient_tensor::Weight;
@@ -66,6 +65,32 @@ pub(crate) struct Step {
     pub tabs: Vec<u32>,
     /// Rows whose logits are wanted.
     pub out_rows: Vec<usize>,
+}
+
+/// The small weights of a linear-attention layer in a backend's form, with where its state
+/// starts in a sequence's.
+pub(crate) struct DeltaVectors<V> {
+    pub shape: DeltaShape,
+    /// Offset of this layer's stretch in a sequence's state.
+    pub offset: usize,
+    /// `[conv dim][conv_kernel]`
+    pub conv: V,
+    pub dt_bias: V,
+    /// `-exp(A_log)` per value head.
+    pub a: V,
+    /// The gated RMSNorm's weight (`head_dim`).
+    pub norm: V,
+}
+
+/// The projections [`Backend::delta_net`] reads, `n` rows each.
+pub(crate) struct DeltaInputs<'a, T> {
+    /// `conv dim` a row.
+    pub qkv: &'a T,
+    /// `value dim` a row.
+    pub z: &'a T,
+    /// `v_heads` a row each.
+    pub beta: &'a T,
+    pub alpha: &'a T,
 }
 
 /// Which RoPE table a layer uses.

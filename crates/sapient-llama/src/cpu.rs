@@ -33,9 +33,9 @@ use sapient_tensor::{Linear, Weight};
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use crate::backend::{Backend, Dims, RopeTable, Seg, Step};
+use crate::backend::{Backend, DeltaInputs, DeltaVectors, Dims, RopeTable, Seg, Step};
 use crate::config::Activation;
-use crate::deltanet::{self, DeltaInputs, DeltaVectors};
+use crate::deltanet;
 use crate::kv::{KvCache, KvLayer, KvLayerMut};
 use crate::{Error, Result};
 

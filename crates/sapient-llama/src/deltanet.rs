@@ -25,160 +25,13 @@
 //! position by position through the recurrence (its projections are still one product for
 //! all rows). Every sequence's arithmetic is its own, so results do not depend on the batch.
 
-use crate::backend::{Backend, Step};
+use crate::backend::{Backend, DeltaInputs, DeltaVectors, Step};
+use crate::config::HybridConfig;
 use crate::kv::KvCache;
 use crate::{Error, Result};
 use candle_core::{DType, Device};
 use sapient_tensor::kernels::{self, pool, SendPtr};
-use sapient_tensor::{GgufFile, WeightSource};
-
-/// What makes a model a hybrid: which layers are linear attention, and their shapes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HybridConfig {
-    /// Per layer of the main stack: whether it is linear attention (else full attention).
-    pub linear_layers: Vec<bool>,
-    /// Taps of the causal convolution.
-    pub conv_kernel: usize,
-    /// Query/key heads of the linear layers (`ssm.group_count`).
-    pub k_heads: usize,
-    /// Value heads (`ssm.time_step_rank`); a multiple of `k_heads`.
-    pub v_heads: usize,
-    /// Width of a key, query and value head (`ssm.state_size`).
-    pub head_dim: usize,
-    /// Multi-token-prediction layers stored after the main stack (`nextn_predict_layers`);
-    /// they are not run by the forward pass.
-    pub mtp_layers: usize,
-}
-
-impl HybridConfig {
-    /// Read from GGUF metadata as llama.cpp's `llama_model_qwen35::load_arch_hparams` does;
-    /// `block_count` counts the MTP layers too.
-    pub(crate) fn from_gguf(g: &GgufFile, arch: &str, block_count: usize) -> Result<Self> {
-        let key = |k: &str| format!("{arch}.{k}");
-        let bad = |what: String| Error::Config(format!("{}: {what}", g.path().display()));
-        let opt = |k: &str| -> Result<Option<usize>> {
-            match g.get(&key(k)) {
-                Some(_) => Ok(Some(g.get_usize(&key(k))?)),
-                None => Ok(None),
-            }
-        };
-        let conv_kernel = g.get_usize(&key("ssm.conv_kernel"))?;
-        let inner = g.get_usize(&key("ssm.inner_size"))?;
-        let head_dim = g.get_usize(&key("ssm.state_size"))?;
-        let v_heads = g.get_usize(&key("ssm.time_step_rank"))?;
-        let k_heads = g.get_usize(&key("ssm.group_count"))?;
-        if conv_kernel == 0 || head_dim == 0 || k_heads == 0 || v_heads % k_heads != 0 || v_heads.checked_mul(head_dim) != Some(inner) {
-            return Err(bad(format!(
-                "linear attention shapes do not fit: conv kernel {conv_kernel}, {k_heads} key heads, {v_heads} value heads of {head_dim}, inner size {inner}"
-            )));
-        }
-        let mtp_layers = opt("nextn_predict_layers")?.unwrap_or(0);
-        if mtp_layers >= block_count {
-            return Err(bad(format!("{mtp_layers} MTP layers of {block_count} blocks leave no main layer")));
-        }
-        let main = block_count - mtp_layers;
-        let linear_layers = match g.get(&key("attention.recurrent_layers")) {
-            Some(_) => {
-                let flags = g
-                    .get_array(&key("attention.recurrent_layers"))?
-                    .iter()
-                    .map(|v| v.as_int().map(|i| i != 0))
-                    .collect::<Option<Vec<bool>>>()
-                    .ok_or_else(|| bad("attention.recurrent_layers holds values that are not flags".into()))?;
-                if flags.len() < main {
-                    return Err(bad(format!("attention.recurrent_layers has {} flags for {main} layers", flags.len())));
-                }
-                flags[..main].to_vec()
-            }
-            None => {
-                let every = opt("full_attention_interval")?.unwrap_or(4).max(1);
-                (0..main).map(|i| (i + 1) % every != 0).collect()
-            }
-        };
-        Ok(Self { linear_layers, conv_kernel, k_heads, v_heads, head_dim, mtp_layers })
-    }
-
-    /// Qwen3.5 rotates with interleaved M-RoPE; for text every section takes the token's
-    /// position, so it is NeoX RoPE over `rope_dim` unless a section would take the fourth
-    /// (always 0 for text) position, which is refused rather than run wrong.
-    pub(crate) fn check_rope_sections(&self, g: &GgufFile, arch: &str, rope_dim: usize) -> Result<()> {
-        let key = format!("{arch}.rope.dimension_sections");
-        if g.get(&key).is_none() {
-            return Ok(());
-        }
-        let s: Vec<usize> = g.get_array(&key)?.iter().map(|v| v.as_int().map(|i| usize::try_from(i.max(0)).unwrap_or(usize::MAX)).unwrap_or(0)).chain(std::iter::repeat(0)).take(4).collect();
-        let total = s.iter().fold(0usize, |t, &x| t.saturating_add(x));
-        // ggml's `ggml_mrope_cache_init` for GGML_ROPE_TYPE_IMROPE.
-        let within = |sector: usize, k: usize| sector < s[k].saturating_mul(3);
-        let fourth = |sector: usize| !((sector.is_multiple_of(3) && within(sector, 0)) || (sector % 3 == 1 && within(sector, 1)) || (sector % 3 == 2 && within(sector, 2)));
-        if total == 0 || (0..rope_dim / 2).any(|i| fourth(i % total)) {
-            return Err(Error::Config(format!(
-                "{}: rope sections {s:?} give some of the {rope_dim} rotated dimensions the fourth M-RoPE position, which is not supported",
-                g.path().display()
-            )));
-        }
-        Ok(())
-    }
-
-    /// The shapes of layer state and kernels.
-    pub(crate) fn shape(&self) -> DeltaShape {
-        DeltaShape { conv_kernel: self.conv_kernel, k_heads: self.k_heads, v_heads: self.v_heads, head_dim: self.head_dim }
-    }
-
-    /// Number of linear-attention layers.
-    pub fn num_linear(&self) -> usize {
-        self.linear_layers.iter().filter(|&&l| l).count()
-    }
-
-    /// Values of recurrent state a sequence holds (all linear layers).
-    pub fn state_floats(&self) -> usize {
-        self.num_linear() * self.shape().layer_floats()
-    }
-}
-
-/// Shapes of one linear-attention layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct DeltaShape {
-    pub conv_kernel: usize,
-    pub k_heads: usize,
-    pub v_heads: usize,
-    pub head_dim: usize,
-}
-
-impl DeltaShape {
-    pub fn key_dim(&self) -> usize {
-        self.k_heads * self.head_dim
-    }
-    pub fn value_dim(&self) -> usize {
-        self.v_heads * self.head_dim
-    }
-    /// Channels of the convolution: `q | k | v`.
-    pub fn conv_dim(&self) -> usize {
-        2 * self.key_dim() + self.value_dim()
-    }
-    fn conv_floats(&self) -> usize {
-        (self.conv_kernel - 1) * self.conv_dim()
-    }
-    /// State values of one layer of one sequence: the convolution window, then the matrices.
-    pub fn layer_floats(&self) -> usize {
-        self.conv_floats() + self.v_heads * self.head_dim * self.head_dim
-    }
-}
-
-/// The small weights of a linear-attention layer in a backend's form, with where its state
-/// starts in a sequence's.
-pub(crate) struct DeltaVectors<V> {
-    pub shape: DeltaShape,
-    /// Offset of this layer's stretch in a sequence's state.
-    pub offset: usize,
-    /// `[conv dim][conv_kernel]`
-    pub conv: V,
-    pub dt_bias: V,
-    /// `-exp(A_log)` per value head.
-    pub a: V,
-    /// The gated RMSNorm's weight (`head_dim`).
-    pub norm: V,
-}
+use sapient_tensor::WeightSource;
 
 /// A linear-attention layer's weights.
 pub(crate) struct DeltaLayer<B: Backend> {
@@ -188,17 +41,6 @@ pub(crate) struct DeltaLayer<B: Backend> {
     pub alpha: B::Lin,
     pub out: B::Lin,
     pub vectors: DeltaVectors<B::Vector>,
-}
-
-/// The projections [`Backend::delta_net`] reads, `n` rows each.
-pub(crate) struct DeltaInputs<'a, T> {
-    /// `conv dim` a row.
-    pub qkv: &'a T,
-    /// `value dim` a row.
-    pub z: &'a T,
-    /// `v_heads` a row each.
-    pub beta: &'a T,
-    pub alpha: &'a T,
 }
 
 impl<B: Backend> DeltaLayer<B> {

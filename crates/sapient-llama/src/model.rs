@@ -12,11 +12,11 @@
 //! differences here (and in `LlamaConfig`), once; adding a backend means implementing
 //! `Backend`.
 
-use crate::backend::{Backend, Dims, RopeTable, Seg, Step};
+use crate::backend::{Backend, DeltaInputs, Dims, RopeTable, Seg, Step};
 use crate::batch::{BatchSeq, Logits};
 use crate::config::{Arch, LlamaConfig, RopeScaling, WeightLayout};
 use crate::cpu::{check_block_size, Cpu};
-use crate::deltanet::{DeltaInputs, DeltaLayer};
+use crate::deltanet::DeltaLayer;
 use crate::kv::{KvBudget, KvCache, KvDtype, KvOptions, SeqId};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
