@@ -47,6 +47,7 @@ TEMPLATES = [
     ('smollm3', None, '<|im_end|>'),
     ('granite3.3', '<|end_of_text|>', '<|end_of_text|>'),
     ('gpt-oss', '<|startoftext|>', '<|return|>'),
+    ('qwen3.5', None, '<|im_end|>'),
 ]
 
 
@@ -90,7 +91,7 @@ convs = json.load(open(os.path.join(DATA, 'conversations.json'), encoding='utf-8
 
 # Thinking-mode templates: their conversations (earlier turns with <think> blocks or
 # `reasoning_content`) rendered with `enable_thinking` unset, false and true.
-THINKING = [('qwen3', None, '<|im_end|>'), ('smollm3', None, '<|im_end|>')]
+THINKING = [('qwen3', None, '<|im_end|>'), ('smollm3', None, '<|im_end|>'), ('qwen3.5', None, '<|im_end|>')]
 THINKING_CONVS = 'conversations_thinking.json'
 
 

@@ -701,7 +701,7 @@ impl Scheduler {
                     // Guesses past what was kept (rejected, or after an end) leave the cache.
                     a.computed = a.computed.min(a.kv_tokens.len());
                     if let Some(seq) = a.seq {
-                        let _ = self.kv.truncate(seq, a.computed);
+                        rewind(&mut self.kv, seq, &mut a.computed);
                     }
                 }
             }
@@ -709,6 +709,14 @@ impl Scheduler {
             if self.opts.prefix_cache && (a.computed <= a.dec.prompt_len() || p.logits) {
                 if let Some(seq) = a.seq {
                     let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed]);
+                }
+            }
+            // A hybrid's state where its prompt reaches a block boundary (the end of a chunk
+            // of a multiple of the block size, or its last one) is kept for later requests.
+            let a = &self.running[p.idx];
+            if let (Some(seq), Some(end)) = (a.seq, self.snapshot_at(a)) {
+                if a.computed <= end && a.computed.is_multiple_of(self.kv.block_size()) {
+                    let _ = self.kv.snapshot_state(seq);
                 }
             }
             match r {
@@ -915,9 +923,11 @@ impl Scheduler {
         });
         self.propose_with_draft(max_seq);
         // Prompt lookup: decoding sequences that speculate feed their guesses after their
-        // newest token, to be verified by this step's forward.
+        // newest token, to be verified by this step's forward. Not for hybrid models: their
+        // recurrent state cannot drop rejected guesses.
+        let speculate = !self.kv.has_seq_state();
         for a in self.running.iter_mut() {
-            if a.drafts == 0 && a.computed >= a.dec.prompt_len() && a.kv_tokens.len() == a.computed + 1 {
+            if speculate && a.drafts == 0 && a.computed >= a.dec.prompt_len() && a.kv_tokens.len() == a.computed + 1 {
                 let guesses = a.dec.propose(max_seq.saturating_sub(a.computed + 1));
                 a.drafts = guesses.len();
                 a.kv_tokens.extend_from_slice(&guesses);
@@ -933,7 +943,11 @@ impl Scheduler {
             if pending == 0 {
                 continue;
             }
-            let n = if pending == 1 || a.drafts > 0 { pending } else { pending.min(self.opts.prefill_chunk).min(budget) };
+            let mut n = if pending == 1 || a.drafts > 0 { pending } else { pending.min(self.opts.prefill_chunk).min(budget) };
+            if let Some(end) = self.snapshot_at(a).filter(|&end| a.computed < end) {
+                // A hybrid's prompt stops at its last block boundary once, for a state snapshot.
+                n = n.min(end - a.computed);
+            }
             if n == 0 {
                 continue;
             }
@@ -956,10 +970,10 @@ impl Scheduler {
             let drop = (len - keep) / 2;
             a.kv_tokens.drain(keep..keep + drop);
             a.computed = a.computed.min(keep);
-            a.draft_computed = a.draft_computed.min(a.computed);
             if let Some(seq) = a.seq {
-                let _ = self.kv.truncate(seq, a.computed);
+                rewind(&mut self.kv, seq, &mut a.computed);
             }
+            a.draft_computed = a.draft_computed.min(a.computed);
             self.shared.context_shifts.fetch_add(1, Ordering::Relaxed);
         }
         // Reserve; when the cache is full, preempt the newest sequence and try again.
@@ -1044,6 +1058,10 @@ impl Scheduler {
     /// one token at a time, each a batched forward over all those sequences. A failed draft
     /// forward (e.g. its cache full) only costs the guesses: those sequences decode plainly.
     fn propose_with_draft(&mut self, max_seq: usize) {
+        if self.kv.has_seq_state() {
+            // A hybrid target's recurrent state cannot drop rejected guesses.
+            return;
+        }
         let Scheduler { draft, running, eos, .. } = self;
         let Some(d) = draft.as_mut() else { return };
         let want: Vec<(usize, usize)> = running
@@ -1146,13 +1164,32 @@ impl Scheduler {
         }
     }
 
+    /// For a hybrid model with the prefix cache: the prompt position (its last block boundary
+    /// before its last token) where the recurrent state is kept for later requests.
+    fn snapshot_at(&self, a: &Active) -> Option<usize> {
+        let bs = self.kv.block_size();
+        let end = a.dec.prompt_len().saturating_sub(1) / bs * bs;
+        (self.kv.has_seq_state() && self.opts.prefix_cache && end > 0).then_some(end)
+    }
+
     /// Free `v`'s blocks (full ones stay in the prefix cache) and queue it for recomputation.
     fn preempt(&mut self, v: usize, plans: &mut Vec<Plan>) {
+        // The sequence (and a hybrid's recurrent state with it) is freed: it is recomputed
+        // from its tokens when it comes back.
         let mut a = Self::take_planned(&mut self.running, v, plans);
         a.drop_drafts();
         self.release(&mut a);
         a.computed = 0;
         self.shared.preemptions.fetch_add(1, Ordering::Relaxed);
         self.preempted.push_back(a);
+    }
+}
+
+/// Cut `seq` back to `computed` positions; where the cache cannot (a hybrid model's recurrent
+/// state goes back only to 0), empty it so that everything is recomputed.
+fn rewind(kv: &mut KvCache, seq: SeqId, computed: &mut usize) {
+    if kv.truncate(seq, *computed).is_err() {
+        let _ = kv.truncate(seq, 0);
+        *computed = 0;
     }
 }

@@ -4,13 +4,14 @@
 //! from one engine continues in another to the token; the first three with the 8-bit KV
 //! cache too.
 
+mod common;
+use common::wait_idle;
 use anyhow::Result;
 use sapient_generate::{
     Engine, EngineOptions, Event, FinishReason, Generation, GenerationConfig, KvBudget, KvDtype, KvOptions, Message, Pipeline,
     PipelineOptions, SamplerConfig,
 };
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 fn pipeline() -> &'static Pipeline {
     static P: OnceLock<Pipeline> = OnceLock::new();
@@ -42,15 +43,6 @@ fn small(opts: EngineOptions) -> EngineOptions {
 
 fn small_with(opts: EngineOptions, dtype: KvDtype) -> EngineOptions {
     EngineOptions { kv: KvOptions { block_size: 16, budget: KvBudget::Tokens(4096), dtype }, ..opts }
-}
-
-fn wait_idle(engine: &Engine) -> Result<()> {
-    let t = Instant::now();
-    while engine.metrics().running > 0 || engine.metrics().waiting > 0 || engine.metrics().kv.used_blocks > 0 {
-        anyhow::ensure!(t.elapsed() < Duration::from_secs(60), "engine did not go idle: {:?}", engine.metrics());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
 }
 
 #[test]

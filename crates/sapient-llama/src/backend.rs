@@ -16,8 +16,8 @@
 //! their sequences and in the cache, is the [`Step`], made by the model from the KV cache's
 //! block tables.
 
-use crate::config::Activation;
-use crate::kv::KvCache;
+use crate::config::{Activation, DeltaShape};
+use crate::kv::{KvCache, SeqId};
 use crate::Result;
 use sapient_tensor::Weight;
 
@@ -46,6 +46,7 @@ pub(crate) struct Dims {
 /// its block table at `tabs[tab0..tab0 + tabn]` of the [`Step`].
 #[derive(Clone, Copy)]
 pub(crate) struct Seg {
+    pub seq: SeqId,
     pub row0: usize,
     pub n: usize,
     pub start: usize,
@@ -64,6 +65,32 @@ pub(crate) struct Step {
     pub tabs: Vec<u32>,
     /// Rows whose logits are wanted.
     pub out_rows: Vec<usize>,
+}
+
+/// The small weights of a linear-attention layer in a backend's form, with where its state
+/// starts in a sequence's.
+pub(crate) struct DeltaVectors<V> {
+    pub shape: DeltaShape,
+    /// Offset of this layer's stretch in a sequence's state.
+    pub offset: usize,
+    /// `[conv dim][conv_kernel]`
+    pub conv: V,
+    pub dt_bias: V,
+    /// `-exp(A_log)` per value head.
+    pub a: V,
+    /// The gated RMSNorm's weight (`head_dim`).
+    pub norm: V,
+}
+
+/// The projections [`Backend::delta_net`] reads, `n` rows each.
+pub(crate) struct DeltaInputs<'a, T> {
+    /// `conv dim` a row.
+    pub qkv: &'a T,
+    /// `value dim` a row.
+    pub z: &'a T,
+    /// `v_heads` a row each.
+    pub beta: &'a T,
+    pub alpha: &'a T,
 }
 
 /// Which RoPE table a layer uses.
@@ -153,4 +180,14 @@ pub(crate) trait Backend {
     /// Compute logits only for token ids `0..first` and `extra` (the others `-inf`), or for
     /// all again with `None`; returns whether they are restricted now.
     fn restrict_logits(&mut self, output: &Self::Lin, keep: Option<(usize, &[u32])>) -> Result<bool>;
+
+    /// Per head, split `n` rows of a query-and-gate projection (`heads x [query | gate]`,
+    /// `head_dim` each) into queries `q` and output gates `gate` (`heads x head_dim` a row).
+    fn split_query_gate(&mut self, qg: &Self::Buf, n: usize, heads: usize, head_dim: usize, q: &mut Self::Buf, gate: &mut Self::Buf);
+    /// `x *= sigmoid(g)` over the first `len` values (gated attention's output gate).
+    fn mul_sigmoid(&mut self, x: &mut Self::Buf, g: &Self::Buf, len: usize);
+    /// The Gated DeltaNet of a linear-attention layer over the step's rows (`deltanet.rs`):
+    /// from its projections `p` to the gated-norm output of its value heads in `out`
+    /// (`value dim` a row), each sequence's recurrent state in `kv` updated in place.
+    fn delta_net(&mut self, kv: &mut KvCache, w: &DeltaVectors<Self::Vector>, p: DeltaInputs<'_, Self::Buf>, step: &Step, out: &mut Self::Buf) -> Result<()>;
 }

@@ -18,6 +18,9 @@ pub enum Arch {
     Gemma3,
     /// Qwen3: Qwen2's layout with per-head q/k RMSNorm and no QKV bias.
     Qwen3,
+    /// Qwen3.5: a hybrid of Gated DeltaNet (linear attention) layers and gated full-attention
+    /// layers with q/k RMSNorm and partial RoPE (see [`HybridConfig`]). GGUF only.
+    Qwen35,
 }
 
 impl Arch {
@@ -29,6 +32,7 @@ impl Arch {
             "phi3" | "phi3forcausallm" => Ok(Arch::Phi3),
             "gemma3" | "gemma3_text" | "gemma3forcausallm" => Ok(Arch::Gemma3),
             "qwen3" | "qwen3forcausallm" => Ok(Arch::Qwen3),
+            "qwen35" | "qwen3_5" | "qwen3_5_text" | "qwen3_5forcausallm" | "qwen3_5forconditionalgeneration" => Ok(Arch::Qwen35),
             _ => Err(Error::UnsupportedArchitecture {
                 arch: name.to_string(),
                 path: file.to_path_buf(),
@@ -43,6 +47,7 @@ impl Arch {
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen35 => "qwen35",
         }
     }
 }
@@ -119,6 +124,9 @@ pub struct LlamaConfig {
     pub attn_scale: Option<f32>,
     /// Final logits become `cap * tanh(logits / cap)`.
     pub final_logit_softcap: Option<f32>,
+    /// Which layers are linear attention, and their shapes (Qwen3.5); `None`: every layer is
+    /// full attention.
+    pub hybrid: Option<HybridConfig>,
 }
 
 impl LlamaConfig {
@@ -214,6 +222,7 @@ impl LlamaConfig {
             activation: Activation::Silu,
             attn_scale: None,
             final_logit_softcap: None,
+            hybrid: None,
         }
         .with_gguf_arch(g, arch_name)
     }
@@ -229,6 +238,13 @@ impl LlamaConfig {
         };
         if self.arch == Arch::Qwen3 {
             self.qk_norm = true;
+        }
+        if self.arch == Arch::Qwen35 {
+            self.qk_norm = true;
+            let hybrid = HybridConfig::from_gguf(g, arch_name, self.num_layers)?;
+            self.num_layers -= hybrid.mtp_layers;
+            hybrid.check_rope_sections(g, arch_name, self.rope_dim)?;
+            self.hybrid = Some(hybrid);
         }
         if self.arch == Arch::Gemma3 {
             // llama.cpp `llama_model_gemma3::load_arch_hparams` and its graph.
@@ -295,10 +311,11 @@ impl LlamaConfig {
             c.model_type.as_deref().or(c.architectures.first().map(|s| s.as_str())).unwrap_or("?"),
             path,
         )?;
-        if arch == Arch::Gemma3 {
+        if matches!(arch, Arch::Gemma3 | Arch::Qwen35) {
             return Err(Error::Config(format!(
-                "{}: gemma3 loads from GGUF only (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)",
-                path.display()
+                "{}: {} loads from GGUF only (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)",
+                path.display(),
+                arch.name()
             )));
         }
         let num_kv_heads = c.num_key_value_heads.unwrap_or(c.num_attention_heads);
@@ -376,6 +393,7 @@ impl LlamaConfig {
             activation: Activation::Silu,
             attn_scale: None,
             final_logit_softcap: None,
+            hybrid: None,
         })
     }
 }
@@ -401,4 +419,137 @@ struct HfConfig {
     attention_bias: Option<bool>,
     sliding_window: Option<usize>,
     use_sliding_window: Option<bool>,
+}
+
+/// What makes a model a hybrid: which layers are linear attention, and their shapes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HybridConfig {
+    /// Per layer of the main stack: whether it is linear attention (else full attention).
+    pub linear_layers: Vec<bool>,
+    /// Taps of the causal convolution.
+    pub conv_kernel: usize,
+    /// Query/key heads of the linear layers (`ssm.group_count`).
+    pub k_heads: usize,
+    /// Value heads (`ssm.time_step_rank`); a multiple of `k_heads`.
+    pub v_heads: usize,
+    /// Width of a key, query and value head (`ssm.state_size`).
+    pub head_dim: usize,
+    /// Multi-token-prediction layers stored after the main stack (`nextn_predict_layers`);
+    /// they are not run by the forward pass.
+    pub mtp_layers: usize,
+}
+
+impl HybridConfig {
+    /// Read from GGUF metadata as llama.cpp's `llama_model_qwen35::load_arch_hparams` does;
+    /// `block_count` counts the MTP layers too.
+    pub(crate) fn from_gguf(g: &GgufFile, arch: &str, block_count: usize) -> Result<Self> {
+        let key = |k: &str| format!("{arch}.{k}");
+        let bad = |what: String| Error::Config(format!("{}: {what}", g.path().display()));
+        let opt = |k: &str| -> Result<Option<usize>> {
+            match g.get(&key(k)) {
+                Some(_) => Ok(Some(g.get_usize(&key(k))?)),
+                None => Ok(None),
+            }
+        };
+        let conv_kernel = g.get_usize(&key("ssm.conv_kernel"))?;
+        let inner = g.get_usize(&key("ssm.inner_size"))?;
+        let head_dim = g.get_usize(&key("ssm.state_size"))?;
+        let v_heads = g.get_usize(&key("ssm.time_step_rank"))?;
+        let k_heads = g.get_usize(&key("ssm.group_count"))?;
+        if conv_kernel == 0 || head_dim == 0 || k_heads == 0 || v_heads % k_heads != 0 || v_heads.checked_mul(head_dim) != Some(inner) {
+            return Err(bad(format!(
+                "linear attention shapes do not fit: conv kernel {conv_kernel}, {k_heads} key heads, {v_heads} value heads of {head_dim}, inner size {inner}"
+            )));
+        }
+        let mtp_layers = opt("nextn_predict_layers")?.unwrap_or(0);
+        if mtp_layers >= block_count {
+            return Err(bad(format!("{mtp_layers} MTP layers of {block_count} blocks leave no main layer")));
+        }
+        let main = block_count - mtp_layers;
+        let linear_layers = match g.get(&key("attention.recurrent_layers")) {
+            Some(_) => {
+                let flags = g
+                    .get_array(&key("attention.recurrent_layers"))?
+                    .iter()
+                    .map(|v| v.as_int().map(|i| i != 0))
+                    .collect::<Option<Vec<bool>>>()
+                    .ok_or_else(|| bad("attention.recurrent_layers holds values that are not flags".into()))?;
+                if flags.len() < main {
+                    return Err(bad(format!("attention.recurrent_layers has {} flags for {main} layers", flags.len())));
+                }
+                flags[..main].to_vec()
+            }
+            None => {
+                let every = opt("full_attention_interval")?.unwrap_or(4).max(1);
+                (0..main).map(|i| (i + 1) % every != 0).collect()
+            }
+        };
+        Ok(Self { linear_layers, conv_kernel, k_heads, v_heads, head_dim, mtp_layers })
+    }
+
+    /// Qwen3.5 rotates with interleaved M-RoPE; for text every section takes the token's
+    /// position, so it is NeoX RoPE over `rope_dim` unless a section would take the fourth
+    /// (always 0 for text) position, which is refused rather than run wrong.
+    pub(crate) fn check_rope_sections(&self, g: &GgufFile, arch: &str, rope_dim: usize) -> Result<()> {
+        let key = format!("{arch}.rope.dimension_sections");
+        if g.get(&key).is_none() {
+            return Ok(());
+        }
+        let s: Vec<usize> = g.get_array(&key)?.iter().map(|v| v.as_int().map(|i| usize::try_from(i.max(0)).unwrap_or(usize::MAX)).unwrap_or(0)).chain(std::iter::repeat(0)).take(4).collect();
+        let total = s.iter().fold(0usize, |t, &x| t.saturating_add(x));
+        // ggml's `ggml_mrope_cache_init` for GGML_ROPE_TYPE_IMROPE.
+        let within = |sector: usize, k: usize| sector < s[k].saturating_mul(3);
+        let fourth = |sector: usize| !((sector.is_multiple_of(3) && within(sector, 0)) || (sector % 3 == 1 && within(sector, 1)) || (sector % 3 == 2 && within(sector, 2)));
+        if total == 0 || (0..rope_dim / 2).any(|i| fourth(i % total)) {
+            return Err(Error::Config(format!(
+                "{}: rope sections {s:?} give some of the {rope_dim} rotated dimensions the fourth M-RoPE position, which is not supported",
+                g.path().display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The shapes of layer state and kernels.
+    pub(crate) fn shape(&self) -> DeltaShape {
+        DeltaShape { conv_kernel: self.conv_kernel, k_heads: self.k_heads, v_heads: self.v_heads, head_dim: self.head_dim }
+    }
+
+    /// Number of linear-attention layers.
+    pub fn num_linear(&self) -> usize {
+        self.linear_layers.iter().filter(|&&l| l).count()
+    }
+
+    /// Values of recurrent state a sequence holds (all linear layers).
+    pub fn state_floats(&self) -> usize {
+        self.num_linear() * self.shape().layer_floats()
+    }
+}
+
+/// Shapes of one linear-attention layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeltaShape {
+    pub conv_kernel: usize,
+    pub k_heads: usize,
+    pub v_heads: usize,
+    pub head_dim: usize,
+}
+
+impl DeltaShape {
+    pub fn key_dim(&self) -> usize {
+        self.k_heads * self.head_dim
+    }
+    pub fn value_dim(&self) -> usize {
+        self.v_heads * self.head_dim
+    }
+    /// Channels of the convolution: `q | k | v`.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+    pub fn conv_floats(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_dim()
+    }
+    /// State values of one layer of one sequence: the convolution window, then the matrices.
+    pub fn layer_floats(&self) -> usize {
+        self.conv_floats() + self.v_heads * self.head_dim * self.head_dim
+    }
 }

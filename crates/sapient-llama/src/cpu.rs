@@ -33,8 +33,9 @@ use sapient_tensor::{Linear, Weight};
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use crate::backend::{Backend, Dims, RopeTable, Seg, Step};
+use crate::backend::{Backend, DeltaInputs, DeltaVectors, Dims, RopeTable, Seg, Step};
 use crate::config::Activation;
+use crate::deltanet;
 use crate::kv::{KvCache, KvLayer, KvLayerMut};
 use crate::{Error, Result};
 
@@ -604,6 +605,15 @@ impl Backend for Cpu {
             }
         }
         Ok(())
+    }
+    fn split_query_gate(&mut self, qg: &Vec<f32>, n: usize, heads: usize, head_dim: usize, q: &mut Vec<f32>, gate: &mut Vec<f32>) {
+        deltanet::split_query_gate(qg, n, heads, head_dim, q, gate);
+    }
+    fn mul_sigmoid(&mut self, x: &mut Vec<f32>, g: &Vec<f32>, len: usize) {
+        deltanet::mul_sigmoid(&mut x[..len], &g[..len]);
+    }
+    fn delta_net(&mut self, kv: &mut KvCache, w: &DeltaVectors<Vec<f32>>, p: DeltaInputs<'_, Vec<f32>>, step: &Step, out: &mut Vec<f32>) -> Result<()> {
+        deltanet::delta_net_cpu(kv, w, p, step, self.dims.eps, out)
     }
     /// A draft model for speculative decoding spends a third of its time on a 152k-token
     /// output layer, most of whose tokens are rare. Only a quantized output layer restricts.

@@ -26,6 +26,13 @@
 //!   (fewer TLB misses as decode streams the cache; at least 2 MiB a layer's keys or values
 //!   once written), else 4 KiB ones. [`KvCache::reserve`] fails with [`Error::KvFull`]
 //!   instead of growing; the engine preempts a sequence then.
+//! - **Sequence state** (hybrid models such as Qwen3.5): each sequence also owns a fixed-size
+//!   recurrent state for the linear-attention layers (their convolution windows and delta-rule
+//!   matrices), made zeroed on its first forward, copied by [`KvCache::fork`], freed with the
+//!   sequence, and reset when it is truncated to nothing. Such state cannot roll back to an
+//!   earlier position, so truncating a sequence to a shorter non-zero length is an error; the
+//!   prefix cache shares blocks only up to a block after which a copy of the state was kept
+//!   ([`KvCache::snapshot_state`], `state.rs`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
@@ -35,6 +42,7 @@ use sapient_tensor::kernels::ZeroedMap;
 use crate::{Error, Result};
 
 mod saved;
+mod state;
 pub use saved::KvLayout;
 
 /// How much memory the cache may use.
@@ -143,6 +151,9 @@ struct Seq {
     len: usize,
     /// Chain hashes of the first `hashes.len()` full blocks (see [`KvCache::commit`]).
     hashes: Vec<u64>,
+    /// The recurrent state (empty until the first forward) and the positions it has taken in.
+    state: Vec<f32>,
+    state_len: usize,
 }
 
 /// Counters for monitoring.
@@ -183,6 +194,10 @@ pub struct KvCache {
     tick: u64,
     seqs: Vec<Option<Seq>>,
     spare_ids: Vec<u32>,
+    /// Values of recurrent state per sequence (0: none, a plain transformer).
+    state_floats: usize,
+    /// Recurrent state after registered blocks, by chain hash (`state.rs`).
+    snapshots: state::Snapshots,
 }
 
 impl KvCache {
@@ -239,6 +254,8 @@ impl KvCache {
             tick: 0,
             seqs: Vec::new(),
             spare_ids: Vec::new(),
+            state_floats: 0,
+            snapshots: state::Snapshots::default(),
         })
     }
 
@@ -327,19 +344,30 @@ impl KvCache {
     pub fn fork(&mut self, id: SeqId) -> Result<SeqId> {
         let s = self.seq(id)?;
         let (blocks, len, hashes) = (s.blocks.clone(), s.len, s.hashes.clone());
+        let (state, state_len) = (s.state.clone(), s.state_len);
         for &b in &blocks {
             self.refs[b as usize] += 1;
         }
         let new = self.new_seq();
-        *self.seq_mut(new)? = Seq { blocks, len, hashes };
+        *self.seq_mut(new)? = Seq { blocks, len, hashes, state, state_len };
         Ok(new)
     }
 
     /// Keep the first `len` positions of `id` (speculative rollback, prefix reuse); blocks
-    /// past them go back to the pool.
+    /// past them go back to the pool. With sequence state (a hybrid model), only truncating
+    /// to 0 (or to what the sequence holds or more) is possible: anything else is an error
+    /// and changes nothing.
     pub fn truncate(&mut self, id: SeqId, len: usize) -> Result<()> {
         let bs = self.block_size;
+        let stateful = self.state_floats > 0;
         let s = self.seq_mut(id)?;
+        if stateful && len < s.state_len.max(s.len) {
+            if len > 0 {
+                return Err(Error::StateRollback { len, held: s.state_len.max(s.len) });
+            }
+            s.state.fill(0.0);
+            s.state_len = 0;
+        }
         s.len = s.len.min(len);
         let keep = s.len.div_ceil(bs);
         let dropped: Vec<u32> = s.blocks.drain(keep.min(s.blocks.len())..).collect();
@@ -378,6 +406,7 @@ impl KvCache {
         if let Some(h) = self.hash[b as usize].take() {
             if self.by_hash.get(&h) == Some(&b) {
                 self.by_hash.remove(&h);
+                self.snapshots.remove(h);
             }
         }
     }
@@ -494,12 +523,21 @@ impl KvCache {
 
     /// Give the empty sequence `id` the registered blocks that hold a prefix of `tokens`,
     /// leaving at least one token to compute (its logits are needed). Returns the number of
-    /// positions taken.
+    /// positions taken. With sequence state (a hybrid), only up to the last block after
+    /// which the state was kept, and that state with them (`state.rs`).
     pub fn attach_prefix(&mut self, id: SeqId, tokens: &[u32]) -> Result<usize> {
-        let bs = self.block_size;
         if self.seq(id)?.len != 0 {
             return Err(Error::Internal("attach_prefix on a sequence that holds positions"));
         }
+        if self.state_floats > 0 {
+            return self.attach_with_state(id, tokens);
+        }
+        self.attach_blocks(id, tokens)
+    }
+
+    /// [`attach_prefix`](Self::attach_prefix)'s blocks: every registered block that matches.
+    fn attach_blocks(&mut self, id: SeqId, tokens: &[u32]) -> Result<usize> {
+        let bs = self.block_size;
         let mut prev = 0u64;
         let mut taken = Vec::new();
         let mut hashes = Vec::new();
@@ -598,13 +636,13 @@ mod tests {
     fn cache_of(blocks: usize, dtype: KvDtype) -> KvCache {
         KvCache::new(2, W, KvOptions { block_size: 4, budget: KvBudget::Tokens(blocks * 4), dtype }).unwrap()
     }
-    fn cache(blocks: usize) -> KvCache {
+    pub(super) fn cache(blocks: usize) -> KvCache {
         cache_of(blocks, KvDtype::F16)
     }
 
     /// Writes `x` into every key value of a position (and its key scale in the 8-bit
     /// cache), `x + 1` into every value value.
-    fn write(c: &mut KvCache, id: SeqId, vals: &[u16]) {
+    pub(super) fn write(c: &mut KvCache, id: SeqId, vals: &[u16]) {
         let len = c.len(id).unwrap();
         c.reserve(id, vals.len()).unwrap();
         let blocks = c.blocks(id).unwrap().to_vec();

@@ -1,6 +1,7 @@
 //! `sapient-llama`: LLaMA-family causal language models (llama, qwen2, qwen3, mistral, smollm,
-//! phi3-style configs, and gemma3), loaded from GGUF (kept quantized) or HF safetensors
-//! (dense), run by one forward pass on the CPU. docs/llm-architectures.md lists what each was checked against.
+//! phi3-style configs, gemma3, and the Qwen3.5 hybrid of linear and full attention), loaded
+//! from GGUF (kept quantized) or HF safetensors (dense), run by one forward pass on the CPU.
+//! docs/llm-architectures.md lists what each was checked against.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), sapient_llama::Error> {
@@ -14,10 +15,11 @@ mod backend;
 mod batch;
 mod config;
 mod cpu;
+mod deltanet;
 pub mod kv;
 mod model;
 
-pub use config::{Activation, Arch, LlamaConfig, RopeScaling, WeightLayout};
+pub use config::{Activation, Arch, HybridConfig, LlamaConfig, RopeScaling, WeightLayout};
 pub use kv::{KvBudget, KvCache, KvDtype, KvLayout, KvOptions, KvUsage, SeqId};
 pub use batch::{BatchSeq, Logits};
 pub use model::{LlamaModel, DEFAULT_PREFILL_CHUNK};
@@ -28,7 +30,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("{path}: unsupported architecture '{arch}' (supported: llama, qwen2, mistral, phi3, gemma3)")]
+    #[error("{path}: unsupported architecture '{arch}' (supported: llama, qwen2, qwen3, qwen35, mistral, phi3, gemma3)")]
     UnsupportedArchitecture { arch: String, path: PathBuf },
     #[error("invalid model config: {0}")]
     Config(String),
@@ -44,6 +46,10 @@ pub enum Error {
     KvFull { needed: usize, available: usize },
     #[error("sequence {0} is not in the KV cache")]
     UnknownSequence(u32),
+    /// A hybrid model's recurrent state holds `held` positions and cannot go back to `len`
+    /// (only to 0): recompute the sequence instead.
+    #[error("a hybrid model's recurrent state cannot roll back from {held} positions to {len} (only to 0)")]
+    StateRollback { len: usize, held: usize },
     /// A device or activation dtype without a backend: the forward pass runs on the CPU
     /// with f32 activations; a CUDA or Metal backend would implement the same operations.
     #[error("no LLM backend for {what} yet: sapient-llama runs on the CPU with f32 activations only")]

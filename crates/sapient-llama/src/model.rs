@@ -1,7 +1,9 @@
 //! The LLaMA-family transformer, written once: RMSNorm, RoPE, grouped-query attention over
 //! a paged KV cache, SwiGLU or GeGLU MLP, and what llama, qwen2, qwen3, mistral, smollm, phi3
 //! and gemma3 add (data in `LlamaConfig`: q/k norms, post-norms, embedding scale, sliding
-//! windows with their own RoPE base, soft-capped logits). `Transformer` holds the weights in
+//! windows with their own RoPE base, soft-capped logits), and Qwen3.5's hybrid: layers whose
+//! mixer is Gated DeltaNet linear attention (`deltanet.rs`, its state in the KV cache's
+//! sequences) beside gated full attention. `Transformer` holds the weights in
 //! a [`Backend`]'s form and runs the layer program against the backend's operations
 //! (`backend.rs`); the CPU backend (`cpu.rs`) is the only one, and `LlamaModel` is the
 //! transformer on it (monomorphized: the seam costs nothing). Every forward (`forward`,
@@ -10,10 +12,11 @@
 //! differences here (and in `LlamaConfig`), once; adding a backend means implementing
 //! `Backend`.
 
-use crate::backend::{Backend, Dims, RopeTable, Seg, Step};
+use crate::backend::{Backend, DeltaInputs, Dims, RopeTable, Seg, Step};
 use crate::batch::{BatchSeq, Logits};
-use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
+use crate::config::{Arch, LlamaConfig, RopeScaling, WeightLayout};
 use crate::cpu::{check_block_size, Cpu};
+use crate::deltanet::DeltaLayer;
 use crate::kv::{KvBudget, KvCache, KvDtype, KvOptions, SeqId};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
@@ -81,17 +84,32 @@ enum GateUp<L> {
     Fused(L),
 }
 
+/// Softmax attention over the KV cache.
+struct Attention<B: Backend> {
+    qkv: Qkv<B::Lin>,
+    o: B::Lin,
+    /// Per-head RMSNorm weights of queries and keys (Gemma 3, Qwen3).
+    q_norm: Option<B::Vector>,
+    k_norm: Option<B::Vector>,
+    /// The query projection also gives a per-head gate on the output (Qwen3.5).
+    gated: bool,
+    /// This layer's place in the KV cache (hybrids keep keys and values of attention layers only).
+    kv_layer: usize,
+}
+
+/// What mixes a layer's positions: attention, or Gated DeltaNet linear attention (hybrids).
+enum Mixer<B: Backend> {
+    Attention(Attention<B>),
+    Linear(Box<DeltaLayer<B>>),
+}
+
 /// One transformer layer's weights in backend `B`'s form.
 struct Layer<B: Backend> {
     attn_norm: B::Vector,
     ffn_norm: B::Vector,
-    qkv: Qkv<B::Lin>,
-    o: B::Lin,
+    mixer: Mixer<B>,
     gate_up: GateUp<B::Lin>,
     down: B::Lin,
-    /// Per-head RMSNorm weights of queries and keys (Gemma 3, Qwen3).
-    q_norm: Option<B::Vector>,
-    k_norm: Option<B::Vector>,
     /// RMSNorm of the attention and MLP outputs before the residual adds them (Gemma 3).
     post_attn_norm: Option<B::Vector>,
     post_ffn_norm: Option<B::Vector>,
@@ -114,6 +132,12 @@ struct Bufs<T> {
     g: T,
     u: T,
     gu: T,
+    /// Gated attention's query-and-gate rows and gates; linear attention's `z`, `beta`, `alpha`.
+    qg: T,
+    gate: T,
+    z: T,
+    beta: T,
+    alpha: T,
 }
 
 /// The transformer, written once against [`Backend`]'s operations.
@@ -126,6 +150,10 @@ struct Transformer<B: Backend> {
     embed: B::Embed,
     buf: Bufs<B::Buf>,
     step: Step,
+    /// Layers with keys and values in the KV cache.
+    kv_layers: usize,
+    /// Recurrent state values per sequence (hybrids; 0 otherwise).
+    state_floats: usize,
 }
 
 /// A loaded model with its KV cache.
@@ -308,7 +336,10 @@ impl LlamaModel {
     }
 
     /// Keep only the first `len` positions of the KV cache (prefix reuse, speculative rollback).
+    /// A hybrid model's recurrent state cannot go back part of the way: there any `len` short
+    /// of what the cache holds empties it (read [`cache_len`](Self::cache_len) after).
     pub fn truncate_cache(&mut self, len: usize) {
+        let len = if self.net.state_floats > 0 && len < self.pos { 0 } else { len };
         self.pos = self.pos.min(len);
         if let Some((kv, seq)) = &mut self.kv {
             // The sequence exists for as long as the cache does.
@@ -353,7 +384,7 @@ impl LlamaModel {
     pub fn new_kv_cache(&self, opts: KvOptions) -> Result<KvCache> {
         check_block_size(opts.block_size)?;
         self.check_kv_dtype(opts.dtype)?;
-        KvCache::new(self.cfg.num_layers, self.cfg.num_kv_heads * self.cfg.head_dim, opts)
+        Ok(KvCache::new(self.net.kv_layers, self.cfg.num_kv_heads * self.cfg.head_dim, opts)?.with_seq_state(self.net.state_floats))
     }
 
     /// Whether [`forward_batch`](Self::forward_batch) is available: always, since every
@@ -501,6 +532,7 @@ impl<B: Backend> Transformer<B> {
         let embed_w = src.load_checked(&embed_name, &[cfg.vocab_size, h], &dev)?;
         let embed = backend.embedding(&embed_w, &embed_name)?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
+        let (mut kv_layers, mut linear) = (0, 0);
         for i in 0..cfg.num_layers {
             let lin = |what: &str, out: usize, inp: usize, bias: bool| -> Result<B::Lin> {
                 let prefix = names.layer(i, what);
@@ -510,10 +542,17 @@ impl<B: Backend> Transformer<B> {
                 backend.linear(w, bias, &name)
             };
             let has = |what: &str| src.contains(&format!("{}.weight", names.layer(i, what)));
-            let qkv = if has("attn_qkv") {
-                Qkv::Fused(lin("attn_qkv", q_out + 2 * kv_out, h, cfg.qkv_bias)?)
+            // Qwen3.5's full-attention layers gate their output with a second half of each
+            // query head.
+            let gated = cfg.arch == Arch::Qwen35;
+            let q_w = if gated { 2 * q_out } else { q_out };
+            let is_linear = cfg.hybrid.as_ref().is_some_and(|hc| hc.linear_layers.get(i).copied().unwrap_or(false));
+            let qkv = if is_linear {
+                None
+            } else if has("attn_qkv") {
+                Some(Qkv::Fused(lin("attn_qkv", q_w + 2 * kv_out, h, cfg.qkv_bias)?))
             } else {
-                Qkv::Separate(lin("attn_q", q_out, h, cfg.qkv_bias)?, lin("attn_k", kv_out, h, cfg.qkv_bias)?, lin("attn_v", kv_out, h, cfg.qkv_bias)?)
+                Some(Qkv::Separate(lin("attn_q", q_w, h, cfg.qkv_bias)?, lin("attn_k", kv_out, h, cfg.qkv_bias)?, lin("attn_v", kv_out, h, cfg.qkv_bias)?))
             };
             let inter = cfg.intermediate_size;
             let gate_up = match cfg.layout {
@@ -523,7 +562,7 @@ impl<B: Backend> Transformer<B> {
                 _ => GateUp::Separate(lin("ffn_gate", inter, h, false)?, lin("ffn_up", inter, h, false)?),
             };
             let norm = |what: &str, len: usize| -> Result<B::Vector> { Ok(backend.vector(values(&format!("{}.weight", names.layer(i, what)), len)?)) };
-            let (q_norm, k_norm) = if cfg.qk_norm {
+            let (q_norm, k_norm) = if cfg.qk_norm && !is_linear {
                 (Some(norm("attn_q_norm", cfg.head_dim)?), Some(norm("attn_k_norm", cfg.head_dim)?))
             } else {
                 (None, None)
@@ -535,15 +574,24 @@ impl<B: Backend> Transformer<B> {
             };
             let window = cfg.layer_window(i);
             let rope = if window.is_some() && cfg.rope_theta_swa.is_some() { RopeTable::SlidingWindow } else { RopeTable::Main };
+            let mixer = match (qkv, &cfg.hybrid) {
+                (Some(qkv), _) => {
+                    kv_layers += 1;
+                    Mixer::Attention(Attention { qkv, o: lin("attn_output", h, q_out, false)?, q_norm, k_norm, gated, kv_layer: kv_layers - 1 })
+                }
+                (None, Some(hc)) => {
+                    linear += 1;
+                    Mixer::Linear(Box::new(DeltaLayer::load(&backend, src, i, linear - 1, hc, h)?))
+                }
+                (None, None) => return Err(Error::Internal("a linear-attention layer without a hybrid config")),
+            };
             layers.push(Layer {
                 attn_norm: norm("attn_norm", h)?,
-                ffn_norm: norm("ffn_norm", h)?,
-                qkv,
-                o: lin("attn_output", h, q_out, false)?,
+                // Qwen3.5 names the norm before the MLP `post_attention_norm`.
+                ffn_norm: norm(if cfg.arch == Arch::Qwen35 { "post_attention_norm" } else { "ffn_norm" }, h)?,
+                mixer,
                 gate_up,
                 down: lin("ffn_down", h, inter, false)?,
-                q_norm,
-                k_norm,
                 post_attn_norm,
                 post_ffn_norm,
                 window,
@@ -557,7 +605,11 @@ impl<B: Backend> Transformer<B> {
         } else {
             backend.linear(src.load_checked(&out_name, &[cfg.vocab_size, h], &dev)?, None, &out_name)?
         };
-        let mut net = Self { backend, dims, layers, norm, output, embed, buf: Bufs::default(), step: Step::default() };
+        let state_floats = cfg.hybrid.as_ref().map_or(0, |hc| hc.state_floats());
+        if kv_layers == 0 {
+            return Err(Error::Config(format!("{}: no layer has attention (a hybrid needs at least one)", src.location().display())));
+        }
+        let mut net = Self { backend, dims, layers, norm, output, embed, buf: Bufs::default(), step: Step::default(), kv_layers, state_floats };
         net.check()?;
         let Self { backend, layers, output, embed, .. } = &mut net;
         backend.loaded(linears(layers, output), embed);
@@ -570,7 +622,8 @@ impl<B: Backend> Transformer<B> {
             return Err(Error::Internal("the embedding or output layer does not match the vocabulary"));
         }
         for l in &self.layers {
-            if [&l.q_norm, &l.k_norm].into_iter().flatten().any(|w| B::vector_len(w) != d.head_dim) {
+            let Mixer::Attention(a) = &l.mixer else { continue };
+            if [&a.q_norm, &a.k_norm].into_iter().flatten().any(|w| B::vector_len(w) != d.head_dim) {
                 return Err(Error::Internal("q/k norm weights are not head_dim wide"));
             }
         }
@@ -587,15 +640,30 @@ impl<B: Backend> Transformer<B> {
     /// rows. `exact`: every linear layer computes each row as it is alone, so a row's result
     /// does not depend on the rest of the batch.
     fn forward_batch(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], exact: bool, logits: &mut Vec<f32>) -> Result<usize> {
-        let Self { backend, dims: d, layers, norm, output, embed, buf: b, step } = self;
+        let Self { backend, dims: d, layers, norm, output, embed, buf: b, step, kv_layers, state_floats } = self;
         let n: usize = batch.iter().map(|s| s.tokens.len()).sum();
         let (h, q_out, kv_out, inter) = (d.hidden, d.heads * d.head_dim, d.kv_heads * d.head_dim, d.inter);
-        if kv.width() != kv_out || kv.num_layers() != layers.len() {
+        if kv.width() != kv_out || kv.num_layers() != *kv_layers || kv.seq_state_bytes() != *state_floats * 4 {
             return Err(Error::Internal("the KV cache was made for another model"));
         }
         check_block_size(kv.block_size())?;
         for (buf, len) in [(&mut b.x, h), (&mut b.xn, h), (&mut b.q, q_out), (&mut b.k, kv_out), (&mut b.v, kv_out), (&mut b.att, q_out), (&mut b.y, h), (&mut b.g, inter), (&mut b.u, inter)] {
             B::reserve(buf, n * len);
+        }
+        for l in layers.iter() {
+            match &l.mixer {
+                Mixer::Attention(a) if a.gated => {
+                    B::reserve(&mut b.qg, n * 2 * q_out);
+                    B::reserve(&mut b.gate, n * q_out);
+                }
+                Mixer::Attention(_) => {}
+                Mixer::Linear(dl) => {
+                    let sh = &dl.vectors.shape;
+                    for (buf, len) in [(&mut b.qkv, sh.conv_dim()), (&mut b.z, sh.value_dim()), (&mut b.att, sh.value_dim()), (&mut b.beta, sh.v_heads), (&mut b.alpha, sh.v_heads)] {
+                        B::reserve(buf, n * len);
+                    }
+                }
+            }
         }
         plan(kv, batch, step)?;
         backend.embed(embed, batch.iter().flat_map(|s| s.tokens.iter().copied()), h, &mut b.x);
@@ -605,44 +673,55 @@ impl<B: Backend> Transformer<B> {
         // The residual add that ends a layer is done with the next layer's first norm (in the
         // same pass over each row), the last one after the loop.
         let mut pending = false;
-        for (li, layer) in layers.iter().enumerate() {
+        for layer in layers.iter() {
             let y = pending.then_some(&b.y);
-            match &layer.qkv {
-                Qkv::Separate(q, k, v) => backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[q, k, v], n, exact, &mut [&mut b.q, &mut b.k, &mut b.v])?,
+            let a = match &layer.mixer {
+                Mixer::Attention(a) => a,
+                Mixer::Linear(dl) => {
+                    let lins = [&dl.qkv, &dl.z, &dl.beta, &dl.alpha];
+                    backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &lins, n, exact, &mut [&mut b.qkv, &mut b.z, &mut b.beta, &mut b.alpha])?;
+                    let p = DeltaInputs { qkv: &b.qkv, z: &b.z, beta: &b.beta, alpha: &b.alpha };
+                    backend.delta_net(kv, &dl.vectors, p, step, &mut b.att)?;
+                    backend.linear_rows(&dl.out, &b.att, n, exact, &mut b.y)?;
+                    Self::mlp(backend, d, layer, b, n, exact)?;
+                    pending = true;
+                    continue;
+                }
+            };
+            let (qb, q_w) = if a.gated { (&mut b.qg, 2 * q_out) } else { (&mut b.q, q_out) };
+            match &a.qkv {
+                Qkv::Separate(q, k, v) => backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[q, k, v], n, exact, &mut [qb, &mut b.k, &mut b.v])?,
                 Qkv::Fused(l) => {
-                    B::reserve(&mut b.qkv, n * (q_out + 2 * kv_out));
+                    B::reserve(&mut b.qkv, n * (q_w + 2 * kv_out));
                     backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.qkv])?;
-                    backend.split_rows(&b.qkv, n, &mut [(&mut b.q, q_out), (&mut b.k, kv_out), (&mut b.v, kv_out)]);
+                    backend.split_rows(&b.qkv, n, &mut [(qb, q_w), (&mut b.k, kv_out), (&mut b.v, kv_out)]);
                 }
             }
-            if let Some(w) = &layer.q_norm {
+            if a.gated {
+                backend.split_query_gate(&b.qg, n, d.heads, d.head_dim, &mut b.q, &mut b.gate);
+            }
+            if let Some(w) = &a.q_norm {
                 backend.rms_norm_in_place(&mut b.q, w, n * q_out, d.eps);
             }
-            if let Some(w) = &layer.k_norm {
+            if let Some(w) = &a.k_norm {
                 backend.rms_norm_in_place(&mut b.k, w, n * kv_out, d.eps);
             }
-            backend.rope_write_kv(kv, li, &mut b.q, &mut b.k, &b.v, step, layer.rope);
-            backend.attention(kv, li, layer.window, &b.q, step, &mut b.att);
-            backend.linear_rows(&layer.o, &b.att, n, exact, &mut b.y)?;
-            if let Some(w) = &layer.post_attn_norm {
-                backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
+            backend.rope_write_kv(kv, a.kv_layer, &mut b.q, &mut b.k, &b.v, step, layer.rope);
+            backend.attention(kv, a.kv_layer, layer.window, &b.q, step, &mut b.att);
+            if a.gated {
+                backend.mul_sigmoid(&mut b.att, &b.gate, n * q_out);
             }
-            match &layer.gate_up {
-                GateUp::Separate(g, u) => backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[g, u], n, exact, &mut [&mut b.g, &mut b.u])?,
-                GateUp::Fused(l) => {
-                    B::reserve(&mut b.gu, n * 2 * inter);
-                    backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.gu])?;
-                    backend.split_rows(&b.gu, n, &mut [(&mut b.g, inter), (&mut b.u, inter)]);
-                }
-            }
-            backend.glu_linear(d.activation, &mut b.g, &b.u, inter, &layer.down, n, exact, &mut b.y)?;
-            if let Some(w) = &layer.post_ffn_norm {
-                backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
-            }
+            backend.linear_rows(&a.o, &b.att, n, exact, &mut b.y)?;
+            Self::mlp(backend, d, layer, b, n, exact)?;
             pending = true;
         }
         if pending {
             backend.add(&mut b.x, &b.y, n * h);
+        }
+        if *state_floats > 0 {
+            for seg in &step.segs {
+                kv.set_state_len(seg.seq, seg.start + seg.n)?;
+            }
         }
         // Final norm (of the rows whose logits are wanted) and logits.
         let rows = step.out_rows.len();
@@ -650,17 +729,44 @@ impl<B: Backend> Transformer<B> {
         backend.logits(output, &b.xn, rows, exact, d.softcap, logits)?;
         Ok(rows)
     }
+
+    /// A layer's second half, after its mixer left its output in `b.y`: the residual add, the
+    /// norm and the gated MLP, the result in `b.y` (added by the next layer's first norm).
+    fn mlp(backend: &mut B, d: &Dims, layer: &Layer<B>, b: &mut Bufs<B::Buf>, n: usize, exact: bool) -> Result<()> {
+        let (h, inter) = (d.hidden, d.inter);
+        if let Some(w) = &layer.post_attn_norm {
+            backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
+        }
+        match &layer.gate_up {
+            GateUp::Separate(g, u) => backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[g, u], n, exact, &mut [&mut b.g, &mut b.u])?,
+            GateUp::Fused(l) => {
+                B::reserve(&mut b.gu, n * 2 * inter);
+                backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.gu])?;
+                backend.split_rows(&b.gu, n, &mut [(&mut b.g, inter), (&mut b.u, inter)]);
+            }
+        }
+        backend.glu_linear(d.activation, &mut b.g, &b.u, inter, &layer.down, n, exact, &mut b.y)?;
+        if let Some(w) = &layer.post_ffn_norm {
+            backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
+        }
+        Ok(())
+    }
 }
 
 /// Every linear layer, in layer order, the output layer last.
 fn linears<'a, B: Backend>(layers: &'a mut [Layer<B>], output: &'a mut B::Lin) -> Vec<&'a mut B::Lin> {
     let mut w = Vec::new();
     for l in layers {
-        match &mut l.qkv {
-            Qkv::Separate(q, k, v) => w.extend([q, k, v]),
-            Qkv::Fused(x) => w.push(x),
+        match &mut l.mixer {
+            Mixer::Attention(a) => {
+                match &mut a.qkv {
+                    Qkv::Separate(q, k, v) => w.extend([q, k, v]),
+                    Qkv::Fused(x) => w.push(x),
+                }
+                w.push(&mut a.o);
+            }
+            Mixer::Linear(dl) => w.extend(dl.linears()),
         }
-        w.push(&mut l.o);
         match &mut l.gate_up {
             GateUp::Separate(g, u) => w.extend([g, u]),
             GateUp::Fused(x) => w.push(x),
@@ -686,7 +792,7 @@ fn plan(kv: &KvCache, batch: &[BatchSeq<'_>], step: &mut Step) -> Result<()> {
         if (start + m).div_ceil(kv.block_size()) > blocks.len() {
             return Err(Error::Internal("forward_batch on positions that were not reserved"));
         }
-        step.segs.push(Seg { row0, n: m, start, tab0: step.tabs.len(), tabn: blocks.len() });
+        step.segs.push(Seg { seq: s.seq, row0, n: m, start, tab0: step.tabs.len(), tabn: blocks.len() });
         step.tabs.extend_from_slice(blocks);
         for i in 0..m {
             step.pos.push(start + i);

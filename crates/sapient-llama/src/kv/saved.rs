@@ -51,6 +51,14 @@ impl std::fmt::Display for KvLayout {
     }
 }
 
+/// Saved sequences hold keys and values only, not a hybrid model's recurrent state.
+fn no_seq_state(kv: &KvCache) -> Result<()> {
+    if kv.has_seq_state() {
+        return Err(Error::Config("saving or restoring a hybrid model's sequences (recurrent state) is not supported yet".into()));
+    }
+    Ok(())
+}
+
 impl KvCache {
     /// The cache's shape, as saved sequences are checked against it.
     pub fn layout(&self) -> KvLayout {
@@ -65,6 +73,7 @@ impl KvCache {
 
     /// The keys and values of sequence `id`'s positions (layout in the module docs).
     pub fn export_seq(&self, id: SeqId) -> Result<Vec<u8>> {
+        no_seq_state(self)?;
         let s = self.seq(id)?;
         let blocks = &s.blocks[..s.len.div_ceil(self.block_size)];
         let n = self.block_size * self.width;
@@ -91,6 +100,7 @@ impl KvCache {
     /// shape. Fails, taking nothing, when `data` is not exactly that size or the pool lacks
     /// the blocks.
     pub fn import_seq(&mut self, id: SeqId, len: usize, data: &[u8]) -> Result<()> {
+        no_seq_state(self)?;
         if self.seq(id)?.len != 0 {
             return Err(Error::Internal("import_seq into a sequence that holds positions"));
         }

@@ -1,0 +1,171 @@
+//! Sequence state of hybrid models beside the KV blocks, and its snapshots for the prefix
+//! cache.
+//!
+//! A hybrid's sequence carries one recurrent state (f32, `state_floats` values: every
+//! linear-attention layer's convolution window and delta-rule matrices). It cannot be cut
+//! back to an earlier position, so the prefix cache keeps copies of it: after a sequence's
+//! forward ends exactly at the end of a registered block, [`KvCache::snapshot_state`] stores
+//! the state under that block's chain hash, and [`KvCache::attach_prefix`] gives a new
+//! sequence the registered blocks up to the last one with a snapshot, and that snapshot as
+//! its state (as llama.cpp's hybrid memory and vLLM's prefix caching for Mamba layers keep
+//! state at chosen positions). A snapshot goes when its block is unregistered (evicted or
+//! written), and the oldest ones go when they would take more bytes than the KV cache's
+//! keys and values.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::{KvCache, SeqId};
+use crate::{Error, Result};
+
+/// Recurrent state after registered blocks, by chain hash, oldest first.
+#[derive(Default)]
+pub(super) struct Snapshots {
+    by_hash: HashMap<u64, Vec<f32>>,
+    order: VecDeque<u64>,
+}
+
+impl Snapshots {
+    pub(super) fn remove(&mut self, h: u64) {
+        if self.by_hash.remove(&h).is_some() {
+            self.order.retain(|&x| x != h);
+        }
+    }
+}
+
+impl KvCache {
+    /// Give every sequence `floats` values of recurrent state (a hybrid model's cache).
+    pub(crate) fn with_seq_state(mut self, floats: usize) -> Self {
+        self.state_floats = floats;
+        self
+    }
+    /// Whether sequences carry recurrent state (a hybrid model): then they cannot be
+    /// truncated to a shorter non-zero length, and the prefix cache shares only blocks after
+    /// which the state was kept ([`snapshot_state`](Self::snapshot_state)).
+    pub fn has_seq_state(&self) -> bool {
+        self.state_floats > 0
+    }
+    /// Bytes of recurrent state each sequence holds once it has run (0 without).
+    pub fn seq_state_bytes(&self) -> usize {
+        self.state_floats * std::mem::size_of::<f32>()
+    }
+    /// The recurrent state of `id`, zeroed on first use; errors unless it has taken in
+    /// exactly `start` positions (a forward that failed part-way leaves it out of step).
+    pub(crate) fn seq_state_at(&mut self, id: SeqId, start: usize) -> Result<&mut [f32]> {
+        let floats = self.state_floats;
+        let s = self.seq_mut(id)?;
+        if s.state_len != start {
+            return Err(Error::StateRollback { len: start, held: s.state_len });
+        }
+        if s.state.len() != floats {
+            s.state = vec![0.0; floats];
+        }
+        Ok(&mut s.state)
+    }
+    /// Record that the state of `id` has taken in `len` positions.
+    pub(crate) fn set_state_len(&mut self, id: SeqId, len: usize) -> Result<()> {
+        self.seq_mut(id)?.state_len = len;
+        Ok(())
+    }
+
+    /// Keep a copy of `id`'s recurrent state for the prefix cache, when it stands exactly at
+    /// the end of the sequence's last registered block ([`commit`](Self::commit) first);
+    /// returns whether it was kept. Without sequence state, or elsewhere, it does nothing.
+    pub fn snapshot_state(&mut self, id: SeqId) -> Result<bool> {
+        let bs = self.block_size;
+        let s = self.seq(id)?;
+        let Some(&h) = s.hashes.last() else { return Ok(false) };
+        if self.state_floats == 0 || s.state_len != s.hashes.len() * bs || s.state.len() != self.state_floats || !self.by_hash.contains_key(&h) {
+            return Ok(false);
+        }
+        if self.snapshots.by_hash.contains_key(&h) {
+            return Ok(true);
+        }
+        let copy = s.state.clone();
+        let cap = self.usage().bytes.max(self.seq_state_bytes());
+        while (self.snapshots.order.len() + 1) * self.seq_state_bytes() > cap {
+            let Some(old) = self.snapshots.order.pop_front() else { break };
+            self.snapshots.by_hash.remove(&old);
+        }
+        self.snapshots.by_hash.insert(h, copy);
+        self.snapshots.order.push_back(h);
+        Ok(true)
+    }
+
+    /// [`attach_prefix`](Self::attach_prefix) for a cache with sequence state: the matching
+    /// registered blocks up to the last one with a snapshot, and that snapshot as the state.
+    pub(super) fn attach_with_state(&mut self, id: SeqId, tokens: &[u32]) -> Result<usize> {
+        let bs = self.block_size;
+        let mut prev = 0u64;
+        let mut upto = 0;
+        for (i, chunk) in tokens[..tokens.len().saturating_sub(1)].chunks_exact(bs).enumerate() {
+            let h = Self::chain_hash(prev, chunk);
+            if !self.by_hash.contains_key(&h) {
+                break;
+            }
+            if self.snapshots.by_hash.contains_key(&h) {
+                upto = i + 1;
+            }
+            prev = h;
+        }
+        if upto == 0 {
+            return Ok(0);
+        }
+        let n = self.attach_blocks(id, &tokens[..upto * bs + 1])?;
+        if n != upto * bs {
+            return Err(Error::Internal("the prefix cache's blocks changed while attaching them"));
+        }
+        let h = *self.seq(id)?.hashes.last().ok_or(Error::Internal("attached blocks without hashes"))?;
+        let state = self.snapshots.by_hash.get(&h).cloned().ok_or(Error::Internal("a state snapshot vanished"))?;
+        let s = self.seq_mut(id)?;
+        s.state = state;
+        s.state_len = n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{cache, write};
+    use super::*;
+
+    /// A hybrid's sequence state: copied by `fork`, reset only by truncating to 0 (a shorter
+    /// non-zero length is an error that changes nothing), out of step when a forward did
+    /// not finish; shared by the prefix cache only up to a block with a snapshot.
+    #[test]
+    fn sequence_state_forks_rolls_back_only_to_zero_and_shares_snapshots() {
+        let mut c = cache(8).with_seq_state(3);
+        let toks: Vec<u32> = (0..10).collect();
+        let a = c.new_seq();
+        write(&mut c, a, &[1, 2, 3, 4, 5]);
+        c.seq_state_at(a, 0).unwrap().copy_from_slice(&[1.0, 2.0, 3.0]);
+        c.set_state_len(a, 5).unwrap();
+        let b = c.fork(a).unwrap();
+        assert_eq!(c.seq_state_at(b, 5).unwrap(), &[1.0, 2.0, 3.0]);
+        assert!(matches!(c.seq_state_at(b, 4), Err(Error::StateRollback { len: 4, held: 5 })));
+        assert!(matches!(c.truncate(a, 2), Err(Error::StateRollback { len: 2, held: 5 })));
+        assert_eq!(c.len(a).unwrap(), 5);
+        c.truncate(a, 0).unwrap();
+        assert_eq!(c.seq_state_at(a, 0).unwrap(), &[0.0; 3]);
+        // Registered blocks without a snapshot are not shared.
+        c.commit(b, &toks).unwrap();
+        assert!(!c.snapshot_state(b).unwrap(), "the state is past the block's end");
+        let d = c.new_seq();
+        assert_eq!(c.attach_prefix(d, &toks).unwrap(), 0);
+        // A state that ends a registered block is kept, and given with the blocks.
+        let e = c.new_seq();
+        write(&mut c, e, &[1, 2, 3, 4, 5, 6, 7, 8]);
+        c.seq_state_at(e, 0).unwrap().copy_from_slice(&[4.0, 5.0, 6.0]);
+        c.set_state_len(e, 8).unwrap();
+        c.commit(e, &toks).unwrap();
+        assert!(c.snapshot_state(e).unwrap());
+        let f = c.new_seq();
+        assert_eq!(c.attach_prefix(f, &toks).unwrap(), 8);
+        assert_eq!(c.seq_state_at(f, 8).unwrap(), &[4.0, 5.0, 6.0]);
+        // Forgetting the prefix cache forgets the snapshots.
+        c.truncate(e, 0).unwrap();
+        c.free(f).unwrap();
+        c.clear_prefix_cache();
+        let g = c.new_seq();
+        assert_eq!(c.attach_prefix(g, &toks).unwrap(), 0);
+    }
+}
