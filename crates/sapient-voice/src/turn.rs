@@ -29,6 +29,19 @@ pub(crate) enum TurnEvent {
     Dropped { at: usize },
 }
 
+/// The segmenter for `opts`: a stretch of speech ends after the end-of-turn silence, and
+/// shorter ones than the minimum speech are dropped; no padding.
+fn segmenter(opts: &TurnOptions) -> Result<VadSegmenter> {
+    opts.validate()?;
+    Ok(VadSegmenter::new(VadOptions {
+        threshold: opts.threshold,
+        min_speech_ms: opts.min_speech_ms,
+        min_silence_ms: opts.end_of_turn_ms,
+        speech_pad_ms: 0,
+        ..VadOptions::default()
+    })?)
+}
+
 pub(crate) struct TurnDetector {
     vad: SileroVad,
     seg: SegmenterState,
@@ -52,14 +65,7 @@ pub(crate) struct TurnDetector {
 
 impl TurnDetector {
     pub(crate) fn new(vad: SileroVad, opts: TurnOptions) -> Result<Self> {
-        opts.validate()?;
-        let segmenter = VadSegmenter::new(VadOptions {
-            threshold: opts.threshold,
-            min_speech_ms: opts.min_speech_ms,
-            min_silence_ms: opts.end_of_turn_ms,
-            speech_pad_ms: 0,
-            ..VadOptions::default()
-        })?;
+        let segmenter = segmenter(&opts)?;
         Ok(Self {
             vad,
             seg: segmenter.start(),
@@ -82,16 +88,8 @@ impl TurnDetector {
     }
 
     pub(crate) fn set_options(&mut self, opts: TurnOptions) -> Result<()> {
-        opts.validate()?;
-        let segmenter = VadSegmenter::new(VadOptions {
-            threshold: opts.threshold,
-            min_speech_ms: opts.min_speech_ms,
-            min_silence_ms: opts.end_of_turn_ms,
-            speech_pad_ms: 0,
-            ..VadOptions::default()
-        })?;
+        self.segmenter = segmenter(&opts)?;
         self.opts = opts;
-        self.segmenter = segmenter;
         self.restart();
         Ok(())
     }
