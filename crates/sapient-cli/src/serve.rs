@@ -433,8 +433,8 @@ async fn load_models(args: &ServeArgs) -> Result<Models> {
         .with_context(|| format!("loading Kokoro model '{reference}'"))?;
         models.tts.push((name, t));
     }
-    let voice = !(models.llms.is_empty() && models.on_demand.is_empty()) && !models.transcribers.is_empty() && !models.tts.is_empty();
-    if voice {
+    let has_llm = !models.llms.is_empty() || !models.on_demand.is_empty();
+    if has_llm && !models.transcribers.is_empty() && !models.tts.is_empty() {
         // /v1/realtime: Silero VAD for its turn detection
         let vad = tokio::task::spawn_blocking(|| -> Result<std::path::PathBuf> {
             let mut bars = crate::Bars::default();

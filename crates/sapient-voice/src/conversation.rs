@@ -303,7 +303,7 @@ impl VoiceLoop {
                     self.partial = None;
                     let text = self.user_turn(&audio, reuse)?;
                     let respond = self.opts.turn.as_ref().is_some_and(|t| t.respond);
-                    if respond && !text.is_empty() && !self.reply.as_ref().is_some_and(|r| !r.finished()) {
+                    if respond && !text.is_empty() && self.reply.as_ref().is_none_or(|r| r.finished()) {
                         self.respond()?;
                     }
                 }
