@@ -58,6 +58,9 @@ pub struct VoiceLoop {
     /// When the last window of speech arrived (the end of the user's speech, on the wall
     /// clock) and the transcription time of the turn that followed.
     speech_end: Option<Instant>,
+    /// When the input reached each recent position (16 kHz samples), to date the end of
+    /// the speech once the turn is over.
+    arrivals: VecDeque<(usize, Instant)>,
     last_transcribe_ms: f64,
     next_id: u64,
     reply: Option<Reply>,
@@ -83,6 +86,7 @@ impl VoiceLoop {
             events: VecDeque::new(),
             partial: None,
             speech_end: None,
+            arrivals: VecDeque::new(),
             last_transcribe_ms: 0.0,
             next_id: 1,
             reply: None,
@@ -155,6 +159,12 @@ impl VoiceLoop {
         };
         let detect = self.opts.turn.is_some();
         let evs = self.turns.push(&s16, detect)?;
+        let now = self.turns.position();
+        self.arrivals.push_back((now, Instant::now()));
+        let keep = RATE * 2 + self.opts.turn.as_ref().map_or(0, |t| t.end_of_turn_ms as usize * RATE / 1000);
+        while self.arrivals.front().is_some_and(|(p, _)| p + keep < now) {
+            self.arrivals.pop_front();
+        }
         self.turn_events(evs)?;
         if detect {
             self.turns.trim();
@@ -292,7 +302,8 @@ impl VoiceLoop {
                     self.partial = Some((start, end, text));
                 }
                 TurnEvent::Ended { start, end } => {
-                    self.speech_end = Some(Instant::now());
+                    let arrived = self.arrivals.iter().find(|(p, _)| *p >= end).map(|(_, t)| *t);
+                    self.speech_end = Some(arrived.unwrap_or_else(Instant::now));
                     self.events.push_back(Event::SpeechStopped { audio_ms: ms_of(end) });
                     let reuse = match &self.partial {
                         Some((s, e, t)) if *s == start && *e >= end => Some(t.clone()),
