@@ -136,3 +136,23 @@ impl VoiceOptions {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_options_are_errors_naming_them() {
+        let bad = |o: VoiceOptions, what: &str| {
+            let e = o.validate().err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains(what), "{e:?} does not name {what}");
+        };
+        bad(VoiceOptions { speed: 5.0, ..VoiceOptions::default() }, "speed");
+        bad(VoiceOptions { max_reply_tokens: 0, ..VoiceOptions::default() }, "max_reply_tokens");
+        bad(VoiceOptions { turn: Some(TurnOptions { threshold: 1.5, ..TurnOptions::default() }), ..VoiceOptions::default() }, "threshold");
+        bad(VoiceOptions { turn: Some(TurnOptions { end_of_turn_ms: 0, ..TurnOptions::default() }), ..VoiceOptions::default() }, "end_of_turn_ms");
+        bad(VoiceOptions { turn: Some(TurnOptions { barge_in_ms: 90_000, ..TurnOptions::default() }), ..VoiceOptions::default() }, "barge_in_ms");
+        assert!(VoiceOptions::default().validate().is_ok());
+        assert!(VoiceOptions { turn: None, ..VoiceOptions::default() }.validate().is_ok());
+    }
+}

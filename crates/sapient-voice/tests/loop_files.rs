@@ -196,3 +196,19 @@ fn silence_and_noise_get_no_reply() -> Result<()> {
     ensure!(lp.history().is_empty());
     Ok(())
 }
+
+#[test]
+fn bad_input_is_an_error_not_a_panic() -> Result<()> {
+    let f = fixture();
+    let mut lp = new_loop(f)?;
+    let e = lp.push_audio(&[0.0, f32::NAN, 0.0]).err().context("NaN accepted")?;
+    ensure!(e.to_string().contains("not a finite number"), "{e}");
+    ensure!(lp.check_voice("nobody").is_err());
+    // nothing to commit, nothing to cancel
+    ensure!(lp.commit().is_err());
+    ensure!(!lp.cancel());
+    let vad = sapient_voice::load_vad(&f.vad_file)?;
+    let bad = VoiceOptions { speed: 9.0, ..VoiceOptions::default() };
+    ensure!(VoiceLoop::new(f.models.clone(), vad, bad).is_err());
+    Ok(())
+}
