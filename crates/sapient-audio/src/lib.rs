@@ -33,6 +33,8 @@ pub mod vad;
 
 #[cfg(feature = "mic")]
 mod mic;
+#[cfg(feature = "mic")]
+mod speaker;
 
 pub use decode::{
     decode_bytes, decode_file, decode_raw_pcm, decode_raw_pcm_interleaved, encode_pcm16, encode_wav, wav_header, write_wav, Audio, Decoder,
@@ -49,6 +51,8 @@ pub use vad::{SileroVad, SpeechSegment, VadOptions, VadSegmenter, WeightFormat};
 
 #[cfg(feature = "mic")]
 pub use mic::{MicInput, MicStream};
+#[cfg(feature = "mic")]
+pub use speaker::SpeakerOutput;
 
 /// The README's example, compiled as a doc test.
 #[cfg(doctest)]

@@ -34,6 +34,19 @@ fn mono<T: Copy>(data: &[T], channels: usize, conv: impl Fn(T) -> f32) -> Vec<f3
     data.chunks_exact(channels).map(|f| f.iter().map(|&s| conv(s)).sum::<f32>() * inv).collect()
 }
 
+/// The host's default input (or output) device, or the first whose name contains `wanted`.
+pub(crate) fn find_device(wanted: Option<&str>, output: bool) -> Result<cpal::Device> {
+    let host = cpal::default_host();
+    let kind = if output { "output" } else { "input" };
+    match wanted {
+        None => if output { host.default_output_device() } else { host.default_input_device() }.ok_or_else(|| Error::Device(format!("no default {kind} device"))),
+        Some(w) => {
+            let mut devices = if output { host.output_devices() } else { host.input_devices() }.map_err(|e| Error::Device(e.to_string()))?;
+            devices.find(|d| d.name().map(|n| n.contains(w)).unwrap_or(false)).ok_or_else(|| Error::Device(format!("no {kind} device named like '{w}'")))
+        }
+    }
+}
+
 impl MicInput {
     /// The host's default input device at its default configuration.
     pub fn open_default() -> Result<Self> {
@@ -50,15 +63,7 @@ impl MicInput {
             .name("sapient-mic".into())
             .spawn(move || {
                 let setup = || -> Result<(cpal::Stream, u32, u16, String)> {
-                    let host = cpal::default_host();
-                    let device = match &wanted {
-                        None => host.default_input_device().ok_or_else(|| Error::Device("no default input device".into()))?,
-                        Some(w) => host
-                            .input_devices()
-                            .map_err(|e| Error::Device(e.to_string()))?
-                            .find(|d| d.name().map(|n| n.contains(w.as_str())).unwrap_or(false))
-                            .ok_or_else(|| Error::Device(format!("no input device named like '{w}'")))?,
-                    };
+                    let device = find_device(wanted.as_deref(), false)?;
                     let dev_name = device.name().unwrap_or_else(|_| "<unnamed>".into());
                     let supported = device.default_input_config().map_err(|e| Error::Device(e.to_string()))?;
                     let rate = check_rate(supported.sample_rate().0)?;

@@ -19,6 +19,7 @@ mod listen;
 mod chat;
 mod serve;
 mod speak;
+mod talk;
 mod transcribe;
 
 #[derive(Parser)]
@@ -70,6 +71,9 @@ enum Cmd {
     Transcribe(transcribe::TranscribeArgs),
     /// Text to speech with Kokoro-82M (English; WAV out, --phonemes to print the phonemes).
     Speak(speak::SpeakArgs),
+    /// A spoken conversation: Whisper hears a recording, the model answers, Kokoro speaks
+    /// (--input FILE, --output reply.wav), with turn-taking and barge-in.
+    Talk(talk::TalkArgs),
     /// Sentence embeddings as JSON arrays (--similarity: the cosine matrix; --index-out: a
     /// vector index for `sapient search`).
     Embed(embed::EmbedArgs),
@@ -489,6 +493,7 @@ fn main() -> Result<()> {
         Cmd::Chat { opts, allow_loops } => chat::run(&opts, allow_loops)?,
         Cmd::Transcribe(args) => transcribe::run(args)?,
         Cmd::Speak(args) => speak::run(args)?,
+        Cmd::Talk(args) => talk::run(args)?,
         Cmd::Embed(args) => embed::embed(args)?,
         Cmd::Search(args) => embed::search(args)?,
         Cmd::Serve(args) => serve::run(args)?,

@@ -425,15 +425,26 @@ async fn load_models(args: &ServeArgs) -> Result<Models> {
         let r2 = reference.clone();
         let t = tokio::task::spawn_blocking(move || -> Result<sapient_kokoro::KokoroTts> {
             let mut bars = crate::Bars::default();
-            let resolved = sapient_hub::Hub::new()?.resolve(&r2, &mut |p| bars.update(p));
+            let dir = crate::speak::kokoro_dir(&sapient_hub::Hub::new()?, &r2, &mut bars);
             bars.finish();
-            let resolved = resolved?;
-            let dir = if resolved.dir.is_dir() { resolved.dir.clone() } else { resolved.file("onnx")?.parent().map(|p| p.to_path_buf()).unwrap_or_default() };
-            Ok(sapient_kokoro::KokoroTts::from_dir(&dir, &candle_core::Device::Cpu)?)
+            Ok(sapient_kokoro::KokoroTts::from_dir(&dir?, &candle_core::Device::Cpu)?)
         })
         .await?
         .with_context(|| format!("loading Kokoro model '{reference}'"))?;
         models.tts.push((name, t));
+    }
+    let has_llm = !models.llms.is_empty() || !models.on_demand.is_empty();
+    if has_llm && !models.transcribers.is_empty() && !models.tts.is_empty() {
+        // /v1/realtime: Silero VAD for its turn detection
+        let vad = tokio::task::spawn_blocking(|| -> Result<std::path::PathBuf> {
+            let mut bars = crate::Bars::default();
+            let r = sapient_hub::Hub::new()?.fetch_preset("silero-vad", &mut |p| bars.update(p));
+            bars.finish();
+            Ok(r?.file("onnx")?.to_path_buf())
+        })
+        .await?
+        .context("fetching Silero VAD for /v1/realtime")?;
+        models.vad = Some(vad);
     }
     Ok(models)
 }

@@ -52,12 +52,7 @@ pub fn run(args: SpeakArgs) -> Result<()> {
     };
     let mut bars = crate::Bars::default();
     let hub = sapient_hub::Hub::new()?;
-    let resolved = hub.resolve(&args.model, &mut |p| bars.update(p))?;
-    let dir = if resolved.dir.is_dir() {
-        resolved.dir.clone()
-    } else {
-        resolved.file("onnx")?.parent().map(|p| p.to_path_buf()).unwrap_or_default()
-    };
+    let dir = kokoro_dir(&hub, &args.model, &mut bars)?;
     let t_load = Instant::now();
     if args.phonemes {
         // no model needed to print phonemes
@@ -117,4 +112,14 @@ pub fn run(args: SpeakArgs) -> Result<()> {
         eprintln!("wrote {} ({} words)", path.display(), words.len());
     }
     Ok(())
+}
+
+/// The directory of a Kokoro preset (fetched if needed) or of a given model file.
+pub(crate) fn kokoro_dir(hub: &sapient_hub::Hub, model: &str, bars: &mut crate::Bars) -> Result<PathBuf> {
+    let resolved = hub.resolve(model, &mut |p| bars.update(p))?;
+    Ok(if resolved.dir.is_dir() {
+        resolved.dir.clone()
+    } else {
+        resolved.file("onnx")?.parent().map(|p| p.to_path_buf()).unwrap_or_default()
+    })
 }

@@ -30,6 +30,7 @@ mod anthropic;
 mod chat;
 mod error;
 mod media;
+mod realtime;
 mod reasoning;
 mod responses;
 mod router;
@@ -154,6 +155,9 @@ pub struct Models {
     pub embedders: Vec<(String, sapient_embed::Embedder)>,
     pub transcribers: Vec<(String, sapient_whisper::Transcriber)>,
     pub tts: Vec<(String, sapient_kokoro::KokoroTts)>,
+    /// Silero VAD weights (the `silero-vad` preset's file) for `/v1/realtime`'s turn
+    /// detection; that route also needs a language model, a transcriber and a TTS model.
+    pub vad: Option<std::path::PathBuf>,
 }
 
 /// The models once loaded, shared with requests in flight.
@@ -162,6 +166,7 @@ pub(crate) struct Loaded {
     pub(crate) embedders: Vec<(String, Arc<sapient_embed::Embedder>)>,
     pub(crate) transcribers: Vec<(String, Arc<sapient_whisper::Transcriber>)>,
     pub(crate) tts: Vec<(String, Arc<sapient_kokoro::KokoroTts>)>,
+    pub(crate) vad: Option<std::path::PathBuf>,
     created: u64,
 }
 
@@ -233,6 +238,7 @@ impl Server {
             embedders: arc(models.embedders),
             transcribers: models.transcribers.into_iter().map(|(n, m)| (n, Arc::new(m))).collect(),
             tts: models.tts.into_iter().map(|(n, m)| (n, Arc::new(m))).collect(),
+            vad: models.vad,
             created: unix_now(),
         };
         self.state.models.set(loaded).map_err(|_| Error::AlreadyReady)
@@ -270,6 +276,7 @@ impl Server {
             .route("/detokenize", post(tokenize::detokenize))
             .route("/apply-template", post(tokenize::apply_template))
             .route("/v1/embeddings", post(media::embeddings))
+            .route("/v1/realtime", get(realtime::upgrade))
             .route("/v1/audio/speech", post(media::speech))
             .route(
                 "/v1/audio/transcriptions",

@@ -6,51 +6,17 @@
 
 mod common;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use common::*;
 use sapient_server::ServerOptions;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
 
 const OPENAI_VERSION: &str = "3.57.0";
 const ANTHROPIC_VERSION: &str = "2.17.0";
 
-fn skip(test: &str, why: &str) -> Result<()> {
-    if std::env::var_os("SAPIENT_REQUIRE_PYTHON").is_some() {
-        bail!("{why}");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-    Ok(())
-}
-
-/// The venv's python with `openai` and `anthropic` installed, or why not (made once, by one
-/// test at a time).
+/// The venv's python with `openai` and `anthropic` installed, or why not.
 fn venv() -> Result<PathBuf, String> {
-    static MAKING: Mutex<()> = Mutex::new(());
-    let _one = MAKING.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openai-venv");
-    let py = dir.join("bin").join("python");
-    let marker = dir.join(format!("openai-{OPENAI_VERSION}-anthropic-{ANTHROPIC_VERSION}"));
-    if marker.exists() {
-        return Ok(py);
-    }
-    let run = |cmd: &mut Command| -> Result<(), String> {
-        let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")))
-        }
-    };
-    if !py.exists() {
-        run(Command::new("python3").args(["-m", "venv"]).arg(&dir))?;
-    }
-    let pins = [format!("openai=={OPENAI_VERSION}"), format!("anthropic=={ANTHROPIC_VERSION}")];
-    run(Command::new(&py).args(["-m", "pip", "install", "-q", "--disable-pip-version-check"]).args(&pins))?;
-    std::fs::write(&marker, b"").map_err(|e| e.to_string())?;
-    Ok(py)
+    python_venv("openai-venv", &[format!("openai=={OPENAI_VERSION}"), format!("anthropic=={ANTHROPIC_VERSION}")])
 }
 
 /// Start a server (an API key, a small queue and body limit) and run `script` against it
@@ -64,28 +30,8 @@ fn run_script(test: &str, script: &str, env: &[(&str, &str)]) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let key = "sk-sapient-test";
     let server = rt.block_on(start(ServerOptions { api_key: Some(key.into()), max_queue: 2, max_body_bytes: 64 << 10, ..ServerOptions::default() }))?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(script);
-    let mut cmd = Command::new(&py);
-    cmd.arg(&script).env("MODEL", MODEL).stdout(Stdio::piped()).stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v.replace("{addr}", &server.addr.to_string()).replace("{key}", key));
-    }
-    let mut child = cmd.spawn().context("starting python")?;
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if t.elapsed() > Duration::from_secs(300) {
-            let _ = child.kill();
-            bail!("{} ran over 300 s", script.display());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let out = child.wait_with_output()?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    anyhow::ensure!(status.success() && stdout.trim_end().ends_with("ok"), "{} failed ({status})", script.display());
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (*k, v.replace("{addr}", &server.addr.to_string()).replace("{key}", key))).collect();
+    run_python(&py, script, &env)?;
     drop(server);
     Ok(())
 }

@@ -14,6 +14,7 @@ mod serve;
 mod spec;
 mod step_cost;
 mod tts;
+mod voice;
 mod whisper;
 mod whisper_profile;
 
@@ -53,6 +54,9 @@ pub enum Suite {
     /// Kokoro-82M real-time factor and time to first audio against onnxruntime on the same
     /// int8 ONNX file, phoneme ids and styles.
     Tts(tts::Args),
+    /// The spoken conversation loop at real-time pace: end of speech to first reply audio
+    /// (p50/p95), each stage's cost, the question's and the reply's word error rates.
+    Voice(voice::Args),
     /// Whisper real-time factor and WER against faster-whisper on the same CTranslate2 weights.
     Whisper(whisper::Args),
     /// Where one Whisper window's time goes: encoder, cross K/V, decoding steps, beams.
@@ -91,6 +95,7 @@ pub fn run(args: Args) -> Result<()> {
         Suite::Spec(a) => spec::run(a),
         Suite::StepCost(a) => step_cost::run(a),
         Suite::Tts(a) => tts::run(a),
+        Suite::Voice(a) => voice::run(a),
         Suite::Whisper(a) => whisper::run(a),
         Suite::WhisperProfile(a) => whisper_profile::run(a),
     }

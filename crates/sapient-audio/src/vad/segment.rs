@@ -200,6 +200,23 @@ impl SegmenterState {
         e.max(0.0) as usize
     }
 
+    /// While a stretch of speech is open (a window reached the threshold and the silence
+    /// since has not yet closed it): the sample it started at. For turn-taking on a live
+    /// stream (speech started, the user still talking).
+    pub fn speech_start(&self) -> Option<usize> {
+        if self.triggered {
+            self.current_start.map(|s| s.max(0) as usize)
+        } else {
+            None
+        }
+    }
+
+    /// While speech is open and the last windows were below the negative threshold: the
+    /// sample that silence began at (the stretch ends once it lasts `min_silence_ms`).
+    pub fn silence_start(&self) -> Option<usize> {
+        (self.triggered && self.temp_end != 0).then_some(self.temp_end.max(0) as usize)
+    }
+
     /// Feeds the probability of the next window.
     pub fn push(&mut self, prob: f32) -> Vec<SpeechSegment> {
         let mut done = Vec::new();

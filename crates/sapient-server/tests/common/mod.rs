@@ -169,3 +169,69 @@ pub async fn wait_idle(addr: SocketAddr) -> Result<String> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Skip a test that needs Python, saying why (or fail with SAPIENT_REQUIRE_PYTHON=1).
+pub fn skip(test: &str, why: &str) -> Result<()> {
+    if std::env::var_os("SAPIENT_REQUIRE_PYTHON").is_some() {
+        bail!("{why}");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    Ok(())
+}
+
+/// A venv under the target directory (`dir`) with the pinned packages installed, made once
+/// (one test at a time); its python, or why not.
+pub fn python_venv(dir: &str, pins: &[String]) -> Result<std::path::PathBuf, String> {
+    use std::process::Command;
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = MAKING.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir);
+    let py = dir.join("bin").join("python");
+    let marker = dir.join(pins.join("-"));
+    if marker.exists() {
+        return Ok(py);
+    }
+    let run = |cmd: &mut Command| -> Result<(), String> {
+        let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")))
+        }
+    };
+    if !py.exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&dir))?;
+    }
+    run(Command::new(&py).args(["-m", "pip", "install", "-q", "--disable-pip-version-check"]).args(pins))?;
+    std::fs::write(&marker, b"").map_err(|e| e.to_string())?;
+    Ok(py)
+}
+
+/// Run `tests/{script}` with `py` and `env` (and `MODEL`); it must end by printing "ok"
+/// within 300 s.
+pub fn run_python(py: &std::path::Path, script: &str, env: &[(&str, String)]) -> Result<()> {
+    use std::process::{Command, Stdio};
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(script);
+    let mut cmd = Command::new(py);
+    cmd.arg(&script).env("MODEL", MODEL).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().context("starting python")?;
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(300) {
+            let _ = child.kill();
+            bail!("{} ran over 300 s", script.display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    ensure!(status.success() && stdout.trim_end().ends_with("ok"), "{} failed ({status})", script.display());
+    Ok(())
+}
