@@ -84,6 +84,22 @@ pub(crate) struct DfaTable {
     pub alias: Option<std::sync::Arc<Alias>>,
     /// The pattern it was compiled from (by [`compiled`]), naming it whatever its size.
     pub source: Option<std::sync::Arc<str>>,
+    /// Set by [`DfaTable::quoted_repeat`]: how its states count items (their token sets
+    /// come from the item's, see `crate::counted`).
+    pub counted: Option<Arc<Counted>>,
+}
+
+/// The layout of a [`DfaTable::quoted_repeat`] automaton: state 0 before the opening quote,
+/// `1 + i * per_count + k` after `i` items and then the item's `k`-th inner state (`k = 0`:
+/// between items), the last state after the closing quote.
+#[derive(Debug)]
+pub(crate) struct Counted {
+    pub item: DfaTable,
+    pub lo: u32,
+    pub hi: Option<u32>,
+    /// Counts kept apart (no upper bound: counts from `lo` on are one).
+    pub cap: u32,
+    pub per_count: u32,
 }
 
 /// The states of a product that behave as the states of one of its factors (see
@@ -229,7 +245,7 @@ impl DfaTable {
             }
         }
         let can_consume = trans.chunks_exact(256).map(|row| row.iter().any(|&t| t != DEAD)).collect();
-        Ok(Self { trans: trans.into(), accepting: accepting.into(), can_consume, start: 0, alias: None, source: None })
+        Ok(Self { trans: trans.into(), accepting: accepting.into(), can_consume, start: 0, alias: None, source: None, counted: None })
     }
 
     /// `"`, then from `lo` to `hi` (no bound: `None`) strings of `item`, then `"`: a JSON
@@ -288,7 +304,9 @@ impl DfaTable {
         }
         let mut accepting = vec![false; states];
         accepting[last as usize] = true;
-        Self::finish(trans, accepting, what).map(Some)
+        let mut t = Self::finish(trans, accepting, what)?;
+        t.counted = Some(Arc::new(Counted { item: item.clone(), lo, hi, cap: cap as u32, per_count: m }));
+        Ok(Some(t))
     }
 
     /// Exactly the byte strings `words` (a trie: no regex to compile); `forbidden` bytes
@@ -496,7 +514,7 @@ impl DfaTable {
         }
         let accepting = (0..states).map(|s| if until { s == n } else { true }).collect();
         let can_consume = (0..states).map(|s| s < n).collect();
-        Ok(Self { trans: trans.into(), accepting, can_consume, start: 0, alias: None, source: None })
+        Ok(Self { trans: trans.into(), accepting, can_consume, start: 0, alias: None, source: None, counted: None })
     }
 
     #[inline]

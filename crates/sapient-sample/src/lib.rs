@@ -48,6 +48,7 @@ mod error;
 mod hash;
 mod dfa;
 mod vocab;
+mod counted;
 mod constraint;
 mod matcher;
 mod builder;

@@ -55,6 +55,9 @@ pub struct TokenIndex {
     /// The bytes below the nodes with large subtrees (a lexeme state that loops on all of
     /// them takes the whole subtree at once).
     pub(crate) subtree_bytes: Arc<SubtreeBytes>,
+    /// Per item automaton of a length-bounded string (by its pattern): the tokens by the
+    /// items they hold (see `crate::counted`), built on first use.
+    item_tokens: Arc<Mutex<HashMap<Arc<str>, Arc<crate::counted::ItemTokens>>>>,
 }
 
 static NEXT_UID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -213,6 +216,7 @@ impl TokenIndex {
             root_child2: root_child2.into(),
             lexemes: Default::default(),
             subtree_bytes: subtree,
+            item_tokens: Default::default(),
         }
     }
 
@@ -242,6 +246,9 @@ impl TokenIndex {
     /// Walk the trie with a DFA alone from state `s` (see [`LexemeTokens`]).
     pub(crate) fn lexeme_tokens(&self, dfa: &crate::dfa::DfaTable, s: u32) -> LexemeTokens {
         use crate::dfa::DEAD;
+        if let Some(lt) = dfa.counted.as_ref().and_then(|c| self.item_tokens(&c.item)?.lexeme_tokens(self, c, s)) {
+            return lt;
+        }
         let mut inner = TokenMask::empty(self.bytes.len());
         // Tokens that leave the lexeme, with the DFA state after the boundary byte (the parse
         // after it depends only on that state and the stack below, so tokens leaving at
@@ -318,6 +325,19 @@ impl TokenIndex {
         groups.sort_unstable_by_key(|g| (g.p, g.b));
         let num_rests = groups.iter().map(|g| g.len()).sum();
         LexemeTokens { inner, groups, num_rests }
+    }
+
+    /// The tokens of this vocabulary by how many of `item`'s strings they hold (`None` for
+    /// an item without a pattern to name it by).
+    fn item_tokens(&self, item: &crate::dfa::DfaTable) -> Option<Arc<crate::counted::ItemTokens>> {
+        let name = item.source.clone()?;
+        if let Some(t) = self.item_tokens.lock().ok()?.get(&name) {
+            return Some(t.clone());
+        }
+        // Built outside the lock (a walk of the vocabulary); a race builds it twice.
+        let t = Arc::new(crate::counted::ItemTokens::new(self, item));
+        self.item_tokens.lock().ok()?.insert(name, t.clone());
+        Some(t)
     }
 
     /// The cells of [`LexemeTokens`] of `dfa`'s states: shared by every grammar with this
@@ -555,6 +575,12 @@ impl TokenMask {
                 Some(i as u32 * 64 + b)
             })
         })
+    }
+    /// Drop the tokens of `other` (same vocabulary size).
+    pub(crate) fn remove_all(&mut self, other: &TokenMask) {
+        for (a, b) in self.bits.iter_mut().zip(&other.bits) {
+            *a &= !*b;
+        }
     }
     /// Add the tokens of `other` (same vocabulary size).
     pub fn union_with(&mut self, other: &TokenMask) {

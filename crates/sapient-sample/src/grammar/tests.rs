@@ -305,6 +305,48 @@ fn found_pattern_states_mask_like_the_walk() {
     }
 }
 
+/// Length-bounded strings take their token sets from the tokens sorted by how many
+/// characters they hold (no walk per count): masks along random documents equal the plain
+/// walk at every count, with tokens of several characters, escapes, multi-byte characters,
+/// and tokens that close the string and go on.
+#[test]
+fn bounded_string_masks_equal_the_walk() {
+    let words = [
+        "<eos>", "{", "}", "\"", "\"a", "ab", "abc", "abcd", "b", "é", "éé", "\\n", "\\u00e9", "\\u", "00", "e9", "\",", "\"}", "a\",", "ab\"}", "\"s\":", "\"t\":", "\":\"", "\\", "1", "\"\"", "x\"", ",",
+        "\u{1F600}", "\u{1F600}a",
+    ];
+    let toks: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
+    let idx = TokenIndex::new(toks, &[0], &[]);
+    for (lo, hi) in [(2, Some(5)), (0, Some(1)), (3, None), (4, Some(4))] {
+        let mut s = serde_json::json!({"type": "string", "minLength": lo});
+        if let Some(h) = hi {
+            s["maxLength"] = h.into();
+        }
+        let schema = serde_json::json!({"type": "object", "properties": {"s": s, "t": s}, "required": ["s"], "additionalProperties": false});
+        let g = Grammar::json_schema(&schema).unwrap();
+        assert!(g.dfas.iter().any(|d| d.counted.is_some()), "{lo}..{hi:?}: the bounded string is built as counted");
+        let mut rand = xorshift(0x2545_f491_4f6c_dd1d);
+        let mut done = 0;
+        for _ in 0..150 {
+            let mut st = g.start();
+            for _ in 0..24 {
+                let m = idx.mask(&g, &st).unwrap();
+                assert_eq!(m, idx.mask_by_walk(&g, &st).unwrap(), "{lo}..{hi:?}: state {st:?}");
+                if g.is_accepting(&st) {
+                    done += 1;
+                }
+                let allowed: Vec<u32> = m.iter().filter(|&t| t != 0).collect();
+                if allowed.is_empty() {
+                    break;
+                }
+                let t = allowed[rand(allowed.len())];
+                st = g.advance_bytes(&st, words[t as usize].as_bytes()).unwrap().unwrap();
+            }
+        }
+        assert!(done > 10, "{lo}..{hi:?}: {done} walks finished a document");
+    }
+}
+
 /// A seeded pick below `n` (xorshift), for random walks over the allowed tokens.
 fn xorshift(mut seed: u64) -> impl FnMut(usize) -> usize {
     move |n| {
