@@ -18,6 +18,7 @@
 
 use crate::config::Activation;
 use crate::kv::KvCache;
+use crate::moe::Experts;
 use crate::Result;
 use sapient_tensor::Weight;
 
@@ -127,6 +128,9 @@ pub(crate) trait Backend {
         exact: bool,
         outs: &mut [&mut Self::Buf],
     ) -> Result<()>;
+    /// The mixture-of-experts feed-forward of `n` rows of `xn` (normed) given their router
+    /// `logits`, into `out` (`moe.rs`): each expert once over all the rows routed to it.
+    fn moe(&mut self, experts: &Experts<Self::Lin>, xn: &Self::Buf, logits: &Self::Buf, n: usize, exact: bool, out: &mut Self::Buf) -> Result<()>;
     /// `g = act(g) * u` over `n` rows `width` wide, then [`linear_rows`](Self::linear_rows)
     /// of `g` by `l`; fused where the backend can.
     #[allow(clippy::too_many_arguments)]

@@ -1,5 +1,6 @@
 //! Hyper-parameters of a LLaMA-family model, read from GGUF metadata or an HF `config.json`.
 
+use crate::moe::MoeConfig;
 use crate::{Error, Result};
 use sapient_tensor::GgufFile;
 use serde::Deserialize;
@@ -18,6 +19,8 @@ pub enum Arch {
     Gemma3,
     /// Qwen3: Qwen2's layout with per-head q/k RMSNorm and no QKV bias.
     Qwen3,
+    /// Qwen3-MoE: Qwen3's attention, a mixture-of-experts feed-forward. GGUF only.
+    Qwen3Moe,
 }
 
 impl Arch {
@@ -29,6 +32,7 @@ impl Arch {
             "phi3" | "phi3forcausallm" => Ok(Arch::Phi3),
             "gemma3" | "gemma3_text" | "gemma3forcausallm" => Ok(Arch::Gemma3),
             "qwen3" | "qwen3forcausallm" => Ok(Arch::Qwen3),
+            "qwen3moe" | "qwen3_moe" | "qwen3moeforcausallm" => Ok(Arch::Qwen3Moe),
             _ => Err(Error::UnsupportedArchitecture {
                 arch: name.to_string(),
                 path: file.to_path_buf(),
@@ -43,6 +47,7 @@ impl Arch {
             Arch::Phi3 => "phi3",
             Arch::Gemma3 => "gemma3",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen3Moe => "qwen3moe",
         }
     }
 }
@@ -119,6 +124,8 @@ pub struct LlamaConfig {
     pub attn_scale: Option<f32>,
     /// Final logits become `cap * tanh(logits / cap)`.
     pub final_logit_softcap: Option<f32>,
+    /// A mixture-of-experts feed-forward in every layer instead of one MLP (`moe.rs`).
+    pub moe: Option<MoeConfig>,
 }
 
 impl LlamaConfig {
@@ -214,6 +221,7 @@ impl LlamaConfig {
             activation: Activation::Silu,
             attn_scale: None,
             final_logit_softcap: None,
+            moe: None,
         }
         .with_gguf_arch(g, arch_name)
     }
@@ -227,8 +235,12 @@ impl LlamaConfig {
                 None => Ok(None),
             }
         };
-        if self.arch == Arch::Qwen3 {
+        if matches!(self.arch, Arch::Qwen3 | Arch::Qwen3Moe) {
             self.qk_norm = true;
+        }
+        self.moe = MoeConfig::from_gguf(g, arch_name, self.intermediate_size, false)?;
+        if self.arch == Arch::Qwen3Moe && self.moe.is_none() {
+            return Err(Error::Config(format!("{}: qwen3moe without expert_count", g.path().display())));
         }
         if self.arch == Arch::Gemma3 {
             // llama.cpp `llama_model_gemma3::load_arch_hparams` and its graph.
@@ -295,6 +307,12 @@ impl LlamaConfig {
             c.model_type.as_deref().or(c.architectures.first().map(|s| s.as_str())).unwrap_or("?"),
             path,
         )?;
+        if arch == Arch::Qwen3Moe {
+            return Err(Error::Config(format!(
+                "{}: qwen3moe loads from GGUF only (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)",
+                path.display()
+            )));
+        }
         if arch == Arch::Gemma3 {
             return Err(Error::Config(format!(
                 "{}: gemma3 loads from GGUF only (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)",
@@ -376,6 +394,7 @@ impl LlamaConfig {
             activation: Activation::Silu,
             attn_scale: None,
             final_logit_softcap: None,
+            moe: None,
         })
     }
 }

@@ -36,6 +36,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, Dims, RopeTable, Seg, Step};
 use crate::config::Activation;
 use crate::kv::{KvCache, KvLayer, KvLayerMut};
+use crate::moe::Experts;
 use crate::{Error, Result};
 
 /// Rows per call of the f32 dot-product kernel in row-invariant products
@@ -494,6 +495,10 @@ impl Backend for Cpu {
             *p = o.as_mut_slice();
         }
         run_group_prep(ls, &mut xn[..n * h], n, exact, &mut parts[..ls.len().min(kernels::MAX_GROUP)], &prep)
+    }
+    fn moe(&mut self, experts: &Experts<Lin>, xn: &Vec<f32>, logits: &Vec<f32>, n: usize, exact: bool, out: &mut Vec<f32>) -> Result<()> {
+        let h = self.dims.hidden;
+        crate::moe::forward(experts, xn, logits, n, h, out, &|lins, x, m, outs| run_group(lins, x, m, exact, outs))
     }
     #[allow(clippy::too_many_arguments)]
     fn glu_linear(&mut self, act: Activation, g: &mut Vec<f32>, u: &Vec<f32>, width: usize, l: &Lin, n: usize, exact: bool, out: &mut Vec<f32>) -> Result<()> {

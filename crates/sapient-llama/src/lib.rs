@@ -16,11 +16,13 @@ mod config;
 mod cpu;
 pub mod kv;
 mod model;
+mod moe;
 
 pub use config::{Activation, Arch, LlamaConfig, RopeScaling, WeightLayout};
 pub use kv::{KvBudget, KvCache, KvDtype, KvLayout, KvOptions, KvUsage, SeqId};
 pub use batch::{BatchSeq, Logits};
 pub use model::{LlamaModel, DEFAULT_PREFILL_CHUNK};
+pub use moe::{ExpertActivation, Gating, MoeConfig};
 
 use candle_core::Device;
 use std::path::{Path, PathBuf};
@@ -28,7 +30,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("{path}: unsupported architecture '{arch}' (supported: llama, qwen2, mistral, phi3, gemma3)")]
+    #[error("{path}: unsupported architecture '{arch}' (supported: llama, qwen2, mistral, phi3, gemma3, qwen3, qwen3moe)")]
     UnsupportedArchitecture { arch: String, path: PathBuf },
     #[error("invalid model config: {0}")]
     Config(String),

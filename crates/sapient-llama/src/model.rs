@@ -15,6 +15,7 @@ use crate::batch::{BatchSeq, Logits};
 use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
 use crate::cpu::{check_block_size, Cpu};
 use crate::kv::{KvBudget, KvCache, KvDtype, KvOptions, SeqId};
+use crate::moe::{load_experts, Experts};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use sapient_tensor::WeightSource;
@@ -81,14 +82,19 @@ enum GateUp<L> {
     Fused(L),
 }
 
+/// A layer's feed-forward: one gated MLP, or a router over experts (`moe.rs`).
+enum Mlp<L> {
+    Dense { gate_up: GateUp<L>, down: L },
+    Moe { router: L, experts: Experts<L> },
+}
+
 /// One transformer layer's weights in backend `B`'s form.
 struct Layer<B: Backend> {
     attn_norm: B::Vector,
     ffn_norm: B::Vector,
     qkv: Qkv<B::Lin>,
     o: B::Lin,
-    gate_up: GateUp<B::Lin>,
-    down: B::Lin,
+    mlp: Mlp<B::Lin>,
     /// Per-head RMSNorm weights of queries and keys (Gemma 3, Qwen3).
     q_norm: Option<B::Vector>,
     k_norm: Option<B::Vector>,
@@ -516,11 +522,21 @@ impl<B: Backend> Transformer<B> {
                 Qkv::Separate(lin("attn_q", q_out, h, cfg.qkv_bias)?, lin("attn_k", kv_out, h, cfg.qkv_bias)?, lin("attn_v", kv_out, h, cfg.qkv_bias)?)
             };
             let inter = cfg.intermediate_size;
-            let gate_up = match cfg.layout {
-                WeightLayout::HuggingFace if has("ffn_gate_up") => GateUp::Fused(lin("ffn_gate_up", 2 * inter, h, false)?),
-                // GGUF phi3 stores gate and up fused in ffn_up, with no ffn_gate.
-                WeightLayout::Gguf if !has("ffn_gate") => GateUp::Fused(lin("ffn_up", 2 * inter, h, false)?),
-                _ => GateUp::Separate(lin("ffn_gate", inter, h, false)?, lin("ffn_up", inter, h, false)?),
+            let mlp = match &cfg.moe {
+                // Mixtures of experts load from GGUF only (llama.cpp's stacked expert tensors).
+                Some(moe) => Mlp::Moe {
+                    router: lin("ffn_gate_inp", moe.experts, h, src.contains(&format!("{}.bias", names.layer(i, "ffn_gate_inp"))))?,
+                    experts: load_experts(&backend, src, &format!("blk.{i}"), moe, h)?,
+                },
+                None => Mlp::Dense {
+                    gate_up: match cfg.layout {
+                        WeightLayout::HuggingFace if has("ffn_gate_up") => GateUp::Fused(lin("ffn_gate_up", 2 * inter, h, false)?),
+                        // GGUF phi3 stores gate and up fused in ffn_up, with no ffn_gate.
+                        WeightLayout::Gguf if !has("ffn_gate") => GateUp::Fused(lin("ffn_up", 2 * inter, h, false)?),
+                        _ => GateUp::Separate(lin("ffn_gate", inter, h, false)?, lin("ffn_up", inter, h, false)?),
+                    },
+                    down: lin("ffn_down", h, inter, false)?,
+                },
             };
             let norm = |what: &str, len: usize| -> Result<B::Vector> { Ok(backend.vector(values(&format!("{}.weight", names.layer(i, what)), len)?)) };
             let (q_norm, k_norm) = if cfg.qk_norm {
@@ -540,8 +556,7 @@ impl<B: Backend> Transformer<B> {
                 ffn_norm: norm("ffn_norm", h)?,
                 qkv,
                 o: lin("attn_output", h, q_out, false)?,
-                gate_up,
-                down: lin("ffn_down", h, inter, false)?,
+                mlp,
                 q_norm,
                 k_norm,
                 post_attn_norm,
@@ -627,15 +642,26 @@ impl<B: Backend> Transformer<B> {
             if let Some(w) = &layer.post_attn_norm {
                 backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
             }
-            match &layer.gate_up {
-                GateUp::Separate(g, u) => backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[g, u], n, exact, &mut [&mut b.g, &mut b.u])?,
-                GateUp::Fused(l) => {
-                    B::reserve(&mut b.gu, n * 2 * inter);
-                    backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.gu])?;
-                    backend.split_rows(&b.gu, n, &mut [(&mut b.g, inter), (&mut b.u, inter)]);
+            match &layer.mlp {
+                Mlp::Dense { gate_up, down } => {
+                    match gate_up {
+                        GateUp::Separate(g, u) => backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[g, u], n, exact, &mut [&mut b.g, &mut b.u])?,
+                        GateUp::Fused(l) => {
+                            B::reserve(&mut b.gu, n * 2 * inter);
+                            backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.gu])?;
+                            backend.split_rows(&b.gu, n, &mut [(&mut b.g, inter), (&mut b.u, inter)]);
+                        }
+                    }
+                    backend.glu_linear(d.activation, &mut b.g, &b.u, inter, down, n, exact, &mut b.y)?;
+                }
+                Mlp::Moe { router, experts } => {
+                    // The router's logits (in `gu`) with the residual add and the norm, then
+                    // each expert over the rows routed to it.
+                    B::reserve(&mut b.gu, n * B::lin_shape(router).0);
+                    backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[router], n, exact, &mut [&mut b.gu])?;
+                    backend.moe(experts, &b.xn, &b.gu, n, exact, &mut b.y)?;
                 }
             }
-            backend.glu_linear(d.activation, &mut b.g, &b.u, inter, &layer.down, n, exact, &mut b.y)?;
             if let Some(w) = &layer.post_ffn_norm {
                 backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
             }
@@ -661,11 +687,19 @@ fn linears<'a, B: Backend>(layers: &'a mut [Layer<B>], output: &'a mut B::Lin) -
             Qkv::Fused(x) => w.push(x),
         }
         w.push(&mut l.o);
-        match &mut l.gate_up {
-            GateUp::Separate(g, u) => w.extend([g, u]),
-            GateUp::Fused(x) => w.push(x),
+        match &mut l.mlp {
+            Mlp::Dense { gate_up, down } => {
+                match gate_up {
+                    GateUp::Separate(g, u) => w.extend([g, u]),
+                    GateUp::Fused(x) => w.push(x),
+                }
+                w.push(down);
+            }
+            Mlp::Moe { router, experts } => {
+                w.push(router);
+                w.extend(experts.linears());
+            }
         }
-        w.push(&mut l.down);
     }
     w.push(output);
     w
