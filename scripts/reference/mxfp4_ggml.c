@@ -29,6 +29,19 @@ static uint64_t splitmix(uint64_t z) {
 
 static uint32_t bits(float f) { uint32_t b; memcpy(&b, &f, 4); return b; }
 
+typedef void (*dot_fn)(int, float *, size_t, const void *, size_t, const void *, size_t, int);
+
+// Every weight row against every activation row, as `"name": [bits, ...]`.
+static void print_dots(const char * name, dot_fn dot, uint8_t w[ROWS][BLOCKS * 17], uint8_t q8[ACTS][BLOCKS * 34]) {
+    printf("],\n \"%s\": [", name);
+    for (int r = 0; r < ROWS; r++)
+        for (int a = 0; a < ACTS; a++) {
+            float s;
+            dot(N, &s, 0, w[r], 0, q8[a], 0, 1);
+            printf("%s%u", r == 0 && a == 0 ? "" : ",", bits(s));
+        }
+}
+
 int main(void) {
     ggml_cpu_init(); // ggml-cpu's f16 tables
     static uint8_t w[ROWS][BLOCKS * 17];
@@ -63,20 +76,8 @@ int main(void) {
             uint16_t d; memcpy(&d, &q8[a][b * 34], 2);
             printf("%s%u", a == 0 && b == 0 ? "" : ",", d);
         }
-    printf("],\n \"dot_generic\": [");
-    for (int r = 0; r < ROWS; r++)
-        for (int a = 0; a < ACTS; a++) {
-            float s;
-            ggml_vec_dot_mxfp4_q8_0_generic(N, &s, 0, w[r], 0, q8[a], 0, 1);
-            printf("%s%u", r == 0 && a == 0 ? "" : ",", bits(s));
-        }
-    printf("],\n \"dot_simd\": [");
-    for (int r = 0; r < ROWS; r++)
-        for (int a = 0; a < ACTS; a++) {
-            float s;
-            ggml_vec_dot_mxfp4_q8_0(N, &s, 0, w[r], 0, q8[a], 0, 1);
-            printf("%s%u", r == 0 && a == 0 ? "" : ",", bits(s));
-        }
+    print_dots("dot_generic", ggml_vec_dot_mxfp4_q8_0_generic, w, q8);
+    print_dots("dot_simd", ggml_vec_dot_mxfp4_q8_0, w, q8);
     printf("]}\n");
     return 0;
 }

@@ -1,5 +1,6 @@
 //! `sapient-llama`: LLaMA-family causal language models (llama, qwen2, qwen3, mistral, smollm,
-//! phi3-style configs, and gemma3), loaded from GGUF (kept quantized) or HF safetensors
+//! phi3-style configs, gemma3, and the mixtures of experts qwen3moe and llama with experts),
+//! loaded from GGUF (kept quantized) or HF safetensors
 //! (dense), run by one forward pass on the CPU. docs/llm-architectures.md lists what each was checked against.
 //!
 //! ```no_run

@@ -139,8 +139,8 @@ fn moe_batch_gives_each_sequence_what_it_gets_alone() -> Result<()> {
     let mut distinct = std::collections::HashSet::new();
     for step in 0..STEPS {
         let rows: Vec<&[f32]> = out.chunks_exact(vocab).collect();
-        for (i, row) in rows.iter().enumerate() {
-            assert!(bits(row) == alone[i][step], "sequence {i}, step {step}: batched logits differ from alone");
+        for (i, (row, steps)) in rows.iter().zip(&alone).enumerate() {
+            assert!(bits(row) == steps[step], "sequence {i}, step {step}: batched logits differ from alone");
         }
         let toks: Vec<[u32; 1]> = rows.iter().map(|r| [argmax(r)]).collect();
         distinct.extend(toks.iter().map(|t| t[0]));
