@@ -89,6 +89,8 @@ pub(crate) trait Backend {
 
     /// A linear layer from a loaded `[out, in]` weight named `name` (for errors and logs).
     fn linear(&self, w: Weight, bias: Option<Vec<f32>>, name: &str) -> Result<Self::Lin>;
+    /// A linear layer from MXFP4 blocks (`[rows, cols]`, ggml's layout).
+    fn linear_mxfp4(&self, rows: usize, cols: usize, blocks: Vec<u8>, bias: Option<Vec<f32>>, name: &str) -> Result<Self::Lin>;
     fn vector(&self, v: Vec<f32>) -> Self::Vector;
     /// The embedding table from a loaded `[vocab, hidden]` weight.
     fn embedding(&self, w: &Weight, name: &str) -> Result<Self::Embed>;

@@ -56,6 +56,8 @@ pub(crate) enum Mat {
     Amx(DenseMatrix),
     /// Dense f32 weights (machines without AMX-BF16), for [`kernels::matmul_f32`].
     F32 { w: Vec<f32>, rows: usize, cols: usize },
+    /// MXFP4 blocks (gpt-oss's experts), products as ggml computes them.
+    Mxfp4(kernels::Mxfp4Matrix),
 }
 
 /// Dense values of a weight: f16 kept as bits (AMX takes them as they are), the rest f32.
@@ -134,6 +136,7 @@ impl Mat {
             Self::Quant { k, .. } => k.rows(),
             Self::Amx(d) => d.rows(),
             Self::F32 { rows, .. } => *rows,
+            Self::Mxfp4(m) => m.rows(),
         }
     }
     pub(crate) fn cols(&self) -> usize {
@@ -141,6 +144,7 @@ impl Mat {
             Self::Quant { k, .. } => k.cols(),
             Self::Amx(d) => d.cols(),
             Self::F32 { cols, .. } => *cols,
+            Self::Mxfp4(m) => m.cols(),
         }
     }
 }
@@ -204,6 +208,7 @@ impl Lin {
                 d.matmul(x, n, self.bias.as_deref(), out);
                 return Ok(());
             }
+            Mat::Mxfp4(m) => m.matmul(&x[..n * m.cols()], n, out),
             Mat::F32 { w, cols, .. } => {
                 if exact || n <= F32_DOT_ROWS {
                     for (xs, os) in x[..n * cols].chunks(F32_DOT_ROWS * cols).zip(out.chunks_mut(F32_DOT_ROWS * rows)) {
@@ -427,6 +432,10 @@ impl Backend for Cpu {
 
     fn linear(&self, w: Weight, bias: Option<Vec<f32>>, name: &str) -> Result<Lin> {
         Lin::new(Mat::from_weight(w, name)?, bias)
+    }
+    fn linear_mxfp4(&self, rows: usize, cols: usize, blocks: Vec<u8>, bias: Option<Vec<f32>>, name: &str) -> Result<Lin> {
+        let m = kernels::Mxfp4Matrix::from_bytes(rows, cols, blocks).map_err(|e| Error::Config(format!("{name}: {e}")))?;
+        Lin::new(Mat::Mxfp4(m), bias)
     }
     fn vector(&self, v: Vec<f32>) -> Vec<f32> {
         v

@@ -19,7 +19,7 @@ use crate::backend::Backend;
 use crate::{Error, Result};
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, QTensor};
 use candle_core::Device;
-use sapient_tensor::{GgufFile, Weight, WeightSource};
+use sapient_tensor::{GgmlType, GgufFile, Weight, WeightSource};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -152,7 +152,7 @@ fn split(src: &dyn WeightSource, name: &str, experts: usize, rows: usize, cols: 
 }
 
 /// Load layer `prefix`'s experts (`{prefix}.ffn_{gate,up,down}_exps.weight`, biases where
-/// present) for `backend`.
+/// present) for `backend`: any format a linear layer takes, and MXFP4.
 pub(crate) fn load_experts<B: Backend>(backend: &B, src: &dyn WeightSource, prefix: &str, cfg: &MoeConfig, hidden: usize) -> Result<Experts<B::Lin>> {
     let (e, ff) = (cfg.experts, cfg.expert_ff);
     let part = |what: &str, rows: usize, cols: usize| -> Result<Vec<B::Lin>> {
@@ -164,6 +164,17 @@ pub(crate) fn load_experts<B: Backend>(backend: &B, src: &dyn WeightSource, pref
         } else {
             vec![None; e]
         };
+        if let Some((GgmlType::MXFP4, data)) = src.ggml_bytes(&name) {
+            // No candle type: the blocks go to the MXFP4 kernel as they are.
+            let per = rows * cols / 32 * sapient_tensor::kernels::MXFP4_BLOCK_BYTES;
+            if src.shape_of(&name).as_deref() != Some(&[e, rows, cols][..]) || !cols.is_multiple_of(32) || data.len() != e * per {
+                return Err(Error::Config(format!("{}: {name} is not MXFP4 [{e}, {rows}, {cols}]", src.location().display())));
+            }
+            return (0..e)
+                .zip(biases)
+                .map(|(i, b)| backend.linear_mxfp4(rows, cols, data[i * per..(i + 1) * per].to_vec(), b, &format!("{name}[{i}]")))
+                .collect();
+        }
         split(src, &name, e, rows, cols)?
             .into_iter()
             .zip(biases)

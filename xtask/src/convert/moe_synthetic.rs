@@ -4,6 +4,7 @@
 //!
 //! - `qwen3moe`: Qwen3-MoE (per-head q/k RMSNorm, heads wider than hidden / heads), 16 experts,
 //!   top 4, softmax then renormalized weights; experts in Q8_0;
+//! - `qwen3moe-mxfp4`: the same with experts in MXFP4 (gpt-oss's format; random blocks);
 //! - `llama-moe`: Mixtral's layout under llama.cpp's `llama` architecture (interleaved RoPE),
 //!   8 experts, top 2; experts in Q4_0.
 //!
@@ -17,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use sapient_tensor::gguf::TensorData;
-use sapient_tensor::{GgufFile, GgufWriter, Value};
+use sapient_tensor::{GgmlType, GgufFile, GgufWriter, Value};
 use std::path::Path;
 
 const H: usize = 64;
@@ -40,14 +41,16 @@ struct Spec {
     used: usize,
     head_dim: usize,
     qk_norm: bool,
-    expert_type: GgmlDType,
+    /// The experts' format: a candle type, or `None` for MXFP4 (random valid blocks).
+    expert_type: Option<GgmlDType>,
 }
 
 fn spec(name: &str) -> Result<Spec> {
     Ok(match name {
-        "qwen3moe" => Spec { arch: "qwen3moe", experts: 16, used: 4, head_dim: 32, qk_norm: true, expert_type: GgmlDType::Q8_0 },
-        "llama-moe" => Spec { arch: "llama", experts: 8, used: 2, head_dim: H / HEADS, qk_norm: false, expert_type: GgmlDType::Q4_0 },
-        other => bail!("unknown synthetic MoE '{other}' (qwen3moe, llama-moe)"),
+        "qwen3moe" => Spec { arch: "qwen3moe", experts: 16, used: 4, head_dim: 32, qk_norm: true, expert_type: Some(GgmlDType::Q8_0) },
+        "qwen3moe-mxfp4" => Spec { arch: "qwen3moe", experts: 16, used: 4, head_dim: 32, qk_norm: true, expert_type: None },
+        "llama-moe" => Spec { arch: "llama", experts: 8, used: 2, head_dim: H / HEADS, qk_norm: false, expert_type: Some(GgmlDType::Q4_0) },
+        other => bail!("unknown synthetic MoE '{other}' (qwen3moe, qwen3moe-mxfp4, llama-moe)"),
     })
 }
 
@@ -64,6 +67,16 @@ fn values(seed: u64, n: usize, offset: f32, scale: f32) -> Vec<f32> {
             let u = (z >> 11) as f64 / (1u64 << 53) as f64;
             offset + ((u - 0.5) * 2.0) as f32 * scale
         })
+        .collect()
+}
+
+/// `blocks` random MXFP4 blocks: scales 2^-7 to 2^-5 (E8M0 121 to 123; the values are twice
+/// the E2M1 codes times half the scale), codes uniform.
+fn mxfp4_blocks(seed: u64, blocks: usize) -> Vec<u8> {
+    let bytes = values(seed, blocks * 17, 0.5, 0.5);
+    bytes
+        .chunks_exact(17)
+        .flat_map(|b| std::iter::once(121 + (b[0] * 3.0) as u8 % 3).chain(b[1..].iter().map(|&u| (u * 256.0) as u8)))
         .collect()
 }
 
@@ -102,14 +115,19 @@ pub fn write(name: &str, tokenizer: &Path, out: &Path) -> Result<Vec<Vec<u32>>> 
         }
     }
     let mut index = 0u64;
-    let mut add = |w: &mut GgufWriter, name: String, shape: &[usize], offset: f32, scale: f32, ty: GgmlDType| -> Result<()> {
+    let mut add = |w: &mut GgufWriter, name: String, shape: &[usize], offset: f32, scale: f32, ty: Option<GgmlDType>| -> Result<()> {
         index += 1;
-        let t = Tensor::from_vec(values(index, shape.iter().product(), offset, scale), shape, &Device::Cpu)?;
+        let n: usize = shape.iter().product();
+        let Some(ty) = ty else {
+            w.add_tensor(TensorData { name, shape: shape.to_vec(), ggml_type: GgmlType::MXFP4, data: mxfp4_blocks(index, n / 32) });
+            return Ok(());
+        };
+        let t = Tensor::from_vec(values(index, n, offset, scale), shape, &Device::Cpu)?;
         w.add_tensor(TensorData::from_qtensor(name, &QTensor::quantize(&t, ty)?)?);
         Ok(())
     };
     let lin = |fan_in: usize| (3.0 / fan_in as f32).sqrt();
-    let f32_ = GgmlDType::F32;
+    let f32_ = Some(GgmlDType::F32);
     add(&mut w, "token_embd.weight".into(), &[vocab, H], 0.0, 1.0, f32_)?;
     let (hd, e) = (s.head_dim, s.experts);
     for l in 0..LAYERS {

@@ -86,6 +86,14 @@ fn qwen3moe_synthetic_matches_llama_cpp() -> Result<()> {
     Ok(())
 }
 
+/// Experts in MXFP4 (gpt-oss's format: E8M0 scales, E2M1 values) on the MXFP4 kernel.
+#[test]
+fn qwen3moe_mxfp4_synthetic_matches_llama_cpp() -> Result<()> {
+    let cfg = check("qwen3moe-mxfp4")?;
+    assert_eq!(cfg.arch, sapient_llama::Arch::Qwen3Moe);
+    Ok(())
+}
+
 #[test]
 fn llama_moe_synthetic_matches_llama_cpp() -> Result<()> {
     let cfg = check("llama-moe")?;
