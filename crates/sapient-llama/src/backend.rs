@@ -151,8 +151,10 @@ pub(crate) trait Backend {
     #[allow(clippy::too_many_arguments)]
     fn rope_write_kv(&mut self, kv: &mut KvCache, layer: usize, q: &mut Self::Buf, k: &mut Self::Buf, v: &Self::Buf, step: &Step, table: RopeTable);
     /// Causal grouped-query attention of the step's queries over their sequences' cached keys
-    /// and values in layer `layer` (within `window` positions when it is set).
-    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, q: &Self::Buf, step: &Step, out: &mut Self::Buf);
+    /// and values in layer `layer` (within `window` positions when it is set), with a learned
+    /// sink logit per head in each softmax's denominator when `sinks` is given.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, sinks: Option<&Self::Vector>, q: &Self::Buf, step: &Step, out: &mut Self::Buf);
     /// Logits of `rows` rows of `x` through the output layer into `out` (`rows x vocab`,
     /// resized), soft-capped when `softcap` is set.
     fn logits(&mut self, output: &Self::Lin, x: &Self::Buf, rows: usize, exact: bool, softcap: Option<f32>, out: &mut Vec<f32>) -> Result<()>;

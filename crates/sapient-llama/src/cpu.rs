@@ -572,9 +572,10 @@ impl Backend for Cpu {
             *x += y;
         }
     }
-    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, q: &Vec<f32>, step: &Step, out: &mut Vec<f32>) {
+    #[allow(clippy::too_many_arguments)]
+    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, sinks: Option<&Vec<f32>>, q: &Vec<f32>, step: &Step, out: &mut Vec<f32>) {
         let len = step.pos.len() * self.dims.heads * self.dims.head_dim;
-        attention(&self.dims, window, &q[..len], kv.layer(layer), &step.segs, &step.tabs, kv.block_size(), &mut self.units, &mut out[..len]);
+        attention(&self.dims, window, sinks.map(|s| s.as_slice()), &q[..len], kv.layer(layer), &step.segs, &step.tabs, kv.block_size(), &mut self.units, &mut out[..len]);
     }
     fn logits(&mut self, output: &Lin, x: &Vec<f32>, rows: usize, exact: bool, softcap: Option<f32>, logits: &mut Vec<f32>) -> Result<()> {
         let (vocab, h) = (output.out(), output.input());
@@ -785,7 +786,7 @@ const PREFETCH_VALUES: usize = 2048;
 /// every row's result is what it gives alone in a decode step, bit for bit, whatever the
 /// batch, and wherever its blocks lie.
 #[allow(clippy::too_many_arguments)]
-fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, segs: &[Seg], tabs: &[u32], bs: usize, units_at: &mut Vec<usize>, out: &mut [f32]) {
+fn attention(d: &Dims, window: Option<usize>, sinks: Option<&[f32]>, q: &[f32], layer: KvLayer<'_>, segs: &[Seg], tabs: &[u32], bs: usize, units_at: &mut Vec<usize>, out: &mut [f32]) {
     const MQ: usize = kernels::MAX_QUERIES;
     let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
     let n_rep = nh / nkv;
@@ -883,7 +884,10 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, seg
                     let p = pos0 + qi / k;
                     let w = &mut s[qi * ostride..(qi + 1) * ostride];
                     let (a, b) = (lo(p) - c0, p + 1 - c0);
-                    let inv = kernels::softmax_unnormalized(&mut w[a..b]);
+                    let inv = match sinks {
+                        None => kernels::softmax_unnormalized(&mut w[a..b]),
+                        Some(sk) => softmax_with_sink(&mut w[a..b], sk[h0 + qi % k]),
+                    };
                     for x in &mut w[a..b] {
                         *x *= inv;
                     }
@@ -941,6 +945,20 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, seg
         let per = units.div_ceil(pool::pool().threads() * 4).max(1);
         pool::pool().run_chunks(units.div_ceil(per), &|c| work(c * per, ((c + 1) * per).min(units)));
     }
+}
+
+/// The exponentials of `w` less their maximum with `sink` (a learned logit of the head that
+/// no value goes with: gpt-oss's attention sinks, as ggml's `soft_max` takes them), and the
+/// inverse of their sum with the sink's.
+fn softmax_with_sink(w: &mut [f32], sink: f32) -> f32 {
+    let max = w.iter().fold(sink, |m, &x| m.max(x));
+    let mut sum = 0f64;
+    for x in w.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x as f64;
+    }
+    sum += (sink - max).exp() as f64;
+    (1.0 / sum) as f32
 }
 
 /// The attention kernels take keys 16 positions at a time, so blocks hold a multiple of 16.

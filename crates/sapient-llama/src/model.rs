@@ -12,7 +12,7 @@
 
 use crate::backend::{Backend, Dims, RopeTable, Seg, Step};
 use crate::batch::{BatchSeq, Logits};
-use crate::config::{LlamaConfig, RopeScaling, WeightLayout};
+use crate::config::{Arch, LlamaConfig, RopeScaling, WeightLayout};
 use crate::cpu::{check_block_size, Cpu};
 use crate::kv::{KvBudget, KvCache, KvDtype, KvOptions, SeqId};
 use crate::moe::{load_experts, Experts};
@@ -103,6 +103,8 @@ struct Layer<B: Backend> {
     post_ffn_norm: Option<B::Vector>,
     /// This layer's sliding window (`None`: it sees every earlier position).
     window: Option<usize>,
+    /// A learned logit per head in each attention softmax's denominator (gpt-oss).
+    sinks: Option<B::Vector>,
     rope: RopeTable,
 }
 
@@ -163,9 +165,21 @@ fn rope_tables(cfg: &LlamaConfig, theta: f32, max_len: usize) -> Result<(Vec<f32
     let mut inv: Vec<f32> = (0..half)
         .map(|i| 1.0 / theta.powf(2.0 * i as f32 / cfg.rope_dim as f32))
         .collect();
-    let mut pos_scale = 1.0f32;
+    let (mut pos_scale, mut mag) = (1.0f32, 1.0f32);
     match &cfg.rope_scaling {
         None => {}
+        Some(RopeScaling::Yarn { factor, original_context }) => {
+            // ggml's `rope_yarn` with llama.cpp's defaults: the ramp between the correction
+            // dimensions of beta fast 32 and beta slow 1.
+            let (d, base) = (cfg.rope_dim as f32, theta);
+            let corr = |beta: f32| d * (*original_context as f32 / (beta * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln());
+            let (low, high) = (corr(32.0).floor().max(0.0), corr(1.0).ceil().min(d - 1.0));
+            for (i, x) in inv.iter_mut().enumerate() {
+                let ramp = 1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                *x = *x / factor * (1.0 - ramp) + *x * ramp;
+            }
+            mag = 1.0 + 0.1 * factor.ln();
+        }
         Some(RopeScaling::Linear { factor }) => pos_scale = 1.0 / factor,
         Some(RopeScaling::FreqFactors(f)) => {
             if f.len() != half {
@@ -204,8 +218,8 @@ fn rope_tables(cfg: &LlamaConfig, theta: f32, max_len: usize) -> Result<(Vec<f32
         let t = p as f32 * pos_scale;
         for &f in &inv {
             let a = t * f;
-            cos.push(a.cos());
-            sin.push(a.sin());
+            cos.push(a.cos() * mag);
+            sin.push(a.sin() * mag);
         }
     }
     Ok((cos, sin))
@@ -553,15 +567,17 @@ impl<B: Backend> Transformer<B> {
             let rope = if window.is_some() && cfg.rope_theta_swa.is_some() { RopeTable::SlidingWindow } else { RopeTable::Main };
             layers.push(Layer {
                 attn_norm: norm("attn_norm", h)?,
-                ffn_norm: norm("ffn_norm", h)?,
+                // gpt-oss names the feed-forward's norm after the attention.
+                ffn_norm: norm(if cfg.arch == Arch::GptOss { "post_attention_norm" } else { "ffn_norm" }, h)?,
                 qkv,
-                o: lin("attn_output", h, q_out, false)?,
+                o: lin("attn_output", h, q_out, src.contains(&format!("{}.bias", names.layer(i, "attn_output"))))?,
                 mlp,
                 q_norm,
                 k_norm,
                 post_attn_norm,
                 post_ffn_norm,
                 window,
+                sinks: if has("attn_sinks") { Some(norm("attn_sinks", cfg.num_heads)?) } else { None },
                 rope,
             });
         }
@@ -637,7 +653,7 @@ impl<B: Backend> Transformer<B> {
                 backend.rms_norm_in_place(&mut b.k, w, n * kv_out, d.eps);
             }
             backend.rope_write_kv(kv, li, &mut b.q, &mut b.k, &b.v, step, layer.rope);
-            backend.attention(kv, li, layer.window, &b.q, step, &mut b.att);
+            backend.attention(kv, li, layer.window, layer.sinks.as_ref(), &b.q, step, &mut b.att);
             backend.linear_rows(&layer.o, &b.att, n, exact, &mut b.y)?;
             if let Some(w) = &layer.post_attn_norm {
                 backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);

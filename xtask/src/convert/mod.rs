@@ -20,7 +20,7 @@
 //!   `vocab.json` beside the file); names and dequantization in docs/kokoro.md.
 //!
 //! - `synthetic-moe ARCH OUT.gguf`: a small mixture-of-experts checkpoint with random weights
-//!   (`qwen3moe`, `qwen3moe-mxfp4`, `llama-moe`; see `moe_synthetic.rs`) and its test prompts' token ids in
+//!   (`qwen3moe`, `qwen3moe-mxfp4`, `llama-moe`, `gpt-oss`; see `moe_synthetic.rs`) and its test prompts' token ids in
 //!   `OUT.ids`, for the reference scripts.
 //!
 //! llama.cpp's converter permutes the Q and K rows of arch `llama` so that its interleaved
@@ -72,7 +72,7 @@ pub enum Cmd {
         #[arg(long = "type", default_value = "q8_0")]
         ty: String,
     },
-    /// A small synthetic mixture-of-experts GGUF (qwen3moe, qwen3moe-mxfp4, llama-moe) and its prompts' ids (OUT.ids).
+    /// A small synthetic mixture-of-experts GGUF (qwen3moe, qwen3moe-mxfp4, llama-moe, gpt-oss) and its prompts' ids (OUT.ids).
     SyntheticMoe { arch: String, output: PathBuf },
     /// Kokoro-82M int8 ONNX (path, directory or preset) to KModel-named safetensors + config.json.
     KokoroOnnxToSafetensors {

@@ -5,6 +5,10 @@
 //! - `qwen3moe`: Qwen3-MoE (per-head q/k RMSNorm, heads wider than hidden / heads), 16 experts,
 //!   top 4, softmax then renormalized weights; experts in Q8_0;
 //! - `qwen3moe-mxfp4`: the same with experts in MXFP4 (gpt-oss's format; random blocks);
+//! - `gpt-oss`: gpt-oss's layers (llama.cpp's `openai-moe`): biases on the attention
+//!   projections, the router and the experts, a learned sink per head, an 8-position
+//!   sliding window on even layers, YaRN (factor 4 over an original context of 16), the
+//!   clamped SwiGLU and the softmax over the chosen experts; 8 experts, top 4, MXFP4;
 //! - `llama-moe`: Mixtral's layout under llama.cpp's `llama` architecture (interleaved RoPE),
 //!   8 experts, top 2; experts in Q4_0.
 //!
@@ -26,6 +30,8 @@ const HEADS: usize = 4;
 const KV: usize = 2;
 const LAYERS: usize = 2;
 const FF: usize = 64;
+/// gpt-oss's sliding window (128 in the real models): short, so that the prompts pass it.
+const WINDOW: usize = 8;
 
 /// The prompts the references are taken on.
 pub const PROMPTS: [&str; 3] = [
@@ -43,14 +49,18 @@ struct Spec {
     qk_norm: bool,
     /// The experts' format: a candle type, or `None` for MXFP4 (random valid blocks).
     expert_type: Option<GgmlDType>,
+    /// gpt-oss's additions: biases on the attention projections, the router and the experts,
+    /// attention sinks, a sliding window on even layers, YaRN.
+    gpt_oss: bool,
 }
 
 fn spec(name: &str) -> Result<Spec> {
     Ok(match name {
-        "qwen3moe" => Spec { arch: "qwen3moe", experts: 16, used: 4, head_dim: 32, qk_norm: true, expert_type: Some(GgmlDType::Q8_0) },
-        "qwen3moe-mxfp4" => Spec { arch: "qwen3moe", experts: 16, used: 4, head_dim: 32, qk_norm: true, expert_type: None },
-        "llama-moe" => Spec { arch: "llama", experts: 8, used: 2, head_dim: H / HEADS, qk_norm: false, expert_type: Some(GgmlDType::Q4_0) },
-        other => bail!("unknown synthetic MoE '{other}' (qwen3moe, qwen3moe-mxfp4, llama-moe)"),
+        "qwen3moe" => Spec { arch: "qwen3moe", experts: 16, used: 4, head_dim: 32, qk_norm: true, expert_type: Some(GgmlDType::Q8_0), gpt_oss: false },
+        "qwen3moe-mxfp4" => Spec { arch: "qwen3moe", experts: 16, used: 4, head_dim: 32, qk_norm: true, expert_type: None, gpt_oss: false },
+        "llama-moe" => Spec { arch: "llama", experts: 8, used: 2, head_dim: H / HEADS, qk_norm: false, expert_type: Some(GgmlDType::Q4_0), gpt_oss: false },
+        "gpt-oss" => Spec { arch: "gpt-oss", experts: 8, used: 4, head_dim: 32, qk_norm: false, expert_type: None, gpt_oss: true },
+        other => bail!("unknown synthetic MoE '{other}' (qwen3moe, qwen3moe-mxfp4, llama-moe, gpt-oss)"),
     })
 }
 
@@ -106,8 +116,14 @@ pub fn write(name: &str, tokenizer: &Path, out: &Path) -> Result<Vec<Vec<u32>>> 
         .set(k("vocab_size"), Value::U32(vocab as u32))
         .set(k("expert_count"), Value::U32(s.experts as u32))
         .set(k("expert_used_count"), Value::U32(s.used as u32));
-    if a == "qwen3moe" {
+    if a != "llama" {
         w.set(k("expert_feed_forward_length"), Value::U32(FF as u32));
+    }
+    if s.gpt_oss {
+        w.set(k("attention.sliding_window"), Value::U32(WINDOW as u32))
+            .set(k("rope.scaling.type"), Value::String("yarn".into()))
+            .set(k("rope.scaling.factor"), Value::F32(4.0))
+            .set(k("rope.scaling.original_context_length"), Value::U32(16));
     }
     for (key, v) in tok_gguf.metadata_ordered() {
         if key.starts_with("tokenizer.") {
@@ -141,11 +157,27 @@ pub fn write(name: &str, tokenizer: &Path, out: &Path) -> Result<Vec<Vec<u32>>> 
             add(&mut w, p("attn_k_norm"), &[hd], 1.0, 0.2, f32_)?;
         }
         add(&mut w, p("attn_output"), &[H, HEADS * hd], 0.0, lin(HEADS * hd), f32_)?;
-        add(&mut w, p("ffn_norm"), &[H], 1.0, 0.2, f32_)?;
+        add(&mut w, p(if s.gpt_oss { "post_attention_norm" } else { "ffn_norm" }), &[H], 1.0, 0.2, f32_)?;
         add(&mut w, p("ffn_gate_inp"), &[e, H], 0.0, lin(H), f32_)?;
         add(&mut w, p("ffn_gate_exps"), &[e, FF, H], 0.0, lin(H), s.expert_type)?;
         add(&mut w, p("ffn_up_exps"), &[e, FF, H], 0.0, lin(H), s.expert_type)?;
         add(&mut w, p("ffn_down_exps"), &[e, H, FF], 0.0, lin(FF), s.expert_type)?;
+        if s.gpt_oss {
+            let b = |x: &str| format!("blk.{l}.{x}.bias");
+            for (name, shape) in [
+                (b("attn_q"), vec![HEADS * hd]),
+                (b("attn_k"), vec![KV * hd]),
+                (b("attn_v"), vec![KV * hd]),
+                (b("attn_output"), vec![H]),
+                (b("ffn_gate_inp"), vec![e]),
+                (b("ffn_gate_exps"), vec![e, FF]),
+                (b("ffn_up_exps"), vec![e, FF]),
+                (b("ffn_down_exps"), vec![e, H]),
+            ] {
+                add(&mut w, name, &shape, 0.0, 0.2, f32_)?;
+            }
+            add(&mut w, p("attn_sinks"), &[HEADS], 0.0, 2.0, f32_)?;
+        }
     }
     add(&mut w, "output_norm.weight".into(), &[H], 1.0, 0.2, f32_)?;
     add(&mut w, "output.weight".into(), &[vocab, H], 0.0, lin(H), f32_)?;

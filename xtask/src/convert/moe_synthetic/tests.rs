@@ -94,6 +94,19 @@ fn qwen3moe_mxfp4_synthetic_matches_llama_cpp() -> Result<()> {
     Ok(())
 }
 
+/// gpt-oss: attention biases and sinks, the sliding window on even layers (prompts longer
+/// than it), YaRN, router and expert biases, the clamped SwiGLU, MXFP4 experts.
+#[test]
+fn gpt_oss_synthetic_matches_llama_cpp() -> Result<()> {
+    let cfg = check("gpt-oss")?;
+    assert_eq!(cfg.arch, sapient_llama::Arch::GptOss);
+    assert!(matches!(cfg.rope_scaling, Some(sapient_llama::RopeScaling::Yarn { original_context: 16, .. })));
+    assert!(cfg.qkv_bias && cfg.layer_window(0) == Some(8) && cfg.layer_window(1).is_none());
+    let moe = cfg.moe.context("moe")?;
+    assert!(moe.gating == sapient_llama::Gating::SoftmaxWeight && !moe.norm_weights);
+    Ok(())
+}
+
 #[test]
 fn llama_moe_synthetic_matches_llama_cpp() -> Result<()> {
     let cfg = check("llama-moe")?;
