@@ -1,7 +1,7 @@
 //! `sapient-llama`: LLaMA-family causal language models (llama, qwen2, qwen3, mistral, smollm,
-//! phi3-style configs, gemma3, and the mixtures of experts qwen3moe and llama with experts),
-//! loaded from GGUF (kept quantized) or HF safetensors
-//! (dense), run by one forward pass on the CPU. docs/llm-architectures.md lists what each was checked against.
+//! phi3-style configs, gemma3, and the mixtures of experts qwen3moe, gpt-oss and llama with
+//! experts), loaded from GGUF (kept quantized) or HF safetensors (dense), run by one forward
+//! pass on the CPU. docs/llm-architectures.md lists what each was checked against.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), sapient_llama::Error> {
@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("{path}: unsupported architecture '{arch}' (supported: llama, qwen2, mistral, phi3, gemma3, qwen3, qwen3moe)")]
+    #[error("{path}: unsupported architecture '{arch}' (supported: llama, qwen2, mistral, phi3, gemma3, qwen3, qwen3moe, gpt-oss)")]
     UnsupportedArchitecture { arch: String, path: PathBuf },
     #[error("invalid model config: {0}")]
     Config(String),
