@@ -886,7 +886,7 @@ fn attention(d: &Dims, window: Option<usize>, sinks: Option<&[f32]>, q: &[f32], 
                     let (a, b) = (lo(p) - c0, p + 1 - c0);
                     let inv = match sinks {
                         None => kernels::softmax_unnormalized(&mut w[a..b]),
-                        Some(sk) => softmax_with_sink(&mut w[a..b], sk[h0 + qi % k]),
+                        Some(sk) => kernels::softmax_with_sink(&mut w[a..b], sk[h0 + qi % k]),
                     };
                     for x in &mut w[a..b] {
                         *x *= inv;
@@ -945,20 +945,6 @@ fn attention(d: &Dims, window: Option<usize>, sinks: Option<&[f32]>, q: &[f32], 
         let per = units.div_ceil(pool::pool().threads() * 4).max(1);
         pool::pool().run_chunks(units.div_ceil(per), &|c| work(c * per, ((c + 1) * per).min(units)));
     }
-}
-
-/// The exponentials of `w` less their maximum with `sink` (a learned logit of the head that
-/// no value goes with: gpt-oss's attention sinks, as ggml's `soft_max` takes them), and the
-/// inverse of their sum with the sink's.
-fn softmax_with_sink(w: &mut [f32], sink: f32) -> f32 {
-    let max = w.iter().fold(sink, |m, &x| m.max(x));
-    let mut sum = 0f64;
-    for x in w.iter_mut() {
-        *x = (*x - max).exp();
-        sum += *x as f64;
-    }
-    sum += (sink - max).exp() as f64;
-    (1.0 / sum) as f32
 }
 
 /// The attention kernels take keys 16 positions at a time, so blocks hold a multiple of 16.

@@ -81,7 +81,7 @@ use crate::gguf::GgmlType;
 use crate::{Error, Result};
 use candle_core::quantized::QTensor;
 pub use act::{exp_f32, exp_in_place, gelu_erf_in_place};
-pub use attention::{attention_row_f32, axpy_f16, dot_f32_f16, prefetch_values, scores_chunks, softmax_unnormalized, values_f16, values_f16_runs, MAX_QUERIES, MAX_VALUE_ROWS};
+pub use attention::{attention_row_f32, axpy_f16, dot_f32_f16, prefetch_values, scores_chunks, softmax_unnormalized, softmax_with_sink, values_f16, values_f16_runs, MAX_QUERIES, MAX_VALUE_ROWS};
 pub use attention_q8::{quantize_q8_f16, scores_chunks_q8, values_q8, QueryQ8, Q8_GROUP};
 pub use attention_full::{attention_bf16, attention_f32, has_attention_bf16, has_attention_f32, FULL_HEAD_DIM};
 pub use dense::matmul_f32;
