@@ -15,7 +15,6 @@
 //! and prefill the same. With `exact`, every product computes each row as it is alone (the
 //! quantized kernels do), so a row's result does not depend on the batch.
 
-use crate::backend::Backend;
 use crate::{Error, Result};
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, QTensor};
 use candle_core::Device;
@@ -121,6 +120,11 @@ impl<L> Experts<L> {
     }
 }
 
+/// A linear layer from a weight, its bias and its name (for errors).
+pub(crate) type LinearFrom<'a, L> = dyn Fn(Weight, Option<Vec<f32>>, &str) -> Result<L> + 'a;
+/// A linear layer from MXFP4 blocks: rows, columns, the blocks, the bias, the name.
+pub(crate) type Mxfp4From<'a, L> = dyn Fn(usize, usize, Vec<u8>, Option<Vec<f32>>, &str) -> Result<L> + 'a;
+
 /// A copy of `bytes` that starts 8-byte aligned (candle reads blocks in place).
 fn aligned(bytes: &[u8]) -> Vec<u64> {
     let mut v = vec![0u64; bytes.len().div_ceil(8)];
@@ -152,10 +156,11 @@ fn split(src: &dyn WeightSource, name: &str, experts: usize, rows: usize, cols: 
 }
 
 /// Load layer `prefix`'s experts (`{prefix}.ffn_{gate,up,down}_exps.weight`, biases where
-/// present) for `backend`: any format a linear layer takes, and MXFP4.
-pub(crate) fn load_experts<B: Backend>(backend: &B, src: &dyn WeightSource, prefix: &str, cfg: &MoeConfig, hidden: usize) -> Result<Experts<B::Lin>> {
+/// present) as a backend's linear layers: `linear` makes one from a weight (any format a
+/// linear layer takes), `mxfp4` from MXFP4 blocks (`rows`, `cols`, the blocks).
+pub(crate) fn load_experts<L>(src: &dyn WeightSource, prefix: &str, cfg: &MoeConfig, hidden: usize, linear: &LinearFrom<'_, L>, mxfp4: &Mxfp4From<'_, L>) -> Result<Experts<L>> {
     let (e, ff) = (cfg.experts, cfg.expert_ff);
-    let part = |what: &str, rows: usize, cols: usize| -> Result<Vec<B::Lin>> {
+    let part = |what: &str, rows: usize, cols: usize| -> Result<Vec<L>> {
         let name = format!("{prefix}.{what}.weight");
         let bias = format!("{prefix}.{what}.bias");
         let biases = if src.contains(&bias) {
@@ -172,14 +177,14 @@ pub(crate) fn load_experts<B: Backend>(backend: &B, src: &dyn WeightSource, pref
             }
             return (0..e)
                 .zip(biases)
-                .map(|(i, b)| backend.linear_mxfp4(rows, cols, data[i * per..(i + 1) * per].to_vec(), b, &format!("{name}[{i}]")))
+                .map(|(i, b)| mxfp4(rows, cols, data[i * per..(i + 1) * per].to_vec(), b, &format!("{name}[{i}]")))
                 .collect();
         }
         split(src, &name, e, rows, cols)?
             .into_iter()
             .zip(biases)
             .enumerate()
-            .map(|(i, (w, b))| backend.linear(w, b, &format!("{name}[{i}]")))
+            .map(|(i, (w, b))| linear(w, b, &format!("{name}[{i}]")))
             .collect()
     };
     Ok(Experts { gate: part("ffn_gate_exps", ff, hidden)?, up: part("ffn_up_exps", ff, hidden)?, down: part("ffn_down_exps", hidden, ff)?, cfg: cfg.clone() })

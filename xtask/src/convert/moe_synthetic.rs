@@ -25,9 +25,11 @@ use sapient_tensor::gguf::TensorData;
 use sapient_tensor::{GgmlType, GgufFile, GgufWriter, Value};
 use std::path::Path;
 
+/// Hidden width, query heads, key/value heads.
 const H: usize = 64;
 const HEADS: usize = 4;
 const KV: usize = 2;
+/// Layers, and the width of one expert.
 const LAYERS: usize = 2;
 const FF: usize = 64;
 /// gpt-oss's sliding window (128 in the real models): short, so that the prompts pass it.
