@@ -199,10 +199,11 @@ pub(crate) fn route(cfg: &MoeConfig, logits: &[f32], probs: &mut Vec<f32>, out: 
         softmax(probs);
     }
     out.clear();
-    // Top k: the largest first, the lower index first among equals.
+    // Top k: the largest first, the lower index first among equals (in IEEE total order, so
+    // that NaN logits from a broken checkpoint still give k experts).
     for (i, &p) in probs.iter().enumerate() {
-        if out.len() < cfg.experts_used || p > out[out.len() - 1].1 {
-            let at = out.iter().position(|&(_, q)| p > q).unwrap_or(out.len());
+        if out.len() < cfg.experts_used || p.total_cmp(&out[out.len() - 1].1).is_gt() {
+            let at = out.iter().position(|&(_, q)| p.total_cmp(&q).is_gt()).unwrap_or(out.len());
             out.insert(at, (i, p));
             out.truncate(cfg.experts_used);
         }
