@@ -18,6 +18,7 @@
 
 use crate::config::{Activation, DeltaShape};
 use crate::kv::{KvCache, SeqId};
+use crate::moe::Experts;
 use crate::Result;
 use sapient_tensor::Weight;
 
@@ -115,6 +116,8 @@ pub(crate) trait Backend {
 
     /// A linear layer from a loaded `[out, in]` weight named `name` (for errors and logs).
     fn linear(&self, w: Weight, bias: Option<Vec<f32>>, name: &str) -> Result<Self::Lin>;
+    /// A linear layer from MXFP4 blocks (`[rows, cols]`, ggml's layout).
+    fn linear_mxfp4(&self, rows: usize, cols: usize, blocks: Vec<u8>, bias: Option<Vec<f32>>, name: &str) -> Result<Self::Lin>;
     fn vector(&self, v: Vec<f32>) -> Self::Vector;
     /// The embedding table from a loaded `[vocab, hidden]` weight.
     fn embedding(&self, w: &Weight, name: &str) -> Result<Self::Embed>;
@@ -154,6 +157,9 @@ pub(crate) trait Backend {
         exact: bool,
         outs: &mut [&mut Self::Buf],
     ) -> Result<()>;
+    /// The mixture-of-experts feed-forward of `n` rows of `xn` (normed) given their router
+    /// `logits`, into `out` (`moe.rs`): each expert once over all the rows routed to it.
+    fn moe(&mut self, experts: &Experts<Self::Lin>, xn: &Self::Buf, logits: &Self::Buf, n: usize, exact: bool, out: &mut Self::Buf) -> Result<()>;
     /// `g = act(g) * u` over `n` rows `width` wide, then [`linear_rows`](Self::linear_rows)
     /// of `g` by `l`; fused where the backend can.
     #[allow(clippy::too_many_arguments)]
@@ -172,8 +178,10 @@ pub(crate) trait Backend {
     #[allow(clippy::too_many_arguments)]
     fn rope_write_kv(&mut self, kv: &mut KvCache, layer: usize, q: &mut Self::Buf, k: &mut Self::Buf, v: &Self::Buf, step: &Step, table: RopeTable);
     /// Causal grouped-query attention of the step's queries over their sequences' cached keys
-    /// and values in layer `layer` (within `window` positions when it is set).
-    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, q: &Self::Buf, step: &Step, out: &mut Self::Buf);
+    /// and values in layer `layer` (within `window` positions when it is set), with a learned
+    /// sink logit per head in each softmax's denominator when `sinks` is given.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, sinks: Option<&Self::Vector>, q: &Self::Buf, step: &Step, out: &mut Self::Buf);
     /// Logits of `rows` rows of `x` through the output layer into `out` (`rows x vocab`,
     /// resized), soft-capped when `softcap` is set.
     fn logits(&mut self, output: &Self::Lin, x: &Self::Buf, rows: usize, exact: bool, softcap: Option<f32>, out: &mut Vec<f32>) -> Result<()>;

@@ -1,5 +1,6 @@
 //! Hyper-parameters of a LLaMA-family model, read from GGUF metadata or an HF `config.json`.
 
+use crate::moe::MoeConfig;
 use crate::{Error, Result};
 use sapient_tensor::GgufFile;
 use serde::Deserialize;
@@ -21,6 +22,11 @@ pub enum Arch {
     /// Qwen3.5: a hybrid of Gated DeltaNet (linear attention) layers and gated full-attention
     /// layers with q/k RMSNorm and partial RoPE (see [`HybridConfig`]). GGUF only.
     Qwen35,
+    /// Qwen3-MoE: Qwen3's attention, a mixture-of-experts feed-forward. GGUF only.
+    Qwen3Moe,
+    /// gpt-oss (llama.cpp's `openai-moe`): attention with biases and learned sinks, sliding
+    /// windows on alternating layers, YaRN, MXFP4 experts with biases. GGUF only.
+    GptOss,
 }
 
 impl Arch {
@@ -33,6 +39,8 @@ impl Arch {
             "gemma3" | "gemma3_text" | "gemma3forcausallm" => Ok(Arch::Gemma3),
             "qwen3" | "qwen3forcausallm" => Ok(Arch::Qwen3),
             "qwen35" | "qwen3_5" | "qwen3_5_text" | "qwen3_5forcausallm" | "qwen3_5forconditionalgeneration" => Ok(Arch::Qwen35),
+            "qwen3moe" | "qwen3_moe" | "qwen3moeforcausallm" => Ok(Arch::Qwen3Moe),
+            "gpt-oss" | "gpt_oss" | "gptossforcausallm" => Ok(Arch::GptOss),
             _ => Err(Error::UnsupportedArchitecture {
                 arch: name.to_string(),
                 path: file.to_path_buf(),
@@ -48,6 +56,8 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen35 => "qwen35",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::GptOss => "gpt-oss",
         }
     }
 }
@@ -66,6 +76,11 @@ pub enum RopeScaling {
     },
     /// Explicit per-frequency divisors (GGUF `rope_freqs.weight`).
     FreqFactors(Vec<f32>),
+    /// YaRN, as ggml's `rope_yarn` with llama.cpp's defaults (extrapolation factor 1, beta
+    /// fast 32, beta slow 1): frequencies between the correction dimensions of the original
+    /// context ramped from interpolated (divided by `factor`) to kept, cosines and sines
+    /// scaled by `1 + 0.1 ln(factor)`.
+    Yarn { factor: f32, original_context: usize },
 }
 
 /// The MLP's gate activation.
@@ -127,6 +142,8 @@ pub struct LlamaConfig {
     /// Which layers are linear attention, and their shapes (Qwen3.5); `None`: every layer is
     /// full attention.
     pub hybrid: Option<HybridConfig>,
+    /// A mixture-of-experts feed-forward in every layer instead of one MLP (`moe.rs`).
+    pub moe: Option<MoeConfig>,
 }
 
 impl LlamaConfig {
@@ -163,6 +180,13 @@ impl LlamaConfig {
             Some("linear") => Some(RopeScaling::Linear {
                 factor: g.get_f64(&key("rope.scaling.factor"))? as f32,
             }),
+            Some("yarn") => Some(RopeScaling::Yarn {
+                factor: g.get_f64(&key("rope.scaling.factor"))? as f32,
+                original_context: match g.get(&key("rope.scaling.original_context_length")) {
+                    Some(_) => g.get_usize(&key("rope.scaling.original_context_length"))?,
+                    None => g.get_usize(&key("context_length"))?,
+                },
+            }),
             Some("none") | None => None,
             Some(other) => {
                 tracing::warn!("rope scaling type '{other}' not supported; ignoring it");
@@ -190,7 +214,11 @@ impl LlamaConfig {
         Self {
             arch,
             hidden_size,
-            intermediate_size: g.get_usize(&key("feed_forward_length"))?,
+            // Mixtures of experts may state only the experts' width.
+            intermediate_size: match g.get(&key("feed_forward_length")) {
+                None if g.get(&key("expert_feed_forward_length")).is_some() => g.get_usize(&key("expert_feed_forward_length"))?,
+                _ => g.get_usize(&key("feed_forward_length"))?,
+            },
             num_layers: g.get_usize(&key("block_count"))?,
             num_heads,
             num_kv_heads,
@@ -223,6 +251,7 @@ impl LlamaConfig {
             attn_scale: None,
             final_logit_softcap: None,
             hybrid: None,
+            moe: None,
         }
         .with_gguf_arch(g, arch_name)
     }
@@ -236,7 +265,7 @@ impl LlamaConfig {
                 None => Ok(None),
             }
         };
-        if self.arch == Arch::Qwen3 {
+        if matches!(self.arch, Arch::Qwen3 | Arch::Qwen3Moe) {
             self.qk_norm = true;
         }
         if self.arch == Arch::Qwen35 {
@@ -245,6 +274,14 @@ impl LlamaConfig {
             self.num_layers -= hybrid.mtp_layers;
             hybrid.check_rope_sections(g, arch_name, self.rope_dim)?;
             self.hybrid = Some(hybrid);
+        }
+        self.moe = MoeConfig::from_gguf(g, arch_name, self.intermediate_size, self.arch == Arch::GptOss)?;
+        if matches!(self.arch, Arch::Qwen3Moe | Arch::GptOss) && self.moe.is_none() {
+            return Err(Error::Config(format!("{}: {arch_name} without expert_count", g.path().display())));
+        }
+        if self.arch == Arch::GptOss {
+            // llama.cpp's `load_swa_pattern(ml, 2)`: even layers in the window, odd ones full.
+            self.sliding_window_layers = Some((0..self.num_layers).map(|i| i % 2 == 0).collect());
         }
         if self.arch == Arch::Gemma3 {
             // llama.cpp `llama_model_gemma3::load_arch_hparams` and its graph.
@@ -311,6 +348,12 @@ impl LlamaConfig {
             c.model_type.as_deref().or(c.architectures.first().map(|s| s.as_str())).unwrap_or("?"),
             path,
         )?;
+        if matches!(arch, Arch::Qwen3Moe | Arch::GptOss) {
+            return Err(Error::Config(format!(
+                "{}: mixtures of experts load from GGUF only (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)",
+                path.display()
+            )));
+        }
         if matches!(arch, Arch::Gemma3 | Arch::Qwen35) {
             return Err(Error::Config(format!(
                 "{}: {} loads from GGUF only (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)",
@@ -394,6 +437,7 @@ impl LlamaConfig {
             attn_scale: None,
             final_logit_softcap: None,
             hybrid: None,
+            moe: None,
         })
     }
 }

@@ -37,6 +37,7 @@ use crate::backend::{Backend, DeltaInputs, DeltaVectors, Dims, RopeTable, Seg, S
 use crate::config::Activation;
 use crate::deltanet;
 use crate::kv::{KvCache, KvLayer, KvLayerMut};
+use crate::moe::Experts;
 use crate::{Error, Result};
 
 /// Rows per call of the f32 dot-product kernel in row-invariant products
@@ -56,6 +57,8 @@ pub(crate) enum Mat {
     Amx(DenseMatrix),
     /// Dense f32 weights (machines without AMX-BF16), for [`kernels::matmul_f32`].
     F32 { w: Vec<f32>, rows: usize, cols: usize },
+    /// MXFP4 blocks (gpt-oss's experts), products as ggml computes them.
+    Mxfp4(kernels::Mxfp4Matrix),
 }
 
 /// Dense values of a weight: f16 kept as bits (AMX takes them as they are), the rest f32.
@@ -134,6 +137,7 @@ impl Mat {
             Self::Quant { k, .. } => k.rows(),
             Self::Amx(d) => d.rows(),
             Self::F32 { rows, .. } => *rows,
+            Self::Mxfp4(m) => m.rows(),
         }
     }
     pub(crate) fn cols(&self) -> usize {
@@ -141,6 +145,7 @@ impl Mat {
             Self::Quant { k, .. } => k.cols(),
             Self::Amx(d) => d.cols(),
             Self::F32 { cols, .. } => *cols,
+            Self::Mxfp4(m) => m.cols(),
         }
     }
 }
@@ -204,6 +209,7 @@ impl Lin {
                 d.matmul(x, n, self.bias.as_deref(), out);
                 return Ok(());
             }
+            Mat::Mxfp4(m) => m.matmul(&x[..n * m.cols()], n, out),
             Mat::F32 { w, cols, .. } => {
                 if exact || n <= F32_DOT_ROWS {
                     for (xs, os) in x[..n * cols].chunks(F32_DOT_ROWS * cols).zip(out.chunks_mut(F32_DOT_ROWS * rows)) {
@@ -428,6 +434,10 @@ impl Backend for Cpu {
     fn linear(&self, w: Weight, bias: Option<Vec<f32>>, name: &str) -> Result<Lin> {
         Lin::new(Mat::from_weight(w, name)?, bias)
     }
+    fn linear_mxfp4(&self, rows: usize, cols: usize, blocks: Vec<u8>, bias: Option<Vec<f32>>, name: &str) -> Result<Lin> {
+        let m = kernels::Mxfp4Matrix::from_bytes(rows, cols, blocks).map_err(|e| Error::Config(format!("{name}: {e}")))?;
+        Lin::new(Mat::Mxfp4(m), bias)
+    }
     fn vector(&self, v: Vec<f32>) -> Vec<f32> {
         v
     }
@@ -496,6 +506,10 @@ impl Backend for Cpu {
         }
         run_group_prep(ls, &mut xn[..n * h], n, exact, &mut parts[..ls.len().min(kernels::MAX_GROUP)], &prep)
     }
+    fn moe(&mut self, experts: &Experts<Lin>, xn: &Vec<f32>, logits: &Vec<f32>, n: usize, exact: bool, out: &mut Vec<f32>) -> Result<()> {
+        let h = self.dims.hidden;
+        crate::moe::forward(experts, xn, logits, n, h, out, &|lins, x, m, outs| run_group(lins, x, m, exact, outs))
+    }
     #[allow(clippy::too_many_arguments)]
     fn glu_linear(&mut self, act: Activation, g: &mut Vec<f32>, u: &Vec<f32>, width: usize, l: &Lin, n: usize, exact: bool, out: &mut Vec<f32>) -> Result<()> {
         let u = &u[..n * width];
@@ -559,9 +573,10 @@ impl Backend for Cpu {
             *x += y;
         }
     }
-    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, q: &Vec<f32>, step: &Step, out: &mut Vec<f32>) {
+    #[allow(clippy::too_many_arguments)]
+    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, sinks: Option<&Vec<f32>>, q: &Vec<f32>, step: &Step, out: &mut Vec<f32>) {
         let len = step.pos.len() * self.dims.heads * self.dims.head_dim;
-        attention(&self.dims, window, &q[..len], kv.layer(layer), &step.segs, &step.tabs, kv.block_size(), &mut self.units, &mut out[..len]);
+        attention(&self.dims, window, sinks.map(|s| s.as_slice()), &q[..len], kv.layer(layer), &step.segs, &step.tabs, kv.block_size(), &mut self.units, &mut out[..len]);
     }
     fn logits(&mut self, output: &Lin, x: &Vec<f32>, rows: usize, exact: bool, softcap: Option<f32>, logits: &mut Vec<f32>) -> Result<()> {
         let (vocab, h) = (output.out(), output.input());
@@ -781,7 +796,7 @@ const PREFETCH_VALUES: usize = 2048;
 /// every row's result is what it gives alone in a decode step, bit for bit, whatever the
 /// batch, and wherever its blocks lie.
 #[allow(clippy::too_many_arguments)]
-fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, segs: &[Seg], tabs: &[u32], bs: usize, units_at: &mut Vec<usize>, out: &mut [f32]) {
+fn attention(d: &Dims, window: Option<usize>, sinks: Option<&[f32]>, q: &[f32], layer: KvLayer<'_>, segs: &[Seg], tabs: &[u32], bs: usize, units_at: &mut Vec<usize>, out: &mut [f32]) {
     const MQ: usize = kernels::MAX_QUERIES;
     let (nh, nkv, hd) = (d.heads, d.kv_heads, d.head_dim);
     let n_rep = nh / nkv;
@@ -879,7 +894,10 @@ fn attention(d: &Dims, window: Option<usize>, q: &[f32], layer: KvLayer<'_>, seg
                     let p = pos0 + qi / k;
                     let w = &mut s[qi * ostride..(qi + 1) * ostride];
                     let (a, b) = (lo(p) - c0, p + 1 - c0);
-                    let inv = kernels::softmax_unnormalized(&mut w[a..b]);
+                    let inv = match sinks {
+                        None => kernels::softmax_unnormalized(&mut w[a..b]),
+                        Some(sk) => kernels::softmax_with_sink(&mut w[a..b], sk[h0 + qi % k]),
+                    };
                     for x in &mut w[a..b] {
                         *x *= inv;
                     }

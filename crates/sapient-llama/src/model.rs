@@ -18,6 +18,7 @@ use crate::config::{Arch, LlamaConfig, RopeScaling, WeightLayout};
 use crate::cpu::{check_block_size, Cpu};
 use crate::deltanet::DeltaLayer;
 use crate::kv::{KvBudget, KvCache, KvDtype, KvOptions, SeqId};
+use crate::moe::{load_experts, Experts};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use sapient_tensor::WeightSource;
@@ -103,18 +104,25 @@ enum Mixer<B: Backend> {
     Linear(Box<DeltaLayer<B>>),
 }
 
+/// A layer's feed-forward: one gated MLP, or a router over experts (`moe.rs`).
+enum Mlp<L> {
+    Dense { gate_up: GateUp<L>, down: L },
+    Moe { router: L, experts: Experts<L> },
+}
+
 /// One transformer layer's weights in backend `B`'s form.
 struct Layer<B: Backend> {
     attn_norm: B::Vector,
     ffn_norm: B::Vector,
     mixer: Mixer<B>,
-    gate_up: GateUp<B::Lin>,
-    down: B::Lin,
+    mlp: Mlp<B::Lin>,
     /// RMSNorm of the attention and MLP outputs before the residual adds them (Gemma 3).
     post_attn_norm: Option<B::Vector>,
     post_ffn_norm: Option<B::Vector>,
     /// This layer's sliding window (`None`: it sees every earlier position).
     window: Option<usize>,
+    /// A learned logit per head in each attention softmax's denominator (gpt-oss).
+    sinks: Option<B::Vector>,
     rope: RopeTable,
 }
 
@@ -185,9 +193,21 @@ fn rope_tables(cfg: &LlamaConfig, theta: f32, max_len: usize) -> Result<(Vec<f32
     let mut inv: Vec<f32> = (0..half)
         .map(|i| 1.0 / theta.powf(2.0 * i as f32 / cfg.rope_dim as f32))
         .collect();
-    let mut pos_scale = 1.0f32;
+    let (mut pos_scale, mut mag) = (1.0f32, 1.0f32);
     match &cfg.rope_scaling {
         None => {}
+        Some(RopeScaling::Yarn { factor, original_context }) => {
+            // ggml's `rope_yarn` with llama.cpp's defaults: the ramp between the correction
+            // dimensions of beta fast 32 and beta slow 1.
+            let (d, base) = (cfg.rope_dim as f32, theta);
+            let corr = |beta: f32| d * (*original_context as f32 / (beta * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln());
+            let (low, high) = (corr(32.0).floor().max(0.0), corr(1.0).ceil().min(d - 1.0));
+            for (i, x) in inv.iter_mut().enumerate() {
+                let ramp = 1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+                *x = *x / factor * (1.0 - ramp) + *x * ramp;
+            }
+            mag = 1.0 + 0.1 * factor.ln();
+        }
         Some(RopeScaling::Linear { factor }) => pos_scale = 1.0 / factor,
         Some(RopeScaling::FreqFactors(f)) => {
             if f.len() != half {
@@ -226,8 +246,8 @@ fn rope_tables(cfg: &LlamaConfig, theta: f32, max_len: usize) -> Result<(Vec<f32
         let t = p as f32 * pos_scale;
         for &f in &inv {
             let a = t * f;
-            cos.push(a.cos());
-            sin.push(a.sin());
+            cos.push(a.cos() * mag);
+            sin.push(a.sin() * mag);
         }
     }
     Ok((cos, sin))
@@ -555,11 +575,21 @@ impl<B: Backend> Transformer<B> {
                 Some(Qkv::Separate(lin("attn_q", q_w, h, cfg.qkv_bias)?, lin("attn_k", kv_out, h, cfg.qkv_bias)?, lin("attn_v", kv_out, h, cfg.qkv_bias)?))
             };
             let inter = cfg.intermediate_size;
-            let gate_up = match cfg.layout {
-                WeightLayout::HuggingFace if has("ffn_gate_up") => GateUp::Fused(lin("ffn_gate_up", 2 * inter, h, false)?),
-                // GGUF phi3 stores gate and up fused in ffn_up, with no ffn_gate.
-                WeightLayout::Gguf if !has("ffn_gate") => GateUp::Fused(lin("ffn_up", 2 * inter, h, false)?),
-                _ => GateUp::Separate(lin("ffn_gate", inter, h, false)?, lin("ffn_up", inter, h, false)?),
+            let mlp = match &cfg.moe {
+                // Mixtures of experts load from GGUF only (llama.cpp's stacked expert tensors).
+                Some(moe) => Mlp::Moe {
+                    router: lin("ffn_gate_inp", moe.experts, h, src.contains(&format!("{}.bias", names.layer(i, "ffn_gate_inp"))))?,
+                    experts: load_experts(src, &format!("blk.{i}"), moe, h, &|w, b, n| backend.linear(w, b, n), &|r, c, q, b, n| backend.linear_mxfp4(r, c, q, b, n))?,
+                },
+                None => Mlp::Dense {
+                    gate_up: match cfg.layout {
+                        WeightLayout::HuggingFace if has("ffn_gate_up") => GateUp::Fused(lin("ffn_gate_up", 2 * inter, h, false)?),
+                        // GGUF phi3 stores gate and up fused in ffn_up, with no ffn_gate.
+                        WeightLayout::Gguf if !has("ffn_gate") => GateUp::Fused(lin("ffn_up", 2 * inter, h, false)?),
+                        _ => GateUp::Separate(lin("ffn_gate", inter, h, false)?, lin("ffn_up", inter, h, false)?),
+                    },
+                    down: lin("ffn_down", h, inter, false)?,
+                },
             };
             let norm = |what: &str, len: usize| -> Result<B::Vector> { Ok(backend.vector(values(&format!("{}.weight", names.layer(i, what)), len)?)) };
             let (q_norm, k_norm) = if cfg.qk_norm && !is_linear {
@@ -577,7 +607,8 @@ impl<B: Backend> Transformer<B> {
             let mixer = match (qkv, &cfg.hybrid) {
                 (Some(qkv), _) => {
                     kv_layers += 1;
-                    Mixer::Attention(Attention { qkv, o: lin("attn_output", h, q_out, false)?, q_norm, k_norm, gated, kv_layer: kv_layers - 1 })
+                    let o_bias = src.contains(&format!("{}.bias", names.layer(i, "attn_output")));
+                    Mixer::Attention(Attention { qkv, o: lin("attn_output", h, q_out, o_bias)?, q_norm, k_norm, gated, kv_layer: kv_layers - 1 })
                 }
                 (None, Some(hc)) => {
                     linear += 1;
@@ -587,14 +618,14 @@ impl<B: Backend> Transformer<B> {
             };
             layers.push(Layer {
                 attn_norm: norm("attn_norm", h)?,
-                // Qwen3.5 names the norm before the MLP `post_attention_norm`.
-                ffn_norm: norm(if cfg.arch == Arch::Qwen35 { "post_attention_norm" } else { "ffn_norm" }, h)?,
+                // Qwen3.5 and gpt-oss name the norm before the feed-forward `post_attention_norm`.
+                ffn_norm: norm(if matches!(cfg.arch, Arch::Qwen35 | Arch::GptOss) { "post_attention_norm" } else { "ffn_norm" }, h)?,
                 mixer,
-                gate_up,
-                down: lin("ffn_down", h, inter, false)?,
+                mlp,
                 post_attn_norm,
                 post_ffn_norm,
                 window,
+                sinks: if has("attn_sinks") { Some(norm("attn_sinks", cfg.num_heads)?) } else { None },
                 rope,
             });
         }
@@ -707,7 +738,7 @@ impl<B: Backend> Transformer<B> {
                 backend.rms_norm_in_place(&mut b.k, w, n * kv_out, d.eps);
             }
             backend.rope_write_kv(kv, a.kv_layer, &mut b.q, &mut b.k, &b.v, step, layer.rope);
-            backend.attention(kv, a.kv_layer, layer.window, &b.q, step, &mut b.att);
+            backend.attention(kv, a.kv_layer, layer.window, layer.sinks.as_ref(), &b.q, step, &mut b.att);
             if a.gated {
                 backend.mul_sigmoid(&mut b.att, &b.gate, n * q_out);
             }
@@ -731,21 +762,32 @@ impl<B: Backend> Transformer<B> {
     }
 
     /// A layer's second half, after its mixer left its output in `b.y`: the residual add, the
-    /// norm and the gated MLP, the result in `b.y` (added by the next layer's first norm).
+    /// norm and the feed-forward (gated MLP or experts), the result in `b.y` (added by the next layer's first norm).
     fn mlp(backend: &mut B, d: &Dims, layer: &Layer<B>, b: &mut Bufs<B::Buf>, n: usize, exact: bool) -> Result<()> {
         let (h, inter) = (d.hidden, d.inter);
         if let Some(w) = &layer.post_attn_norm {
             backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
         }
-        match &layer.gate_up {
-            GateUp::Separate(g, u) => backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[g, u], n, exact, &mut [&mut b.g, &mut b.u])?,
-            GateUp::Fused(l) => {
-                B::reserve(&mut b.gu, n * 2 * inter);
-                backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.gu])?;
-                backend.split_rows(&b.gu, n, &mut [(&mut b.g, inter), (&mut b.u, inter)]);
+        match &layer.mlp {
+            Mlp::Dense { gate_up, down } => {
+                match gate_up {
+                    GateUp::Separate(g, u) => backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[g, u], n, exact, &mut [&mut b.g, &mut b.u])?,
+                    GateUp::Fused(l) => {
+                        B::reserve(&mut b.gu, n * 2 * inter);
+                        backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.gu])?;
+                        backend.split_rows(&b.gu, n, &mut [(&mut b.g, inter), (&mut b.u, inter)]);
+                    }
+                }
+                backend.glu_linear(d.activation, &mut b.g, &b.u, inter, down, n, exact, &mut b.y)?;
+            }
+            Mlp::Moe { router, experts } => {
+                // The router's logits (in `gu`) with the residual add and the norm, then each
+                // expert over the rows routed to it.
+                B::reserve(&mut b.gu, n * B::lin_shape(router).0);
+                backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[router], n, exact, &mut [&mut b.gu])?;
+                backend.moe(experts, &b.xn, &b.gu, n, exact, &mut b.y)?;
             }
         }
-        backend.glu_linear(d.activation, &mut b.g, &b.u, inter, &layer.down, n, exact, &mut b.y)?;
         if let Some(w) = &layer.post_ffn_norm {
             backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
         }
@@ -767,11 +809,19 @@ fn linears<'a, B: Backend>(layers: &'a mut [Layer<B>], output: &'a mut B::Lin) -
             }
             Mixer::Linear(dl) => w.extend(dl.linears()),
         }
-        match &mut l.gate_up {
-            GateUp::Separate(g, u) => w.extend([g, u]),
-            GateUp::Fused(x) => w.push(x),
+        match &mut l.mlp {
+            Mlp::Dense { gate_up, down } => {
+                match gate_up {
+                    GateUp::Separate(g, u) => w.extend([g, u]),
+                    GateUp::Fused(x) => w.push(x),
+                }
+                w.push(down);
+            }
+            Mlp::Moe { router, experts } => {
+                w.push(router);
+                w.extend(experts.linears());
+            }
         }
-        w.push(&mut l.down);
     }
     w.push(output);
     w

@@ -43,6 +43,12 @@ pub trait WeightSource: Send + Sync {
     fn load(&self, name: &str, device: &Device) -> Result<Weight>;
     fn names(&self) -> Vec<String>;
 
+    /// The stored bytes and GGML type of a tensor of a GGUF file (`None` elsewhere), for the
+    /// formats candle has no type for (MXFP4).
+    fn ggml_bytes(&self, _name: &str) -> Option<(crate::GgmlType, &[u8])> {
+        None
+    }
+
     /// Load and check the shape.
     fn load_checked(&self, name: &str, shape: &[usize], device: &Device) -> Result<Weight> {
         match self.shape_of(name) {
@@ -81,6 +87,10 @@ impl WeightSource for GgufFile {
     }
     fn names(&self) -> Vec<String> {
         self.tensors().iter().map(|t| t.name.clone()).collect()
+    }
+    fn ggml_bytes(&self, name: &str) -> Option<(crate::GgmlType, &[u8])> {
+        let t = self.tensor_info(name)?.ggml_type;
+        Some((t, self.tensor_bytes(name).ok()?))
     }
 }
 

@@ -19,11 +19,16 @@
 //!   preset `kokoro-82m`) to `KModel`-named safetensors and Kokoro's `config.json` (with the
 //!   `vocab.json` beside the file); names and dequantization in docs/kokoro.md.
 //!
+//! - `synthetic-moe ARCH OUT.gguf`: a small mixture-of-experts checkpoint with random weights
+//!   (`qwen3moe`, `qwen3moe-mxfp4`, `llama-moe`, `gpt-oss`; see `moe_synthetic.rs`) and its test prompts' token ids in
+//!   `OUT.ids`, for the reference scripts.
+//!
 //! llama.cpp's converter permutes the Q and K rows of arch `llama` so that its interleaved
 //! RoPE matches transformers' rotate-half; we undo that going to HF and apply it coming back.
 
 mod kokoro;
 mod llama;
+mod moe_synthetic;
 #[cfg(test)]
 mod synthetic;
 
@@ -67,6 +72,8 @@ pub enum Cmd {
         #[arg(long = "type", default_value = "q8_0")]
         ty: String,
     },
+    /// A small synthetic mixture-of-experts GGUF (qwen3moe, qwen3moe-mxfp4, llama-moe, gpt-oss) and its prompts' ids (OUT.ids).
+    SyntheticMoe { arch: String, output: PathBuf },
     /// Kokoro-82M int8 ONNX (path, directory or preset) to KModel-named safetensors + config.json.
     KokoroOnnxToSafetensors {
         input: String,
@@ -91,6 +98,13 @@ pub fn run(args: Args) -> Result<()> {
         }
         Cmd::Ct2ToSafetensors { input, out_dir, dtype } => ct2_to_safetensors(&input, &out_dir, &dtype)?,
         Cmd::Ct2ToGguf { input, out_dir, ty } => ct2_to_gguf(&input, &out_dir, &ty)?,
+        Cmd::SyntheticMoe { arch, output } => {
+            let tok = sapient_hub::Hub::new()?.fetch_preset("smollm2-135m-instruct", &mut |_| {})?;
+            let ids = moe_synthetic::write(&arch, tok.file("gguf")?, &output)?;
+            let lines: Vec<String> = ids.iter().map(|p| p.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")).collect();
+            std::fs::write(output.with_extension("ids"), lines.join("\n") + "\n")?;
+            println!("wrote {} and its prompts' ids", output.display());
+        }
         Cmd::KokoroOnnxToSafetensors { input, out_dir, dtype, report } => {
             kokoro::onnx_to_safetensors(&input, &out_dir, &dtype, report.as_deref())?
         }

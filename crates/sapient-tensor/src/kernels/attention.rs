@@ -265,6 +265,20 @@ pub fn softmax_unnormalized(sc: &mut [f32]) -> f32 {
     softmax_portable(sc)
 }
 
+/// [`softmax_unnormalized`] with a sink: the exponentials of `sc` less their maximum with
+/// `sink` (a learned logit of the head that no value goes with, gpt-oss's attention sinks
+/// as ggml's `soft_max` takes them), and the inverse of their sum with the sink's.
+pub fn softmax_with_sink(sc: &mut [f32], sink: f32) -> f32 {
+    let max = sc.iter().fold(sink, |m, &x| m.max(x));
+    let mut sum = 0f64;
+    for x in sc.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x as f64;
+    }
+    sum += (sink - max).exp() as f64;
+    (1.0 / sum) as f32
+}
+
 /// One head of one query row's attention over `s.len()` cached positions: `o` (`hd =
 /// q.len()` values) becomes softmax(`scale` q·kⱼ)·vⱼ, where key and value `j` are
 /// `k[j * d + off..][..hd]` and `v[j * d + off..][..hd]` (rows of `d` values, the head at

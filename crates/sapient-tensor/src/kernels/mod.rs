@@ -45,7 +45,7 @@
 //! `options.rs` the knobs ([`KernelOptions`], passed at load), `pool.rs` the one thread pool,
 //! `memory.rs` huge pages and prefetch distances; the products by instruction set in
 //! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_k.rs` and `amx.rs`, the block formats in
-//! `quant.rs`; dense f32/bf16 products in `dense.rs`, `dense_f32.rs` and `dense_bf16.rs`; element-wise
+//! `quant.rs` (MXFP4, gpt-oss's expert format, in `mxfp4.rs`); dense f32/bf16 products in `dense.rs`, `dense_f32.rs` and `dense_bf16.rs`; element-wise
 //! activations in `act.rs`; attention over an f16 KV cache in `attention.rs` and over an 8-bit one
 //! in `attention_q8.rs`, an encoder's full attention (f32 on AVX-512, bf16 on AVX512-BF16) in
 //! `attention_full.rs`.
@@ -70,6 +70,7 @@ mod dense_f32;
 mod conv_bf16;
 mod detect;
 mod memory;
+mod mxfp4;
 mod options;
 pub mod pool;
 pub mod quant;
@@ -80,10 +81,11 @@ use crate::gguf::GgmlType;
 use crate::{Error, Result};
 use candle_core::quantized::QTensor;
 pub use act::{exp_f32, exp_in_place, gelu_erf_in_place};
-pub use attention::{attention_row_f32, axpy_f16, dot_f32_f16, prefetch_values, scores_chunks, softmax_unnormalized, values_f16, values_f16_runs, MAX_QUERIES, MAX_VALUE_ROWS};
+pub use attention::{attention_row_f32, axpy_f16, dot_f32_f16, prefetch_values, scores_chunks, softmax_unnormalized, softmax_with_sink, values_f16, values_f16_runs, MAX_QUERIES, MAX_VALUE_ROWS};
 pub use attention_q8::{quantize_q8_f16, scores_chunks_q8, values_q8, QueryQ8, Q8_GROUP};
 pub use attention_full::{attention_bf16, attention_f32, has_attention_bf16, has_attention_f32, FULL_HEAD_DIM};
 pub use dense::matmul_f32;
+pub use mxfp4::{dequantize_mxfp4, dot_mxfp4_q8, e8m0_to_f32_half, Mxfp4Matrix, MXFP4_BLOCK_BYTES};
 pub use detect::{has_amx, has_avx2, has_avx512, has_avx512_bf16, has_lanes, has_vnni};
 pub use memory::{huge_pages, huge_pages_for, release_freed, ZeroedMap};
 pub(crate) use memory::Ahead;
