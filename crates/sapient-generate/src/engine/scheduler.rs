@@ -10,7 +10,7 @@ use crate::decode::Decoder;
 use crate::generation::{FinishReason, Generation, GenerationStats};
 use crate::model::{common_prefix, Model};
 use crate::{Error, Result};
-use sapient_llama::{KvCache, SeqId};
+use sapient_llama::{KvCache, Logits, SeqId};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -77,13 +77,19 @@ pub(super) struct Scheduler {
     pub(super) draft: Option<Draft>,
 }
 
-/// What one sequence feeds in a step.
+/// What one running sequence feeds in a step: plain data, made by the scheduler (with the
+/// blocks for it reserved) and run by the executor ([`super::step`]).
 pub(super) struct Plan {
+    /// The sequence's index in [`Scheduler::running`].
     pub(super) idx: usize,
+    /// The first of its `kv_tokens` fed: what the cache holds for it.
+    pub(super) start: usize,
+    /// How many are fed: a prompt chunk, one decode token, a run a constraint forces, or the
+    /// newest token and the guesses after it.
     pub(super) n: usize,
-    pub(super) logits: bool,
-    /// Logits for every row (verifying guesses), not only the last.
-    pub(super) all: bool,
+    /// Which logits: none for a prompt chunk that does not end the prompt, the last row to
+    /// sample, every row to verify guesses.
+    pub(super) logits: Option<Logits>,
 }
 
 impl Scheduler {
@@ -450,7 +456,8 @@ impl Scheduler {
                 }
                 continue;
             }
-            plans.push(Plan { idx: i, n, logits: a.computed + n == a.kv_tokens.len(), all: a.drafts > 0 });
+            let logits = (a.computed + n == a.kv_tokens.len()).then_some(if a.drafts > 0 { Logits::All } else { Logits::Last });
+            plans.push(Plan { idx: i, start: a.computed, n, logits });
             budget = budget.saturating_sub(n);
         }
         for (i, keep) in shift {

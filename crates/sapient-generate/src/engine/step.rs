@@ -30,8 +30,8 @@ impl Scheduler {
                 let a = &self.running[p.idx];
                 Some(BatchSeq {
                     seq: a.seq?,
-                    tokens: &a.kv_tokens[a.computed..a.computed + p.n],
-                    logits: p.logits.then_some(if p.all { Logits::All } else { Logits::Last }),
+                    tokens: &a.kv_tokens[p.start..p.start + p.n],
+                    logits: p.logits,
                 })
             })
             .collect();
@@ -58,11 +58,11 @@ impl Scheduler {
         let mut done: Vec<(usize, Result<FinishReason>)> = Vec::new();
         for p in plans {
             let a = &mut self.running[p.idx];
-            let before = a.computed;
-            a.computed += p.n;
+            let before = p.start;
+            a.computed = p.start + p.n;
             let mut r = Ok(None);
-            if p.logits {
-                let rows = if p.all { p.n } else { 1 };
+            if let Some(which) = p.logits {
+                let rows = if which == Logits::All { p.n } else { 1 };
                 let logits = &mut self.logits[row * vocab..(row + rows) * vocab];
                 row += rows;
                 let tx = a.tx.clone();
@@ -89,7 +89,7 @@ impl Scheduler {
                 let new = &a.dec.tokens()[had..];
                 a.kv_tokens.extend_from_slice(new);
                 self.shared.generated.fetch_add(new.len() as u64, Ordering::Relaxed);
-                if a.computed > a.kv_tokens.len() || p.all {
+                if a.computed > a.kv_tokens.len() || which == Logits::All {
                     // Guesses past what was kept (rejected, or after an end) leave the cache.
                     a.computed = a.computed.min(a.kv_tokens.len());
                     if let Some(seq) = a.seq {
@@ -98,7 +98,7 @@ impl Scheduler {
                 }
             }
             // Prompt blocks become shareable as soon as they are full.
-            if self.opts.prefix_cache && (a.computed <= a.dec.prompt_len() || p.logits) {
+            if self.opts.prefix_cache && (a.computed <= a.dec.prompt_len() || p.logits.is_some()) {
                 if let Some(seq) = a.seq {
                     let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed]);
                 }
