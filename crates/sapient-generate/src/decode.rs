@@ -4,7 +4,8 @@
 //! without a batched forward keeps one too, so sampling, constraints and their forced runs,
 //! end-of-sequence, stop strings, the token limit and the statistics are written once.
 
-use crate::generation::{flush_tail, split_reasoning, FinishReason, Generation, GenerationConfig, GenerationStats, TokenLogprob};
+use crate::chat::think::{self, split_reasoning};
+use crate::generation::{flush_tail, FinishReason, Generation, GenerationConfig, GenerationStats, TokenLogprob};
 use crate::model::Model;
 use crate::speculative::{self, PromptLookup, Proposal, Proposer};
 use crate::{Error, Result};
@@ -41,16 +42,14 @@ pub(crate) struct Decoder {
 }
 
 /// Where the output stands with a `<think>` block, for [`GenerationConfig::reasoning_budget`].
-#[derive(Default)]
 struct Think {
-    /// The tokens that close a block (`\n</think>\n\n`), when there is a budget.
+    /// The tokens that close a block (`\n</think>\n\n`), while there is a budget to keep.
     close: Option<Vec<u32>>,
-    /// Inside an open block, and the tokens generated in it so far.
-    open: bool,
+    /// The output's text (what the stop matcher holds back included) split as the answer's
+    /// reasoning is, to follow it in and out of the block.
+    split: think::Splitter,
+    /// Tokens generated inside the block so far.
     used: usize,
-    /// The output's text so far (what the stop matcher holds back included), while a
-    /// block may still open or close.
-    seen: String,
 }
 
 /// Speculation state ([`GenerationConfig::lookup`], or [`GenerationConfig::draft`] with the
@@ -103,13 +102,13 @@ impl Decoder {
             }),
             None => None,
         };
-        let mut think = Think::default();
+        let mut think = Think { close: None, split: think::Splitter::new(false), used: 0 };
         if let Some(_budget) = cfg.reasoning_budget {
             let tok = pipeline.tokenizer();
             think.close = Some(tok.encode("\n</think>\n\n", false)?);
             // A prompt that ends by opening the block (the template's, or a raw prompt's).
             let tail = &prompt[prompt.len().saturating_sub(8)..];
-            think.open = tok.decode(tail, false)?.trim_end().ends_with("<think>");
+            think.split = think::Splitter::new(think::prompt_opens(&tok.decode(tail, false)?));
         }
         Ok(Self {
             think,
@@ -166,7 +165,6 @@ impl Decoder {
         self.stats.forwards += 1;
         if let Some(close) = self.over_budget() {
             // The reasoning budget is spent: close the block without sampling.
-            self.think.open = false;
             self.think.close = None;
             self.stats.forced_tokens += close.len();
             self.first_token.get_or_insert_with(Instant::now);
@@ -316,7 +314,7 @@ impl Decoder {
     fn over_budget(&self) -> Option<Vec<u32>> {
         let budget = self.cfg.reasoning_budget?;
         match &self.think.close {
-            Some(close) if self.think.open && self.think.used >= budget => Some(close.clone()),
+            Some(close) if self.think.split.in_block() && self.think.used >= budget => Some(close.clone()),
             _ => None,
         }
     }
@@ -326,16 +324,16 @@ impl Decoder {
         if self.think.close.is_none() {
             return;
         }
-        if self.think.open {
+        let was_in = self.think.split.in_block();
+        if was_in {
             self.think.used += 1;
         }
-        self.think.seen.push_str(piece);
-        if !self.think.open && self.think.seen.contains("<think>") && !self.think.seen.contains("</think>") {
-            self.think.open = true;
+        self.think.split.push(piece);
+        if !was_in && self.think.split.in_block() {
             self.think.used = 0;
         }
-        if self.think.open && self.think.seen.contains("</think>") {
-            self.think.open = false;
+        // The block closed, or the answer started without one: nothing left to budget.
+        if !self.think.split.in_block() && !self.think.split.may_open() {
             self.think.close = None;
         }
     }

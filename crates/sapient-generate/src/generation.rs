@@ -203,26 +203,6 @@ pub struct Generation {
     pub stats: GenerationStats,
 }
 
-/// Split an output into its reasoning (inside `<think>…</think>`, at the start) and the
-/// answer after it. A `</think>` with no `<think>` before it closes a block that the prompt
-/// opened; an unclosed `<think>` (the output was cut) is all reasoning.
-pub fn split_reasoning(output: &str) -> (Option<String>, String) {
-    const OPEN: &str = "<think>";
-    const CLOSE: &str = "</think>";
-    let body = output.trim_start();
-    let (opened, body) = match body.strip_prefix(OPEN) {
-        Some(rest) => (true, rest),
-        None => (false, body),
-    };
-    match body.find(CLOSE) {
-        Some(end) if opened || !body[..end].contains(OPEN) => {
-            (Some(body[..end].trim().to_string()), body[end + CLOSE.len()..].trim_start().to_string())
-        }
-        _ if opened => (Some(body.trim().to_string()), String::new()),
-        _ => (None, output.to_string()),
-    }
-}
-
 /// The text still held back at the end of a generation: an incomplete character in the
 /// detokenizer and a possible stop-string prefix. Nothing when it stopped or was cancelled.
 pub(crate) fn flush_tail(detok: &mut TokenStream, stops: &mut StopMatcher, finish: &mut FinishReason) -> Result<String> {

@@ -15,6 +15,7 @@
 //! the KV cache, so a chat only processes each turn's new tokens. For many requests with
 //! their own streams (a server), use an [`Engine`] directly.
 
+pub mod chat;
 pub mod engine;
 mod decode;
 mod generation;
@@ -24,7 +25,8 @@ pub mod speculative;
 mod stream;
 pub mod task;
 
-pub use generation::{split_reasoning, FinishReason, Generation, GenerationConfig, GenerationStats, TokenLogprob, MAX_TOP_LOGPROBS};
+pub use chat::split_reasoning;
+pub use generation::{FinishReason, Generation, GenerationConfig, GenerationStats, TokenLogprob, MAX_TOP_LOGPROBS};
 pub use model::{Model, ModelInfo};
 pub use pipeline::{Drafter, Pipeline, PipelineOptions};
 pub use sapient_hub::Progress;

@@ -1,5 +1,6 @@
 use crate::engine::{Engine, EngineOptions, Event, Session};
-use crate::generation::{split_reasoning, FinishReason, Generation, GenerationConfig};
+use crate::chat::split_reasoning;
+use crate::generation::{FinishReason, Generation, GenerationConfig};
 use crate::model::{Model, ModelInfo};
 use crate::{Error, Result, TextStream};
 use sapient_hub::{Hub, Progress};
@@ -438,27 +439,5 @@ impl Pipeline {
             verify_time: (g.stats.prefill + g.stats.decode).saturating_sub(g.stats.draft_time),
         };
         Ok((g, stats))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split_reasoning;
-
-    #[test]
-    fn reasoning_is_split_from_the_answer() {
-        let some = |r: &str, a: &str| (Some(r.to_string()), a.to_string());
-        assert_eq!(split_reasoning("<think>\nLet me add.\n</think>\n\n4"), some("Let me add.", "4"));
-        // Thinking switched off: the template put an empty block in the prompt; or the model wrote one.
-        assert_eq!(split_reasoning("<think>\n\n</think>\n\nHello"), some("", "Hello"));
-        // The prompt opened the block (DeepSeek-R1 style): only the closing tag is in the output.
-        assert_eq!(split_reasoning("First, 2+2.\n</think>\nIt is 4."), some("First, 2+2.", "It is 4."));
-        assert_eq!(split_reasoning("17 * 3 = 5\n</think>\n\nThe answer is: 5"), some("17 * 3 = 5", "The answer is: 5"));
-        // Cut off while thinking.
-        assert_eq!(split_reasoning("<think>Hmm, the"), some("Hmm, the", ""));
-        // No block: the output is the answer, untouched.
-        assert_eq!(split_reasoning("  Paris."), (None, "  Paris.".to_string()));
-        // Tags later in an answer are text, not reasoning.
-        assert_eq!(split_reasoning("Use <think> and </think> tags."), (None, "Use <think> and </think> tags.".to_string()));
     }
 }

@@ -414,7 +414,7 @@ pub(crate) fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result
         cfg.skip_special_tokens = false;
     }
     let ids = llm.engine.model().tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let opened = text.trim_end().ends_with("<think>");
+    let opened = sapient_generate::chat::think::prompt_opens(&text);
     Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls, reasoning: Some(opened), tool_format: format, slot: req.sampling.id_slot })
 }
 

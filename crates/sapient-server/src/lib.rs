@@ -31,7 +31,6 @@ mod chat;
 mod error;
 mod media;
 mod realtime;
-mod reasoning;
 mod responses;
 mod router;
 mod slots;

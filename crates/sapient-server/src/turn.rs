@@ -4,13 +4,13 @@
 //! Responses) with its pieces as chat completions parses them.
 
 use crate::error::{from_generate, ApiError};
-use crate::reasoning;
 use crate::tools::{self, Piece};
 use crate::{AppState, Llm};
 use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use sapient_generate::chat::think;
 use sapient_generate::{Event, FinishReason, Generation, GenerationConfig, RequestHandle};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -63,7 +63,7 @@ impl Drop for InFlight {
 /// Per choice: its parser and what it has said.
 pub(crate) struct ChoiceState {
     pub(crate) format: tools::Format,
-    pub(crate) thinking: Option<reasoning::Splitter>,
+    pub(crate) thinking: Option<think::Splitter>,
     pub(crate) reasoning: String,
     pub(crate) parser: Option<tools::Parser>,
     pub(crate) call_ids: Vec<String>,
@@ -80,7 +80,7 @@ impl ChoiceState {
     pub(crate) fn new(tools: bool, reasoning: Option<bool>, format: tools::Format) -> Self {
         Self {
             format,
-            thinking: reasoning.map(reasoning::Splitter::new),
+            thinking: reasoning.map(think::Splitter::new),
             reasoning: String::new(),
             parser: tools.then(|| tools::Parser::for_format(format)),
             call_ids: vec![],
@@ -96,7 +96,7 @@ impl ChoiceState {
     pub(crate) fn pieces(&mut self, text: &str) -> Vec<Piece> {
         let parts = match &mut self.thinking {
             Some(s) => s.push(text),
-            None => vec![reasoning::Part::Content(text.to_string())],
+            None => vec![think::Part::Content(text.to_string())],
         };
         self.after_reasoning(parts, false)
     }
@@ -105,12 +105,12 @@ impl ChoiceState {
         self.after_reasoning(parts, true)
     }
     /// The answer's text through the tool-call parser; reasoning as it is.
-    fn after_reasoning(&mut self, parts: Vec<reasoning::Part>, end: bool) -> Vec<Piece> {
+    fn after_reasoning(&mut self, parts: Vec<think::Part>, end: bool) -> Vec<Piece> {
         let mut out = Vec::new();
         for p in parts {
             match p {
-                reasoning::Part::Reasoning(r) => out.push(Piece::Reasoning(r)),
-                reasoning::Part::Content(c) => match &mut self.parser {
+                think::Part::Reasoning(r) => out.push(Piece::Reasoning(r)),
+                think::Part::Content(c) => match &mut self.parser {
                     Some(p) => out.extend(p.push(&c)),
                     None => out.push(Piece::Content(c)),
                 },
