@@ -85,7 +85,7 @@ pub(crate) struct DfaTable {
     /// The pattern it was compiled from (by [`compiled`]), naming it whatever its size.
     pub source: Option<std::sync::Arc<str>>,
     /// Set by [`DfaTable::quoted_repeat`]: how its states count items (their token sets
-    /// come from the item's, see `crate::counted`).
+    /// come from the item's, see `crate::vocab::ItemTokens`).
     pub counted: Option<Arc<Counted>>,
 }
 

@@ -48,7 +48,6 @@ mod error;
 mod hash;
 mod dfa;
 mod vocab;
-mod counted;
 mod constraint;
 mod matcher;
 mod builder;

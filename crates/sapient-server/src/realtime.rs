@@ -245,7 +245,9 @@ impl Agent {
                 Err(e) => return Err((e.to_string(), true, "server_error")),
             },
             "response.cancel" => {
-                if !self.lp.cancel() {
+                // Only a response still in progress (not yet `response.done`) can be
+                // cancelled; audio already sent is the client's to truncate.
+                if self.response.is_none() || !self.lp.cancel() {
                     return Err(("there is no response in progress to cancel".into(), false, "response_cancel_not_active"));
                 }
             }
