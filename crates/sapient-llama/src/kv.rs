@@ -502,16 +502,23 @@ impl KvCache {
         }
     }
 
-    /// Record that positions up to `len` of `id` are written (after a forward).
+    /// Record that `id` holds its first `len` positions: written by a forward into slots
+    /// [`reserve`](Self::reserve) took (a longer length), or fewer than it held
+    /// ([`truncate`](Self::truncate)). Reserved blocks past `len` go back to the pool. With
+    /// sequence state (a hybrid model), `len` must be what the state has taken in (or 0);
+    /// anything else is an error and changes nothing.
     pub fn set_len(&mut self, id: SeqId, len: usize) -> Result<()> {
         let bs = self.block_size;
+        let stateful = self.state_floats > 0;
         let s = self.seq_mut(id)?;
         if len > s.blocks.len() * bs {
             return Err(Error::Internal("sequence length past its reserved blocks"));
         }
-        s.len = len;
-        s.hashes.truncate(len / bs);
-        Ok(())
+        if stateful && len > 0 && len < s.state_len {
+            return Err(Error::StateRollback { len, held: s.state_len });
+        }
+        s.len = s.len.max(len);
+        self.truncate(id, len)
     }
 
     fn chain_hash(prev: u64, tokens: &[u32]) -> u64 {
@@ -698,6 +705,25 @@ mod tests {
         assert_eq!(c.usage().used_blocks, 0);
         assert_eq!(c.available_blocks(), 4);
         assert!(matches!(c.len(a), Err(Error::UnknownSequence(_))));
+    }
+
+    /// The engine's step: reserve, write, then record what the sequence keeps; reserved
+    /// blocks past it go back.
+    #[test]
+    fn set_len_keeps_part_of_a_reserved_step_and_frees_the_rest() {
+        let mut c = cache(4);
+        let a = c.new_seq();
+        write(&mut c, a, &[1, 2, 3]);
+        c.reserve(a, 4).unwrap();
+        assert_eq!((c.len(a).unwrap(), c.usage().used_blocks), (3, 2));
+        // Two of the four rows kept (the newest token and one accepted guess).
+        c.set_len(a, 5).unwrap();
+        assert_eq!((c.len(a).unwrap(), c.usage().used_blocks), (5, 2));
+        c.reserve(a, 2).unwrap();
+        c.set_len(a, 4).unwrap();
+        assert_eq!((c.len(a).unwrap(), c.usage().used_blocks), (4, 1));
+        assert!(matches!(c.set_len(a, 9), Err(Error::Internal(_))));
+        assert_eq!(c.len(a).unwrap(), 4);
     }
 
     #[test]

@@ -416,9 +416,10 @@ impl LlamaModel {
     /// One forward pass over rows of many sequences of `kv` (a cache from
     /// [`new_kv_cache`](Self::new_kv_cache)): every linear layer takes all rows at once (the
     /// weights are read once per step), attention runs per sequence over its own blocks.
-    /// Each sequence's `tokens` go at the positions after what `kv` holds for it; slots are
-    /// reserved here, and on success the sequences' lengths advance. Logits of the rows each
-    /// sequence asks for go into `out`, row-major in batch order; returns their number.
+    /// Each sequence's `tokens` are appended: they go at the positions after what `kv` holds
+    /// for it, their slots are reserved here, and on success the sequences' lengths advance
+    /// past them. Logits of the rows each sequence asks for go into `out`, row-major in batch
+    /// order; returns their number.
     ///
     /// Every row's result is bit-identical to what it gives in any other batch, alone
     /// included (every linear layer computes each row as it is alone here).
@@ -426,7 +427,33 @@ impl LlamaModel {
         self.forward_cache(kv, batch, true, out)
     }
 
+    /// [`forward_batch`](Self::forward_batch) for a caller that owns the sequences' lengths
+    /// (the engine's scheduler): the slots of every sequence's `tokens` must be reserved
+    /// already ([`KvCache::reserve`]), and the lengths stay as they are. The caller then
+    /// records what each sequence keeps with [`KvCache::set_len`] (all its rows, or fewer
+    /// when some were rejected guesses).
+    pub fn forward_reserved(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> Result<usize> {
+        self.check_batch(kv, batch)?;
+        self.net.forward_batch(kv, batch, true, out)
+    }
+
+    /// Append: reserve, run, advance the lengths (see [`forward_batch`](Self::forward_batch)).
     fn forward_cache(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], exact: bool, out: &mut Vec<f32>) -> Result<usize> {
+        self.check_batch(kv, batch)?;
+        for s in batch {
+            kv.reserve(s.seq, s.tokens.len())?;
+        }
+        let rows = self.net.forward_batch(kv, batch, exact, out)?;
+        for s in batch {
+            let len = kv.len(s.seq)? + s.tokens.len();
+            kv.set_len(s.seq, len)?;
+        }
+        Ok(rows)
+    }
+
+    /// A batch's inputs, before anything runs: rows, context length, token ids, no sequence
+    /// twice.
+    fn check_batch(&self, kv: &KvCache, batch: &[BatchSeq<'_>]) -> Result<()> {
         if batch.is_empty() || batch.iter().any(|s| s.tokens.is_empty()) {
             return Err(Error::EmptyInput);
         }
@@ -443,14 +470,8 @@ impl LlamaModel {
             if batch[..i].iter().any(|o| o.seq == s.seq) {
                 return Err(Error::Config("a sequence appears twice in one batch".into()));
             }
-            kv.reserve(s.seq, s.tokens.len())?;
         }
-        let rows = self.net.forward_batch(kv, batch, exact, out)?;
-        for s in batch {
-            let len = kv.len(s.seq)? + s.tokens.len();
-            kv.set_len(s.seq, len)?;
-        }
-        Ok(rows)
+        Ok(())
     }
 
     /// Run `tokens` (the next positions after what the cache holds) and return logits as a
