@@ -36,7 +36,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, DeltaInputs, DeltaVectors, Dims, RopeTable, Seg, Step};
 use crate::config::Activation;
 use crate::deltanet;
-use crate::kv::{KvCache, KvLayer, KvLayerMut};
+use crate::kv::{HostKv, KvLayer, KvLayerMut};
 use crate::moe::Experts;
 use crate::{Error, Result};
 
@@ -430,6 +430,7 @@ impl Backend for Cpu {
     type Lin = Lin;
     type Vector = Vec<f32>;
     type Embed = Embed;
+    type KvStore = HostKv;
 
     fn linear(&self, w: Weight, bias: Option<Vec<f32>>, name: &str) -> Result<Lin> {
         Lin::new(Mat::from_weight(w, name)?, bias)
@@ -523,7 +524,7 @@ impl Backend for Cpu {
         };
         run_group_prep(&[l], &mut g[..n * width], n, exact, &mut [&mut out[..]], &prep)
     }
-    fn rope_write_kv(&mut self, kv: &mut KvCache, layer: usize, q: &mut Vec<f32>, k: &mut Vec<f32>, v: &Vec<f32>, step: &Step, table: RopeTable) {
+    fn rope_write_kv(&mut self, kv: &mut HostKv, layer: usize, q: &mut Vec<f32>, k: &mut Vec<f32>, v: &Vec<f32>, step: &Step, table: RopeTable) {
         let d = &self.dims;
         let (q_out, kv_out) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
         let (cos, sin) = match (&self.rope_swa, table) {
@@ -574,7 +575,7 @@ impl Backend for Cpu {
         }
     }
     #[allow(clippy::too_many_arguments)]
-    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, sinks: Option<&Vec<f32>>, q: &Vec<f32>, step: &Step, out: &mut Vec<f32>) {
+    fn attention(&mut self, kv: &HostKv, layer: usize, window: Option<usize>, sinks: Option<&Vec<f32>>, q: &Vec<f32>, step: &Step, out: &mut Vec<f32>) {
         let len = step.pos.len() * self.dims.heads * self.dims.head_dim;
         attention(&self.dims, window, sinks.map(|s| s.as_slice()), &q[..len], kv.layer(layer), &step.segs, &step.tabs, kv.block_size(), &mut self.units, &mut out[..len]);
     }
@@ -627,7 +628,7 @@ impl Backend for Cpu {
     fn mul_sigmoid(&mut self, x: &mut Vec<f32>, g: &Vec<f32>, len: usize) {
         deltanet::mul_sigmoid(&mut x[..len], &g[..len]);
     }
-    fn delta_net(&mut self, kv: &mut KvCache, w: &DeltaVectors<Vec<f32>>, p: DeltaInputs<'_, Vec<f32>>, step: &Step, out: &mut Vec<f32>) -> Result<()> {
+    fn delta_net(&mut self, kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: DeltaInputs<'_, Vec<f32>>, step: &Step, out: &mut Vec<f32>) -> Result<()> {
         deltanet::delta_net_cpu(kv, w, p, step, self.dims.eps, out)
     }
     /// A draft model for speculative decoding spends a third of its time on a 152k-token
@@ -656,7 +657,7 @@ impl Backend for Cpu {
 /// consecutive positions' component `c` at once. Values go in rows. A batch's rows are
 /// split over the kernel pool.
 #[allow(clippy::too_many_arguments)]
-fn write_kv(kv: &mut KvCache, layer: usize, kv_out: usize, k: &mut [f32], v: &[f32], step: &Step, per: usize, prep: kernels::Prep<'_>) {
+fn write_kv(kv: &mut HostKv, layer: usize, kv_out: usize, k: &mut [f32], v: &[f32], step: &Step, per: usize, prep: kernels::Prep<'_>) {
     let n = step.slot.len();
     let bs = kv.block_size();
     assert!(k.len() >= n * kv_out && v.len() >= n * kv_out, "write_kv: buffers shorter than the rows");
