@@ -43,6 +43,7 @@
 
 #![allow(clippy::missing_safety_doc, clippy::needless_range_loop, clippy::too_many_arguments)]
 
+use super::dispatch::by_count;
 use super::quant::{BlockQ8, BlockQ8K, QType};
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -352,24 +353,7 @@ macro_rules! by_rows {
                 $f::<$fmt, $n>($p, $rb, $nv, $nb, std::array::from_fn(|i| a[i]), std::array::from_fn(|i| c[i]), std::array::from_fn(|i| o[i]), $next)
             };
         }
-        match $r {
-            1 => go!(1),
-            2 => go!(2),
-            3 => go!(3),
-            4 => go!(4),
-            5 => go!(5),
-            6 => go!(6),
-            7 => go!(7),
-            8 => go!(8),
-            9 => go!(9),
-            10 => go!(10),
-            11 => go!(11),
-            12 => go!(12),
-            13 => go!(13),
-            14 => go!(14),
-            15 => go!(15),
-            _ => go!(16),
-        }
+        by_count!($r => go { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15; _ => 16 })
     }};
 }
 

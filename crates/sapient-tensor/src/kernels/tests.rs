@@ -1029,7 +1029,7 @@ fn pack_for_lanes_keeps_products_and_rows() {
     assert!(pa.is_packed() && pb.is_packed() && pt.is_packed());
     assert_eq!(pk.is_packed(), lanes::handles(QType::Q6K));
     match (&pa.storage, &pt.storage) {
-        (Storage::Lanes(x), Storage::Lanes(y)) => assert!(Arc::ptr_eq(x, y), "a tied clone was packed twice"),
+        (super::qmatrix::Storage::Lanes(x), super::qmatrix::Storage::Lanes(y)) => assert!(Arc::ptr_eq(x, y), "a tied clone was packed twice"),
         _ => unreachable!(),
     }
     for (m, raw) in [&pa, &pb, &pk].into_iter().zip(&before) {
