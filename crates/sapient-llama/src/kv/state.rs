@@ -53,7 +53,7 @@ impl KvCache {
     /// The oldest snapshots go when they would take more bytes than the keys and values.
     pub fn snapshot_state(&mut self, id: SeqId) -> Result<bool> {
         let bytes = self.seq_state_bytes();
-        let cap = if bytes == 0 { 0 } else { self.usage().bytes.max(bytes) / bytes };
+        let cap = self.usage().bytes.max(bytes).checked_div(bytes).unwrap_or(0);
         let r = self.book.snapshot_state(id, cap);
         self.sync();
         r
