@@ -38,7 +38,7 @@
 //! reference counts, prefix hashes, eviction and which state snapshots exist, and touches no
 //! memory; what the memory must do (copy a block on write, reset, copy or snapshot a state)
 //! it queues as effects, which [`KvCache`] hands to its storage, the backend's
-//! ([`crate::backend::Backend::KvStore`]; `host.rs`, host memory, for the CPU). A forward
+//! (`Backend::KvStore`; `host.rs`, host memory, for the CPU). A forward
 //! pass takes the two apart: the model plans rows from the book, the backend reads and
 //! writes the storage.
 
@@ -165,8 +165,8 @@ impl KvUsage {
     }
 }
 
-/// The paged KV cache of one model (see the module docs): its bookkeeping ([`Book`]) and its
-/// memory ([`HostKv`], the CPU backend's storage).
+/// The paged KV cache of one model (see the module docs): its bookkeeping (`book.rs`) and its
+/// memory (`host.rs`, the CPU backend's storage).
 pub struct KvCache {
     book: Book,
     store: HostKv,

@@ -10,8 +10,8 @@
 //! its state (as llama.cpp's hybrid memory and vLLM's prefix caching for Mamba layers keep
 //! state at chosen positions). A snapshot goes when its block is unregistered (evicted or
 //! written), and the oldest ones go when they would take more bytes than the KV cache's
-//! keys and values. Which snapshots exist is bookkeeping ([`Book`]); their values are the
-//! storage's ([`super::HostKv`]).
+//! keys and values. Which snapshots exist is bookkeeping (`Book`); their values are the
+//! storage's (`HostKv`).
 
 use super::book::Book;
 use super::{KvCache, KvStorage, SeqId};
