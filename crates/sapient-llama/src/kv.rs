@@ -44,7 +44,7 @@
 
 use crate::{Error, Result};
 
-pub(crate) mod book;
+mod book;
 mod host;
 mod saved;
 mod state;
