@@ -8,7 +8,7 @@
 //! in (`Lin`, `Vector`, `Embed`), made from the loaded weights. The CPU backend (`cpu.rs`) is
 //! the only one; the model is generic over the trait and monomorphized, so the seam costs
 //! nothing at run time. A CUDA or Metal backend would implement the same trait, with its
-//! buffers (and the KV cache's storage) on the device; until one exists, loading on such a
+//! buffers and its KV cache storage ([`Backend::KvStore`]) on the device; until one exists, loading on such a
 //! device is [`Error::NoBackend`](crate::Error::NoBackend).
 //!
 //! Operations take `n` rows of activations of a known width, stored row-major in a `Buf`;
@@ -17,7 +17,7 @@
 //! block tables.
 
 use crate::config::{Activation, DeltaShape};
-use crate::kv::{KvCache, SeqId};
+use crate::kv::{KvStorage, SeqId};
 use crate::moe::Experts;
 use crate::Result;
 use sapient_tensor::Weight;
@@ -113,6 +113,11 @@ pub(crate) trait Backend {
     type Vector;
     /// The token embedding table.
     type Embed;
+    /// The memory of a paged KV cache in this backend's form (host memory for the CPU): the
+    /// layers' keys and values by block and the sequences' recurrent states. Its bookkeeping
+    /// (block tables, lengths, prefix hashes) is the backend-independent [`crate::kv::Book`];
+    /// the storage does what that asks ([`KvStorage::apply`]).
+    type KvStore: KvStorage;
 
     /// A linear layer from a loaded `[out, in]` weight named `name` (for errors and logs).
     fn linear(&self, w: Weight, bias: Option<Vec<f32>>, name: &str) -> Result<Self::Lin>;
@@ -176,12 +181,12 @@ pub(crate) trait Backend {
     /// (`kv heads x head dim`), at each row's position, then the keys and the values into
     /// their slots of layer `layer`'s cache; one pass over each row where the backend can.
     #[allow(clippy::too_many_arguments)]
-    fn rope_write_kv(&mut self, kv: &mut KvCache, layer: usize, q: &mut Self::Buf, k: &mut Self::Buf, v: &Self::Buf, step: &Step, table: RopeTable);
+    fn rope_write_kv(&mut self, kv: &mut Self::KvStore, layer: usize, q: &mut Self::Buf, k: &mut Self::Buf, v: &Self::Buf, step: &Step, table: RopeTable);
     /// Causal grouped-query attention of the step's queries over their sequences' cached keys
     /// and values in layer `layer` (within `window` positions when it is set), with a learned
     /// sink logit per head in each softmax's denominator when `sinks` is given.
     #[allow(clippy::too_many_arguments)]
-    fn attention(&mut self, kv: &KvCache, layer: usize, window: Option<usize>, sinks: Option<&Self::Vector>, q: &Self::Buf, step: &Step, out: &mut Self::Buf);
+    fn attention(&mut self, kv: &Self::KvStore, layer: usize, window: Option<usize>, sinks: Option<&Self::Vector>, q: &Self::Buf, step: &Step, out: &mut Self::Buf);
     /// Logits of `rows` rows of `x` through the output layer into `out` (`rows x vocab`,
     /// resized), soft-capped when `softcap` is set.
     fn logits(&mut self, output: &Self::Lin, x: &Self::Buf, rows: usize, exact: bool, softcap: Option<f32>, out: &mut Vec<f32>) -> Result<()>;
@@ -197,5 +202,5 @@ pub(crate) trait Backend {
     /// The Gated DeltaNet of a linear-attention layer over the step's rows (`deltanet.rs`):
     /// from its projections `p` to the gated-norm output of its value heads in `out`
     /// (`value dim` a row), each sequence's recurrent state in `kv` updated in place.
-    fn delta_net(&mut self, kv: &mut KvCache, w: &DeltaVectors<Self::Vector>, p: DeltaInputs<'_, Self::Buf>, step: &Step, out: &mut Self::Buf) -> Result<()>;
+    fn delta_net(&mut self, kv: &mut Self::KvStore, w: &DeltaVectors<Self::Vector>, p: DeltaInputs<'_, Self::Buf>, step: &Step, out: &mut Self::Buf) -> Result<()>;
 }

@@ -10,7 +10,8 @@ pub enum Logits {
 }
 
 /// One sequence's part of a batched forward
-/// ([`LlamaModel::forward_batch`](crate::LlamaModel::forward_batch)): `tokens` at the positions
+/// ([`LlamaModel::forward_batch`](crate::LlamaModel::forward_batch),
+/// [`forward_reserved`](crate::LlamaModel::forward_reserved)): `tokens` at the positions
 /// after what the cache holds for `seq`, and which logits to return (`None`: none, e.g. a
 /// prompt chunk that does not end the prompt).
 #[derive(Debug, Clone, Copy)]

@@ -19,7 +19,7 @@
 //! ```
 //!
 //! then `ssm_out` projects the heads back to the hidden size. Both states live in the KV
-//! cache's sequences (`KvCache::seq_state_at`), one stretch per linear layer: the convolution
+//! cache's sequences (`HostKv::state_mut`), one stretch per linear layer: the convolution
 //! window `[conv_kernel - 1][conv dim]`, then the matrices `[v head][row j][column i]`
 //! (`S[i][j]` at row `j`, as ggml stores it). Decode updates them in place; a prompt runs
 //! position by position through the recurrence (its projections are still one product for
@@ -27,7 +27,7 @@
 
 use crate::backend::{Backend, DeltaInputs, DeltaVectors, Step};
 use crate::config::HybridConfig;
-use crate::kv::KvCache;
+use crate::kv::HostKv;
 use crate::{Error, Result};
 use candle_core::{DType, Device};
 use sapient_tensor::kernels::{self, pool, SendPtr};
@@ -125,7 +125,7 @@ thread_local! {
 /// The CPU form of [`Backend::delta_net`]: for each sequence of the step, the convolution
 /// over its rows (and its window), then its value heads on the kernel pool, each running
 /// the rows in order through its state.
-pub(crate) fn delta_net_cpu(kv: &mut KvCache, w: &DeltaVectors<Vec<f32>>, p: DeltaInputs<'_, Vec<f32>>, step: &Step, eps: f32, out: &mut [f32]) -> Result<()> {
+pub(crate) fn delta_net_cpu(kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: DeltaInputs<'_, Vec<f32>>, step: &Step, eps: f32, out: &mut [f32]) -> Result<()> {
     let sh = w.shape;
     let (cd, vd, hv, hk, s, taps) = (sh.conv_dim(), sh.value_dim(), sh.v_heads, sh.k_heads, sh.head_dim, sh.conv_kernel);
     let rows = step.pos.len();
@@ -138,7 +138,7 @@ pub(crate) fn delta_net_cpu(kv: &mut KvCache, w: &DeltaVectors<Vec<f32>>, p: Del
     CONV.with(|cell| {
         let x = &mut *cell.borrow_mut();
         for seg in &step.segs {
-            let state = kv.seq_state_at(seg.seq, seg.start)?;
+            let state = kv.state_mut(seg.seq);
             let st = state
                 .get_mut(w.offset..w.offset + sh.layer_floats())
                 .ok_or(Error::Internal("delta_net: the sequence state is smaller than the model's"))?;

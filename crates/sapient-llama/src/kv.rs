@@ -33,16 +33,23 @@
 //!   earlier position, so truncating a sequence to a shorter non-zero length is an error; the
 //!   prefix cache shares blocks only up to a block after which a copy of the state was kept
 //!   ([`KvCache::snapshot_state`], `state.rs`).
-
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
-
-use sapient_tensor::kernels::ZeroedMap;
+//!
+//! The bookkeeping and the memory are apart: `book.rs` holds the block tables, lengths,
+//! reference counts, prefix hashes, eviction and which state snapshots exist, and touches no
+//! memory; what the memory must do (copy a block on write, reset, copy or snapshot a state)
+//! it queues as effects, which [`KvCache`] hands to its storage, the backend's
+//! (`Backend::KvStore`; `host.rs`, host memory, for the CPU). A forward
+//! pass takes the two apart: the model plans rows from the book, the backend reads and
+//! writes the storage.
 
 use crate::{Error, Result};
 
+mod book;
+mod host;
 mod saved;
 mod state;
+pub(crate) use book::{Book, Effect};
+pub(crate) use host::{HostKv, KvLayer, KvLayerMut};
 pub use saved::KvLayout;
 
 /// How much memory the cache may use.
@@ -120,41 +127,24 @@ impl Default for KvOptions {
     }
 }
 
-/// The layers' keys and values, each in a mapping of its own ([`ZeroedMap`]).
-enum Store {
-    /// f16 bits, per layer.
-    F16 { k: Vec<ZeroedMap<u16>>, v: Vec<ZeroedMap<u16>> },
-    /// Per layer: keys (int8 + 128), values (int8), and their f16 scales.
-    Q8 { k: Vec<ZeroedMap<u8>>, v: Vec<ZeroedMap<i8>>, ks: Vec<ZeroedMap<u16>>, vs: Vec<ZeroedMap<u16>> },
-}
-
-/// One layer of the cache, as the backend reads it (layouts in the module docs).
-#[derive(Clone, Copy)]
-pub(crate) enum KvLayer<'a> {
-    F16 { k: &'a [u16], v: &'a [u16] },
-    Q8 { k: &'a [u8], v: &'a [i8], ks: &'a [u16], vs: &'a [u16] },
-}
-
-/// One layer of the cache, as the backend writes it.
-pub(crate) enum KvLayerMut<'a> {
-    F16 { k: &'a mut [u16], v: &'a mut [u16] },
-    Q8 { k: &'a mut [u8], v: &'a mut [i8], ks: &'a mut [u16], vs: &'a mut [u16] },
+/// The memory behind a [`KvCache`], owned by a backend ([`crate::backend::Backend::KvStore`]):
+/// it carries out what the bookkeeping asks ([`Effect`]s) and is read and written by that
+/// backend's operations. Host memory for the CPU ([`HostKv`]); a device backend keeps its
+/// keys, values and states on the device and takes the same effects.
+pub(crate) trait KvStorage {
+    /// Do what the bookkeeping asks (copy a block, reset, copy, keep or restore a state).
+    fn apply(&mut self, e: Effect);
+    fn layers(&self) -> usize;
+    /// Values per position per layer (kv heads x head dim) for keys, and for values.
+    fn width(&self) -> usize;
+    /// Values of recurrent state per sequence (0: none).
+    fn state_floats(&self) -> usize;
+    fn dtype(&self) -> KvDtype;
 }
 
 /// A sequence in a [`KvCache`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SeqId(u32);
-
-#[derive(Debug, Default)]
-struct Seq {
-    blocks: Vec<u32>,
-    len: usize,
-    /// Chain hashes of the first `hashes.len()` full blocks (see [`KvCache::commit`]).
-    hashes: Vec<u64>,
-    /// The recurrent state (empty until the first forward) and the positions it has taken in.
-    state: Vec<f32>,
-    state_len: usize,
-}
 
 /// Counters for monitoring.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -175,29 +165,11 @@ impl KvUsage {
     }
 }
 
-/// The paged KV cache of one model (see the module docs).
+/// The paged KV cache of one model (see the module docs): its bookkeeping (`book.rs`) and its
+/// memory (`host.rs`, the CPU backend's storage).
 pub struct KvCache {
-    block_size: usize,
-    /// `kv heads * head dim`: values per position per layer for keys (and for values).
-    width: usize,
-    store: Store,
-    layers: usize,
-    refs: Vec<u32>,
-    hash: Vec<Option<u64>>,
-    /// Blocks with no reference and no hash, popped from the end (low ids first).
-    free: Vec<u32>,
-    /// Registered full blocks by chain hash.
-    by_hash: HashMap<u64, u32>,
-    /// Registered blocks nobody holds, by last use.
-    lru: BTreeMap<u64, u32>,
-    last_use: Vec<u64>,
-    tick: u64,
-    seqs: Vec<Option<Seq>>,
-    spare_ids: Vec<u32>,
-    /// Values of recurrent state per sequence (0: none, a plain transformer).
-    state_floats: usize,
-    /// Recurrent state after registered blocks, by chain hash (`state.rs`).
-    snapshots: state::Snapshots,
+    book: Book,
+    store: HostKv,
 }
 
 impl KvCache {
@@ -226,81 +198,52 @@ impl KvCache {
         if blocks > u32::MAX as usize / 2 {
             return Err(Error::Config(format!("KV budget of {blocks} blocks is too large")));
         }
-        let per_layer = blocks.checked_mul(bs * width).ok_or_else(|| Error::Config("KV budget overflows".into()))?;
-        // Zeroed mappings: pages are committed only once written.
-        let store = match opts.dtype {
-            KvDtype::F16 => Store::F16 {
-                k: (0..layers).map(|_| ZeroedMap::new(per_layer)).collect(),
-                v: (0..layers).map(|_| ZeroedMap::new(per_layer)).collect(),
-            },
-            KvDtype::Q8_0 => Store::Q8 {
-                k: (0..layers).map(|_| ZeroedMap::new(per_layer)).collect(),
-                v: (0..layers).map(|_| ZeroedMap::new(per_layer)).collect(),
-                ks: (0..layers).map(|_| ZeroedMap::new(per_layer / Q8_GROUP)).collect(),
-                vs: (0..layers).map(|_| ZeroedMap::new(per_layer / Q8_GROUP)).collect(),
-            },
-        };
-        Ok(Self {
-            block_size: bs,
-            width,
-            store,
-            layers,
-            refs: vec![0; blocks],
-            hash: vec![None; blocks],
-            free: (0..blocks as u32).rev().collect(),
-            by_hash: HashMap::new(),
-            lru: BTreeMap::new(),
-            last_use: vec![0; blocks],
-            tick: 0,
-            seqs: Vec::new(),
-            spare_ids: Vec::new(),
-            state_floats: 0,
-            snapshots: state::Snapshots::default(),
-        })
+        Ok(Self { book: Book::new(blocks, bs), store: HostKv::new(layers, width, bs, blocks, opts.dtype)? })
+    }
+
+    /// Hand the storage what the bookkeeping asked of it.
+    fn sync(&mut self) {
+        for e in self.book.take_effects() {
+            self.store.apply(e);
+        }
+    }
+
+    /// The bookkeeping and the storage apart, for a forward pass.
+    pub(crate) fn parts(&mut self) -> (&mut Book, &mut HostKv) {
+        (&mut self.book, &mut self.store)
     }
 
     pub fn block_size(&self) -> usize {
-        self.block_size
+        self.book.block_size
     }
     /// How keys and values are stored.
     pub fn dtype(&self) -> KvDtype {
-        match self.store {
-            Store::F16 { .. } => KvDtype::F16,
-            Store::Q8 { .. } => KvDtype::Q8_0,
-        }
+        self.store.dtype()
     }
     pub fn total_blocks(&self) -> usize {
-        self.refs.len()
+        self.book.total_blocks()
     }
     /// Positions the whole pool holds.
     pub fn capacity_tokens(&self) -> usize {
-        self.refs.len() * self.block_size
+        self.book.total_blocks() * self.book.block_size
     }
     /// Blocks a new sequence could get now (free, or cached and evictable).
     pub fn available_blocks(&self) -> usize {
-        self.free.len() + self.lru.len()
+        self.book.available_blocks()
     }
     pub fn usage(&self) -> KvUsage {
-        let total = self.refs.len();
-        let used = self.refs.iter().filter(|&&r| r > 0).count();
+        let total = self.book.total_blocks();
         KvUsage {
             total_blocks: total,
-            used_blocks: used,
-            cached_blocks: self.lru.len(),
-            block_size: self.block_size,
-            bytes: self.layers * total * self.block_size * self.dtype().bytes_per_position(self.width),
+            used_blocks: self.book.used_blocks(),
+            cached_blocks: self.book.cached_blocks(),
+            block_size: self.book.block_size,
+            bytes: self.store.layers() * total * self.book.block_size * self.dtype().bytes_per_position(self.store.width()),
         }
     }
     /// Sequences alive.
     pub fn num_seqs(&self) -> usize {
-        self.seqs.iter().filter(|s| s.is_some()).count()
-    }
-
-    fn seq(&self, id: SeqId) -> Result<&Seq> {
-        self.seqs.get(id.0 as usize).and_then(|s| s.as_ref()).ok_or(Error::UnknownSequence(id.0))
-    }
-    fn seq_mut(&mut self, id: SeqId) -> Result<&mut Seq> {
-        self.seqs.get_mut(id.0 as usize).and_then(|s| s.as_mut()).ok_or(Error::UnknownSequence(id.0))
+        self.book.num_seqs()
     }
 
     /// A new, empty sequence.
@@ -311,46 +254,30 @@ impl KvCache {
     /// A new, empty sequence whose block table has room for `tokens` positions without
     /// reallocating.
     pub fn new_seq_with_capacity(&mut self, tokens: usize) -> SeqId {
-        let seq = Seq { blocks: Vec::with_capacity(tokens.div_ceil(self.block_size)), ..Default::default() };
-        match self.spare_ids.pop() {
-            Some(id) => {
-                self.seqs[id as usize] = Some(seq);
-                SeqId(id)
-            }
-            None => {
-                self.seqs.push(Some(seq));
-                SeqId(self.seqs.len() as u32 - 1)
-            }
-        }
+        self.book.new_seq_with_capacity(tokens)
     }
 
     /// Positions held for `id`.
     pub fn len(&self, id: SeqId) -> Result<usize> {
-        Ok(self.seq(id)?.len)
+        self.book.len(id)
     }
 
     /// The block table of `id` (blocks past its length may be reserved already).
     pub fn blocks(&self, id: SeqId) -> Result<&[u32]> {
-        Ok(&self.seq(id)?.blocks)
+        self.book.blocks(id)
     }
 
     /// The pool slot of position `pos` of a sequence with block table `blocks`.
     #[inline]
     pub fn slot(&self, blocks: &[u32], pos: usize) -> usize {
-        blocks[pos / self.block_size] as usize * self.block_size + pos % self.block_size
+        self.book.slot(blocks, pos)
     }
 
     /// A new sequence sharing every block of `id` (copied when either writes into a shared one).
     pub fn fork(&mut self, id: SeqId) -> Result<SeqId> {
-        let s = self.seq(id)?;
-        let (blocks, len, hashes) = (s.blocks.clone(), s.len, s.hashes.clone());
-        let (state, state_len) = (s.state.clone(), s.state_len);
-        for &b in &blocks {
-            self.refs[b as usize] += 1;
-        }
-        let new = self.new_seq();
-        *self.seq_mut(new)? = Seq { blocks, len, hashes, state, state_len };
-        Ok(new)
+        let new = self.book.fork(id);
+        self.sync();
+        new
     }
 
     /// Keep the first `len` positions of `id` (speculative rollback, prefix reuse); blocks
@@ -358,167 +285,41 @@ impl KvCache {
     /// to 0 (or to what the sequence holds or more) is possible: anything else is an error
     /// and changes nothing.
     pub fn truncate(&mut self, id: SeqId, len: usize) -> Result<()> {
-        let bs = self.block_size;
-        let stateful = self.state_floats > 0;
-        let s = self.seq_mut(id)?;
-        if stateful && len < s.state_len.max(s.len) {
-            if len > 0 {
-                return Err(Error::StateRollback { len, held: s.state_len.max(s.len) });
-            }
-            s.state.fill(0.0);
-            s.state_len = 0;
-        }
-        s.len = s.len.min(len);
-        let keep = s.len.div_ceil(bs);
-        let dropped: Vec<u32> = s.blocks.drain(keep.min(s.blocks.len())..).collect();
-        s.hashes.truncate(s.len / bs);
-        // Last first: the free list is a stack, so the next sequence gets them back in
-        // order, and consecutive slots keep the attention kernels' runs long.
-        for b in dropped.into_iter().rev() {
-            self.release(b);
-        }
-        Ok(())
+        let r = self.book.truncate(id, len);
+        self.sync();
+        r
     }
 
     /// Free `id` and its blocks (registered ones stay in the prefix cache).
     pub fn free(&mut self, id: SeqId) -> Result<()> {
-        self.truncate(id, 0)?;
-        self.seqs[id.0 as usize] = None;
-        self.spare_ids.push(id.0);
-        Ok(())
-    }
-
-    fn release(&mut self, b: u32) {
-        let r = &mut self.refs[b as usize];
-        *r = r.saturating_sub(1);
-        if *r == 0 {
-            if self.hash[b as usize].is_some() {
-                self.tick += 1;
-                self.last_use[b as usize] = self.tick;
-                self.lru.insert(self.tick, b);
-            } else {
-                self.free.push(b);
-            }
-        }
-    }
-
-    fn unregister(&mut self, b: u32) {
-        if let Some(h) = self.hash[b as usize].take() {
-            if self.by_hash.get(&h) == Some(&b) {
-                self.by_hash.remove(&h);
-                self.snapshots.remove(h);
-            }
-        }
-    }
-
-    /// A block with one reference: a free one, else the least recently used cached one.
-    fn take_block(&mut self) -> Option<u32> {
-        let b = match self.free.pop() {
-            Some(b) => b,
-            None => {
-                let (_, b) = self.lru.pop_first()?;
-                self.unregister(b);
-                b
-            }
-        };
-        self.refs[b as usize] = 1;
-        Some(b)
+        let r = self.book.free(id);
+        self.sync();
+        r
     }
 
     /// Blocks [`reserve`](Self::reserve) would need to take for `n` more positions of `id`.
     pub fn blocks_needed(&self, id: SeqId, n: usize) -> Result<usize> {
-        let s = self.seq(id)?;
-        let bs = self.block_size;
-        if n == 0 {
-            return Ok(0);
-        }
-        let (first, last) = (s.len / bs, (s.len + n - 1) / bs);
-        let mut need = 0;
-        for bi in first..=last {
-            match s.blocks.get(bi) {
-                None => need += 1,
-                Some(&b) if self.refs[b as usize] > 1 => need += 1,
-                Some(_) => {}
-            }
-        }
-        Ok(need)
+        self.book.blocks_needed(id, n)
     }
 
     /// Make positions `len..len + n` of `id` writable: take blocks for them, copy shared
     /// blocks that will be written, and drop the prefix-cache entry of a block about to
     /// change. Takes nothing when the pool cannot supply every block.
     pub fn reserve(&mut self, id: SeqId, n: usize) -> Result<()> {
-        let need = self.blocks_needed(id, n)?;
-        if need > self.available_blocks() {
-            return Err(Error::KvFull { needed: need, available: self.available_blocks() });
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        let bs = self.block_size;
-        let s = self.seq(id)?;
-        let (first, last) = (s.len / bs, (s.len + n - 1) / bs);
-        for bi in first..=last {
-            let cur = self.seq(id)?.blocks.get(bi).copied();
-            match cur {
-                None => {
-                    let b = self.take_block().ok_or(Error::Internal("KV pool ran dry after its check"))?;
-                    self.seq_mut(id)?.blocks.push(b);
-                }
-                Some(b) if self.refs[b as usize] > 1 => {
-                    let nb = self.take_block().ok_or(Error::Internal("KV pool ran dry after its check"))?;
-                    self.copy_block(b, nb);
-                    self.refs[b as usize] -= 1;
-                    self.seq_mut(id)?.blocks[bi] = nb;
-                }
-                Some(b) => self.unregister(b),
-            }
-        }
-        // A block written from here on no longer matches a registered hash.
-        let s = self.seq_mut(id)?;
-        s.hashes.truncate(s.len / bs);
-        Ok(())
+        let r = self.book.reserve(id, n);
+        self.sync();
+        r
     }
 
-    fn copy_block(&mut self, from: u32, to: u32) {
-        fn copy<T: Copy, L: std::ops::DerefMut<Target = [T]>>(layers: &mut [L], n: usize, from: u32, to: u32) {
-            let (f, t) = (from as usize * n, to as usize * n);
-            for layer in layers {
-                layer.copy_within(f..f + n, t);
-            }
-        }
-        let n = self.block_size * self.width;
-        match &mut self.store {
-            Store::F16 { k, v } => {
-                copy(k, n, from, to);
-                copy(v, n, from, to);
-            }
-            Store::Q8 { k, v, ks, vs } => {
-                copy(k, n, from, to);
-                copy(v, n, from, to);
-                copy(ks, n / Q8_GROUP, from, to);
-                copy(vs, n / Q8_GROUP, from, to);
-            }
-        }
-    }
-
-    /// Record that positions up to `len` of `id` are written (after a forward).
+    /// Record that `id` holds its first `len` positions: written by a forward into slots
+    /// [`reserve`](Self::reserve) took (a longer length), or fewer than it held
+    /// ([`truncate`](Self::truncate)). Reserved blocks past `len` go back to the pool. With
+    /// sequence state (a hybrid model), `len` must be what the state has taken in (or 0);
+    /// anything else is an error and changes nothing.
     pub fn set_len(&mut self, id: SeqId, len: usize) -> Result<()> {
-        let bs = self.block_size;
-        let s = self.seq_mut(id)?;
-        if len > s.blocks.len() * bs {
-            return Err(Error::Internal("sequence length past its reserved blocks"));
-        }
-        s.len = len;
-        s.hashes.truncate(len / bs);
-        Ok(())
-    }
-
-    fn chain_hash(prev: u64, tokens: &[u32]) -> u64 {
-        let mut h = std::hash::DefaultHasher::new();
-        prev.hash(&mut h);
-        tokens.hash(&mut h);
-        h.finish()
+        let r = self.book.set_len(id, len);
+        self.sync();
+        r
     }
 
     /// Give the empty sequence `id` the registered blocks that hold a prefix of `tokens`,
@@ -526,103 +327,34 @@ impl KvCache {
     /// positions taken. With sequence state (a hybrid), only up to the last block after
     /// which the state was kept, and that state with them (`state.rs`).
     pub fn attach_prefix(&mut self, id: SeqId, tokens: &[u32]) -> Result<usize> {
-        if self.seq(id)?.len != 0 {
+        if self.book.len(id)? != 0 {
             return Err(Error::Internal("attach_prefix on a sequence that holds positions"));
         }
-        if self.state_floats > 0 {
-            return self.attach_with_state(id, tokens);
-        }
-        self.attach_blocks(id, tokens)
-    }
-
-    /// [`attach_prefix`](Self::attach_prefix)'s blocks: every registered block that matches.
-    fn attach_blocks(&mut self, id: SeqId, tokens: &[u32]) -> Result<usize> {
-        let bs = self.block_size;
-        let mut prev = 0u64;
-        let mut taken = Vec::new();
-        let mut hashes = Vec::new();
-        for chunk in tokens[..tokens.len().saturating_sub(1)].chunks_exact(bs) {
-            let h = Self::chain_hash(prev, chunk);
-            let Some(&b) = self.by_hash.get(&h) else { break };
-            if self.refs[b as usize] == 0 {
-                self.lru.remove(&self.last_use[b as usize]);
-            }
-            self.refs[b as usize] += 1;
-            taken.push(b);
-            hashes.push(h);
-            prev = h;
-        }
-        // The blocks a sequence held before (reserved, empty) go back.
-        let old: Vec<u32> = std::mem::take(&mut self.seq_mut(id)?.blocks);
-        for b in old {
-            self.release(b);
-        }
-        let n = taken.len() * bs;
-        let s = self.seq_mut(id)?;
-        s.blocks = taken;
-        s.hashes = hashes;
-        s.len = n;
-        Ok(n)
+        let r = if self.book.stateful { self.book.attach_with_state(id, tokens) } else { self.book.attach_blocks(id, tokens) };
+        self.sync();
+        r
     }
 
     /// Register the full blocks of `id` under the hashes of `tokens` (the sequence's tokens
     /// so far, at least its length), so later sequences can share them.
     pub fn commit(&mut self, id: SeqId, tokens: &[u32]) -> Result<()> {
-        let bs = self.block_size;
-        let s = self.seq(id)?;
-        let full = s.len.min(tokens.len()) / bs;
-        let done = s.hashes.len();
-        if full <= done {
-            return Ok(());
-        }
-        let mut prev = s.hashes.last().copied().unwrap_or(0);
-        let blocks: Vec<u32> = s.blocks[done..full].to_vec();
-        let mut new = Vec::with_capacity(full - done);
-        for (i, b) in (done..full).zip(blocks) {
-            let h = Self::chain_hash(prev, &tokens[i * bs..(i + 1) * bs]);
-            if self.hash[b as usize].is_none() && !self.by_hash.contains_key(&h) {
-                self.hash[b as usize] = Some(h);
-                self.by_hash.insert(h, b);
-            }
-            new.push(h);
-            prev = h;
-        }
-        self.seq_mut(id)?.hashes.extend(new);
-        Ok(())
+        self.book.commit(id, tokens)
     }
 
     /// Forget every registered block (the prefix cache); sequences keep theirs.
     pub fn clear_prefix_cache(&mut self) {
-        while let Some((_, b)) = self.lru.pop_first() {
-            self.unregister(b);
-            self.free.push(b);
-        }
-        for b in 0..self.hash.len() as u32 {
-            self.unregister(b);
-        }
-        for s in self.seqs.iter_mut().flatten() {
-            s.hashes.clear();
-        }
+        self.book.clear_prefix_cache();
+        self.sync();
     }
 
     /// Keys and values of layer `li` (layouts in the module docs).
+    #[cfg(test)]
     pub(crate) fn layer(&self, li: usize) -> KvLayer<'_> {
-        match &self.store {
-            Store::F16 { k, v } => KvLayer::F16 { k: &k[li], v: &v[li] },
-            Store::Q8 { k, v, ks, vs } => KvLayer::Q8 { k: &k[li], v: &v[li], ks: &ks[li], vs: &vs[li] },
-        }
+        self.store.layer(li)
     }
+    #[cfg(test)]
     pub(crate) fn layer_mut(&mut self, li: usize) -> KvLayerMut<'_> {
-        match &mut self.store {
-            Store::F16 { k, v } => KvLayerMut::F16 { k: &mut k[li], v: &mut v[li] },
-            Store::Q8 { k, v, ks, vs } => KvLayerMut::Q8 { k: &mut k[li], v: &mut v[li], ks: &mut ks[li], vs: &mut vs[li] },
-        }
-    }
-    pub(crate) fn width(&self) -> usize {
-        self.width
-    }
-    pub(crate) fn num_layers(&self) -> usize {
-        self.layers
+        self.store.layer_mut(li)
     }
 }
 
@@ -698,6 +430,25 @@ mod tests {
         assert_eq!(c.usage().used_blocks, 0);
         assert_eq!(c.available_blocks(), 4);
         assert!(matches!(c.len(a), Err(Error::UnknownSequence(_))));
+    }
+
+    /// The engine's step: reserve, write, then record what the sequence keeps; reserved
+    /// blocks past it go back.
+    #[test]
+    fn set_len_keeps_part_of_a_reserved_step_and_frees_the_rest() {
+        let mut c = cache(4);
+        let a = c.new_seq();
+        write(&mut c, a, &[1, 2, 3]);
+        c.reserve(a, 4).unwrap();
+        assert_eq!((c.len(a).unwrap(), c.usage().used_blocks), (3, 2));
+        // Two of the four rows kept (the newest token and one accepted guess).
+        c.set_len(a, 5).unwrap();
+        assert_eq!((c.len(a).unwrap(), c.usage().used_blocks), (5, 2));
+        c.reserve(a, 2).unwrap();
+        c.set_len(a, 4).unwrap();
+        assert_eq!((c.len(a).unwrap(), c.usage().used_blocks), (4, 1));
+        assert!(matches!(c.set_len(a, 9), Err(Error::Internal(_))));
+        assert_eq!(c.len(a).unwrap(), 4);
     }
 
     #[test]

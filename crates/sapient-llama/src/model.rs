@@ -17,7 +17,7 @@ use crate::batch::{BatchSeq, Logits};
 use crate::config::{Arch, LlamaConfig, RopeScaling, WeightLayout};
 use crate::cpu::{check_block_size, Cpu};
 use crate::deltanet::DeltaLayer;
-use crate::kv::{KvBudget, KvCache, KvDtype, KvOptions, SeqId};
+use crate::kv::{Book, KvBudget, KvCache, KvDtype, KvOptions, KvStorage, SeqId};
 use crate::moe::{load_experts, Experts};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
@@ -416,9 +416,10 @@ impl LlamaModel {
     /// One forward pass over rows of many sequences of `kv` (a cache from
     /// [`new_kv_cache`](Self::new_kv_cache)): every linear layer takes all rows at once (the
     /// weights are read once per step), attention runs per sequence over its own blocks.
-    /// Each sequence's `tokens` go at the positions after what `kv` holds for it; slots are
-    /// reserved here, and on success the sequences' lengths advance. Logits of the rows each
-    /// sequence asks for go into `out`, row-major in batch order; returns their number.
+    /// Each sequence's `tokens` are appended: they go at the positions after what `kv` holds
+    /// for it, their slots are reserved here, and on success the sequences' lengths advance
+    /// past them. Logits of the rows each sequence asks for go into `out`, row-major in batch
+    /// order; returns their number.
     ///
     /// Every row's result is bit-identical to what it gives in any other batch, alone
     /// included (every linear layer computes each row as it is alone here).
@@ -426,7 +427,35 @@ impl LlamaModel {
         self.forward_cache(kv, batch, true, out)
     }
 
+    /// [`forward_batch`](Self::forward_batch) for a caller that owns the sequences' lengths
+    /// (the engine's scheduler): the slots of every sequence's `tokens` must be reserved
+    /// already ([`KvCache::reserve`]), and the lengths stay as they are. The caller then
+    /// records what each sequence keeps with [`KvCache::set_len`] (all its rows, or fewer
+    /// when some were rejected guesses).
+    pub fn forward_reserved(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> Result<usize> {
+        self.check_batch(kv, batch)?;
+        let (book, store) = kv.parts();
+        self.net.forward_batch(book, store, batch, true, out)
+    }
+
+    /// Append: reserve, run, advance the lengths (see [`forward_batch`](Self::forward_batch)).
     fn forward_cache(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], exact: bool, out: &mut Vec<f32>) -> Result<usize> {
+        self.check_batch(kv, batch)?;
+        for s in batch {
+            kv.reserve(s.seq, s.tokens.len())?;
+        }
+        let (book, store) = kv.parts();
+        let rows = self.net.forward_batch(book, store, batch, exact, out)?;
+        for s in batch {
+            let len = kv.len(s.seq)? + s.tokens.len();
+            kv.set_len(s.seq, len)?;
+        }
+        Ok(rows)
+    }
+
+    /// A batch's inputs, before anything runs: rows, context length, token ids, no sequence
+    /// twice.
+    fn check_batch(&self, kv: &KvCache, batch: &[BatchSeq<'_>]) -> Result<()> {
         if batch.is_empty() || batch.iter().any(|s| s.tokens.is_empty()) {
             return Err(Error::EmptyInput);
         }
@@ -443,14 +472,8 @@ impl LlamaModel {
             if batch[..i].iter().any(|o| o.seq == s.seq) {
                 return Err(Error::Config("a sequence appears twice in one batch".into()));
             }
-            kv.reserve(s.seq, s.tokens.len())?;
         }
-        let rows = self.net.forward_batch(kv, batch, exact, out)?;
-        for s in batch {
-            let len = kv.len(s.seq)? + s.tokens.len();
-            kv.set_len(s.seq, len)?;
-        }
-        Ok(rows)
+        Ok(())
     }
 
     /// Run `tokens` (the next positions after what the cache holds) and return logits as a
@@ -670,14 +693,14 @@ impl<B: Backend> Transformer<B> {
     /// sequence asks for, in order, into `logits` (`rows x vocab`) and returns the number of
     /// rows. `exact`: every linear layer computes each row as it is alone, so a row's result
     /// does not depend on the rest of the batch.
-    fn forward_batch(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], exact: bool, logits: &mut Vec<f32>) -> Result<usize> {
+    fn forward_batch(&mut self, book: &mut Book, kv: &mut B::KvStore, batch: &[BatchSeq<'_>], exact: bool, logits: &mut Vec<f32>) -> Result<usize> {
         let Self { backend, dims: d, layers, norm, output, embed, buf: b, step, kv_layers, state_floats } = self;
         let n: usize = batch.iter().map(|s| s.tokens.len()).sum();
         let (h, q_out, kv_out, inter) = (d.hidden, d.heads * d.head_dim, d.kv_heads * d.head_dim, d.inter);
-        if kv.width() != kv_out || kv.num_layers() != *kv_layers || kv.seq_state_bytes() != *state_floats * 4 {
+        if kv.width() != kv_out || kv.layers() != *kv_layers || kv.state_floats() != *state_floats {
             return Err(Error::Internal("the KV cache was made for another model"));
         }
-        check_block_size(kv.block_size())?;
+        check_block_size(book.block_size())?;
         for (buf, len) in [(&mut b.x, h), (&mut b.xn, h), (&mut b.q, q_out), (&mut b.k, kv_out), (&mut b.v, kv_out), (&mut b.att, q_out), (&mut b.y, h), (&mut b.g, inter), (&mut b.u, inter)] {
             B::reserve(buf, n * len);
         }
@@ -696,7 +719,13 @@ impl<B: Backend> Transformer<B> {
                 }
             }
         }
-        plan(kv, batch, step)?;
+        plan(book, batch, step)?;
+        if *state_floats > 0 {
+            // The recurrent states stand where the rows start (not after a failed forward).
+            for seg in &step.segs {
+                book.check_state_at(seg.seq, seg.start)?;
+            }
+        }
         backend.embed(embed, batch.iter().flat_map(|s| s.tokens.iter().copied()), h, &mut b.x);
         if let Some(scale) = d.embed_scale {
             backend.scale(&mut b.x, n * h, scale);
@@ -751,7 +780,7 @@ impl<B: Backend> Transformer<B> {
         }
         if *state_floats > 0 {
             for seg in &step.segs {
-                kv.set_state_len(seg.seq, seg.start + seg.n)?;
+                book.set_state_len(seg.seq, seg.start + seg.n)?;
             }
         }
         // Final norm (of the rows whose logits are wanted) and logits.
@@ -829,7 +858,7 @@ fn linears<'a, B: Backend>(layers: &'a mut [Layer<B>], output: &'a mut B::Lin) -
 
 /// Where the rows of `batch` go: each sequence's positions after what `kv` holds for it, in
 /// the slots its block table reserves.
-fn plan(kv: &KvCache, batch: &[BatchSeq<'_>], step: &mut Step) -> Result<()> {
+fn plan(kv: &Book, batch: &[BatchSeq<'_>], step: &mut Step) -> Result<()> {
     step.pos.clear();
     step.slot.clear();
     step.segs.clear();

@@ -1,41 +1,28 @@
 //! Draft-model speculation ([`super::Engine::with_draft`]): the draft's own cache, and its
 //! guesses appended to the decoding sequences before a step's forward (which verifies them).
 
-use super::scheduler::{Active, Scheduler};
+use super::Active;
 use crate::model::Model;
 use sapient_llama::{BatchSeq, KvCache, Logits};
 use std::time::Instant;
 
-
-/// The draft model of [`Engine::with_draft`], with its own cache.
+/// The draft model of [`Engine::with_draft`](super::Engine::with_draft), with its own cache.
 pub(super) struct Draft {
     pub(super) model: Model,
     pub(super) kv: KvCache,
     pub(super) logits: Vec<f32>,
 }
 
-impl Scheduler {
-    /// Give back `a`'s sequence in the draft model's cache.
-    pub(super) fn free_draft(&mut self, a: &mut Active) {
-        if let (Some(d), Some(seq)) = (&mut self.draft, a.draft_seq.take()) {
-            let _ = d.kv.free(seq);
-        }
-        a.draft_computed = 0;
-    }
-
-    /// Draft-model speculation: every decoding sequence whose request asks for it
-    /// ([`GenerationConfig::draft`]) gets up to K guesses appended after its newest token, to
-    /// be verified by this step's forward. The draft first catches up with what the sequence
-    /// holds (its prompt, then the tokens accepted since), then proposes its greedy choice
-    /// one token at a time, each a batched forward over all those sequences. A failed draft
-    /// forward (e.g. its cache full) only costs the guesses: those sequences decode plainly.
-    pub(super) fn propose_with_draft(&mut self, max_seq: usize) {
-        if self.kv.has_seq_state() {
-            // A hybrid target's recurrent state cannot drop rejected guesses.
-            return;
-        }
-        let Scheduler { draft, running, eos, .. } = self;
-        let Some(d) = draft.as_mut() else { return };
+impl Draft {
+    /// Draft-model speculation: every decoding sequence of `running` whose request asks for
+    /// it ([`GenerationConfig::draft`](crate::GenerationConfig::draft)) gets up to K guesses
+    /// appended after its newest token, to be verified by this step's forward. The draft
+    /// first catches up with what the sequence holds (its prompt, then the tokens accepted
+    /// since), then proposes its greedy choice one token at a time, each a batched forward
+    /// over all those sequences. A failed draft forward (e.g. its cache full) only costs the
+    /// guesses: those sequences decode plainly. `target_vocab`: the target model's
+    /// vocabulary (no guess outside it); `max_seq`: its context length.
+    pub(super) fn propose(&mut self, running: &mut [Active], eos: &[u32], target_vocab: usize, max_seq: usize) {
         let want: Vec<(usize, usize)> = running
             .iter()
             .enumerate()
@@ -46,17 +33,16 @@ impl Scheduler {
         if want.is_empty() {
             return;
         }
-        let Ok(mut inner) = d.model.lock_inner() else { return };
-        let vocab = d.model.info().vocab_size;
-        let target_vocab = self.model.info().vocab_size;
+        let Ok(mut inner) = self.model.lock_inner() else { return };
+        let vocab = self.model.info().vocab_size;
         for &(i, _) in &want {
             let a = &mut running[i];
             // At least the newest token is fed, so that its logits give the first guess.
             a.draft_computed = a.draft_computed.min(a.kv_tokens.len() - 1);
-            let seq = *a.draft_seq.get_or_insert_with(|| d.kv.new_seq());
-            if d.kv.truncate(seq, a.draft_computed).is_err() {
-                let _ = d.kv.free(seq);
-                a.draft_seq = Some(d.kv.new_seq());
+            let seq = *a.draft_seq.get_or_insert_with(|| self.kv.new_seq());
+            if self.kv.truncate(seq, a.draft_computed).is_err() {
+                let _ = self.kv.free(seq);
+                a.draft_seq = Some(self.kv.new_seq());
                 a.draft_computed = 0;
             }
         }
@@ -66,7 +52,7 @@ impl Scheduler {
         let first = want.iter().try_fold(0usize, |m, &(i, _)| running[i].dec.draft_vocab().map(|v| m.max(v)));
         let restricted = match first {
             Some(first) if first < vocab => {
-                let mut extra: Vec<u32> = eos.clone();
+                let mut extra: Vec<u32> = eos.to_vec();
                 for &(i, _) in &want {
                     extra.extend(running[i].kv_tokens.iter().filter(|&&t| t as usize >= first));
                 }
@@ -93,7 +79,7 @@ impl Scheduler {
                 .zip(&feeds)
                 .filter_map(|(&w, f)| Some(BatchSeq { seq: running[want[w].0].draft_seq?, tokens: f, logits: Some(Logits::Last) }))
                 .collect();
-            let result = inner.model.forward_batch(&mut d.kv, &batch, &mut d.logits);
+            let result = inner.model.forward_batch(&mut self.kv, &batch, &mut self.logits);
             if let Err(e) = result {
                 if restricted {
                     let _ = inner.model.restrict_logits(None);
@@ -103,14 +89,14 @@ impl Scheduler {
                 for &(i, _) in &want {
                     let a = &mut running[i];
                     if let Some(seq) = a.draft_seq.take() {
-                        let _ = d.kv.free(seq);
+                        let _ = self.kv.free(seq);
                     }
                     a.draft_computed = 0;
                 }
                 return;
             }
             for (row, &w) in live.iter().enumerate() {
-                let logits = &d.logits[row * vocab..(row + 1) * vocab];
+                let logits = &self.logits[row * vocab..(row + 1) * vocab];
                 running[want[w].0].draft_computed += feeds[row].len();
                 // No guess from logits with nothing finite, nor a token the target lacks.
                 if let Some(best) = sapient_sample::argmax(logits).ok().filter(|&t| (t as usize) < target_vocab) {

@@ -46,7 +46,8 @@ use crate::model::Model;
 use crate::{Error, Result};
 use draft::Draft;
 pub use saved::SavedSession;
-use sapient_llama::{KvBudget, KvOptions, KvUsage};
+use crate::decode::Decoder;
+use sapient_llama::{KvBudget, KvOptions, KvUsage, SeqId};
 use sapient_tokenizers::Message;
 use scheduler::{Kept, Scheduler};
 use std::collections::HashMap;
@@ -217,6 +218,41 @@ struct NewRequest {
 }
 
 impl NewRequest {
+    fn cancelled(&self) -> bool {
+        self.tx.is_closed() || self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+/// A request with a sequence in the cache (or preempted, waiting to get one back).
+struct Active {
+    id: u64,
+    seq: Option<SeqId>,
+    /// What belongs in the cache: the decoder's tokens, unless a context shift dropped a
+    /// stretch.
+    kv_tokens: Vec<u32>,
+    /// Tokens whose keys and values are in the cache.
+    computed: usize,
+    session: Option<u64>,
+    dec: Decoder,
+    tx: mpsc::UnboundedSender<Event>,
+    cancel: Arc<AtomicBool>,
+    /// Guesses (prompt lookup or the draft model's) at the end of `kv_tokens`, fed this step
+    /// to be verified.
+    drafts: usize,
+    /// The sequence in the draft model's cache, and how many of `kv_tokens` it holds.
+    draft_seq: Option<SeqId>,
+    draft_computed: usize,
+}
+
+impl Active {
+    /// Forget unverified guesses (they are proposed again when the sequence decodes).
+    fn drop_drafts(&mut self) {
+        let len = self.kv_tokens.len() - self.drafts;
+        self.kv_tokens.truncate(len);
+        self.drafts = 0;
+        self.draft_computed = self.draft_computed.min(len);
+    }
+
     fn cancelled(&self) -> bool {
         self.tx.is_closed() || self.cancel.load(Ordering::Relaxed)
     }

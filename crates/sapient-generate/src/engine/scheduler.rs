@@ -1,56 +1,21 @@
-//! The scheduler: what runs in a step, decided without running the model. It admits waiting
+//! The scheduler: what runs in a step, decided without running the model (only a draft
+//! model, when there is one, proposes its guesses while the step is planned). It admits waiting
 //! requests (taking cached prefixes and kept session caches), cancels, builds each step's
 //! [`Plan`]s (decode rows first, then prompt chunks within the step's token budget),
 //! reserves their KV blocks, preempts the newest sequence when the cache is full, shifts or
 //! ends sequences at the context length, and ends requests (their blocks to the prefix cache
 //! or their session). [`super::step`] runs the plans on the model.
 
-use super::{ContextPolicy, Draft, EngineOptions, Event, Msg, NewRequest, Shared};
+use super::{Active, ContextPolicy, Draft, EngineOptions, Event, Msg, NewRequest, Shared};
 use crate::decode::Decoder;
 use crate::generation::{FinishReason, Generation, GenerationStats};
 use crate::model::{common_prefix, Model};
 use crate::{Error, Result};
 use sapient_llama::{KvCache, Logits, SeqId};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::mpsc;
-
-/// A request with a sequence in the cache (or preempted, waiting to get one back).
-pub(super) struct Active {
-    pub(super) id: u64,
-    pub(super) seq: Option<SeqId>,
-    /// What belongs in the cache: the decoder's tokens, unless a context shift dropped a
-    /// stretch.
-    pub(super) kv_tokens: Vec<u32>,
-    /// Tokens whose keys and values are in the cache.
-    pub(super) computed: usize,
-    pub(super) session: Option<u64>,
-    pub(super) dec: Decoder,
-    pub(super) tx: mpsc::UnboundedSender<Event>,
-    pub(super) cancel: Arc<AtomicBool>,
-    /// Guesses (prompt lookup or the draft model's) at the end of `kv_tokens`, fed this step
-    /// to be verified.
-    pub(super) drafts: usize,
-    /// The sequence in the draft model's cache, and how many of `kv_tokens` it holds.
-    pub(super) draft_seq: Option<SeqId>,
-    pub(super) draft_computed: usize,
-}
-
-impl Active {
-    /// Forget unverified guesses (they are proposed again when the sequence decodes).
-    pub(super) fn drop_drafts(&mut self) {
-        let len = self.kv_tokens.len() - self.drafts;
-        self.kv_tokens.truncate(len);
-        self.drafts = 0;
-        self.draft_computed = self.draft_computed.min(len);
-    }
-
-    pub(super) fn cancelled(&self) -> bool {
-        self.tx.is_closed() || self.cancel.load(Ordering::Relaxed)
-    }
-}
 
 /// A finished session request's sequence, kept for the session's next request.
 pub(super) struct Kept {
@@ -111,39 +76,9 @@ impl Scheduler {
         }
     }
 
-    pub(super) fn run(&mut self, rx: std::sync::mpsc::Receiver<Msg>) {
-        loop {
-            let idle = self.running.is_empty() && self.preempted.is_empty() && self.waiting.is_empty();
-            if self.shared.stop.load(Ordering::Relaxed) && idle {
-                return;
-            }
-            if idle {
-                match rx.recv() {
-                    Ok(m) => self.receive(m),
-                    Err(_) => return,
-                }
-            }
-            while let Ok(m) = rx.try_recv() {
-                self.receive(m);
-            }
-            // A bug in one step must not take every later request down with the thread:
-            // what was in flight fails with the message, and the engine starts afresh.
-            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step())) {
-                let msg = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
-                tracing::error!("engine step panicked: {msg}");
-                self.fail_all(&msg);
-            }
-            self.publish();
-        }
-    }
-
     /// Fail every admitted request (after a panic: their state is unknown), free the whole
     /// cache and the kept sessions. Waiting requests stay queued.
-    fn fail_all(&mut self, msg: &str) {
+    pub(super) fn fail_all(&mut self, msg: &str) {
         let failed: Vec<Active> = self.running.drain(..).chain(self.preempted.drain(..)).collect();
         for mut a in failed {
             a.seq = None;
@@ -166,7 +101,7 @@ impl Scheduler {
         }
     }
 
-    fn receive(&mut self, m: Msg) {
+    pub(super) fn receive(&mut self, m: Msg) {
         match m {
             Msg::Request(r) => self.waiting.push_back(*r),
             Msg::EndSession(s) => self.forget_session(s),
@@ -212,7 +147,7 @@ impl Scheduler {
         }
     }
 
-    fn publish(&self) {
+    pub(super) fn publish(&self) {
         self.shared.waiting.store(self.waiting.len() + self.preempted.len(), Ordering::Relaxed);
         self.shared.running.store(self.running.len(), Ordering::Relaxed);
         if let Ok(mut k) = self.shared.kv.lock() {
@@ -419,7 +354,10 @@ impl Scheduler {
             let a = &self.running[i];
             (a.computed < a.dec.prompt_len(), a.id)
         });
-        self.propose_with_draft(max_seq);
+        if let (Some(d), false) = (&mut self.draft, self.kv.has_seq_state()) {
+            // Not for hybrid models: their recurrent state cannot drop rejected guesses.
+            d.propose(&mut self.running, &self.eos, self.model.info().vocab_size, max_seq);
+        }
         // Prompt lookup: decoding sequences that speculate feed their guesses after their
         // newest token, to be verified by this step's forward. Not for hybrid models: their
         // recurrent state cannot drop rejected guesses.
@@ -470,7 +408,7 @@ impl Scheduler {
             a.kv_tokens.drain(keep..keep + drop);
             a.computed = a.computed.min(keep);
             if let Some(seq) = a.seq {
-                rewind(&mut self.kv, seq, &mut a.computed);
+                settle(&mut self.kv, seq, &mut a.computed);
             }
             a.draft_computed = a.draft_computed.min(a.computed);
             self.shared.context_shifts.fetch_add(1, Ordering::Relaxed);
@@ -542,6 +480,14 @@ impl Scheduler {
         }
     }
 
+    /// Give back `a`'s sequence in the draft model's cache.
+    fn free_draft(&mut self, a: &mut Active) {
+        if let (Some(d), Some(seq)) = (&mut self.draft, a.draft_seq.take()) {
+            let _ = d.kv.free(seq);
+        }
+        a.draft_computed = 0;
+    }
+
     /// For a hybrid model with the prefix cache: the prompt position (its last block boundary
     /// before its last token) where the recurrent state is kept for later requests.
     pub(super) fn snapshot_at(&self, a: &Active) -> Option<usize> {
@@ -563,10 +509,13 @@ impl Scheduler {
     }
 }
 
-/// Cut `seq` back to `computed` positions; where the cache cannot (a hybrid model's recurrent
-/// state goes back only to 0), empty it so that everything is recomputed.
-pub(super) fn rewind(kv: &mut KvCache, seq: SeqId, computed: &mut usize) {
-    if kv.truncate(seq, *computed).is_err() {
+/// Make `seq` hold `computed` positions: what a step wrote and the sequence keeps, or fewer
+/// (a context shift). Where the cache cannot (a hybrid model's recurrent state goes back
+/// only to 0), empty it so that everything is recomputed. Every change of a running
+/// sequence's length in the cache goes through here (or through admission, which gives a
+/// sequence its cached prefix, and [`Scheduler::release`]).
+pub(super) fn settle(kv: &mut KvCache, seq: SeqId, computed: &mut usize) {
+    if kv.set_len(seq, *computed).is_err() {
         let _ = kv.truncate(seq, 0);
         *computed = 0;
     }

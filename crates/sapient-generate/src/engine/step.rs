@@ -1,17 +1,49 @@
 //! The executor: runs a step's [`Plan`]s on the model. One batched forward over every
-//! planned row, then, for each sequence whose rows end what it had to feed, sampling (or
-//! verifying speculated guesses), streaming its text and log-probabilities, cutting rejected
-//! guesses from the cache, sharing full prompt blocks and keeping a hybrid's state
-//! snapshots; sequences that finish are handed back to the scheduler to end.
+//! planned row (into the slots the scheduler reserved), then, for each sequence whose rows
+//! end what it had to feed, sampling (or verifying speculated guesses) and streaming its text
+//! and log-probabilities; then every planned sequence's length in the cache is set to what it
+//! keeps (rejected guesses dropped), full prompt blocks are shared and a hybrid's state
+//! snapshots kept; sequences that finish are handed back to the scheduler to end.
 
-use super::scheduler::{rewind, Plan, Scheduler};
-use super::Event;
+use super::scheduler::{settle, Plan, Scheduler};
+use super::{Event, Msg};
 use crate::generation::FinishReason;
 use crate::{Error, Result};
 use sapient_llama::{BatchSeq, Logits};
 use std::sync::atomic::Ordering;
 
 impl Scheduler {
+    /// The engine thread: take what the queue brings, run steps until stopped and idle.
+    pub(super) fn run(&mut self, rx: std::sync::mpsc::Receiver<Msg>) {
+        loop {
+            let idle = self.running.is_empty() && self.preempted.is_empty() && self.waiting.is_empty();
+            if self.shared.stop.load(Ordering::Relaxed) && idle {
+                return;
+            }
+            if idle {
+                match rx.recv() {
+                    Ok(m) => self.receive(m),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(m) = rx.try_recv() {
+                self.receive(m);
+            }
+            // A bug in one step must not take every later request down with the thread:
+            // what was in flight fails with the message, and the engine starts afresh.
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step())) {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                tracing::error!("engine step panicked: {msg}");
+                self.fail_all(&msg);
+            }
+            self.publish();
+        }
+    }
+
     /// One step: the scheduler's plans, then their execution.
     pub(super) fn step(&mut self) {
         let plans = self.schedule();
@@ -20,7 +52,6 @@ impl Scheduler {
         }
         self.execute(&plans);
     }
-
 
     /// Run `plans` (see the module docs).
     fn execute(&mut self, plans: &[Plan]) {
@@ -36,7 +67,7 @@ impl Scheduler {
             })
             .collect();
         let result = match self.model.lock_inner() {
-            Ok(mut inner) => inner.model.forward_batch(&mut self.kv, &batch, &mut self.logits).map_err(Error::from),
+            Ok(mut inner) => inner.model.forward_reserved(&mut self.kv, &batch, &mut self.logits).map_err(Error::from),
             Err(e) => Err(e),
         };
         drop(batch);
@@ -89,13 +120,13 @@ impl Scheduler {
                 let new = &a.dec.tokens()[had..];
                 a.kv_tokens.extend_from_slice(new);
                 self.shared.generated.fetch_add(new.len() as u64, Ordering::Relaxed);
-                if a.computed > a.kv_tokens.len() || which == Logits::All {
-                    // Guesses past what was kept (rejected, or after an end) leave the cache.
-                    a.computed = a.computed.min(a.kv_tokens.len());
-                    if let Some(seq) = a.seq {
-                        rewind(&mut self.kv, seq, &mut a.computed);
-                    }
-                }
+                // Guesses past what was kept (rejected, or after an end) are not kept.
+                a.computed = a.computed.min(a.kv_tokens.len());
+            }
+            // The cache holds what the sequence keeps of its rows (the forward left the
+            // lengths to the scheduler); blocks past it go back.
+            if let Some(seq) = a.seq {
+                settle(&mut self.kv, seq, &mut a.computed);
             }
             // Prompt blocks become shareable as soon as they are full.
             if self.opts.prefix_cache && (a.computed <= a.dec.prompt_len() || p.logits.is_some()) {

@@ -184,48 +184,12 @@ pub fn norm_snake_tc(x: &[f32], t: usize, scale: &[f32], beta: &[f32], alpha: &[
     out
 }
 
-fn snake_row(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if sapient_tensor::kernels::has_avx512() {
-        // SAFETY: AVX-512 F is present.
-        unsafe { snake_avx512(x, a, b, al, ia, out) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if sapient_tensor::kernels::has_avx2() {
-        // SAFETY: AVX2 and FMA are present.
-        unsafe { snake_avx2(x, a, b, al, ia, out) };
-        return;
-    }
-    snake_portable(x, a, b, al, ia, out)
+sapient_tensor::simd_dispatch! {
+    fn snake_row(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [f32]) = snake_portable for [has_avx512("avx512f,avx2,fma"), has_avx2("avx2,fma")];
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn snake_avx512(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [f32]) {
-    snake_portable(x, a, b, al, ia, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn snake_avx2(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [f32]) {
-    snake_portable(x, a, b, al, ia, out)
-}
-
-fn snake_row_bf16(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [u16]) {
-    #[cfg(target_arch = "x86_64")]
-    if sapient_tensor::kernels::has_avx512() {
-        // SAFETY: AVX-512 F is present.
-        unsafe { snake_bf16_avx512(x, a, b, al, ia, out) };
-        return;
-    }
-    snake_bf16_portable(x, a, b, al, ia, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx2,fma")]
-unsafe fn snake_bf16_avx512(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [u16]) {
-    snake_bf16_portable(x, a, b, al, ia, out)
+sapient_tensor::simd_dispatch! {
+    fn snake_row_bf16(x: &[f32], a: &[f32], b: &[f32], al: &[f32], ia: &[f32], out: &mut [u16]) = snake_bf16_portable for [has_avx512("avx512f,avx512bw,avx2,fma")];
 }
 
 /// Snake of one row to bf16: the first `x.len()` values of `out`, zeros after them.

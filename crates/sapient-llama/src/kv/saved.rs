@@ -8,7 +8,8 @@
 //! ([`KvCache::seq_bytes`] is their size); naming the model they belong to is up to the
 //! caller.
 
-use super::{KvCache, SeqId, Store, Q8_GROUP};
+use super::host::Store;
+use super::{KvCache, KvStorage, SeqId, Q8_GROUP};
 use crate::{Error, Result};
 
 /// Append the `n`-value regions of `blocks` of one buffer.
@@ -62,24 +63,24 @@ fn no_seq_state(kv: &KvCache) -> Result<()> {
 impl KvCache {
     /// The cache's shape, as saved sequences are checked against it.
     pub fn layout(&self) -> KvLayout {
-        KvLayout { layers: self.layers, width: self.width, block_size: self.block_size, dtype: self.dtype() }
+        KvLayout { layers: self.store.layers(), width: self.store.width(), block_size: self.book.block_size, dtype: self.dtype() }
     }
 
     /// Bytes [`export_seq`](Self::export_seq) writes for a sequence of `len` positions
     /// (whole blocks).
     pub fn seq_bytes(&self, len: usize) -> usize {
-        len.div_ceil(self.block_size) * self.block_size * self.layers * self.dtype().bytes_per_position(self.width)
+        len.div_ceil(self.book.block_size) * self.book.block_size * self.store.layers() * self.dtype().bytes_per_position(self.store.width())
     }
 
     /// The keys and values of sequence `id`'s positions (layout in the module docs).
     pub fn export_seq(&self, id: SeqId) -> Result<Vec<u8>> {
         no_seq_state(self)?;
-        let s = self.seq(id)?;
-        let blocks = &s.blocks[..s.len.div_ceil(self.block_size)];
-        let n = self.block_size * self.width;
+        let s = self.book.seq(id)?;
+        let blocks = &s.blocks[..s.len.div_ceil(self.book.block_size)];
+        let n = self.book.block_size * self.store.width();
         let mut out = Vec::with_capacity(self.seq_bytes(s.len));
-        for li in 0..self.layers {
-            match &self.store {
+        for li in 0..self.store.layers() {
+            match &self.store.store {
                 Store::F16 { k, v } => {
                     put(&mut out, &k[li], blocks, n, u16::to_le_bytes);
                     put(&mut out, &v[li], blocks, n, u16::to_le_bytes);
@@ -101,7 +102,7 @@ impl KvCache {
     /// the blocks.
     pub fn import_seq(&mut self, id: SeqId, len: usize, data: &[u8]) -> Result<()> {
         no_seq_state(self)?;
-        if self.seq(id)?.len != 0 {
+        if self.book.seq(id)?.len != 0 {
             return Err(Error::Internal("import_seq into a sequence that holds positions"));
         }
         let want = self.seq_bytes(len);
@@ -109,17 +110,17 @@ impl KvCache {
             return Err(Error::Config(format!(
                 "saved KV state of {} bytes does not fit this cache: {len} positions of {} layers x {} values in {} take {want}",
                 data.len(),
-                self.layers,
-                self.width,
+                self.store.layers(),
+                self.store.width(),
                 self.dtype()
             )));
         }
         self.reserve(id, len)?;
-        let blocks: Vec<u32> = self.seq(id)?.blocks[..len.div_ceil(self.block_size)].to_vec();
-        let n = self.block_size * self.width;
+        let blocks: Vec<u32> = self.book.seq(id)?.blocks[..len.div_ceil(self.book.block_size)].to_vec();
+        let n = self.book.block_size * self.store.width();
         let mut rest = data;
-        for li in 0..self.layers {
-            match &mut self.store {
+        for li in 0..self.store.layers() {
+            match &mut self.store.store {
                 Store::F16 { k, v } => {
                     take(&mut rest, &mut k[li], &blocks, n, u16::from_le_bytes);
                     take(&mut rest, &mut v[li], &blocks, n, u16::from_le_bytes);

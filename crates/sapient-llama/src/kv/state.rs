@@ -10,56 +10,65 @@
 //! its state (as llama.cpp's hybrid memory and vLLM's prefix caching for Mamba layers keep
 //! state at chosen positions). A snapshot goes when its block is unregistered (evicted or
 //! written), and the oldest ones go when they would take more bytes than the KV cache's
-//! keys and values.
+//! keys and values. Which snapshots exist is bookkeeping (`Book`); their values are the
+//! storage's (`HostKv`).
 
-use std::collections::{HashMap, VecDeque};
-
-use super::{KvCache, SeqId};
+use super::book::Book;
+use super::{KvCache, KvStorage, SeqId};
 use crate::{Error, Result};
-
-/// Recurrent state after registered blocks, by chain hash, oldest first.
-#[derive(Default)]
-pub(super) struct Snapshots {
-    by_hash: HashMap<u64, Vec<f32>>,
-    order: VecDeque<u64>,
-}
-
-impl Snapshots {
-    pub(super) fn remove(&mut self, h: u64) {
-        if self.by_hash.remove(&h).is_some() {
-            self.order.retain(|&x| x != h);
-        }
-    }
-}
 
 impl KvCache {
     /// Give every sequence `floats` values of recurrent state (a hybrid model's cache).
     pub(crate) fn with_seq_state(mut self, floats: usize) -> Self {
-        self.state_floats = floats;
+        self.book.stateful = floats > 0;
+        self.store.set_state_floats(floats);
         self
     }
     /// Whether sequences carry recurrent state (a hybrid model): then they cannot be
     /// truncated to a shorter non-zero length, and the prefix cache shares only blocks after
     /// which the state was kept ([`snapshot_state`](Self::snapshot_state)).
     pub fn has_seq_state(&self) -> bool {
-        self.state_floats > 0
+        self.book.stateful
     }
     /// Bytes of recurrent state each sequence holds once it has run (0 without).
     pub fn seq_state_bytes(&self) -> usize {
-        self.state_floats * std::mem::size_of::<f32>()
+        self.store.state_floats() * std::mem::size_of::<f32>()
     }
     /// The recurrent state of `id`, zeroed on first use; errors unless it has taken in
     /// exactly `start` positions (a forward that failed part-way leaves it out of step).
+    #[cfg(test)]
     pub(crate) fn seq_state_at(&mut self, id: SeqId, start: usize) -> Result<&mut [f32]> {
-        let floats = self.state_floats;
-        let s = self.seq_mut(id)?;
-        if s.state_len != start {
-            return Err(Error::StateRollback { len: start, held: s.state_len });
+        self.book.check_state_at(id, start)?;
+        Ok(self.store.state_mut(id))
+    }
+    /// Record that the state of `id` has taken in `len` positions.
+    #[cfg(test)]
+    pub(crate) fn set_state_len(&mut self, id: SeqId, len: usize) -> Result<()> {
+        self.book.set_state_len(id, len)
+    }
+
+    /// Keep a copy of `id`'s recurrent state for the prefix cache, when it stands exactly at
+    /// the end of the sequence's last registered block ([`commit`](Self::commit) first);
+    /// returns whether it was kept. Without sequence state, or elsewhere, it does nothing.
+    /// The oldest snapshots go when they would take more bytes than the keys and values.
+    pub fn snapshot_state(&mut self, id: SeqId) -> Result<bool> {
+        let bytes = self.seq_state_bytes();
+        let cap = self.usage().bytes.max(bytes).checked_div(bytes).unwrap_or(0);
+        let r = self.book.snapshot_state(id, cap);
+        self.sync();
+        r
+    }
+}
+
+impl Book {
+    /// Errors unless `id`'s state has taken in exactly `start` positions (a forward that
+    /// failed part-way leaves it out of step).
+    pub(crate) fn check_state_at(&self, id: SeqId, start: usize) -> Result<()> {
+        let held = self.seq(id)?.state_len;
+        if held != start {
+            return Err(Error::StateRollback { len: start, held });
         }
-        if s.state.len() != floats {
-            s.state = vec![0.0; floats];
-        }
-        Ok(&mut s.state)
+        Ok(())
     }
     /// Record that the state of `id` has taken in `len` positions.
     pub(crate) fn set_state_len(&mut self, id: SeqId, len: usize) -> Result<()> {
@@ -67,42 +76,33 @@ impl KvCache {
         Ok(())
     }
 
-    /// Keep a copy of `id`'s recurrent state for the prefix cache, when it stands exactly at
-    /// the end of the sequence's last registered block ([`commit`](Self::commit) first);
-    /// returns whether it was kept. Without sequence state, or elsewhere, it does nothing.
-    pub fn snapshot_state(&mut self, id: SeqId) -> Result<bool> {
+    /// [`KvCache::snapshot_state`], keeping at most `cap` snapshots.
+    fn snapshot_state(&mut self, id: SeqId, cap: usize) -> Result<bool> {
         let bs = self.block_size;
         let s = self.seq(id)?;
         let Some(&h) = s.hashes.last() else { return Ok(false) };
-        if self.state_floats == 0 || s.state_len != s.hashes.len() * bs || s.state.len() != self.state_floats || !self.by_hash.contains_key(&h) {
+        if !self.stateful || s.state_len != s.hashes.len() * bs || !self.is_registered(h) {
             return Ok(false);
         }
-        if self.snapshots.by_hash.contains_key(&h) {
+        if self.snapshots.contains(&h) {
             return Ok(true);
         }
-        let copy = s.state.clone();
-        let cap = self.usage().bytes.max(self.seq_state_bytes());
-        while (self.snapshots.order.len() + 1) * self.seq_state_bytes() > cap {
-            let Some(old) = self.snapshots.order.pop_front() else { break };
-            self.snapshots.by_hash.remove(&old);
-        }
-        self.snapshots.by_hash.insert(h, copy);
-        self.snapshots.order.push_back(h);
+        self.save_snapshot(id, h, cap);
         Ok(true)
     }
 
-    /// [`attach_prefix`](Self::attach_prefix) for a cache with sequence state: the matching
-    /// registered blocks up to the last one with a snapshot, and that snapshot as the state.
+    /// [`KvCache::attach_prefix`] for a cache with sequence state: the matching registered
+    /// blocks up to the last one with a snapshot, and that snapshot as the state.
     pub(super) fn attach_with_state(&mut self, id: SeqId, tokens: &[u32]) -> Result<usize> {
         let bs = self.block_size;
         let mut prev = 0u64;
         let mut upto = 0;
         for (i, chunk) in tokens[..tokens.len().saturating_sub(1)].chunks_exact(bs).enumerate() {
             let h = Self::chain_hash(prev, chunk);
-            if !self.by_hash.contains_key(&h) {
+            if !self.is_registered(h) {
                 break;
             }
-            if self.snapshots.by_hash.contains_key(&h) {
+            if self.snapshots.contains(&h) {
                 upto = i + 1;
             }
             prev = h;
@@ -115,10 +115,10 @@ impl KvCache {
             return Err(Error::Internal("the prefix cache's blocks changed while attaching them"));
         }
         let h = *self.seq(id)?.hashes.last().ok_or(Error::Internal("attached blocks without hashes"))?;
-        let state = self.snapshots.by_hash.get(&h).cloned().ok_or(Error::Internal("a state snapshot vanished"))?;
-        let s = self.seq_mut(id)?;
-        s.state = state;
-        s.state_len = n;
+        if !self.snapshots.contains(&h) {
+            return Err(Error::Internal("a state snapshot vanished"));
+        }
+        self.restore_snapshot(id, h, n)?;
         Ok(n)
     }
 }

@@ -1,34 +1,10 @@
 //! Element-wise activations on f32 buffers, written so that they vectorise (compiled with
 //! AVX2 and FMA when the CPU has them).
 
-/// `exp` of every value in place (Cephes' single-precision polynomial, a relative error of
-/// about 1e-7 like libm's `expf`): [`exp_f32`] of each value, 16 at a time with AVX-512.
-pub fn exp_in_place(x: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if super::has_avx512() {
-        // SAFETY: AVX-512 F, AVX2 and FMA are present.
-        unsafe { exp_avx512(x) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
-        // SAFETY: AVX2 and FMA are present.
-        unsafe { exp_avx2(x) };
-        return;
-    }
-    exp_portable(x)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn exp_avx512(x: &mut [f32]) {
-    exp_portable(x)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn exp_avx2(x: &mut [f32]) {
-    exp_portable(x)
+crate::simd_dispatch! {
+    /// `exp` of every value in place (Cephes' single-precision polynomial, a relative error of
+    /// about 1e-7 like libm's `expf`): [`exp_f32`] of each value, 16 at a time with AVX-512.
+    pub fn exp_in_place(x: &mut [f32]) = exp_portable for [has_avx512("avx512f,avx2,fma"), has_avx2("avx2,fma")];
 }
 
 #[inline(always)]
@@ -64,35 +40,11 @@ pub fn exp_f32(v: f32) -> f32 {
     }
 }
 
-/// GELU (erf form) of every value in place: erf by Abramowitz & Stegun 7.1.26 (absolute
-/// error below 1.5e-7, f32 rounding of 1 + erf) with [`exp_in_place`]'s exp.
-pub fn gelu_erf_in_place(x: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if super::has_avx512() {
-        // SAFETY: AVX-512 F and FMA are present.
-        unsafe { gelu_avx512(x) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if super::has_avx2() {
-        // SAFETY: AVX2 and FMA are present.
-        unsafe { gelu_avx2(x) };
-        return;
-    }
-    gelu_portable(x)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn gelu_avx2(x: &mut [f32]) {
-    gelu_portable(x)
-}
-
-/// The same operations 16 lanes wide (the same bits: no reassociation).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn gelu_avx512(x: &mut [f32]) {
-    gelu_portable(x)
+crate::simd_dispatch! {
+    /// GELU (erf form) of every value in place: erf by Abramowitz & Stegun 7.1.26 (absolute
+    /// error below 1.5e-7, f32 rounding of 1 + erf) with [`exp_in_place`]'s exp; the same
+    /// operations 16 lanes wide with AVX-512 (the same bits: no reassociation).
+    pub fn gelu_erf_in_place(x: &mut [f32]) = gelu_portable for [has_avx512("avx512f,fma"), has_avx2("avx2,fma")];
 }
 
 #[inline(always)]

@@ -14,6 +14,7 @@
 //! group has fewer heads), so each key read serves all of them.
 
 #[cfg(target_arch = "x86_64")]
+use super::dispatch::by_count;
 use super::avx2;
 use super::exp_approx;
 #[cfg(target_arch = "x86_64")]
@@ -68,16 +69,7 @@ pub fn scores_chunks(qs: &[&[f32]], kc: &[u16], bases: &[usize], pitch: usize, s
                 unsafe { x512::scores_chunks::<$q, $u>(q, hd, kc.as_ptr(), bases, pitch, scale, o, ostride) }
             }};
         }
-        match nq {
-            1 => go!(1, 8),
-            2 => go!(2, 8),
-            3 => go!(3, 4),
-            4 => go!(4, 4),
-            5 => go!(5, 3),
-            6 => go!(6, 2),
-            7 => go!(7, 2),
-            _ => go!(8, 2),
-        }
+        by_count!(nq => go { 1 (8), 2 (8), 3 (4), 4 (4), 5 (3), 6 (2), 7 (2); _ => 8 (2) });
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -91,12 +83,7 @@ pub fn scores_chunks(qs: &[&[f32]], kc: &[u16], bases: &[usize], pitch: usize, s
                     unsafe { avx2::scores_chunks::<$q, $u>(q, hd, kc.as_ptr(), bases, pitch, scale, o, ostride) }
                 }};
             }
-            match part.len() {
-                1 => go!(1, 4),
-                2 => go!(2, 2),
-                3 => go!(3, 1),
-                _ => go!(4, 1),
-            }
+            by_count!(part.len() => go { 1 (4), 2 (2), 3 (1); _ => 4 (1) });
         }
         return;
     }
@@ -151,12 +138,7 @@ pub fn values_f16_runs(ws: &[&[f32]], vc: &[u16], stride: usize, off: usize, run
                 unsafe { x512::values::<$r>(w, v, stride, hd, runs, y) }
             }};
         }
-        match nr {
-            1 => go!(1),
-            2 => go!(2),
-            3 => go!(3),
-            _ => go!(4),
-        }
+        by_count!(nr => go { 1, 2, 3; _ => 4 });
         return;
     }
     let mut k = 0;
@@ -177,12 +159,7 @@ pub fn values_f16_runs(ws: &[&[f32]], vc: &[u16], stride: usize, off: usize, run
                     unsafe { avx2::values_w::<$r, $nb>(w, v, stride, hd, t0, t1, y) }
                 }};
             }
-            match nr {
-                1 => go!(1, 8),
-                2 => go!(2, 4),
-                3 => go!(3, 2),
-                _ => go!(4, 2),
-            }
+            by_count!(nr => go { 1 (8), 2 (4), 3 (2); _ => 4 (2) });
             k += n;
             continue;
         }

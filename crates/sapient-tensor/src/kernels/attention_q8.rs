@@ -19,6 +19,7 @@
 //! times the positions; the head dimension must be a multiple of [`Q8_GROUP`].
 
 #[cfg(target_arch = "x86_64")]
+use super::dispatch::by_count;
 use super::{has_avx2, has_avx512};
 use super::MAX_QUERIES;
 use super::MAX_VALUE_ROWS;
@@ -139,16 +140,7 @@ pub fn scores_chunks_q8(qs: &[&QueryQ8], kc: &[u8], ks: &[u16], bases: &[usize],
                 unsafe { x512::scores::<$q, $u>(q, ng, kc.as_ptr(), ks.as_ptr(), bases, sbases, pitch, scale, o, ostride) }
             }};
         }
-        match nq {
-            1 => go!(1, 4),
-            2 => go!(2, 4),
-            3 => go!(3, 2),
-            4 => go!(4, 2),
-            5 => go!(5, 1),
-            6 => go!(6, 1),
-            7 => go!(7, 1),
-            _ => go!(8, 1),
-        }
+        by_count!(nq => go { 1 (4), 2 (4), 3 (2), 4 (2), 5 (1), 6 (1), 7 (1); _ => 8 (1) });
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -212,12 +204,7 @@ pub fn values_q8(ws: &[&[f32]], vc: &[i8], vs: &[u16], stride: usize, sstride: u
                 unsafe { x512::values::<$r>(w, v, s, stride, sstride, hd, t0, t1, y) }
             }};
         }
-        match nr {
-            1 => go!(1),
-            2 => go!(2),
-            3 => go!(3),
-            _ => go!(4),
-        }
+        by_count!(nr => go { 1, 2, 3; _ => 4 });
         return;
     }
     #[cfg(target_arch = "x86_64")]

@@ -25,6 +25,7 @@
 
 #![allow(clippy::missing_safety_doc, clippy::needless_range_loop, clippy::too_many_arguments)]
 
+use super::dispatch::by_count;
 use super::avx512::dpwssd;
 use super::quant::{BlockQ8K, QType};
 use std::arch::x86_64::*;
@@ -306,16 +307,7 @@ macro_rules! by_rows {
                 $f::<$n>($($arg),*, std::array::from_fn(|i| a[i]), std::array::from_fn(|i| c[i]), std::array::from_fn(|i| o[i]), $($tail),*)
             };
         }
-        match $r {
-            1 => go!(1),
-            2 => go!(2),
-            3 => go!(3),
-            4 => go!(4),
-            5 => go!(5),
-            6 => go!(6),
-            7 => go!(7),
-            _ => go!(8),
-        }
+        by_count!($r => go { 1, 2, 3, 4, 5, 6, 7; _ => 8 })
     }};
 }
 
