@@ -245,7 +245,9 @@ impl Agent {
                 Err(e) => return Err((e.to_string(), true, "server_error")),
             },
             "response.cancel" => {
-                if !self.lp.cancel() {
+                // a response is in progress until its `response.done` (audio the clock still
+                // counts as playing after it is cut by barge-in, not by a cancel)
+                if self.response.is_none() || !self.lp.cancel() {
                     return Err(("there is no response in progress to cancel".into(), false, "response_cancel_not_active"));
                 }
             }

@@ -208,10 +208,9 @@ impl TurnDetector {
                         self.paused_at = Some(q);
                         out.push(TurnEvent::Paused { start: s, end: q });
                     }
-                    None => {
-                        if self.paused_at.take().is_some() {
-                            out.push(TurnEvent::Resumed);
-                        }
+                    None if self.paused_at.is_some() => {
+                        self.paused_at = None;
+                        out.push(TurnEvent::Resumed);
                     }
                     _ => {}
                 }
