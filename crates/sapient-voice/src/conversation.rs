@@ -31,6 +31,9 @@ struct Reply {
     produced: usize,
     played: usize,
     started: Instant,
+    /// When the reply became the conversation's (its start, or for a reply started early,
+    /// the end of the turn).
+    released: Instant,
     first_audio: Option<Instant>,
     timings: ReplyTimings,
     interrupted: bool,
@@ -42,6 +45,15 @@ impl Reply {
     fn finished(&self) -> bool {
         self.text_done && self.audio_done
     }
+}
+
+/// A reply started at a pause on the pause's text ([`crate::TurnOptions::early_reply`]):
+/// its threads run, its messages wait in their channel until the turn ends at that pause.
+struct Early {
+    reply: Reply,
+    /// The turn `[start, end)` so far and its text, as at the pause.
+    start: usize,
+    end: usize,
 }
 
 /// A spoken conversation (see the crate docs).
@@ -64,6 +76,7 @@ pub struct VoiceLoop {
     last_transcribe_ms: f64,
     next_id: u64,
     reply: Option<Reply>,
+    early: Option<Early>,
     /// Reply audio not yet pulled ([`Playout::Pull`]).
     queue: VecDeque<f32>,
 }
@@ -90,6 +103,7 @@ impl VoiceLoop {
             last_transcribe_ms: 0.0,
             next_id: 1,
             reply: None,
+            early: None,
             queue: VecDeque::new(),
         })
     }
@@ -102,6 +116,7 @@ impl VoiceLoop {
     /// audio pushed from now on.
     pub fn update(&mut self, opts: VoiceOptions) -> Result<()> {
         opts.validate()?;
+        self.drop_early();
         if opts.turn != self.opts.turn {
             self.turns.set_options(opts.turn.clone().unwrap_or_default())?;
         }
@@ -208,11 +223,13 @@ impl VoiceLoop {
 
     /// Add a message to the history without audio (`conversation.item.create`).
     pub fn add_message(&mut self, message: Message) {
+        self.drop_early();
         self.history.push(message);
     }
 
     /// Forget the input audio kept (`input_audio_buffer.clear`).
     pub fn clear_input(&mut self) {
+        self.drop_early();
         self.turns.clear();
         self.partial = None;
     }
@@ -225,6 +242,7 @@ impl VoiceLoop {
             return Err(Error::Options(format!("{} ms of audio to commit: at least 100 ms are needed", audio.len() * 1000 / RATE)));
         }
         self.partial = None;
+        self.drop_early();
         self.user_turn(&audio, None)
     }
 
@@ -237,22 +255,29 @@ impl VoiceLoop {
                 return Err(Error::Busy(r.id));
             }
         }
+        self.drop_early();
+        let reply = self.start_reply(None)?;
+        Ok(self.release(reply))
+    }
+
+    /// A reply to the history, and `user` after it when given (a turn not yet ended), its
+    /// threads started; not yet the conversation's ([`Self::release`]).
+    fn start_reply(&self, user: Option<&str>) -> Result<Reply> {
         let engine = self.models.llm.engine();
         let mut messages = vec![Message::system(self.opts.instructions.clone())];
-        let from = self.history.len().saturating_sub(self.opts.max_history);
+        // the same messages as once `user` is in the history
+        let from = (self.history.len() + usize::from(user.is_some())).saturating_sub(self.opts.max_history).min(self.history.len());
         messages.extend(self.history[from..].iter().cloned());
+        messages.extend(user.map(|u| Message::user(u.to_string())));
         let prompt = engine.model().render_chat(&messages)?;
         let ids = engine.model().tokenizer().encode(&prompt, false).map_err(sapient_generate::Error::from)?;
         let cfg = GenerationConfig { max_tokens: self.opts.max_reply_tokens, sampling: self.opts.sampling.clone(), ..GenerationConfig::default() };
         let handle = engine.submit_in(&self.session, ids, cfg)?;
         let settings = SpeechSettings { speak: self.opts.speak, voice: self.opts.voice.clone(), speed: self.opts.speed, clauses: self.opts.clauses };
         let threads = reply::spawn(handle, self.models.tts.clone(), settings)?;
-        let id = self.next_id;
-        self.next_id += 1;
-        self.queue.clear();
-        let timings = ReplyTimings { transcribe_ms: self.last_transcribe_ms, ..ReplyTimings::default() };
-        self.reply = Some(Reply {
-            id,
+        let now = Instant::now();
+        Ok(Reply {
+            id: 0,
             threads,
             text_done: false,
             audio_done: false,
@@ -260,14 +285,36 @@ impl VoiceLoop {
             clauses: Vec::new(),
             produced: 0,
             played: 0,
-            started: Instant::now(),
+            started: now,
+            released: now,
             first_audio: None,
-            timings,
+            timings: ReplyTimings::default(),
             interrupted: false,
             in_history: None,
-        });
+        })
+    }
+
+    /// `reply` becomes the conversation's reply, with the next id: its messages are
+    /// handled (events, audio) from now on.
+    fn release(&mut self, mut reply: Reply) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.clear();
+        reply.id = id;
+        reply.released = Instant::now();
+        reply.timings.transcribe_ms = self.last_transcribe_ms;
+        reply.timings.early_ms = ms(reply.released - reply.started);
+        reply.timings.end_of_turn_ms = self.speech_end.map(|e| ms(reply.released.saturating_duration_since(e)));
+        self.reply = Some(reply);
         self.events.push_back(Event::ResponseStarted { response: id });
-        Ok(id)
+        id
+    }
+
+    /// Stops the reply started early, unheard (its turn did not end at its pause).
+    fn drop_early(&mut self) {
+        if let Some(e) = self.early.take() {
+            e.reply.threads.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Stop the reply (`response.cancel`): generation stops at the next engine step, audio
@@ -299,8 +346,15 @@ impl VoiceLoop {
                     if !text.is_empty() {
                         self.events.push_back(Event::TranscriptPartial { text: text.clone() });
                     }
+                    self.drop_early();
+                    let early = self.opts.turn.as_ref().is_some_and(|t| t.respond && t.early_reply);
+                    if early && !text.is_empty() && self.reply.as_ref().is_none_or(|r| r.finished()) {
+                        let reply = self.start_reply(Some(&text))?;
+                        self.early = Some(Early { reply, start, end });
+                    }
                     self.partial = Some((start, end, text));
                 }
+                TurnEvent::Resumed => self.drop_early(),
                 TurnEvent::Ended { start, end } => {
                     let arrived = self.arrivals.iter().find(|(p, _)| *p >= end).map(|(_, t)| *t);
                     self.speech_end = Some(arrived.unwrap_or_else(Instant::now));
@@ -312,13 +366,28 @@ impl VoiceLoop {
                     let audio = self.turns.turn_audio(start, end, TRAILING_MS);
                     self.turns.consumed(end);
                     self.partial = None;
+                    let reused = reuse.is_some();
                     let text = self.user_turn(&audio, reuse)?;
                     let respond = self.opts.turn.as_ref().is_some_and(|t| t.respond);
+                    // the reply started at this turn's last pause, on the same text, is the one
+                    let fits = self.early.as_ref().is_some_and(|e| reused && e.start == start && e.end >= end);
+                    let early = if fits { self.early.take() } else { None };
+                    self.drop_early();
                     if respond && !text.is_empty() && self.reply.as_ref().is_none_or(|r| r.finished()) {
-                        self.respond()?;
+                        match early {
+                            Some(e) => {
+                                self.pump(false);
+                                self.release(e.reply);
+                            }
+                            None => {
+                                self.respond()?;
+                            }
+                        }
+                    } else if let Some(e) = early {
+                        e.reply.threads.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                 }
-                TurnEvent::Dropped { .. } => {}
+                TurnEvent::Dropped { .. } => self.drop_early(),
             }
         }
         Ok(())
@@ -401,23 +470,23 @@ impl VoiceLoop {
         msgs.extend(r.threads.rx.try_iter());
         for m in msgs {
             match m {
-                ReplyMsg::Text(t) => {
+                ReplyMsg::Text(t, at) => {
                     if r.timings.first_token_ms.is_none() {
-                        r.timings.first_token_ms = Some(ms(r.started.elapsed()));
+                        r.timings.first_token_ms = Some(ms(at.saturating_duration_since(r.started)));
                     }
                     r.generated.push_str(&t);
                     if !r.interrupted {
                         self.events.push_back(Event::TextDelta { response: r.id, text: t });
                     }
                 }
-                ReplyMsg::Audio { text, samples, words, synth } => {
+                ReplyMsg::Audio { text, samples, words, synth, at } => {
                     if r.interrupted {
                         continue;
                     }
                     if r.first_audio.is_none() {
                         let now = Instant::now();
                         r.first_audio = Some(now);
-                        r.timings.first_audio_ms = Some(ms(now - r.started));
+                        r.timings.first_audio_ms = Some(ms(at.saturating_duration_since(r.started)));
                         r.timings.first_clause_synth_ms = Some(ms(synth));
                         r.timings.speech_end_to_first_audio_ms = self.speech_end.map(|e| ms(now.saturating_duration_since(e)));
                     }
@@ -470,5 +539,6 @@ impl Drop for VoiceLoop {
         if let Some(r) = &self.reply {
             r.threads.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
         }
+        self.drop_early();
     }
 }

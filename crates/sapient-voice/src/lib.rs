@@ -109,11 +109,17 @@ pub enum ReplyStatus {
 /// Where a reply's time went (milliseconds, wall clock).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReplyTimings {
+    /// From the moment the last speech window of the turn arrived to the end-of-turn
+    /// decision (the end-of-turn silence, and the time the loop took to see it).
+    pub end_of_turn_ms: Option<f64>,
     /// Whisper on the turn after it ended (0 when the text of the last pause was reused).
     pub transcribe_ms: f64,
+    /// How long before the end of the turn the reply was started, at a pause
+    /// ([`TurnOptions::early_reply`]); 0 when it started at the end of the turn.
+    pub early_ms: f64,
     /// From the reply's start to its first text (prompt processing and the first token).
     pub first_token_ms: Option<f64>,
-    /// From the reply's start to its first audio.
+    /// From the reply's start to its first audio (Kokoro done with the first chunk).
     pub first_audio_ms: Option<f64>,
     /// Kokoro's time on the first clause.
     pub first_clause_synth_ms: Option<f64>,

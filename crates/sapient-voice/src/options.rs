@@ -26,6 +26,11 @@ pub struct TurnOptions {
     /// Whether the end of a turn starts a reply (off: the caller asks with
     /// [`crate::VoiceLoop::respond`]).
     pub respond: bool,
+    /// Whether the reply starts at a pause, on the pause's text, before the turn ends
+    /// (generated and synthesized during the rest of the end-of-turn silence, held back until
+    /// the turn ends at that pause, dropped unheard when the user speaks again). The reply is
+    /// the one the end of the turn would start: same history, same text. Needs `respond`.
+    pub early_reply: bool,
 }
 
 impl Default for TurnOptions {
@@ -39,6 +44,7 @@ impl Default for TurnOptions {
             barge_in_ms: 100,
             interrupt: true,
             respond: true,
+            early_reply: true,
         }
     }
 }

@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 /// What a reply's threads send to the loop.
 pub(crate) enum ReplyMsg {
-    Text(String),
-    Audio { text: String, samples: Vec<f32>, words: Vec<WordTiming>, synth: Duration },
+    /// A piece of text, and when the engine gave it.
+    Text(String, Instant),
+    /// A clause's audio, and when Kokoro finished it.
+    Audio { text: String, samples: Vec<f32>, words: Vec<WordTiming>, synth: Duration, at: Instant },
     /// A clause Kokoro could not speak (nothing speakable in it).
     Skipped { text: String, why: String },
     /// The generation ended (text thread).
@@ -71,7 +73,7 @@ fn read_text(handle: &mut RequestHandle, tx: &Sender<ReplyMsg>, clauses: &Sender
         }
         match ev {
             EngineEvent::Text(t) => {
-                let _ = tx.send(ReplyMsg::Text(t.clone()));
+                let _ = tx.send(ReplyMsg::Text(t.clone(), Instant::now()));
                 if !asked {
                     for c in split.push(&t) {
                         let _ = clauses.send(c);
@@ -114,7 +116,7 @@ fn speak(tts: &KokoroTts, s: &SpeechSettings, clauses: &Receiver<String>, tx: &S
             }
             match chunk {
                 Ok(c) => {
-                    let msg = ReplyMsg::Audio { text: c.text, samples: c.samples, words: c.words, synth: started.elapsed() };
+                    let msg = ReplyMsg::Audio { text: c.text, samples: c.samples, words: c.words, synth: started.elapsed(), at: Instant::now() };
                     if tx.send(msg).is_err() {
                         return;
                     }

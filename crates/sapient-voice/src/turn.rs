@@ -23,6 +23,8 @@ pub(crate) enum TurnEvent {
     Confirmed { at: usize },
     /// Silence of `pause_ms` inside the speech: `[start, end)` is what was said so far.
     Paused { start: usize, end: usize },
+    /// Speech again after a pause was reported: the turn goes on.
+    Resumed,
     /// The silence lasted `end_of_turn_ms`: the turn is `[start, end)`.
     Ended { start: usize, end: usize },
     /// The speech stopped before `min_speech_ms`: not a turn.
@@ -206,7 +208,10 @@ impl TurnDetector {
                         self.paused_at = Some(q);
                         out.push(TurnEvent::Paused { start: s, end: q });
                     }
-                    None => self.paused_at = None,
+                    None if self.paused_at.is_some() => {
+                        self.paused_at = None;
+                        out.push(TurnEvent::Resumed);
+                    }
                     _ => {}
                 }
             }

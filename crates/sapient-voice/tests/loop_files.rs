@@ -103,6 +103,10 @@ fn spoken_question_gets_a_spoken_answer() -> Result<()> {
     let Event::ResponseDone { status, generated, timings, text: kept, .. } = &run.events[done].1 else { unreachable!() };
     ensure!(*status == ReplyStatus::Completed);
     ensure!(timings.first_audio_ms.is_some() && timings.first_token_ms.is_some() && timings.generated_tokens > 0, "{timings:?}");
+    // the turn ended at the pause whose text was transcribed: that text was the turn's, and
+    // the reply started at the pause was the one kept
+    let Event::Transcript { reused, .. } = &run.events[transcript].1 else { unreachable!() };
+    ensure!(*reused && timings.transcribe_ms == 0.0 && timings.early_ms > 0.0, "{timings:?}");
     eprintln!("reply: {generated:?}\ntimings: {timings:?}");
     // one turn each in the history, the reply whole
     let h = lp.history();
@@ -114,6 +118,74 @@ fn spoken_question_gets_a_spoken_answer() -> Result<()> {
     let e = wer(generated, &back);
     eprintln!("reply heard back: {back:?} (WER {:.2})", e);
     ensure!(e < 0.2, "WER {e:.2}: the reply {generated:?} was heard as {back:?}");
+    Ok(())
+}
+
+#[test]
+fn a_reply_started_at_a_pause_is_dropped_when_the_user_goes_on() -> Result<()> {
+    let f = fixture();
+    let mut lp = new_loop(f)?;
+    // "What is the capital", a pause longer than `pause_ms` but shorter than the end of
+    // the turn, "of France?"
+    // (Kokoro's own leading and trailing silence cut off)
+    let trimmed = |x: Vec<f32>| -> Vec<f32> {
+        let loud = |v: &f32| v.abs() > 0.01;
+        let (a, b) = (x.iter().position(loud).unwrap_or(0), x.iter().rposition(loud).map_or(0, |i| i + 1));
+        x[a..b.max(a)].to_vec()
+    };
+    let mut input = silence(0.5);
+    input.extend(trimmed(spoken(f, "What is the capital")?));
+    input.extend(silence(0.3));
+    input.extend(trimmed(spoken(f, "of France?")?));
+    input.extend(silence(1.5));
+    let run = file::run(&mut lp, &input, 20, 60.0)?;
+    for (t, e) in &run.events {
+        if !matches!(e, Event::Audio { .. } | Event::TextDelta { .. }) {
+            eprintln!("{t:6} ms  {e:?}");
+        }
+    }
+    let kinds = |p: &dyn Fn(&Event) -> bool| run.events.iter().filter(|(_, e)| p(e)).count();
+    // one turn; a reply was started early at the pause (its partial text), then dropped
+    ensure!(kinds(&|e| matches!(e, Event::SpeechStopped { .. })) == 1, "not one turn");
+    let stopped = position(&run, |e| matches!(e, Event::SpeechStopped { .. })).context("no end of turn")?;
+    let partials: Vec<(usize, &str)> = run
+        .events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, e))| match e {
+            Event::TranscriptPartial { text } => Some((i, text.as_str())),
+            _ => None,
+        })
+        .collect();
+    // the pause inside the turn was transcribed (a reply was started on that text)
+    ensure!(partials.len() >= 2 && partials.iter().all(|(i, _)| *i < stopped), "partials {partials:?}");
+    ensure!(!words(partials[0].1).contains(&"france".to_string()), "partials {partials:?}");
+    // nothing of a reply before the turn's end, then exactly one reply, to the whole turn
+    let first_reply = position(&run, |e| matches!(e, Event::ResponseStarted { .. } | Event::TextDelta { .. } | Event::Audio { .. })).context("no reply")?;
+    ensure!(first_reply > stopped, "reply events before the end of the turn");
+    ensure!(kinds(&|e| matches!(e, Event::ResponseStarted { .. })) == 1 && kinds(&|e| matches!(e, Event::ResponseDone { .. })) == 1);
+    let Some(Event::Transcript { text, .. }) = run.events.iter().map(|(_, e)| e).find(|e| matches!(e, Event::Transcript { .. })) else {
+        anyhow::bail!("no transcript")
+    };
+    ensure!(words(text).contains(&"france".to_string()), "the turn was heard as {text:?}");
+    let done = run.events.iter().find_map(|(_, e)| match e {
+        Event::ResponseDone { generated, .. } => Some(generated.clone()),
+        _ => None,
+    });
+    let generated = done.context("no reply")?;
+    let h = lp.history();
+    ensure!(h.len() == 2 && h[0].content == *text && h[1].content == generated.trim(), "history {h:?}");
+    // the same conversation answered at the end of the turn, without early replies
+    let mut plain = new_loop(f)?;
+    let mut opts = plain.options().clone();
+    opts.turn = opts.turn.map(|t| sapient_voice::TurnOptions { early_reply: false, ..t });
+    plain.update(opts)?;
+    let again = file::run(&mut plain, &input, 20, 60.0)?;
+    let generated_again = again.events.iter().find_map(|(_, e)| match e {
+        Event::ResponseDone { generated, .. } => Some(generated.clone()),
+        _ => None,
+    });
+    ensure!(generated_again.as_deref() == Some(generated.as_str()), "{generated_again:?} vs {generated:?}");
     Ok(())
 }
 

@@ -38,6 +38,12 @@ pub struct Args {
     pub voice: String,
     #[arg(long, default_value_t = 500)]
     pub end_of_turn_ms: u32,
+    /// Start each reply at the end of the turn only, not at the pause before it.
+    #[arg(long)]
+    pub no_early_reply: bool,
+    /// Most words in the reply's first clause.
+    #[arg(long, default_value_t = sapient_voice::ClauseOptions::default().first_max_words)]
+    pub first_clause_words: usize,
     /// Only the first N questions (synthesized ones first, then the LibriVox clips).
     #[arg(long)]
     pub questions: Option<usize>,
@@ -90,8 +96,9 @@ pub fn run(a: Args) -> Result<()> {
     let mut rows = Vec::new();
     for (i, (text, speech)) in inputs.iter().enumerate() {
         let vad = sapient_voice::load_vad(&vad_file)?;
-        let turn = sapient_voice::TurnOptions { end_of_turn_ms: a.end_of_turn_ms, ..Default::default() };
-        let opts = VoiceOptions { input_rate: RATE, voice: a.voice.clone(), turn: Some(turn), ..VoiceOptions::default() };
+        let turn = sapient_voice::TurnOptions { end_of_turn_ms: a.end_of_turn_ms, early_reply: !a.no_early_reply, ..Default::default() };
+        let clauses = sapient_voice::ClauseOptions { first_max_words: a.first_clause_words, ..Default::default() };
+        let opts = VoiceOptions { input_rate: RATE, voice: a.voice.clone(), turn: Some(turn), clauses, ..VoiceOptions::default() };
         let mut lp = VoiceLoop::new(models.clone(), vad, opts)?;
         let mut input = vec![0.0; RATE as usize / 4];
         input.extend_from_slice(speech);
@@ -129,34 +136,41 @@ pub fn run(a: Args) -> Result<()> {
         let rw = words(&reply_text);
         let r_wer = sapient_whisper::eval::word_errors(&rw, &words(&back)) as f64 / rw.len().max(1) as f64;
         println!(
-            "{i}: speech end -> first audio {:.0} ms (transcribe {:.0}, first token {:.0}, first clause {:.0}); heard {heard:?}{}; reply {reply_text:?}, heard back with WER {r_wer:.2}",
+            "{i}: speech end -> first audio {:.0} ms (end of turn {:.0}, transcribe {:.0}, reply started {:.0} ms early, first token {:.0}, first clause {:.0}, first audio {:.0}); heard {heard:?}{}; reply {reply_text:?}, heard back with WER {r_wer:.2}",
             t.speech_end_to_first_audio_ms.unwrap_or(f64::NAN),
+            t.end_of_turn_ms.unwrap_or(f64::NAN),
             t.transcribe_ms,
+            t.early_ms,
             t.first_token_ms.unwrap_or(f64::NAN),
             t.first_clause_synth_ms.unwrap_or(f64::NAN),
+            t.first_audio_ms.unwrap_or(f64::NAN),
             q_wer.map(|w| format!(" (WER {w:.2})")).unwrap_or_default()
         );
         rows.push(serde_json::json!({"question": text, "heard": heard, "question_wer": q_wer, "reply": reply_text, "reply_heard_back": back, "reply_wer": r_wer,
-            "speech_end_to_first_audio_ms": t.speech_end_to_first_audio_ms, "transcribe_ms": t.transcribe_ms, "first_token_ms": t.first_token_ms,
+            "speech_end_to_first_audio_ms": t.speech_end_to_first_audio_ms, "end_of_turn_ms": t.end_of_turn_ms, "early_ms": t.early_ms, "transcribe_ms": t.transcribe_ms, "first_token_ms": t.first_token_ms,
             "first_clause_synth_ms": t.first_clause_synth_ms, "first_audio_ms": t.first_audio_ms, "prompt_tokens": t.prompt_tokens, "generated_tokens": t.generated_tokens}));
     }
     let col = |k: &str| rows.iter().map(|r| r[k].as_f64().unwrap_or(f64::NAN)).collect::<Vec<f64>>();
     let lat = col("speech_end_to_first_audio_ms");
     println!(
-        "{} questions, end-of-turn {} ms: speech end -> first audio p50 {:.0} ms, p95 {:.0} ms; stage medians: transcribe {:.0} ms, first token {:.0} ms, first clause {:.0} ms; reply WER median {:.2}",
+        "{} questions, end-of-turn {} ms, early reply {}: speech end -> first audio p50 {:.0} ms, p95 {:.0} ms; stage medians: end of turn {:.0} ms, transcribe {:.0} ms, started early {:.0} ms, first token {:.0} ms, first clause {:.0} ms, first audio {:.0} ms; reply WER median {:.2}",
         rows.len(),
         a.end_of_turn_ms,
+        if a.no_early_reply { "off" } else { "on" },
         percentile(&lat, 0.5),
         percentile(&lat, 0.95),
+        percentile(&col("end_of_turn_ms"), 0.5),
         percentile(&col("transcribe_ms"), 0.5),
+        percentile(&col("early_ms"), 0.5),
         percentile(&col("first_token_ms"), 0.5),
         percentile(&col("first_clause_synth_ms"), 0.5),
+        percentile(&col("first_audio_ms"), 0.5),
         percentile(&col("reply_wer"), 0.5)
     );
     if let Some(dir) = a.json.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&a.json, serde_json::to_string_pretty(&serde_json::json!({"machine": super::machine(), "model": a.model, "whisper": a.whisper, "end_of_turn_ms": a.end_of_turn_ms, "rows": rows}))?)?;
+    std::fs::write(&a.json, serde_json::to_string_pretty(&serde_json::json!({"machine": super::machine(), "model": a.model, "whisper": a.whisper, "end_of_turn_ms": a.end_of_turn_ms, "early_reply": !a.no_early_reply, "first_clause_words": a.first_clause_words, "rows": rows}))?)?;
     println!("wrote {}", a.json.display());
     Ok(())
 }
