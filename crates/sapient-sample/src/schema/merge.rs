@@ -214,6 +214,9 @@ pub(super) fn merge_all_of(root: &Value, parent: &serde_json::Map<String, Value>
                     Value::Array(xs)
                 }
                 "uniqueItems" => Value::Bool(old == Value::Bool(true) || v == Value::Bool(true)),
+                // A keyword no part of the compiler reads (an editor's `markdownDescription`,
+                // `x-...` extensions, draft 4's `id`) constrains nothing: either value does.
+                _ if !SUPPORTED_KEYWORDS.contains(&k.as_str()) && !crate::spec::UNSUPPORTED.contains(&k.as_str()) && !k.starts_with("$sapient-") => old,
                 _ => {
                     return Err(GrammarError::UnsupportedSchema { path: format!("{path}/{i}"), keyword: format!("allOf with two different {k:?}") });
                 }

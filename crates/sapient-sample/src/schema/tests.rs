@@ -303,3 +303,19 @@ fn discriminating_ifs() {
         assert_eq!(crate::validate::validate(&s, &doc).unwrap().is_ok(), valid, "validator on {doc}");
     }
 }
+
+#[test]
+fn all_of_branches_differing_only_in_unread_keywords_merge() {
+    // As SchemaStore's schemas write them: each branch with its own editor hints.
+    let s = json!({"allOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "markdownDescription": "one", "x-taplo": {"hidden": true}, "id": "first"},
+        {"properties": {"b": {"type": "string", "maxLength": 3}}, "required": ["a"], "markdownDescription": "two", "x-taplo": {"hidden": false}, "id": "second"}
+    ]});
+    let g = gs(&s).unwrap();
+    assert!(ok(&g, &json!({"a": 1, "b": "xyz"})));
+    assert!(!ok(&g, &json!({"b": "xyz"})));
+    assert!(!ok(&g, &json!({"a": 1, "b": "long"})));
+    // A keyword the compiler reads still has to agree.
+    let e = gs(&json!({"allOf": [{"format": "date"}, {"format": "email"}]}));
+    assert!(matches!(e, Err(GrammarError::UnsupportedSchema { .. })), "{:?}", e.err());
+}
