@@ -14,6 +14,7 @@
 //! to other recipients (built-in tools) are dropped. [`Harmony`] splits the text as it
 //! streams: bodies come out as they are written, with what may start a marker held back.
 
+use super::parser::Scanner;
 use super::Piece;
 use sapient_sample::Expr;
 use serde_json::Value;
@@ -64,17 +65,18 @@ impl Harmony {
 
     /// More of the output: the pieces it completes.
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
-        self.buf.push_str(text);
-        let mut out = Vec::new();
-        self.run(&mut out, false);
-        out
+        self.feed(text)
     }
 
     /// The end of the output: everything held back.
     pub fn finish(&mut self) -> Vec<Piece> {
-        let mut out = Vec::new();
-        self.run(&mut out, true);
-        out
+        self.flush()
+    }
+}
+
+impl Scanner for Harmony {
+    fn buffer(&mut self) -> &mut String {
+        &mut self.buf
     }
 
     fn run(&mut self, out: &mut Vec<Piece>, end: bool) {
@@ -82,8 +84,9 @@ impl Harmony {
             match self.state {
                 State::Header => {
                     if let Some(i) = self.buf.find(MESSAGE) {
-                        let body = self.open(&self.buf[..i].to_string(), out);
+                        let header = self.buf[..i].to_string();
                         self.buf.drain(..i + MESSAGE.len());
+                        let body = self.open(&header, out);
                         self.state = State::Body(body);
                         continue;
                     }
@@ -128,7 +131,9 @@ impl Harmony {
             }
         }
     }
+}
 
+impl Harmony {
     /// A message's header read: where its body goes (a call starts here).
     fn open(&mut self, header: &str, out: &mut Vec<Piece>) -> Body {
         let word = |after: &str| -> Option<String> {

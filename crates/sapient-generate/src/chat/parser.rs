@@ -144,17 +144,39 @@ impl Parser {
     }
 
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
-        self.buf.push_str(text);
+        self.feed(text)
+    }
+
+    /// The end of the text: everything held back.
+    pub fn finish(&mut self) -> Vec<Piece> {
+        self.flush()
+    }
+}
+
+/// A streamed splitter of output into pieces: text fed into its buffer, pieces out as its
+/// scan completes them.
+pub(super) trait Scanner {
+    fn buffer(&mut self) -> &mut String;
+    /// Scan the buffer (`end`: nothing more comes, give out what is held back).
+    fn run(&mut self, out: &mut Vec<Piece>, end: bool);
+
+    fn feed(&mut self, text: &str) -> Vec<Piece> {
+        self.buffer().push_str(text);
         let mut out = Vec::new();
         self.run(&mut out, false);
         out
     }
 
-    /// The end of the text: everything held back.
-    pub fn finish(&mut self) -> Vec<Piece> {
+    fn flush(&mut self) -> Vec<Piece> {
         let mut out = Vec::new();
         self.run(&mut out, true);
         out
+    }
+}
+
+impl Scanner for Parser {
+    fn buffer(&mut self) -> &mut String {
+        &mut self.buf
     }
 
     fn run(&mut self, out: &mut Vec<Piece>, end: bool) {
