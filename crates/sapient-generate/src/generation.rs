@@ -203,6 +203,16 @@ pub struct Generation {
     pub stats: GenerationStats,
 }
 
+impl Generation {
+    /// The answer split into reasoning, text and the tool calls in `format`'s syntax (see
+    /// [`chat::parse_tool_calls`](crate::chat::parse_tool_calls)).
+    pub fn tool_calls(&self, format: crate::chat::Format) -> crate::chat::Reply {
+        let mut reply = crate::chat::parse_tool_calls(format, &self.text);
+        reply.reasoning = self.reasoning.clone().unwrap_or_default();
+        reply
+    }
+}
+
 /// The text still held back at the end of a generation: an incomplete character in the
 /// detokenizer and a possible stop-string prefix. Nothing when it stopped or was cancelled.
 pub(crate) fn flush_tail(detok: &mut TokenStream, stops: &mut StopMatcher, finish: &mut FinishReason) -> Result<String> {

@@ -82,15 +82,25 @@ impl Model {
     /// [`render_chat`](Self::render_chat) with the template's thinking switch
     /// ([`GenerationConfig::thinking`](crate::GenerationConfig::thinking)).
     pub fn render_chat_with(&self, messages: &[Message], thinking: Option<bool>) -> Result<String> {
-        let template = self
-            .tokenizer
-            .chat_template()
-            .ok_or_else(|| Error::NoChatTemplate(self.info.id.clone()))?;
         let mut opts = RenderOptions::default();
         if let Some(t) = thinking {
             opts.extra.insert("enable_thinking".into(), t.into());
         }
-        Ok(template.render(messages, &opts)?)
+        Ok(self.render_chat_tools(messages, &[], opts)?.0)
+    }
+
+    /// The chat prompt with `tools` offered the way the template takes them
+    /// ([`ToolStyle::offer`](crate::chat::ToolStyle::offer)), and that way (the syntax the
+    /// model calls in).
+    pub fn render_chat_tools(&self, messages: &[Message], tools: &[crate::chat::Function], mut opts: RenderOptions) -> Result<(String, crate::chat::ToolStyle)> {
+        let template = self
+            .tokenizer
+            .chat_template()
+            .ok_or_else(|| Error::NoChatTemplate(self.info.id.clone()))?;
+        let style = crate::chat::ToolStyle::of_template(template.source());
+        let mut msgs = messages.to_vec();
+        style.offer(tools, &mut msgs, &mut opts);
+        Ok((template.render(&msgs, &opts)?, style))
     }
 
     /// Whether `other` is this model (a clone of it).

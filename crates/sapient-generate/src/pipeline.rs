@@ -1,5 +1,5 @@
 use crate::engine::{Engine, EngineOptions, Event, Session};
-use crate::chat::split_reasoning;
+use crate::chat::{split_reasoning, ChatTools, Choice, OutputParser, Piece, Reply};
 use crate::generation::{FinishReason, Generation, GenerationConfig};
 use crate::model::{Model, ModelInfo};
 use crate::{Error, Result, TextStream};
@@ -229,6 +229,51 @@ impl Pipeline {
         let prompt = self.render_chat_with(messages, cfg.thinking)?;
         let ids = self.tokenizer.encode(&prompt, false)?;
         self.run(ids, cfg, on_text)
+    }
+
+    /// Answer a conversation with tools, as `sapient serve` does: the tools offered the way
+    /// the template takes them, the answer constrained to valid calls as `tools.choice` asks
+    /// (a `cfg.constraint` stays when no call may be made), and split into reasoning, text
+    /// and calls. `on_piece` gets each piece as it streams; returning `Break` stops.
+    pub fn chat_tools_with(
+        &self,
+        messages: &[Message],
+        tools: &ChatTools,
+        cfg: &GenerationConfig,
+        mut on_piece: impl FnMut(&Piece) -> ControlFlow<()>,
+    ) -> Result<(Generation, Reply)> {
+        let mut opts = sapient_tokenizers::RenderOptions::default();
+        if let Some(t) = cfg.thinking {
+            opts.extra.insert("enable_thinking".into(), t.into());
+        }
+        let (prompt, style) = self.render_chat_tools(messages, &tools.functions, opts)?;
+        let mut cfg = cfg.clone();
+        let calls = tools.choice != Choice::None;
+        if calls || cfg.constraint.is_none() {
+            let g = style.constraint(&tools.functions, &tools.choice, tools.parallel, sapient_sample::JsonOptions::default());
+            if let Some(g) = g.map_err(sapient_sample::Error::from)? {
+                cfg.constraint = Some(Arc::new(g));
+            }
+        }
+        if style.keeps_special_tokens(calls) {
+            cfg.skip_special_tokens = false;
+        }
+        let mut parser = OutputParser::new(Some(crate::chat::think::prompt_opens(&prompt)), style.format, calls);
+        let mut reply = Reply::default();
+        let mut each = |pieces: Vec<Piece>, reply: &mut Reply| {
+            let mut flow = ControlFlow::Continue(());
+            for p in &pieces {
+                reply.push(p);
+                if flow.is_continue() {
+                    flow = on_piece(p);
+                }
+            }
+            flow
+        };
+        let ids = self.tokenizer.encode(&prompt, false)?;
+        let g = self.run(ids, &cfg, |text| each(parser.push(text), &mut reply))?;
+        let _ = each(parser.finish(), &mut reply);
+        Ok((g, reply))
     }
 
     /// Stream a raw-prompt completion; the work runs on its own thread, and dropping the

@@ -10,6 +10,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use sapient_generate::chat::{PastCall, ToolStyle};
 use sapient_generate::{Event, Generation, GenerationConfig, Grammar, Message, RequestHandle, SamplerConfig, TokenLogprob};
 use sapient_sample::{Expr, JsonOptions};
 use serde::Deserialize;
@@ -225,9 +226,9 @@ fn content_text(c: Option<&Value>, i: usize) -> Result<String, ApiError> {
     }
 }
 
-/// OpenAI messages to the template's messages. With `native` the template renders tool calls
-/// and tool results itself (Qwen2.5); otherwise they become text in the Qwen format.
-fn to_messages(msgs: &[InMessage], native: bool) -> Result<Vec<Message>, ApiError> {
+/// OpenAI messages to the template's messages, earlier tool calls and results as `style`
+/// renders them.
+fn to_messages(msgs: &[InMessage], style: ToolStyle) -> Result<Vec<Message>, ApiError> {
     let mut out: Vec<Message> = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
         let text = content_text(m.content.as_ref(), i)?;
@@ -245,51 +246,16 @@ fn to_messages(msgs: &[InMessage], native: bool) -> Result<Vec<Message>, ApiErro
                 for (j, c) in m.tool_calls.iter().flatten().enumerate() {
                     let f = c.get("function").ok_or_else(|| ApiError::invalid_param(format!("messages[{i}].tool_calls[{j}]"), "a tool call needs 'function'"))?;
                     let name = f.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
-                    let args = match f.get("arguments") {
+                    let arguments = match f.get("arguments") {
                         Some(Value::String(s)) => serde_json::from_str::<Value>(s).unwrap_or(Value::String(s.clone())),
                         Some(v) => v.clone(),
                         None => json!({}),
                     };
-                    calls.push((name, args, c.get("id").cloned()));
+                    calls.push(PastCall { id: c.get("id").cloned().unwrap_or(Value::Null), name, arguments });
                 }
-                if native && !calls.is_empty() {
-                    let mut msg = Message::assistant(text);
-                    let list: Vec<Value> = calls
-                        .iter()
-                        .map(|(n, a, id)| json!({"id": id, "type": "function", "function": {"name": n, "arguments": a}}))
-                        .collect();
-                    msg.extra.insert("tool_calls".into(), Value::Array(list));
-                    out.push(msg);
-                } else {
-                    let mut s = text;
-                    for (n, a, _) in &calls {
-                        if !s.is_empty() {
-                            s.push('\n');
-                        }
-                        s.push_str(&format!("{}\n{}\n{}", tools::OPEN, json!({"name": n, "arguments": a}), tools::CLOSE));
-                    }
-                    out.push(Message::assistant(s));
-                }
+                out.push(style.assistant(text, &calls));
             }
-            "tool" => {
-                if native {
-                    let mut msg = Message::new("tool", text);
-                    if let Some(id) = &m.tool_call_id {
-                        msg.extra.insert("tool_call_id".into(), json!(id));
-                    }
-                    out.push(msg);
-                } else {
-                    let block = format!("<tool_response>\n{text}\n</tool_response>");
-                    // Consecutive results share one user turn, as Qwen2.5's template does.
-                    match out.last_mut() {
-                        Some(last) if last.role == "user" && last.content.ends_with("</tool_response>") => {
-                            last.content.push('\n');
-                            last.content.push_str(&block);
-                        }
-                        _ => out.push(Message::user(block)),
-                    }
-                }
-            }
+            "tool" => style.push_result(&mut out, m.tool_call_id.as_deref(), &text),
             other => {
                 return Err(ApiError::invalid_param(format!("messages[{i}].role"), format!("unknown role '{other}' (system, developer, user, assistant, tool)")))
             }
@@ -341,8 +307,8 @@ pub(crate) struct CheckedChat {
 
 /// Everything in a chat request that does not need the model: sampling fields (`vocab` for
 /// `logit_bias`), tools, `response_format` and the tool constraint (compiled), messages
-/// (`native`: the template renders tool calls itself).
-fn check_chat(st: &AppState, vocab: usize, native: bool, format: tools::Format, req: &ChatRequest) -> Result<CheckedChat, ApiError> {
+/// (tool calls and results in the template's `style`).
+fn check_chat(st: &AppState, vocab: usize, style: ToolStyle, req: &ChatRequest) -> Result<CheckedChat, ApiError> {
     let (mut cfg, n) = req.sampling.check(st, vocab, true)?;
     let (fns, choice) = tools::parse(req.tools.as_ref(), req.tool_choice.as_ref())?;
     // Tools offered are described in the prompt even with tool_choice none (then the
@@ -358,11 +324,10 @@ fn check_chat(st: &AppState, vocab: usize, native: bool, format: tools::Format, 
         }
         response = Some(g);
     }
-    let msgs = to_messages(&req.messages, native)?;
+    let msgs = to_messages(&req.messages, style)?;
     let grammar = match choice {
-        tools::Choice::None if use_tools && response.is_none() => Some(Grammar::new(&Expr::text_without(format.marker())).map_err(|e| tools::schema_error("tools", e))?),
-        tools::Choice::None => response,
-        _ => tools::grammar_for(format, &fns, &choice, req.parallel_tool_calls.unwrap_or(true), JsonOptions::default())?,
+        tools::Choice::None if response.is_some() => response,
+        _ => style.constraint(&fns, &choice, req.parallel_tool_calls.unwrap_or(true), JsonOptions::default()).map_err(|e| tools::schema_error("tools", e))?,
     };
     cfg.constraint = grammar.map(Arc::new);
     Ok(CheckedChat {
@@ -379,43 +344,27 @@ fn check_chat(st: &AppState, vocab: usize, native: bool, format: tools::Format, 
 
 /// A chat request checked and its prompt rendered by the model's chat template: the prompt's
 /// text, the checked request and the tool-call syntax.
-pub(crate) fn render_chat(st: &AppState, llm: &Llm, req: &ChatRequest) -> Result<(String, CheckedChat, tools::Format), ApiError> {
+pub(crate) fn render_chat(st: &AppState, llm: &Llm, req: &ChatRequest) -> Result<(String, CheckedChat, ToolStyle), ApiError> {
     let pipe = llm.engine.model();
-    let native = llm.template_tools;
-    let template = pipe
-        .tokenizer()
-        .chat_template()
-        .ok_or_else(|| ApiError::bad_request(format!("model '{}' has no chat template; use /v1/completions", llm.id)))?;
-    let format = if native { tools::Format::detect(template.source()) } else { tools::Format::Hermes };
-    let mut checked = check_chat(st, pipe.info().vocab_size, native, format, req)?;
-    let (fns, msgs) = (&checked.fns, &mut checked.msgs);
-    let mut ropts = sapient_tokenizers::RenderOptions { extra: std::mem::take(&mut checked.template_vars), ..Default::default() };
-    if !fns.is_empty() {
-        if native {
-            ropts.tools = Some(Value::Array(fns.iter().map(|f| f.definition.clone()).collect()));
-        } else {
-            let prompt = tools::system_prompt(fns);
-            match msgs.first_mut() {
-                Some(m) if m.role == "system" => {
-                    m.content = format!("{}\n\n{prompt}", m.content);
-                }
-                _ => msgs.insert(0, Message::system(prompt)),
-            }
-        }
-    }
-    let text = template.render(msgs, &ropts).map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
-    Ok((text, checked, format))
+    let Some(template) = pipe.tokenizer().chat_template() else {
+        return Err(ApiError::bad_request(format!("model '{}' has no chat template; use /v1/completions", llm.id)));
+    };
+    let style = ToolStyle::of_template(template.source());
+    let mut checked = check_chat(st, pipe.info().vocab_size, style, req)?;
+    let ropts = sapient_tokenizers::RenderOptions { extra: std::mem::take(&mut checked.template_vars), ..Default::default() };
+    let (text, _) = pipe.render_chat_tools(&checked.msgs, &checked.fns, ropts).map_err(|e| ApiError::bad_request(format!("the chat template failed: {e}")))?;
+    Ok((text, checked, style))
 }
 
 pub(crate) fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result<Prepared, ApiError> {
-    let (text, CheckedChat { mut cfg, n, stream, include_usage, tools: calls, .. }, format) = render_chat(st, llm, &req)?;
-    if calls && format == tools::Format::Mistral {
-        // Its marker is a special token: keep it in the text for the parser.
+    let (text, CheckedChat { mut cfg, n, stream, include_usage, tools: calls, .. }, style) = render_chat(st, llm, &req)?;
+    if style.keeps_special_tokens(calls) {
+        // Markers that are special tokens stay in the text for the parser.
         cfg.skip_special_tokens = false;
     }
     let ids = llm.engine.model().tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let opened = sapient_generate::chat::think::prompt_opens(&text);
-    Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls, reasoning: Some(opened), tool_format: format, slot: req.sampling.id_slot })
+    Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls, reasoning: Some(opened), tool_format: style.format, slot: req.sampling.id_slot })
 }
 
 /// A completion request's fields checked, its prompts encoded with `encode` (strings) or
@@ -476,7 +425,7 @@ pub(crate) fn check_body(st: &AppState, chat: bool, body: &[u8], vocab: usize) -
     let body = Ok(Bytes::copy_from_slice(body));
     if chat {
         let req: ChatRequest = parse_body(st, &HeaderMap::new(), body)?;
-        check_chat(st, vocab, false, tools::Format::Hermes, &req).map(drop)
+        check_chat(st, vocab, ToolStyle { native: false, format: tools::Format::Hermes }, &req).map(drop)
     } else {
         let req: CompletionRequest = parse_body(st, &HeaderMap::new(), body)?;
         check_completion(st, vocab, &req, &|s: &str| Ok(s.bytes().map(u32::from).collect())).map(drop)

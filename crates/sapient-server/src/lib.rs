@@ -112,8 +112,6 @@ pub struct Llm {
     /// Requests (choices) submitted and not yet answered.
     pub(crate) in_flight: AtomicUsize,
     pub(crate) created: u64,
-    /// The chat template renders `tools` itself (otherwise they go in the system prompt).
-    pub(crate) template_tools: bool,
     /// Every token's bytes, made on the first request for logprobs.
     pub(crate) token_bytes: std::sync::OnceLock<Vec<Vec<u8>>>,
     /// Conversation slots (`id_slot`), each an engine session.
@@ -122,18 +120,12 @@ pub struct Llm {
 
 impl Llm {
     pub fn new(id: impl Into<String>, engine: sapient_generate::Engine) -> Self {
-        let template_tools = engine
-            .model()
-            .tokenizer()
-            .chat_template()
-            .is_some_and(|t| t.source().contains("tools") && t.source().contains("tool_call"));
         Self {
             id: id.into(),
             engine,
             stats: Default::default(),
             in_flight: AtomicUsize::new(0),
             created: unix_now(),
-            template_tools,
             token_bytes: std::sync::OnceLock::new(),
             slots: Default::default(),
         }

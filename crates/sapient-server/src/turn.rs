@@ -10,7 +10,7 @@ use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use sapient_generate::chat::think;
+use sapient_generate::chat::OutputParser;
 use sapient_generate::{Event, FinishReason, Generation, GenerationConfig, RequestHandle};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -63,9 +63,8 @@ impl Drop for InFlight {
 /// Per choice: its parser and what it has said.
 pub(crate) struct ChoiceState {
     pub(crate) format: tools::Format,
-    pub(crate) thinking: Option<think::Splitter>,
+    pub(crate) parser: OutputParser,
     pub(crate) reasoning: String,
-    pub(crate) parser: Option<tools::Parser>,
     pub(crate) call_ids: Vec<String>,
     pub(crate) content: String,
     pub(crate) calls: Vec<(String, String, String)>,
@@ -80,9 +79,8 @@ impl ChoiceState {
     pub(crate) fn new(tools: bool, reasoning: Option<bool>, format: tools::Format) -> Self {
         Self {
             format,
-            thinking: reasoning.map(think::Splitter::new),
+            parser: OutputParser::new(reasoning, format, tools),
             reasoning: String::new(),
-            parser: tools.then(|| tools::Parser::for_format(format)),
             call_ids: vec![],
             content: String::new(),
             calls: vec![],
@@ -94,32 +92,10 @@ impl ChoiceState {
     }
     /// Split a piece of generated text into reasoning, content and call pieces.
     pub(crate) fn pieces(&mut self, text: &str) -> Vec<Piece> {
-        let parts = match &mut self.thinking {
-            Some(s) => s.push(text),
-            None => vec![think::Part::Content(text.to_string())],
-        };
-        self.after_reasoning(parts, false)
+        self.parser.push(text)
     }
     pub(crate) fn finish_pieces(&mut self) -> Vec<Piece> {
-        let parts = self.thinking.as_mut().map(|s| s.finish()).unwrap_or_default();
-        self.after_reasoning(parts, true)
-    }
-    /// The answer's text through the tool-call parser; reasoning as it is.
-    fn after_reasoning(&mut self, parts: Vec<think::Part>, end: bool) -> Vec<Piece> {
-        let mut out = Vec::new();
-        for p in parts {
-            match p {
-                think::Part::Reasoning(r) => out.push(Piece::Reasoning(r)),
-                think::Part::Content(c) => match &mut self.parser {
-                    Some(p) => out.extend(p.push(&c)),
-                    None => out.push(Piece::Content(c)),
-                },
-            }
-        }
-        if end {
-            out.extend(self.parser.as_mut().map(|p| p.finish()).unwrap_or_default());
-        }
-        out
+        self.parser.finish()
     }
     /// Keep the pieces (for the whole answer) and give their ids to new calls.
     pub(crate) fn record(&mut self, pieces: &[Piece]) {
@@ -128,7 +104,7 @@ impl ChoiceState {
                 Piece::Content(c) => self.content.push_str(c),
                 Piece::Reasoning(r) => self.reasoning.push_str(r),
                 Piece::CallStart { name, .. } => {
-                    let id = self.format.call_id();
+                    let id = self.format.call_id(&crate::new_id("call_"));
                     self.call_ids.push(id.clone());
                     self.calls.push((id, name.clone(), String::new()));
                 }

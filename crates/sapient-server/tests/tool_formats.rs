@@ -1,6 +1,6 @@
-//! Tool calls in the Llama 3 and Mistral syntaxes: SmolLM2's weights under Llama 3.2's and
-//! Mistral's own chat templates (tests/data/tokenizers/templates), so the server picks each
-//! family's format from the template. A required call comes back as OpenAI `tool_calls`,
+//! Tool calls in the Llama 3, Mistral and gpt-oss (harmony) syntaxes: SmolLM2's weights under
+//! Llama 3.2's, Mistral's and gpt-oss's own chat templates (tests/data/tokenizers/templates),
+//! so the server picks each family's format from the template. A required call comes back as OpenAI `tool_calls`,
 //! whole and streamed (the arguments in pieces as they are generated), with arguments that
 //! follow the schema; the call and its result go
 //! back through the template (Mistral's checks its nine-character call ids) to a final
@@ -99,7 +99,35 @@ async fn round_trip(file: &str, id_len: Option<usize>) -> Result<()> {
 async fn llama3_and_mistral_tool_calls() -> Result<()> {
     tokio::time::timeout(Duration::from_secs(240), async {
         round_trip("llama3.2.jinja", None).await?;
-        round_trip("mistral-v3.jinja", Some(9)).await
+        round_trip("mistral-v3.jinja", Some(9)).await?;
+        round_trip("gpt-oss.jinja", None).await
     })
     .await?
+}
+
+/// gpt-oss's channels: the analysis channel comes back as `reasoning_content`, the final one
+/// as `content`, whole and streamed (the output forced by a grammar, since SmolLM2 does not
+/// write harmony by itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harmony_channels() -> Result<()> {
+    let pipe = with_template("gpt-oss.jinja")?;
+    let s = start_with(&pipe, ServerOptions::default()).await?;
+    let forced = r#"root ::= "<|channel|>analysis<|message|>The user greets me.<|end|><|start|>assistant<|channel|>final<|message|>Hello there!""#;
+    let req = json!({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "grammar": forced, "max_tokens": 64, "temperature": 0});
+    let r = post(s.addr, "/v1/chat/completions", &req).await?;
+    ensure!(r.status == 200, "{}", r.text());
+    let v = r.json()?;
+    let m = &v["choices"][0]["message"];
+    ensure!(m["reasoning_content"] == "The user greets me." && m["content"] == "Hello there!" && m["tool_calls"].is_null(), "{v}");
+    let mut sreq = req.clone();
+    sreq["stream"] = json!(true);
+    let events = post(s.addr, "/v1/chat/completions", &sreq).await?.events();
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for e in &events[..events.len().saturating_sub(1)] {
+        let c: Value = serde_json::from_str(e)?;
+        reasoning.push_str(c["choices"][0]["delta"]["reasoning_content"].as_str().unwrap_or_default());
+        content.push_str(c["choices"][0]["delta"]["content"].as_str().unwrap_or_default());
+    }
+    ensure!(reasoning == "The user greets me." && content == "Hello there!", "streamed {reasoning:?} {content:?}");
+    Ok(())
 }
