@@ -15,6 +15,8 @@ import os
 import subprocess
 import sys
 
+import logits_tool
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
 GREEDY = 16
 
@@ -25,17 +27,8 @@ def references(tool, out, arch):
                    check=True, cwd=ROOT)
     ids_file = os.path.join(out, arch + '.ids')
     ids = [[int(t) for t in l.split(',')] for l in open(ids_file).read().split('\n') if l]
-    lines = subprocess.run([tool, gguf, ids_file, '10', str(GREEDY)], check=True, capture_output=True,
-                           text=True).stdout.splitlines()
-    top = [[] for _ in ids]
-    gen = [[] for _ in ids]
-    for l in lines:
-        parts = l.split()
-        s = int(parts[0])
-        if parts[1] == 'gen':
-            gen[s] = [int(t) for t in parts[2:]]
-        else:
-            top[s].append([[int(x.split(':')[0]), float(x.split(':')[1])] for x in parts[2:]])
+    top, gen = logits_tool.parse(subprocess.run([tool, gguf, ids_file, '10', str(GREEDY)], check=True,
+                                                capture_output=True, text=True).stdout, len(ids))
     for s, p in enumerate(ids):
         assert len(top[s]) == len(p), (arch, s, len(top[s]), len(p))
     name = arch.replace('-', '_') + '_synthetic.json'

@@ -21,6 +21,8 @@ import os
 import subprocess
 import sys
 
+import logits_tool
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 TMP = os.path.join(ROOT, 'target', 'tmp')
 
@@ -29,15 +31,7 @@ def run_tool(tool, gguf, lines, k, n):
     f = os.path.join(TMP, 'qwen35-synthetic-run.txt')
     open(f, 'w').write(''.join(','.join(map(str, l)) + '\n' for l in lines))
     out = subprocess.run([tool, gguf, f, str(k), str(n)], check=True, capture_output=True, text=True).stdout
-    top, gen = [[] for _ in lines], [[] for _ in lines]
-    for l in out.splitlines():
-        parts = l.split()
-        s = int(parts[0])
-        if parts[1] == 'gen':
-            gen[s] = [int(t) for t in parts[2:]]
-        else:
-            top[s].append([[int(x.split(':')[0]), float(x.split(':')[1])] for x in parts[2:]])
-    return top, gen
+    return logits_tool.parse(out, len(lines))
 
 
 def main():

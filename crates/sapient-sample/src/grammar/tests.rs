@@ -258,20 +258,7 @@ fn aliased_key_states_mask_like_the_walk() {
     let schema = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}, "ab": {"type": "integer"}, "abc": {"type": "string"}}});
     let g = Grammar::json_schema(&schema).unwrap();
     assert!(g.dfas.iter().any(|d| d.alias.is_some()), "the extra keys' automaton is a product with an alias");
-    let mut rand = xorshift(0x9e37_79b9_7f4a_7c15);
-    for _ in 0..200 {
-        let mut st = g.start();
-        for _ in 0..20 {
-            let m = idx.mask(&g, &st).unwrap();
-            assert_eq!(m, idx.mask_by_walk(&g, &st).unwrap(), "state {st:?}");
-            let allowed: Vec<u32> = m.iter().filter(|&t| t != 0).collect();
-            if allowed.is_empty() {
-                break;
-            }
-            let t = allowed[rand(allowed.len())];
-            st = g.advance_bytes(&st, words[t as usize].as_bytes()).unwrap().unwrap();
-        }
-    }
+    masks_along_random_walks_equal_the_walk(&g, &idx, &words, 0x9e37_79b9_7f4a_7c15, 200, 20, "");
 }
 
 /// A string pattern searched anywhere is any text once found: those states take the token
@@ -289,20 +276,7 @@ fn found_pattern_states_mask_like_the_walk() {
     let g = Grammar::json_schema(&schema).unwrap();
     let aliased = g.dfas.iter().filter_map(|d| d.alias.as_ref()).map(|a| a.base_of.iter().filter(|&&b| b != crate::dfa::DEAD).count()).sum::<usize>();
     assert!(aliased > 0, "the pattern's automaton has states aliased to any text");
-    let mut rand = xorshift(0x2545_f491_4f6c_dd1d);
-    for _ in 0..200 {
-        let mut st = g.start();
-        for _ in 0..20 {
-            let m = idx.mask(&g, &st).unwrap();
-            assert_eq!(m, idx.mask_by_walk(&g, &st).unwrap(), "state {st:?}");
-            let allowed: Vec<u32> = m.iter().filter(|&t| t != 0).collect();
-            if allowed.is_empty() {
-                break;
-            }
-            let t = allowed[rand(allowed.len())];
-            st = g.advance_bytes(&st, words[t as usize].as_bytes()).unwrap().unwrap();
-        }
-    }
+    masks_along_random_walks_equal_the_walk(&g, &idx, &words, 0x2545_f491_4f6c_dd1d, 200, 20, "");
 }
 
 /// Length-bounded strings take their token sets from the tokens sorted by how many
@@ -325,26 +299,32 @@ fn bounded_string_masks_equal_the_walk() {
         let schema = serde_json::json!({"type": "object", "properties": {"s": s, "t": s}, "required": ["s"], "additionalProperties": false});
         let g = Grammar::json_schema(&schema).unwrap();
         assert!(g.dfas.iter().any(|d| d.counted.is_some()), "{lo}..{hi:?}: the bounded string is built as counted");
-        let mut rand = xorshift(0x2545_f491_4f6c_dd1d);
-        let mut done = 0;
-        for _ in 0..150 {
-            let mut st = g.start();
-            for _ in 0..24 {
-                let m = idx.mask(&g, &st).unwrap();
-                assert_eq!(m, idx.mask_by_walk(&g, &st).unwrap(), "{lo}..{hi:?}: state {st:?}");
-                if g.is_accepting(&st) {
-                    done += 1;
-                }
-                let allowed: Vec<u32> = m.iter().filter(|&t| t != 0).collect();
-                if allowed.is_empty() {
-                    break;
-                }
-                let t = allowed[rand(allowed.len())];
-                st = g.advance_bytes(&st, words[t as usize].as_bytes()).unwrap().unwrap();
-            }
-        }
+        let done = masks_along_random_walks_equal_the_walk(&g, &idx, &words, 0x2545_f491_4f6c_dd1d, 150, 24, &format!("{lo}..{hi:?}: "));
         assert!(done > 10, "{lo}..{hi:?}: {done} walks finished a document");
     }
+}
+
+/// Random walks of `walks` documents of up to `steps` tokens over the allowed tokens (id 0,
+/// the end, never taken), asserting at each state that the mask equals the plain walk's;
+/// returns how many states met were accepting.
+fn masks_along_random_walks_equal_the_walk(g: &Grammar, idx: &TokenIndex, words: &[&str], seed: u64, walks: usize, steps: usize, what: &str) -> usize {
+    let mut rand = xorshift(seed);
+    let mut accepting = 0;
+    for _ in 0..walks {
+        let mut st = g.start();
+        for _ in 0..steps {
+            let m = idx.mask(g, &st).unwrap();
+            assert_eq!(m, idx.mask_by_walk(g, &st).unwrap(), "{what}state {st:?}");
+            accepting += usize::from(g.is_accepting(&st));
+            let allowed: Vec<u32> = m.iter().filter(|&t| t != 0).collect();
+            if allowed.is_empty() {
+                break;
+            }
+            let t = allowed[rand(allowed.len())];
+            st = g.advance_bytes(&st, words[t as usize].as_bytes()).unwrap().unwrap();
+        }
+    }
+    accepting
 }
 
 /// A seeded pick below `n` (xorshift), for random walks over the allowed tokens.
