@@ -237,7 +237,9 @@ pub(super) unsafe fn store_tile(acc: &[[std::arch::x86_64::__m512; 2]], cols: us
     }
     super::gelu_erf_in_place(&mut v[..acc.len() * COLS]);
     for r in 0..acc.len() {
-        std::ptr::copy_nonoverlapping(v.as_ptr().add(r * COLS), out.add(r * ldo), cols);
+        let (s, o) = (v.as_ptr().add(r * COLS), out.add(r * ldo));
+        _mm512_mask_storeu_ps(o, m0, _mm512_loadu_ps(s));
+        _mm512_mask_storeu_ps(o.add(16), m1, _mm512_loadu_ps(s.add(16)));
     }
 }
 
