@@ -55,14 +55,14 @@ impl IntPanels {
         let mut w = vec![0i16; np * kp * COLS];
         let mut scale = vec![0.0f32; np * COLS];
         let mut row = vec![0.0f32; k];
-        for j in 0..n {
+        for (j, sc) in scale[..n].iter_mut().enumerate() {
             for (t, v) in row.iter_mut().enumerate() {
                 *v = get(j, t);
             }
             let amax = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let d = amax / WMAX;
             let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            scale[j] = d;
+            *sc = d;
             let (p, c) = (j / COLS, j % COLS);
             for (t, &v) in row.iter().enumerate() {
                 w[(p * kp / 2 + t / 2) * 2 * COLS + c * 2 + t % 2] = (v * id).round() as i16;
