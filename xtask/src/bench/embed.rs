@@ -39,7 +39,7 @@ pub struct Args {
     /// Threads for the references (ours uses the kernel pool: SAPIENT_THREADS, default all).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// How ours multiplies: float (the default) or q8.
+    /// How ours multiplies: float (the default), f32 or q8.
     #[arg(long, default_value = "float")]
     pub precision: String,
     #[arg(long, default_value_t = 3)]
@@ -98,8 +98,9 @@ fn time_ours(e: &Embedder, texts: &[&str], reps: usize) -> Result<f64> {
 fn options(a: &Args) -> Result<EmbedOptions> {
     let precision = match a.precision.as_str() {
         "float" => Precision::Float,
+        "f32" => Precision::F32,
         "q8" => Precision::Q8,
-        other => anyhow::bail!("--precision {other}: float or q8"),
+        other => anyhow::bail!("--precision {other}: float, f32 or q8"),
     };
     Ok(EmbedOptions { precision, ..Default::default() })
 }

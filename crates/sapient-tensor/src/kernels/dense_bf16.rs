@@ -46,6 +46,8 @@ enum Store {
     Bf16(super::ConvBf16),
     /// f32 panels for the blocked AVX-512 kernel ([`DenseMatrix::from_f32_blocked`]).
     Panels(super::dense_f32::Panels),
+    /// 13-bit integer panels for the AVX512-VNNI kernel ([`DenseMatrix::from_f32_int16`]).
+    Int(super::dense_i16::IntPanels),
 }
 
 /// A dense weight matrix `[n, k]` (PyTorch's `[out, in]` layout) prepacked for
@@ -64,6 +66,7 @@ impl std::fmt::Debug for DenseMatrix {
             Store::F16(_) => "f16 (AMX)",
             Store::Bf16(_) => "bf16",
             Store::Panels(_) => "f32 panels (AVX-512)",
+            Store::Int(_) => "13-bit x 14-bit integers (AVX512-VNNI)",
         };
         f.debug_struct("DenseMatrix").field("n", &self.n).field("k", &self.k).field("store", &kind).finish()
     }
@@ -167,6 +170,24 @@ impl DenseMatrix {
         Self { n, k, store: Store::Panels(super::dense_f32::Panels::new_f16(n, k, |r, c| w[r * k + c])) }
     }
 
+    /// From f32 values `[n, k]` as 13-bit integers (one scale per row), each product
+    /// quantizing its activations to 14 bits per block of 32 and summing with AVX512-VNNI's
+    /// 16-bit multiply-adds (twice the f32 FMA rate; the error bounds are in `dense_i16.rs`:
+    /// under 2^-13 of a row's largest weight, 2^-14 of a block's largest activation); `None`
+    /// without AVX-512 VNNI ([`super::has_avx512`]). A row gives the same bits alone as in a
+    /// batch.
+    pub fn from_f32_int16(w: &[f32], n: usize, k: usize) -> Option<Self> {
+        assert!(w.len() >= n * k, "DenseMatrix: weight is {} values, not {n} x {k}", w.len());
+        super::has_avx512().then(|| Self { n, k, store: Store::Int(super::dense_i16::IntPanels::new(n, k, |r, c| w[r * k + c])) })
+    }
+
+    /// [`from_f32_int16`](Self::from_f32_int16) of f16 values (their bits).
+    pub fn from_f16_bits_int16(w: &[u16], n: usize, k: usize) -> Option<Self> {
+        assert!(w.len() >= n * k, "DenseMatrix: weight is {} values, not {n} x {k}", w.len());
+        let get = |r: usize, c: usize| half::f16::from_bits(w[r * k + c]).to_f32();
+        super::has_avx512().then(|| Self { n, k, store: Store::Int(super::dense_i16::IntPanels::new(n, k, get)) })
+    }
+
     /// From f32 values `[n, k]` rounded to bf16, each product rounding its activations to
     /// bf16 too and summing in f32 (relative error of a product about 2^-8: for models that
     /// tolerate it, at a third of the tile work of the two-half products on AMX-BF16 and
@@ -209,6 +230,7 @@ impl DenseMatrix {
         }
         match &self.store {
             Store::Panels(p) => p.matmul(x, m, bias, gelu, out),
+            Store::Int(p) => p.matmul(x, m, bias, gelu, out),
             Store::F32(w) => {
                 super::matmul_f32(w, n, k, x, m, out);
                 if let Some(b) = bias {

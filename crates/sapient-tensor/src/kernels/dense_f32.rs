@@ -202,6 +202,16 @@ unsafe fn tile_r<E: Elem, const R: usize>(x: *const f32, k: usize, w: *const E, 
             a[1] = _mm512_fmadd_ps(v, w1, a[1]);
         }
     }
+    store_tile(&acc, cols, bias, gelu, out, ldo);
+}
+
+/// The sums of a tile of rows times one panel of 32 columns (`acc[r]`: row `r`'s two
+/// vectors) plus the bias, GELU'd when `gelu`, to `out` (rows `ldo` apart; `cols` of the
+/// 32 columns real).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn store_tile(acc: &[[std::arch::x86_64::__m512; 2]], cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
+    use std::arch::x86_64::*;
     let mask = |h: usize| -> u16 {
         let c = cols.saturating_sub(16 * h).min(16);
         ((1u32 << c) - 1) as u16
@@ -225,9 +235,11 @@ unsafe fn tile_r<E: Elem, const R: usize>(x: *const f32, k: usize, w: *const E, 
         _mm512_storeu_ps(v.as_mut_ptr().add(r * COLS), _mm512_add_ps(a[0], b0));
         _mm512_storeu_ps(v.as_mut_ptr().add(r * COLS + 16), _mm512_add_ps(a[1], b1));
     }
-    super::gelu_erf_in_place(&mut v[..R * COLS]);
-    for r in 0..R {
-        std::ptr::copy_nonoverlapping(v.as_ptr().add(r * COLS), out.add(r * ldo), cols);
+    super::gelu_erf_in_place(&mut v[..acc.len() * COLS]);
+    for r in 0..acc.len() {
+        let (s, o) = (v.as_ptr().add(r * COLS), out.add(r * ldo));
+        _mm512_mask_storeu_ps(o, m0, _mm512_loadu_ps(s));
+        _mm512_mask_storeu_ps(o.add(16), m1, _mm512_loadu_ps(s.add(16)));
     }
 }
 

@@ -48,7 +48,7 @@
 //! `options.rs` the knobs ([`KernelOptions`], passed at load), `pool.rs` the one thread pool,
 //! `memory.rs` huge pages and prefetch distances; the products by instruction set in
 //! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_k.rs` and `amx.rs`, the block formats in
-//! `quant.rs` (MXFP4, gpt-oss's expert format, in `mxfp4.rs`); dense f32/bf16 products in `dense.rs`, `dense_f32.rs` and `dense_bf16.rs`; element-wise
+//! `quant.rs` (MXFP4, gpt-oss's expert format, in `mxfp4.rs`); dense f32/bf16 products in `dense.rs`, `dense_f32.rs` and `dense_bf16.rs` (16-bit integer ones for them on AVX512-VNNI in `dense_i16.rs`); element-wise
 //! activations in `act.rs`; attention over an f16 KV cache in `attention.rs` and over an 8-bit one
 //! in `attention_q8.rs`, an encoder's full attention (f32 on AVX-512, bf16 on AVX512-BF16) in
 //! `attention_full.rs`.
@@ -74,6 +74,7 @@ mod lanes_k;
 mod dense;
 mod dense_bf16;
 mod dense_f32;
+mod dense_i16;
 mod conv_bf16;
 mod detect;
 mod dispatch;

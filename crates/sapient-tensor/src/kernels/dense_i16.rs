@@ -1,0 +1,301 @@
+//! Dense weights as 13-bit integers, multiplied by 14-bit activations with AVX512-VNNI's
+//! `vpdpwssd` (32 multiply-adds of 16-bit pairs per instruction, twice the f32 FMA rate),
+//! for encoders whose f32 or f16 weights run on CPUs without AMX-BF16.
+//!
+//! Each weight row (output column) is scaled to integers of at most 4095 in magnitude (one
+//! f32 scale per row, rounded half away from zero); each activation row to at most 8191
+//! per block of 32 inputs (one scale per block, rounded to nearest even), so an outlier
+//! costs only its block's precision. A block's 32 products sum exactly in i32
+//! (32 x 4095 x 8191 < 2^31); each block's sum is converted and multiplied by its
+//! activation scale into f32 sums, which the weight scale multiplies at the end. The error
+//! of a weight is at most half of 1/4095 of its row's largest, of an activation half of
+//! 1/8191 of its block's largest: on the sentence embedders' test sentences the
+//! similarities move by under 1e-4 from the f32 products (8-bit Q8_0 weights move them by
+//! 2e-3).
+//!
+//! Layout: weights in panels of 32 columns, `[n / 32][k / 2][32][2]` (a `vpdpwssd` B
+//! operand per 16 columns and 2 inputs), `k` padded to a multiple of 32 with zeros.
+//! Activations are quantized once per product into tiles of [`ROWS`] rows, the pair of
+//! inputs `2t, 2t + 1` of row `r` at `t * rows + r` (one broadcast per row and step), with
+//! their scales `[k / 32][rows]`. The micro-kernel keeps a tile's i32 block sums and f32
+//! sums in registers (24 vectors). Each output depends only on its own input row: a row
+//! gives the same bits alone as in any batch.
+
+use super::pool;
+use super::SendPtr;
+use std::cell::RefCell;
+
+/// Most activation rows of one micro-kernel tile (12 i32 and 12 f32 accumulators).
+pub const ROWS: usize = 6;
+/// Output columns per panel.
+const COLS: usize = 32;
+/// Inputs per activation scale.
+const BLOCK: usize = 32;
+/// Largest weight and activation integers (see the module docs).
+const WMAX: f32 = 4095.0;
+const AMAX: f32 = 8191.0;
+
+/// Dense `[n, k]` weights as integer panels (see the module docs).
+pub struct IntPanels {
+    n: usize,
+    k: usize,
+    /// `k` rounded up to a multiple of [`BLOCK`].
+    kp: usize,
+    /// `[n / 32][kp / 2][32][2]`.
+    w: Vec<i16>,
+    /// Per output column: the value of 1 in its integers (zero past `n`).
+    scale: Vec<f32>,
+}
+
+impl IntPanels {
+    /// Quantizes `get(row, col)` of an `[n, k]` matrix of f32 values.
+    pub fn new(n: usize, k: usize, get: impl Fn(usize, usize) -> f32) -> Self {
+        let kp = k.div_ceil(BLOCK) * BLOCK;
+        let np = n.div_ceil(COLS);
+        let mut w = vec![0i16; np * kp * COLS];
+        let mut scale = vec![0.0f32; np * COLS];
+        let mut row = vec![0.0f32; k];
+        for (j, sc) in scale[..n].iter_mut().enumerate() {
+            for (t, v) in row.iter_mut().enumerate() {
+                *v = get(j, t);
+            }
+            let amax = row.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let d = amax / WMAX;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            *sc = d;
+            let (p, c) = (j / COLS, j % COLS);
+            for (t, &v) in row.iter().enumerate() {
+                w[(p * kp / 2 + t / 2) * 2 * COLS + c * 2 + t % 2] = (v * id).round() as i16;
+            }
+        }
+        Self { n, k, kp, w, scale }
+    }
+
+    /// `out[m, n] = x[m, k] · wᵀ (+ bias)`, then GELU (erf form,
+    /// [`super::gelu_erf_in_place`]) when `gelu`. Needs AVX-512 with VNNI
+    /// ([`super::has_avx512`]).
+    pub fn matmul(&self, x: &[f32], m: usize, bias: Option<&[f32]>, gelu: bool, out: &mut [f32]) {
+        let (n, k, kp) = (self.n, self.k, self.kp);
+        assert!(super::has_avx512(), "IntPanels::matmul needs AVX-512 VNNI");
+        assert!(x.len() >= m * k && out.len() >= m * n, "IntPanels::matmul: input or output too short");
+        assert!(bias.is_none_or(|b| b.len() >= n), "IntPanels::matmul: bias too short");
+        if m == 0 || n == 0 {
+            return;
+        }
+        ACTS.with(|a| {
+            let (q, s) = &mut *a.borrow_mut();
+            quantize_rows(x, m, k, kp, q, s);
+            let np = n.div_ceil(COLS);
+            // Rows per slab: their integers within ~512 KB (L2), a whole number of tiles.
+            let slab = ((1usize << 18) / kp).clamp(ROWS, 64 * ROWS) / ROWS * ROWS;
+            let threads = pool::pool().threads();
+            let inline = m * n * k < 1 << 18 || threads == 1;
+            // Several chunks per thread (a descheduled thread holds up one), at least 1 panel.
+            let chunks = if inline { 1 } else { (threads * 3).min(np) };
+            let per = np.div_ceil(chunks);
+            let o = SendPtr(out.as_mut_ptr());
+            let (q, s) = (&q[..], &s[..]);
+            let job = |c: usize| {
+                let (p0, p1) = (c * per, ((c + 1) * per).min(np));
+                for s0 in (0..m).step_by(slab) {
+                    let s1 = (s0 + slab).min(m);
+                    for p in p0..p1 {
+                        let cols = (n - p * COLS).min(COLS);
+                        let b = bias.map(|b| &b[p * COLS..p * COLS + cols]);
+                        let w = &self.w[p * kp * COLS..(p + 1) * kp * COLS];
+                        let ws = &self.scale[p * COLS..(p + 1) * COLS];
+                        for r in (s0..s1).step_by(ROWS) {
+                            let rows = (s1 - r).min(ROWS);
+                            // SAFETY: AVX-512 VNNI is present (asserted); the tile of rows
+                            // r..r + rows is quantized at r * kp / 2 (pairs) and its scales at
+                            // r * kp / 32; this chunk alone writes the columns of panels
+                            // p0..p1, every row.
+                            unsafe {
+                                let xq = q.as_ptr().add(r * kp / 2);
+                                let xs = s.as_ptr().add(r * kp / BLOCK);
+                                tile(xq, xs, kp, rows, w, ws, cols, b, gelu, o.ptr().add(r * n + p * COLS), n);
+                            }
+                        }
+                    }
+                }
+            };
+            if chunks == 1 {
+                job(0);
+            } else {
+                pool::pool().run_chunks(chunks, &job);
+            }
+        });
+    }
+}
+
+thread_local! {
+    /// The caller's quantized activations (pairs of i16 as i32, in tiles) and their scales.
+    static ACTS: RefCell<(Vec<i32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// `m` rows of `k` values into tiles of [`ROWS`] rows (see the module docs), rows over the
+/// pool when there are many.
+fn quantize_rows(x: &[f32], m: usize, k: usize, kp: usize, q: &mut Vec<i32>, s: &mut Vec<f32>) {
+    q.clear();
+    q.resize(m * kp / 2, 0);
+    s.clear();
+    s.resize(m * kp / BLOCK, 0.0);
+    let (qp, sp) = (SendPtr(q.as_mut_ptr()), SendPtr(s.as_mut_ptr()));
+    let job = |tile: usize| {
+        let r0 = tile * ROWS;
+        let rows = (m - r0).min(ROWS);
+        for r in 0..rows {
+            let row = &x[(r0 + r) * k..(r0 + r + 1) * k];
+            for b in 0..kp / BLOCK {
+                let v = &row[(b * BLOCK).min(k)..((b + 1) * BLOCK).min(k)];
+                // SAFETY: the tile's pairs (r0 * kp / 2 .. (r0 + rows) * kp / 2) and scales
+                // belong to this job only; AVX-512 is present (asserted by the caller).
+                unsafe {
+                    let dst = qp.ptr().add(r0 * kp / 2 + b * BLOCK / 2 * rows + r);
+                    *sp.ptr().add(r0 * kp / BLOCK + b * rows + r) = quantize_block(v, dst, rows);
+                }
+            }
+        }
+    };
+    let tiles = m.div_ceil(ROWS);
+    if m * k < 1 << 16 || tiles == 1 {
+        (0..tiles).for_each(job);
+    } else {
+        pool::pool().run_chunks(tiles, &job);
+    }
+}
+
+/// Up to [`BLOCK`] values (zeros after them) as integers of at most [`AMAX`] in magnitude,
+/// rounded to nearest even: their 16 pairs to `dst[t * stride]`; returns the value of 1.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn quantize_block(v: &[f32], dst: *mut i32, stride: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let n = v.len().min(BLOCK);
+    let (m0, m1) = (((1u32 << n.min(16)) - 1) as u16, ((1u32 << n.saturating_sub(16)) - 1) as u16);
+    let a = _mm512_maskz_loadu_ps(m0, v.as_ptr());
+    let b = _mm512_maskz_loadu_ps(m1, v.as_ptr().add(16.min(n)));
+    let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+    let d = amax / AMAX;
+    let id = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+    let lo = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, id)));
+    let hi = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(b, id)));
+    let pairs = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+    let idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(stride as i32));
+    _mm512_i32scatter_epi32::<4>(dst as *mut _, idx, pairs);
+    d
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn quantize_block(_: &[f32], _: *mut i32, _: usize) -> f32 {
+    unreachable!("IntPanels::matmul needs AVX-512")
+}
+
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+unsafe fn tile(xq: *const i32, xs: *const f32, kp: usize, rows: usize, w: &[i16], ws: &[f32], cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
+    macro_rules! rows {
+        ($($r:literal)*) => {
+            match rows {
+                $($r => tile_r::<$r>(xq, xs, kp, w.as_ptr(), ws.as_ptr(), cols, bias, gelu, out, ldo),)*
+                _ => unreachable!("tiles have 1 to ROWS rows"),
+            }
+        };
+    }
+    rows!(1 2 3 4 5 6)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(_: *const i32, _: *const f32, _: usize, _: usize, _: &[i16], _: &[f32], _: usize, _: Option<&[f32]>, _: bool, _: *mut f32, _: usize) {
+    unreachable!("IntPanels::matmul needs AVX-512")
+}
+
+/// `R` rows of quantized activations times one panel, to `out` (rows `ldo` apart; `cols`
+/// of the 32 columns real).
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tile_r<const R: usize>(xq: *const i32, xs: *const f32, kp: usize, w: *const i16, ws: *const f32, cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for b in 0..kp / BLOCK {
+        let (xb, wb) = (xq.add(b * BLOCK / 2 * R), w.add(b * BLOCK * COLS));
+        let (w0, w1) = (_mm512_loadu_si512(wb as *const _), _mm512_loadu_si512(wb.add(COLS) as *const _));
+        let mut sum = [[_mm512_setzero_si512(); 2]; R];
+        for (r, s) in sum.iter_mut().enumerate() {
+            let a = _mm512_set1_epi32(*xb.add(r));
+            s[0] = _mm512_madd_epi16(a, w0);
+            s[1] = _mm512_madd_epi16(a, w1);
+        }
+        for t in 1..BLOCK / 2 {
+            let wt = wb.add(t * 2 * COLS);
+            let (w0, w1) = (_mm512_loadu_si512(wt as *const _), _mm512_loadu_si512(wt.add(COLS) as *const _));
+            for (r, s) in sum.iter_mut().enumerate() {
+                let a = _mm512_set1_epi32(*xb.add(t * R + r));
+                s[0] = _mm512_dpwssd_epi32(s[0], a, w0);
+                s[1] = _mm512_dpwssd_epi32(s[1], a, w1);
+            }
+        }
+        for (r, (a, s)) in acc.iter_mut().zip(&sum).enumerate() {
+            let d = _mm512_set1_ps(*xs.add(b * R + r));
+            a[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0]), d, a[0]);
+            a[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), d, a[1]);
+        }
+    }
+    let (s0, s1) = (_mm512_loadu_ps(ws), _mm512_loadu_ps(ws.add(16)));
+    for a in acc.iter_mut() {
+        a[0] = _mm512_mul_ps(a[0], s0);
+        a[1] = _mm512_mul_ps(a[1], s1);
+    }
+    super::dense_f32::store_tile(&acc, cols, bias, gelu, out, ldo);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IntPanels;
+
+    #[test]
+    fn close_to_f64_reference_rows_alone_and_gelu() {
+        if !crate::kernels::has_avx512() {
+            eprintln!("no AVX-512 VNNI here: nothing to test");
+            return;
+        }
+        // A partial panel and odd inputs; whole panels; long inputs.
+        for (n, k) in [(70usize, 83usize), (96, 64), (40, 1536)] {
+            let w: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 61.0 + (i as f32).cos() * 1e-3).collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.01 - 0.3).collect();
+            let p = IntPanels::new(n, k, |r, c| w[r * k + c]);
+            for m in [1usize, 5, 6, 7, 31, 70, 200] {
+                // An outlier every 50 values: only its block loses precision.
+                let x: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 47) as f32 - 23.0) / 17.0 + if i % 50 == 7 { 40.0 } else { 0.0 }).collect();
+                let mut out = vec![f32::NAN; m * n];
+                p.matmul(&x, m, Some(&bias), false, &mut out);
+                for i in 0..m {
+                    let xr = &x[i * k..(i + 1) * k];
+                    // Half a step of each activation's block.
+                    let dx: Vec<f64> = (0..k).map(|t| xr[t / 32 * 32..(t / 32 * 32 + 32).min(k)].iter().fold(0.0f64, |a, v| a.max(v.abs() as f64)) / 8191.0 / 2.0).collect();
+                    for j in 0..n {
+                        let wr = &w[j * k..(j + 1) * k];
+                        let dw = wr.iter().fold(0.0f64, |a, v| a.max(v.abs() as f64)) / 4095.0 / 2.0;
+                        let r: f64 = (0..k).map(|t| xr[t] as f64 * wr[t] as f64).sum::<f64>() + bias[j] as f64;
+                        let scale: f64 = (0..k).map(|t| (xr[t] as f64 * wr[t] as f64).abs()).sum();
+                        // The rounding of the integers, bounded term by term, and f32 sums.
+                        let bound: f64 = (0..k).map(|t| xr[t].abs() as f64 * dw + wr[t].abs() as f64 * dx[t] + dx[t] * dw).sum::<f64>() + 1e-6 * scale + 1e-6;
+                        let err = (out[i * n + j] as f64 - r).abs();
+                        assert!(err <= bound, "n={n} k={k} m={m} ({i},{j}): {} vs {r}, bound {bound}", out[i * n + j]);
+                    }
+                }
+                let mut g = vec![0.0f32; m * n];
+                p.matmul(&x, m, Some(&bias), true, &mut g);
+                let mut want = out.clone();
+                crate::kernels::gelu_erf_in_place(&mut want);
+                assert_eq!(g, want, "n={n} k={k} m={m}: GELU in the product differs from GELU after it");
+                let mut one = vec![0.0f32; n];
+                p.matmul(&x[(m - 1) * k..], 1, Some(&bias), false, &mut one);
+                assert_eq!(one, out[(m - 1) * n..], "n={n} k={k} m={m}: the last row alone differs");
+            }
+        }
+    }
+}
