@@ -212,6 +212,8 @@ unsafe fn tile_r<E: Elem, const R: usize>(x: *const f32, k: usize, w: *const E, 
 #[inline(always)]
 pub(super) unsafe fn store_tile(acc: &[[std::arch::x86_64::__m512; 2]], cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
     use std::arch::x86_64::*;
+    // The GELU buffer below holds at most this kernel's tile.
+    debug_assert!(acc.len() <= ROWS, "a tile of {} rows", acc.len());
     let mask = |h: usize| -> u16 {
         let c = cols.saturating_sub(16 * h).min(16);
         ((1u32 << c) - 1) as u16
