@@ -42,7 +42,7 @@ pub struct ListenArgs {
 pub fn run(args: ListenArgs) -> Result<()> {
     let mode: StreamMode = args.stream_mode.parse()?;
     let load = match args.quant.as_str() {
-        "none" | "f32" => sapient_whisper::LoadOptions::default(),
+        "none" | "f32" => sapient_whisper::LoadOptions::f32(),
         "q8_0" => sapient_whisper::LoadOptions::quantized(candle_core::quantized::GgmlDType::Q8_0),
         other => anyhow::bail!("--quant {other}: expected none or q8_0"),
     };

@@ -39,10 +39,12 @@ pub struct TranscribeArgs {
     #[arg(long)]
     initial_prompt: Option<String>,
     /// Quantize the encoder's and decoder's matrices at load: q8_0 (int8 products, the
-    /// counterpart of faster-whisper's int8) or none (f32).
-    #[arg(long, default_value = "none")]
+    /// counterpart of faster-whisper's int8; about 2.5x faster than f32 at the same word
+    /// errors) or none (f32).
+    #[arg(long, default_value = "q8_0")]
     quant: String,
-    /// Quantize only the decoder (and output projection) at load: q8_0 or none.
+    /// With `--quant none`: quantize only the decoder (and output projection) at load, q8_0
+    /// or none.
     #[arg(long, default_value = "none")]
     decoder_quant: String,
     /// Seed of the sampler used by the temperature fallback.
@@ -96,7 +98,7 @@ pub fn run(args: TranscribeArgs) -> Result<()> {
     let load = sapient_whisper::LoadOptions {
         quantize_encoder: all,
         quantize_decoder: all.or(quant("decoder-quant", &args.decoder_quant)?),
-        ..Default::default()
+        ..sapient_whisper::LoadOptions::f32()
     };
     let mut t = Transcriber::load_with(&args.model, &candle_core::Device::Cpu, load, &mut |p| bars.update(p))
         .with_context(|| format!("loading {}", args.model))?;

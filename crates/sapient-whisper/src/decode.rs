@@ -683,7 +683,7 @@ impl<'a> Search<'a> {
                 } else {
                     // the first of the largest (token 0 where every logit is -inf or NaN,
                     // which the filters never leave)
-                    sapient_sample::argmax(row).map_or(0, |t| t as usize)
+                    first_max(row)
                 };
                 self.sum_logprobs[j] += row[t] - lse;
                 seq.push(t as u32);
@@ -771,6 +771,18 @@ impl<'a> Search<'a> {
     }
 }
 
+/// The index of the first largest value of `row` (0 where every value is `-inf` or NaN: NaN
+/// compares false and is never taken).
+fn first_max(row: &[f32]) -> usize {
+    let mut best = (0, f32::NEG_INFINITY);
+    for (i, &v) in row.iter().enumerate() {
+        if v > best.1 {
+            best = (i, v);
+        }
+    }
+    best.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::{logsumexp, loop_start, max_value};
@@ -822,3 +834,4 @@ mod tests {
         assert_eq!(loop_start(&[]), None);
     }
 }
+

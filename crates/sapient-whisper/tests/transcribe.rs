@@ -17,7 +17,10 @@ const WER_BOUND_BASE: f64 = 0.03;
 
 fn tiny() -> &'static Transcriber {
     static T: OnceLock<Transcriber> = OnceLock::new();
-    T.get_or_init(|| Transcriber::from_pretrained("whisper-tiny.en").expect("load whisper-tiny.en"))
+    T.get_or_init(|| {
+        // f32 (the checkpoint's own matrices): the reference the Q8_0 tests compare with
+        Transcriber::load_with("whisper-tiny.en", &candle_core::Device::Cpu, sapient_whisper::LoadOptions::f32(), &mut |_| {}).expect("load whisper-tiny.en")
+    })
 }
 
 fn check_segments(r: &Transcript) {
@@ -146,7 +149,7 @@ fn sampling_is_seeded_and_fallback_thresholds_apply() -> Result<()> {
 #[test]
 fn q8_0_decoder_keeps_the_transcripts() -> Result<()> {
     // decoder matrices and output projection quantized at load (sapient-tensor's kernels)
-    let load = sapient_whisper::LoadOptions { quantize_decoder: Some(candle_core::quantized::GgmlDType::Q8_0), ..Default::default() };
+    let load = sapient_whisper::LoadOptions { quantize_decoder: Some(candle_core::quantized::GgmlDType::Q8_0), ..sapient_whisper::LoadOptions::f32() };
     let q = Transcriber::load_with("whisper-tiny.en", &candle_core::Device::Cpu, load, &mut |_| {})?;
     let wer = wer_over_clips(&q, &TranscribeOptions::default())?;
     // tiny.en has near-ties that the f32 model's own rounding decides: on the Zen 4 VM of

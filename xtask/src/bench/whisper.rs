@@ -72,12 +72,12 @@ pub fn peak_rss_kb() -> u64 {
         .unwrap_or(0)
 }
 
-fn load_options(variant: &str) -> Result<sapient_whisper::LoadOptions> {
+pub(crate) fn load_options(variant: &str) -> Result<sapient_whisper::LoadOptions> {
     let q = Some(candle_core::quantized::GgmlDType::Q8_0);
     Ok(match variant {
-        "f32" => sapient_whisper::LoadOptions::default(),
-        "q8_0" => sapient_whisper::LoadOptions { quantize_decoder: q, quantize_encoder: q, ..Default::default() },
-        "q8_0-decoder" => sapient_whisper::LoadOptions { quantize_decoder: q, ..Default::default() },
+        "f32" => sapient_whisper::LoadOptions::f32(),
+        "q8_0" => sapient_whisper::LoadOptions::quantized(candle_core::quantized::GgmlDType::Q8_0),
+        "q8_0-decoder" => sapient_whisper::LoadOptions { quantize_decoder: q, ..sapient_whisper::LoadOptions::f32() },
         other => anyhow::bail!("--variants {other}: expected f32, q8_0 or q8_0-decoder"),
     })
 }

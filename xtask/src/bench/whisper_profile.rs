@@ -3,9 +3,9 @@
 //! apart), and a whole window greedy / beam 5 (no reference; `cargo xtask bench whisper`
 //! compares with faster-whisper).
 
-use candle_core::{quantized::GgmlDType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use sapient_whisper::model::KvCache;
-use sapient_whisper::{decode, LoadOptions, Transcriber};
+use sapient_whisper::{decode, Transcriber};
 use std::time::Instant;
 
 fn best<T>(n: usize, mut f: impl FnMut() -> T) -> (f64, T) {
@@ -32,19 +32,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let (model, variant) = (a.model.as_str(), a.variant.as_str());
-    let load = match variant {
-        "f32" => LoadOptions::default(),
-        "q8_0" => LoadOptions {
-            quantize_decoder: Some(GgmlDType::Q8_0),
-            quantize_encoder: Some(GgmlDType::Q8_0),
-            ..Default::default()
-        },
-        "q8_0-decoder" => LoadOptions {
-            quantize_decoder: Some(GgmlDType::Q8_0),
-            ..Default::default()
-        },
-        v => anyhow::bail!("unknown variant {v} (f32, q8_0, q8_0-decoder)"),
-    };
+    let load = super::whisper::load_options(variant)?;
     let t = Transcriber::load_with(model, &Device::Cpu, load, &mut |_| {})?;
     let hub = sapient_hub::Hub::new()?;
     let clips = hub.fetch_preset("speech-librivox", &mut |_| {})?;
