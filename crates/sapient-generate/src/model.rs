@@ -2,7 +2,7 @@
 //! the [`Engine`](crate::Engine) and each request's decoder.
 
 use crate::{Error, Result};
-use sapient_llama::LlamaModel;
+use sapient_llama::{BatchSeq, KvCache, KvOptions, LlamaModel};
 use sapient_sample::TokenIndex;
 use sapient_tokenizers::{Message, RenderOptions, Tokenizer};
 use std::path::PathBuf;
@@ -20,8 +20,42 @@ pub struct ModelInfo {
     pub has_chat_template: bool,
 }
 
+/// What the engine and the pipeline ask of a model's forward pass: the seam between deciding
+/// what runs (the scheduler) and running it. [`LlamaModel`] is the implementation; the
+/// engine's tests drive the scheduler with a fake one (no weights).
+pub(crate) trait Forward: Send {
+    /// A KV cache shaped for this model.
+    fn new_kv_cache(&self, opts: KvOptions) -> sapient_llama::Result<KvCache>;
+    /// One batched forward into slots the caller reserved (the caller sets the lengths).
+    fn forward_reserved(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> sapient_llama::Result<usize>;
+    /// One batched forward that reserves its own slots and sets the lengths (a draft model).
+    fn forward_batch(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> sapient_llama::Result<usize>;
+    /// Compute only these logits (a draft's reduced output layer); `None`: all again.
+    fn restrict_logits(&mut self, keep: Option<(usize, &[u32])>) -> sapient_llama::Result<bool>;
+    /// Forget any cache the model keeps itself.
+    fn clear_cache(&mut self);
+}
+
+impl Forward for LlamaModel {
+    fn new_kv_cache(&self, opts: KvOptions) -> sapient_llama::Result<KvCache> {
+        LlamaModel::new_kv_cache(self, opts)
+    }
+    fn forward_reserved(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> sapient_llama::Result<usize> {
+        LlamaModel::forward_reserved(self, kv, batch, out)
+    }
+    fn forward_batch(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> sapient_llama::Result<usize> {
+        LlamaModel::forward_batch(self, kv, batch, out)
+    }
+    fn restrict_logits(&mut self, keep: Option<(usize, &[u32])>) -> sapient_llama::Result<bool> {
+        LlamaModel::restrict_logits(self, keep)
+    }
+    fn clear_cache(&mut self) {
+        LlamaModel::clear_cache(self)
+    }
+}
+
 pub(crate) struct Inner {
-    pub(crate) model: LlamaModel,
+    pub(crate) model: Box<dyn Forward>,
 }
 
 /// A loaded language model with its tokenizer (what a [`Pipeline`](crate::Pipeline) derefs
@@ -37,6 +71,11 @@ pub struct Model {
 
 impl Model {
     pub(crate) fn new(model: LlamaModel, tokenizer: Tokenizer, info: ModelInfo) -> Self {
+        Self::with_forward(Box::new(model), tokenizer, info)
+    }
+
+    /// A model whose forward pass is `model` (the engine's tests give a fake one).
+    pub(crate) fn with_forward(model: Box<dyn Forward>, tokenizer: Tokenizer, info: ModelInfo) -> Self {
         Self {
             tokenizer,
             info: Arc::new(info),

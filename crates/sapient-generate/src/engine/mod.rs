@@ -60,6 +60,8 @@ mod draft;
 mod saved;
 mod scheduler;
 mod step;
+#[cfg(test)]
+mod tests;
 
 /// How an [`Engine`] schedules and how much memory it takes.
 #[derive(Debug, Clone)]

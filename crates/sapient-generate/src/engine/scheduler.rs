@@ -251,6 +251,17 @@ impl Scheduler {
     fn admit(&mut self) {
         // Headroom: every running sequence may need a new block in the next step.
         let headroom = self.running.len();
+        // Blocks that admitted sequences still need for the tokens they have not fed yet (a
+        // prompt or a preempted sequence's recomputation, from an earlier step or admitted a
+        // moment ago in this loop): they
+        // are promised, so a new sequence that needs them too waits rather than being
+        // preempted as soon as the promised prompts are fed.
+        let mut owed: usize = self
+            .running
+            .iter()
+            .filter(|a| a.kv_tokens.len() > a.computed + 1)
+            .map(|a| self.blocks_for(a.kv_tokens.len() + 1).saturating_sub(self.blocks_for(a.computed)))
+            .sum();
         while self.running.len() < self.opts.max_seqs {
             let resume = !self.preempted.is_empty();
             let tokens_needed = match (resume, self.waiting.front()) {
@@ -273,8 +284,8 @@ impl Scheduler {
                 continue;
             }
             // Kept session caches give way to requests that are waiting.
-            while need + headroom > self.kv.available_blocks() && self.reclaim() {}
-            if need + headroom > self.kv.available_blocks() && !self.running.is_empty() {
+            while need + headroom + owed > self.kv.available_blocks() && self.reclaim() {}
+            if need + headroom + owed > self.kv.available_blocks() && !self.running.is_empty() {
                 break;
             }
             let mut a = if resume {
@@ -319,6 +330,7 @@ impl Scheduler {
                 self.shared.cached.fetch_add(reused as u64, Ordering::Relaxed);
             }
             a.dec.started.get_or_insert_with(Instant::now);
+            owed += need.saturating_sub(self.blocks_for(reused));
             self.running.push(a);
         }
     }

@@ -54,7 +54,7 @@ impl Scheduler {
     }
 
     /// Run `plans` (see the module docs).
-    fn execute(&mut self, plans: &[Plan]) {
+    pub(super) fn execute(&mut self, plans: &[Plan]) {
         let batch: Vec<BatchSeq<'_>> = plans
             .iter()
             .filter_map(|p| {
