@@ -1,6 +1,7 @@
 //! The sampler chain's tests.
 
 use super::*;
+use crate::*;
 
 fn softmax(l: &[f32]) -> Vec<f32> {
     let m = l.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
