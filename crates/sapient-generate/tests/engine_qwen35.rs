@@ -89,9 +89,16 @@ fn hybrid_budget_holds_through_preemption() -> Result<()> {
     let qs = prompts(&p)?;
     let cfg = |_| GenerationConfig { ignore_eos: true, ..GenerationConfig::default().max_tokens(40) };
     let alone = alone(&p, &qs, cfg)?;
-    // Room for about three of these sequences at a time.
+    // Room for about three of these sequences at a time, each with its recurrent state (which
+    // takes blocks of the same budget).
+    let state = {
+        let e = Engine::new(&p, opts(4096))?;
+        e.submit(qs[0].clone(), GenerationConfig::default().max_tokens(1))?.wait()?;
+        e.metrics().kv.state_blocks * 16
+    };
+    assert!(state > 0, "a hybrid's state takes blocks of the budget");
     let longest = qs.iter().map(|q| q.len() + 40).max().unwrap_or(0);
-    let budget = 3 * longest + 16;
+    let budget = 3 * (longest + state) + 16;
     let e = Engine::new(&p, EngineOptions { prefix_cache: false, ..opts(budget) })?;
     let handles: Vec<_> = qs.iter().enumerate().map(|(i, q)| e.submit(q.clone(), cfg(i))).collect::<Result<_, _>>()?;
     for (i, h) in handles.into_iter().enumerate() {

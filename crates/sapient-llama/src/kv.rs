@@ -150,12 +150,16 @@ pub struct SeqId(u32);
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct KvUsage {
     pub total_blocks: usize,
-    /// Blocks held by at least one sequence.
+    /// Blocks held by at least one sequence (for its positions, or a hybrid model's
+    /// recurrent state).
     pub used_blocks: usize,
-    /// Blocks held by no sequence but kept for the prefix cache.
+    /// Blocks held by no sequence but kept for the prefix cache (with a hybrid model's state
+    /// snapshots).
     pub cached_blocks: usize,
     pub block_size: usize,
     pub bytes: usize,
+    /// Blocks one sequence's recurrent state holds (a hybrid model's; 0 without).
+    pub state_blocks: usize,
 }
 
 impl KvUsage {
@@ -231,6 +235,10 @@ impl KvCache {
     pub fn available_blocks(&self) -> usize {
         self.book.available_blocks()
     }
+    /// Bytes of keys and values one block holds over every layer.
+    pub(crate) fn block_bytes(&self) -> usize {
+        self.store.layers() * self.book.block_size * self.dtype().bytes_per_position(self.store.width())
+    }
     pub fn usage(&self) -> KvUsage {
         let total = self.book.total_blocks();
         KvUsage {
@@ -238,7 +246,8 @@ impl KvCache {
             used_blocks: self.book.used_blocks(),
             cached_blocks: self.book.cached_blocks(),
             block_size: self.book.block_size,
-            bytes: self.store.layers() * total * self.book.block_size * self.dtype().bytes_per_position(self.store.width()),
+            bytes: total * self.block_bytes(),
+            state_blocks: self.book.state_blocks,
         }
     }
     /// Sequences alive.

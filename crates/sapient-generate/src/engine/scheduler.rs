@@ -269,7 +269,8 @@ impl Scheduler {
                 (false, Some(r)) => r.prompt.len() + 1,
                 (false, None) => break,
             };
-            let need = self.blocks_for(tokens_needed);
+            // Its positions' blocks, and a hybrid's recurrent state's (freed when preempted).
+            let need = self.blocks_for(tokens_needed) + self.kv.seq_state_blocks();
             if need > self.kv.total_blocks() {
                 // Alone it can never fit.
                 let err = Error::TooLargeForCache { needed: tokens_needed, capacity: self.kv.capacity_tokens() };

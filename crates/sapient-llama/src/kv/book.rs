@@ -38,6 +38,9 @@ pub(super) struct Seq {
     pub(super) hashes: Vec<u64>,
     /// Positions the recurrent state has taken in (a hybrid model's; 0 without).
     pub(super) state_len: usize,
+    /// Blocks of the pool held for its recurrent state's memory (a hybrid model's: the state
+    /// counts against the same budget as keys and values; never written).
+    pub(super) charge: Vec<u32>,
 }
 
 /// Block tables, reference counts, the prefix cache and the snapshots' records of a pool of
@@ -60,6 +63,12 @@ pub(crate) struct Book {
     pub(super) stateful: bool,
     /// Chain hashes with a state snapshot, oldest first (`state.rs`).
     pub(super) snapshots: VecDeque<u64>,
+    /// Blocks of the pool one recurrent state takes (its bytes over a block's, rounded up):
+    /// every stateful sequence and every snapshot holds that many (`Seq::charge`,
+    /// `snapshot_charge`), so the budget covers keys, values and states together.
+    pub(super) state_blocks: usize,
+    /// The blocks each snapshot holds for its memory.
+    snapshot_charge: HashMap<u64, Vec<u32>>,
     effects: Vec<Effect>,
 }
 
@@ -78,6 +87,8 @@ impl Book {
             spare_ids: Vec::new(),
             stateful: false,
             snapshots: VecDeque::new(),
+            state_blocks: 0,
+            snapshot_charge: HashMap::new(),
             effects: Vec::new(),
         }
     }
@@ -90,14 +101,21 @@ impl Book {
     pub(super) fn total_blocks(&self) -> usize {
         self.refs.len()
     }
+    /// Free blocks, and those only the prefix cache holds (cached blocks, snapshots' states).
     pub(super) fn available_blocks(&self) -> usize {
-        self.free.len() + self.lru.len()
+        self.free.len() + self.cached_blocks()
     }
+    /// Blocks sequences hold (positions, and their states' memory).
     pub(super) fn used_blocks(&self) -> usize {
-        self.refs.iter().filter(|&&r| r > 0).count()
+        self.refs.iter().filter(|&&r| r > 0).count() - self.snapshot_blocks()
     }
+    /// Blocks only the prefix cache holds: registered blocks no sequence holds, and the
+    /// memory of the snapshots' states.
     pub(super) fn cached_blocks(&self) -> usize {
-        self.lru.len()
+        self.lru.len() + self.snapshot_blocks()
+    }
+    fn snapshot_blocks(&self) -> usize {
+        self.snapshot_charge.values().map(Vec::len).sum()
     }
     pub(super) fn num_seqs(&self) -> usize {
         self.seqs.iter().filter(|s| s.is_some()).count()
@@ -134,7 +152,9 @@ impl Book {
     }
 
     pub(super) fn new_seq_with_capacity(&mut self, tokens: usize) -> SeqId {
-        let seq = Seq { blocks: Vec::with_capacity(tokens.div_ceil(self.block_size)), ..Default::default() };
+        // Its state's blocks now if the pool has them, else when it first reserves.
+        let charge = self.take_charge(self.state_blocks);
+        let seq = Seq { blocks: Vec::with_capacity(tokens.div_ceil(self.block_size)), charge, ..Default::default() };
         match self.spare_ids.pop() {
             Some(id) => {
                 self.seqs[id as usize] = Some(seq);
@@ -148,11 +168,13 @@ impl Book {
     }
 
     pub(super) fn fork(&mut self, id: SeqId) -> Result<SeqId> {
-        let s = self.seq(id)?.clone();
+        let mut s = self.seq(id)?.clone();
         for &b in &s.blocks {
             self.refs[b as usize] += 1;
         }
         let new = self.new_seq_with_capacity(0);
+        // The fork's state is its own copy, with its own blocks for it.
+        s.charge = std::mem::take(&mut self.seq_mut(new)?.charge);
         *self.seq_mut(new)? = s;
         if self.stateful {
             self.effects.push(Effect::CopyState { from: id.0, to: new.0 });
@@ -189,6 +211,9 @@ impl Book {
 
     pub(super) fn free(&mut self, id: SeqId) -> Result<()> {
         self.truncate(id, 0)?;
+        for b in std::mem::take(&mut self.seq_mut(id)?.charge) {
+            self.release(b);
+        }
         self.seqs[id.0 as usize] = None;
         self.spare_ids.push(id.0);
         if self.stateful {
@@ -234,22 +259,46 @@ impl Book {
         }
     }
 
-    /// Forget the snapshot under `h`, if there is one.
+    /// Forget the snapshot under `h`, if there is one (its blocks go back to the pool).
     pub(super) fn drop_snapshot(&mut self, h: u64) {
         if let Some(i) = self.snapshots.iter().position(|&x| x == h) {
             self.snapshots.remove(i);
             self.effects.push(Effect::DropSnapshot(h));
+            for b in self.snapshot_charge.remove(&h).unwrap_or_default() {
+                self.release(b);
+            }
         }
     }
 
-    /// A block with one reference: a free one, else the least recently used cached one.
+    /// Forget the oldest snapshot; false when there is none.
+    fn drop_oldest_snapshot(&mut self) -> bool {
+        match self.snapshots.front().copied() {
+            Some(h) => {
+                self.drop_snapshot(h);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Up to `n` blocks out of the pool for a state's memory (fewer when it has no more).
+    fn take_charge(&mut self, n: usize) -> Vec<u32> {
+        (0..n).map_while(|_| self.take_block()).collect()
+    }
+
+    /// A block with one reference: a free one, else the least recently used cached one, else
+    /// one the oldest snapshot gives back.
     fn take_block(&mut self) -> Option<u32> {
-        let b = match self.free.pop() {
-            Some(b) => b,
-            None => {
-                let (_, b) = self.lru.pop_first()?;
+        let b = loop {
+            if let Some(b) = self.free.pop() {
+                break b;
+            }
+            if let Some((_, b)) = self.lru.pop_first() {
                 self.unregister(b);
-                b
+                break b;
+            }
+            if !self.drop_oldest_snapshot() {
+                return None;
             }
         };
         self.refs[b as usize] = 1;
@@ -263,7 +312,8 @@ impl Book {
             return Ok(0);
         }
         let (first, last) = (s.len / bs, (s.len + n - 1) / bs);
-        let mut need = 0;
+        // What its state's charge still lacks (the pool was short when it was made).
+        let mut need = self.state_blocks.saturating_sub(s.charge.len());
         for bi in first..=last {
             match s.blocks.get(bi) {
                 None => need += 1,
@@ -282,6 +332,9 @@ impl Book {
         if n == 0 {
             return Ok(());
         }
+        let lacking = self.state_blocks.saturating_sub(self.seq(id)?.charge.len());
+        let more = self.take_charge(lacking);
+        self.seq_mut(id)?.charge.extend(more);
         let bs = self.block_size;
         let s = self.seq(id)?;
         let (first, last) = (s.len / bs, (s.len + n - 1) / bs);
@@ -382,15 +435,18 @@ impl Book {
         }
     }
 
-    /// Record a snapshot of `id`'s state under `h`, dropping the oldest ones so that at most
-    /// `cap` are kept.
-    pub(super) fn save_snapshot(&mut self, id: SeqId, h: u64, cap: usize) {
-        while self.snapshots.len() + 1 > cap {
-            let Some(old) = self.snapshots.pop_front() else { break };
-            self.effects.push(Effect::DropSnapshot(old));
+    /// Record a snapshot of `id`'s state under `h`, with blocks of the pool for its memory
+    /// (free ones, else the least recently used cached blocks, else the oldest snapshots');
+    /// false, and no snapshot, when even that leaves too few.
+    pub(super) fn save_snapshot(&mut self, id: SeqId, h: u64) -> bool {
+        if self.available_blocks() < self.state_blocks {
+            return false;
         }
+        let charge = self.take_charge(self.state_blocks);
+        self.snapshot_charge.insert(h, charge);
         self.snapshots.push_back(h);
         self.effects.push(Effect::SaveSnapshot { seq: id.0, hash: h });
+        true
     }
 
     /// `id`'s state becomes the snapshot under `h`, having taken in `len` positions.

@@ -9,20 +9,30 @@
 //! sequence the registered blocks up to the last one with a snapshot, and that snapshot as
 //! its state (as llama.cpp's hybrid memory and vLLM's prefix caching for Mamba layers keep
 //! state at chosen positions). A snapshot goes when its block is unregistered (evicted or
-//! written), and the oldest ones go when they would take more bytes than the KV cache's
-//! keys and values. Which snapshots exist is bookkeeping (`Book`); their values are the
-//! storage's (`HostKv`).
+//! written) or when its blocks are wanted: a state, and each snapshot of one, holds blocks of
+//! the pool for its memory (its bytes over a block's, never written), so one budget covers
+//! keys, values and states; snapshots give theirs back first when a sequence needs room.
+//! Which snapshots exist is bookkeeping (`Book`); their values are the storage's (`HostKv`).
 
 use super::book::Book;
 use super::{KvCache, KvStorage, SeqId};
 use crate::{Error, Result};
 
 impl KvCache {
-    /// Give every sequence `floats` values of recurrent state (a hybrid model's cache).
+    /// Give every sequence `floats` values of recurrent state (a hybrid model's cache). Each
+    /// sequence's state, and each snapshot of one, holds blocks of the pool for its memory
+    /// ([`seq_state_blocks`](Self::seq_state_blocks)), so the budget covers it.
     pub(crate) fn with_seq_state(mut self, floats: usize) -> Self {
         self.book.stateful = floats > 0;
         self.store.set_state_floats(floats);
+        let per_block = self.block_bytes().max(1);
+        self.book.state_blocks = (floats * std::mem::size_of::<f32>()).div_ceil(per_block);
         self
+    }
+    /// Blocks of the pool one sequence's recurrent state holds (0 without sequence state):
+    /// what a new sequence needs beside the blocks for its positions.
+    pub fn seq_state_blocks(&self) -> usize {
+        self.book.state_blocks
     }
     /// Whether sequences carry recurrent state (a hybrid model): then they cannot be
     /// truncated to a shorter non-zero length, and the prefix cache shares only blocks after
@@ -50,11 +60,10 @@ impl KvCache {
     /// Keep a copy of `id`'s recurrent state for the prefix cache, when it stands exactly at
     /// the end of the sequence's last registered block ([`commit`](Self::commit) first);
     /// returns whether it was kept. Without sequence state, or elsewhere, it does nothing.
-    /// The oldest snapshots go when they would take more bytes than the keys and values.
+    /// The snapshot holds blocks of the pool for its memory: free or least recently cached
+    /// ones, else the oldest snapshots'; false when even that leaves too few.
     pub fn snapshot_state(&mut self, id: SeqId) -> Result<bool> {
-        let bytes = self.seq_state_bytes();
-        let cap = self.usage().bytes.max(bytes).checked_div(bytes).unwrap_or(0);
-        let r = self.book.snapshot_state(id, cap);
+        let r = self.book.snapshot_state(id);
         self.sync();
         r
     }
@@ -76,8 +85,8 @@ impl Book {
         Ok(())
     }
 
-    /// [`KvCache::snapshot_state`], keeping at most `cap` snapshots.
-    fn snapshot_state(&mut self, id: SeqId, cap: usize) -> Result<bool> {
+    /// [`KvCache::snapshot_state`].
+    fn snapshot_state(&mut self, id: SeqId) -> Result<bool> {
         let bs = self.block_size;
         let s = self.seq(id)?;
         let Some(&h) = s.hashes.last() else { return Ok(false) };
@@ -87,8 +96,7 @@ impl Book {
         if self.snapshots.contains(&h) {
             return Ok(true);
         }
-        self.save_snapshot(id, h, cap);
-        Ok(true)
+        Ok(self.save_snapshot(id, h))
     }
 
     /// [`KvCache::attach_prefix`] for a cache with sequence state: the matching registered
@@ -133,7 +141,7 @@ mod tests {
     /// not finish; shared by the prefix cache only up to a block with a snapshot.
     #[test]
     fn sequence_state_forks_rolls_back_only_to_zero_and_shares_snapshots() {
-        let mut c = cache(8).with_seq_state(3);
+        let mut c = cache(16).with_seq_state(3);
         let toks: Vec<u32> = (0..10).collect();
         let a = c.new_seq();
         write(&mut c, a, &[1, 2, 3, 4, 5]);
@@ -167,5 +175,42 @@ mod tests {
         c.clear_prefix_cache();
         let g = c.new_seq();
         assert_eq!(c.attach_prefix(g, &toks).unwrap(), 0);
+    }
+
+    /// A state holds blocks of the pool for its memory (here 500 floats: two blocks of 1 KiB
+    /// of keys and values), from its sequence's start to its end, and so does each snapshot; snapshots
+    /// give theirs back when a sequence needs room, and a pool full of states refuses more
+    /// positions.
+    #[test]
+    fn states_and_snapshots_take_blocks_of_the_budget() {
+        let mut c = cache(8).with_seq_state(500);
+        assert_eq!(c.seq_state_blocks(), 2);
+        let a = c.new_seq();
+        assert_eq!(c.usage().used_blocks, 2, "a new sequence holds its state's blocks");
+        write(&mut c, a, &[1, 2, 3, 4]);
+        c.set_state_len(a, 4).unwrap();
+        assert_eq!(c.usage().used_blocks, 3);
+        let toks: Vec<u32> = (0..5).collect();
+        c.commit(a, &toks).unwrap();
+        assert!(c.snapshot_state(a).unwrap());
+        let u = c.usage();
+        assert_eq!((u.used_blocks, u.cached_blocks), (3, 2), "the snapshot holds a state's blocks too, as a cache");
+        let b = c.fork(a).unwrap();
+        assert_eq!(c.usage().used_blocks, 5, "a fork's state is its own");
+        assert_eq!(c.available_blocks(), 3, "the last free block and the snapshot's");
+        // b's next position takes the last free block; the next block it needs, the
+        // snapshot gives up.
+        write(&mut c, b, &[5]);
+        assert_eq!(c.usage().used_blocks, 6);
+        write(&mut c, b, &[6, 7, 8, 9]);
+        let u = c.usage();
+        assert_eq!((u.used_blocks, u.cached_blocks), (7, 0));
+        assert!(!c.snapshot_state(b).unwrap(), "no room for another snapshot");
+        // Nothing left to give: a full pool refuses positions.
+        assert!(matches!(c.reserve(b, 8), Err(Error::KvFull { .. })));
+        c.free(b).unwrap();
+        c.free(a).unwrap();
+        assert_eq!(c.usage().used_blocks, 0, "freed sequences give their states' blocks back");
+        assert_eq!(c.available_blocks(), 8);
     }
 }
