@@ -396,6 +396,7 @@ macro_rules! passes {
         }
     }};
 }
+pub(super) use passes;
 
 #[inline(never)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512bitalg,avx2,fma,f16c")]

@@ -71,6 +71,8 @@ mod avx512;
 mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod lanes_k;
+#[cfg(target_arch = "x86_64")]
+mod lanes_avx2;
 mod dense;
 mod dense_bf16;
 mod dense_f32;
@@ -95,7 +97,7 @@ pub use attention_q8::{quantize_q8_f16, scores_chunks_q8, values_q8, QueryQ8, Q8
 pub use attention_full::{attention_bf16, attention_f32, has_attention_bf16, has_attention_f32, FULL_HEAD_DIM};
 pub use dense::matmul_f32;
 pub use mxfp4::{dequantize_mxfp4, dot_mxfp4_q8, e8m0_to_f32_half, Mxfp4Matrix, MXFP4_BLOCK_BYTES};
-pub use detect::{has_amx, has_avx2, has_avx512, has_avx512_bf16, has_lanes, has_vnni};
+pub use detect::{has_amx, has_avx2, has_avx512, has_avx512_bf16, has_lanes, has_lanes_avx2, has_vnni};
 pub use memory::{huge_pages, huge_pages_for, release_freed, ZeroedMap};
 pub(crate) use memory::Ahead;
 use memory::prefetch;
