@@ -26,7 +26,8 @@
 #![allow(clippy::missing_safety_doc, clippy::needless_range_loop, clippy::too_many_arguments)]
 
 use super::dispatch::by_count;
-use super::lanes::{passes, Packed, PACKED_AHEAD_L1, PACKED_AHEAD_L2};
+use super::lanes::{passes, prefetch_l2, Packed, PACKED_AHEAD_L1, PACKED_AHEAD_L2};
+use super::lanes_k::ahead;
 use super::quant::{BlockQ8, QType};
 use std::arch::x86_64::*;
 
@@ -157,17 +158,7 @@ unsafe fn group<F: Fmt, const VNNI: bool, const R: usize>(gp: *const u8, dist: u
     for b in 0..nb {
         let pair = gp.add((b >> 1) * F::PB);
         let j = b & 1;
-        if dist != 0 {
-            let half = pair.add(j * F::PB / 2);
-            let mut l = 0;
-            while l < F::PB / 2 {
-                if l1d != 0 {
-                    _mm_prefetch::<_MM_HINT_T0>(half.wrapping_add(l1d + l) as *const i8);
-                }
-                _mm_prefetch::<_MM_HINT_T1>(half.wrapping_add(dist + l) as *const i8);
-                l += 64;
-            }
-        }
+        ahead(pair.add(j * F::PB / 2), F::PB / 2, dist, l1d);
         let sp = pair.add(2 * (F::QB + F::QH) + j * F::SB);
         for h in 0..2 {
             let dw = _mm256_cvtph_ps(_mm_loadu_si128(sp.add(16 * h) as *const __m128i));
@@ -203,12 +194,7 @@ unsafe fn range_of<F: Fmt, const VNNI: bool>(w: &[u8], gb: usize, r0: usize, r1:
     let nb = acts.len() / m.max(1);
     let p = w.as_ptr();
     let dist = PACKED_AHEAD_L2;
-    let first = p.add(r0 / 16 * gb);
-    let mut off = 0;
-    while off < dist.min((r1 - r0).div_ceil(16) * gb) {
-        _mm_prefetch::<_MM_HINT_T1>(first.add(off) as *const i8);
-        off += 64;
-    }
+    prefetch_l2(p.add(r0 / 16 * gb), dist.min((r1 - r0).div_ceil(16) * gb));
     passes!(F::PASS, r0, r1, m, nb, acts, corr, out, out_stride, |g, nvalid, r, ap, cp, op, first_pass| {
         let (d, d1) = if first_pass { (dist, PACKED_AHEAD_L1) } else { (0, 0) };
         let gp = p.add(g / 16 * gb);

@@ -15,7 +15,9 @@
 //!   for any number of activation rows once packed ([`pack_for_lanes`], which model loaders
 //!   call), Q4_0 and Q4_1 in GGML's layout too; from
 //!   [`KernelOptions::lanes_amx_rows`] rows, packed weights take their integer sums from AMX
-//!   tiles;
+//!   tiles; without AVX-512, packed matrices of those formats take the same kernels on
+//!   256-bit registers (`lanes_avx2.rs`, `vpdpbusd` with AVX-VNNI, `vpmaddubsw` without),
+//!   which return the same results bit for bit;
 //! - Q4_K and Q6_K follow the AMX arithmetic on machines with AMX (`amx.rs`, or the AVX-512
 //!   kernels with the same arithmetic where `amx::use_for` leaves a product to them), and
 //!   the lane kernels of `lanes_k.rs` once packed on machines without;
@@ -47,7 +49,7 @@
 //! work is split over the pool; `detect.rs` what the CPU can do,
 //! `options.rs` the knobs ([`KernelOptions`], passed at load), `pool.rs` the one thread pool,
 //! `memory.rs` huge pages and prefetch distances; the products by instruction set in
-//! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_k.rs` and `amx.rs`, the block formats in
+//! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_avx2.rs`, `lanes_k.rs` and `amx.rs`, the block formats in
 //! `quant.rs` (MXFP4, gpt-oss's expert format, in `mxfp4.rs`); dense f32/bf16 products in `dense.rs`, `dense_f32.rs` and `dense_bf16.rs` (16-bit integer ones for them on AVX512-VNNI in `dense_i16.rs`); element-wise
 //! activations in `act.rs`; attention over an f16 KV cache in `attention.rs` and over an 8-bit one
 //! in `attention_q8.rs`, an encoder's full attention (f32 on AVX-512, bf16 on AVX512-BF16) in

@@ -77,3 +77,54 @@ fn avx2_lane_kernels_match_the_lane_reference() {
     }
     assert!(checked > 0);
 }
+
+/// One thread's time per product, these kernels against the AVX2 row-at-a-time ones, both
+/// levels (`cargo test --release -p sapient-tensor --lib avx2_lane_timing -- --ignored
+/// --nocapture`).
+#[test]
+#[ignore]
+fn avx2_lane_timing() {
+    use super::super::avx2;
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c") && is_x86_feature_detected!("avxvnni")) {
+        eprintln!("skipped: no AVX2/FMA/F16C/AVX-VNNI");
+        return;
+    }
+    type RowsFn = unsafe fn(&[u8], &[&[super::super::quant::BlockQ8]], &mut [f32]);
+    let rows_fns: [(QType, RowsFn, RowsFn); 3] = [(QType::Q4_1, avx2::rows_q4_1, avx2::rows_q4_1_vnni), (QType::Q5_0, avx2::rows_q5_0, avx2::rows_q5_0_vnni), (QType::Q8_0, avx2::rows_q8_0, avx2::rows_q8_0_vnni)];
+    for (t, plain, vnni_rows) in rows_fns {
+        for (rows, cols) in [(1536, 576), (4864, 896)] {
+            let raw = quantized(t, rows, cols, 1).0.with_bytes(|b| b.to_vec());
+            let p = Packed::new_all(&[(t, &raw, rows, cols)]).pop().flatten().expect("a packed format");
+            let rb = raw.len() / rows;
+            for m in [1, 16, 64] {
+                let x = data(m * cols, 2);
+                let acts = QuantizedActs::for_lane_kernels(t, &x, m, cols);
+                let mut out = vec![0f32; m * rows];
+                let reps = (400 / m).max(4);
+                for vnni in [false, true] {
+                    let t0 = std::time::Instant::now();
+                    for _ in 0..reps {
+                        // SAFETY: as in the test above.
+                        unsafe { lanes_avx2::range_packed(vnni, &p, 0, rows, &acts.q8, &acts.corr, m, out.as_mut_ptr(), rows) };
+                    }
+                    let lanes_us = t0.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                    let f = if vnni { vnni_rows } else { plain };
+                    let t0 = std::time::Instant::now();
+                    let mut tmp = [0f32; 4];
+                    for _ in 0..reps {
+                        for j in 0..rows {
+                            for i0 in (0..m).step_by(4) {
+                                let g = (m - i0).min(4);
+                                let a: [&[super::super::quant::BlockQ8]; 4] = std::array::from_fn(|i| acts.row_q8((i0 + i).min(m - 1)));
+                                // SAFETY: AVX2 (and AVX-VNNI for `vnni`) checked by the caller's CPU.
+                                unsafe { f(&raw[j * rb..(j + 1) * rb], &a[..g], &mut tmp) };
+                            }
+                        }
+                    }
+                    let rows_us = t0.elapsed().as_secs_f64() * 1e6 / reps as f64;
+                    println!("{t:?} {rows}x{cols} m={m} vnni={vnni}: lanes {lanes_us:.0} us, rows {rows_us:.0} us ({:.2}x)", rows_us / lanes_us);
+                }
+            }
+        }
+    }
+}
