@@ -250,7 +250,7 @@ pub const DENSE_PREFILL_ROWS: usize = 32;
 pub fn dense_prefill_rows() -> usize {
     static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *N.get_or_init(|| {
-        crate::kernels::options().dense_rows.unwrap_or(if crate::kernels::has_avx512() { usize::MAX } else { DENSE_PREFILL_ROWS })
+        crate::kernels::options().dense_rows.unwrap_or(if crate::kernels::has_avx512() || crate::kernels::has_lanes_avx2() { usize::MAX } else { DENSE_PREFILL_ROWS })
     })
 }
 

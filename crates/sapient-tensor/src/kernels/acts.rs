@@ -148,7 +148,7 @@ impl QuantizedActs {
         // there are several rows (a batch's decode step: otherwise the pool's other threads
         // wait on this serial work before every product).
         #[cfg(target_arch = "x86_64")]
-        let to_lanes = wide && lanes && lanes::handles(t);
+        let to_lanes = lanes && if wide { lanes::handles(t) } else { has_lanes_avx2() && lanes_avx2::handles(t) };
         #[cfg(target_arch = "x86_64")]
         let to_amx = !to_lanes && wide && amx::use_for(t, m) && has_amx();
         #[cfg(target_arch = "x86_64")]

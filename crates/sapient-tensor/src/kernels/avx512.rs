@@ -24,6 +24,7 @@
 
 #![allow(clippy::missing_safety_doc, clippy::needless_range_loop)]
 
+use super::dispatch::by_count;
 use super::quant::{BlockQ8, BlockQ8K};
 use std::arch::x86_64::*;
 
@@ -324,16 +325,12 @@ unsafe fn hsum8(v: __m256) -> f32 {
 macro_rules! by_rows {
     ($f:ident, [$($g:tt),*], $w:expr, $acts:expr, $out:expr) => {{
         let a = $acts;
-        match a.len() {
-            1 => $f::<$($g,)* 1>($w, [a[0]], $out),
-            2 => $f::<$($g,)* 2>($w, [a[0], a[1]], $out),
-            3 => $f::<$($g,)* 3>($w, [a[0], a[1], a[2]], $out),
-            4 => $f::<$($g,)* 4>($w, [a[0], a[1], a[2], a[3]], $out),
-            5 => $f::<$($g,)* 5>($w, [a[0], a[1], a[2], a[3], a[4]], $out),
-            6 => $f::<$($g,)* 6>($w, [a[0], a[1], a[2], a[3], a[4], a[5]], $out),
-            7 => $f::<$($g,)* 7>($w, [a[0], a[1], a[2], a[3], a[4], a[5], a[6]], $out),
-            _ => $f::<$($g,)* 8>($w, [a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]], $out),
+        macro_rules! go {
+            ($n:literal) => {
+                $f::<$($g,)* $n>($w, std::array::from_fn(|i| a[i]), $out)
+            };
         }
+        by_count!(a.len() => go { 1, 2, 3, 4, 5, 6, 7; _ => 8 })
     }};
 }
 

@@ -87,6 +87,15 @@ pub fn has_lanes() -> bool {
     })
 }
 
+/// Whether products of the packed 32-value formats take the AVX2 / AVX-VNNI sixteen-rows
+/// kernels (`lanes_avx2`, the lane kernels' arithmetic on 256-bit registers): AVX2 as above
+/// on a machine whose AVX-512 kernels are absent or off
+/// ([`KernelOptions::lanes`](super::KernelOptions::lanes) turns them off too).
+pub fn has_lanes_avx2() -> bool {
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    cached(&STATE, || has_avx2() && !has_avx512() && options().lanes)
+}
+
 /// Whether [`ConvBf16`](super::ConvBf16) and [`DenseMatrix`](super::DenseMatrix) run their
 /// bf16 products on AVX512-BF16 (`vdpbf16ps`): AVX-512 as above plus AVX512_BF16, on machines
 /// where AMX-BF16 does not take them ([`KernelOptions::avx512_bf16`](super::KernelOptions::avx512_bf16)).

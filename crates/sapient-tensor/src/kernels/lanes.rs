@@ -396,6 +396,7 @@ macro_rules! passes {
         }
     }};
 }
+pub(super) use passes;
 
 #[inline(never)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512bitalg,avx2,fma,f16c")]
@@ -427,6 +428,16 @@ unsafe fn range_of<F: Fmt>(w: &[u8], rb: usize, r0: usize, r1: usize, acts: &[Bl
 /// Activation rows a pass over the weight rows takes (see [`range_of`]).
 const M_BLOCK: usize = 64;
 
+/// Ask for the `len` bytes at `at` into L2.
+#[inline(always)]
+pub(super) unsafe fn prefetch_l2(at: *const u8, len: usize) {
+    let mut off = 0;
+    while off < len {
+        _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(off) as *const i8);
+        off += 64;
+    }
+}
+
 /// [`group`] on packed weights: the sixteen rows' blocks at `gp` (a group of [`Packed`]),
 /// the same arithmetic. `dist`, `l1d`: bytes ahead to prefetch into L2 and L1 (0: none).
 #[inline(always)]
@@ -436,19 +447,9 @@ unsafe fn group_packed<F: Fmt, const R: usize>(gp: *const u8, dist: usize, nvali
     for b in 0..nb {
         let pair = gp.add((b >> 1) * F::PB);
         let j = b & 1;
-        if dist != 0 {
-            // This block's half of the pair, `l1d` (into L1) and `dist` (into L2) bytes
-            // ahead: spread over the blocks rather than in bursts.
-            let half = pair.add(j * F::PB / 2);
-            let mut l = 0;
-            while l < F::PB / 2 {
-                if l1d != 0 {
-                    _mm_prefetch::<_MM_HINT_T0>(half.wrapping_add(l1d + l) as *const i8);
-                }
-                _mm_prefetch::<_MM_HINT_T1>(half.wrapping_add(dist + l) as *const i8);
-                l += 64;
-            }
-        }
+        // This block's half of the pair, `l1d` (into L1) and `dist` (into L2) bytes ahead:
+        // spread over the blocks rather than in bursts.
+        super::lanes_k::ahead(pair.add(j * F::PB / 2), F::PB / 2, dist, l1d);
         let sp = packed_scales::<F>(gp, b);
         let (dw, mw) = if F::HAS_M {
             let v = _mm512_loadu_si512(sp as *const __m512i);
@@ -624,12 +625,7 @@ unsafe fn range_packed_of<F: Fmt>(w: &[u8], gb: usize, r0: usize, r1: usize, act
     let p = w.as_ptr();
     let dist = PACKED_AHEAD_L2;
     // The first lines of the range, read before the prefetches of the loop reach them.
-    let first = p.add(r0 / 16 * gb);
-    let mut off = 0;
-    while off < dist.min((r1 - r0).div_ceil(16) * gb) {
-        _mm_prefetch::<_MM_HINT_T1>(first.add(off) as *const i8);
-        off += 64;
-    }
+    prefetch_l2(p.add(r0 / 16 * gb), dist.min((r1 - r0).div_ceil(16) * gb));
     let amx = amx_rows > 0 && m >= amx_rows;
     let mut tiles_for = 0;
     // The tiles' path takes sixteen rows a pass for every format (the minimums' chain has its

@@ -147,7 +147,7 @@ unsafe fn bcast(p: *const i8) -> __m512i {
 /// Ask for a group's superblock (`len` bytes at `at`) ahead: `dist` bytes into L2, `l1d`
 /// into L1 (0: none).
 #[inline(always)]
-unsafe fn ahead(at: *const u8, len: usize, dist: usize, l1d: usize) {
+pub(super) unsafe fn ahead(at: *const u8, len: usize, dist: usize, l1d: usize) {
     if dist == 0 {
         return;
     }

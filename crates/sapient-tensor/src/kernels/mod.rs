@@ -15,7 +15,9 @@
 //!   for any number of activation rows once packed ([`pack_for_lanes`], which model loaders
 //!   call), Q4_0 and Q4_1 in GGML's layout too; from
 //!   [`KernelOptions::lanes_amx_rows`] rows, packed weights take their integer sums from AMX
-//!   tiles;
+//!   tiles; without AVX-512, packed matrices of those formats take the same kernels on
+//!   256-bit registers (`lanes_avx2.rs`, `vpdpbusd` with AVX-VNNI, `vpmaddubsw` without),
+//!   which return the same results bit for bit;
 //! - Q4_K and Q6_K follow the AMX arithmetic on machines with AMX (`amx.rs`, or the AVX-512
 //!   kernels with the same arithmetic where `amx::use_for` leaves a product to them), and
 //!   the lane kernels of `lanes_k.rs` once packed on machines without;
@@ -47,7 +49,7 @@
 //! work is split over the pool; `detect.rs` what the CPU can do,
 //! `options.rs` the knobs ([`KernelOptions`], passed at load), `pool.rs` the one thread pool,
 //! `memory.rs` huge pages and prefetch distances; the products by instruction set in
-//! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_k.rs` and `amx.rs`, the block formats in
+//! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_avx2.rs`, `lanes_k.rs` and `amx.rs`, the block formats in
 //! `quant.rs` (MXFP4, gpt-oss's expert format, in `mxfp4.rs`); dense f32/bf16 products in `dense.rs`, `dense_f32.rs` and `dense_bf16.rs` (16-bit integer ones for them on AVX512-VNNI in `dense_i16.rs`); element-wise
 //! activations in `act.rs`; attention over an f16 KV cache in `attention.rs` and over an 8-bit one
 //! in `attention_q8.rs`, an encoder's full attention (f32 on AVX-512, bf16 on AVX512-BF16) in
@@ -71,6 +73,8 @@ mod avx512;
 mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod lanes_k;
+#[cfg(target_arch = "x86_64")]
+mod lanes_avx2;
 mod dense;
 mod dense_bf16;
 mod dense_f32;
@@ -95,7 +99,7 @@ pub use attention_q8::{quantize_q8_f16, scores_chunks_q8, values_q8, QueryQ8, Q8
 pub use attention_full::{attention_bf16, attention_f32, has_attention_bf16, has_attention_f32, FULL_HEAD_DIM};
 pub use dense::matmul_f32;
 pub use mxfp4::{dequantize_mxfp4, dot_mxfp4_q8, e8m0_to_f32_half, Mxfp4Matrix, MXFP4_BLOCK_BYTES};
-pub use detect::{has_amx, has_avx2, has_avx512, has_avx512_bf16, has_lanes, has_vnni};
+pub use detect::{has_amx, has_avx2, has_avx512, has_avx512_bf16, has_lanes, has_lanes_avx2, has_vnni};
 pub use memory::{huge_pages, huge_pages_for, release_freed, ZeroedMap};
 pub(crate) use memory::Ahead;
 use memory::prefetch;

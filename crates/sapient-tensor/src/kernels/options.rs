@@ -49,7 +49,9 @@ pub struct KernelOptions {
     pub avx512_bf16: bool,
     pub amx_q6k: AmxQ6k,
     /// Allow the AVX-512 kernels that take sixteen weight rows at a time for the 32-value
-    /// formats (they need AVX-512 BITALG too; batches of rows cost far less with them).
+    /// formats (they need AVX-512 BITALG too; batches of rows cost far less with them), and
+    /// without AVX-512 their AVX2 / AVX-VNNI counterparts for packed weights (the same
+    /// results).
     pub lanes: bool,
     /// Which 32-value formats take the sixteen-rows kernels for every number of activation
     /// rows (one row included, so a sequence decoded alone keeps the batch's arithmetic).

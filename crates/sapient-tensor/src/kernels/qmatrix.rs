@@ -219,7 +219,8 @@ impl QMatrix {
     /// the row kernels. Fixed per matrix, so its rows never mix arithmetics.
     pub(super) fn takes_lanes(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
-        return has_lanes() && lanes::handles(self.qtype) && (self.is_packed() || lanes::unpacked(self.qtype));
+        return (has_lanes() && lanes::handles(self.qtype) && (self.is_packed() || lanes::unpacked(self.qtype)))
+            || (has_lanes_avx2() && lanes_avx2::handles(self.qtype) && self.is_packed());
         #[cfg(not(target_arch = "x86_64"))]
         false
     }
@@ -279,7 +280,11 @@ impl QMatrix {
             // format (`fits`); chunks start at multiples of 16 rows (`chunk_len`) and each
             // writes a disjoint range of output columns.
             if let Storage::Lanes(p) = &self.storage {
-                if acts.k_quant {
+                if !has_lanes() {
+                    // SAFETY: has_lanes_avx2() held instead (`takes_lanes`), with AVX-VNNI
+                    // where has_vnni() says so.
+                    unsafe { lanes_avx2::range_packed(has_vnni(), p, range.start, range.end, &acts.q8, &acts.corr, acts.m, out_ptr.0, self.rows) };
+                } else if acts.k_quant {
                     unsafe { lanes::range_packed_k(p, range.start, range.end, &acts.q8k, &acts.corr, acts.m, out_ptr.0, self.rows) };
                 } else {
                     unsafe { lanes::range_packed(p, range.start, range.end, &acts.q8, &acts.corr, acts.m, out_ptr.0, self.rows) };
@@ -433,10 +438,11 @@ impl QMatrix {
 pub fn pack_for_lanes(mats: &mut [&mut QMatrix]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if !has_lanes() {
+        let handles = |t: QType| if has_lanes() { lanes::handles(t) } else { has_lanes_avx2() && lanes_avx2::handles(t) };
+        let wanted: Vec<usize> = (0..mats.len()).filter(|&i| handles(mats[i].qtype) && !mats[i].is_packed()).collect();
+        if wanted.is_empty() {
             return;
         }
-        let wanted: Vec<usize> = (0..mats.len()).filter(|&i| lanes::handles(mats[i].qtype) && !mats[i].is_packed()).collect();
         // Matrices sharing storage (a tied embedding and output layer) pack once.
         let key = |m: &QMatrix| match &m.storage {
             Storage::Candle(q) => Arc::as_ptr(q) as *const u8 as usize,

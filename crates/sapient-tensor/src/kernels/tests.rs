@@ -7,6 +7,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
 mod attention;
+mod lanes_avx2;
 mod timing;
 
 const ALL: [QType; 8] = [

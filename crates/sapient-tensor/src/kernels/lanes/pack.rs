@@ -159,6 +159,16 @@ impl Packed {
         }
     }
 
+    /// The format of the packed matrix.
+    pub fn qtype(&self) -> QType {
+        self.qtype
+    }
+
+    /// Bytes of one group of sixteen rows.
+    pub fn group_bytes(&self) -> usize {
+        self.group_bytes
+    }
+
     /// This matrix's packed bytes.
     pub fn bytes(&self) -> &[u8] {
         &self.arena_bytes()[self.at..self.at + self.len]
