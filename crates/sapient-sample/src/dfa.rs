@@ -111,6 +111,10 @@ pub(crate) struct Alias {
     pub base_of: Vec<u32>,
     /// Per base state: the state here that behaves as it, or `DEAD`.
     pub here_of: Vec<u32>,
+    /// For a product (`a.product(b, false, ..)`), per state here: the state of the base
+    /// (`a`) it tracks, aliased or not (empty otherwise). A state not aliased yet takes the
+    /// token sets of the state it tracks, corrected where the text still follows `b`.
+    pub shadow: Vec<u32>,
 }
 
 impl DfaTable {
@@ -382,7 +386,8 @@ impl DfaTable {
         }
         let mut t = Self::finish(trans, accepting, what)?;
         if !keep_other && self.alias.is_none() {
-            let mut alias = Alias { base: self.clone(), base_of: vec![DEAD; order.len()], here_of: vec![DEAD; self.num_states()] };
+            let shadow = order.iter().map(|&(a, _)| a).collect();
+            let mut alias = Alias { base: self.clone(), base_of: vec![DEAD; order.len()], here_of: vec![DEAD; self.num_states()], shadow };
             for (i, &(a, b)) in order.iter().enumerate() {
                 if b == DEAD {
                     alias.base_of[i] = a;
@@ -472,7 +477,7 @@ impl DfaTable {
                 here_of[a as usize] = d as u32;
             }
         }
-        self.alias = Some(Arc::new(Alias { base: any.clone(), base_of, here_of }));
+        self.alias = Some(Arc::new(Alias { base: any.clone(), base_of, here_of, shadow: Vec::new() }));
         self
     }
 

@@ -249,48 +249,49 @@ impl TokenIndex {
         if let Some(lt) = dfa.counted.as_ref().and_then(|c| self.item_tokens(&c.item)?.lexeme_tokens(self, c, s)) {
             return lt;
         }
-        let mut inner = TokenMask::empty(self.bytes.len());
-        // Tokens that leave the lexeme, with the DFA state after the boundary byte (the parse
-        // after it depends only on that state and the stack below, so tokens leaving at
-        // different places but into the same state share one group and their common rests
-        // are checked once), the state before it and the byte, and where the rest starts.
-        let mut leaving: Vec<Leaving> = Vec::new();
+        let mut w = Walk::new(self, s);
+        if !self.walk_lexeme(dfa, 1, self.nodes.len(), &mut w) {
+            // Too many to check per mask (a length-bounded lexeme: every longer token leaves
+            // it): masks of this state walk the trie instead.
+            return LexemeTokens { inner: w.inner, groups: Vec::new(), num_rests: usize::MAX };
+        }
+        let groups = self.groups_of(w.leaving);
+        let num_rests = groups.iter().map(|g| g.len()).sum();
+        LexemeTokens { inner: w.inner, groups, num_rests }
+    }
+
+    /// Walk the trie nodes `from..to` (the whole trie from node 1, or one node's subtree)
+    /// with `dfa`, `w.st` and `w.acc` holding the states and first accept points along the
+    /// path above `from`: tokens that stay inside the lexeme go to `w.inner`, those that
+    /// leave it (after a point where it could end) to `w.leaving`. `false` when too many
+    /// leave to be checked per mask.
+    fn walk_lexeme(&self, dfa: &DfaTable, from: usize, to: usize, w: &mut Walk) -> bool {
         let (trans, accepting): (&[u32], &[bool]) = (&dfa.trans, &dfa.accepting);
-        let mut st = vec![0u32; self.max_depth + 1];
-        // acc[d]: the first point on the path where the lexeme could end, packed by
-        // `Accept` (NO_ACCEPT: none yet).
-        let mut acc = vec![NO_ACCEPT; self.max_depth + 1];
-        // Per DFA state met at a node with a summarized subtree: the bytes that keep it in
-        // that state (then the whole subtree stays inside the lexeme).
-        let mut loops: crate::hash::FastMap<u32, ByteSet> = Default::default();
-        st[0] = s;
-        let mut i = 1;
         let nodes = &self.nodes[..];
-        while i < nodes.len() {
+        let mut i = from;
+        while i < to {
             let n = nodes[i];
             let d = n.depth as usize;
-            let p = st[d - 1];
+            let p = w.st[d - 1];
             let t = trans[p as usize * 256 + n.byte as usize];
             if t == DEAD {
                 // The token leaves the lexeme: possible only after a point where it could end.
-                let a = acc[d - 1];
+                let a = w.acc[d - 1];
                 if a != NO_ACCEPT {
-                    if leaving.len() > 4 * MAX_LEXEME_RESTS {
-                        // Too many to check per mask (a length-bounded lexeme: every longer
-                        // token leaves it): masks of this state walk the trie instead.
-                        return LexemeTokens { inner, groups: Vec::new(), num_rests: usize::MAX };
+                    if w.leaving.len() > 4 * MAX_LEXEME_RESTS {
+                        return false;
                     }
                     let (ap, ab, ad) = unpack_accept(a);
                     let into = dfa.next(ap, ab);
                     let (t0, t1) = (n.tok_start as usize, nodes[n.end as usize - 1].tok_end as usize);
-                    leaving.extend(self.tok_ids[t0..t1].iter().map(|&tok| Leaving { into, p: ap, b: ab, tok, at: ad as u32, head: head(&self.bytes[tok as usize][ad..]) }));
+                    w.leaving.extend(self.tok_ids[t0..t1].iter().map(|&tok| Leaving { into, p: ap, b: ab, tok, at: ad as u32, head: head(&self.bytes[tok as usize][ad..]) }));
                 }
                 i = n.end as usize;
                 continue;
             }
-            st[d] = t;
-            acc[d] = if acc[d - 1] != NO_ACCEPT {
-                acc[d - 1]
+            w.st[d] = t;
+            w.acc[d] = if w.acc[d - 1] != NO_ACCEPT {
+                w.acc[d - 1]
             } else if accepting[t as usize] {
                 pack_accept(p, n.byte, d)
             } else {
@@ -299,16 +300,16 @@ impl TokenIndex {
             // Every byte taken by the lexeme: allowed whatever follows it.
             let (t0, t1) = (n.tok_start as usize, n.tok_end as usize);
             for &tok in &self.tok_ids[t0..t1] {
-                inner.set(tok);
+                w.inner.set(tok);
             }
             if let Some(below) = self.subtree_bytes.of(i) {
-                let lp = loops.entry(t).or_insert_with(|| ByteSet::loops_of(dfa, t));
+                let lp = w.loops.entry(t).or_insert_with(|| ByteSet::loops_of(dfa, t));
                 if below.within(lp) {
                     // Every byte below keeps the automaton in `t`: every token below stays
                     // inside the lexeme.
                     let last = nodes[n.end as usize - 1].tok_end as usize;
                     for &tok in &self.tok_ids[t1..last] {
-                        inner.set(tok);
+                        w.inner.set(tok);
                     }
                     i = n.end as usize;
                     continue;
@@ -316,6 +317,11 @@ impl TokenIndex {
             }
             i += 1;
         }
+        true
+    }
+
+    /// Leaving tokens grouped by the state they leave into (see [`BoundaryGroup`]).
+    fn groups_of(&self, mut leaving: Vec<Leaving>) -> Vec<BoundaryGroup> {
         let rest = |l: &Leaving| &self.bytes[l.tok as usize][l.at as usize..];
         leaving.sort_unstable_by(|a, b| (a.into, a.head).cmp(&(b.into, b.head)).then_with(|| rest(a).cmp(rest(b))));
         let mut groups: Vec<BoundaryGroup> = leaving
@@ -323,8 +329,93 @@ impl TokenIndex {
             .map(|g| BoundaryGroup::from_sorted(g[0].p, g[0].b, g.iter().map(|l| (rest(l), l.tok))))
             .collect();
         groups.sort_unstable_by_key(|g| (g.p, g.b));
+        groups
+    }
+
+    /// The token sets of state `s` of a product `dfa` that is not aliased to its base (its
+    /// text still follows the other factor's), from those of the base state it tracks
+    /// (`base`, of `alias.shadow[s]`): the two differ only for tokens whose text follows
+    /// the other factor past a point where the base could end, or ends in it (there the
+    /// product may refuse what the base takes); only those parts of the trie are walked
+    /// with the product, every other token keeps the base's verdict. `None` when the base's
+    /// sets cannot be used (too many rests, or a rest from a base state with no state
+    /// here): the state takes its own walk.
+    pub(crate) fn lexeme_tokens_shadowed(&self, dfa: &DfaTable, s: u32, alias: &crate::dfa::Alias, base: &LexemeTokens) -> Option<LexemeTokens> {
+        let shadow = |x: u32| alias.shadow.get(x as usize).copied().filter(|&b| b != DEAD);
+        if base.num_rests == usize::MAX || alias.base_of.get(s as usize).is_none_or(|&b| b != DEAD) {
+            return None;
+        }
+        let bt = &alias.base;
+        let nodes = &self.nodes[..];
+        let mut w = Walk::new(self, s);
+        w.inner = base.inner.clone();
+        // Tokens whose base verdict does not hold here.
+        let mut removed = TokenMask::empty(self.bytes.len());
+        // Per depth: the base state tracked, and whether the base could end on the path.
+        let mut sb = vec![DEAD; self.max_depth + 1];
+        let mut base_acc = vec![false; self.max_depth + 1];
+        sb[0] = shadow(s)?;
+        let mut i = 1;
+        while i < nodes.len() {
+            let n = nodes[i];
+            let d = n.depth as usize;
+            let (p, pb) = (w.st[d - 1], sb[d - 1]);
+            let t = dfa.next(p, n.byte);
+            let sub = n.tok_start as usize..nodes[n.end as usize - 1].tok_end as usize;
+            if base_acc[d - 1] {
+                // The base could end above: the product's verdict for the whole subtree.
+                for &tok in &self.tok_ids[sub] {
+                    w.inner.unset(tok);
+                    removed.set(tok);
+                }
+                if !self.walk_lexeme(dfa, i, n.end as usize, &mut w) {
+                    return None;
+                }
+                i = n.end as usize;
+                continue;
+            }
+            if t == DEAD {
+                // Nothing could end above: the product refuses the subtree. So does the base
+                // if it dies here too; otherwise its verdict goes.
+                if bt.next(pb, n.byte) != DEAD {
+                    for &tok in &self.tok_ids[sub] {
+                        w.inner.unset(tok);
+                        removed.set(tok);
+                    }
+                }
+                i = n.end as usize;
+                continue;
+            }
+            if alias.base_of.get(t as usize).is_some_and(|&b| b != DEAD) {
+                // Aliased from here on, with nothing that could end above: the product
+                // behaves as the base on the whole subtree.
+                i = n.end as usize;
+                continue;
+            }
+            // Still following the other factor: tokens ending here stay inside (in both);
+            // go on below.
+            w.st[d] = t;
+            w.acc[d] = if dfa.accepting[t as usize] { pack_accept(p, n.byte, d) } else { NO_ACCEPT };
+            sb[d] = shadow(t)?;
+            base_acc[d] = bt.accepting[sb[d] as usize];
+            i += 1;
+        }
+        // The base's rests that still hold, with its states named as here.
+        let mut groups = Vec::new();
+        for g in &base.groups {
+            let kept: Vec<(&[u8], u32)> = (0..g.len()).flat_map(|k| {
+                let (r, toks) = g.rest(k);
+                toks.iter().filter(|&&t| !removed.is_allowed(t)).map(move |&t| (r, t))
+            }).collect();
+            if kept.is_empty() {
+                continue;
+            }
+            let p = alias.here_of.get(g.p as usize).copied().filter(|&p| p != DEAD)?;
+            groups.push(BoundaryGroup::from_sorted(p, g.b, kept.into_iter()));
+        }
+        groups.extend(self.groups_of(w.leaving));
         let num_rests = groups.iter().map(|g| g.len()).sum();
-        LexemeTokens { inner, groups, num_rests }
+        Some(LexemeTokens { inner: w.inner, groups, num_rests })
     }
 
     /// The tokens of this vocabulary by how many of `item`'s strings they hold (`None` for
@@ -421,6 +512,28 @@ struct Leaving {
     at: u32,
     /// The rest's first bytes (see [`head`]), to sort by without reading the rest.
     head: u64,
+}
+
+/// The state of a walk of the trie with a lexeme's automaton (see
+/// [`TokenIndex::walk_lexeme`]).
+struct Walk {
+    /// Per depth: the automaton's state, and the first point on the path where the lexeme
+    /// could end, packed by `pack_accept` (`NO_ACCEPT`: none yet).
+    st: Vec<u32>,
+    acc: Vec<u64>,
+    inner: TokenMask,
+    leaving: Vec<Leaving>,
+    /// Per state met at a node with a summarized subtree: the bytes that keep it there
+    /// (then the whole subtree stays inside the lexeme).
+    loops: crate::hash::FastMap<u32, ByteSet>,
+}
+
+impl Walk {
+    fn new(index: &TokenIndex, s: u32) -> Self {
+        let mut st = vec![0u32; index.max_depth + 1];
+        st[0] = s;
+        Self { st, acc: vec![NO_ACCEPT; index.max_depth + 1], inner: TokenMask::empty(index.bytes.len()), leaving: Vec::new(), loops: Default::default() }
+    }
 }
 
 /// The first eight bytes of `rest` as a number that orders as the bytes do (a shorter rest
@@ -551,6 +664,12 @@ impl TokenMask {
     pub fn set(&mut self, id: u32) {
         if (id as usize) < self.len {
             self.bits[id as usize / 64] |= 1 << (id % 64);
+        }
+    }
+    #[inline]
+    pub(crate) fn unset(&mut self, id: u32) {
+        if (id as usize) < self.len {
+            self.bits[id as usize / 64] &= !(1 << (id % 64));
         }
     }
     #[inline]

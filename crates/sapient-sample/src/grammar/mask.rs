@@ -88,7 +88,23 @@ impl LexemeTable {
     }
     fn build<'a>(&'a self, index: &TokenIndex, dfas: &'a [DfaTable], d: usize, s: usize) -> Option<(&'a LexemeTokens, Option<&'a [u32]>)> {
         let r = self.resolve(dfas, d, s)?;
-        Some((r.cell.get_or_init(|| index.lexeme_tokens(r.dfa, r.state)), r.here_of))
+        let lt = r.cell.get_or_init(|| {
+            let shadowed = match r.here_of {
+                None => self.shadowed(index, d, s, r.dfa),
+                Some(_) => None,
+            };
+            shadowed.unwrap_or_else(|| index.lexeme_tokens(r.dfa, r.state))
+        });
+        Some((lt, r.here_of))
+    }
+
+    /// The token sets of state `s` of automaton `d`, a product not aliased at `s`, from
+    /// those of the base state it tracks (see [`TokenIndex::lexeme_tokens_shadowed`]).
+    fn shadowed(&self, index: &TokenIndex, d: usize, s: usize, dfa: &DfaTable) -> Option<LexemeTokens> {
+        let (cells, alias) = self.lexemes.get(d)?.base.as_ref()?;
+        let b = *alias.shadow.get(s)?;
+        let base = cells.get(b as usize)?.get_or_init(|| index.lexeme_tokens(&alias.base, b));
+        index.lexeme_tokens_shadowed(dfa, s as u32, alias, base)
     }
 
     fn new(dfas: &[DfaTable], index: &TokenIndex) -> Self {

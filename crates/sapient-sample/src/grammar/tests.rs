@@ -336,3 +336,44 @@ fn xorshift(mut seed: u64) -> impl FnMut(usize) -> usize {
         (seed % n as u64) as usize
     }
 }
+
+/// The token sets of a key automaton's states that still follow a listed name, derived
+/// from the any-key automaton's sets ([`TokenIndex::lexeme_tokens_shadowed`]), equal those
+/// of a walk of the whole trie with the product: the same tokens inside, and the same
+/// tokens leaving into the same states with the same rests. The vocabulary holds every
+/// string of up to four bytes over the names' letters, quotes, escapes and a multi-byte
+/// character, so tokens follow, complete, run past and leave the names at every point.
+#[test]
+fn shadowed_key_sets_equal_the_walk() {
+    let alphabet: [&[u8]; 9] = [b"a", b"b", b"c", b"\"", b":", b"\\", b"1", "é".as_bytes(), &[0xC3]];
+    let mut words: Vec<Vec<u8>> = vec![b"<eos>".to_vec()];
+    let mut layer: Vec<Vec<u8>> = vec![Vec::new()];
+    for _ in 0..4 {
+        layer = layer.iter().flat_map(|w| alphabet.iter().map(move |a| [w.as_slice(), a].concat())).collect();
+        words.extend(layer.iter().cloned());
+    }
+    let idx = TokenIndex::new(words, &[0], &[]);
+    let schema = serde_json::json!({"type": "object", "properties": {"a": {}, "ab": {}, "abc": {}, "bé": {}, "c1": {}}});
+    let g = Grammar::json_schema(&schema).unwrap();
+    let mut checked = 0;
+    for dfa in g.dfas.iter() {
+        let Some(alias) = dfa.alias.as_ref().filter(|a| !a.shadow.is_empty()) else { continue };
+        for s in (0..dfa.num_states() as u32).filter(|&s| alias.base_of[s as usize] == crate::dfa::DEAD) {
+            let base = idx.lexeme_tokens(&alias.base, alias.shadow[s as usize]);
+            let derived = idx.lexeme_tokens_shadowed(dfa, s, alias, &base).expect("the base's sets apply");
+            let walked = idx.lexeme_tokens(dfa, s);
+            assert_eq!(derived.inner, walked.inner, "state {s}: tokens inside");
+            let rests = |lt: &crate::vocab::LexemeTokens| {
+                let mut v: Vec<(u32, Vec<u8>, u32)> = lt.groups.iter().flat_map(|gr| (0..gr.len()).flat_map(move |k| {
+                    let (r, toks) = gr.rest(k);
+                    toks.iter().map(move |&t| (dfa.next(gr.p, gr.b), r.to_vec(), t))
+                })).collect();
+                v.sort();
+                v
+            };
+            assert_eq!(rests(&derived), rests(&walked), "state {s}: tokens leaving");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "{checked} states still following a name were checked");
+}
