@@ -56,6 +56,16 @@ struct Early {
     end: usize,
 }
 
+/// Whisper on a pause's audio, on a thread of its own (the audio thread goes on hearing
+/// the silence); its text comes back on `rx`.
+struct PauseJob {
+    start: usize,
+    end: usize,
+    rx: std::sync::mpsc::Receiver<Result<String>>,
+    /// When the pause was seen.
+    at: Instant,
+}
+
 /// A spoken conversation (see the crate docs).
 pub struct VoiceLoop {
     models: VoiceModels,
@@ -77,6 +87,16 @@ pub struct VoiceLoop {
     next_id: u64,
     reply: Option<Reply>,
     early: Option<Early>,
+    /// The transcription of the latest pause, while it runs.
+    pause_job: Option<PauseJob>,
+    /// The history length whose prompt prefix the session's cache holds (prefilled at the
+    /// start of the user's speech).
+    prewarmed: Option<usize>,
+    /// The prefill's request, kept until the next one (dropping it would cancel it).
+    prewarm: Option<sapient_generate::RequestHandle>,
+    /// Whether a pause's transcription runs in the background (off: the push that saw the
+    /// pause waits for it, as [`crate::file::run`] wants).
+    pauses_in_background: bool,
     /// Reply audio not yet pulled ([`Playout::Pull`]).
     queue: VecDeque<f32>,
 }
@@ -104,8 +124,19 @@ impl VoiceLoop {
             next_id: 1,
             reply: None,
             early: None,
+            pause_job: None,
+            prewarmed: None,
+            prewarm: None,
+            pauses_in_background: true,
             queue: VecDeque::new(),
         })
+    }
+
+    /// Whether Whisper on a pause runs beside the audio (the default: live audio goes on
+    /// being heard while it runs) or the push that saw the pause waits for it (audio pushed
+    /// faster than real time, as if the models took no time: [`crate::file::run`]).
+    pub fn set_pauses_in_background(&mut self, on: bool) {
+        self.pauses_in_background = on;
     }
 
     pub fn options(&self) -> &VoiceOptions {
@@ -181,6 +212,7 @@ impl VoiceLoop {
             self.arrivals.pop_front();
         }
         self.turn_events(evs)?;
+        self.poll_pause(false)?;
         if detect {
             self.turns.trim();
         }
@@ -230,6 +262,7 @@ impl VoiceLoop {
     /// Forget the input audio kept (`input_audio_buffer.clear`).
     pub fn clear_input(&mut self) {
         self.drop_early();
+        self.pause_job = None;
         self.turns.clear();
         self.partial = None;
     }
@@ -242,6 +275,7 @@ impl VoiceLoop {
             return Err(Error::Options(format!("{} ms of audio to commit: at least 100 ms are needed", audio.len() * 1000 / RATE)));
         }
         self.partial = None;
+        self.pause_job = None;
         self.drop_early();
         self.user_turn(&audio, None)
     }
@@ -334,31 +368,49 @@ impl VoiceLoop {
         let ms_of = |s: usize| (s * 1000 / RATE) as u64;
         for ev in evs {
             match ev {
-                TurnEvent::Started { at } => self.events.push_back(Event::SpeechStarted { audio_ms: ms_of(at) }),
+                TurnEvent::Started { at } => {
+                    self.events.push_back(Event::SpeechStarted { audio_ms: ms_of(at) });
+                    self.prewarm();
+                }
                 TurnEvent::Confirmed { at } => {
                     if self.opts.turn.as_ref().is_some_and(|t| t.interrupt) && self.replying() {
                         self.interrupt(Some(ms_of(at)));
                     }
                 }
                 TurnEvent::Paused { start, end } => {
-                    let audio = self.turns.turn_audio(start, end, TRAILING_MS);
-                    let text = self.transcribe(&audio)?.0;
-                    if !text.is_empty() {
-                        self.events.push_back(Event::TranscriptPartial { text: text.clone() });
-                    }
+                    // Whisper on its own thread: the audio thread goes on seeing the silence
                     self.drop_early();
-                    let early = self.opts.turn.as_ref().is_some_and(|t| t.respond && t.early_reply);
-                    if early && !text.is_empty() && self.reply.as_ref().is_none_or(|r| r.finished()) {
-                        let reply = self.start_reply(Some(&text))?;
-                        self.early = Some(Early { reply, start, end });
+                    let audio = self.turns.turn_audio(start, end, TRAILING_MS);
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    let (whisper, opts) = (self.models.transcriber.clone(), self.transcribe_options());
+                    std::thread::Builder::new()
+                        .name("sapient-voice-pause".into())
+                        .spawn(move || {
+                            let r = whisper.transcribe(&audio, &opts).map(|t| t.text.trim().to_string()).map_err(Error::from);
+                            let _ = tx.send(r);
+                        })
+                        .map_err(|e| Error::Worker(format!("cannot start the pause's transcription thread: {e}")))?;
+                    self.pause_job = Some(PauseJob { start, end, rx, at: Instant::now() });
+                    if !self.pauses_in_background {
+                        self.poll_pause(true)?;
                     }
-                    self.partial = Some((start, end, text));
                 }
-                TurnEvent::Resumed => self.drop_early(),
+                TurnEvent::Resumed => {
+                    self.drop_early();
+                    self.pause_job = None;
+                }
                 TurnEvent::Ended { start, end } => {
                     let arrived = self.arrivals.iter().find(|(p, _)| *p >= end).map(|(_, t)| *t);
                     self.speech_end = Some(arrived.unwrap_or_else(Instant::now));
                     self.events.push_back(Event::SpeechStopped { audio_ms: ms_of(end) });
+                    // the pause this turn ended at, still being transcribed: its text is the turn's
+                    let waited = Instant::now();
+                    let mut waited_ms = 0.0;
+                    if self.pause_job.as_ref().is_some_and(|j| j.start == start && j.end >= end) {
+                        self.poll_pause(true)?;
+                        waited_ms = ms(waited.elapsed());
+                    }
+                    self.pause_job = None;
                     let reuse = match &self.partial {
                         Some((s, e, t)) if *s == start && *e >= end => Some(t.clone()),
                         _ => None,
@@ -368,6 +420,9 @@ impl VoiceLoop {
                     self.partial = None;
                     let reused = reuse.is_some();
                     let text = self.user_turn(&audio, reuse)?;
+                    if reused {
+                        self.last_transcribe_ms = waited_ms;
+                    }
                     let respond = self.opts.turn.as_ref().is_some_and(|t| t.respond);
                     // the reply started at this turn's last pause, on the same text, is the one
                     let fits = self.early.as_ref().is_some_and(|e| reused && e.start == start && e.end >= end);
@@ -387,7 +442,10 @@ impl VoiceLoop {
                         e.reply.threads.cancel.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                 }
-                TurnEvent::Dropped { .. } => self.drop_early(),
+                TurnEvent::Dropped { .. } => {
+                    self.drop_early();
+                    self.pause_job = None;
+                }
             }
         }
         Ok(())
@@ -409,17 +467,70 @@ impl VoiceLoop {
         Ok(text)
     }
 
-    fn transcribe(&self, audio: &[f32]) -> Result<(String, Duration)> {
-        let started = Instant::now();
-        let opts = TranscribeOptions {
+    fn transcribe_options(&self) -> TranscribeOptions {
+        TranscribeOptions {
             language: self.opts.language.clone(),
             temperatures: vec![0.0],
             condition_on_previous_text: false,
             vad_no_speech_threshold: None,
             ..TranscribeOptions::default()
-        };
-        let t = self.models.transcriber.transcribe(audio, &opts)?;
+        }
+    }
+
+    fn transcribe(&self, audio: &[f32]) -> Result<(String, Duration)> {
+        let started = Instant::now();
+        let t = self.models.transcriber.transcribe(audio, &self.transcribe_options())?;
         Ok((t.text.trim().to_string(), started.elapsed()))
+    }
+
+    /// The pause's transcription, if done (with `wait`, once done): the partial text, and
+    /// the reply started on it ([`crate::TurnOptions::early_reply`]).
+    fn poll_pause(&mut self, wait: bool) -> Result<()> {
+        let Some(job) = &self.pause_job else { return Ok(()) };
+        let got = if wait {
+            job.rx.recv().map_err(|_| Error::Worker("the pause's transcription thread stopped".into()))
+        } else {
+            match job.rx.try_recv() {
+                Ok(r) => Ok(r),
+                Err(std::sync::mpsc::TryRecvError::Empty) => return Ok(()),
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => Err(Error::Worker("the pause's transcription thread stopped".into())),
+            }
+        };
+        let (start, end, at) = (job.start, job.end, job.at);
+        self.pause_job = None;
+        let text = got??;
+        tracing::debug!(ms = ms(at.elapsed()), %text, "pause transcribed");
+        if !text.is_empty() {
+            self.events.push_back(Event::TranscriptPartial { text: text.clone() });
+        }
+        let early = self.opts.turn.as_ref().is_some_and(|t| t.respond && t.early_reply);
+        if early && !text.is_empty() && self.reply.as_ref().is_none_or(|r| r.finished()) {
+            let reply = self.start_reply(Some(&text))?;
+            self.early = Some(Early { reply, start, end });
+        }
+        self.partial = Some((start, end, text));
+        Ok(())
+    }
+
+    /// Prefill the prompt up to the user's turn (system prompt and history) in the
+    /// session's cache while the user speaks, so that the reply's prompt processing is only
+    /// the turn's own tokens. Once per history; not while a reply is generated.
+    fn prewarm(&mut self) {
+        let n = self.history.len();
+        if self.prewarmed == Some(n) || self.reply.as_ref().is_some_and(|r| !r.finished()) || self.early.is_some() {
+            return;
+        }
+        let engine = self.models.llm.engine();
+        let from = (n + 1).saturating_sub(self.opts.max_history).min(n);
+        let mut messages = vec![Message::system(self.opts.instructions.clone())];
+        messages.extend(self.history[from..].iter().cloned());
+        let Ok(prompt) = engine.model().render_chat(&messages) else { return };
+        let Ok(ids) = engine.model().tokenizer().encode(&prompt, false) else { return };
+        let cfg = GenerationConfig { max_tokens: 1, sampling: sapient_generate::SamplerConfig::greedy(), ..GenerationConfig::default() };
+        if let Ok(h) = engine.submit_in(&self.session, ids, cfg) {
+            self.prewarm = Some(h);
+            self.prewarmed = Some(n);
+        }
     }
 
     /// Barge-in (`at`: where the speech was confirmed, ms of input) or cancel.

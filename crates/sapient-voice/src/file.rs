@@ -19,7 +19,15 @@ pub struct FileRun {
 
 /// Runs `input` (at the loop's input rate) through `lp` in frames of `frame_ms`; after its
 /// end, waits at most `tail_s` seconds of output for the last reply to be spoken.
+/// Whisper on a pause runs in the push that saw it (the input comes faster than real time).
 pub fn run(lp: &mut VoiceLoop, input: &[f32], frame_ms: u32, tail_s: f64) -> Result<FileRun> {
+    lp.set_pauses_in_background(false);
+    let r = run_waiting(lp, input, frame_ms, tail_s);
+    lp.set_pauses_in_background(true);
+    r
+}
+
+fn run_waiting(lp: &mut VoiceLoop, input: &[f32], frame_ms: u32, tail_s: f64) -> Result<FileRun> {
     let frame_ms = frame_ms.clamp(1, 1000);
     let in_rate = lp.options().input_rate as usize;
     let out_rate = lp.output_rate();

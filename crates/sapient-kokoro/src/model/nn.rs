@@ -8,9 +8,12 @@ use sapient_tensor::kernels::{pool::pool, ConvBf16, DenseMatrix};
 
 /// A weight `[n, k]` packed for [`DenseMatrix`] products: in f16 where AMX-BF16 runs them
 /// (half the memory of the two-half bf16 packing; f16 keeps 11 significant bits, finer than
-/// the int8 export's quantization step); in bf16 with one bf16 product where AVX512-BF16 runs
-/// them instead (as the convolutions do on both); as f32 elsewhere or where a value is out
-/// of f16's range.
+/// the int8 export's quantization step); without AMX-BF16, on AVX-512 with VNNI, as 13-bit
+/// integers multiplied by 14-bit activations ([`DenseMatrix::from_f32_int16`]: `vpdpwssd`
+/// issues at the f32 FMA's rate, and 16-bit pairs give twice its multiply-adds, where
+/// `vdpbf16ps` issues at a quarter of it on some Xeons; finer than bf16 too); in bf16 with
+/// one bf16 product where only AVX512-BF16 runs them; as f32 elsewhere or where a value is
+/// out of f16's range.
 pub fn packed(w: &[f32], n: usize, k: usize) -> DenseMatrix {
     use sapient_tensor::kernels::{has_amx_bf16, has_avx512_bf16};
     let w = &w[..(n * k).min(w.len())];
@@ -18,12 +21,23 @@ pub fn packed(w: &[f32], n: usize, k: usize) -> DenseMatrix {
         let bits: Vec<u16> = w.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
         return DenseMatrix::from_f16_bits(&bits, n, k);
     }
+    if !has_amx_bf16() {
+        if let Some(d) = DenseMatrix::from_f32_int16(w, n, k) {
+            return d;
+        }
+    }
     if has_avx512_bf16() {
         if let Some(d) = DenseMatrix::from_f32_bf16(w, n, k) {
             return d;
         }
     }
     DenseMatrix::from_f32(w, n, k)
+}
+
+/// Whether convolutions run as im2col rows on [`packed`] integer products rather than as
+/// [`ConvBf16`]: without AMX-BF16, on AVX-512 with VNNI (see [`packed`]).
+fn int16_convolutions() -> bool {
+    !sapient_tensor::kernels::has_amx_bf16() && sapient_tensor::kernels::has_avx512()
 }
 
 /// `nn.Linear` on a [`DenseMatrix`] (`[out, in]`, prepacked at load).
@@ -76,8 +90,9 @@ impl Linear {
 }
 
 /// `nn.Conv1d` (weight norm already folded). Convolutions on the CPU run as [`ConvBf16`]
-/// (bf16 implicit GEMMs over bf16 frames) where AMX-BF16 or AVX512-BF16 runs them; elsewhere
-/// on a [`DenseMatrix`] (f32 GEMMs) over time-major im2col rows: the input as `[t, in]`, each
+/// (bf16 implicit GEMMs over bf16 frames) where AMX-BF16 runs them, or AVX512-BF16 without
+/// AVX512-VNNI; elsewhere on a [`packed`] [`DenseMatrix`] (integer or f32 GEMMs) over
+/// time-major im2col rows: the input as `[t, in]`, each
 /// output frame's row the `k` input frames it reads (`[k, in]`, the weight reordered to
 /// `[out, k, in]` at load), by blocks of rows so the columns stay in cache; on other devices
 /// through candle.
@@ -114,7 +129,7 @@ impl Conv1d {
                 Some(b) => b.flatten_all()?.to_vec1()?,
                 None => vec![0.0; cout],
             };
-            if let Some(c) = ConvBf16::new(&v, cout, cin, k) {
+            if let Some(c) = (!int16_convolutions()).then(|| ConvBf16::new(&v, cout, cin, k)).flatten() {
                 return Ok(Self {
                     dims: (cout, cin, k),
                     stride,
