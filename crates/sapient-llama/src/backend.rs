@@ -18,6 +18,7 @@
 
 use crate::config::{Activation, DeltaShape};
 use crate::kv::{KvStorage, SeqId};
+use crate::lora::LoraWork;
 use crate::moe::Experts;
 use crate::Result;
 use sapient_tensor::Weight;
@@ -126,6 +127,11 @@ pub(crate) trait Backend {
     fn vector(&self, v: Vec<f32>) -> Self::Vector;
     /// The embedding table from a loaded `[vocab, hidden]` weight.
     fn embedding(&self, w: &Weight, name: &str) -> Result<Self::Embed>;
+    /// `out[r] += scale * B (A x[r])` for the rows of each LoRA adapter's work (`lora.rs`),
+    /// `x` `in_w` wide and `out` `out_w` wide: each adapter's low-rank product over the rows
+    /// of the sequences that chose it. (The adapters' matrices are host f32: a device backend
+    /// would keep copies of its own.)
+    fn lora_rows(&mut self, x: &Self::Buf, in_w: usize, out: &mut Self::Buf, out_w: usize, work: &[LoraWork<'_>]);
     /// `(out, in)` of a linear layer.
     fn lin_shape(l: &Self::Lin) -> (usize, usize);
     fn vector_len(v: &Self::Vector) -> usize;

@@ -37,6 +37,7 @@ use crate::backend::{Backend, DeltaInputs, DeltaVectors, Dims, RopeTable, Seg, S
 use crate::config::Activation;
 use crate::deltanet;
 use crate::kv::{HostKv, KvLayer, KvLayerMut};
+use crate::lora::LoraWork;
 use crate::moe::Experts;
 use crate::{Error, Result};
 
@@ -447,6 +448,9 @@ impl Backend for Cpu {
     }
     fn embedding(&self, w: &Weight, name: &str) -> Result<Embed> {
         Embed::from_weight(w, name)
+    }
+    fn lora_rows(&mut self, x: &Vec<f32>, in_w: usize, out: &mut Vec<f32>, out_w: usize, work: &[LoraWork<'_>]) {
+        crate::lora::low_rank_add(x, in_w, out, out_w, work);
     }
     fn lin_shape(l: &Lin) -> (usize, usize) {
         (l.out(), l.input())
