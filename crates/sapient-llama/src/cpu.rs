@@ -33,11 +33,10 @@ use sapient_tensor::{Linear, Weight};
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use crate::backend::{Backend, DeltaInputs, DeltaVectors, Dims, RopeTable, Seg, Step};
+use crate::backend::{Backend, DeltaInputs, DeltaVectors, Dims, LoraWork, RopeTable, Seg, Step};
 use crate::config::Activation;
 use crate::deltanet;
 use crate::kv::{HostKv, KvLayer, KvLayerMut};
-use crate::lora::LoraWork;
 use crate::moe::Experts;
 use crate::{Error, Result};
 

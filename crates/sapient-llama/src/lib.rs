@@ -20,6 +20,7 @@ mod deltanet;
 pub mod kv;
 mod model;
 mod moe;
+mod names;
 mod rope;
 mod lora;
 

@@ -15,6 +15,7 @@
 //! sequences without adapters are untouched: what they get does not depend on the adapters
 //! loaded or chosen by others.
 
+use crate::backend::{Backend, LoraWork, Step};
 use crate::config::Arch;
 use crate::{Error, Result};
 use candle_core::{DType, Device};
@@ -85,16 +86,6 @@ pub(crate) struct Pair {
 pub(crate) struct Adapter {
     info: LoraInfo,
     layers: Vec<[Option<Pair>; TARGETS]>,
-}
-
-/// One adapter's part of a layer's product: its pair, its scale (alpha and rank included),
-/// and the rows it applies to.
-pub(crate) struct LoraWork<'a> {
-    pub rank: usize,
-    pub a: &'a [f32],
-    pub b: &'a [f32],
-    pub scale: f32,
-    pub rows: Vec<Range<usize>>,
 }
 
 /// The adapters a model has loaded.
@@ -194,7 +185,7 @@ impl Adapters {
 
     /// The work of `target` in `layer` for a batch whose sequence `i` has rows `rows[i]` and
     /// applies `uses[i]`: one entry per adapter, with all its rows.
-    pub fn work<'a>(&'a self, layer: usize, target: Target, rows: impl Iterator<Item = Range<usize>> + Clone, uses: &[&[LoraUse]]) -> Vec<LoraWork<'a>> {
+    pub fn work<'a>(&'a self, layer: usize, target: Target, rows: impl Iterator<Item = Range<usize>>, uses: &[&[LoraUse]]) -> Vec<LoraWork<'a>> {
         let mut work: Vec<(usize, LoraWork<'a>)> = Vec::new();
         for (r, us) in rows.zip(uses) {
             for u in us.iter().filter(|u| u.scale != 0.0) {
@@ -249,8 +240,8 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
-        for k in 0..8 {
-            acc[k] += x[k] * y[k];
+        for ((s, a), b) in acc.iter_mut().zip(x).zip(y) {
+            *s += a * b;
         }
     }
     let mut s: f32 = acc.iter().sum();
@@ -258,4 +249,26 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         s += x * y;
     }
     s
+}
+
+/// The LoRA adapters of a forward and which sequences chose which: each sequence's (its
+/// `Seg` in the step) choice is `uses[i]`; no `uses` at all when none chose any.
+pub(crate) struct LoraCtx<'a> {
+    pub adapters: &'a Adapters,
+    pub uses: &'a [&'a [LoraUse]],
+}
+
+impl LoraCtx<'_> {
+    /// Each chosen adapter's low-rank product of `target` in layer `layer` (input `x`, `in_w`
+    /// wide) added to the rows of `out` (`out_w` wide) of the sequences that chose it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply<B: Backend>(&self, backend: &mut B, step: &Step, layer: usize, target: Target, x: &B::Buf, in_w: usize, out: &mut B::Buf, out_w: usize) {
+        if self.uses.is_empty() {
+            return;
+        }
+        let work = self.adapters.work(layer, target, step.segs.iter().map(|s| s.row0..s.row0 + s.n), self.uses);
+        if !work.is_empty() {
+            backend.lora_rows(x, in_w, out, out_w, &work);
+        }
+    }
 }

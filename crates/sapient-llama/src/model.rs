@@ -12,69 +12,20 @@
 //! differences here (and in `LlamaConfig`), once; adding a backend means implementing
 //! `Backend`.
 
-use crate::backend::{Backend, DeltaInputs, Dims, RopeTable, Seg, Step};
-use crate::batch::{BatchSeq, Logits};
+use crate::backend::{Backend, DeltaInputs, Dims, RopeTable, Step};
+use crate::batch::{plan, BatchSeq, Logits};
 use crate::config::{Arch, LlamaConfig, WeightLayout};
 use crate::rope::rope_tables;
 use crate::cpu::{check_block_size, Cpu};
 use crate::deltanet::DeltaLayer;
-use crate::lora::{Adapters, LoraInfo, LoraUse, Target};
+use crate::lora::{Adapters, LoraCtx, LoraInfo, LoraUse, Target};
+use crate::names::Names;
 use crate::kv::{Book, KvBudget, KvCache, KvDtype, KvOptions, KvStorage, SeqId};
 use crate::moe::{load_experts, Experts};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use std::path::Path;
 use sapient_tensor::WeightSource;
-
-struct Names {
-    layout: WeightLayout,
-}
-
-impl Names {
-    fn embed(&self) -> String {
-        match self.layout {
-            WeightLayout::Gguf => "token_embd.weight".into(),
-            WeightLayout::HuggingFace => "model.embed_tokens.weight".into(),
-        }
-    }
-    fn output_norm(&self) -> String {
-        match self.layout {
-            WeightLayout::Gguf => "output_norm.weight".into(),
-            WeightLayout::HuggingFace => "model.norm.weight".into(),
-        }
-    }
-    fn output(&self) -> String {
-        match self.layout {
-            WeightLayout::Gguf => "output".into(),
-            WeightLayout::HuggingFace => "lm_head".into(),
-        }
-    }
-    /// Prefix (without `.weight`) of a per-layer tensor.
-    fn layer(&self, i: usize, what: &str) -> String {
-        match self.layout {
-            WeightLayout::Gguf => format!("blk.{i}.{what}"),
-            WeightLayout::HuggingFace => {
-                let hf = match what {
-                    "attn_norm" => "input_layernorm",
-                    "ffn_norm" => "post_attention_layernorm",
-                    "attn_q" => "self_attn.q_proj",
-                    "attn_k" => "self_attn.k_proj",
-                    "attn_v" => "self_attn.v_proj",
-                    "attn_qkv" => "self_attn.qkv_proj",
-                    "attn_output" => "self_attn.o_proj",
-                    "ffn_gate" => "mlp.gate_proj",
-                    "ffn_up" => "mlp.up_proj",
-                    "ffn_gate_up" => "mlp.gate_up_proj",
-                    "ffn_down" => "mlp.down_proj",
-                    "attn_q_norm" => "self_attn.q_norm",
-                    "attn_k_norm" => "self_attn.k_norm",
-                    other => other,
-                };
-                format!("model.layers.{i}.{hf}")
-            }
-        }
-    }
-}
 
 // One per layer, built at load: the size of the separate variant does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -167,28 +118,6 @@ struct Transformer<B: Backend> {
     state_floats: usize,
     /// The LoRA adapters loaded for it.
     lora: Adapters,
-}
-
-/// The LoRA adapters of a forward and which sequences chose which: each sequence's (its
-/// [`Seg`] in the step) choice is `uses[i]`; no `uses` at all when none chose any.
-struct LoraCtx<'a> {
-    adapters: &'a Adapters,
-    uses: &'a [&'a [LoraUse]],
-}
-
-impl LoraCtx<'_> {
-    /// Each chosen adapter's low-rank product of `target` in layer `layer` (input `x`, `in_w`
-    /// wide) added to the rows of `out` (`out_w` wide) of the sequences that chose it.
-    #[allow(clippy::too_many_arguments)]
-    fn apply<B: Backend>(&self, backend: &mut B, step: &Step, layer: usize, target: Target, x: &B::Buf, in_w: usize, out: &mut B::Buf, out_w: usize) {
-        if self.uses.is_empty() {
-            return;
-        }
-        let work = self.adapters.work(layer, target, step.segs.iter().map(|s| s.row0..s.row0 + s.n), self.uses);
-        if !work.is_empty() {
-            backend.lora_rows(x, in_w, out, out_w, &work);
-        }
-    }
 }
 
 /// A loaded model with its KV cache.
@@ -420,7 +349,7 @@ impl LlamaModel {
     /// against it; returns its id for [`LoraUse`].
     pub fn load_lora(&mut self, path: &Path) -> Result<usize> {
         let net = &mut self.net;
-        let shapes = |i: usize| net.layers.get(i).map_or_else(Vec::new, |l| lora_targets(l));
+        let shapes = |i: usize| net.layers.get(i).map_or_else(Vec::new, lora_targets);
         let mut adapters = std::mem::take(&mut net.lora);
         let r = adapters.load(path, self.cfg.arch, net.layers.len(), &shapes);
         net.lora = adapters;
@@ -905,42 +834,4 @@ fn linears<'a, B: Backend>(layers: &'a mut [Layer<B>], output: &'a mut B::Lin) -
     }
     w.push(output);
     w
-}
-
-/// Where the rows of `batch` go: each sequence's positions after what `kv` holds for it, in
-/// the slots its block table reserves.
-fn plan(kv: &Book, batch: &[BatchSeq<'_>], step: &mut Step) -> Result<()> {
-    step.pos.clear();
-    step.slot.clear();
-    step.segs.clear();
-    step.tabs.clear();
-    step.out_rows.clear();
-    for s in batch {
-        let (start, blocks) = (kv.len(s.seq)?, kv.blocks(s.seq)?);
-        let row0 = step.pos.len();
-        let m = s.tokens.len();
-        if (start + m).div_ceil(kv.block_size()) > blocks.len() {
-            return Err(Error::Internal("forward_batch on positions that were not reserved"));
-        }
-        step.segs.push(Seg { seq: s.seq, row0, n: m, start, tab0: step.tabs.len(), tabn: blocks.len() });
-        step.tabs.extend_from_slice(blocks);
-        for i in 0..m {
-            step.pos.push(start + i);
-            step.slot.push(kv.slot(blocks, start + i));
-        }
-        match s.logits {
-            None => {}
-            Some(Logits::Last) => step.out_rows.push(row0 + m - 1),
-            Some(Logits::All) => step.out_rows.extend(row0..row0 + m),
-        }
-    }
-    // Every row has a slot of its own (the backend writes rows' keys and values in parallel).
-    if step.slot.len() > 1 {
-        let mut seen = step.slot.clone();
-        seen.sort_unstable();
-        if seen.windows(2).any(|w| w[0] == w[1]) {
-            return Err(Error::Internal("two rows of a batch write the same KV cache slot"));
-        }
-    }
-    Ok(())
 }

@@ -188,8 +188,8 @@ fn mixed_batch_rows_get_what_they_get_alone() -> Result<()> {
     }
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&alone[0]), bits(&plain[0]), "no adapter: the same logits as before any was loaded");
-    for i in 1..4 {
-        let d = alone[i].iter().zip(&plain[i]).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    for (i, (x, y)) in alone.iter().zip(&plain).enumerate().skip(1) {
+        let d = x.iter().zip(y).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
         assert!(d > 0.3, "choice {i} changes the logits by {d} only");
     }
     // Together: one cache of small blocks, the prompts in chunks of 5 side by side, each
@@ -214,8 +214,8 @@ fn mixed_batch_rows_get_what_they_get_alone() -> Result<()> {
             fed[i] += s.tokens.len();
         }
     }
-    for i in 0..4 {
-        assert_eq!(bits(&got[i]), bits(&alone[i]), "sequence {i} (adapters {:?}) differs from itself alone", choices[i]);
+    for (i, ((g, want), c)) in got.iter().zip(&alone).zip(&choices).enumerate() {
+        assert_eq!(bits(g), bits(want), "sequence {i} (adapters {c:?}) differs from itself alone");
     }
     // A scale of 0 is no adapter.
     assert_eq!(bits(&all_logits(&mut m, &prompts[1], &[LoraUse { id: a, scale: 0.0 }])?), bits(&plain[1]));
