@@ -7,7 +7,9 @@
 //
 //   g++ -O2 -std=c++17 -I$SRC/include -I$SRC/ggml/include scripts/reference/llamacpp_logits.cpp \
 //       -L$BIN -lllama -lggml -lggml-base -Wl,-rpath,$BIN -o /tmp/llamacpp_logits
-//   /tmp/llamacpp_logits MODEL.gguf IDS_FILE K [N]
+//   /tmp/llamacpp_logits [--lora ADAPTER.gguf[:SCALE]] MODEL.gguf IDS_FILE K [N]
+// With --lora, the LoRA adapter (llama.cpp's GGUF adapter format) applies at SCALE (1 if not
+// given) in every context, as `llama-cli --lora` / `--lora-scaled` does.
 // (SRC: the llama.cpp source, BIN: its build/bin.) Used by the scripts beside it.
 #include "llama.h"
 #include <algorithm>
@@ -23,8 +25,21 @@ static void quiet(ggml_log_level, const char *, void *) {}
 
 int main(int argc, char ** argv) {
     std::setlocale(LC_NUMERIC, "C");
+    std::string lora_path;
+    float lora_scale = 1.0f;
+    const char * prog = argv[0];
+    if (argc > 2 && std::string(argv[1]) == "--lora") {
+        lora_path = argv[2];
+        const size_t colon = lora_path.rfind(':');
+        if (colon != std::string::npos) {
+            lora_scale = std::stof(lora_path.substr(colon + 1));
+            lora_path = lora_path.substr(0, colon);
+        }
+        argc -= 2;
+        argv += 2;
+    }
     if (argc != 4 && argc != 5) {
-        fprintf(stderr, "usage: %s MODEL.gguf IDS_FILE K [N]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--lora ADAPTER.gguf[:SCALE]] MODEL.gguf IDS_FILE K [N]\n", prog);
         return 1;
     }
     const int k = std::stoi(argv[3]);
@@ -46,6 +61,14 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "cannot load %s\n", argv[1]);
         return 1;
     }
+    llama_adapter_lora * lora = nullptr;
+    if (!lora_path.empty()) {
+        lora = llama_adapter_lora_init(model, lora_path.c_str());
+        if (!lora) {
+            fprintf(stderr, "cannot load the adapter %s\n", lora_path.c_str());
+            return 1;
+        }
+    }
     const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
     for (size_t s = 0; s < seqs.size(); s++) {
         const auto & ids = seqs[s];
@@ -56,6 +79,10 @@ int main(int argc, char ** argv) {
         llama_context * ctx = llama_init_from_model(model, cp);
         if (!ctx) {
             fprintf(stderr, "cannot create a context\n");
+            return 1;
+        }
+        if (lora && llama_set_adapters_lora(ctx, &lora, 1, &lora_scale) != 0) {
+            fprintf(stderr, "cannot set the adapter\n");
             return 1;
         }
         llama_batch_ext * batch = llama_batch_ext_init(ctx);

@@ -36,6 +36,12 @@ pub struct ServeArgs {
     /// DIR (created if missing; plain file names only). Off by default.
     #[arg(long, value_name = "DIR")]
     slot_save_path: Option<PathBuf>,
+    /// A LoRA adapter (llama.cpp's GGUF adapter format) for the first language model, with
+    /// its global scale (default 1; 0 loads it off): requests without a `lora` field apply
+    /// the adapters at their global scales, `lora: [{"id", "scale"}]` picks others
+    /// (repeatable; ids in order; not with models loaded on demand).
+    #[arg(long = "lora", value_name = "FILE[:SCALE]")]
+    loras: Vec<String>,
     /// A sentence embedder for /v1/embeddings (preset such as all-minilm-l6-v2, file or
     /// directory; NAME=REFERENCE to name it; repeatable).
     #[arg(long = "embed-model")]
@@ -337,6 +343,19 @@ fn llm_options(args: &ServeArgs) -> Result<(PipelineOptions, EngineOptions)> {
     Ok((popts, eopts))
 }
 
+/// `--lora FILE[:SCALE]`: the file and its scale (1 unless given). A colon followed by
+/// something that is not a number belongs to the path.
+fn lora_spec(s: &str) -> Result<(PathBuf, f32)> {
+    let (path, scale) = match s.rsplit_once(':') {
+        Some((p, n)) if !p.is_empty() && n.parse::<f32>().is_ok() => (p, n.parse::<f32>()?),
+        _ => (s, 1.0),
+    };
+    if !scale.is_finite() {
+        bail!("--lora {s}: the scale must be a finite number");
+    }
+    Ok((PathBuf::from(path), scale))
+}
+
 /// Language models loaded on demand: those named, then the GGUF files of `--models-dir`
 /// (named after their file stems, in name order).
 fn on_demand(args: &ServeArgs) -> Result<Vec<LlmSource>> {
@@ -369,6 +388,10 @@ async fn load_models(args: &ServeArgs) -> Result<Models> {
     for s in &on_demand {
         eprintln!("'{}': {} (loaded on its first request)", s.id, s.reference);
     }
+    if routed && !args.loras.is_empty() {
+        bail!("--lora applies to a model loaded at start, not with --models-dir or --models-budget");
+    }
+    let loras = args.loras.iter().map(|s| lora_spec(s)).collect::<Result<Vec<_>>>()?;
     for spec in args.models.iter().filter(|_| !routed) {
         let (name, reference) = named(spec);
         eprintln!("loading {reference} as '{name}' ...");
@@ -381,8 +404,14 @@ async fn load_models(args: &ServeArgs) -> Result<Models> {
         })
         .await?
             .with_context(|| format!("loading model '{reference}'"))?;
+        let mut scales = Vec::new();
+        for (path, scale) in loras.iter().filter(|_| llms.is_empty()) {
+            let id = pipe.load_lora(path).with_context(|| format!("loading the LoRA adapter {}", path.display()))?;
+            eprintln!("LoRA adapter {id}: {} (scale {scale})", path.display());
+            scales.push(*scale);
+        }
         let engine = Engine::new(&pipe, eopts.clone()).with_context(|| format!("starting the engine for '{name}'"))?;
-        llms.push(Llm::new(name, engine));
+        llms.push(Llm::new(name, engine).with_lora_scales(&scales));
     }
     let load = LoadOptions {
         budget_bytes: args.models_budget,
@@ -470,6 +499,15 @@ mod tests {
 
     fn args(flags: &[&str]) -> ServeArgs {
         Cli::parse_from(std::iter::once("serve").chain(flags.iter().copied())).serve
+    }
+
+    #[test]
+    fn lora_flags_take_an_optional_scale() -> Result<()> {
+        let a = args(&["--lora", "a.gguf", "--lora", "dir/b.gguf:0.5", "--lora", "c:d.gguf"]);
+        let got = a.loras.iter().map(|s| lora_spec(s)).collect::<Result<Vec<_>>>()?;
+        assert_eq!(got, vec![(PathBuf::from("a.gguf"), 1.0), (PathBuf::from("dir/b.gguf"), 0.5), (PathBuf::from("c:d.gguf"), 1.0)]);
+        assert!(lora_spec("a.gguf:NaN").is_err());
+        Ok(())
     }
 
     #[test]

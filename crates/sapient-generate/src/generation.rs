@@ -57,6 +57,12 @@ pub struct GenerationConfig {
     /// step's text. Every token then gets its own forward: forced runs and prompt lookup
     /// are off. Tokens a reasoning budget forces have log-probability 0 and no alternatives.
     pub logprobs: Option<usize>,
+    /// LoRA adapters applied to this request, by the ids the model's
+    /// [`load_lora`](crate::Model::load_lora) gave them, each with its scale (none: the base
+    /// model). Requests with different adapters run in the same batched steps (the base
+    /// weights read once, each adapter's low-rank product over its own rows); a request with
+    /// adapters neither takes nor gives prefix-cache blocks.
+    pub lora: Vec<sapient_llama::LoraUse>,
 }
 
 /// Most alternatives [`GenerationConfig::logprobs`] gives per token (OpenAI's limit).
@@ -114,6 +120,7 @@ impl Default for GenerationConfig {
             thinking: None,
             reasoning_budget: None,
             logprobs: None,
+            lora: Vec::new(),
         }
     }
 }

@@ -34,7 +34,7 @@ pub use sapient_sample::{Expr, Grammar, JsonOptions, SamplerConfig};
 pub use sapient_tensor::DeviceRequest;
 pub use sapient_tokenizers::Message;
 pub use engine::{ContextPolicy, Engine, EngineMetrics, EngineOptions, Event, RequestHandle, SavedSession, Session};
-pub use sapient_llama::{KvBudget, KvDtype, KvLayout, KvOptions};
+pub use sapient_llama::{KvBudget, KvDtype, KvLayout, KvOptions, LoraInfo, LoraUse};
 pub use stream::TextStream;
 pub use task::{Task, TaskBuilder, TaskStream};
 

@@ -142,6 +142,18 @@ impl Model {
         Ok((template.render(&msgs, &opts)?, style))
     }
 
+    /// Load a LoRA adapter (llama.cpp's GGUF adapter format) for this model, checked against
+    /// it; returns its id for [`GenerationConfig::lora`](crate::GenerationConfig::lora).
+    /// Every clone of the model (engines, pipelines) gets it.
+    pub fn load_lora(&self, path: &std::path::Path) -> Result<usize> {
+        Ok(self.lock_inner()?.model.load_lora(path)?)
+    }
+
+    /// The LoRA adapters loaded, by id.
+    pub fn loras(&self) -> Result<Vec<sapient_llama::LoraInfo>> {
+        Ok(self.lock_inner()?.model.loras())
+    }
+
     /// Whether `other` is this model (a clone of it).
     pub fn same_model(&self, other: &Model) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)

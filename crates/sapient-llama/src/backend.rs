@@ -103,6 +103,16 @@ pub(crate) enum RopeTable {
     SlidingWindow,
 }
 
+/// One adapter's part of a layer's product: its pair, its scale (alpha and rank included),
+/// and the rows it applies to.
+pub(crate) struct LoraWork<'a> {
+    pub rank: usize,
+    pub a: &'a [f32],
+    pub b: &'a [f32],
+    pub scale: f32,
+    pub rows: Vec<std::ops::Range<usize>>,
+}
+
 /// The operations the model is written in (see the module documentation).
 pub(crate) trait Backend {
     /// Rows of f32 activations.
@@ -126,6 +136,11 @@ pub(crate) trait Backend {
     fn vector(&self, v: Vec<f32>) -> Self::Vector;
     /// The embedding table from a loaded `[vocab, hidden]` weight.
     fn embedding(&self, w: &Weight, name: &str) -> Result<Self::Embed>;
+    /// `out[r] += scale * B (A x[r])` for the rows of each LoRA adapter's work,
+    /// `x` `in_w` wide and `out` `out_w` wide: each adapter's low-rank product over the rows
+    /// of the sequences that chose it. (The adapters' matrices are host f32: a device backend
+    /// would keep copies of its own.)
+    fn lora_rows(&mut self, x: &Self::Buf, in_w: usize, out: &mut Self::Buf, out_w: usize, work: &[LoraWork<'_>]);
     /// `(out, in)` of a linear layer.
     fn lin_shape(l: &Self::Lin) -> (usize, usize);
     fn vector_len(v: &Self::Vector) -> usize;

@@ -33,7 +33,7 @@ use sapient_tensor::{Linear, Weight};
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use crate::backend::{Backend, DeltaInputs, DeltaVectors, Dims, RopeTable, Seg, Step};
+use crate::backend::{Backend, DeltaInputs, DeltaVectors, Dims, LoraWork, RopeTable, Seg, Step};
 use crate::config::Activation;
 use crate::deltanet;
 use crate::kv::{HostKv, KvLayer, KvLayerMut};
@@ -447,6 +447,9 @@ impl Backend for Cpu {
     }
     fn embedding(&self, w: &Weight, name: &str) -> Result<Embed> {
         Embed::from_weight(w, name)
+    }
+    fn lora_rows(&mut self, x: &Vec<f32>, in_w: usize, out: &mut Vec<f32>, out_w: usize, work: &[LoraWork<'_>]) {
+        crate::lora::low_rank_add(x, in_w, out, out_w, work);
     }
     fn lin_shape(l: &Lin) -> (usize, usize) {
         (l.out(), l.input())

@@ -20,10 +20,14 @@ mod deltanet;
 pub mod kv;
 mod model;
 mod moe;
+mod names;
+mod rope;
+mod lora;
 
 pub use config::{Activation, Arch, HybridConfig, LlamaConfig, RopeScaling, WeightLayout};
 pub use kv::{KvBudget, KvCache, KvDtype, KvLayout, KvOptions, KvUsage, SeqId};
 pub use batch::{BatchSeq, Logits};
+pub use lora::{LoraInfo, LoraUse};
 pub use model::{LlamaModel, DEFAULT_PREFILL_CHUNK};
 pub use moe::{ExpertActivation, Gating, MoeConfig};
 
@@ -57,6 +61,11 @@ pub enum Error {
     /// with f32 activations; a CUDA or Metal backend would implement the same operations.
     #[error("no LLM backend for {what} yet: sapient-llama runs on the CPU with f32 activations only")]
     NoBackend { what: String },
+    /// A LoRA adapter file that is not one, is for another model, or is damaged.
+    #[error("{path}: {msg}")]
+    Lora { path: PathBuf, msg: String },
+    #[error("no LoRA adapter {id} ({loaded} loaded)")]
+    UnknownLora { id: usize, loaded: usize },
     #[error("internal error: {0}")]
     Internal(&'static str),
     #[error(transparent)]

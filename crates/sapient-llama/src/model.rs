@@ -12,66 +12,20 @@
 //! differences here (and in `LlamaConfig`), once; adding a backend means implementing
 //! `Backend`.
 
-use crate::backend::{Backend, DeltaInputs, Dims, RopeTable, Seg, Step};
-use crate::batch::{BatchSeq, Logits};
-use crate::config::{Arch, LlamaConfig, RopeScaling, WeightLayout};
+use crate::backend::{Backend, DeltaInputs, Dims, RopeTable, Step};
+use crate::batch::{plan, BatchSeq, Logits};
+use crate::config::{Arch, LlamaConfig, WeightLayout};
+use crate::rope::rope_tables;
 use crate::cpu::{check_block_size, Cpu};
 use crate::deltanet::DeltaLayer;
+use crate::lora::{Adapters, LoraCtx, LoraInfo, LoraUse, Target};
+use crate::names::Names;
 use crate::kv::{Book, KvBudget, KvCache, KvDtype, KvOptions, KvStorage, SeqId};
 use crate::moe::{load_experts, Experts};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
+use std::path::Path;
 use sapient_tensor::WeightSource;
-
-struct Names {
-    layout: WeightLayout,
-}
-
-impl Names {
-    fn embed(&self) -> String {
-        match self.layout {
-            WeightLayout::Gguf => "token_embd.weight".into(),
-            WeightLayout::HuggingFace => "model.embed_tokens.weight".into(),
-        }
-    }
-    fn output_norm(&self) -> String {
-        match self.layout {
-            WeightLayout::Gguf => "output_norm.weight".into(),
-            WeightLayout::HuggingFace => "model.norm.weight".into(),
-        }
-    }
-    fn output(&self) -> String {
-        match self.layout {
-            WeightLayout::Gguf => "output".into(),
-            WeightLayout::HuggingFace => "lm_head".into(),
-        }
-    }
-    /// Prefix (without `.weight`) of a per-layer tensor.
-    fn layer(&self, i: usize, what: &str) -> String {
-        match self.layout {
-            WeightLayout::Gguf => format!("blk.{i}.{what}"),
-            WeightLayout::HuggingFace => {
-                let hf = match what {
-                    "attn_norm" => "input_layernorm",
-                    "ffn_norm" => "post_attention_layernorm",
-                    "attn_q" => "self_attn.q_proj",
-                    "attn_k" => "self_attn.k_proj",
-                    "attn_v" => "self_attn.v_proj",
-                    "attn_qkv" => "self_attn.qkv_proj",
-                    "attn_output" => "self_attn.o_proj",
-                    "ffn_gate" => "mlp.gate_proj",
-                    "ffn_up" => "mlp.up_proj",
-                    "ffn_gate_up" => "mlp.gate_up_proj",
-                    "ffn_down" => "mlp.down_proj",
-                    "attn_q_norm" => "self_attn.q_norm",
-                    "attn_k_norm" => "self_attn.k_norm",
-                    other => other,
-                };
-                format!("model.layers.{i}.{hf}")
-            }
-        }
-    }
-}
 
 // One per layer, built at load: the size of the separate variant does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -162,6 +116,8 @@ struct Transformer<B: Backend> {
     kv_layers: usize,
     /// Recurrent state values per sequence (hybrids; 0 otherwise).
     state_floats: usize,
+    /// The LoRA adapters loaded for it.
+    lora: Adapters,
 }
 
 /// A loaded model with its KV cache.
@@ -178,6 +134,8 @@ pub struct LlamaModel {
     prefill_chunk: usize,
     /// How the cache of [`forward`](Self::forward) stores keys and values.
     kv_dtype: KvDtype,
+    /// The LoRA adapters [`forward`](Self::forward) applies.
+    lora: Vec<LoraUse>,
 }
 
 /// Most positions [`LlamaModel::forward`] runs at once: a longer input goes in pieces of this
@@ -185,73 +143,6 @@ pub struct LlamaModel {
 /// 2,048-token prefill ran 1.26x faster in pieces of 128 than whole; 64 to 128 were within
 /// the noise of each other.
 pub const DEFAULT_PREFILL_CHUNK: usize = 128;
-
-/// `[max_len][rope_dim / 2]` cosine and sine tables for RoPE base `theta` and the config's
-/// scaling.
-fn rope_tables(cfg: &LlamaConfig, theta: f32, max_len: usize) -> Result<(Vec<f32>, Vec<f32>)> {
-    let half = cfg.rope_dim / 2;
-    let mut inv: Vec<f32> = (0..half)
-        .map(|i| 1.0 / theta.powf(2.0 * i as f32 / cfg.rope_dim as f32))
-        .collect();
-    let (mut pos_scale, mut mag) = (1.0f32, 1.0f32);
-    match &cfg.rope_scaling {
-        None => {}
-        Some(RopeScaling::Yarn { factor, original_context }) => {
-            // ggml's `rope_yarn` with llama.cpp's defaults: the ramp between the correction
-            // dimensions of beta fast 32 and beta slow 1.
-            let (d, base) = (cfg.rope_dim as f32, theta);
-            let corr = |beta: f32| d * (*original_context as f32 / (beta * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln());
-            let (low, high) = (corr(32.0).floor().max(0.0), corr(1.0).ceil().min(d - 1.0));
-            for (i, x) in inv.iter_mut().enumerate() {
-                let ramp = 1.0 - ((i as f32 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
-                *x = *x / factor * (1.0 - ramp) + *x * ramp;
-            }
-            mag = 1.0 + 0.1 * factor.ln();
-        }
-        Some(RopeScaling::Linear { factor }) => pos_scale = 1.0 / factor,
-        Some(RopeScaling::FreqFactors(f)) => {
-            if f.len() != half {
-                return Err(Error::Config(format!(
-                    "rope_freqs has {} factors, expected {half}",
-                    f.len()
-                )));
-            }
-            for (x, d) in inv.iter_mut().zip(f) {
-                *x /= d;
-            }
-        }
-        Some(RopeScaling::Llama3 {
-            factor,
-            low_freq_factor,
-            high_freq_factor,
-            original_max_position_embeddings,
-        }) => {
-            let old = *original_max_position_embeddings as f32;
-            let low_wavelen = old / low_freq_factor;
-            let high_wavelen = old / high_freq_factor;
-            for x in inv.iter_mut() {
-                let wavelen = 2.0 * std::f32::consts::PI / *x;
-                if wavelen < high_wavelen {
-                } else if wavelen > low_wavelen {
-                    *x /= factor;
-                } else {
-                    let smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
-                    *x = (1.0 - smooth) * *x / factor + smooth * *x;
-                }
-            }
-        }
-    }
-    let (mut cos, mut sin) = (Vec::with_capacity(max_len * half), Vec::with_capacity(max_len * half));
-    for p in 0..max_len {
-        let t = p as f32 * pos_scale;
-        for &f in &inv {
-            let a = t * f;
-            cos.push(a.cos() * mag);
-            sin.push(a.sin() * mag);
-        }
-    }
-    Ok((cos, sin))
-}
 
 /// What a device is called in errors (`cpu`, `cuda:0`, `metal:0`).
 fn device_name(device: &Device) -> String {
@@ -324,6 +215,7 @@ impl LlamaModel {
             kv: None,
             prefill_chunk: DEFAULT_PREFILL_CHUNK,
             kv_dtype: KvDtype::F16,
+            lora: Vec::new(),
         })
     }
 
@@ -424,7 +316,16 @@ impl LlamaModel {
     /// Every row's result is bit-identical to what it gives in any other batch, alone
     /// included (every linear layer computes each row as it is alone here).
     pub fn forward_batch(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> Result<usize> {
-        self.forward_cache(kv, batch, true, out)
+        self.forward_cache(kv, batch, &[], true, out)
+    }
+
+    /// [`forward_batch`](Self::forward_batch) with LoRA adapters chosen per sequence:
+    /// `loras[i]` for `batch[i]` (ids from [`load_lora`](Self::load_lora); empty: none). The
+    /// base weights are read once for every row; each adapter's low-rank product runs over
+    /// the rows of the sequences that chose it. Rows without adapters get exactly what
+    /// [`forward_batch`](Self::forward_batch) gives them, and every row what it gets alone.
+    pub fn forward_batch_lora(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], loras: &[&[LoraUse]], out: &mut Vec<f32>) -> Result<usize> {
+        self.forward_cache(kv, batch, loras, true, out)
     }
 
     /// [`forward_batch`](Self::forward_batch) for a caller that owns the sequences' lengths
@@ -433,19 +334,53 @@ impl LlamaModel {
     /// records what each sequence keeps with [`KvCache::set_len`] (all its rows, or fewer
     /// when some were rejected guesses).
     pub fn forward_reserved(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> Result<usize> {
-        self.check_batch(kv, batch)?;
+        self.forward_reserved_lora(kv, batch, &[], out)
+    }
+
+    /// [`forward_reserved`](Self::forward_reserved) with LoRA adapters chosen per sequence,
+    /// as [`forward_batch_lora`](Self::forward_batch_lora).
+    pub fn forward_reserved_lora(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], loras: &[&[LoraUse]], out: &mut Vec<f32>) -> Result<usize> {
+        self.check_batch(kv, batch, loras)?;
         let (book, store) = kv.parts();
-        self.net.forward_batch(book, store, batch, true, out)
+        self.net.forward_batch(book, store, batch, loras, true, out)
+    }
+
+    /// Load a LoRA adapter (llama.cpp's GGUF format, `lora.rs`) for this model, checked
+    /// against it; returns its id for [`LoraUse`].
+    pub fn load_lora(&mut self, path: &Path) -> Result<usize> {
+        let net = &mut self.net;
+        let shapes = |i: usize| net.layers.get(i).map_or_else(Vec::new, lora_targets);
+        let mut adapters = std::mem::take(&mut net.lora);
+        let r = adapters.load(path, self.cfg.arch, net.layers.len(), &shapes);
+        net.lora = adapters;
+        r
+    }
+
+    /// The LoRA adapters loaded, by id.
+    pub fn loras(&self) -> Vec<LoraInfo> {
+        self.net.lora.infos()
+    }
+
+    /// The LoRA adapters [`forward`](Self::forward) and [`forward_into`](Self::forward_into)
+    /// apply from now on (none unless set). A change empties their cache: what it held was
+    /// computed with others.
+    pub fn set_lora(&mut self, uses: &[LoraUse]) -> Result<()> {
+        self.net.lora.check(&[uses])?;
+        if self.lora != uses {
+            self.lora = uses.to_vec();
+            self.clear_cache();
+        }
+        Ok(())
     }
 
     /// Append: reserve, run, advance the lengths (see [`forward_batch`](Self::forward_batch)).
-    fn forward_cache(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], exact: bool, out: &mut Vec<f32>) -> Result<usize> {
-        self.check_batch(kv, batch)?;
+    fn forward_cache(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], loras: &[&[LoraUse]], exact: bool, out: &mut Vec<f32>) -> Result<usize> {
+        self.check_batch(kv, batch, loras)?;
         for s in batch {
             kv.reserve(s.seq, s.tokens.len())?;
         }
         let (book, store) = kv.parts();
-        let rows = self.net.forward_batch(book, store, batch, exact, out)?;
+        let rows = self.net.forward_batch(book, store, batch, loras, exact, out)?;
         for s in batch {
             let len = kv.len(s.seq)? + s.tokens.len();
             kv.set_len(s.seq, len)?;
@@ -454,11 +389,15 @@ impl LlamaModel {
     }
 
     /// A batch's inputs, before anything runs: rows, context length, token ids, no sequence
-    /// twice.
-    fn check_batch(&self, kv: &KvCache, batch: &[BatchSeq<'_>]) -> Result<()> {
+    /// twice, adapters loaded (one choice per sequence, or none).
+    fn check_batch(&self, kv: &KvCache, batch: &[BatchSeq<'_>], loras: &[&[LoraUse]]) -> Result<()> {
         if batch.is_empty() || batch.iter().any(|s| s.tokens.is_empty()) {
             return Err(Error::EmptyInput);
         }
+        if !loras.is_empty() && loras.len() != batch.len() {
+            return Err(Error::Config(format!("{} LoRA choices for a batch of {} sequences", loras.len(), batch.len())));
+        }
+        self.net.lora.check(loras)?;
         for s in batch {
             let end = kv.len(s.seq)? + s.tokens.len();
             if end > self.max_seq_len {
@@ -501,10 +440,13 @@ impl LlamaModel {
             return Err(Error::Internal("the KV cache vanished"));
         };
         let chunk = self.prefill_chunk;
+        let lora = std::mem::take(&mut self.lora);
+        let uses: [&[LoraUse]; 1] = [&lora];
+        let uses: &[&[LoraUse]] = if lora.is_empty() { &[] } else { &uses };
         let r = kv.truncate(seq, self.pos).and_then(|_| {
             if tokens.len() <= chunk {
                 let batch = [BatchSeq { seq, tokens, logits: Some(logits) }];
-                return self.forward_cache(&mut kv, &batch, false, out);
+                return self.forward_cache(&mut kv, &batch, uses, false, out);
             }
             // A long input in pieces (as llama.cpp's micro-batches): each piece's activations
             // stay in the caches while the weights pass. Rows do not depend on the batch, so
@@ -522,11 +464,11 @@ impl LlamaModel {
                 let batch = [BatchSeq { seq, tokens: piece, logits: want }];
                 match logits {
                     Logits::All => {
-                        self.forward_cache(&mut kv, &batch, false, &mut part)?;
+                        self.forward_cache(&mut kv, &batch, uses, false, &mut part)?;
                         out.extend_from_slice(&part);
                     }
                     Logits::Last => {
-                        self.forward_cache(&mut kv, &batch, false, out)?;
+                        self.forward_cache(&mut kv, &batch, uses, false, out)?;
                     }
                 }
             }
@@ -534,6 +476,7 @@ impl LlamaModel {
         });
         self.pos = kv.len(seq).unwrap_or(0);
         self.kv = Some((kv, seq));
+        self.lora = lora;
         r?;
         Ok(rows)
     }
@@ -663,7 +606,7 @@ impl<B: Backend> Transformer<B> {
         if kv_layers == 0 {
             return Err(Error::Config(format!("{}: no layer has attention (a hybrid needs at least one)", src.location().display())));
         }
-        let mut net = Self { backend, dims, layers, norm, output, embed, buf: Bufs::default(), step: Step::default(), kv_layers, state_floats };
+        let mut net = Self { backend, dims, layers, norm, output, embed, buf: Bufs::default(), step: Step::default(), kv_layers, state_floats, lora: Adapters::default() };
         net.check()?;
         let Self { backend, layers, output, embed, .. } = &mut net;
         backend.loaded(linears(layers, output), embed);
@@ -693,8 +636,11 @@ impl<B: Backend> Transformer<B> {
     /// sequence asks for, in order, into `logits` (`rows x vocab`) and returns the number of
     /// rows. `exact`: every linear layer computes each row as it is alone, so a row's result
     /// does not depend on the rest of the batch.
-    fn forward_batch(&mut self, book: &mut Book, kv: &mut B::KvStore, batch: &[BatchSeq<'_>], exact: bool, logits: &mut Vec<f32>) -> Result<usize> {
-        let Self { backend, dims: d, layers, norm, output, embed, buf: b, step, kv_layers, state_floats } = self;
+    #[allow(clippy::too_many_arguments)]
+    fn forward_batch(&mut self, book: &mut Book, kv: &mut B::KvStore, batch: &[BatchSeq<'_>], uses: &[&[LoraUse]], exact: bool, logits: &mut Vec<f32>) -> Result<usize> {
+        let Self { backend, dims: d, layers, norm, output, embed, buf: b, step, kv_layers, state_floats, lora } = self;
+        // Adapters only when a sequence chose one: the other batches run as without them.
+        let lo = LoraCtx { adapters: lora, uses: if uses.iter().any(|u| !u.is_empty()) { uses } else { &[] } };
         let n: usize = batch.iter().map(|s| s.tokens.len()).sum();
         let (h, q_out, kv_out, inter) = (d.hidden, d.heads * d.head_dim, d.kv_heads * d.head_dim, d.inter);
         if kv.width() != kv_out || kv.layers() != *kv_layers || kv.state_floats() != *state_floats {
@@ -733,7 +679,7 @@ impl<B: Backend> Transformer<B> {
         // The residual add that ends a layer is done with the next layer's first norm (in the
         // same pass over each row), the last one after the loop.
         let mut pending = false;
-        for layer in layers.iter() {
+        for (li, layer) in layers.iter().enumerate() {
             let y = pending.then_some(&b.y);
             let a = match &layer.mixer {
                 Mixer::Attention(a) => a,
@@ -743,17 +689,23 @@ impl<B: Backend> Transformer<B> {
                     let p = DeltaInputs { qkv: &b.qkv, z: &b.z, beta: &b.beta, alpha: &b.alpha };
                     backend.delta_net(kv, &dl.vectors, p, step, &mut b.att)?;
                     backend.linear_rows(&dl.out, &b.att, n, exact, &mut b.y)?;
-                    Self::mlp(backend, d, layer, b, n, exact)?;
+                    Self::mlp(backend, d, (li, layer), b, n, exact, (&lo, step))?;
                     pending = true;
                     continue;
                 }
             };
             let (qb, q_w) = if a.gated { (&mut b.qg, 2 * q_out) } else { (&mut b.q, q_out) };
             match &a.qkv {
-                Qkv::Separate(q, k, v) => backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[q, k, v], n, exact, &mut [qb, &mut b.k, &mut b.v])?,
+                Qkv::Separate(q, k, v) => {
+                    backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[q, k, v], n, exact, &mut [&mut *qb, &mut b.k, &mut b.v])?;
+                    lo.apply(backend, step, li, Target::Q, &b.xn, h, qb, q_w);
+                    lo.apply(backend, step, li, Target::K, &b.xn, h, &mut b.k, kv_out);
+                    lo.apply(backend, step, li, Target::V, &b.xn, h, &mut b.v, kv_out);
+                }
                 Qkv::Fused(l) => {
                     B::reserve(&mut b.qkv, n * (q_w + 2 * kv_out));
                     backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.qkv])?;
+                    lo.apply(backend, step, li, Target::Qkv, &b.xn, h, &mut b.qkv, q_w + 2 * kv_out);
                     backend.split_rows(&b.qkv, n, &mut [(qb, q_w), (&mut b.k, kv_out), (&mut b.v, kv_out)]);
                 }
             }
@@ -772,7 +724,8 @@ impl<B: Backend> Transformer<B> {
                 backend.mul_sigmoid(&mut b.att, &b.gate, n * q_out);
             }
             backend.linear_rows(&a.o, &b.att, n, exact, &mut b.y)?;
-            Self::mlp(backend, d, layer, b, n, exact)?;
+            lo.apply(backend, step, li, Target::O, &b.att, q_out, &mut b.y, h);
+            Self::mlp(backend, d, (li, layer), b, n, exact, (&lo, step))?;
             pending = true;
         }
         if pending {
@@ -792,7 +745,7 @@ impl<B: Backend> Transformer<B> {
 
     /// A layer's second half, after its mixer left its output in `b.y`: the residual add, the
     /// norm and the feed-forward (gated MLP or experts), the result in `b.y` (added by the next layer's first norm).
-    fn mlp(backend: &mut B, d: &Dims, layer: &Layer<B>, b: &mut Bufs<B::Buf>, n: usize, exact: bool) -> Result<()> {
+    fn mlp(backend: &mut B, d: &Dims, (li, layer): (usize, &Layer<B>), b: &mut Bufs<B::Buf>, n: usize, exact: bool, (lo, step): (&LoraCtx<'_>, &Step)) -> Result<()> {
         let (h, inter) = (d.hidden, d.inter);
         if let Some(w) = &layer.post_attn_norm {
             backend.rms_norm_in_place(&mut b.y, w, n * h, d.eps);
@@ -800,14 +753,21 @@ impl<B: Backend> Transformer<B> {
         match &layer.mlp {
             Mlp::Dense { gate_up, down } => {
                 match gate_up {
-                    GateUp::Separate(g, u) => backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[g, u], n, exact, &mut [&mut b.g, &mut b.u])?,
+                    GateUp::Separate(g, u) => {
+                        backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[g, u], n, exact, &mut [&mut b.g, &mut b.u])?;
+                        lo.apply(backend, step, li, Target::Gate, &b.xn, h, &mut b.g, inter);
+                        lo.apply(backend, step, li, Target::Up, &b.xn, h, &mut b.u, inter);
+                    }
                     GateUp::Fused(l) => {
                         B::reserve(&mut b.gu, n * 2 * inter);
                         backend.add_norm_linear_group(&mut b.x, Some(&b.y), &layer.ffn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.gu])?;
+                        lo.apply(backend, step, li, Target::GateUp, &b.xn, h, &mut b.gu, 2 * inter);
                         backend.split_rows(&b.gu, n, &mut [(&mut b.g, inter), (&mut b.u, inter)]);
                     }
                 }
                 backend.glu_linear(d.activation, &mut b.g, &b.u, inter, down, n, exact, &mut b.y)?;
+                // `g` holds the activation's product now: the down projection's input.
+                lo.apply(backend, step, li, Target::Down, &b.g, inter, &mut b.y, h);
             }
             Mlp::Moe { router, experts } => {
                 // The router's logits (in `gu`) with the residual add and the norm, then each
@@ -822,6 +782,26 @@ impl<B: Backend> Transformer<B> {
         }
         Ok(())
     }
+}
+
+/// The linear layers of `l` LoRA adapters may adapt, with their `(out, in)`.
+fn lora_targets<B: Backend>(l: &Layer<B>) -> Vec<(Target, (usize, usize))> {
+    let mut t = Vec::new();
+    if let Mixer::Attention(a) = &l.mixer {
+        match &a.qkv {
+            Qkv::Separate(q, k, v) => t.extend([(Target::Q, B::lin_shape(q)), (Target::K, B::lin_shape(k)), (Target::V, B::lin_shape(v))]),
+            Qkv::Fused(x) => t.push((Target::Qkv, B::lin_shape(x))),
+        }
+        t.push((Target::O, B::lin_shape(&a.o)));
+    }
+    if let Mlp::Dense { gate_up, down } = &l.mlp {
+        match gate_up {
+            GateUp::Separate(g, u) => t.extend([(Target::Gate, B::lin_shape(g)), (Target::Up, B::lin_shape(u))]),
+            GateUp::Fused(x) => t.push((Target::GateUp, B::lin_shape(x))),
+        }
+        t.push((Target::Down, B::lin_shape(down)));
+    }
+    t
 }
 
 /// Every linear layer, in layer order, the output layer last.
@@ -854,42 +834,4 @@ fn linears<'a, B: Backend>(layers: &'a mut [Layer<B>], output: &'a mut B::Lin) -
     }
     w.push(output);
     w
-}
-
-/// Where the rows of `batch` go: each sequence's positions after what `kv` holds for it, in
-/// the slots its block table reserves.
-fn plan(kv: &Book, batch: &[BatchSeq<'_>], step: &mut Step) -> Result<()> {
-    step.pos.clear();
-    step.slot.clear();
-    step.segs.clear();
-    step.tabs.clear();
-    step.out_rows.clear();
-    for s in batch {
-        let (start, blocks) = (kv.len(s.seq)?, kv.blocks(s.seq)?);
-        let row0 = step.pos.len();
-        let m = s.tokens.len();
-        if (start + m).div_ceil(kv.block_size()) > blocks.len() {
-            return Err(Error::Internal("forward_batch on positions that were not reserved"));
-        }
-        step.segs.push(Seg { seq: s.seq, row0, n: m, start, tab0: step.tabs.len(), tabn: blocks.len() });
-        step.tabs.extend_from_slice(blocks);
-        for i in 0..m {
-            step.pos.push(start + i);
-            step.slot.push(kv.slot(blocks, start + i));
-        }
-        match s.logits {
-            None => {}
-            Some(Logits::Last) => step.out_rows.push(row0 + m - 1),
-            Some(Logits::All) => step.out_rows.extend(row0..row0 + m),
-        }
-    }
-    // Every row has a slot of its own (the backend writes rows' keys and values in parallel).
-    if step.slot.len() > 1 {
-        let mut seen = step.slot.clone();
-        seen.sort_unstable();
-        if seen.windows(2).any(|w| w[0] == w[1]) {
-            return Err(Error::Internal("two rows of a batch write the same KV cache slot"));
-        }
-    }
-    Ok(())
 }

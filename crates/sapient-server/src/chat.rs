@@ -63,6 +63,8 @@ pub(crate) struct Sampling {
     pub(crate) id_slot: Option<u32>,
     /// Not OpenAI's (llama-server's): a GBNF grammar the output must follow.
     pub(crate) grammar: Option<String>,
+    /// Not OpenAI's (llama-server's): LoRA adapters and scales, `[{"id", "scale"}]` (lora.rs).
+    pub(crate) lora: Option<Value>,
 }
 
 #[derive(Deserialize, Default, Clone)]
@@ -364,6 +366,7 @@ pub(crate) fn prepare_chat(st: &AppState, llm: &Llm, req: ChatRequest) -> Result
     }
     let ids = llm.engine.model().tokenizer().encode(&text, false).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let opened = sapient_generate::chat::think::prompt_opens(&text);
+    cfg.lora = llm.lora.request(req.sampling.lora.as_ref())?;
     Ok(Prepared { prompts: vec![ids], cfg, n, stream, include_usage, tools: calls, reasoning: Some(opened), tool_format: style.format, slot: req.sampling.id_slot })
 }
 
@@ -416,7 +419,9 @@ fn prepare_completion(st: &AppState, llm: &Llm, req: CompletionRequest) -> Resul
     let pipe = llm.engine.model();
     let tok = pipe.tokenizer();
     let encode = |s: &str| tok.encode(s, true).map_err(|e| ApiError::bad_request(e.to_string()));
-    check_completion(st, pipe.info().vocab_size, &req, &encode)
+    let mut p = check_completion(st, pipe.info().vocab_size, &req, &encode)?;
+    p.cfg.lora = llm.lora.request(req.sampling.lora.as_ref())?;
+    Ok(p)
 }
 
 /// Parse and check a chat or completion body without a model (see [`crate::check_request`]):

@@ -29,6 +29,7 @@
 mod anthropic;
 mod chat;
 mod error;
+mod lora;
 mod media;
 mod realtime;
 mod responses;
@@ -116,19 +117,30 @@ pub struct Llm {
     pub(crate) token_bytes: std::sync::OnceLock<Vec<Vec<u8>>>,
     /// Conversation slots (`id_slot`), each an engine session.
     pub(crate) slots: slots::Slots,
+    /// The model's LoRA adapters and their global scales (`/lora-adapters`).
+    pub(crate) lora: lora::Adapters,
 }
 
 impl Llm {
     pub fn new(id: impl Into<String>, engine: sapient_generate::Engine) -> Self {
         Self {
             id: id.into(),
-            engine,
             stats: Default::default(),
             in_flight: AtomicUsize::new(0),
             created: unix_now(),
             token_bytes: std::sync::OnceLock::new(),
             slots: Default::default(),
+            lora: lora::Adapters::of(&engine),
+            engine,
         }
+    }
+
+    /// The global scales of the model's LoRA adapters (loaded into its pipeline before the
+    /// engine was made), by id: what requests without a `lora` field apply (1 unless set;
+    /// 0 leaves an adapter off; `POST /lora-adapters` changes them).
+    pub fn with_lora_scales(self, scales: &[f32]) -> Self {
+        self.lora.set_scales(scales);
+        self
     }
 }
 
@@ -263,6 +275,7 @@ impl Server {
             .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
             .route("/v1/responses", post(responses::create))
             .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
+            .route("/lora-adapters", get(lora::list).post(lora::set))
             .route("/tokenize", post(tokenize::tokenize))
             .route("/detokenize", post(tokenize::detokenize))
             .route("/apply-template", post(tokenize::apply_template))

@@ -169,7 +169,9 @@ impl Turn {
         let prompt = p.prompts.into_iter().next().ok_or_else(|| ApiError::internal("no prompt"))?;
         let guard = InFlight::take(st, &llm, 1)?;
         let prompt_tokens = prompt.len();
-        let handle = crate::slots::submit(&llm, p.slot, prompt, p.cfg)?;
+        // These routes (Messages, Responses) have no `lora` field: the global scales apply.
+        let cfg = GenerationConfig { lora: llm.lora.global(), ..p.cfg };
+        let handle = crate::slots::submit(&llm, p.slot, prompt, cfg)?;
         let state = ChoiceState::new(p.tools, p.reasoning, p.tool_format);
         Ok(Self { handle, state, llm, _guard: guard, t0: Instant::now(), prompt_tokens, done: false })
     }

@@ -244,6 +244,9 @@ struct Active {
     /// The sequence in the draft model's cache, and how many of `kv_tokens` it holds.
     draft_seq: Option<SeqId>,
     draft_computed: usize,
+    /// The LoRA adapters it applies (its rows' keys and values are its own: no prefix-cache
+    /// sharing).
+    lora: Vec<sapient_llama::LoraUse>,
 }
 
 impl Active {
@@ -403,6 +406,12 @@ impl Engine {
             return Err(Error::PromptTooLong { tokens: prompt.len(), max });
         }
         cfg.sampling.validate()?;
+        if !cfg.lora.is_empty() {
+            let loaded = self.model.loras()?.len();
+            if let Some(u) = cfg.lora.iter().find(|u| u.id >= loaded || !u.scale.is_finite()) {
+                return Err(Error::InvalidOptions(format!("LoRA adapter {} with scale {}: {loaded} adapters are loaded", u.id, u.scale)));
+            }
+        }
         if cfg.draft.is_some() && !self.has_draft {
             return Err(Error::InvalidOptions("speculation with a draft model needs an engine made by Engine::with_draft".into()));
         }

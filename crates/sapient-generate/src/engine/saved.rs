@@ -84,7 +84,7 @@ impl Scheduler {
         if let Ok(mut m) = self.shared.sessions.lock() {
             m.insert(s, saved.tokens.len());
         }
-        self.sessions.insert(s, Kept { seq, tokens: saved.tokens, at: self.steps });
+        self.sessions.insert(s, Kept { seq, tokens: saved.tokens, at: self.steps, lora: Vec::new() });
         Ok(())
     }
 }

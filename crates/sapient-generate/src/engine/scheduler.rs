@@ -24,6 +24,8 @@ pub(super) struct Kept {
     pub(super) tokens: Vec<u32>,
     /// When it was kept (a step count), for giving back the oldest first.
     pub(super) at: u64,
+    /// The LoRA adapters its keys and values were computed with.
+    pub(super) lora: Vec<sapient_llama::LoraUse>,
 }
 
 pub(super) struct Scheduler {
@@ -177,7 +179,7 @@ impl Scheduler {
         self.free_draft(&mut a);
         match (a.session, a.seq, r.is_ok()) {
             (Some(s), Some(seq), true) => {
-                if self.opts.prefix_cache {
+                if self.opts.prefix_cache && a.lora.is_empty() {
                     let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed.min(a.kv_tokens.len())]);
                 }
                 // A request that ran beside another of its session replaces that one's kept cache.
@@ -186,7 +188,7 @@ impl Scheduler {
                 if let Ok(mut m) = self.shared.sessions.lock() {
                     m.insert(s, tokens.len());
                 }
-                self.sessions.insert(s, Kept { seq, tokens, at: self.steps });
+                self.sessions.insert(s, Kept { seq, tokens, at: self.steps, lora: a.lora.clone() });
                 a.seq = None;
             }
             _ => self.release(&mut a),
@@ -307,8 +309,9 @@ impl Scheduler {
             };
             let (seq, reused) = match kept {
                 Some(k) => {
-                    // Everything the new prompt starts with, keeping at least one token to feed.
-                    let common = common_prefix(&k.tokens, &a.kv_tokens).min(a.kv_tokens.len() - 1);
+                    // Everything the new prompt starts with, keeping at least one token to feed
+                    // (nothing when the adapters differ).
+                    let common = if k.lora == a.lora { common_prefix(&k.tokens, &a.kv_tokens).min(a.kv_tokens.len() - 1) } else { 0 };
                     match self.kv.truncate(k.seq, common) {
                         Ok(()) => (k.seq, common),
                         Err(_) => {
@@ -319,7 +322,7 @@ impl Scheduler {
                 }
                 None => {
                     let seq = self.kv.new_seq();
-                    let reused = if self.opts.prefix_cache { self.kv.attach_prefix(seq, &a.kv_tokens).unwrap_or(0) } else { 0 };
+                    let reused = if self.opts.prefix_cache && a.lora.is_empty() { self.kv.attach_prefix(seq, &a.kv_tokens).unwrap_or(0) } else { 0 };
                     (seq, reused)
                 }
             };
@@ -337,6 +340,7 @@ impl Scheduler {
     }
 
     fn activate(&mut self, r: NewRequest) -> Option<Active> {
+        let lora = r.cfg.lora.clone();
         match Decoder::new(&self.model, r.prompt.clone(), r.cfg, r.submitted) {
             Ok(dec) => Some(Active {
                 id: r.id,
@@ -350,6 +354,7 @@ impl Scheduler {
                 drafts: 0,
                 draft_seq: None,
                 draft_computed: 0,
+                lora,
             }),
             Err(e) => {
                 let _ = r.tx.send(Event::Done(Err(e)));
@@ -486,7 +491,7 @@ impl Scheduler {
     pub(super) fn release(&mut self, a: &mut Active) {
         self.free_draft(a);
         if let Some(seq) = a.seq.take() {
-            if self.opts.prefix_cache {
+            if self.opts.prefix_cache && a.lora.is_empty() {
                 let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed.min(a.kv_tokens.len())]);
             }
             let _ = self.kv.free(seq);
@@ -506,7 +511,7 @@ impl Scheduler {
     pub(super) fn snapshot_at(&self, a: &Active) -> Option<usize> {
         let bs = self.kv.block_size();
         let end = a.dec.prompt_len().saturating_sub(1) / bs * bs;
-        (self.kv.has_seq_state() && self.opts.prefix_cache && end > 0).then_some(end)
+        (self.kv.has_seq_state() && self.opts.prefix_cache && a.lora.is_empty() && end > 0).then_some(end)
     }
 
     /// Free `v`'s blocks (full ones stay in the prefix cache) and queue it for recomputation.

@@ -66,11 +66,17 @@ impl Scheduler {
                 })
             })
             .collect();
+        // Each sequence's LoRA adapters, beside its rows (none when no sequence has any).
+        let loras: Vec<&[sapient_llama::LoraUse]> = if plans.iter().any(|p| !self.running[p.idx].lora.is_empty()) {
+            plans.iter().filter(|p| self.running[p.idx].seq.is_some()).map(|p| self.running[p.idx].lora.as_slice()).collect()
+        } else {
+            Vec::new()
+        };
         let result = match self.model.lock_inner() {
-            Ok(mut inner) => inner.model.forward_reserved(&mut self.kv, &batch, &mut self.logits).map_err(Error::from),
+            Ok(mut inner) => inner.model.forward_reserved_lora(&mut self.kv, &batch, &loras, &mut self.logits).map_err(Error::from),
             Err(e) => Err(e),
         };
-        drop(batch);
+        drop((batch, loras));
         self.steps += 1;
         self.shared.steps.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = result {
@@ -129,7 +135,7 @@ impl Scheduler {
                 settle(&mut self.kv, seq, &mut a.computed);
             }
             // Prompt blocks become shareable as soon as they are full.
-            if self.opts.prefix_cache && (a.computed <= a.dec.prompt_len() || p.logits.is_some()) {
+            if self.opts.prefix_cache && a.lora.is_empty() && (a.computed <= a.dec.prompt_len() || p.logits.is_some()) {
                 if let Some(seq) = a.seq {
                     let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed]);
                 }
