@@ -2,7 +2,7 @@
 //! the [`Engine`](crate::Engine) and each request's decoder.
 
 use crate::{Error, Result};
-use sapient_llama::{BatchSeq, KvCache, KvOptions, LlamaModel};
+use sapient_llama::{BatchSeq, KvCache, KvOptions, LlamaModel, LoraInfo, LoraUse};
 use sapient_sample::TokenIndex;
 use sapient_tokenizers::{Message, RenderOptions, Tokenizer};
 use std::path::PathBuf;
@@ -26,22 +26,27 @@ pub struct ModelInfo {
 pub(crate) trait Forward: Send {
     /// A KV cache shaped for this model.
     fn new_kv_cache(&self, opts: KvOptions) -> sapient_llama::Result<KvCache>;
-    /// One batched forward into slots the caller reserved (the caller sets the lengths).
-    fn forward_reserved(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> sapient_llama::Result<usize>;
+    /// One batched forward into slots the caller reserved (the caller sets the lengths), each
+    /// sequence with its LoRA adapters (`loras` empty: none for any).
+    fn forward_reserved(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], loras: &[&[LoraUse]], out: &mut Vec<f32>) -> sapient_llama::Result<usize>;
     /// One batched forward that reserves its own slots and sets the lengths (a draft model).
     fn forward_batch(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> sapient_llama::Result<usize>;
     /// Compute only these logits (a draft's reduced output layer); `None`: all again.
     fn restrict_logits(&mut self, keep: Option<(usize, &[u32])>) -> sapient_llama::Result<bool>;
     /// Forget any cache the model keeps itself.
     fn clear_cache(&mut self);
+    /// Load a LoRA adapter for this model; its id.
+    fn load_lora(&mut self, path: &std::path::Path) -> sapient_llama::Result<usize>;
+    /// The LoRA adapters loaded, by id.
+    fn loras(&self) -> Vec<LoraInfo>;
 }
 
 impl Forward for LlamaModel {
     fn new_kv_cache(&self, opts: KvOptions) -> sapient_llama::Result<KvCache> {
         LlamaModel::new_kv_cache(self, opts)
     }
-    fn forward_reserved(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> sapient_llama::Result<usize> {
-        LlamaModel::forward_reserved(self, kv, batch, out)
+    fn forward_reserved(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], loras: &[&[LoraUse]], out: &mut Vec<f32>) -> sapient_llama::Result<usize> {
+        LlamaModel::forward_reserved_lora(self, kv, batch, loras, out)
     }
     fn forward_batch(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> sapient_llama::Result<usize> {
         LlamaModel::forward_batch(self, kv, batch, out)
@@ -51,6 +56,12 @@ impl Forward for LlamaModel {
     }
     fn clear_cache(&mut self) {
         LlamaModel::clear_cache(self)
+    }
+    fn load_lora(&mut self, path: &std::path::Path) -> sapient_llama::Result<usize> {
+        LlamaModel::load_lora(self, path)
+    }
+    fn loras(&self) -> Vec<LoraInfo> {
+        LlamaModel::loras(self)
     }
 }
 

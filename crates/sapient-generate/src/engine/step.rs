@@ -73,7 +73,7 @@ impl Scheduler {
             Vec::new()
         };
         let result = match self.model.lock_inner() {
-            Ok(mut inner) => inner.model.forward_reserved_lora(&mut self.kv, &batch, &loras, &mut self.logits).map_err(Error::from),
+            Ok(mut inner) => inner.model.forward_reserved(&mut self.kv, &batch, &loras, &mut self.logits).map_err(Error::from),
             Err(e) => Err(e),
         };
         drop((batch, loras));

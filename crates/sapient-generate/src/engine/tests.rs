@@ -8,7 +8,7 @@ use super::scheduler::Scheduler;
 use super::{EngineOptions, Event, Msg, NewRequest, Shared};
 use crate::generation::{FinishReason, Generation, GenerationConfig};
 use crate::model::{Forward, Model, ModelInfo};
-use sapient_llama::{BatchSeq, KvBudget, KvCache, KvOptions, Logits};
+use sapient_llama::{BatchSeq, KvBudget, KvCache, KvOptions, Logits, LoraInfo, LoraUse};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -57,7 +57,7 @@ impl Forward for Fake {
     fn new_kv_cache(&self, opts: KvOptions) -> sapient_llama::Result<KvCache> {
         KvCache::new(1, 8, opts)
     }
-    fn forward_reserved(&mut self, _kv: &mut KvCache, batch: &[BatchSeq<'_>], out: &mut Vec<f32>) -> sapient_llama::Result<usize> {
+    fn forward_reserved(&mut self, _kv: &mut KvCache, batch: &[BatchSeq<'_>], _loras: &[&[LoraUse]], out: &mut Vec<f32>) -> sapient_llama::Result<usize> {
         if let Ok(mut c) = self.calls.lock() {
             c.push(batch.iter().map(|b| (b.tokens.to_vec(), b.logits)).collect());
         }
@@ -70,6 +70,12 @@ impl Forward for Fake {
         Ok(false)
     }
     fn clear_cache(&mut self) {}
+    fn load_lora(&mut self, path: &std::path::Path) -> sapient_llama::Result<usize> {
+        Err(sapient_llama::Error::Config(format!("the fake model takes no adapter ({})", path.display())))
+    }
+    fn loras(&self) -> Vec<LoraInfo> {
+        Vec::new()
+    }
 }
 
 /// GPT-2's printable stand-in for each byte (what byte-level BPE vocabularies are written in).
