@@ -121,8 +121,9 @@ pub fn has_dotprod() -> bool {
     })
 }
 
-/// Whether the aarch64 kernels use `smmla` for pairs of weight rows (the i8mm extension, on
-/// top of dotprod; [`KernelOptions::i8mm`](super::KernelOptions::i8mm)).
+
+/// Whether products of two or more activation rows use `smmla` (the i8mm extension, on top
+/// of dotprod; [`KernelOptions::i8mm`](super::KernelOptions::i8mm)).
 pub fn has_i8mm() -> bool {
     static STATE: AtomicU8 = AtomicU8::new(0);
     cached(&STATE, || {

@@ -53,6 +53,10 @@
 //! in `attention_q8.rs`, an encoder's full attention (f32 on AVX-512, bf16 on AVX512-BF16) in
 //! `attention_full.rs`.
 
+// Much of the machinery here (prefetch distances, scratch for the AMX and lane layouts, the
+// x86 kernels' constants) is used only by the x86 kernels: on other targets it is dead.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports, unused_variables, unused_mut, unused_macros))]
+
 mod act;
 mod acts;
 mod group;
@@ -73,6 +77,8 @@ mod lanes;
 mod lanes_k;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+#[cfg(target_arch = "aarch64")]
+mod neon_mmla;
 mod dense;
 mod dense_bf16;
 mod dense_f32;

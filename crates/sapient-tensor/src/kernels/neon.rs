@@ -1,7 +1,9 @@
 //! ARM64 (aarch64) kernels for the quantized row products: plain NEON on every aarch64 CPU,
 //! `sdot` where the CPU has the dotprod extension (Armv8.2+: Apple M-series, Graviton 2+,
-//! Cortex-A76+), and `smmla` (i8mm: Apple M2+, Graviton 3+) for two weight rows against two
-//! activation rows at a time ([`super::neon_mmla`]).
+//! Cortex-A76+). One weight row against up to [`MAX_ROWS`] activation rows a call, each
+//! weight block decoded once for all of them; with the i8mm extension (Apple M2+, Graviton
+//! 3+) products of two or more activation rows take two weight rows at a time on `smmla`
+//! (`neon_mmla.rs`).
 //!
 //! Every output is the portable code's arithmetic (`quant.rs`) bit for bit: a block's integer
 //! sum is exact whichever instructions form it, and the f32 steps (the weight block's scale
@@ -27,7 +29,8 @@ pub enum Level {
     Neon,
     /// `sdot`: sixteen byte products into four i32 lanes per instruction.
     Dotprod,
-    /// `sdot` for single weight rows and `smmla` for pairs of weight rows.
+    /// `smmla` (i8mm) for pairs of weight rows against pairs of activation rows, `sdot`
+    /// for the rest.
     I8mm,
 }
 
@@ -376,3 +379,7 @@ pub fn rows_q8k_at(level: Level, t: QType, w: &[u8], acts: &[&[BlockQ8K]], out: 
         }
     }
 }
+
+#[cfg(sapient_mca)]
+#[path = "neon_mca.rs"]
+mod mca;

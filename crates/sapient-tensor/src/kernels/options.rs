@@ -48,7 +48,7 @@ pub struct KernelOptions {
     pub neon: bool,
     /// Allow `sdot` (aarch64 dotprod) in the NEON kernels.
     pub dotprod: bool,
-    /// Allow `smmla` (aarch64 i8mm) in the NEON kernels.
+    /// Allow `smmla` (aarch64 i8mm) for products of two or more activation rows.
     pub i8mm: bool,
     /// Allow the AVX512-BF16 (`vdpbf16ps`) kernels of [`ConvBf16`](super::ConvBf16) and
     /// [`DenseMatrix`](super::DenseMatrix) where AMX-BF16 is absent.

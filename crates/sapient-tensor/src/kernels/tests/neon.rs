@@ -2,6 +2,7 @@
 //! (under `qemu-aarch64 -cpu max` all three; `-cpu cortex-a72` plain NEON only).
 
 use super::super::neon::{rows_q8_at, rows_q8k_at, Level, MAX_ROWS};
+use super::super::neon_mmla::pair_rows_q8;
 use super::*;
 
 const FORMATS: [QType; 7] = [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::Q8_0, QType::Q4K, QType::Q6K];
@@ -96,7 +97,22 @@ fn neon_rows_equal_portable_bit_for_bit() {
                         }
                     }
                 }
-                // The whole product through the dispatch: the same bits again.
+                // Pairs of weight rows on smmla, where the CPU has i8mm.
+                if Level::detect() == Level::I8mm && !t.k_quant() {
+                    for g in 1..=MAX_ROWS {
+                        let rs: Vec<&[BlockQ8]> = (0..g).map(|i| acts.row_q8(i)).collect();
+                        let (mut o0, mut o1) = ([0f32; MAX_ROWS], [0f32; MAX_ROWS]);
+                        assert!(pair_rows_q8(t, &bytes[..rb], &bytes[rb..2 * rb], &rs, &mut o0, &mut o1), "{t:?}: smmla not taken");
+                        for i in 0..g {
+                            for (j, o) in [o0[i], o1[i]].into_iter().enumerate() {
+                                let want = portable(t, &bytes[j * rb..(j + 1) * rb], &acts, i);
+                                assert_eq!(o.to_bits(), want.to_bits(), "{t:?} smmla cols {cols} ({i},{j}) of {g}: {o} vs {want}");
+                            }
+                        }
+                    }
+                }
+                // The whole product through the dispatch (smmla for pairs of weight rows where
+                // the CPU has i8mm, an odd last row on sdot): the same bits again.
                 let mut out = vec![0f32; m * rows];
                 w.matmul_quantized(&acts, &mut out);
                 for i in 0..m {
