@@ -14,7 +14,7 @@
 //! `sdot` and `smmla` are written as inline assembly: their `std::arch` intrinsics are not
 //! stable yet. They appear only in functions compiled with the matching target feature.
 
-use super::quant::{f16_at, scales_mins_k4, BlockQ8, BlockQ8K, QType};
+use super::quant::{scales_mins_k4, BlockQ8, BlockQ8K, QType};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -92,9 +92,14 @@ pub(super) struct Q50;
 pub(super) struct Q51;
 pub(super) struct Q80;
 
+/// The f16 at `p` as f32 (exact), by the base instruction set's `fcvt` (the `half` crate
+/// converts in software, or checks the CPU each call, on targets without the fp16 feature).
 #[inline(always)]
-unsafe fn f16p(p: *const u8) -> f32 {
-    half::f16::from_bits(std::ptr::read_unaligned(p as *const u16)).to_f32()
+pub(super) unsafe fn f16p(p: *const u8) -> f32 {
+    let h = f32::from_bits(std::ptr::read_unaligned(p as *const u16) as u32);
+    let s: f32;
+    asm!("fcvt {s:s}, {h:h}", s = lateout(vreg) s, h = in(vreg) h, options(pure, nomem, nostack, preserves_flags));
+    s
 }
 
 /// Low and high nibbles of 16 bytes.
@@ -219,7 +224,7 @@ unsafe fn rows_q4k<D: Dot, const R: usize>(w: &[u8], acts: &[&[BlockQ8K]], out: 
     let mut acc = [0f32; R];
     for b in 0..nb {
         let bw = w.get_unchecked(b * 144..(b + 1) * 144);
-        let (dw, dminw) = (f16_at(bw, 0), f16_at(bw, 2));
+        let (dw, dminw) = (f16p(bw.as_ptr()), f16p(bw.as_ptr().add(2)));
         let (sc, mn) = scales_mins_k4(&bw[4..16]);
         let mn = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn.as_ptr())));
         let mut q = [vdupq_n_s8(0); 16];
