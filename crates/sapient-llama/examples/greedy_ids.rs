@@ -1,5 +1,6 @@
 //! Greedy-decode from raw token ids (a plumbing check without a tokenizer):
 //! `cargo run --release -p sapient-llama --example greedy_ids -- MODEL.gguf 1,2,3 [N]`
+//! (the kernel options from the environment, as the `sapient` command line takes them).
 use anyhow::{Context, Result};
 use sapient_llama::Logits;
 
@@ -13,6 +14,10 @@ fn main() -> Result<()> {
         .map(|s| s.trim().parse())
         .collect::<Result<_, _>>()?;
     let n: usize = args.get(3).map(|s| s.parse()).transpose()?.unwrap_or(32);
+    // The kernels' options from the environment (`SAPIENT_NO_AVX2`, `SAPIENT_NO_NEON`, ...).
+    let (opts, warnings) = sapient_tensor::kernels::KernelOptions::from_env();
+    warnings.iter().for_each(|w| eprintln!("{w}"));
+    sapient_tensor::kernels::configure(opts)?;
     let t0 = std::time::Instant::now();
     let mut m = if std::env::var_os("DENSE").is_some() {
         // Every weight dequantized to f32: isolates the effect of quantized activations.

@@ -291,34 +291,11 @@ fn exp_sum_portable(x: &[f32], m: f32) -> f32 {
     s
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-unsafe fn exp_sum_avx512(x: &[f32], m: f32) -> f32 {
-    exp_sum_portable(x, m)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn exp_sum_avx2(x: &[f32], m: f32) -> f32 {
-    exp_sum_portable(x, m)
-}
-
-/// The sum of `e^(v - m)` over `x` in 16 lanes ([`lane_sum`]'s order), each term as
-/// `exp_in_place` gives it: one pass, no buffer of the shifted values (a vocabulary's
-/// log-sum-exp per beam and step).
-pub(crate) fn exp_sum(x: &[f32], m: f32) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if kernels::has_avx512() {
-            // SAFETY: AVX-512 F/VL, AVX2 and FMA are present.
-            return unsafe { exp_sum_avx512(x, m) };
-        }
-        if kernels::has_avx2() {
-            // SAFETY: AVX2 and FMA are present.
-            return unsafe { exp_sum_avx2(x, m) };
-        }
-    }
-    exp_sum_portable(x, m)
+sapient_tensor::simd_dispatch! {
+    /// The sum of `e^(v - m)` over `x` in 16 lanes ([`lane_sum`]'s order), each term as
+    /// `exp_in_place` gives it: one pass, no buffer of the shifted values (a vocabulary's
+    /// log-sum-exp per beam and step).
+    pub(crate) fn exp_sum(x: &[f32], m: f32) -> f32 = exp_sum_portable for [has_avx512("avx512f,avx512vl,avx2,fma"), has_avx2("avx2,fma")];
 }
 
 #[derive(Default)]

@@ -15,6 +15,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::dispatch::by_count;
+#[cfg(target_arch = "x86_64")]
 use super::avx2;
 use super::exp_approx;
 #[cfg(target_arch = "x86_64")]

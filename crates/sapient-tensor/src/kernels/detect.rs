@@ -108,3 +108,37 @@ pub fn has_avx512_bf16() -> bool {
         false
     })
 }
+
+/// Whether the aarch64 NEON kernels are in use (every aarch64 CPU has NEON;
+/// [`KernelOptions::neon`](super::KernelOptions::neon)).
+pub fn has_neon() -> bool {
+    #[cfg(target_arch = "aarch64")]
+    return options().neon;
+    #[cfg(not(target_arch = "aarch64"))]
+    false
+}
+
+/// Whether the aarch64 kernels use `sdot` (the dotprod extension, Armv8.2+;
+/// [`KernelOptions::dotprod`](super::KernelOptions::dotprod)).
+pub fn has_dotprod() -> bool {
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    cached(&STATE, || {
+        #[cfg(target_arch = "aarch64")]
+        return has_neon() && std::arch::is_aarch64_feature_detected!("dotprod") && options().dotprod;
+        #[cfg(not(target_arch = "aarch64"))]
+        false
+    })
+}
+
+
+/// Whether products of two or more activation rows use `smmla` (the i8mm extension, on top
+/// of dotprod; [`KernelOptions::i8mm`](super::KernelOptions::i8mm)).
+pub fn has_i8mm() -> bool {
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    cached(&STATE, || {
+        #[cfg(target_arch = "aarch64")]
+        return has_dotprod() && std::arch::is_aarch64_feature_detected!("i8mm") && options().i8mm;
+        #[cfg(not(target_arch = "aarch64"))]
+        false
+    })
+}

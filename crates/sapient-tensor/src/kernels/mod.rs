@@ -55,6 +55,10 @@
 //! in `attention_q8.rs`, an encoder's full attention (f32 on AVX-512, bf16 on AVX512-BF16) in
 //! `attention_full.rs`.
 
+// Much of the machinery here (prefetch distances, scratch for the AMX and lane layouts, the
+// x86 kernels' constants) is used only by the x86 kernels: on other targets it is dead.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports, unused_variables, unused_mut, unused_macros))]
+
 mod act;
 mod acts;
 mod group;
@@ -75,6 +79,10 @@ mod lanes;
 mod lanes_k;
 #[cfg(target_arch = "x86_64")]
 mod lanes_avx2;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+#[cfg(target_arch = "aarch64")]
+mod neon_mmla;
 mod dense;
 mod dense_bf16;
 mod dense_f32;
@@ -99,7 +107,7 @@ pub use attention_q8::{quantize_q8_f16, scores_chunks_q8, values_q8, QueryQ8, Q8
 pub use attention_full::{attention_bf16, attention_f32, has_attention_bf16, has_attention_f32, FULL_HEAD_DIM};
 pub use dense::matmul_f32;
 pub use mxfp4::{dequantize_mxfp4, dot_mxfp4_q8, e8m0_to_f32_half, Mxfp4Matrix, MXFP4_BLOCK_BYTES};
-pub use detect::{has_amx, has_avx2, has_avx512, has_avx512_bf16, has_lanes, has_lanes_avx2, has_vnni};
+pub use detect::{has_amx, has_avx2, has_avx512, has_avx512_bf16, has_dotprod, has_i8mm, has_lanes, has_lanes_avx2, has_neon, has_vnni};
 pub use memory::{huge_pages, huge_pages_for, release_freed, ZeroedMap};
 pub(crate) use memory::Ahead;
 use memory::prefetch;
@@ -162,6 +170,10 @@ fn wide_format(t: QType) -> bool {
 #[inline]
 pub fn rows_q8(t: QType, w: &[u8], acts: &[&[BlockQ8]], out: &mut [f32]) {
     debug_assert!(!acts.is_empty() && acts.len() <= MAX_ROWS && out.len() >= acts.len());
+    #[cfg(target_arch = "aarch64")]
+    if has_neon() && neon::rows_q8_at(neon::Level::detect(), t, w, acts, out) {
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if has_vnni() {
         // SAFETY: AVX2, FMA, F16C and AVX-VNNI are present; callers pass matching lengths.
@@ -206,6 +218,10 @@ pub fn rows_q8(t: QType, w: &[u8], acts: &[&[BlockQ8]], out: &mut [f32]) {
 #[inline]
 pub fn rows_q8k(t: QType, w: &[u8], acts: &[&[BlockQ8K]], out: &mut [f32]) {
     debug_assert!(!acts.is_empty() && acts.len() <= MAX_ROWS && out.len() >= acts.len());
+    #[cfg(target_arch = "aarch64")]
+    if has_neon() && neon::rows_q8k_at(neon::Level::detect(), t, w, acts, out) {
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: AVX2, FMA and F16C are present.

@@ -44,6 +44,12 @@ pub struct KernelOptions {
     pub avx512: bool,
     /// Allow the AMX kernels for Q4_K/Q6_K batches.
     pub amx: bool,
+    /// Allow the aarch64 NEON kernels (off: the portable code, same results).
+    pub neon: bool,
+    /// Allow `sdot` (aarch64 dotprod) in the NEON kernels.
+    pub dotprod: bool,
+    /// Allow `smmla` (aarch64 i8mm) for products of two or more activation rows.
+    pub i8mm: bool,
     /// Allow the AVX512-BF16 (`vdpbf16ps`) kernels of [`ConvBf16`](super::ConvBf16) and
     /// [`DenseMatrix`](super::DenseMatrix) where AMX-BF16 is absent.
     pub avx512_bf16: bool,
@@ -86,6 +92,9 @@ impl Default for KernelOptions {
             vnni: true,
             avx512: true,
             amx: true,
+            neon: true,
+            dotprod: true,
+            i8mm: true,
             avx512_bf16: true,
             amx_q6k: AmxQ6k::Auto,
             lanes: true,
@@ -103,7 +112,7 @@ impl Default for KernelOptions {
 impl KernelOptions {
     /// Options from the environment, for binaries (`sapient`, `cargo xtask`):
     /// `SAPIENT_THREADS=N`, `SAPIENT_NO_AVX2`, `SAPIENT_NO_VNNI`, `SAPIENT_NO_AVX512`,
-    /// `SAPIENT_NO_AMX`, `SAPIENT_NO_AVX512_BF16`, `SAPIENT_NO_LANES_K` (set = off), `SAPIENT_AMX_Q6K=all|never`, `SAPIENT_LANES=q4|all`,
+    /// `SAPIENT_NO_AMX`, `SAPIENT_NO_NEON`, `SAPIENT_NO_DOTPROD`, `SAPIENT_NO_I8MM`, `SAPIENT_NO_AVX512_BF16`, `SAPIENT_NO_LANES_K` (set = off), `SAPIENT_AMX_Q6K=all|never`, `SAPIENT_LANES=q4|all`,
     /// `SAPIENT_PREFETCH="t0:BYTES,t1:BYTES"` (a hint left out is not used),
     /// `SAPIENT_HUGE_PAGES=0`, `SAPIENT_DENSE_ROWS=N`. Values that do not parse are named
     /// in the returned warnings and left at their defaults.
@@ -122,6 +131,9 @@ impl KernelOptions {
         o.vnni = !set("SAPIENT_NO_VNNI");
         o.avx512 = !set("SAPIENT_NO_AVX512");
         o.amx = !set("SAPIENT_NO_AMX");
+        o.neon = !set("SAPIENT_NO_NEON");
+        o.dotprod = !set("SAPIENT_NO_DOTPROD");
+        o.i8mm = !set("SAPIENT_NO_I8MM");
         o.avx512_bf16 = !set("SAPIENT_NO_AVX512_BF16");
         o.lanes = !set("SAPIENT_NO_LANES");
         o.lanes_kquants = !set("SAPIENT_NO_LANES_K");

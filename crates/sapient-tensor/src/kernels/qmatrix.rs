@@ -300,6 +300,10 @@ impl QMatrix {
         if acts.wide {
             return self.product_rows_wide(bytes, acts, out_ptr, range);
         }
+        #[cfg(target_arch = "aarch64")]
+        if super::neon_mmla::product_rows(self.qtype, bytes, self.row_bytes(), acts, out_ptr, range.clone(), self.rows) {
+            return;
+        }
         let (m, rows, rb, t) = (acts.m, self.rows, self.row_bytes(), self.qtype);
         let mut tmp = [0f32; MAX_ROWS];
         let pf = Ahead::of(rb);

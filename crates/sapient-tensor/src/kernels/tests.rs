@@ -7,7 +7,10 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
 mod attention;
+#[cfg(target_arch = "x86_64")]
 mod lanes_avx2;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod timing;
 
 const ALL: [QType; 8] = [
@@ -443,6 +446,7 @@ fn wide_kernels_match_narrow() {
 /// portable dot of each (weight row, activation row), and bit-identical to the one-row
 /// products; row counts that are not a multiple of the 16-row tile.
 #[test]
+#[cfg(target_arch = "x86_64")]
 fn amx_kernels_match_reference_and_single_rows() {
     if !has_amx() {
         eprintln!("skipped: no AMX tile state on this machine");
