@@ -32,6 +32,11 @@ mod splitmix;
 mod lora;
 use lora::{f32_tensor, lora_meta, smollm2_adapter, write};
 
+/// Per prompt, per position: llama.cpp's top (id, logit) pairs.
+type TopLogits = Vec<Vec<Vec<(u32, f32)>>>;
+/// A hostile adapter: what it is, its metadata, its tensors, the word its error must name.
+type Case<'a> = (&'a str, Vec<(&'a str, Value)>, Vec<sapient_tensor::gguf::TensorData>, &'a str);
+
 fn tmp(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
 }
@@ -102,9 +107,9 @@ fn lora_matches_llama_cpp() -> Result<()> {
     let data: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("tests/data/llama/lora_smollm2.json"))?)?;
     let ids: Vec<Vec<u32>> = serde_json::from_value(data["ids"].clone())?;
     // Per run, per prompt, per position: llama.cpp's top 40 (id, logit).
-    let run = |name: &str| -> Result<(Vec<Vec<Vec<(u32, f32)>>>, Vec<Vec<u32>>)> {
+    let run = |name: &str| -> Result<(TopLogits, Vec<Vec<u32>>)> {
         let r = &data["runs"][name];
-        let top: Vec<Vec<Vec<(u32, f32)>>> = serde_json::from_value(r["top40"].clone()).context(name.to_string())?;
+        let top: TopLogits = serde_json::from_value(r["top40"].clone()).context(name.to_string())?;
         Ok((top, serde_json::from_value(r["greedy"].clone())?))
     };
     let (cpp_base, _) = run("base")?;
@@ -250,7 +255,7 @@ fn hostile_or_mismatched_adapters_are_refused() -> Result<()> {
     };
     let mut nan = pair(q, &[4, 576], &[576, 4]);
     nan[1] = f32_tensor(&format!("{q}.lora_b"), &[576, 4], &[f32::NAN; 576 * 4]);
-    let cases: Vec<(&str, Vec<(&str, Value)>, Vec<sapient_tensor::gguf::TensorData>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         ("a model", with("general.type", Value::String("model".into())), pair(q, &[4, 576], &[576, 4]), "general.type"),
         ("another architecture", with("general.architecture", Value::String("qwen2".into())), pair(q, &[4, 576], &[576, 4]), "architecture"),
         ("not lora", with("adapter.type", Value::String("control_vector".into())), pair(q, &[4, 576], &[576, 4]), "adapter.type"),
