@@ -94,6 +94,12 @@ fn hybrid_budget_holds_through_preemption() -> Result<()> {
     let state = {
         let e = Engine::new(&p, opts(4096))?;
         e.submit(qs[0].clone(), GenerationConfig::default().max_tokens(1))?.wait()?;
+        // The engine publishes its cache's figures after the step that answered.
+        let t = Instant::now();
+        while e.metrics().kv.total_blocks == 0 {
+            anyhow::ensure!(t.elapsed() < Duration::from_secs(10), "no KV figures published");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         e.metrics().kv.state_blocks * 16
     };
     assert!(state > 0, "a hybrid's state takes blocks of the budget");
