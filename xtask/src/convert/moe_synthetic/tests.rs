@@ -107,6 +107,19 @@ fn gpt_oss_synthetic_matches_llama_cpp() -> Result<()> {
     Ok(())
 }
 
+/// qwen2moe: q/k/v biases, the chosen experts' softmax weights not renormalized, and the
+/// shared expert gated per token.
+#[test]
+fn qwen2moe_synthetic_matches_llama_cpp() -> Result<()> {
+    let cfg = check("qwen2moe")?;
+    assert_eq!(cfg.arch, sapient_llama::Arch::Qwen2Moe);
+    let moe = cfg.moe.context("moe")?;
+    assert!(cfg.qkv_bias && !cfg.rope_interleaved && !cfg.qk_norm);
+    assert!(moe.experts == 8 && moe.experts_used == 4 && !moe.norm_weights && moe.weights_scale == 1.0);
+    assert_eq!(moe.shared_ff, Some(SHARED_FF));
+    Ok(())
+}
+
 #[test]
 fn llama_moe_synthetic_matches_llama_cpp() -> Result<()> {
     let cfg = check("llama-moe")?;
@@ -125,7 +138,17 @@ fn bits(l: &[f32]) -> Vec<u32> {
 /// are multiplied together, each as it is alone.
 #[test]
 fn moe_batch_gives_each_sequence_what_it_gets_alone() -> Result<()> {
-    let (_dir, mut m, ids) = build("qwen3moe")?;
+    batch_identity("qwen3moe")
+}
+
+/// The same with qwen2moe's shared expert, which runs over all the rows of a step at once.
+#[test]
+fn shared_expert_batch_gives_each_sequence_what_it_gets_alone() -> Result<()> {
+    batch_identity("qwen2moe")
+}
+
+fn batch_identity(name: &str) -> Result<()> {
+    let (_dir, mut m, ids) = build(name)?;
     let mut prompts: Vec<Vec<u32>> = ids.clone();
     prompts.push(ids[0][..5].to_vec());
     prompts.push(ids[1].iter().chain(&ids[2]).copied().collect());
