@@ -38,8 +38,11 @@ fn check(name: &str) -> Result<LlamaConfig> {
         assert_eq!(top[p].len(), prompt.len());
         for (pos, want) in top[p].iter().enumerate() {
             let row = &all[pos * vocab..(pos + 1) * vocab];
-            for &(id, l) in want {
-                worst = worst.max((row[id as usize] - l).abs());
+            let diff = want.iter().fold(0f32, |w, &(id, l)| w.max((row[id as usize] - l).abs()));
+            if ROUTING_TIES.contains(&(name, p, pos)) {
+                assert!(diff < ROUTING_TIE_TOLERANCE, "{name}: prompt {p} position {pos}: {diff}");
+            } else {
+                worst = worst.max(diff);
             }
             // The top token wherever llama.cpp's margin over the runner-up is clear.
             if want[0].1 - want[1].1 > 0.1 {
@@ -73,7 +76,14 @@ fn check(name: &str) -> Result<LlamaConfig> {
 /// (checkpoint, prompt, step). Measured margin 0.0006.
 const NEAR_TIES: &[(&str, usize, usize)] = &[("qwen3moe", 1, 5)];
 
-/// Measured 0.023 (qwen3moe) and 0.026 (llama-moe) on logits of a few units: F32 attention
+/// Positions where a layer's last chosen expert and the first one left out are within
+/// 0.0002 in probability, so that llama.cpp's and our routing may differ by that expert
+/// (it weighs about 0.09 there, unrenormalized): (checkpoint, prompt, position). Measured
+/// 0.155 at that position, at most 0.023 elsewhere.
+const ROUTING_TIES: &[(&str, usize, usize)] = &[("qwen2moe", 2, 5)];
+const ROUTING_TIE_TOLERANCE: f32 = 0.25;
+
+/// Measured 0.023 (qwen3moe and qwen2moe) and 0.026 (llama-moe) on logits of a few units: F32 attention
 /// on both sides, experts in 8 or 4 bits with 8-bit activations on both sides.
 const TOLERANCE: f32 = 0.05;
 
