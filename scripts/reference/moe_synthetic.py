@@ -8,7 +8,7 @@ tests/data/llama/<arch>_synthetic.json.
   g++ ... scripts/reference/llamacpp_logits.cpp -o /tmp/llamacpp_logits   (see that file)
   python3 scripts/reference/moe_synthetic.py /tmp/llamacpp_logits /tmp/moe-synthetic [ARCH ...]
 
-ARCH: qwen3moe, qwen3moe-mxfp4, llama-moe, gpt-oss (default: all). Needs no Python packages.
+ARCH: qwen3moe, qwen3moe-mxfp4, qwen2moe, llama-moe, gpt-oss (default: all). Needs no Python packages.
 """
 import json
 import os
@@ -43,7 +43,7 @@ def references(tool, out, arch):
 def main():
     tool, out = sys.argv[1:3]
     os.makedirs(out, exist_ok=True)
-    for arch in sys.argv[3:] or ['qwen3moe', 'qwen3moe-mxfp4', 'llama-moe', 'gpt-oss']:
+    for arch in sys.argv[3:] or ['qwen3moe', 'qwen3moe-mxfp4', 'qwen2moe', 'llama-moe', 'gpt-oss']:
         references(tool, out, arch)
 
 

@@ -1,6 +1,6 @@
 //! Hyper-parameters of a LLaMA-family model, read from GGUF metadata or an HF `config.json`.
 
-use crate::moe::MoeConfig;
+use crate::moe::{MoeConfig, MoeStyle};
 use crate::{Error, Result};
 use sapient_tensor::GgufFile;
 use serde::Deserialize;
@@ -24,6 +24,9 @@ pub enum Arch {
     Qwen35,
     /// Qwen3-MoE: Qwen3's attention, a mixture-of-experts feed-forward. GGUF only.
     Qwen3Moe,
+    /// Qwen1.5-MoE / Qwen2-MoE: Qwen2's attention (q/k/v biases), a mixture of experts whose
+    /// softmax weights are not renormalized, and a shared expert gated per token. GGUF only.
+    Qwen2Moe,
     /// gpt-oss (llama.cpp's `openai-moe`): attention with biases and learned sinks, sliding
     /// windows on alternating layers, YaRN, MXFP4 experts with biases. GGUF only.
     GptOss,
@@ -40,6 +43,7 @@ impl Arch {
             "qwen3" | "qwen3forcausallm" => Ok(Arch::Qwen3),
             "qwen35" | "qwen3_5" | "qwen3_5_text" | "qwen3_5forcausallm" | "qwen3_5forconditionalgeneration" => Ok(Arch::Qwen35),
             "qwen3moe" | "qwen3_moe" | "qwen3moeforcausallm" => Ok(Arch::Qwen3Moe),
+            "qwen2moe" | "qwen2_moe" | "qwen2moeforcausallm" => Ok(Arch::Qwen2Moe),
             "gpt-oss" | "gpt_oss" | "gptossforcausallm" => Ok(Arch::GptOss),
             _ => Err(Error::UnsupportedArchitecture {
                 arch: name.to_string(),
@@ -57,6 +61,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Qwen35 => "qwen35",
             Arch::Qwen3Moe => "qwen3moe",
+            Arch::Qwen2Moe => "qwen2moe",
             Arch::GptOss => "gpt-oss",
         }
     }
@@ -275,8 +280,13 @@ impl LlamaConfig {
             hybrid.check_rope_sections(g, arch_name, self.rope_dim)?;
             self.hybrid = Some(hybrid);
         }
-        self.moe = MoeConfig::from_gguf(g, arch_name, self.intermediate_size, self.arch == Arch::GptOss)?;
-        if matches!(self.arch, Arch::Qwen3Moe | Arch::GptOss) && self.moe.is_none() {
+        let style = match self.arch {
+            Arch::GptOss => MoeStyle::GptOss,
+            Arch::Qwen2Moe => MoeStyle::Qwen2Moe,
+            _ => MoeStyle::Renormalized,
+        };
+        self.moe = MoeConfig::from_gguf(g, arch_name, self.intermediate_size, style)?;
+        if matches!(self.arch, Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss) && self.moe.is_none() {
             return Err(Error::Config(format!("{}: {arch_name} without expert_count", g.path().display())));
         }
         if self.arch == Arch::GptOss {
@@ -348,7 +358,7 @@ impl LlamaConfig {
             c.model_type.as_deref().or(c.architectures.first().map(|s| s.as_str())).unwrap_or("?"),
             path,
         )?;
-        if matches!(arch, Arch::Qwen3Moe | Arch::GptOss) {
+        if matches!(arch, Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss) {
             return Err(Error::Config(format!(
                 "{}: mixtures of experts load from GGUF only (convert the checkpoint with llama.cpp's convert_hf_to_gguf.py)",
                 path.display()

@@ -1,6 +1,6 @@
 //! `sapient-llama`: LLaMA-family causal language models (llama, qwen2, qwen3, mistral, smollm,
 //! phi3-style configs, gemma3, the Qwen3.5 hybrid of linear and full attention, and the
-//! mixtures of experts qwen3moe, gpt-oss and llama with experts), loaded from GGUF (kept
+//! mixtures of experts qwen3moe, qwen2moe, gpt-oss and llama with experts), loaded from GGUF (kept
 //! quantized) or HF safetensors (dense), run by one forward pass on the CPU.
 //! docs/llm-architectures.md lists what each was checked against.
 //!
@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("{path}: unsupported architecture '{arch}' (supported: llama, qwen2, qwen3, qwen35, qwen3moe, gpt-oss, mistral, phi3, gemma3)")]
+    #[error("{path}: unsupported architecture '{arch}' (supported: llama, qwen2, qwen3, qwen35, qwen3moe, qwen2moe, gpt-oss, mistral, phi3, gemma3)")]
     UnsupportedArchitecture { arch: String, path: PathBuf },
     #[error("invalid model config: {0}")]
     Config(String),

@@ -1,5 +1,5 @@
-//! Mixture-of-experts feed-forward layers (qwen3moe, Mixtral-style llama, gpt-oss), as
-//! llama.cpp's `build_moe_ffn` computes them.
+//! Mixture-of-experts feed-forward layers (qwen3moe, qwen2moe, Mixtral-style llama, gpt-oss),
+//! as llama.cpp's `build_moe_ffn` computes them.
 //!
 //! A router (`ffn_gate_inp`, a linear layer of the normed hidden state, with a bias in
 //! gpt-oss) scores every expert; each row goes to its `experts_used` best experts, weighted
@@ -8,7 +8,9 @@
 //! the chosen experts' logits alone (gpt-oss). Each expert is a gated MLP whose weights are
 //! slices of the GGUF's stacked tensors `ffn_{gate,up,down}_exps` (`[experts, out, in]`);
 //! the layer's output is the weighted sum of its experts' outputs, added in the order of
-//! their rank, as llama.cpp adds them.
+//! their rank, as llama.cpp adds them. Some architectures (qwen2moe) add a shared expert that
+//! every row goes through: a gated MLP (`ffn_{gate,up,down}_shexp`) scaled per row by the
+//! sigmoid of its own gate (`ffn_gate_inp_shexp`, one output).
 //!
 //! The rows of a step are grouped by expert: each expert's weights are read once for all
 //! the rows routed to it (llama.cpp's `mul_mat_id`), so batching still pays with experts,
@@ -55,13 +57,26 @@ pub struct MoeConfig {
     /// Chosen experts' weights multiplied by this.
     pub weights_scale: f32,
     pub activation: ExpertActivation,
+    /// Intermediate width of the shared expert, where the layers have one (qwen2moe).
+    pub shared_ff: Option<usize>,
+}
+
+/// Which of llama.cpp's MoE graphs a model's metadata is read for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MoeStyle {
+    /// Softmax over all experts, the chosen weights renormalized, SwiGLU (qwen3moe, Mixtral).
+    Renormalized,
+    /// gpt-oss's gating and activation.
+    GptOss,
+    /// qwen2moe: softmax weights as they are (not renormalized, not scaled) and a shared expert.
+    Qwen2Moe,
 }
 
 impl MoeConfig {
     /// From GGUF metadata (`{arch}.expert_count`, `expert_used_count`,
-    /// `expert_feed_forward_length`), as llama.cpp reads it for `arch`: `None` for a dense
-    /// model. `gpt_oss` picks gpt-oss's gating and activation.
-    pub(crate) fn from_gguf(g: &GgufFile, arch_name: &str, dense_ff: usize, gpt_oss: bool) -> Result<Option<Self>> {
+    /// `expert_feed_forward_length`, `expert_shared_feed_forward_length`), as llama.cpp reads
+    /// it for `arch`: `None` for a dense model.
+    pub(crate) fn from_gguf(g: &GgufFile, arch_name: &str, dense_ff: usize, style: MoeStyle) -> Result<Option<Self>> {
         let key = |k: &str| format!("{arch_name}.{k}");
         let experts = match g.get(&key("expert_count")) {
             Some(_) => g.get_usize(&key("expert_count"))?,
@@ -75,23 +90,36 @@ impl MoeConfig {
         if used == 0 || used > experts {
             return Err(bad(format!("expert_used_count {used} is not within 1..={experts} experts")));
         }
-        let expert_ff = match g.get(&key("expert_feed_forward_length")) {
-            Some(_) => g.get_usize(&key("expert_feed_forward_length"))?,
+        let get = |k: &str| -> Result<Option<usize>> {
+            match g.get(&key(k)) {
+                Some(_) => Ok(Some(g.get_usize(&key(k))?)),
+                None => Ok(None),
+            }
+        };
+        let expert_ff = match get("expert_feed_forward_length")? {
+            Some(ff) => ff,
+            // llama.cpp's qwen2moe splits the dense width among the chosen experts.
+            None if style == MoeStyle::Qwen2Moe => dense_ff / used,
             None => dense_ff,
         };
-        if expert_ff == 0 {
-            return Err(bad("expert_feed_forward_length is 0".into()));
-        }
         let weights_scale = match g.get(&key("expert_weights_scale")) {
-            Some(_) => g.get_f64(&key("expert_weights_scale"))? as f32,
-            None => 0.0,
+            // llama.cpp's qwen2moe does not read the key.
+            Some(_) if style != MoeStyle::Qwen2Moe => g.get_f64(&key("expert_weights_scale"))? as f32,
+            _ => 0.0,
         };
-        let (gating, norm_weights, activation) = if gpt_oss {
+        let (gating, norm_weights, activation) = match style {
             // llama.cpp's openai-moe graph: alpha and limit are constants there.
-            (Gating::SoftmaxWeight, false, ExpertActivation::SwigluOai { alpha: 1.702, limit: 7.0 })
-        } else {
-            (Gating::Softmax, true, ExpertActivation::Silu)
+            MoeStyle::GptOss => (Gating::SoftmaxWeight, false, ExpertActivation::SwigluOai { alpha: 1.702, limit: 7.0 }),
+            MoeStyle::Renormalized => (Gating::Softmax, true, ExpertActivation::Silu),
+            MoeStyle::Qwen2Moe => (Gating::Softmax, false, ExpertActivation::Silu),
         };
+        let shared_ff = match style {
+            MoeStyle::Qwen2Moe => Some(get("expert_shared_feed_forward_length")?.unwrap_or(dense_ff)),
+            _ => None,
+        };
+        if expert_ff == 0 || shared_ff == Some(0) {
+            return Err(bad("an expert's feed-forward width is 0".into()));
+        }
         Ok(Some(Self {
             experts,
             experts_used: used,
@@ -100,6 +128,7 @@ impl MoeConfig {
             norm_weights,
             weights_scale: if weights_scale == 0.0 { 1.0 } else { weights_scale },
             activation,
+            shared_ff,
         }))
     }
 }
@@ -110,13 +139,24 @@ pub(crate) struct Experts<L> {
     pub gate: Vec<L>,
     pub up: Vec<L>,
     pub down: Vec<L>,
+    pub shared: Option<SharedExpert<L>>,
     pub cfg: MoeConfig,
+}
+
+/// The expert every row goes through: `gate`, `up` (`[shared_ff, hidden]`), `down`
+/// (`[hidden, shared_ff]`), and `gate_inp` (`[1, hidden]`), whose sigmoid scales its output.
+pub(crate) struct SharedExpert<L> {
+    pub gate_inp: L,
+    pub gate: L,
+    pub up: L,
+    pub down: L,
 }
 
 impl<L> Experts<L> {
     /// Every expert matrix (for the backend's last pass over the weights).
     pub(crate) fn linears(&mut self) -> impl Iterator<Item = &mut L> {
-        self.gate.iter_mut().chain(self.up.iter_mut()).chain(self.down.iter_mut())
+        let shared = self.shared.iter_mut().flat_map(|s| [&mut s.gate_inp, &mut s.gate, &mut s.up, &mut s.down]);
+        self.gate.iter_mut().chain(self.up.iter_mut()).chain(self.down.iter_mut()).chain(shared)
     }
 }
 
@@ -187,7 +227,25 @@ pub(crate) fn load_experts<L>(src: &dyn WeightSource, prefix: &str, cfg: &MoeCon
             .map(|(i, (w, b))| linear(w, b, &format!("{name}[{i}]")))
             .collect()
     };
-    Ok(Experts { gate: part("ffn_gate_exps", ff, hidden)?, up: part("ffn_up_exps", ff, hidden)?, down: part("ffn_down_exps", hidden, ff)?, cfg: cfg.clone() })
+    let shared = match cfg.shared_ff {
+        Some(sff) => {
+            let one = |what: &str, rows: usize, cols: usize| -> Result<L> {
+                let name = format!("{prefix}.{what}.weight");
+                linear(src.load_checked(&name, &[rows, cols], &Device::Cpu)?, None, &name)
+            };
+            // The gate is a vector in the GGUF: a linear layer of one output.
+            let name = format!("{prefix}.ffn_gate_inp_shexp.weight");
+            let gate_inp = src.tensor(&name, &[hidden], &Device::Cpu, candle_core::DType::F32)?.reshape((1, hidden))?;
+            Some(SharedExpert {
+                gate_inp: linear(Weight::Dense(gate_inp), None, &name)?,
+                gate: one("ffn_gate_shexp", sff, hidden)?,
+                up: one("ffn_up_shexp", sff, hidden)?,
+                down: one("ffn_down_shexp", hidden, sff)?,
+            })
+        }
+        None => None,
+    };
+    Ok(Experts { gate: part("ffn_gate_exps", ff, hidden)?, up: part("ffn_up_exps", ff, hidden)?, down: part("ffn_down_exps", hidden, ff)?, shared, cfg: cfg.clone() })
 }
 
 /// The experts row `logits` (one per expert) is routed to and their weights, best first,
@@ -351,8 +409,41 @@ pub(crate) fn forward<L>(
                 }
             }
         }
-        Ok(())
+        match (&ex.shared, cfg.shared_ff) {
+            (Some(sh), Some(ff)) => shared_forward(sh, ff, s, &xn[..n * hidden], n, out, run),
+            _ => Ok(()),
+        }
     })
+}
+
+/// The shared expert over all `n` rows of `xn`, added to `out` (after the routed experts,
+/// as llama.cpp adds it): `down(silu(gate x) * up x) * sigmoid(gate_inp x)`.
+#[allow(clippy::type_complexity)]
+fn shared_forward<L>(
+    sh: &SharedExpert<L>,
+    ff: usize,
+    s: &mut Scratch,
+    xn: &[f32],
+    n: usize,
+    out: &mut [f32],
+    run: &dyn Fn(&[&L], &[f32], usize, &mut [&mut [f32]]) -> Result<()>,
+) -> Result<()> {
+    let hidden = xn.len() / n.max(1);
+    grow(&mut s.g, n * ff);
+    grow(&mut s.u, n * ff);
+    grow(&mut s.d, n * hidden);
+    grow(&mut s.probs, n);
+    run(&[&sh.gate, &sh.up], xn, n, &mut [&mut s.g[..n * ff], &mut s.u[..n * ff]])?;
+    activate(ExpertActivation::Silu, &mut s.g[..n * ff], &s.u[..n * ff]);
+    run(&[&sh.down], &s.g[..n * ff], n, &mut [&mut s.d[..n * hidden]])?;
+    run(&[&sh.gate_inp], xn, n, &mut [&mut s.probs[..n]])?;
+    for r in 0..n {
+        let w = 1.0 / (1.0 + (-s.probs[r]).exp());
+        for (o, &d) in out[r * hidden..(r + 1) * hidden].iter_mut().zip(&s.d[r * hidden..(r + 1) * hidden]) {
+            *o += d * w;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -360,7 +451,7 @@ mod tests {
     use super::*;
 
     fn cfg(gating: Gating, norm: bool) -> MoeConfig {
-        MoeConfig { experts: 4, experts_used: 2, expert_ff: 8, gating, norm_weights: norm, weights_scale: 1.0, activation: ExpertActivation::Silu }
+        MoeConfig { experts: 4, experts_used: 2, expert_ff: 8, gating, norm_weights: norm, weights_scale: 1.0, activation: ExpertActivation::Silu, shared_ff: None }
     }
 
     #[test]

@@ -132,7 +132,7 @@ pub fn gguf_to_safetensors(input: &Path, out_dir: &Path, dtype: &str) -> Result<
         Arch::Gemma3 => bail!("gemma3 conversion is not supported (the GGUF's norms have Gemma's +1 folded in)"),
         Arch::Qwen3 => ("qwen3", "Qwen3ForCausalLM"),
         Arch::Qwen35 => bail!("qwen35 conversion is not supported (hybrid linear attention)"),
-        Arch::Qwen3Moe | Arch::GptOss => bail!("{} conversion is not supported (mixtures of experts load from GGUF)", cfg.arch.name()),
+        Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss => bail!("{} conversion is not supported (mixtures of experts load from GGUF)", cfg.arch.name()),
     };
     let config = json!({
         "architectures": [arch_class],
@@ -298,7 +298,7 @@ pub fn safetensors_to_gguf(input: &Path, output: &Path, ty: &str) -> Result<usiz
         Arch::Gemma3 => bail!("gemma3 conversion is not supported"),
         Arch::Qwen3 => "qwen3",
         Arch::Qwen35 => bail!("qwen35 conversion is not supported (hybrid linear attention)"),
-        Arch::Qwen3Moe | Arch::GptOss => bail!("{} conversion is not supported (mixtures of experts load from GGUF)", cfg.arch.name()),
+        Arch::Qwen3Moe | Arch::Qwen2Moe | Arch::GptOss => bail!("{} conversion is not supported (mixtures of experts load from GGUF)", cfg.arch.name()),
     };
     let raw_cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(input.join("config.json"))?)?;
     let src = sapient_tensor::open_weights(input)?;

@@ -20,7 +20,7 @@
 //!   `vocab.json` beside the file); names and dequantization in docs/kokoro.md.
 //!
 //! - `synthetic-moe ARCH OUT.gguf`: a small mixture-of-experts checkpoint with random weights
-//!   (`qwen3moe`, `qwen3moe-mxfp4`, `llama-moe`, `gpt-oss`; see `moe_synthetic.rs`) and its test prompts' token ids in
+//!   (`qwen3moe`, `qwen3moe-mxfp4`, `qwen2moe`, `llama-moe`, `gpt-oss`; see `moe_synthetic.rs`) and its test prompts' token ids in
 //!   `OUT.ids`, for the reference scripts.
 //!
 //! llama.cpp's converter permutes the Q and K rows of arch `llama` so that its interleaved

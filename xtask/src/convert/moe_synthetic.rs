@@ -9,10 +9,13 @@
 //!   projections, the router and the experts, a learned sink per head, an 8-position
 //!   sliding window on even layers, YaRN (factor 4 over an original context of 16), the
 //!   clamped SwiGLU and the softmax over the chosen experts; 8 experts, top 4, MXFP4;
+//! - `qwen2moe`: Qwen2-MoE (q/k/v biases), 8 experts, top 4, softmax weights not
+//!   renormalized, and a shared expert (twice an expert's width) gated per token; experts in
+//!   Q8_0;
 //! - `llama-moe`: Mixtral's layout under llama.cpp's `llama` architecture (interleaved RoPE),
 //!   8 experts, top 2; experts in Q4_0.
 //!
-//! Both have an output layer of their own. The tokenizer is SmolLM2's (copied from its GGUF); attention, embeddings and the router
+//! All have an output layer of their own. The tokenizer is SmolLM2's (copied from its GGUF); attention, embeddings and the router
 //! stay F32 (as llama.cpp's quantizer keeps `ffn_gate_inp`), so the reference and we route
 //! on nearly the same logits. Every weight is a function of its tensor's index and element
 //! index, so the test rebuilds the file scripts/reference/moe_synthetic.py ran llama.cpp on
@@ -32,6 +35,8 @@ const KV: usize = 2;
 /// Layers, and the width of one expert.
 const LAYERS: usize = 2;
 const FF: usize = 64;
+/// The width of qwen2moe's shared expert.
+const SHARED_FF: usize = 128;
 /// gpt-oss's sliding window (128 in the real models): short, so that the prompts pass it.
 const WINDOW: usize = 8;
 
@@ -54,15 +59,18 @@ struct Spec {
     /// gpt-oss's additions: biases on the attention projections, the router and the experts,
     /// attention sinks, a sliding window on even layers, YaRN.
     gpt_oss: bool,
+    /// qwen2moe's additions: q/k/v biases and a shared expert.
+    qwen2moe: bool,
 }
 
 fn spec(name: &str) -> Result<Spec> {
     Ok(match name {
-        "qwen3moe" => Spec { arch: "qwen3moe", experts: 16, used: 4, head_dim: 32, qk_norm: true, expert_type: Some(GgmlDType::Q8_0), gpt_oss: false },
-        "qwen3moe-mxfp4" => Spec { arch: "qwen3moe", experts: 16, used: 4, head_dim: 32, qk_norm: true, expert_type: None, gpt_oss: false },
-        "llama-moe" => Spec { arch: "llama", experts: 8, used: 2, head_dim: H / HEADS, qk_norm: false, expert_type: Some(GgmlDType::Q4_0), gpt_oss: false },
-        "gpt-oss" => Spec { arch: "gpt-oss", experts: 8, used: 4, head_dim: 32, qk_norm: false, expert_type: None, gpt_oss: true },
-        other => bail!("unknown synthetic MoE '{other}' (qwen3moe, qwen3moe-mxfp4, llama-moe, gpt-oss)"),
+        "qwen3moe" => Spec { arch: "qwen3moe", experts: 16, used: 4, head_dim: 32, qk_norm: true, expert_type: Some(GgmlDType::Q8_0), gpt_oss: false, qwen2moe: false },
+        "qwen3moe-mxfp4" => Spec { arch: "qwen3moe", experts: 16, used: 4, head_dim: 32, qk_norm: true, expert_type: None, gpt_oss: false, qwen2moe: false },
+        "qwen2moe" => Spec { arch: "qwen2moe", experts: 8, used: 4, head_dim: H / HEADS, qk_norm: false, expert_type: Some(GgmlDType::Q8_0), gpt_oss: false, qwen2moe: true },
+        "llama-moe" => Spec { arch: "llama", experts: 8, used: 2, head_dim: H / HEADS, qk_norm: false, expert_type: Some(GgmlDType::Q4_0), gpt_oss: false, qwen2moe: false },
+        "gpt-oss" => Spec { arch: "gpt-oss", experts: 8, used: 4, head_dim: 32, qk_norm: false, expert_type: None, gpt_oss: true, qwen2moe: false },
+        other => bail!("unknown synthetic MoE '{other}' (qwen3moe, qwen3moe-mxfp4, qwen2moe, llama-moe, gpt-oss)"),
     })
 }
 
@@ -121,6 +129,9 @@ pub fn write(name: &str, tokenizer: &Path, out: &Path) -> Result<Vec<Vec<u32>>> 
     if a != "llama" {
         w.set(k("expert_feed_forward_length"), Value::U32(FF as u32));
     }
+    if s.qwen2moe {
+        w.set(k("expert_shared_feed_forward_length"), Value::U32(SHARED_FF as u32));
+    }
     if s.gpt_oss {
         w.set(k("attention.sliding_window"), Value::U32(WINDOW as u32))
             .set(k("rope.scaling.type"), Value::String("yarn".into()))
@@ -164,6 +175,15 @@ pub fn write(name: &str, tokenizer: &Path, out: &Path) -> Result<Vec<Vec<u32>>> 
         add(&mut w, p("ffn_gate_exps"), &[e, FF, H], 0.0, lin(H), s.expert_type)?;
         add(&mut w, p("ffn_up_exps"), &[e, FF, H], 0.0, lin(H), s.expert_type)?;
         add(&mut w, p("ffn_down_exps"), &[e, H, FF], 0.0, lin(FF), s.expert_type)?;
+        if s.qwen2moe {
+            add(&mut w, format!("blk.{l}.attn_q.bias"), &[HEADS * hd], 0.0, 0.2, f32_)?;
+            add(&mut w, format!("blk.{l}.attn_k.bias"), &[KV * hd], 0.0, 0.2, f32_)?;
+            add(&mut w, format!("blk.{l}.attn_v.bias"), &[KV * hd], 0.0, 0.2, f32_)?;
+            add(&mut w, p("ffn_gate_inp_shexp"), &[H], 0.0, lin(H), f32_)?;
+            add(&mut w, p("ffn_gate_shexp"), &[SHARED_FF, H], 0.0, lin(H), s.expert_type)?;
+            add(&mut w, p("ffn_up_shexp"), &[SHARED_FF, H], 0.0, lin(H), s.expert_type)?;
+            add(&mut w, p("ffn_down_shexp"), &[H, SHARED_FF], 0.0, lin(SHARED_FF), s.expert_type)?;
+        }
         if s.gpt_oss {
             let b = |x: &str| format!("blk.{l}.{x}.bias");
             for (name, shape) in [

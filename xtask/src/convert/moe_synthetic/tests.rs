@@ -38,8 +38,11 @@ fn check(name: &str) -> Result<LlamaConfig> {
         assert_eq!(top[p].len(), prompt.len());
         for (pos, want) in top[p].iter().enumerate() {
             let row = &all[pos * vocab..(pos + 1) * vocab];
-            for &(id, l) in want {
-                worst = worst.max((row[id as usize] - l).abs());
+            let diff = want.iter().fold(0f32, |w, &(id, l)| w.max((row[id as usize] - l).abs()));
+            if ROUTING_TIES.contains(&(name, p, pos)) {
+                assert!(diff < ROUTING_TIE_TOLERANCE, "{name}: prompt {p} position {pos}: {diff}");
+            } else {
+                worst = worst.max(diff);
             }
             // The top token wherever llama.cpp's margin over the runner-up is clear.
             if want[0].1 - want[1].1 > 0.1 {
@@ -73,7 +76,14 @@ fn check(name: &str) -> Result<LlamaConfig> {
 /// (checkpoint, prompt, step). Measured margin 0.0006.
 const NEAR_TIES: &[(&str, usize, usize)] = &[("qwen3moe", 1, 5)];
 
-/// Measured 0.023 (qwen3moe) and 0.026 (llama-moe) on logits of a few units: F32 attention
+/// Positions where a layer's last chosen expert and the first one left out are within
+/// 0.0002 in probability, so that llama.cpp's and our routing may differ by that expert
+/// (it weighs about 0.09 there, unrenormalized): (checkpoint, prompt, position). Measured
+/// 0.155 at that position, at most 0.023 elsewhere.
+const ROUTING_TIES: &[(&str, usize, usize)] = &[("qwen2moe", 2, 5)];
+const ROUTING_TIE_TOLERANCE: f32 = 0.25;
+
+/// Measured 0.023 (qwen3moe and qwen2moe) and 0.026 (llama-moe) on logits of a few units: F32 attention
 /// on both sides, experts in 8 or 4 bits with 8-bit activations on both sides.
 const TOLERANCE: f32 = 0.05;
 
@@ -107,6 +117,19 @@ fn gpt_oss_synthetic_matches_llama_cpp() -> Result<()> {
     Ok(())
 }
 
+/// qwen2moe: q/k/v biases, the chosen experts' softmax weights not renormalized, and the
+/// shared expert gated per token.
+#[test]
+fn qwen2moe_synthetic_matches_llama_cpp() -> Result<()> {
+    let cfg = check("qwen2moe")?;
+    assert_eq!(cfg.arch, sapient_llama::Arch::Qwen2Moe);
+    let moe = cfg.moe.context("moe")?;
+    assert!(cfg.qkv_bias && !cfg.rope_interleaved && !cfg.qk_norm);
+    assert!(moe.experts == 8 && moe.experts_used == 4 && !moe.norm_weights && moe.weights_scale == 1.0);
+    assert_eq!(moe.shared_ff, Some(SHARED_FF));
+    Ok(())
+}
+
 #[test]
 fn llama_moe_synthetic_matches_llama_cpp() -> Result<()> {
     let cfg = check("llama-moe")?;
@@ -125,7 +148,17 @@ fn bits(l: &[f32]) -> Vec<u32> {
 /// are multiplied together, each as it is alone.
 #[test]
 fn moe_batch_gives_each_sequence_what_it_gets_alone() -> Result<()> {
-    let (_dir, mut m, ids) = build("qwen3moe")?;
+    batch_identity("qwen3moe")
+}
+
+/// The same with qwen2moe's shared expert, which runs over all the rows of a step at once.
+#[test]
+fn shared_expert_batch_gives_each_sequence_what_it_gets_alone() -> Result<()> {
+    batch_identity("qwen2moe")
+}
+
+fn batch_identity(name: &str) -> Result<()> {
+    let (_dir, mut m, ids) = build(name)?;
     let mut prompts: Vec<Vec<u32>> = ids.clone();
     prompts.push(ids[0][..5].to_vec());
     prompts.push(ids[1].iter().chain(&ids[2]).copied().collect());
