@@ -174,7 +174,7 @@ fn logsumexp(x: &[f32]) -> f32 {
     }
     // f32 terms (the kernels' vectorised exp, a relative error of about 1e-7 as libm's),
     // summed in 16 lanes per block and in f64 over the blocks
-    let s: f64 = x.chunks(1024).map(|c| crate::cpu::exp_sum(c, m) as f64).sum();
+    let s: f64 = x.chunks(1024).map(|c| crate::decoder::exp_sum(c, m) as f64).sum();
     m + s.ln() as f32
 }
 
@@ -786,7 +786,7 @@ fn first_max(row: &[f32]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::{logsumexp, loop_start, max_value};
-    use crate::cpu::lane_sum;
+    use crate::decoder::lane_sum;
 
     #[test]
     fn vocabulary_passes_match_the_scalar_definitions() {

@@ -23,7 +23,7 @@
 //! order of its sums differs.) Every buffer is kept between calls; a batch of windows runs window by
 //! window through the same buffers (the products have 1500 rows per window already).
 
-use crate::cpu::{head_attention, lane_sum};
+use crate::decoder::{head_attention, lane_sum};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use sapient_tensor::kernels::{self, pool, DenseMatrix, QMatrix, SendPtr};

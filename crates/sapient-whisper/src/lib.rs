@@ -6,7 +6,7 @@
 //! - [`config`]: transformers' `WhisperConfig` fields plus alignment heads, suppressed
 //!   tokens and language ids.
 //! - [`model`]: the model (encoder and decoder, each written once on plain f32 buffers:
-//!   `encoder.rs`, `cpu.rs`); a self-attention KV cache per decoding run and the
+//!   `encoder.rs`, `decoder.rs`); a self-attention KV cache per decoding run and the
 //!   cross-attention keys/values computed once per 30 s window for all beams.
 //! - [`decode`]: one window as openai-whisper decodes it (greedy, sampling, beam search with
 //!   patience, logit filters and timestamp rules, no-speech probability, language detection).
@@ -27,7 +27,7 @@ pub mod config;
 pub mod ct2;
 pub mod decode;
 pub mod eval;
-mod cpu;
+mod decoder;
 mod encoder;
 mod error;
 pub mod model;

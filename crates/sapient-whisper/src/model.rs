@@ -1,4 +1,4 @@
-//! The Whisper model on the CPU: the encoder (`encoder.rs`) and the decoder (`cpu.rs`), each
+//! The Whisper model on the CPU: the encoder (`encoder.rs`) and the decoder (`decoder.rs`), each
 //! on plain f32 buffers and sapient-tensor's kernels and thread pool; candle tensors only
 //! carry the weights at load and the values between the steps of this API. The decoder
 //! keeps a self-attention KV cache per batch row (appended per step, reordered for beam
@@ -7,7 +7,7 @@
 //! into one product per head. Another device is an error ("no backend for ... yet").
 
 use crate::config::WhisperConfig;
-use crate::cpu;
+use crate::decoder;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use sapient_tensor::kernels::{self, DenseMatrix, QMatrix};
@@ -126,11 +126,11 @@ fn values(src: &dyn WeightSource, name: &str, shape: &[usize]) -> Result<Vec<f32
 
 /// A decoder linear layer: sapient-tensor's kernel matrix when quantized (dequantized to f32
 /// for a format the kernels lack), the f32 matrix otherwise.
-fn linear(src: &dyn WeightSource, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<cpu::Lin> {
+fn linear(src: &dyn WeightSource, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<decoder::Lin> {
     let w = src.load_checked(&format!("{prefix}.weight"), &[out, inp], &Device::Cpu)?;
     let w = matrix(w)?;
     let b = if bias { Some(values(src, &format!("{prefix}.bias"), &[out])?) } else { None };
-    Ok(cpu::Lin { w, b })
+    Ok(decoder::Lin { w, b })
 }
 
 /// A linear layer for many rows with f32 activations (the cross-attention keys and values
@@ -141,7 +141,7 @@ fn linear(src: &dyn WeightSource, prefix: &str, out: usize, inp: usize, bias: bo
 /// weight on AVX512-BF16, bf16 products (weights and activations rounded to bf16, f32 sums,
 /// as the quantized encoder's products: each value keeps 8 significant bits, against Q8_0's
 /// 8 bits per block of 32); else the f32 matrix.
-fn linear_dense(src: &dyn WeightSource, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<cpu::Lin> {
+fn linear_dense(src: &dyn WeightSource, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<decoder::Lin> {
     let w = src.load_checked(&format!("{prefix}.weight"), &[out, inp], &Device::Cpu)?;
     let lossy = matches!(w, Weight::Quantized(_));
     let t = w.dequantize(&Device::Cpu, DType::F32)?.contiguous()?;
@@ -155,33 +155,33 @@ fn linear_dense(src: &dyn WeightSource, prefix: &str, out: usize, inp: usize, bi
         None
     };
     let w = match dense {
-        Some(m) => cpu::Mat::D(std::sync::Arc::new(m)),
-        None => cpu::Mat::F(t),
+        Some(m) => decoder::Mat::D(std::sync::Arc::new(m)),
+        None => decoder::Mat::F(t),
     };
     let b = if bias { Some(values(src, &format!("{prefix}.bias"), &[out])?) } else { None };
-    Ok(cpu::Lin { w, b })
+    Ok(decoder::Lin { w, b })
 }
 
-fn matrix(w: Weight) -> Result<cpu::Mat> {
+fn matrix(w: Weight) -> Result<decoder::Mat> {
     Ok(match w {
         Weight::Quantized(q) => match QMatrix::from_qtensor(&q) {
-            Some(m) => cpu::Mat::Q(m),
-            None => cpu::Mat::F(q.dequantize(&Device::Cpu)?.to_dtype(DType::F32)?.contiguous()?),
+            Some(m) => decoder::Mat::Q(m),
+            None => decoder::Mat::F(q.dequantize(&Device::Cpu)?.to_dtype(DType::F32)?.contiguous()?),
         },
-        Weight::Dense(t) => cpu::Mat::F(t.to_dtype(DType::F32)?.contiguous()?),
+        Weight::Dense(t) => decoder::Mat::F(t.to_dtype(DType::F32)?.contiguous()?),
     })
 }
 
-fn norm(src: &dyn WeightSource, prefix: &str, d: usize) -> Result<cpu::Norm> {
-    Ok(cpu::Norm { w: values(src, &format!("{prefix}.weight"), &[d])?, b: values(src, &format!("{prefix}.bias"), &[d])? })
+fn norm(src: &dyn WeightSource, prefix: &str, d: usize) -> Result<decoder::Norm> {
+    Ok(decoder::Norm { w: values(src, &format!("{prefix}.weight"), &[d])?, b: values(src, &format!("{prefix}.bias"), &[d])? })
 }
 
-pub use crate::cpu::CrossKv;
+pub use crate::decoder::CrossKv;
 
 /// Self-attention cache of a decoding run: per layer and batch row, the keys and values.
 #[derive(Default)]
 pub struct KvCache {
-    buf: cpu::BufCache,
+    buf: decoder::BufCache,
     len: usize,
 }
 
@@ -219,12 +219,12 @@ pub struct Whisper {
     /// The encoder on plain buffers and the kernels.
     encoder: crate::encoder::Encoder,
     /// The token embedding [vocab, d]: f32, or the quantized output projection.
-    embed: cpu::Embed,
+    embed: decoder::Embed,
     /// The output projection: the embedding, quantized when the decoder is.
-    proj: cpu::Mat,
+    proj: decoder::Mat,
     dec_pos: Tensor,
     /// The decoder on plain buffers.
-    decoder: cpu::CpuDecoder,
+    decoder: decoder::CpuDecoder,
     /// [`Whisper::logits_rows`]'s product, kept between steps.
     logits_buf: std::sync::Mutex<Vec<f32>>,
 }
@@ -251,7 +251,7 @@ impl Whisper {
             let (sa, ca) = (format!("{p}.self_attn"), format!("{p}.encoder_attn"));
             // transformers' Whisper has no key bias; a checkpoint that carries a (zero) one works too.
             let kb = |a: &str| src.contains(&format!("{a}.k_proj.bias"));
-            layers.push(cpu::Layer {
+            layers.push(decoder::Layer {
                 attn_ln: norm(src, &format!("{p}.self_attn_layer_norm"), d)?,
                 q: linear(src, &format!("{sa}.q_proj"), d, d, true)?,
                 k: linear(src, &format!("{sa}.k_proj"), d, d, kb(&sa))?,
@@ -272,13 +272,13 @@ impl Whisper {
             Weight::Quantized(q) => match matrix(Weight::Quantized(q))? {
                 // the input embedding looks its rows up in the quantized output projection
                 // (as CTranslate2's int8 does): no f32 copy of [vocab, d]
-                cpu::Mat::Q(m) => (cpu::Mat::Q(m.clone()), cpu::Embed::Q(m)),
-                cpu::Mat::F(t) => (cpu::Mat::F(t.clone()), cpu::Embed::F(t)),
-                cpu::Mat::D(_) => return Err(Error::Mismatch("embedding: unexpected dense matrix".into())),
+                decoder::Mat::Q(m) => (decoder::Mat::Q(m.clone()), decoder::Embed::Q(m)),
+                decoder::Mat::F(t) => (decoder::Mat::F(t.clone()), decoder::Embed::F(t)),
+                decoder::Mat::D(_) => return Err(Error::Mismatch("embedding: unexpected dense matrix".into())),
             },
             w => {
                 let t = w.dequantize(device, DType::F32)?.contiguous()?;
-                (cpu::Mat::F(t.clone()), cpu::Embed::F(t))
+                (decoder::Mat::F(t.clone()), decoder::Embed::F(t))
             }
         };
         // Quantized matrices in the lane kernels' layout (beams and batched windows are
@@ -287,22 +287,22 @@ impl Whisper {
             let mut mats: Vec<&mut QMatrix> = Vec::new();
             for l in layers.iter_mut() {
                 for lin in [&mut l.q, &mut l.k, &mut l.v, &mut l.o, &mut l.cq, &mut l.co, &mut l.fc1, &mut l.fc2] {
-                    if let cpu::Mat::Q(m) = &mut lin.w {
+                    if let decoder::Mat::Q(m) = &mut lin.w {
                         mats.push(m);
                     }
                 }
             }
-            if let cpu::Mat::Q(m) = &mut proj {
+            if let decoder::Mat::Q(m) = &mut proj {
                 mats.push(m);
             }
-            if let cpu::Embed::Q(m) = &mut embed {
+            if let decoder::Embed::Q(m) = &mut embed {
                 mats.push(m);
             }
             kernels::pack_for_lanes(&mut mats);
             let mats: Vec<&QMatrix> = mats.into_iter().map(|m| &*m).collect();
             kernels::huge_pages_for(&mats);
         }
-        let decoder = cpu::CpuDecoder { layers, ln: norm(src, "model.decoder.layer_norm", d)?, heads, d };
+        let decoder = decoder::CpuDecoder { layers, ln: norm(src, "model.decoder.layer_norm", d)?, heads, d };
         Ok(Self {
             encoder: crate::encoder::Encoder::load(src, &config)?,
             embed,
@@ -343,7 +343,7 @@ impl Whisper {
         let mel = mel.to_device(&Device::Cpu)?.to_dtype(DType::F32)?.contiguous()?;
         let (n, d) = (self.config.max_source_positions, self.config.d_model);
         let mut out = vec![0f32; b * n * d];
-        cpu::with_f32(&mel, |v| self.encoder.forward(v, b, &mut out))??;
+        decoder::with_f32(&mel, |v| self.encoder.forward(v, b, &mut out))??;
         Ok(Tensor::from_vec(out, (b, n, d), &self.device)?)
     }
 
@@ -372,7 +372,7 @@ impl Whisper {
         let mut kt = vec![0f32; pitch * d];
         let mut vt = vec![0f32; s * d];
         for l in &self.decoder.layers {
-            cpu::with_f32(&audio, |x| -> Result<()> {
+            decoder::with_f32(&audio, |x| -> Result<()> {
                 l.ck.forward(x, b * s, &mut k)?;
                 l.cv.forward(x, b * s, &mut v)
             })??;
@@ -412,7 +412,7 @@ impl Whisper {
     pub fn decode_groups(&self, tokens: &[u32], b: usize, t: usize, groups: &[(&CrossKv, usize)], cache: &mut KvCache) -> Result<Tensor> {
         let offset = cache.len;
         self.check_positions(offset + t)?;
-        let cross: Vec<cpu::CrossGroup> = groups.iter().map(|(c, rows)| cpu::CrossGroup { kv: c, rows: *rows }).collect();
+        let cross: Vec<decoder::CrossGroup> = groups.iter().map(|(c, rows)| decoder::CrossGroup { kv: c, rows: *rows }).collect();
         let h = self.decoder.forward(tokens, b, t, offset, &self.embed, &self.dec_pos, &cross, &mut cache.buf, None)?;
         cache.len = offset + t;
         Ok(Tensor::from_vec(h, (b, t, self.config.d_model), &self.device)?)
@@ -440,10 +440,10 @@ impl Whisper {
         let offset = cache.len;
         self.check_positions(offset + t)?;
         let toks: Vec<u32> = tokens.flatten_all()?.to_vec1()?;
-        let group = [cpu::CrossGroup { kv: cross, rows: b }];
+        let group = [decoder::CrossGroup { kv: cross, rows: b }];
         let heads = &self.config.alignment_heads;
         let mut scores = alignment.is_some().then(|| vec![Vec::new(); heads.len()]);
-        let align = scores.as_mut().map(|s| cpu::Align { heads, scores: s });
+        let align = scores.as_mut().map(|s| decoder::Align { heads, scores: s });
         let h = self.decoder.forward(&toks, b, t, offset, &self.embed, &self.dec_pos, &group, &mut cache.buf, align)?;
         cache.len = offset + t;
         if let (Some(al), Some(mut scores)) = (alignment, scores) {
