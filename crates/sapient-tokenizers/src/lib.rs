@@ -19,7 +19,7 @@ mod spm;
 mod stream;
 mod template;
 
-pub use stream::{StopMatcher, StopOutput, TokenStream};
+pub use stream::{byte_to_unicode, StopMatcher, StopOutput, TokenStream};
 pub use template::{ChatTemplate, Message, RenderOptions, TemplateLimits};
 
 use std::path::{Path, PathBuf};

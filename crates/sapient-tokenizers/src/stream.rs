@@ -3,8 +3,9 @@
 use crate::{Result, Tokenizer};
 use std::collections::HashMap;
 
-/// GPT-2's byte-to-unicode table, inverted: the byte each byte-level character stands for.
-pub(crate) fn unicode_to_byte() -> HashMap<char, u8> {
+/// GPT-2's byte-to-unicode table: the printable character byte-level BPE vocabularies write
+/// for each byte.
+pub fn byte_to_unicode() -> [char; 256] {
     let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32)
         .chain(0xA1..=0xAC)
         .chain(0xAE..=0xFF)
@@ -18,10 +19,16 @@ pub(crate) fn unicode_to_byte() -> HashMap<char, u8> {
             n += 1;
         }
     }
-    bs.into_iter()
-        .zip(cs)
-        .filter_map(|(b, c)| char::from_u32(c).map(|c| (c, b as u8)))
-        .collect()
+    let mut out = [' '; 256];
+    for (b, c) in bs.into_iter().zip(cs) {
+        out[b as usize] = char::from_u32(c).unwrap_or(' ');
+    }
+    out
+}
+
+/// [`byte_to_unicode`] inverted: the byte each byte-level character stands for.
+pub(crate) fn unicode_to_byte() -> HashMap<char, u8> {
+    byte_to_unicode().into_iter().enumerate().map(|(b, c)| (c, b as u8)).collect()
 }
 
 /// `<0x0A>` style SentencePiece byte tokens.

@@ -78,25 +78,6 @@ impl Forward for Fake {
     }
 }
 
-/// GPT-2's printable stand-in for each byte (what byte-level BPE vocabularies are written in).
-fn byte_chars() -> Vec<char> {
-    let mut bs: Vec<u32> = (u32::from(b'!')..=u32::from(b'~')).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
-    let mut cs = bs.clone();
-    let mut n = 0;
-    for b in 0..256u32 {
-        if !bs.contains(&b) {
-            bs.push(b);
-            cs.push(256 + n);
-            n += 1;
-        }
-    }
-    let mut out = vec![' '; 256];
-    for (b, c) in bs.into_iter().zip(cs) {
-        out[b as usize] = char::from_u32(c).unwrap_or(' ');
-    }
-    out
-}
-
 /// A byte-level tokenizer: token `b` is byte `b`, 256 is `<|endoftext|>` (the end of text).
 /// Written and loaded once for every test.
 fn tokenizer() -> sapient_tokenizers::Tokenizer {
@@ -106,7 +87,7 @@ fn tokenizer() -> sapient_tokenizers::Tokenizer {
 
 fn write_tokenizer() -> sapient_tokenizers::Tokenizer {
     let vocab: serde_json::Map<String, serde_json::Value> =
-        byte_chars().into_iter().enumerate().map(|(i, c)| (c.to_string(), serde_json::Value::from(i))).collect();
+        sapient_tokenizers::byte_to_unicode().into_iter().enumerate().map(|(i, c)| (c.to_string(), serde_json::Value::from(i))).collect();
     let json = serde_json::json!({
         "version": "1.0",
         "added_tokens": [{"id": EOS, "content": "<|endoftext|>", "single_word": false, "lstrip": false,

@@ -203,12 +203,12 @@ unsafe fn rows32<F: Fmt32, D: Dot, const R: usize>(w: &[u8], acts: &[&[BlockQ8]]
     let mut acc = [0f32; R];
     for b in 0..nb {
         let (lo, hi, d, m) = F::weight(w.as_ptr().add(b * F::BYTES));
-        for r in 0..R {
+        for (r, acc) in acc.iter_mut().enumerate() {
             // SAFETY (caller's): `b < nb`, at most every row's length.
             let a = acts.get_unchecked(r).get_unchecked(b);
             let q = a.qs.as_ptr();
             let s = vaddvq_s32(D::dot(D::dot(vdupq_n_s32(0), lo, vld1q_s8(q)), hi, vld1q_s8(q.add(16))));
-            acc[r] = add_block::<F>(acc[r], d, m, a, s);
+            *acc = add_block::<F>(*acc, d, m, a, s);
         }
     }
     out[..R].copy_from_slice(&acc);
@@ -236,7 +236,7 @@ unsafe fn rows_q4k<D: Dot, const R: usize>(w: &[u8], acts: &[&[BlockQ8K]], out: 
             q[4 * c + 2] = vreinterpretq_s8_u8(h0);
             q[4 * c + 3] = vreinterpretq_s8_u8(h1);
         }
-        for r in 0..R {
+        for (r, acc) in acc.iter_mut().enumerate() {
             let a = acts.get_unchecked(r).get_unchecked(b);
             let p = a.qs.as_ptr();
             let mut sumi = vdupq_n_s32(0);
@@ -248,7 +248,7 @@ unsafe fn rows_q4k<D: Dot, const R: usize>(w: &[u8], acts: &[&[BlockQ8K]], out: 
             let bs = vpaddq_s16(vld1q_s16(a.bsums.as_ptr()), vld1q_s16(a.bsums.as_ptr().add(8)));
             let summ = vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(mn), vget_low_s16(bs)), mn, bs));
             let (d, dmin) = (dw * a.d, dminw * a.d);
-            acc[r] += d * vaddvq_s32(sumi) as f32 - dmin * summ as f32;
+            *acc += d * vaddvq_s32(sumi) as f32 - dmin * summ as f32;
         }
     }
     out[..R].copy_from_slice(&acc);
@@ -280,7 +280,7 @@ unsafe fn rows_q6k<D: Dot, const R: usize>(w: &[u8], acts: &[&[BlockQ8K]], out: 
                 q[i + 6] = six(vshrq_n_u8::<4>(l1), vshrq_n_u8::<2>(hb));
             }
         }
-        for r in 0..R {
+        for (r, acc) in acc.iter_mut().enumerate() {
             let a = acts.get_unchecked(r).get_unchecked(b);
             let p8 = a.qs.as_ptr();
             let mut sumi = vdupq_n_s32(0);
@@ -288,11 +288,27 @@ unsafe fn rows_q6k<D: Dot, const R: usize>(w: &[u8], acts: &[&[BlockQ8K]], out: 
                 let s = D::dot(vdupq_n_s32(0), *qi, vld1q_s8(p8.add(16 * i)));
                 sumi = vmlaq_n_s32(sumi, s, *sc.add(i) as i32);
             }
-            acc[r] += dw * a.d * vaddvq_s32(sumi) as f32;
+            *acc += dw * a.d * vaddvq_s32(sumi) as f32;
         }
     }
     out[..R].copy_from_slice(&acc);
 }
+
+/// `$go!(F)` with `F` the 32-value format type of `$t` (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0); the
+/// caller returns false for any other format.
+macro_rules! by_format32 {
+    ($t:expr, $go:ident) => {
+        match $t {
+            QType::Q4_0 => $go!(Q40),
+            QType::Q4_1 => $go!(Q41),
+            QType::Q5_0 => $go!(Q50),
+            QType::Q5_1 => $go!(Q51),
+            QType::Q8_0 => $go!(Q80),
+            _ => return false,
+        }
+    };
+}
+pub(super) use by_format32;
 
 /// [`rows_q8`] with dot products `D`.
 #[inline(always)]
@@ -307,14 +323,7 @@ unsafe fn rows_q8_with<D: Dot>(t: QType, w: &[u8], acts: &[&[BlockQ8]], out: &mu
             }
         };
     }
-    match t {
-        QType::Q4_0 => go!(Q40),
-        QType::Q4_1 => go!(Q41),
-        QType::Q5_0 => go!(Q50),
-        QType::Q5_1 => go!(Q51),
-        QType::Q8_0 => go!(Q80),
-        _ => return false,
-    }
+    by_format32!(t, go);
     true
 }
 

@@ -8,7 +8,7 @@
 //! (`neon.rs`), so every output has the portable bits, as on the `sdot` kernels: a product
 //! may mix the two (an odd last weight row, a single activation row) freely.
 
-use super::neon::{blocks, rows_q8_at, Fmt32, Level, MAX_ROWS, Q40, Q41, Q50, Q51, Q80};
+use super::neon::{blocks, by_format32, rows_q8_at, Fmt32, Level, MAX_ROWS, Q40, Q41, Q50, Q51, Q80};
 use super::quant::{BlockQ8, QType};
 use super::{QuantizedActs, SendPtr};
 use std::arch::aarch64::*;
@@ -87,14 +87,7 @@ unsafe fn pair_q8_i8mm(t: QType, w0: &[u8], w1: &[u8], acts: &[&[BlockQ8]], out0
             }
         };
     }
-    match t {
-        QType::Q4_0 => go!(Q40),
-        QType::Q4_1 => go!(Q41),
-        QType::Q5_0 => go!(Q50),
-        QType::Q5_1 => go!(Q51),
-        QType::Q8_0 => go!(Q80),
-        _ => return false,
-    }
+    by_format32!(t, go);
     true
 }
 
