@@ -250,6 +250,13 @@ struct Active {
 }
 
 impl Active {
+    /// Whether its blocks may come from and go to the prefix cache (and a hybrid's state
+    /// snapshots): with the cache on, and only without LoRA adapters, whose keys and values
+    /// are its own.
+    fn shares_prefixes(&self, opts: &EngineOptions) -> bool {
+        opts.prefix_cache && self.lora.is_empty()
+    }
+
     /// Forget unverified guesses (they are proposed again when the sequence decodes).
     fn drop_drafts(&mut self) {
         let len = self.kv_tokens.len() - self.drafts;

@@ -179,7 +179,7 @@ impl Scheduler {
         self.free_draft(&mut a);
         match (a.session, a.seq, r.is_ok()) {
             (Some(s), Some(seq), true) => {
-                if self.opts.prefix_cache && a.lora.is_empty() {
+                if a.shares_prefixes(&self.opts) {
                     let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed.min(a.kv_tokens.len())]);
                 }
                 // A request that ran beside another of its session replaces that one's kept cache.
@@ -255,9 +255,8 @@ impl Scheduler {
         let headroom = self.running.len();
         // Blocks that admitted sequences still need for the tokens they have not fed yet (a
         // prompt or a preempted sequence's recomputation, from an earlier step or admitted a
-        // moment ago in this loop): they
-        // are promised, so a new sequence that needs them too waits rather than being
-        // preempted as soon as the promised prompts are fed.
+        // moment ago in this loop): they are promised, so a new sequence that needs them too
+        // waits rather than being preempted as soon as the promised prompts are fed.
         let mut owed: usize = self
             .running
             .iter()
@@ -322,7 +321,7 @@ impl Scheduler {
                 }
                 None => {
                     let seq = self.kv.new_seq();
-                    let reused = if self.opts.prefix_cache && a.lora.is_empty() { self.kv.attach_prefix(seq, &a.kv_tokens).unwrap_or(0) } else { 0 };
+                    let reused = if a.shares_prefixes(&self.opts) { self.kv.attach_prefix(seq, &a.kv_tokens).unwrap_or(0) } else { 0 };
                     (seq, reused)
                 }
             };
@@ -491,7 +490,7 @@ impl Scheduler {
     pub(super) fn release(&mut self, a: &mut Active) {
         self.free_draft(a);
         if let Some(seq) = a.seq.take() {
-            if self.opts.prefix_cache && a.lora.is_empty() {
+            if a.shares_prefixes(&self.opts) {
                 let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed.min(a.kv_tokens.len())]);
             }
             let _ = self.kv.free(seq);
@@ -511,7 +510,7 @@ impl Scheduler {
     pub(super) fn snapshot_at(&self, a: &Active) -> Option<usize> {
         let bs = self.kv.block_size();
         let end = a.dec.prompt_len().saturating_sub(1) / bs * bs;
-        (self.kv.has_seq_state() && self.opts.prefix_cache && a.lora.is_empty() && end > 0).then_some(end)
+        (self.kv.has_seq_state() && a.shares_prefixes(&self.opts) && end > 0).then_some(end)
     }
 
     /// Free `v`'s blocks (full ones stay in the prefix cache) and queue it for recomputation.

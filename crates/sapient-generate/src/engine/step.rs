@@ -135,7 +135,7 @@ impl Scheduler {
                 settle(&mut self.kv, seq, &mut a.computed);
             }
             // Prompt blocks become shareable as soon as they are full.
-            if self.opts.prefix_cache && a.lora.is_empty() && (a.computed <= a.dec.prompt_len() || p.logits.is_some()) {
+            if a.shares_prefixes(&self.opts) && (a.computed <= a.dec.prompt_len() || p.logits.is_some()) {
                 if let Some(seq) = a.seq {
                     let _ = self.kv.commit(seq, &a.kv_tokens[..a.computed]);
                 }
