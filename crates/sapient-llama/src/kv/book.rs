@@ -115,7 +115,8 @@ impl Book {
         self.lru.len() + self.snapshot_blocks()
     }
     fn snapshot_blocks(&self) -> usize {
-        self.snapshot_charge.values().map(Vec::len).sum()
+        // Every snapshot holds exactly a state's blocks (`save_snapshot`).
+        self.snapshot_charge.len() * self.state_blocks
     }
     pub(super) fn num_seqs(&self) -> usize {
         self.seqs.iter().filter(|s| s.is_some()).count()
@@ -152,8 +153,16 @@ impl Book {
     }
 
     pub(super) fn new_seq_with_capacity(&mut self, tokens: usize) -> SeqId {
-        // Its state's blocks now if the pool has them, else when it first reserves.
-        let charge = self.take_charge(self.state_blocks);
+        // Its state's blocks from the free ones now; what they lack it takes when it first
+        // reserves, after taking a cached prefix (which evicting cached blocks or snapshots
+        // for it here could cost).
+        let charge = (0..self.state_blocks)
+            .map_while(|_| {
+                let b = self.free.pop()?;
+                self.refs[b as usize] = 1;
+                Some(b)
+            })
+            .collect();
         let seq = Seq { blocks: Vec::with_capacity(tokens.div_ceil(self.block_size)), charge, ..Default::default() };
         match self.spare_ids.pop() {
             Some(id) => {
