@@ -225,30 +225,13 @@ pub(crate) fn low_rank_add(x: &[f32], in_w: usize, out: &mut [f32], out_w: usize
         for r in w.rows.iter().flat_map(|r| r.clone()) {
             let xr = &x[r * in_w..(r + 1) * in_w];
             for (tv, ar) in t.iter_mut().zip(w.a.chunks_exact(in_w)) {
-                *tv = dot(xr, ar);
+                *tv = sapient_tensor::kernels::dot_f32(xr, ar);
             }
             for (o, br) in out[r * out_w..(r + 1) * out_w].iter_mut().zip(w.b.chunks_exact(w.rank)) {
-                *o += w.scale * dot(&t, br);
+                *o += w.scale * sapient_tensor::kernels::dot_f32(&t, br);
             }
         }
     }
-}
-
-/// A dot product in eight lanes (the same order for every row).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for ((s, a), b) in acc.iter_mut().zip(x).zip(y) {
-            *s += a * b;
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in ra.iter().zip(rb) {
-        s += x * y;
-    }
-    s
 }
 
 /// The LoRA adapters of a forward and which sequences chose which: each sequence's (its
