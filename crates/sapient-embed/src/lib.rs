@@ -326,7 +326,7 @@ impl Embedder {
                 // nomic-embed's recipe: layer norm (no affine), cut, normalise.
                 let ones = vec![1.0f32; d];
                 let zeros = vec![0.0f32; d];
-                model::layer_norm(&mut v, &ones, &zeros, 1e-5);
+                sapient_tensor::encoder::layer_norm(&mut v, &ones, &zeros, 1e-5);
             }
             v.truncate(self.dimensions);
         }

@@ -7,7 +7,6 @@
 //! query attends only to the keys of its own sequence. That is what a padded batch with an
 //! attention mask computes, without the pad rows.
 
-use sapient_tensor::kernels::SendPtr;
 use crate::config::{Arch, EncoderConfig};
 use crate::{Error, Result};
 use candle_core::{DType, Device};
@@ -15,6 +14,7 @@ use sapient_tensor::kernels::{self, pool};
 use candle_core::quantized::GgmlDType;
 use sapient_tensor::kernels::quant::QType;
 use sapient_tensor::kernels::{DenseMatrix, QMatrix};
+use sapient_tensor::encoder::{self, LayerNorm};
 use sapient_tensor::{Weight, WeightSource};
 use std::ops::Range;
 
@@ -180,11 +180,6 @@ fn load_raw(w: &dyn WeightSource, name: &str, shape: &[usize]) -> Result<Raw> {
     }
 }
 
-struct Norm {
-    w: Vec<f32>,
-    b: Vec<f32>,
-}
-
 enum Mlp {
     /// `down(gelu(up(x)))`, biased.
     Gelu { up: Lin, down: Lin },
@@ -196,9 +191,9 @@ struct Layer {
     /// Fused `[3 dim, dim]`: query, key, value rows.
     qkv: Lin,
     out: Lin,
-    norm1: Norm,
+    norm1: LayerNorm,
     mlp: Mlp,
-    norm2: Norm,
+    norm2: LayerNorm,
 }
 
 pub(crate) struct Encoder {
@@ -208,7 +203,7 @@ pub(crate) struct Encoder {
     pos_emb: Option<Vec<f32>>,
     /// Token type 0's row (every input is one segment).
     type_emb: Option<Vec<f32>>,
-    emb_norm: Norm,
+    emb_norm: LayerNorm,
     layers: Vec<Layer>,
 }
 
@@ -306,7 +301,7 @@ impl Encoder {
             Some(s) => return Err(Error::Config { path: w.location().to_path_buf(), what: format!("token type embeddings of shape {s:?}") }),
             None => None,
         };
-        let emb_norm = Norm { w: load_vec(w, &names.emb("norm.weight"), &[d])?, b: load_vec(w, &names.emb("norm.bias"), &[d])? };
+        let emb_norm = LayerNorm::new(load_vec(w, &names.emb("norm.weight"), &[d])?, load_vec(w, &names.emb("norm.bias"), &[d])?, cfg.eps)?;
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
             let l = |p: &str, s: &str| names.layer(i, p, s);
@@ -327,14 +322,14 @@ impl Encoder {
                 Lin { w: Raw::concat(ws).matrix(3 * d, d, p)?, b, out: 3 * d }
             };
             let out = lin(w, &l("o", "weight"), &l("o", "bias"), d, d, p)?;
-            let norm1 = Norm { w: load_vec(w, &l("norm1", "weight"), &[d])?, b: load_vec(w, &l("norm1", "bias"), &[d])? };
+            let norm1 = LayerNorm::new(load_vec(w, &l("norm1", "weight"), &[d])?, load_vec(w, &l("norm1", "bias"), &[d])?, cfg.eps)?;
             let up = lin(w, &l("up", "weight"), &l("up", "bias"), cfg.ffn, d, p)?;
             let down = lin(w, &l("down", "weight"), &l("down", "bias"), d, cfg.ffn, p)?;
             let mlp = match cfg.arch {
                 Arch::Bert => Mlp::Gelu { up, down },
                 Arch::NomicBert => Mlp::SwiGlu { up, gate: lin(w, &l("gate", "weight"), &l("gate", "bias"), cfg.ffn, d, p)?, down },
             };
-            let norm2 = Norm { w: load_vec(w, &l("norm2", "weight"), &[d])?, b: load_vec(w, &l("norm2", "bias"), &[d])? };
+            let norm2 = LayerNorm::new(load_vec(w, &l("norm2", "weight"), &[d])?, load_vec(w, &l("norm2", "bias"), &[d])?, cfg.eps)?;
             layers.push(Layer { qkv, out, norm1, mlp, norm2 });
             progress((i + 1) as f32 / cfg.layers as f32);
         }
@@ -377,9 +372,10 @@ impl Encoder {
                 }
             }
         }
-        layer_norm_rows(&mut x, d, &self.emb_norm, c.eps);
+        self.emb_norm.rows(&mut x);
         let rope = (c.arch == Arch::NomicBert).then(|| Rope::new(c.head_dim(), c.rope_base, seqs.iter().map(|s| s.len()).max().unwrap_or(0)));
         let (mut qkv, mut ctx, mut h, mut g, mut y) = (Vec::new(), vec![0.0f32; t * d], Vec::new(), Vec::new(), Vec::new());
+        let mut scratch = encoder::AttentionScratch::default();
         for layer in &self.layers {
             layer.qkv.forward(&x, t, &mut qkv);
             if let Some(r) = &rope {
@@ -392,9 +388,9 @@ impl Encoder {
                     }
                 }
             }
-            attention(&qkv, seqs, c.heads, c.head_dim(), &mut ctx);
+            encoder::self_attention(&qkv, seqs, c.heads, c.head_dim(), 1.0 / (c.head_dim() as f32).sqrt(), &mut ctx, &mut scratch);
             layer.out.forward(&ctx, t, &mut y);
-            add_norm_rows(&mut x, &y, d, &layer.norm1, c.eps);
+            layer.norm1.add_rows(&mut x, &y);
             match &layer.mlp {
                 Mlp::Gelu { up, down } => {
                     up.forward_gelu(&x, t, &mut h);
@@ -406,7 +402,7 @@ impl Encoder {
                     down.forward(&g, t, &mut y);
                 }
             }
-            add_norm_rows(&mut x, &y, d, &layer.norm2, c.eps);
+            layer.norm2.add_rows(&mut x, &y);
         }
         Ok(x)
     }
@@ -415,89 +411,6 @@ impl Encoder {
 fn add(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
-    }
-}
-
-fn layer_norm_rows(x: &mut [f32], d: usize, n: &Norm, eps: f32) {
-    for r in x.chunks_exact_mut(d) {
-        layer_norm(r, &n.w, &n.b, eps);
-    }
-}
-
-/// `x = layer_norm(x + y)` row by row (the residual and the norm after it), rows over the
-/// kernel pool when there are many.
-fn add_norm_rows(x: &mut [f32], y: &[f32], d: usize, n: &Norm, eps: f32) {
-    const ROWS: usize = 32;
-    let rows = x.len() / d;
-    let xp = SendPtr(x.as_mut_ptr());
-    let job = |c: usize| {
-        for i in c * ROWS..((c + 1) * ROWS).min(rows) {
-            // SAFETY: row i belongs to this chunk only; `x` outlives the call.
-            let r = unsafe { std::slice::from_raw_parts_mut(xp.ptr().add(i * d), d) };
-            add(r, &y[i * d..(i + 1) * d]);
-            layer_norm(r, &n.w, &n.b, eps);
-        }
-    };
-    let chunks = rows.div_ceil(ROWS);
-    if chunks <= 1 || x.len() < 64 * 1024 {
-        (0..chunks).for_each(job);
-    } else {
-        pool::pool().run_chunks(chunks, &job);
-    }
-}
-
-/// LayerNorm with the statistics accumulated in f64.
-pub(crate) fn layer_norm(r: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
-    #[cfg(target_arch = "x86_64")]
-    if r.len().is_multiple_of(16) && w.len() >= r.len() && b.len() >= r.len() && kernels::has_avx512() {
-        // SAFETY: AVX-512 F is present; the lengths are checked above.
-        unsafe { layer_norm_avx512(r, w, b, eps) };
-        return;
-    }
-    let n = r.len() as f64;
-    let mean = r.iter().map(|&v| v as f64).sum::<f64>() / n;
-    let var = r.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n;
-    let inv = 1.0 / (var + eps as f64).sqrt();
-    for (i, v) in r.iter_mut().enumerate() {
-        *v = ((*v as f64 - mean) * inv) as f32 * w[i] + b[i];
-    }
-}
-
-/// [`layer_norm`] with 8 lanes of f64 sums (rows of a multiple of 16 values).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn layer_norm_avx512(r: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
-    use std::arch::x86_64::*;
-    let len = r.len();
-    let p = r.as_mut_ptr();
-    let wide = |i: usize| {
-        let v = _mm512_loadu_ps(p.add(i));
-        (_mm512_cvtps_pd(_mm512_castps512_ps256(v)), _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))))
-    };
-    let (mut s0, mut s1) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-    for i in (0..len).step_by(16) {
-        let (a, c) = wide(i);
-        s0 = _mm512_add_pd(s0, a);
-        s1 = _mm512_add_pd(s1, c);
-    }
-    let mean = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / len as f64;
-    let m = _mm512_set1_pd(mean);
-    let (mut q0, mut q1) = (_mm512_setzero_pd(), _mm512_setzero_pd());
-    for i in (0..len).step_by(16) {
-        let (a, c) = wide(i);
-        let (a, c) = (_mm512_sub_pd(a, m), _mm512_sub_pd(c, m));
-        q0 = _mm512_fmadd_pd(a, a, q0);
-        q1 = _mm512_fmadd_pd(c, c, q1);
-    }
-    let var = _mm512_reduce_add_pd(_mm512_add_pd(q0, q1)) / len as f64;
-    let inv = _mm512_set1_pd(1.0 / (var + eps as f64).sqrt());
-    for i in (0..len).step_by(16) {
-        let (a, c) = wide(i);
-        let lo = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(a, m), inv));
-        let hi = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_sub_pd(c, m), inv));
-        let v = _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi)));
-        let v = _mm512_add_ps(_mm512_mul_ps(v, _mm512_loadu_ps(w.as_ptr().add(i))), _mm512_loadu_ps(b.as_ptr().add(i)));
-        _mm512_storeu_ps(p.add(i), v);
     }
 }
 
@@ -531,158 +444,6 @@ impl Rope {
             let (a, b) = (v[i], v[i + h]);
             v[i] = a * c[i] - b * s[i];
             v[i + h] = a * s[i] + b * c[i];
-        }
-    }
-}
-
-/// Scaled dot-product attention of every sequence with itself, per head, over the pool.
-/// `qkv`: rows of `[q | k | v]` (3 dim); `ctx`: rows of dim.
-fn attention(qkv: &[f32], seqs: &[Range<usize>], heads: usize, hd: usize, ctx: &mut [f32]) {
-    let d = heads * hd;
-    let out = SendPtr(ctx.as_mut_ptr());
-    let units = seqs.len() * heads;
-    let fma = has_fma();
-    #[cfg(target_arch = "x86_64")]
-    let wide = kernels::has_avx512() && hd.is_multiple_of(32);
-    let job = |u: usize| {
-        let (s, h) = (&seqs[u / heads], u % heads);
-        let o = out.ptr();
-        #[cfg(target_arch = "x86_64")]
-        if wide {
-            SCRATCH.with(|b| {
-                let (kt, p) = &mut *b.borrow_mut();
-                // SAFETY: AVX-512 F is present; hd is a multiple of 32.
-                unsafe { attend_avx512(qkv, s.clone(), h, hd, d, o, kt, p) };
-            });
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if fma {
-            // SAFETY: AVX2 and FMA are present.
-            unsafe { attend_fma(qkv, s.clone(), h, hd, d, o) };
-            return;
-        }
-        let _ = fma;
-        attend(qkv, s.clone(), h, hd, d, o);
-    };
-    let work: usize = seqs.iter().map(|s| s.len() * s.len()).sum::<usize>() * d;
-    // The AVX-512 path does one sentence of 30 tokens (work 345k) in ~20 us: inline.
-    #[cfg(target_arch = "x86_64")]
-    let inline = if wide { 512 * 1024 } else { 64 * 1024 };
-    #[cfg(not(target_arch = "x86_64"))]
-    let inline = 64 * 1024;
-    if work < inline || units == 1 {
-        (0..units).for_each(job);
-    } else {
-        pool::pool().run_chunks(units, &job);
-    }
-}
-
-thread_local! {
-    /// A worker's keys of one head, transposed, and its scores.
-    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
-}
-
-/// [`attend`] on AVX-512 for head sizes that are multiples of 32: the head's keys are
-/// transposed once (`kt[dim][key]`), so each query's scores are 16 keys per vector
-/// multiply-add; softmax is [`kernels::softmax_unnormalized`]; the weighted sum of values runs
-/// over 32 dimensions at a time.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attend_avx512(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: usize, out: *mut f32, kt: &mut Vec<f32>, p: &mut Vec<f32>) {
-    use std::arch::x86_64::*;
-    let l = s.len();
-    let lp = l.div_ceil(16) * 16;
-    let scale = _mm512_set1_ps(1.0 / (hd as f32).sqrt());
-    kt.clear();
-    kt.resize(hd * lp, 0.0);
-    for (j, ki) in s.clone().enumerate() {
-        let k = &qkv[ki * 3 * d + d + h * hd..][..hd];
-        for (t, &v) in k.iter().enumerate() {
-            kt[t * lp + j] = v;
-        }
-    }
-    p.clear();
-    p.resize(lp, 0.0);
-    let (ktp, pp) = (kt.as_ptr(), p.as_mut_ptr());
-    for qi in s.clone() {
-        let q = &qkv[qi * 3 * d + h * hd..][..hd];
-        for j in (0..lp).step_by(16) {
-            let mut acc = [_mm512_setzero_ps(); 4];
-            for t in (0..hd).step_by(4) {
-                for (u, a) in acc.iter_mut().enumerate() {
-                    *a = _mm512_fmadd_ps(_mm512_set1_ps(q[t + u]), _mm512_loadu_ps(ktp.add((t + u) * lp + j)), *a);
-                }
-            }
-            let v = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])), scale);
-            _mm512_storeu_ps(pp.add(j), v);
-        }
-        let ps = std::slice::from_raw_parts_mut(pp, l);
-        let inv = _mm512_set1_ps(kernels::softmax_unnormalized(ps));
-        for c in (0..hd).step_by(32) {
-            let mut acc = [_mm512_setzero_ps(); 4];
-            for (j, vi) in s.clone().enumerate() {
-                let v = qkv.as_ptr().add(vi * 3 * d + 2 * d + h * hd + c);
-                let w = _mm512_set1_ps(ps[j]);
-                let e = 2 * (j & 1);
-                acc[e] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v), acc[e]);
-                acc[e + 1] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v.add(16)), acc[e + 1]);
-            }
-            // SAFETY (caller): (token qi, head h) is written by this unit only.
-            let o = out.add(qi * d + h * hd + c);
-            _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_add_ps(acc[0], acc[2]), inv));
-            _mm512_storeu_ps(o.add(16), _mm512_mul_ps(_mm512_add_ps(acc[1], acc[3]), inv));
-        }
-    }
-}
-
-fn has_fma() -> bool {
-    kernels::has_avx2()
-}
-
-/// [`attend`] compiled with FMA (`exp_approx`'s multiply-adds are otherwise library calls).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn attend_fma(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: usize, out: *mut f32) {
-    attend(qkv, s, h, hd, d, out)
-}
-
-/// Head `h` of sequence `s`: writes `out[token * d + h * hd..][..hd]` for its tokens (`out`:
-/// the `[tokens, d]` context, whose other heads and sequences other units write).
-#[inline(always)]
-fn attend(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: usize, out: *mut f32) {
-    let scale = 1.0 / (hd as f32).sqrt();
-    let l = s.len();
-    let mut p = vec![0.0f32; l];
-    let mut acc = vec![0.0f32; hd];
-    for qi in s.clone() {
-        let q = &qkv[qi * 3 * d + h * hd..][..hd];
-        let mut max = f32::NEG_INFINITY;
-        for (j, ki) in s.clone().enumerate() {
-            let k = &qkv[ki * 3 * d + d + h * hd..][..hd];
-            p[j] = kernels::dot_f32(q, k) * scale;
-            max = max.max(p[j]);
-        }
-        let mut sum = 0.0f32;
-        for v in p.iter_mut() {
-            *v = kernels::exp_approx(*v - max);
-            sum += *v;
-        }
-        acc.fill(0.0);
-        for (j, vi) in s.clone().enumerate() {
-            let v = &qkv[vi * 3 * d + 2 * d + h * hd..][..hd];
-            let w = p[j];
-            for (a, &x) in acc.iter_mut().zip(v) {
-                *a += w * x;
-            }
-        }
-        let inv = 1.0 / sum;
-        // SAFETY: (token qi, head h) is written by this unit only; in bounds of the context,
-        // which has a row of d for every token of `qkv`.
-        let o = unsafe { std::slice::from_raw_parts_mut(out.add(qi * d + h * hd), hd) };
-        for (o, a) in o.iter_mut().zip(&acc) {
-            *o = a * inv;
         }
     }
 }

@@ -24,6 +24,9 @@ pub enum Error {
         end: u64,
         len: u64,
     },
+    /// Buffers or weights whose sizes do not fit together (the message names both).
+    #[error("{0}")]
+    Shape(String),
     #[error("{path}: malformed GGUF: {what}")]
     Malformed { path: PathBuf, what: String },
     #[error("{path}: tensor '{tensor}' has unknown ggml type id {id}")]

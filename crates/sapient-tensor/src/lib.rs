@@ -12,6 +12,8 @@
 //! - [`kernels`] (`src/kernels/`): quantized matrix products on the CPU (AVX2, AVX-512 VNNI,
 //!   AMX), chosen at run time, over one persistent thread pool ([`kernels::pool`]), with
 //!   their CPU detection, dispatch and memory policy (huge pages, prefetch distances).
+//! - [`encoder`]: what every encoder shares (Whisper, the embedders, Kokoro): layer norm and
+//!   full self-attention over packed sequences.
 //!
 //! ```no_run
 //! use sapient_tensor::{GgufFile, WeightSource};
@@ -24,6 +26,7 @@
 //! ```
 
 pub mod device;
+pub mod encoder;
 mod error;
 pub mod formats;
 pub mod kernels;

@@ -8,6 +8,7 @@
 //! are copied out when asked for ([`Align`]).
 
 use candle_core::{CpuStorage, Storage, Tensor};
+use sapient_tensor::encoder::LayerNorm;
 use sapient_tensor::kernels::{self, pool, DenseMatrix, QMatrix, SendPtr};
 use std::sync::Arc;
 use std::cell::RefCell;
@@ -149,23 +150,15 @@ fn forward_group(lins: &[&Lin], x: &[f32], m: usize, outs: &mut [&mut Vec<f32>])
     Ok(())
 }
 
-pub(crate) struct Norm {
-    pub w: Vec<f32>,
-    pub b: Vec<f32>,
-}
+/// LayerNorm (eps 1e-5), the encoders' one ([`LayerNorm`]).
+pub(crate) struct Norm(pub LayerNorm);
 
 impl Norm {
-    /// LayerNorm (eps 1e-5) of each row of `x` into `out`.
+    /// Each row of `x` (rows of `d`) into `out`, grown to fit.
     fn forward(&self, x: &[f32], d: usize, out: &mut Vec<f32>) {
+        debug_assert_eq!(d, self.0.dim());
         grow(out, x.len());
-        for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-            let mean = xr.iter().sum::<f32>() / d as f32;
-            let var = xr.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / d as f32;
-            let inv = 1.0 / (var + 1e-5).sqrt();
-            for i in 0..d {
-                or[i] = (xr[i] - mean) * inv * self.w[i] + self.b[i];
-            }
-        }
+        self.0.rows_to(x, out);
     }
 }
 
@@ -256,8 +249,8 @@ fn grow(v: &mut Vec<f32>, n: usize) {
 
 /// The sum of `f(v)` over `x` in 16 lanes (value `i` into lane `i % 16`, so that it
 /// vectorises): the values past the last whole 16 summed first, then the lanes added to
-/// them in order.
-#[inline(always)]
+/// them in order. (The order [`exp_sum`] keeps; the tests check it against this.)
+#[cfg(test)]
 pub(crate) fn lane_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let mut acc = [0f32; 16];
     let mut it = x.chunks_exact(16);
@@ -568,34 +561,6 @@ pub(crate) struct CrossGroup<'a> {
 fn add(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += b;
-    }
-}
-
-/// One head's attention as two products on strided operands (`(pointer, column stride, row
-/// stride)` in elements): `s = scale * q k^T` ([rows, src] in `s`), `between(s)` (the softmax,
-/// and whatever must see the scores before it), then `out = s v` (`(pointer, row stride)`,
-/// unit column stride). `dims` = (rows, src, head dim).
-///
-/// # Safety
-/// `q` is [rows, hd], `k` [hd, src] and `v` [src, hd] readable at their strides; `out` is
-/// [rows, hd] writable at its row stride, by this call alone; `s` holds rows * src values.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn head_attention(
-    (rows, src, hd): (usize, usize, usize),
-    q: (*const f32, isize, isize),
-    k: (*const f32, isize, isize),
-    v: (*const f32, isize, isize),
-    out: (*mut f32, isize),
-    scale: f32,
-    s: &mut [f32],
-    between: impl FnOnce(&mut [f32]),
-) {
-    unsafe {
-        gemm::gemm(rows, src, hd, s.as_mut_ptr(), 1, src as isize, false, q.0, q.1, q.2, k.0, k.1, k.2, 0.0, scale, false, false, false, gemm::Parallelism::None);
-    }
-    between(s);
-    unsafe {
-        gemm::gemm(rows, hd, src, out.0, 1, out.1, false, s.as_ptr(), 1, src as isize, v.0, v.1, v.2, 0.0, 1.0, false, false, false, gemm::Parallelism::None);
     }
 }
 

@@ -5,7 +5,7 @@
 //! the three input frames around it side by side, one contiguous slice of the zero-padded
 //! time-major input (conv2, stride 2: frames `2t - 1 .. 2t + 1`). Then sinusoidal positions
 //! and pre-norm layers: the q, k and v projections fused into one `[3d, d]` matrix, full
-//! attention per head in blocks of query rows on the kernel pool (no `[H, S, S]` score
+//! attention ([`encoder::self_attention`], the one every encoder uses; no `[H, S, S]` score
 //! tensor), the output projection, the MLP with GELU fused into fc1's product where the
 //! kernel has it. Where the CPU has AMX-BF16, every matrix is a [`DenseMatrix`] (bf16 pairs,
 //! close to f32 accuracy; quantized weights dequantized, since at 1500 rows these products
@@ -14,21 +14,18 @@
 //! the CPU has AVX512-BF16 without AMX, every product is in bf16 (weights and activations
 //! rounded to bf16, f32 sums, [`DenseMatrix::from_f32_bf16`]; about twice the speed of the
 //! Q8_0 kernels at 1500 rows on a Zen 4). Elsewhere quantized matrices run on [`QMatrix`],
-//! the others on [`DenseMatrix`]'s f32 products. Without AMX the attention is in f32: on
-//! AVX-512 fused per head and six query rows ([`kernels::attention_f32`]: scores, softmax and
-//! values in registers and L1, keys and values packed once per head), else by blocks of 64
-//! queries with the `gemm` crate. (The bf16 variant of that kernel, on top of bf16 products,
-//! tipped tiny.en's greedy decoding of the benchmark's 59.5 s file into a repetition loop,
-//! so it is not used; the f32 one gives the same text as the `gemm` attention there, only the
-//! order of its sums differs.) Every buffer is kept between calls; a batch of windows runs window by
-//! window through the same buffers (the products have 1500 rows per window already).
+//! the others on [`DenseMatrix`]'s f32 products. The attention's kernel for 1500 positions
+//! follows the CPU in the same way (AMX-BF16 products, else the fused AVX-512 f32 kernel,
+//! else blocks of queries as `gemm` products). (The bf16 variant of the fused kernel, on top
+//! of bf16 products, tipped tiny.en's greedy decoding of the benchmark's 59.5 s file into a
+//! repetition loop, so it is not used.) Every buffer is kept between calls; a batch of
+//! windows runs window by window through the same buffers (the products have 1500 rows per window already).
 
-use crate::decoder::{head_attention, lane_sum};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
-use sapient_tensor::kernels::{self, pool, DenseMatrix, QMatrix, SendPtr};
+use sapient_tensor::encoder::{self, LayerNorm};
+use sapient_tensor::kernels::{self, pool, DenseMatrix, QMatrix};
 use sapient_tensor::{Weight, WeightSource};
-use std::cell::RefCell;
 use std::sync::Mutex;
 
 /// A weight matrix `[out, in]`: quantized, or dense.
@@ -85,42 +82,12 @@ impl Lin {
     }
 }
 
-/// LayerNorm weights (eps 1e-5).
-struct Norm {
-    w: Vec<f32>,
-    b: Vec<f32>,
-}
-
-impl Norm {
-    /// Each row of `x` ([m, d]) normalised into `out`, rows spread over the kernel pool.
-    fn forward(&self, x: &[f32], d: usize, out: &mut [f32]) {
-        let out = &mut out[..x.len()];
-        pool::pool().for_each_chunk_mut(out, ROWS_PER_CHUNK * d, |c, o| {
-            let x = &x[c * ROWS_PER_CHUNK * d..];
-            for (xr, or) in x.chunks_exact(d).zip(o.chunks_exact_mut(d)) {
-                norm_row(xr, &self.w, &self.b, or);
-            }
-        });
-    }
-}
-
-#[inline(always)]
-fn norm_row(x: &[f32], w: &[f32], b: &[f32], out: &mut [f32]) {
-    let d = x.len() as f32;
-    let mean = lane_sum(x, |v| v) / d;
-    let var = lane_sum(x, |v| (v - mean) * (v - mean)) / d;
-    let inv = 1.0 / (var + 1e-5).sqrt();
-    for (((o, &x), &w), &b) in out.iter_mut().zip(x).zip(w).zip(b) {
-        *o = (x - mean) * inv * w + b;
-    }
-}
-
 struct Layer {
-    attn_ln: Norm,
+    attn_ln: LayerNorm,
     /// q, k and v stacked: `[3d, d]`.
     qkv: Lin,
     out: Lin,
-    mlp_ln: Norm,
+    mlp_ln: LayerNorm,
     fc1: Lin,
     fc2: Lin,
 }
@@ -137,13 +104,8 @@ struct Scratch {
     qkv: Vec<f32>,
     o: Vec<f32>,
     f: Vec<f32>,
-    /// Attention on AMX: one head's queries, keys (then values transposed), scores, output.
-    hq: Vec<f32>,
-    hk: Vec<f32>,
-    p: Vec<f32>,
-    ho: Vec<f32>,
-    /// Attention on AVX-512: every head's keys and values, packed.
-    packed: Vec<f32>,
+    /// The attention's buffers.
+    attn: encoder::AttentionScratch,
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) {
@@ -159,7 +121,7 @@ pub(crate) struct Encoder {
     /// Positions `[n_ctx, d]`.
     pos: Vec<f32>,
     layers: Vec<Layer>,
-    ln: Norm,
+    ln: LayerNorm,
     d: usize,
     heads: usize,
     n_mels: usize,
@@ -244,7 +206,7 @@ impl Encoder {
             let w = vec(&format!("{p}.weight"), &[d, c, 3])?;
             Ok(Lin { w: Mat::D(conv_matrix(&w, d, c, bf16)), b: vec(&format!("{p}.bias"), &[d])? })
         };
-        let norm = |p: &str| -> Result<Norm> { Ok(Norm { w: vec(&format!("{p}.weight"), &[d])?, b: vec(&format!("{p}.bias"), &[d])? }) };
+        let norm = |p: &str| -> Result<LayerNorm> { Ok(LayerNorm::new(vec(&format!("{p}.weight"), &[d])?, vec(&format!("{p}.bias"), &[d])?, 1e-5)?) };
         let lin = |p: &str, out: usize, inp: usize| -> Result<Lin> {
             let w = src.load_checked(&format!("{p}.weight"), &[out, inp], &cpu)?;
             Ok(Lin { w: stacked(&[w], inp, bf16)?, b: vec(&format!("{p}.bias"), &[out])? })
@@ -347,22 +309,18 @@ impl Encoder {
         self.conv2.forward(&s.col, n, true, &mut s.x);
         add(&mut s.x[..n * d], &self.pos[..n * d]);
         for l in &self.layers {
-            l.attn_ln.forward(&s.x[..n * d], d, &mut s.h);
+            l.attn_ln.rows_to(&s.x[..n * d], &mut s.h);
             l.qkv.forward(&s.h, n, false, &mut s.qkv);
             let hd = d / self.heads;
-            if kernels::has_amx_bf16() {
-                attention_dense(&s.qkv[..n * 3 * d], n, d, self.heads, &mut s.hq, &mut s.hk, &mut s.p, &mut s.ho, &mut s.o[..n * d]);
-            } else if hd != kernels::FULL_HEAD_DIM || !kernels::attention_f32(&s.qkv[..n * 3 * d], 3 * d, n, self.heads, 1.0 / (hd as f32).sqrt(), &mut s.packed, &mut s.o[..n * d]) {
-                attention(&s.qkv[..n * 3 * d], n, d, self.heads, &mut s.o[..n * d]);
-            }
+            encoder::self_attention(&s.qkv[..n * 3 * d], std::slice::from_ref(&(0..n)), self.heads, hd, 1.0 / (hd as f32).sqrt(), &mut s.o[..n * d], &mut s.attn);
             l.out.forward(&s.o, n, false, &mut s.h);
             add(&mut s.x[..n * d], &s.h[..n * d]);
-            l.mlp_ln.forward(&s.x[..n * d], d, &mut s.h);
+            l.mlp_ln.rows_to(&s.x[..n * d], &mut s.h);
             l.fc1.forward(&s.h, n, true, &mut s.f);
             l.fc2.forward(&s.f, n, false, &mut s.o);
             add(&mut s.x[..n * d], &s.o[..n * d]);
         }
-        self.ln.forward(&s.x[..n * d], d, out);
+        self.ln.rows_to(&s.x[..n * d], out);
     }
 }
 
@@ -372,117 +330,4 @@ fn add(x: &mut [f32], y: &[f32]) {
             *a += b;
         }
     });
-}
-
-/// Softmax of each row of `p` ([m, n]) in place, rows spread over the kernel pool.
-fn softmax_rows(p: &mut [f32], n: usize) {
-    pool::pool().for_each_chunk_mut(p, ROWS_PER_CHUNK * n, |_, c| {
-        for row in c.chunks_exact_mut(n) {
-            softmax(row);
-        }
-    });
-}
-
-#[inline(always)]
-fn softmax(row: &mut [f32]) {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
-    for v in row.iter_mut() {
-        *v -= max;
-    }
-    kernels::exp_in_place(row);
-    let inv = 1.0 / lane_sum(row, |v| v);
-    for v in row.iter_mut() {
-        *v *= inv;
-    }
-}
-
-/// [`attention`] as [`DenseMatrix`] products (AMX-BF16, close to f32 accuracy), one head at
-/// a time: the head's keys, then its values transposed, are packed as the product's
-/// weights; each product is split over the pool.
-#[allow(clippy::too_many_arguments)]
-fn attention_dense(qkv: &[f32], n: usize, d: usize, heads: usize, hq: &mut Vec<f32>, hk: &mut Vec<f32>, p: &mut Vec<f32>, ho: &mut Vec<f32>, out: &mut [f32]) {
-    let hd = d / heads;
-    let ld = 3 * d;
-    let scale = 1.0 / (hd as f32).sqrt();
-    grow(hq, n * hd);
-    grow(hk, n * hd);
-    grow(p, QUERY_BLOCK.min(n) * n);
-    grow(ho, QUERY_BLOCK.min(n) * hd);
-    for h in 0..heads {
-        for (i, (q, k)) in hq.chunks_exact_mut(hd).zip(hk.chunks_exact_mut(hd)).take(n).enumerate() {
-            let r = &qkv[i * ld..];
-            for (a, b) in q.iter_mut().zip(&r[h * hd..(h + 1) * hd]) {
-                *a = b * scale;
-            }
-            k.copy_from_slice(&r[d + h * hd..d + (h + 1) * hd]);
-        }
-        let keys = DenseMatrix::from_f32(&hk[..n * hd], n, hd);
-        // values transposed: [hd, n]
-        for (j, r) in qkv.chunks_exact(ld).take(n).enumerate() {
-            for (c, v) in r[2 * d + h * hd..2 * d + (h + 1) * hd].iter().enumerate() {
-                hk[c * n + j] = *v;
-            }
-        }
-        let values = DenseMatrix::from_f32(&hk[..n * hd], hd, n);
-        // blocks of query rows: the scores of one block, not of all n, in memory
-        for i0 in (0..n).step_by(QUERY_BLOCK) {
-            let rows = QUERY_BLOCK.min(n - i0);
-            let p = &mut p[..rows * n];
-            keys.matmul(&hq[i0 * hd..(i0 + rows) * hd], rows, None, p);
-            softmax_rows(p, n);
-            values.matmul(p, rows, None, &mut ho[..rows * hd]);
-            for (o, r) in out[i0 * d..(i0 + rows) * d].chunks_exact_mut(d).zip(ho.chunks_exact(hd)) {
-                o[h * hd..(h + 1) * hd].copy_from_slice(r);
-            }
-        }
-    }
-}
-
-/// Query rows per product of [`attention_dense`] (a multiple of 32, the products' row tile).
-const QUERY_BLOCK: usize = 512;
-
-thread_local! {
-    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Query rows per unit of the attention.
-const BLOCK: usize = 64;
-
-/// Full (non-causal) attention of `n` positions: `qkv` is [n, 3d] (queries, keys, values side
-/// by side, `heads` heads in each), `out` [n, d]. Units of one head and [`BLOCK`] query rows
-/// on the kernel pool: scaled scores against all keys with the `gemm` crate, softmax, product
-/// with the values.
-fn attention(qkv: &[f32], n: usize, d: usize, heads: usize, out: &mut [f32]) {
-    let hd = d / heads;
-    let ld = 3 * d;
-    let scale = 1.0 / (hd as f32).sqrt();
-    let blocks = n.div_ceil(BLOCK);
-    let out_ptr = SendPtr(out.as_mut_ptr());
-    let work = |u: usize| {
-        let out_ptr = &out_ptr;
-        let (h, blk) = (u / blocks, u % blocks);
-        let (i0, i1) = (blk * BLOCK, ((blk + 1) * BLOCK).min(n));
-        let rows = i1 - i0;
-        SCORES.with(|sc| {
-            let mut sc = sc.borrow_mut();
-            grow(&mut sc, rows * n);
-            let s = &mut sc[..rows * n];
-            // SAFETY: operands in bounds by construction ([rows, hd] of q and [n, hd] of k and
-            // v with row stride 3d inside `qkv`, [n, 3d]); each unit writes its own rows of
-            // one head of `out`.
-            unsafe {
-                head_attention(
-                    (rows, n, hd),
-                    (qkv.as_ptr().add(i0 * ld + h * hd), 1, ld as isize),
-                    (qkv.as_ptr().add(d + h * hd), ld as isize, 1),
-                    (qkv.as_ptr().add(2 * d + h * hd), 1, ld as isize),
-                    (out_ptr.ptr().add(i0 * d + h * hd), d as isize),
-                    scale,
-                    s,
-                    |s| s.chunks_exact_mut(n).for_each(softmax),
-                );
-            }
-        })
-    };
-    pool::pool().run_chunks(heads * blocks, &work);
 }

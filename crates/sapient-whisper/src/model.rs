@@ -10,6 +10,7 @@ use crate::config::WhisperConfig;
 use crate::decoder;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
+use sapient_tensor::encoder::LayerNorm;
 use sapient_tensor::kernels::{self, DenseMatrix, QMatrix};
 use sapient_tensor::{Weight, WeightSource};
 use std::collections::HashMap;
@@ -173,7 +174,7 @@ fn matrix(w: Weight) -> Result<decoder::Mat> {
 }
 
 fn norm(src: &dyn WeightSource, prefix: &str, d: usize) -> Result<decoder::Norm> {
-    Ok(decoder::Norm { w: values(src, &format!("{prefix}.weight"), &[d])?, b: values(src, &format!("{prefix}.bias"), &[d])? })
+    Ok(decoder::Norm(LayerNorm::new(values(src, &format!("{prefix}.weight"), &[d])?, values(src, &format!("{prefix}.bias"), &[d])?, 1e-5)?))
 }
 
 pub use crate::decoder::CrossKv;

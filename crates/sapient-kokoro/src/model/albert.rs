@@ -5,6 +5,7 @@
 
 use super::nn::{LayerNorm, Linear};
 use crate::{Error, KokoroConfig, KokoroWeights, Result};
+use sapient_tensor::encoder;
 use sapient_tensor::kernels::{exp_in_place, pool::pool};
 
 pub struct Albert {
@@ -97,9 +98,11 @@ impl Albert {
         let hidden = self.mapping_in.out_features();
         let hd = hidden / self.heads;
         let scale = 1.0 / (hd as f32).sqrt();
+        let mut scratch = encoder::AttentionScratch::default();
         for _ in 0..self.layers {
             let qkv = self.qkv.forward_vec(&h, t, hidden)?;
-            let ctx = attention(&qkv, t, self.heads, hd, scale);
+            let mut ctx = vec![0f32; t * hidden];
+            encoder::self_attention(&qkv, std::slice::from_ref(&(0..t)), self.heads, hd, scale, &mut ctx, &mut scratch);
             let mut a = self.dense.forward_vec(&ctx, t, hidden)?;
             for (v, r) in a.iter_mut().zip(&h) {
                 *v += r;
@@ -116,54 +119,6 @@ impl Albert {
         }
         Ok(h)
     }
-}
-
-/// Softmax attention of every position over every position: `qkv` `[t, 3 hidden]` (query,
-/// key, value) -> `[t, hidden]`, one job per head on the pool.
-fn attention(qkv: &[f32], t: usize, heads: usize, hd: usize, scale: f32) -> Vec<f32> {
-    let hidden = heads * hd;
-    let w = 3 * hidden;
-    let mut per_head = vec![0f32; heads * t * hd];
-    pool().for_each_chunk_mut(&mut per_head, t * hd, |hh, out| {
-        // keys transposed to [hd, t], so the scores of one query are hd axpys over t
-        let mut kt = vec![0f32; hd * t];
-        for j in 0..t {
-            for d in 0..hd {
-                kt[d * t + j] = qkv[j * w + hidden + hh * hd + d];
-            }
-        }
-        let mut s = vec![0f32; t];
-        for (i, o) in out.chunks_exact_mut(hd).enumerate() {
-            s.fill(0.0);
-            let q = &qkv[i * w + hh * hd..i * w + (hh + 1) * hd];
-            for (d, &qd) in q.iter().enumerate() {
-                let qd = qd * scale;
-                for (sv, &kv) in s.iter_mut().zip(&kt[d * t..(d + 1) * t]) {
-                    *sv += qd * kv;
-                }
-            }
-            let m = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            for v in s.iter_mut() {
-                *v -= m;
-            }
-            exp_in_place(&mut s);
-            let inv = 1.0 / s.iter().sum::<f32>();
-            for (j, &p) in s.iter().enumerate() {
-                let p = p * inv;
-                let v = &qkv[j * w + 2 * hidden + hh * hd..j * w + 2 * hidden + (hh + 1) * hd];
-                for (ov, &vv) in o.iter_mut().zip(v) {
-                    *ov += p * vv;
-                }
-            }
-        }
-    });
-    let mut ctx = vec![0f32; t * hidden];
-    for hh in 0..heads {
-        for i in 0..t {
-            ctx[i * hidden + hh * hd..i * hidden + (hh + 1) * hd].copy_from_slice(&per_head[(hh * t + i) * hd..(hh * t + i + 1) * hd]);
-        }
-    }
-    ctx
 }
 
 /// GELU, tanh form (`gelu_new`, candle's `gelu`): `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`,

@@ -4,6 +4,7 @@
 use crate::{KokoroWeights, Result};
 use candle_core::Tensor;
 use super::fast;
+use sapient_tensor::encoder;
 use sapient_tensor::kernels::{pool::pool, ConvBf16, DenseMatrix};
 
 /// A weight `[n, k]` packed for [`DenseMatrix`] products: in f16 where AMX-BF16 runs them
@@ -453,38 +454,18 @@ impl DepthwiseUp2 {
 
 }
 
-/// Layer norm of each row of `x` (rows of `w.len()` values), then `w * x + b`.
-pub fn layer_norm_rows(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
-    let c = w.len();
-    for row in x.chunks_exact_mut(c) {
-        let mean = row.iter().sum::<f32>() / c as f32;
-        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / c as f32;
-        let inv = 1.0 / (var + eps).sqrt();
-        for ((v, &w), &b) in row.iter_mut().zip(w).zip(b) {
-            *v = (*v - mean) * inv * w + b;
-        }
-    }
-}
-
-/// `nn.LayerNorm` over the last axis.
-pub struct LayerNorm {
-    w: Vec<f32>,
-    b: Vec<f32>,
-    eps: f32,
-}
+/// `nn.LayerNorm` over the last axis: the encoders' [`encoder::LayerNorm`], loaded from
+/// Kokoro's weights.
+pub struct LayerNorm(encoder::LayerNorm);
 
 impl LayerNorm {
     pub fn load(w: &KokoroWeights, weight: &str, bias: &str, eps: f32) -> Result<Self> {
-        Ok(Self {
-            w: w.get(weight)?.flatten_all()?.to_vec1()?,
-            b: w.get(bias)?.flatten_all()?.to_vec1()?,
-            eps,
-        })
+        Ok(Self(encoder::LayerNorm::new(w.get(weight)?.flatten_all()?.to_vec1()?, w.get(bias)?.flatten_all()?.to_vec1()?, eps)?))
     }
 
     /// Each row of a time-major buffer, in place.
     pub fn rows(&self, x: &mut [f32]) {
-        layer_norm_rows(x, &self.w, &self.b, self.eps);
+        self.0.rows(x);
     }
 }
 
@@ -540,7 +521,9 @@ impl AdaInStyle {
 
     /// The AdaLayerNorm form on a time-major `[t, c]` buffer, in place.
     pub fn layer_rows(&self, x: &mut [f32]) {
-        layer_norm_rows(x, &self.scale_v, &self.beta_v, 1e-5);
+        for row in x.chunks_exact_mut(self.scale_v.len()) {
+            encoder::layer_norm(row, &self.scale_v, &self.beta_v, 1e-5);
+        }
     }
 
 }
