@@ -5,9 +5,10 @@
 //! and every metric name the EPP is given is one `sapient serve` exports as a gauge, readable
 //! without the API key with the flag the overlay adds. No cluster is needed.
 //!
-//! With `SAPIENT_GATEWAY_CRDS=DIR` (the `config/crd/bases` folder of a
-//! gateway-api-inference-extension checkout, plus the Gateway API's `standard` CRDs if
-//! present), each object is also validated against its CRD's `openAPIV3Schema`.
+//! Each object of the overlay with a CRD is validated against that CRD's `openAPIV3Schema`:
+//! the InferencePool, Gateway and HTTPRoute schemas kept in `tests/data/gateway-crds` (see its
+//! README), and with `SAPIENT_GATEWAY_CRDS=DIR` also the CRDs in that folder (another
+//! release's `config/crd/bases`, say).
 
 #[path = "../../sapient-server/tests/common/mod.rs"]
 mod common;
@@ -189,10 +190,14 @@ fn validate_against_crds(dir: &Path) -> Result<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inference_gateway_objects_fit_the_deployment_and_the_server() -> Result<()> {
     let (metrics, args) = objects_fit_together()?;
+    let kept = root().join("crates/sapient-cli/tests/data/gateway-crds");
+    let n = validate_against_crds(&kept)?;
+    // the InferencePool, the Gateway and the HTTPRoute
+    ensure!(n == 3, "{n} objects of the overlay checked against the CRDs in {}, expected 3", kept.display());
     if let Some(dir) = std::env::var_os("SAPIENT_GATEWAY_CRDS") {
         let n = validate_against_crds(Path::new(&dir))?;
         ensure!(n > 0, "no object of the overlay has a CRD in {}", Path::new(&dir).display());
-        eprintln!("{n} objects valid against their CRDs");
+        eprintln!("{n} objects valid against the CRDs in {}", Path::new(&dir).display());
     }
     tokio::time::timeout(Duration::from_secs(300), async {
         // The server as the patched Deployment runs it, with one model and a key.
@@ -224,4 +229,23 @@ async fn inference_gateway_objects_fit_the_deployment_and_the_server() -> Result
         Ok(())
     })
     .await?
+}
+
+/// The validation can fail: the overlay's InferencePool without its selector, or with its
+/// port as a string, does not fit the kept schema.
+#[test]
+fn a_broken_pool_does_not_fit_its_crd() -> Result<()> {
+    let text = std::fs::read_to_string(root().join("crates/sapient-cli/tests/data/gateway-crds/inference.networking.k8s.io_inferencepools.yaml"))?;
+    let crd: Value = serde_yaml::from_str(&text)?;
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let overlay = documents("deploy/k8s/inference-gateway")?;
+    let pool = overlay.iter().find(|o| o["kind"] == "InferencePool").context("the overlay has no InferencePool")?;
+    ensure!(matches!(sapient_sample::validate(schema, pool), Ok(Ok(()))), "the pool as written fits");
+    let mut no_selector = pool.clone();
+    no_selector["spec"].as_object_mut().context("spec")?.remove("selector");
+    ensure!(matches!(sapient_sample::validate(schema, &no_selector), Ok(Err(_))), "a pool without a selector must not fit");
+    let mut bad_port = pool.clone();
+    bad_port["spec"]["targetPorts"] = serde_json::json!([{"number": "8080"}]);
+    ensure!(matches!(sapient_sample::validate(schema, &bad_port), Ok(Err(_))), "a string port must not fit");
+    Ok(())
 }
