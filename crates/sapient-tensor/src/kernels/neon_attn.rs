@@ -276,7 +276,12 @@ pub unsafe fn values_q8<const R: usize>(w: [*const f32; R], vc: *const i8, vs: *
         for t in t0..t1 {
             let v = vld1q_s8(vc.add(t * stride + d0));
             let (lo, hi) = (vmovl_s8(vget_low_s8(v)), vmovl_high_s8(v));
-            let x = [vmovl_s16(vget_low_s16(lo)), vmovl_high_s16(lo), vmovl_s16(vget_low_s16(hi)), vmovl_high_s16(hi)].map(|i| vcvtq_f32_s32(i));
+            let x = [
+                vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))),
+                vcvtq_f32_s32(vmovl_high_s16(lo)),
+                vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))),
+                vcvtq_f32_s32(vmovl_high_s16(hi)),
+            ];
             let ds = f16p(vs.add(t * sstride + d0 / 32) as *const u8);
             for r in 0..R {
                 let a = *w[r].add(t - t0) * ds;
