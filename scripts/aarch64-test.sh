@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # ARM64 checks without ARM hardware: cross-build for aarch64-unknown-linux-gnu and run under
 # qemu-user.
-#   1. the kernel tests of sapient-tensor (the NEON kernels against the portable ones bit for
-#      bit, and every other kernel test) under `-cpu max` (NEON + dotprod) and `-cpu
-#      cortex-a72` (plain NEON);
+#   1. the kernel tests of sapient-tensor (the NEON products, activation quantizers and
+#      attention kernels against the portable ones bit for bit, and every other kernel test)
+#      under `-cpu max` (NEON + dotprod + i8mm) and `-cpu cortex-a72` (plain NEON);
 #   2. SmolLM2-135M (Q4_1) greedy decoding from fixed token ids on aarch64 under both CPUs
 #      against the same run on this x86 machine with the portable kernels: the tokens must
 #      be equal.

@@ -9,17 +9,20 @@
 //! per output and value, in order of the values), and [`softmax_unnormalized`] gives the same
 //! bits on every path. So a row's attention does not depend on how many rows, keys or heads
 //! a call takes: a prompt's rows, a decode step's single row and speculative verification
-//! rows agree bit for bit. A call takes up to [`MAX_QUERIES`] queries that share a KV head
+//! rows agree bit for bit (AVX-512, AVX2, NEON on ARM64 (`neon_attn.rs`), or portable). A call
+//! takes up to [`MAX_QUERIES`] queries that share a KV head
 //! (the query heads of a grouped-query group, and neighbouring rows of a prompt when the
 //! group has fewer heads), so each key read serves all of them.
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::dispatch::by_count;
 #[cfg(target_arch = "x86_64")]
 use super::avx2;
 use super::exp_approx;
 #[cfg(target_arch = "x86_64")]
 use super::{has_avx2, has_avx512};
+#[cfg(target_arch = "aarch64")]
+use super::{has_neon, neon_attn};
 
 /// Dot product of f32 `x` with f16 `y` (raw bits, as in an f16 KV cache).
 #[inline]
@@ -73,15 +76,24 @@ pub fn scores_chunks(qs: &[&[f32]], kc: &[u16], bases: &[usize], pitch: usize, s
         by_count!(nq => go { 1 (8), 2 (8), 3 (4), 4 (4), 5 (3), 6 (2), 7 (2); _ => 8 (2) });
         return;
     }
+    // Four queries at a time: AVX2 (two vectors of 8 per chunk), NEON (four of 4).
     #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
+    let by_fours = has_avx2();
+    #[cfg(target_arch = "aarch64")]
+    let by_fours = has_neon();
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if by_fours {
         for (g, part) in qs.chunks(4).enumerate() {
             let o = out[g * 4 * ostride..].as_mut_ptr();
             macro_rules! go {
                 ($q:literal, $u:literal) => {{
                     let q: [*const f32; $q] = std::array::from_fn(|i| part[i].as_ptr());
-                    // SAFETY: AVX2, FMA and F16C are present; ranges checked above.
+                    // SAFETY: AVX2, FMA and F16C are present (x86), or NEON (aarch64); ranges
+                    // checked above.
+                    #[cfg(target_arch = "x86_64")]
                     unsafe { avx2::scores_chunks::<$q, $u>(q, hd, kc.as_ptr(), bases, pitch, scale, o, ostride) }
+                    #[cfg(target_arch = "aarch64")]
+                    unsafe { neon_attn::scores_chunks::<$q, $u>(q, hd, kc.as_ptr(), bases, pitch, scale, o, ostride) }
                 }};
             }
             by_count!(part.len() => go { 1 (4), 2 (2), 3 (1); _ => 4 (1) });
@@ -127,16 +139,24 @@ pub fn values_f16_runs(ws: &[&[f32]], vc: &[u16], stride: usize, off: usize, run
     if total == 0 {
         return;
     }
+    // The sums in registers over all the runs: AVX-512 (16 lanes), NEON (4).
     #[cfg(target_arch = "x86_64")]
-    if has_avx512() && hd.is_multiple_of(16) {
+    let in_registers = has_avx512() && hd.is_multiple_of(16);
+    #[cfg(target_arch = "aarch64")]
+    let in_registers = has_neon() && hd.is_multiple_of(4);
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if in_registers {
         let v = vc[off..].as_ptr();
         macro_rules! go {
             ($r:literal) => {{
                 let w: [*const f32; $r] = std::array::from_fn(|i| ws[i].as_ptr());
                 let y: [*mut f32; $r] = std::array::from_fn(|i| ys[i].as_mut_ptr());
-                // SAFETY: AVX-512 F/VL, FMA and F16C are present; ranges checked above; the
-                // rows are distinct `&mut` slices of `hd` values.
+                // SAFETY: AVX-512 F/VL, FMA and F16C are present (x86), or NEON (aarch64);
+                // ranges checked above; the rows are distinct `&mut` slices of `hd` values.
+                #[cfg(target_arch = "x86_64")]
                 unsafe { x512::values::<$r>(w, v, stride, hd, runs, y) }
+                #[cfg(target_arch = "aarch64")]
+                unsafe { neon_attn::values::<$r>(w, v, stride, hd, runs, y) }
             }};
         }
         by_count!(nr => go { 1, 2, 3; _ => 4 });
@@ -240,6 +260,10 @@ pub fn softmax_unnormalized(sc: &mut [f32]) -> f32 {
         // SAFETY: AVX2 and FMA are present.
         return unsafe { softmax_avx2(sc) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if has_neon() {
+        return neon_attn::softmax(sc);
+    }
     softmax_portable(sc)
 }
 
@@ -308,7 +332,7 @@ fn softmax_portable(sc: &mut [f32]) -> f32 {
 
 /// The sum of 16 lanes as `hsum` reduces them: halves, quarters, pairs.
 #[inline(always)]
-fn fold16(l: [f32; 16]) -> f32 {
+pub(super) fn fold16(l: [f32; 16]) -> f32 {
     let s: [f32; 8] = std::array::from_fn(|i| l[i] + l[i + 8]);
     let t: [f32; 4] = std::array::from_fn(|i| s[i] + s[i + 4]);
     (t[0] + t[2]) + (t[1] + t[3])

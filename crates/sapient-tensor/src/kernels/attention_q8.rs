@@ -11,16 +11,19 @@
 //! query's scales and added up in f32 in order of the groups, per key lane. Values stay in
 //! rows of int8 with their group scales ([`values_q8`]: one fused multiply-add per output
 //! and value, by `weight * scale`, in order of the values). Every path (AVX-512 VNNI, AVX2
-//! with 16-bit products, or portable) does the same integer sums and the same f32 operations in the same order, so
+//! with 16-bit products, NEON on ARM64 with `sdot` or widening multiplies (`neon_attn.rs`),
+//! or portable) does the same integer sums and the same f32 operations in the same order, so
 //! the results are bit-identical whatever the machine, the number of queries or keys a call
 //! takes, or the batch: a row gives what it gives alone.
 //!
 //! A component costs 1.0625 bytes against the f16 cache's 2, so a budget in bytes holds 1.88
 //! times the positions; the head dimension must be a multiple of [`Q8_GROUP`].
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 use super::dispatch::by_count;
 use super::{has_avx2, has_avx512};
+#[cfg(target_arch = "aarch64")]
+use super::{has_neon, neon_attn, neon_quant};
 use super::MAX_QUERIES;
 use super::MAX_VALUE_ROWS;
 
@@ -49,6 +52,11 @@ fn amax32(x: &[f32]) -> f32 {
         // SAFETY: AVX-512 F is present; `x` holds 32 values.
         return unsafe { x512::amax32(x.as_ptr()) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if has_neon() && x.len() == Q8_GROUP {
+        // SAFETY: `x` holds 32 values.
+        return unsafe { neon_quant::amax32(x.as_ptr()) };
+    }
     x.iter().fold(0f32, |m, v| m.max(v.abs()))
 }
 
@@ -60,6 +68,11 @@ fn round32(x: &[f32], id: f32, q: &mut [i8]) -> i32 {
     if has_avx512() && x.len() == Q8_GROUP && q.len() == Q8_GROUP {
         // SAFETY: AVX-512 F/BW is present; `x` and `q` hold 32 values.
         return unsafe { x512::round32(x.as_ptr(), id, q.as_mut_ptr()) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if has_neon() && x.len() == Q8_GROUP && q.len() == Q8_GROUP {
+        // SAFETY: `x` and `q` hold 32 values.
+        return unsafe { neon_quant::round32(x.as_ptr(), id, q.as_mut_ptr()) };
     }
     let mut sum = 0;
     for (o, &v) in q.iter_mut().zip(x) {
@@ -151,6 +164,17 @@ pub fn scores_chunks_q8(qs: &[&QueryQ8], kc: &[u8], ks: &[u16], bases: &[usize],
         }
         return;
     }
+    #[cfg(target_arch = "aarch64")]
+    if has_neon() {
+        let q: [neon_attn::QueryRef<'_>; MAX_QUERIES] = std::array::from_fn(|i| {
+            let q = qs[i.min(nq - 1)];
+            neon_attn::QueryRef { q: &q.q, d: &q.d }
+        });
+        // SAFETY: NEON is present (dotprod is checked inside); ranges checked above, and
+        // every query holds `ng` groups (its length is `hd`).
+        unsafe { neon_attn::scores_q8(&q[..nq], ng, kc.as_ptr(), ks.as_ptr(), bases, sbases, pitch, scale, out.as_mut_ptr(), ostride) };
+        return;
+    }
     scores_portable(qs, kc, ks, bases, sbases, pitch, scale, out, ostride);
 }
 
@@ -192,16 +216,24 @@ pub fn values_q8(ws: &[&[f32]], vc: &[i8], vs: &[u16], stride: usize, sstride: u
     if t1 <= t0 || hd == 0 {
         return;
     }
+    // The sums in registers over all the values: AVX-512, NEON.
     #[cfg(target_arch = "x86_64")]
-    if has_avx512() {
+    let in_registers = has_avx512();
+    #[cfg(target_arch = "aarch64")]
+    let in_registers = has_neon();
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    if in_registers {
         let (v, s) = (vc[off..].as_ptr(), vs[soff..].as_ptr());
         macro_rules! go {
             ($r:literal) => {{
                 let w: [*const f32; $r] = std::array::from_fn(|i| ws[i].as_ptr());
                 let y: [*mut f32; $r] = std::array::from_fn(|i| ys[i].as_mut_ptr());
-                // SAFETY: AVX-512 F/BW/VL and F16C are present; ranges checked above; the
-                // rows are distinct `&mut` slices of `hd` values.
+                // SAFETY: AVX-512 F/BW/VL and F16C are present (x86), or NEON (aarch64);
+                // ranges checked above; the rows are distinct `&mut` slices of `hd` values.
+                #[cfg(target_arch = "x86_64")]
                 unsafe { x512::values::<$r>(w, v, s, stride, sstride, hd, t0, t1, y) }
+                #[cfg(target_arch = "aarch64")]
+                unsafe { neon_attn::values_q8::<$r>(w, v, s, stride, sstride, hd, t0, t1, y) }
             }};
         }
         by_count!(nr => go { 1, 2, 3; _ => 4 });

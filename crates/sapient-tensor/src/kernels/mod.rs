@@ -49,7 +49,9 @@
 //! work is split over the pool; `detect.rs` what the CPU can do,
 //! `options.rs` the knobs ([`KernelOptions`], passed at load), `pool.rs` the one thread pool,
 //! `memory.rs` huge pages and prefetch distances; the products by instruction set in
-//! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_avx2.rs`, `lanes_k.rs` and `amx.rs`, the block formats in
+//! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_avx2.rs`, `lanes_k.rs` and `amx.rs` (on ARM64
+//! `neon.rs` and `neon_mmla.rs`, with the activation quantizers in `neon_quant.rs` and the
+//! LLM attention in `neon_attn.rs`, all bit-identical to the portable code), the block formats in
 //! `quant.rs` (MXFP4, gpt-oss's expert format, in `mxfp4.rs`); dense f32/bf16 products in `dense.rs`, `dense_f32.rs` and `dense_bf16.rs` (16-bit integer ones for them on AVX512-VNNI in `dense_i16.rs`); element-wise
 //! activations in `act.rs`; attention over an f16 KV cache in `attention.rs` and over an 8-bit one
 //! in `attention_q8.rs`, an encoder's full attention (f32 on AVX-512, bf16 on AVX512-BF16) in
@@ -83,6 +85,10 @@ mod lanes_avx2;
 mod neon;
 #[cfg(target_arch = "aarch64")]
 mod neon_mmla;
+#[cfg(target_arch = "aarch64")]
+mod neon_attn;
+#[cfg(target_arch = "aarch64")]
+mod neon_quant;
 mod dense;
 mod dense_bf16;
 mod dense_f32;
@@ -249,8 +255,8 @@ pub fn rows_q8k(t: QType, w: &[u8], acts: &[&[BlockQ8K]], out: &mut [f32]) {
     }
 }
 
-/// Quantize activations to 32-value blocks (AVX-512 or AVX2 where present, bit-identical
-/// to the portable code).
+/// Quantize activations to 32-value blocks (AVX-512, AVX2 or NEON where present,
+/// bit-identical to the portable code).
 pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
     #[cfg(target_arch = "x86_64")]
     if has_avx512() {
@@ -262,6 +268,10 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
         // SAFETY: AVX2, FMA and F16C are present.
         return unsafe { avx2::quantize_q8(x, out) };
     }
+    #[cfg(target_arch = "aarch64")]
+    if has_neon() {
+        return neon_quant::quantize_q8(x, out);
+    }
     quant::quantize_q8(x, out)
 }
 
@@ -271,6 +281,10 @@ pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     if has_avx2() {
         // SAFETY: AVX2, FMA and F16C are present.
         return unsafe { avx2::quantize_q8k(x, out) };
+    }
+    #[cfg(target_arch = "aarch64")]
+    if has_neon() {
+        return neon_quant::quantize_q8k(x, out);
     }
     quant::quantize_q8k(x, out)
 }

@@ -13,8 +13,14 @@
 //!
 //! `sdot` and `smmla` are written as inline assembly: their `std::arch` intrinsics are not
 //! stable yet. They appear only in functions compiled with the matching target feature.
+//!
+//! The activations these products take are quantized on NEON too (`neon_quant.rs`), and
+//! the LLM's attention over its KV cache has NEON kernels of its own (`neon_attn.rs`); both
+//! give the portable bits. No kernel computes in fp16: the contract is the portable f32
+//! arithmetic bit for bit, which f16 products and sums (an 11-bit significand) would break;
+//! f16 values (scales, the KV cache) are only widened to f32, exactly (`fcvt`, `fcvtl`).
 
-use super::quant::{scales_mins_k4, BlockQ8, BlockQ8K, QType};
+use super::quant::{BlockQ8, BlockQ8K, QType};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -214,23 +220,43 @@ unsafe fn rows32<F: Fmt32, D: Dot, const R: usize>(w: &[u8], acts: &[&[BlockQ8]]
     out[..R].copy_from_slice(&acc);
 }
 
+/// Q4_K's twelve bytes of 6-bit scales and mins at `p` (`quant::scales_mins_k4`'s unpacking) as
+/// two vectors of eight bytes, by 32-bit masks and shifts (GGML's `utmp` trick) instead of
+/// byte by byte.
+#[inline(always)]
+unsafe fn scales_mins_k4v(p: *const u8) -> (uint8x8_t, uint8x8_t) {
+    const K1: u32 = 0x3f3f_3f3f;
+    const K2: u32 = 0x0f0f_0f0f;
+    const K3: u32 = 0x0303_0303;
+    let u = |i: usize| std::ptr::read_unaligned(p.add(4 * i) as *const u32);
+    let (u0, u1, u2) = (u(0), u(1), u(2));
+    let sc = (u0 & K1) as u64 | (((u2 & K2) | (((u0 >> 6) & K3) << 4)) as u64) << 32;
+    let mn = (u1 & K1) as u64 | ((((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4)) as u64) << 32;
+    (vcreate_u8(sc), vcreate_u8(mn))
+}
+
 /// Q4_K: the eight sub-blocks' 6-bit scales and mins, the block's 256 nibbles as signed
 /// bytes (vector `i` meets activations `16 i..16 i + 16`, scale `sc[i / 4]`), then per row the
-/// integer sums scaled as the portable code does.
+/// integer sums scaled as the portable code does. A row's eight sub-block sums are reduced
+/// together by pairwise adds (`addp`) into two vectors of four totals, then multiplied by
+/// the scales and added up (one multiply and one multiply-add a block instead of one per
+/// sub-block, which on Neoverse cores share the single vector multiply pipe).
 #[inline(always)]
 unsafe fn rows_q4k<D: Dot, const R: usize>(w: &[u8], acts: &[&[BlockQ8K]], out: &mut [f32]) {
     let acts = &acts[..R];
     let nb = blocks(w, 144, acts);
     let mut acc = [0f32; R];
     for b in 0..nb {
-        let bw = w.get_unchecked(b * 144..(b + 1) * 144);
-        let (dw, dminw) = (f16p(bw.as_ptr()), f16p(bw.as_ptr().add(2)));
-        let (sc, mn) = scales_mins_k4(&bw[4..16]);
-        let mn = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mn.as_ptr())));
+        let bw = w.as_ptr().add(b * 144);
+        let (dw, dminw) = (f16p(bw), f16p(bw.add(2)));
+        let (sc, mn) = scales_mins_k4v(bw.add(4));
+        let sc = vreinterpretq_s16_u16(vmovl_u8(sc));
+        let (sc_lo, sc_hi) = (vmovl_s16(vget_low_s16(sc)), vmovl_high_s16(sc));
+        let mn = vreinterpretq_s16_u16(vmovl_u8(mn));
         let mut q = [vdupq_n_s8(0); 16];
         for c in 0..4 {
-            let (l0, h0) = nibbles(bw.as_ptr().add(16 + 32 * c));
-            let (l1, h1) = nibbles(bw.as_ptr().add(32 + 32 * c));
+            let (l0, h0) = nibbles(bw.add(16 + 32 * c));
+            let (l1, h1) = nibbles(bw.add(32 + 32 * c));
             q[4 * c] = vreinterpretq_s8_u8(l0);
             q[4 * c + 1] = vreinterpretq_s8_u8(l1);
             q[4 * c + 2] = vreinterpretq_s8_u8(h0);
@@ -239,16 +265,18 @@ unsafe fn rows_q4k<D: Dot, const R: usize>(w: &[u8], acts: &[&[BlockQ8K]], out: 
         for (r, acc) in acc.iter_mut().enumerate() {
             let a = acts.get_unchecked(r).get_unchecked(b);
             let p = a.qs.as_ptr();
-            let mut sumi = vdupq_n_s32(0);
-            for k in 0..8 {
-                let z = vdupq_n_s32(0);
-                let s = D::dot(D::dot(z, q[2 * k], vld1q_s8(p.add(32 * k))), q[2 * k + 1], vld1q_s8(p.add(32 * k + 16)));
-                sumi = vmlaq_n_s32(sumi, s, sc[k] as i32);
+            // (A loop, not a closure: a closure does not inherit the caller's target features.)
+            let mut s = [vdupq_n_s32(0); 8];
+            for (k, s) in s.iter_mut().enumerate() {
+                *s = D::dot(D::dot(*s, q[2 * k], vld1q_s8(p.add(32 * k))), q[2 * k + 1], vld1q_s8(p.add(32 * k + 16)));
             }
+            let t_lo = vpaddq_s32(vpaddq_s32(s[0], s[1]), vpaddq_s32(s[2], s[3]));
+            let t_hi = vpaddq_s32(vpaddq_s32(s[4], s[5]), vpaddq_s32(s[6], s[7]));
+            let sumi = vaddvq_s32(vmlaq_s32(vmulq_s32(t_lo, sc_lo), t_hi, sc_hi));
             let bs = vpaddq_s16(vld1q_s16(a.bsums.as_ptr()), vld1q_s16(a.bsums.as_ptr().add(8)));
             let summ = vaddvq_s32(vmlal_high_s16(vmull_s16(vget_low_s16(mn), vget_low_s16(bs)), mn, bs));
             let (d, dmin) = (dw * a.d, dminw * a.d);
-            *acc += d * vaddvq_s32(sumi) as f32 - dmin * summ as f32;
+            *acc += d * sumi as f32 - dmin * summ as f32;
         }
     }
     out[..R].copy_from_slice(&acc);

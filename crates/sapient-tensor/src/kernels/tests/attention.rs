@@ -63,7 +63,7 @@ fn chunk_scores_equal_the_chain_for_any_number_of_queries() {
 /// whatever the number of rows, and cutting a run of values in two changes nothing.
 #[test]
 fn weighted_values_equal_ordered_fmas() {
-    for hd in [64, 128, 96, 80, 37] {
+    for hd in [64, 128, 96, 80, 52, 37] {
         let (stride, off, keys) = (3 * hd, hd, 23);
         let mut cache = vec![0u16; keys * stride];
         f32_to_f16(&data(keys * stride, 41), &mut cache);
@@ -107,7 +107,7 @@ fn weighted_values_equal_ordered_fmas() {
 /// any order) gives each row exactly the fused multiply-adds in order of the runs.
 #[test]
 fn weighted_value_runs_equal_ordered_fmas() {
-    for hd in [64, 128, 96, 80, 37] {
+    for hd in [64, 128, 96, 80, 52, 37] {
         let (stride, off, keys) = (3 * hd, hd, 50);
         let mut cache = vec![0u16; keys * stride];
         f32_to_f16(&data(keys * stride, 43), &mut cache);

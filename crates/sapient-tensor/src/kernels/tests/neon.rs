@@ -139,3 +139,62 @@ fn neon_refuses_what_it_does_not_take() {
     assert!(!rows_q8_at(Level::Neon, QType::Q8_0, &[0u8; 34], &too_many, &mut out));
     assert!(rows_q8_at(Level::Neon, QType::Q8_0, &[0u8; 34], &too_many[..1], &mut out));
 }
+
+/// Blocks of 32 values with what the quantizers must treat as the portable code does: NaNs
+/// (ignored by the maximum, quantized to 0), infinities, an all-NaN block, signed zeros,
+/// exact ties, a negative largest value first and a positive one of the same magnitude after.
+fn awkward_values() -> Vec<f32> {
+    let mut x = data(32 * 24, 41);
+    x[3] = f32::NAN;
+    x[40..48].fill(f32::NAN);
+    x[64..96].fill(f32::NAN);
+    x[100] = f32::INFINITY;
+    x[130] = f32::NEG_INFINITY;
+    x[160..192].fill(-0.0);
+    x[192..224].copy_from_slice(&[-127.0, 127.0, 0.5, -0.5, 1.5, -2.5, 126.5, -126.5].repeat(4));
+    x[230] = -3.0;
+    x[231] = 3.0;
+    x[300] = 1e30; // products that saturate
+    x
+}
+
+/// The NEON activation quantizers give the portable blocks bit for bit, ordinary data and
+/// the awkward values above (in 256-value blocks too, where the first value of largest
+/// magnitude sets the sign of the scale).
+#[test]
+fn neon_quantizers_equal_portable_bit_for_bit() {
+    use super::super::neon_quant;
+    for x in [data(32 * 40, 9), awkward_values()] {
+        let n = x.len() / 32;
+        let (mut a, mut b) = (vec![BlockQ8::default(); n], vec![BlockQ8::default(); n]);
+        quant::quantize_q8(&x, &mut a);
+        neon_quant::quantize_q8(&x, &mut b);
+        for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+            assert_eq!((p.d.to_bits(), p.s.to_bits(), p.qs), (q.d.to_bits(), q.s.to_bits(), q.qs), "q8 block {i}");
+        }
+        let n = x.len() / 256;
+        let (mut a, mut b) = (vec![BlockQ8K::default(); n], vec![BlockQ8K::default(); n]);
+        quant::quantize_q8k(&x[..n * 256], &mut a);
+        neon_quant::quantize_q8k(&x[..n * 256], &mut b);
+        for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+            assert_eq!((p.d.to_bits(), p.qs, p.bsums), (q.d.to_bits(), q.qs, q.bsums), "q8k block {i}");
+        }
+        assert!(a.iter().any(|b| b.d != 0.0), "some non-zero block");
+    }
+    // The 8-bit KV cache's groups: the maximum magnitude, and rounding (ties to even) after
+    // a clamp, NaN to 0.
+    let x = awkward_values();
+    for g in x.chunks_exact(32) {
+        // SAFETY: `g` holds 32 values, `q` 32 bytes.
+        let amax = unsafe { neon_quant::amax32(g.as_ptr()) };
+        assert_eq!(amax.to_bits(), g.iter().fold(0f32, |m, v| m.max(v.abs())).to_bits());
+        for id in [1.0f32, 0.37, 127.0 / 3.5, 0.0, 1e9] {
+            let mut q = [0i8; 32];
+            // SAFETY: as above.
+            let sum = unsafe { neon_quant::round32(g.as_ptr(), id, q.as_mut_ptr()) };
+            let want: Vec<i8> = g.iter().map(|v| (v * id).clamp(-127.0, 127.0).round_ties_even() as i8).collect();
+            assert_eq!(q.to_vec(), want, "id {id}");
+            assert_eq!(sum, want.iter().map(|&v| v as i32).sum::<i32>());
+        }
+    }
+}
