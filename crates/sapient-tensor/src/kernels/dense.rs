@@ -1,5 +1,7 @@
 //! Dense f32 matrix products for unquantized weights (f32, or f16 widened at load), split over
-//! the kernel [`pool`](super::pool) by blocks of output columns.
+//! the kernel [`pool`](super::pool) by blocks of output columns; and what the blocked dense
+//! kernels (`dense_f32.rs`, `dense_i16.rs`, `dense_avx2.rs`) share: their instruction-set
+//! [`Level`] and the panel elements' loads ([`Elem`]).
 
 use super::pool;
 use super::SendPtr as OutPtr;
@@ -52,6 +54,44 @@ impl Level {
     #[cfg(test)]
     pub(super) fn all_here() -> Vec<Self> {
         [Self::Avx512, Self::AvxVnni, Self::Avx2].into_iter().filter(|l| l.runs_here()).collect()
+    }
+}
+
+/// A panel's element: 32 of them widened to two vectors of f32 (16 to two of 8 for AVX2).
+pub(super) trait Elem: Copy {
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load32(p: *const Self) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512);
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(p: *const Self) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256);
+}
+
+impl Elem for f32 {
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load32(p: *const f32) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+        use std::arch::x86_64::*;
+        (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const f32) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
+    }
+}
+
+impl Elem for u16 {
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load32(p: *const u16) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+        use std::arch::x86_64::*;
+        (_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)), _mm512_cvtph_ps(_mm256_loadu_si256(p.add(16) as *const __m256i)))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const u16) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        (_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), _mm256_cvtph_ps(_mm_loadu_si128(p.add(8) as *const __m128i)))
     }
 }
 
@@ -120,34 +160,36 @@ pub fn matmul_f32(w: &[f32], n: usize, k: usize, x: &[f32], m: usize, out: &mut 
     }
 }
 
+/// A blocked product (`product(level, x, m, bias, gelu, out)`) whose `m` rows gave `out`
+/// at `levels[0]`: the same bits at every level, without the bias too; GELU in the
+/// product the same as after it; the last row alone the same as in the batch.
 #[cfg(test)]
-pub(super) mod tests {
+#[allow(clippy::type_complexity)]
+pub(super) fn same_at_every_level(levels: &[Level], m: usize, n: usize, k: usize, out: &[f32], product: &dyn Fn(Level, &[f32], usize, Option<&[f32]>, bool, &mut [f32]), x: &[f32], bias: &[f32]) {
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+    let mut plain = vec![f32::NAN; m * n];
+    product(levels[0], x, m, None, false, &mut plain);
+    for &l in levels {
+        let mut o = vec![f32::NAN; m * n];
+        product(l, x, m, Some(bias), false, &mut o);
+        assert!(bits(&o) == bits(out), "n={n} k={k} m={m}: {l:?} differs from {:?}", levels[0]);
+        product(l, x, m, None, false, &mut o);
+        assert!(bits(&o) == bits(&plain), "n={n} k={k} m={m}: {l:?} without bias differs from {:?}", levels[0]);
+        let mut g = vec![0.0f32; m * n];
+        product(l, x, m, Some(bias), true, &mut g);
+        let mut want = out.to_vec();
+        crate::kernels::gelu_erf_in_place(&mut want);
+        assert!(bits(&g) == bits(&want), "n={n} k={k} m={m}: {l:?}: GELU in the product differs from GELU after it");
+        let mut one = vec![0.0f32; n];
+        product(l, &x[(m - 1) * k..], 1, Some(bias), false, &mut one);
+        assert!(bits(&one) == bits(&out[(m - 1) * n..m * n]), "n={n} k={k} m={m}: {l:?}: the last row alone differs");
+    }
+}
+
+#[cfg(test)]
+mod tests {
     use super::Level;
 
-    /// A blocked product (`product(level, x, m, bias, gelu, out)`) whose `m` rows gave `out`
-    /// at `levels[0]`: the same bits at every level, without the bias too; GELU in the
-    /// product the same as after it; the last row alone the same as in the batch.
-    #[allow(clippy::type_complexity)]
-    pub(in super::super) fn same_at_every_level(levels: &[Level], m: usize, n: usize, k: usize, out: &[f32], product: &dyn Fn(Level, &[f32], usize, Option<&[f32]>, bool, &mut [f32]), x: &[f32], bias: &[f32]) {
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
-        let mut plain = vec![f32::NAN; m * n];
-        product(levels[0], x, m, None, false, &mut plain);
-        for &l in levels {
-            let mut o = vec![f32::NAN; m * n];
-            product(l, x, m, Some(bias), false, &mut o);
-            assert!(bits(&o) == bits(out), "n={n} k={k} m={m}: {l:?} differs from {:?}", levels[0]);
-            product(l, x, m, None, false, &mut o);
-            assert!(bits(&o) == bits(&plain), "n={n} k={k} m={m}: {l:?} without bias differs from {:?}", levels[0]);
-            let mut g = vec![0.0f32; m * n];
-            product(l, x, m, Some(bias), true, &mut g);
-            let mut want = out.to_vec();
-            crate::kernels::gelu_erf_in_place(&mut want);
-            assert!(bits(&g) == bits(&want), "n={n} k={k} m={m}: {l:?}: GELU in the product differs from GELU after it");
-            let mut one = vec![0.0f32; n];
-            product(l, &x[(m - 1) * k..], 1, Some(bias), false, &mut one);
-            assert!(bits(&one) == bits(&out[(m - 1) * n..m * n]), "n={n} k={k} m={m}: {l:?}: the last row alone differs");
-        }
-    }
     /// Microseconds per product at each level this CPU has, on the sentence embedders' shapes:
     /// the blocked f32 panels, the 16-bit integer panels, and [`super::matmul_f32`] (what
     /// runs without them). One thread (`SAPIENT_THREADS=1` to keep the pool to it too).

@@ -12,7 +12,7 @@
 //! a broadcast; a panel's two halves are two passes over the tile's activations, which stay
 //! in L1.
 
-use super::dense_f32::Elem;
+use super::dense::Elem;
 use super::dispatch::by_count;
 use std::arch::x86_64::*;
 

@@ -14,7 +14,7 @@
 //! as in any batch. The AVX2 kernel (`dense_avx2.rs`: tiles of 6 rows by 16 columns in 16
 //! ymm registers) does the same chains, so it gives the AVX-512 kernel's bits.
 
-use super::dense::Level;
+use super::dense::{Elem, Level};
 use super::pool;
 use super::SendPtr;
 
@@ -151,44 +151,6 @@ fn pack_rows(x: &[f32], k: usize, tr: usize, buf: &mut Vec<f32>) {
     }
 }
 
-/// A panel's element: 32 of them widened to two vectors of f32 (16 to two of 8 for AVX2).
-pub(super) trait Elem: Copy {
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn load32(p: *const Self) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512);
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn load16(p: *const Self) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256);
-}
-
-impl Elem for f32 {
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load32(p: *const f32) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
-        use std::arch::x86_64::*;
-        (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load16(p: *const f32) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
-        use std::arch::x86_64::*;
-        (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)))
-    }
-}
-
-impl Elem for u16 {
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load32(p: *const u16) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
-        use std::arch::x86_64::*;
-        (_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)), _mm512_cvtph_ps(_mm256_loadu_si256(p.add(16) as *const __m256i)))
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load16(p: *const u16) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
-        use std::arch::x86_64::*;
-        (_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)), _mm256_cvtph_ps(_mm_loadu_si128(p.add(8) as *const __m128i)))
-    }
-}
-
 /// One tile of rows times one panel with the micro-kernel of `level` (which the CPU has).
 #[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
@@ -318,7 +280,7 @@ mod tests {
                     assert!((out[i * n + j] as f64 - r).abs() <= 1e-6 * scale + 1e-6, "n={n} k={k} m={m} ({i},{j}): {} vs {r}", out[i * n + j]);
                 }
             }
-            crate::kernels::dense::tests::same_at_every_level(levels, m, n, k, &out, &|l, x, m, bias, gelu, out| p.matmul_at(l, x, m, bias, gelu, out), &x, bias);
+            crate::kernels::dense::same_at_every_level(levels, m, n, k, &out, &|l, x, m, bias, gelu, out| p.matmul_at(l, x, m, bias, gelu, out), &x, bias);
         }
     }
 }

@@ -351,7 +351,7 @@ mod tests {
                         assert!(err <= bound, "n={n} k={k} m={m} ({i},{j}): {} vs {r}, bound {bound}", out[i * n + j]);
                     }
                 }
-                crate::kernels::dense::tests::same_at_every_level(&levels, m, n, k, &out, &|l, x, m, bias, gelu, out| p.matmul_at(l, x, m, bias, gelu, out), &x, &bias);
+                crate::kernels::dense::same_at_every_level(&levels, m, n, k, &out, &|l, x, m, bias, gelu, out| p.matmul_at(l, x, m, bias, gelu, out), &x, &bias);
             }
         }
     }
