@@ -164,7 +164,7 @@ pub fn matmul_f32(w: &[f32], n: usize, k: usize, x: &[f32], m: usize, out: &mut 
 /// at `levels[0]`: the same bits at every level, without the bias too; GELU in the
 /// product the same as after it; the last row alone the same as in the batch.
 #[cfg(test)]
-#[allow(clippy::type_complexity)]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
 pub(super) fn same_at_every_level(levels: &[Level], m: usize, n: usize, k: usize, out: &[f32], product: &dyn Fn(Level, &[f32], usize, Option<&[f32]>, bool, &mut [f32]), x: &[f32], bias: &[f32]) {
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
     let mut plain = vec![f32::NAN; m * n];
