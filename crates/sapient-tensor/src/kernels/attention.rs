@@ -285,8 +285,8 @@ pub fn softmax_with_sink(sc: &mut [f32], sink: f32) -> f32 {
 /// q.len()` values) becomes softmax(`scale` q·kⱼ)·vⱼ, where key and value `j` are
 /// `k[j * d + off..][..hd]` and `v[j * d + off..][..hd]` (rows of `d` values, the head at
 /// `off`); `s` holds the scores, then the weights. On AVX-512 with `hd` a multiple of 16 up
-/// to 64, the query and the weighted sums stay in registers (one pass over the keys, one over
-/// the values).
+/// to 64, or AVX2 with `hd` a multiple of 8 up to 64, the query and the weighted sums stay in
+/// registers (one pass over the keys, one over the values).
 ///
 /// # Panics
 /// When `o` is not `hd` long or the cache holds fewer than `s.len()` rows.
@@ -307,6 +307,13 @@ pub fn attention_row_f32(q: &[f32], k: &[f32], v: &[f32], d: usize, off: usize, 
         }
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() && hd.is_multiple_of(8) && hd <= 64 {
+        // SAFETY: AVX2 and FMA are present; `hd` is a multiple of 8 up to 64 and every read is
+        // within the ranges checked above.
+        unsafe { row_avx2(q, k, v, d, off, scale, s, o) };
+        return;
+    }
     for (j, sv) in s.iter_mut().enumerate() {
         *sv = super::dot_f32(q, &k[j * d + off..j * d + off + hd]) * scale;
     }
@@ -317,6 +324,52 @@ pub fn attention_row_f32(q: &[f32], k: &[f32], v: &[f32], d: usize, off: usize, 
         for (ov, vv) in o.iter_mut().zip(&v[j * d + off..j * d + off + hd]) {
             *ov += p * vv;
         }
+    }
+}
+
+/// [`attention_row_f32`] on AVX2 (`hd` a multiple of 8 up to 64, the ranges checked).
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn row_avx2(q: &[f32], k: &[f32], v: &[f32], d: usize, off: usize, scale: f32, s: &mut [f32], o: &mut [f32]) {
+    macro_rules! go {
+        ($nb:literal) => {
+            head_avx2::<$nb>(q, k, v, d, off, scale, s, o)
+        };
+    }
+    by_count!(q.len() / 8 => go { 1, 2, 3, 4, 5, 6, 7; _ => 8 })
+}
+
+/// [`attention_row_f32`] for a head of `8 * NB` values on AVX2: the query and the weighted
+/// sums in registers.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn head_avx2<const NB: usize>(q: &[f32], k: &[f32], v: &[f32], d: usize, off: usize, scale: f32, s: &mut [f32], o: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let qv: [__m256; NB] = std::array::from_fn(|b| _mm256_loadu_ps(q.as_ptr().add(8 * b)));
+    let (kp, vp) = (k.as_ptr().add(off), v.as_ptr().add(off));
+    for (j, sv) in s.iter_mut().enumerate() {
+        let kr = kp.add(j * d);
+        let mut acc = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kr));
+        for (b, qb) in qv.iter().enumerate().skip(1) {
+            acc = _mm256_fmadd_ps(*qb, _mm256_loadu_ps(kr.add(8 * b)), acc);
+        }
+        let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+        let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        *sv = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h))) * scale;
+    }
+    let inv = softmax_unnormalized(s);
+    let mut acc = [_mm256_setzero_ps(); NB];
+    for (j, &p) in s.iter().enumerate() {
+        let (pv, vr) = (_mm256_set1_ps(p), vp.add(j * d));
+        for (b, a) in acc.iter_mut().enumerate() {
+            *a = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr.add(8 * b)), *a);
+        }
+    }
+    let iv = _mm256_set1_ps(inv);
+    for (b, a) in acc.iter().enumerate() {
+        _mm256_storeu_ps(o.as_mut_ptr().add(8 * b), _mm256_mul_ps(*a, iv));
     }
 }
 
@@ -594,10 +647,11 @@ mod tests {
     }
 
     /// One head of one row over cached f32 rows equals the attention in f64, for every head
-    /// size the AVX-512 path takes and one it does not (48 + 8), at several cache lengths.
+    /// size the AVX-512 path takes and one it does not (48 + 8), at several cache lengths, on
+    /// the path the CPU takes and on the AVX2 one (every multiple of 8 up to 64).
     #[test]
     fn attention_row_matches_f64() {
-        for hd in [16usize, 32, 48, 56, 64] {
+        for hd in [8usize, 16, 24, 32, 40, 48, 56, 64] {
             let (heads, off_head) = (3usize, 1usize);
             let d = heads * hd;
             let off = off_head * hd;
@@ -610,13 +664,24 @@ mod tests {
                 let mut s = vec![0f32; len];
                 let mut o = vec![0f32; hd];
                 attention_row_f32(&q, &k, &v, d, off, scale, &mut s, &mut o);
+                let mut outs = vec![o];
+                #[cfg(target_arch = "x86_64")]
+                if has_avx2() {
+                    let mut o = vec![0f32; hd];
+                    // SAFETY: AVX2 and FMA are present; `hd` is a multiple of 8 up to 64 and
+                    // the cache holds `len` rows of `d`.
+                    unsafe { row_avx2(&q, &k, &v, d, off, scale, &mut s, &mut o) };
+                    outs.push(o);
+                }
                 let sc: Vec<f64> = (0..len).map(|j| (0..hd).map(|e| q[e] as f64 * k[j * d + off + e] as f64).sum::<f64>() * scale as f64).collect();
                 let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let w: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
                 let z: f64 = w.iter().sum();
-                for e in 0..hd {
-                    let want: f64 = (0..len).map(|j| w[j] * v[j * d + off + e] as f64).sum::<f64>() / z;
-                    assert!((o[e] as f64 - want).abs() <= 1e-5, "hd={hd} len={len} e={e}: {} vs {want}", o[e]);
+                for (path, o) in outs.iter().enumerate() {
+                    for e in 0..hd {
+                        let want: f64 = (0..len).map(|j| w[j] * v[j * d + off + e] as f64).sum::<f64>() / z;
+                        assert!((o[e] as f64 - want).abs() <= 1e-5, "path {path} hd={hd} len={len} e={e}: {} vs {want}", o[e]);
+                    }
                 }
             }
         }

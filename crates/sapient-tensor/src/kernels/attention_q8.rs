@@ -52,6 +52,11 @@ fn amax32(x: &[f32]) -> f32 {
         // SAFETY: AVX-512 F is present; `x` holds 32 values.
         return unsafe { x512::amax32(x.as_ptr()) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() && x.len() == Q8_GROUP {
+        // SAFETY: AVX2 is present; `x` holds 32 values.
+        return unsafe { xavx2::amax32(x.as_ptr()) };
+    }
     #[cfg(target_arch = "aarch64")]
     if has_neon() && x.len() == Q8_GROUP {
         // SAFETY: `x` holds 32 values.
@@ -68,6 +73,11 @@ fn round32(x: &[f32], id: f32, q: &mut [i8]) -> i32 {
     if has_avx512() && x.len() == Q8_GROUP && q.len() == Q8_GROUP {
         // SAFETY: AVX-512 F/BW is present; `x` and `q` hold 32 values.
         return unsafe { x512::round32(x.as_ptr(), id, q.as_mut_ptr()) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() && x.len() == Q8_GROUP && q.len() == Q8_GROUP {
+        // SAFETY: AVX2 is present; `x` and `q` hold 32 values.
+        return unsafe { xavx2::round32(x.as_ptr(), id, q.as_mut_ptr()) };
     }
     #[cfg(target_arch = "aarch64")]
     if has_neon() && x.len() == Q8_GROUP && q.len() == Q8_GROUP {
@@ -273,6 +283,31 @@ mod xavx2 {
     #![allow(clippy::missing_safety_doc)]
     use super::{QueryQ8, Q8_GROUP};
     use std::arch::x86_64::*;
+
+    /// [`super::amax32`]: the largest magnitude of 32 values (exact in any order).
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn amax32(x: *const f32) -> f32 {
+        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let m = (0..4).fold(_mm256_setzero_ps(), |m, i| _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x.add(8 * i)), abs)));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)))
+    }
+
+    /// [`super::round32`]: `round(clamp(x * id, -127, 127))`, ties to even (the default
+    /// rounding mode), to `q`; returns their sum.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn round32(x: *const f32, id: f32, q: *mut i8) -> i32 {
+        let (lo, hi, vid) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0), _mm256_set1_ps(id));
+        let i: [__m256i; 4] = std::array::from_fn(|h| _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x.add(8 * h)), vid), lo), hi)));
+        // Packing works per 128-bit lane: dwords come out as 0 2 4 6 1 3 5 7 of the order.
+        let b = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+        _mm256_storeu_si256(q as *mut __m256i, _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        let s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)))
+    }
 
     /// [`super::scores_chunks_q8`] for one query: each group's sums of four products per key
     /// by `vpmaddwd` on the bytes widened to 16 bits (exact), pairs added at the group's end.
@@ -492,12 +527,30 @@ mod tests {
                 sb += *o as i32;
             }
             assert_eq!((a, sa), (b, sb), "id {id}");
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                let mut c = [0i8; 32];
+                // SAFETY: AVX2 is present; `x` and `c` hold 32 values.
+                let sc = unsafe { xavx2::round32(x.as_ptr(), id, c.as_mut_ptr()) };
+                assert_eq!((c, sc), (b, sb), "AVX2, id {id}");
+            }
         }
-        assert_eq!(amax32(&x), x.iter().fold(0f32, |m, v| m.max(v.abs())));
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_eq!(amax32(&x), amax);
         // Ties go to even, as on every path.
         let (mut q, halves) = ([0i8; 32], [0.5f32; 32]);
         round32(&halves, 5.0, &mut q);
         assert!(q.iter().all(|&v| v == 2), "{q:?}");
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            // SAFETY: AVX2 is present; the arrays hold 32 values.
+            unsafe {
+                assert_eq!(xavx2::amax32(x.as_ptr()), amax, "AVX2");
+                let mut q = [0i8; 32];
+                xavx2::round32(halves.as_ptr(), 5.0, q.as_mut_ptr());
+                assert!(q.iter().all(|&v| v == 2), "AVX2: {q:?}");
+            }
+        }
     }
 
     /// A key block laid out as the cache keeps it: `n` keys of `hd` components, `bs` positions.

@@ -22,12 +22,14 @@
 //! the same bits alone or in any batch. Machines without AMX-BF16 keep the weights in f32
 //! and use [`super::matmul_f32`], whose batches of more than 8 rows take a GEMM that sums in
 //! another order than one row does (on AVX512-BF16 the two-half products would cost three
-//! `vdpbf16ps` per pair of products, slower than f32 FMAs).
+//! `vdpbf16ps` per pair of products, slower than f32 FMAs), unless the weights are packed for
+//! the blocked f32 or 16-bit integer kernels (AVX-512 or AVX2).
 //!
 //! [`DenseMatrix::from_f32_bf16`] is the lower-precision option for models that tolerate
 //! it: bf16 weights and activations, one product, f32 sums, as a one-tap
 //! [`super::ConvBf16`] over the rows (AMX-BF16 or AVX512-BF16).
 
+use super::dense::Level;
 use super::pool;
 use std::cell::RefCell;
 
@@ -44,9 +46,10 @@ enum Store {
     /// bf16 weights, one bf16 product ([`DenseMatrix::from_f32_bf16`]): a one-tap
     /// convolution over the rows.
     Bf16(super::ConvBf16),
-    /// f32 panels for the blocked AVX-512 kernel ([`DenseMatrix::from_f32_blocked`]).
+    /// f32 panels for the blocked AVX-512 or AVX2 kernel ([`DenseMatrix::from_f32_blocked`]).
     Panels(super::dense_f32::Panels),
-    /// 13-bit integer panels for the AVX512-VNNI kernel ([`DenseMatrix::from_f32_int16`]).
+    /// 13-bit integer panels for the AVX512-VNNI, AVX-VNNI or AVX2 kernel
+    /// ([`DenseMatrix::from_f32_int16`]).
     Int(super::dense_i16::IntPanels),
 }
 
@@ -65,8 +68,8 @@ impl std::fmt::Debug for DenseMatrix {
             Store::Split(_) => "bf16x2 (AMX)",
             Store::F16(_) => "f16 (AMX)",
             Store::Bf16(_) => "bf16",
-            Store::Panels(_) => "f32 panels (AVX-512)",
-            Store::Int(_) => "13-bit x 14-bit integers (AVX512-VNNI)",
+            Store::Panels(_) => "f32 panels (AVX-512 / AVX2)",
+            Store::Int(_) => "13-bit x 14-bit integers (VNNI / AVX2)",
         };
         f.debug_struct("DenseMatrix").field("n", &self.n).field("k", &self.k).field("store", &kind).finish()
     }
@@ -147,13 +150,13 @@ impl DenseMatrix {
         Self { n, k, store: Store::F16(pack(n, k, 0u16, |r, c| w[r * k + c])) }
     }
 
-    /// [`from_f32`](Self::from_f32), except that without AMX-BF16, on AVX-512, the products
-    /// take the blocked f32 kernel of `dense_f32.rs` instead of [`super::matmul_f32`]
-    /// (faster for a few rows to a few thousand; a row gives the same bits alone as in a
-    /// batch).
+    /// [`from_f32`](Self::from_f32), except that without AMX-BF16, on AVX-512 or AVX2, the
+    /// products take the blocked f32 kernel of `dense_f32.rs` instead of
+    /// [`super::matmul_f32`] (faster for a few rows to a few thousand; a row gives the same
+    /// bits alone as in a batch, and the same bits on AVX2 as on AVX-512).
     pub fn from_f32_blocked(w: &[f32], n: usize, k: usize) -> Self {
         assert!(w.len() >= n * k, "DenseMatrix: weight is {} values, not {n} x {k}", w.len());
-        if has_amx_bf16() || !super::has_avx512() {
+        if has_amx_bf16() || Level::detect().is_none() {
             return Self::from_f32(w, n, k);
         }
         Self { n, k, store: Store::Panels(super::dense_f32::Panels::new(n, k, |r, c| w[r * k + c])) }
@@ -164,28 +167,29 @@ impl DenseMatrix {
     /// f16 (half the bytes to read) and widens them in registers.
     pub fn from_f16_bits_blocked(w: &[u16], n: usize, k: usize) -> Self {
         assert!(w.len() >= n * k, "DenseMatrix: weight is {} values, not {n} x {k}", w.len());
-        if has_amx_bf16() || !super::has_avx512() {
+        if has_amx_bf16() || Level::detect().is_none() {
             return Self::from_f16_bits(w, n, k);
         }
         Self { n, k, store: Store::Panels(super::dense_f32::Panels::new_f16(n, k, |r, c| w[r * k + c])) }
     }
 
     /// From f32 values `[n, k]` as 13-bit integers (one scale per row), each product
-    /// quantizing its activations to 14 bits per block of 32 and summing with AVX512-VNNI's
-    /// 16-bit multiply-adds (twice the f32 FMA rate; the error bounds are in `dense_i16.rs`:
-    /// under 2^-13 of a row's largest weight, 2^-14 of a block's largest activation); `None`
-    /// without AVX-512 VNNI ([`super::has_avx512`]). A row gives the same bits alone as in a
-    /// batch.
+    /// quantizing its activations to 14 bits per block of 32 and summing with 16-bit
+    /// multiply-adds: AVX512-VNNI's or AVX-VNNI's `vpdpwssd` (twice the f32 FMA rate), or
+    /// AVX2's `vpmaddwd` (the error bounds are in `dense_i16.rs`: under 2^-13 of a row's
+    /// largest weight, 2^-14 of a block's largest activation); `None` without AVX-512 VNNI
+    /// or AVX2 ([`super::has_avx512`], [`super::has_avx2`]). A row gives the same bits alone
+    /// as in a batch, and every level the same bits.
     pub fn from_f32_int16(w: &[f32], n: usize, k: usize) -> Option<Self> {
         assert!(w.len() >= n * k, "DenseMatrix: weight is {} values, not {n} x {k}", w.len());
-        super::has_avx512().then(|| Self { n, k, store: Store::Int(super::dense_i16::IntPanels::new(n, k, |r, c| w[r * k + c])) })
+        Level::detect().is_some().then(|| Self { n, k, store: Store::Int(super::dense_i16::IntPanels::new(n, k, |r, c| w[r * k + c])) })
     }
 
     /// [`from_f32_int16`](Self::from_f32_int16) of f16 values (their bits).
     pub fn from_f16_bits_int16(w: &[u16], n: usize, k: usize) -> Option<Self> {
         assert!(w.len() >= n * k, "DenseMatrix: weight is {} values, not {n} x {k}", w.len());
         let get = |r: usize, c: usize| half::f16::from_bits(w[r * k + c]).to_f32();
-        super::has_avx512().then(|| Self { n, k, store: Store::Int(super::dense_i16::IntPanels::new(n, k, get)) })
+        Level::detect().is_some().then(|| Self { n, k, store: Store::Int(super::dense_i16::IntPanels::new(n, k, get)) })
     }
 
     /// From f32 values `[n, k]` rounded to bf16, each product rounding its activations to

@@ -1,5 +1,5 @@
-//! A blocked f32 GEMM for dense weights on AVX-512 ([`Panels`]), for encoders without
-//! AMX-BF16 ([`super::DenseMatrix::from_f32_blocked`]).
+//! A blocked f32 GEMM for dense weights on AVX-512 or AVX2 ([`Panels`]), for encoders
+//! without AMX-BF16 ([`super::DenseMatrix::from_f32_blocked`]).
 //!
 //! Weights `[n, k]` are packed at load into panels of 32 output columns: panel `p` holds, for
 //! each input `t`, the 32 weights `w[32p + c][t]` side by side (zero past `n`), so a step
@@ -11,8 +11,10 @@
 //!
 //! Each output is one chain of fused multiply-adds over `t = 0..k` in order (bias added
 //! after), whatever the number of rows or their grouping: a row gives the same bits alone
-//! as in any batch.
+//! as in any batch. The AVX2 kernel (`dense_avx2.rs`: tiles of 6 rows by 16 columns in 16
+//! ymm registers) does the same chains, so it gives the AVX-512 kernel's bits.
 
+use super::dense::{Elem, Level};
 use super::pool;
 use super::SendPtr;
 
@@ -63,16 +65,24 @@ impl Panels {
     }
 
     /// `out[m, n] = x[m, k] · wᵀ (+ bias)`, then GELU (erf form,
-    /// [`super::gelu_erf_in_place`]) when `gelu`. Needs AVX-512 F ([`super::has_avx512`]).
+    /// [`super::gelu_erf_in_place`]) when `gelu`. Needs AVX-512 F or AVX2
+    /// ([`Level::detect`]).
     pub fn matmul(&self, x: &[f32], m: usize, bias: Option<&[f32]>, gelu: bool, out: &mut [f32]) {
+        let Some(level) = Level::detect() else { panic!("Panels::matmul needs AVX-512 or AVX2") };
+        self.matmul_at(level, x, m, bias, gelu, out)
+    }
+
+    /// [`matmul`](Self::matmul) with the micro-kernel of `level`.
+    pub(super) fn matmul_at(&self, level: Level, x: &[f32], m: usize, bias: Option<&[f32]>, gelu: bool, out: &mut [f32]) {
         let (n, k) = (self.n, self.k);
-        assert!(super::has_avx512(), "Panels::matmul needs AVX-512");
+        assert!(level.runs_here(), "Panels::matmul: no {level:?} on this CPU");
         assert!(x.len() >= m * k && out.len() >= m * n, "Panels::matmul: input or output too short");
         assert!(bias.is_none_or(|b| b.len() >= n), "Panels::matmul: bias too short");
         if m == 0 || n == 0 {
             return;
         }
         let np = n.div_ceil(COLS);
+        let tr = if level == Level::Avx512 { ROWS } else { super::dense_avx2::ROWS };
         // Rows per slab: their activations within ~256 KB (L2), a whole number of tiles.
         let slab = ((1usize << 16) / k.max(1)).clamp(ROWS, 16 * ROWS) / ROWS * ROWS;
         let threads = pool::pool().threads();
@@ -87,21 +97,21 @@ impl Panels {
                 let mut buf = buf.borrow_mut();
                 for s0 in (0..m).step_by(slab) {
                     let s1 = (s0 + slab).min(m);
-                    pack_rows(&x[s0 * k..s1 * k], k, &mut buf);
+                    pack_rows(&x[s0 * k..s1 * k], k, tr, &mut buf);
                     for p in p0..p1 {
                         let cols = (n - p * COLS).min(COLS);
                         let b = bias.map(|b| &b[p * COLS..p * COLS + cols]);
                         let mut r = s0;
                         while r < s1 {
-                            let rows = (s1 - r).min(ROWS);
-                            // SAFETY: AVX-512 F is present (asserted); the tile of rows
-                            // r..r + rows is packed at (r - s0) * k; this chunk alone writes
-                            // the columns of panels p0..p1, every row.
+                            let rows = (s1 - r).min(tr);
+                            // SAFETY: the CPU has `level` (the caller's contract); the tile of
+                            // rows r..r + rows is packed at (r - s0) * k; this chunk alone
+                            // writes the columns of panels p0..p1, every row.
                             unsafe {
                                 let (xp, out) = (buf.as_ptr().add((r - s0) * k), o.ptr().add(r * n + p * COLS));
                                 match &self.w {
-                                    Data::F32(w) => tile::<f32>(xp, k, rows, &w[p * k * COLS..(p + 1) * k * COLS], cols, b, gelu, out, n),
-                                    Data::F16(w) => tile::<u16>(xp, k, rows, &w[p * k * COLS..(p + 1) * k * COLS], cols, b, gelu, out, n),
+                                    Data::F32(w) => tile::<f32>(level, xp, k, rows, &w[p * k * COLS..(p + 1) * k * COLS], cols, b, gelu, out, n),
+                                    Data::F16(w) => tile::<u16>(level, xp, k, rows, &w[p * k * COLS..(p + 1) * k * COLS], cols, b, gelu, out, n),
                                 }
                             }
                             r += rows;
@@ -123,15 +133,15 @@ thread_local! {
     static ROWS_PACKED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Rows of `k` values (`x`) into `buf` as tiles of [`ROWS`] rows (the last may have fewer):
-/// the tile of rows `i..i + rows` at `i * k`, value `t` of its row `r` at `t * rows + r`, so
-/// the micro-kernel reads each step's values from one address on.
-fn pack_rows(x: &[f32], k: usize, buf: &mut Vec<f32>) {
+/// Rows of `k` values (`x`) into `buf` as tiles of `tr` rows (the last may have fewer): the
+/// tile of rows `i..i + rows` at `i * k`, value `t` of its row `r` at `t * rows + r`, so the
+/// micro-kernel reads each step's values from one address on.
+fn pack_rows(x: &[f32], k: usize, tr: usize, buf: &mut Vec<f32>) {
     let m = x.len() / k.max(1);
     buf.clear();
     buf.resize(m * k, 0.0);
-    for i in (0..m).step_by(ROWS) {
-        let rows = (m - i).min(ROWS);
+    for i in (0..m).step_by(tr) {
+        let rows = (m - i).min(tr);
         let dst = &mut buf[i * k..(i + rows) * k];
         for r in 0..rows {
             for (t, &v) in x[(i + r) * k..(i + r + 1) * k].iter().enumerate() {
@@ -141,34 +151,20 @@ fn pack_rows(x: &[f32], k: usize, buf: &mut Vec<f32>) {
     }
 }
 
-/// A panel's element: 32 of them widened to two vectors of f32.
-trait Elem: Copy {
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn load32(p: *const Self) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512);
-}
-
-impl Elem for f32 {
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load32(p: *const f32) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
-        use std::arch::x86_64::*;
-        (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
-    }
-}
-
-impl Elem for u16 {
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load32(p: *const u16) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
-        use std::arch::x86_64::*;
-        (_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)), _mm512_cvtph_ps(_mm256_loadu_si256(p.add(16) as *const __m256i)))
+/// One tile of rows times one panel with the micro-kernel of `level` (which the CPU has).
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+unsafe fn tile<E: Elem>(level: Level, x: *const f32, k: usize, rows: usize, panel: &[E], cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
+    match level {
+        Level::Avx512 => tile512(x, k, rows, panel, cols, bias, gelu, out, ldo),
+        Level::AvxVnni | Level::Avx2 => super::dense_avx2::f32_tile(x, k, rows, panel, cols, bias, gelu, out, ldo),
     }
 }
 
 #[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma,f16c")]
-unsafe fn tile<E: Elem>(x: *const f32, k: usize, rows: usize, panel: &[E], cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
+unsafe fn tile512<E: Elem>(x: *const f32, k: usize, rows: usize, panel: &[E], cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
     macro_rules! rows {
         ($($r:literal)*) => {
             match rows {
@@ -182,8 +178,8 @@ unsafe fn tile<E: Elem>(x: *const f32, k: usize, rows: usize, panel: &[E], cols:
 
 #[cfg(not(target_arch = "x86_64"))]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile<E: Elem>(_: *const f32, _: usize, _: usize, _: &[E], _: usize, _: Option<&[f32]>, _: bool, _: *mut f32, _: usize) {
-    unreachable!("Panels::matmul needs AVX-512")
+unsafe fn tile<E: Elem>(_: Level, _: *const f32, _: usize, _: usize, _: &[E], _: usize, _: Option<&[f32]>, _: bool, _: *mut f32, _: usize) {
+    unreachable!("Panels::matmul needs AVX-512 or AVX2")
 }
 
 /// `R` rows of activations (packed: value `t` of row `r` at `x[t * R + r]`) times one
@@ -247,31 +243,36 @@ pub(super) unsafe fn store_tile(acc: &[[std::arch::x86_64::__m512; 2]], cols: us
 
 #[cfg(test)]
 mod tests {
-    use super::Panels;
+    use super::{Level, Panels};
 
+    /// At every level this CPU has (AVX-512, AVX2): within f32 rounding of the f64 product,
+    /// GELU in the product the same as after it, a row alone the same as in a batch, and
+    /// every level the same bits.
     #[test]
     fn matches_f64_reference_rows_alone_and_gelu() {
-        if !crate::kernels::has_avx512() {
-            eprintln!("no AVX-512 here: nothing to test");
+        let levels = Level::all_here();
+        if levels.is_empty() {
+            eprintln!("no AVX-512 or AVX2 here: nothing to test");
             return;
         }
+        eprintln!("levels: {levels:?}");
         // A partial panel and odd inputs; whole panels; inputs long enough for short slabs.
         for (n, k) in [(70usize, 83usize), (96, 64), (40, 1536)] {
             let w: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 61.0 + (i as f32).cos() * 1e-3).collect();
             let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.01 - 0.3).collect();
             let h: Vec<u16> = w.iter().map(|&v| half::f16::from_f32(v).to_bits()).collect();
             let hf: Vec<f32> = h.iter().map(|&b| half::f16::from_bits(b).to_f32()).collect();
-            check(&Panels::new(n, k, |r, c| w[r * k + c]), &w, n, k, &bias);
+            check(&levels, &Panels::new(n, k, |r, c| w[r * k + c]), &w, n, k, &bias);
             // f16 weights: the products of their f32 values.
-            check(&Panels::new_f16(n, k, |r, c| h[r * k + c]), &hf, n, k, &bias);
+            check(&levels, &Panels::new_f16(n, k, |r, c| h[r * k + c]), &hf, n, k, &bias);
         }
     }
 
-    fn check(p: &Panels, w: &[f32], n: usize, k: usize, bias: &[f32]) {
-        for m in [1usize, 5, 12, 13, 31, 70, 200] {
+    fn check(levels: &[Level], p: &Panels, w: &[f32], n: usize, k: usize, bias: &[f32]) {
+        for m in [1usize, 5, 6, 7, 12, 13, 31, 70, 200] {
             let x: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 47) as f32 - 23.0) / 17.0 + (i as f32 * 1e-3).sin()).collect();
             let mut out = vec![f32::NAN; m * n];
-            p.matmul(&x, m, Some(bias), false, &mut out);
+            p.matmul_at(levels[0], &x, m, Some(bias), false, &mut out);
             for i in 0..m {
                 for j in 0..n {
                     let r: f64 = (0..k).map(|t| x[i * k + t] as f64 * w[j * k + t] as f64).sum::<f64>() + bias[j] as f64;
@@ -279,14 +280,7 @@ mod tests {
                     assert!((out[i * n + j] as f64 - r).abs() <= 1e-6 * scale + 1e-6, "n={n} k={k} m={m} ({i},{j}): {} vs {r}", out[i * n + j]);
                 }
             }
-            let mut g = vec![0.0f32; m * n];
-            p.matmul(&x, m, Some(bias), true, &mut g);
-            let mut want = out.clone();
-            crate::kernels::gelu_erf_in_place(&mut want);
-            assert_eq!(g, want, "n={n} k={k} m={m}: GELU in the product differs from GELU after it");
-            let mut one = vec![0.0f32; n];
-            p.matmul(&x[(m - 1) * k..], 1, Some(bias), false, &mut one);
-            assert_eq!(one, out[(m - 1) * n..], "n={n} k={k} m={m}: the last row alone differs");
+            crate::kernels::dense::same_at_every_level(levels, m, n, k, &out, &|l, x, m, bias, gelu, out| p.matmul_at(l, x, m, bias, gelu, out), &x, bias);
         }
     }
 }

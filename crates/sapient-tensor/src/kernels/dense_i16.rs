@@ -20,7 +20,12 @@
 //! their scales `[k / 32][rows]`. The micro-kernel keeps a tile's i32 block sums and f32
 //! sums in registers (24 vectors). Each output depends only on its own input row: a row
 //! gives the same bits alone as in any batch.
+//!
+//! Without AVX-512, AVX2 runs the same product on the same layout (`dense_avx2.rs`: tiles of
+//! 6 rows by 16 columns, `vpmaddwd` + `vpaddd`, or AVX-VNNI's `vpdpwssd` on ymm): the same
+//! integers, exact sums and f32 operations in the same order, so the same bits.
 
+use super::dense::Level;
 use super::pool;
 use super::SendPtr;
 use std::cell::RefCell;
@@ -72,11 +77,17 @@ impl IntPanels {
     }
 
     /// `out[m, n] = x[m, k] · wᵀ (+ bias)`, then GELU (erf form,
-    /// [`super::gelu_erf_in_place`]) when `gelu`. Needs AVX-512 with VNNI
-    /// ([`super::has_avx512`]).
+    /// [`super::gelu_erf_in_place`]) when `gelu`. Needs AVX-512 with VNNI or AVX2
+    /// ([`Level::detect`]).
     pub fn matmul(&self, x: &[f32], m: usize, bias: Option<&[f32]>, gelu: bool, out: &mut [f32]) {
+        let Some(level) = Level::detect() else { panic!("IntPanels::matmul needs AVX-512 VNNI or AVX2") };
+        self.matmul_at(level, x, m, bias, gelu, out)
+    }
+
+    /// [`matmul`](Self::matmul) with the micro-kernels of `level`.
+    pub(super) fn matmul_at(&self, level: Level, x: &[f32], m: usize, bias: Option<&[f32]>, gelu: bool, out: &mut [f32]) {
         let (n, k, kp) = (self.n, self.k, self.kp);
-        assert!(super::has_avx512(), "IntPanels::matmul needs AVX-512 VNNI");
+        assert!(level.runs_here(), "IntPanels::matmul: no {level:?} on this CPU");
         assert!(x.len() >= m * k && out.len() >= m * n, "IntPanels::matmul: input or output too short");
         assert!(bias.is_none_or(|b| b.len() >= n), "IntPanels::matmul: bias too short");
         if m == 0 || n == 0 {
@@ -84,7 +95,7 @@ impl IntPanels {
         }
         ACTS.with(|a| {
             let (q, s) = &mut *a.borrow_mut();
-            quantize_rows(x, m, k, kp, q, s);
+            quantize_rows(level, x, m, k, kp, q, s);
             let np = n.div_ceil(COLS);
             // Rows per slab: their integers within ~512 KB (L2), a whole number of tiles.
             let slab = ((1usize << 18) / kp).clamp(ROWS, 64 * ROWS) / ROWS * ROWS;
@@ -106,14 +117,13 @@ impl IntPanels {
                         let ws = &self.scale[p * COLS..(p + 1) * COLS];
                         for r in (s0..s1).step_by(ROWS) {
                             let rows = (s1 - r).min(ROWS);
-                            // SAFETY: AVX-512 VNNI is present (asserted); the tile of rows
-                            // r..r + rows is quantized at r * kp / 2 (pairs) and its scales at
-                            // r * kp / 32; this chunk alone writes the columns of panels
-                            // p0..p1, every row.
+                            // SAFETY: the CPU has `level` (asserted); the tile of rows r..r + rows
+                            // is quantized at r * kp / 2 (pairs) and its scales at r * kp / 32;
+                            // this chunk alone writes the columns of panels p0..p1, every row.
                             unsafe {
                                 let xq = q.as_ptr().add(r * kp / 2);
                                 let xs = s.as_ptr().add(r * kp / BLOCK);
-                                tile(xq, xs, kp, rows, w, ws, cols, b, gelu, o.ptr().add(r * n + p * COLS), n);
+                                tile(level, xq, xs, kp, rows, w, ws, cols, b, gelu, o.ptr().add(r * n + p * COLS), n);
                             }
                         }
                     }
@@ -134,8 +144,8 @@ thread_local! {
 }
 
 /// `m` rows of `k` values into tiles of [`ROWS`] rows (see the module docs), rows over the
-/// pool when there are many.
-fn quantize_rows(x: &[f32], m: usize, k: usize, kp: usize, q: &mut Vec<i32>, s: &mut Vec<f32>) {
+/// pool when there are many, with the instructions of `level` (which the CPU has).
+fn quantize_rows(level: Level, x: &[f32], m: usize, k: usize, kp: usize, q: &mut Vec<i32>, s: &mut Vec<f32>) {
     q.clear();
     q.resize(m * kp / 2, 0);
     s.clear();
@@ -149,10 +159,14 @@ fn quantize_rows(x: &[f32], m: usize, k: usize, kp: usize, q: &mut Vec<i32>, s: 
             for b in 0..kp / BLOCK {
                 let v = &row[(b * BLOCK).min(k)..((b + 1) * BLOCK).min(k)];
                 // SAFETY: the tile's pairs (r0 * kp / 2 .. (r0 + rows) * kp / 2) and scales
-                // belong to this job only; AVX-512 is present (asserted by the caller).
+                // belong to this job only; the CPU has `level` (asserted by the caller).
                 unsafe {
                     let dst = qp.ptr().add(r0 * kp / 2 + b * BLOCK / 2 * rows + r);
-                    *sp.ptr().add(r0 * kp / BLOCK + b * rows + r) = quantize_block(v, dst, rows);
+                    let d = match level {
+                        Level::Avx512 => quantize_block(v, dst, rows),
+                        Level::AvxVnni | Level::Avx2 => quantize_block_avx2(v, dst, rows),
+                    };
+                    *sp.ptr().add(r0 * kp / BLOCK + b * rows + r) = d;
                 }
             }
         }
@@ -186,15 +200,60 @@ unsafe fn quantize_block(v: &[f32], dst: *mut i32, stride: usize) -> f32 {
     d
 }
 
+/// [`quantize_block`] on AVX2: the same integers and scale (the largest magnitude is exact
+/// in any order, and the rest is the same f32 operations).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quantize_block_avx2(v: &[f32], dst: *mut i32, stride: usize) -> f32 {
+    use std::arch::x86_64::*;
+    let mut x = [0.0f32; BLOCK];
+    let n = v.len().min(BLOCK);
+    x[..n].copy_from_slice(&v[..n]);
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let xv: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(x.as_ptr().add(8 * i)));
+    let m = xv.iter().fold(_mm256_setzero_ps(), |m, &a| _mm256_max_ps(m, _mm256_and_ps(a, abs)));
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+    let d = amax / AMAX;
+    let id = _mm256_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+    let q: [__m256i; 4] = std::array::from_fn(|i| _mm256_cvtps_epi32(_mm256_mul_ps(xv[i], id)));
+    // Each 128-bit lane packs its halves: 0-3 8-11 4-7 12-15, put back in order.
+    let lo = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(q[0], q[1]));
+    let hi = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(q[2], q[3]));
+    let mut pairs = [0i32; BLOCK / 2];
+    _mm256_storeu_si256(pairs.as_mut_ptr() as *mut __m256i, lo);
+    _mm256_storeu_si256(pairs.as_mut_ptr().add(8) as *mut __m256i, hi);
+    for (t, &p) in pairs.iter().enumerate() {
+        *dst.add(t * stride) = p;
+    }
+    d
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn quantize_block(_: &[f32], _: *mut i32, _: usize) -> f32 {
-    unreachable!("IntPanels::matmul needs AVX-512")
+    unreachable!("IntPanels::matmul needs AVX-512 or AVX2")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn quantize_block_avx2(_: &[f32], _: *mut i32, _: usize) -> f32 {
+    unreachable!("IntPanels::matmul needs AVX-512 or AVX2")
+}
+
+/// One tile of rows times one panel with the micro-kernel of `level` (which the CPU has).
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+unsafe fn tile(level: Level, xq: *const i32, xs: *const f32, kp: usize, rows: usize, w: &[i16], ws: &[f32], cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
+    match level {
+        Level::Avx512 => tile512(xq, xs, kp, rows, w, ws, cols, bias, gelu, out, ldo),
+        Level::AvxVnni | Level::Avx2 => super::dense_avx2::i16_tile(level == Level::AvxVnni, xq, xs, kp, rows, w, ws, cols, bias, gelu, out, ldo),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
-unsafe fn tile(xq: *const i32, xs: *const f32, kp: usize, rows: usize, w: &[i16], ws: &[f32], cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
+unsafe fn tile512(xq: *const i32, xs: *const f32, kp: usize, rows: usize, w: &[i16], ws: &[f32], cols: usize, bias: Option<&[f32]>, gelu: bool, out: *mut f32, ldo: usize) {
     macro_rules! rows {
         ($($r:literal)*) => {
             match rows {
@@ -208,8 +267,8 @@ unsafe fn tile(xq: *const i32, xs: *const f32, kp: usize, rows: usize, w: &[i16]
 
 #[cfg(not(target_arch = "x86_64"))]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile(_: *const i32, _: *const f32, _: usize, _: usize, _: &[i16], _: &[f32], _: usize, _: Option<&[f32]>, _: bool, _: *mut f32, _: usize) {
-    unreachable!("IntPanels::matmul needs AVX-512")
+unsafe fn tile(_: Level, _: *const i32, _: *const f32, _: usize, _: usize, _: &[i16], _: &[f32], _: usize, _: Option<&[f32]>, _: bool, _: *mut f32, _: usize) {
+    unreachable!("IntPanels::matmul needs AVX-512 or AVX2")
 }
 
 /// `R` rows of quantized activations times one panel, to `out` (rows `ldo` apart; `cols`
@@ -254,14 +313,19 @@ unsafe fn tile_r<const R: usize>(xq: *const i32, xs: *const f32, kp: usize, w: *
 
 #[cfg(test)]
 mod tests {
-    use super::IntPanels;
+    use super::{IntPanels, Level};
 
+    /// At every level this CPU has (AVX-512 VNNI, AVX-VNNI, AVX2): within the rounding of the
+    /// integers of the f64 product, GELU in the product the same as after it, a row alone the
+    /// same as in a batch, and every level the same bits.
     #[test]
     fn close_to_f64_reference_rows_alone_and_gelu() {
-        if !crate::kernels::has_avx512() {
-            eprintln!("no AVX-512 VNNI here: nothing to test");
+        let levels = Level::all_here();
+        if levels.is_empty() {
+            eprintln!("no AVX-512 VNNI or AVX2 here: nothing to test");
             return;
         }
+        eprintln!("levels: {levels:?}");
         // A partial panel and odd inputs; whole panels; long inputs.
         for (n, k) in [(70usize, 83usize), (96, 64), (40, 1536)] {
             let w: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 61.0 + (i as f32).cos() * 1e-3).collect();
@@ -271,7 +335,7 @@ mod tests {
                 // An outlier every 50 values: only its block loses precision.
                 let x: Vec<f32> = (0..m * k).map(|i| ((i * 13 % 47) as f32 - 23.0) / 17.0 + if i % 50 == 7 { 40.0 } else { 0.0 }).collect();
                 let mut out = vec![f32::NAN; m * n];
-                p.matmul(&x, m, Some(&bias), false, &mut out);
+                p.matmul_at(levels[0], &x, m, Some(&bias), false, &mut out);
                 for i in 0..m {
                     let xr = &x[i * k..(i + 1) * k];
                     // Half a step of each activation's block.
@@ -287,14 +351,7 @@ mod tests {
                         assert!(err <= bound, "n={n} k={k} m={m} ({i},{j}): {} vs {r}, bound {bound}", out[i * n + j]);
                     }
                 }
-                let mut g = vec![0.0f32; m * n];
-                p.matmul(&x, m, Some(&bias), true, &mut g);
-                let mut want = out.clone();
-                crate::kernels::gelu_erf_in_place(&mut want);
-                assert_eq!(g, want, "n={n} k={k} m={m}: GELU in the product differs from GELU after it");
-                let mut one = vec![0.0f32; n];
-                p.matmul(&x[(m - 1) * k..], 1, Some(&bias), false, &mut one);
-                assert_eq!(one, out[(m - 1) * n..], "n={n} k={k} m={m}: the last row alone differs");
+                crate::kernels::dense::same_at_every_level(&levels, m, n, k, &out, &|l, x, m, bias, gelu, out| p.matmul_at(l, x, m, bias, gelu, out), &x, &bias);
             }
         }
     }

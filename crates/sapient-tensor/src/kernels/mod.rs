@@ -90,6 +90,8 @@ mod neon_attn;
 #[cfg(target_arch = "aarch64")]
 mod neon_quant;
 mod dense;
+#[cfg(target_arch = "x86_64")]
+mod dense_avx2;
 mod dense_bf16;
 mod dense_f32;
 mod dense_i16;
