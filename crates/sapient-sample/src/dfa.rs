@@ -70,9 +70,8 @@ pub(crate) fn compiled_by(pattern: &str, json_safe: bool, build: impl FnOnce() -
 
 #[derive(Debug, Clone)]
 pub(crate) struct DfaTable {
-    /// `trans[s * 256 + byte]`: next state or `DEAD`. (Shared: a table is cloned into
-    /// every grammar that uses it.)
-    pub trans: Arc<[u32]>,
+    /// The transitions (shared: a table is cloned into every grammar that uses it).
+    pub trans: Trans,
     /// The input read so far (from the start state) is a full match.
     pub accepting: Arc<[bool]>,
     /// Some byte leads to a live state.
@@ -84,9 +83,18 @@ pub(crate) struct DfaTable {
     pub alias: Option<std::sync::Arc<Alias>>,
     /// The pattern it was compiled from (by [`compiled`]), naming it whatever its size.
     pub source: Option<std::sync::Arc<str>>,
-    /// Set by [`DfaTable::quoted_repeat`]: how its states count items (their token sets
-    /// come from the item's, see `crate::vocab::ItemTokens`).
-    pub counted: Option<Arc<Counted>>,
+}
+
+/// The transitions of a [`DfaTable`].
+#[derive(Debug, Clone)]
+pub(crate) enum Trans {
+    /// `t[s * 256 + byte]`: next state or `DEAD`.
+    Dense(Arc<[u32]>),
+    /// A [`DfaTable::quoted_repeat`] automaton: computed from its item's on each step, as
+    /// it has a state per count and item state (a string of up to 4000 characters would
+    /// otherwise be a table of 48,000 states of 256 transitions). Its token sets come from
+    /// the item's too (see `crate::vocab::ItemTokens`).
+    Counted(Arc<Counted>),
 }
 
 /// The layout of a [`DfaTable::quoted_repeat`] automaton: state 0 before the opening quote,
@@ -100,6 +108,49 @@ pub(crate) struct Counted {
     /// Counts kept apart (no upper bound: counts from `lo` on are one).
     pub cap: u32,
     pub per_count: u32,
+    /// Per item state: its number inside an item (`DEAD` for the item's ends).
+    inner: Vec<u32>,
+    /// Per number inside an item: the item state.
+    item_state: Vec<u32>,
+    /// The state after the closing quote.
+    last: u32,
+}
+
+impl Counted {
+    /// The transition the dense table of the construction would hold (see
+    /// [`DfaTable::quoted_repeat`]), states that cannot complete left out.
+    #[inline]
+    fn next(&self, s: u32, b: u8) -> u32 {
+        let m = self.per_count;
+        if s == 0 {
+            return if b == b'"' { 1 } else { DEAD };
+        }
+        if s >= self.last {
+            return DEAD;
+        }
+        let (i, k) = ((s - 1) / m, (s - 1) % m);
+        if k == 0 && b == b'"' {
+            return if i >= self.lo { self.last } else { DEAD };
+        }
+        let t = self.item.next(self.item_state[k as usize], b);
+        if t == DEAD {
+            return DEAD;
+        }
+        let full = self.hi.is_some_and(|h| i >= h);
+        if self.item.accepting[t as usize] {
+            // An item completed: one more (no upper bound: counts stop at the cap).
+            if full {
+                DEAD
+            } else {
+                1 + (i + 1).min(self.cap) * m
+            }
+        } else if full {
+            // No room for the item begun: it could never complete.
+            DEAD
+        } else {
+            1 + i * m + self.inner[t as usize]
+        }
+    }
 }
 
 /// The states of a product that behave as the states of one of its factors (see
@@ -249,7 +300,7 @@ impl DfaTable {
             }
         }
         let can_consume = trans.chunks_exact(256).map(|row| row.iter().any(|&t| t != DEAD)).collect();
-        Ok(Self { trans: trans.into(), accepting: accepting.into(), can_consume, start: 0, alias: None, source: None, counted: None })
+        Ok(Self { trans: Trans::Dense(trans.into()), accepting: accepting.into(), can_consume, start: 0, alias: None, source: None })
     }
 
     /// `"`, then from `lo` to `hi` (no bound: `None`) strings of `item`, then `"`: a JSON
@@ -278,39 +329,30 @@ impl DfaTable {
         if states > MAX_REGEX_STATES {
             return Err(GrammarError::RegexTooLarge { pattern: what.to_string(), states: MAX_REGEX_STATES });
         }
+        if hi.is_some_and(|h| h < lo) {
+            return Err(GrammarError::Unsatisfiable(format!("regex {what:?} matches no string")));
+        }
         // State 0: before the opening quote; 1 + i * m + inner[s]: i items read, then the
-        // item's state s; the last: after the closing quote.
-        let at = |i: usize, s: u32| 1 + i as u32 * m + s;
+        // item's state s; the last: after the closing quote. The transitions are computed
+        // ([`Counted::next`]); which states accept or can go on is known from the layout.
         let last = states as u32 - 1;
-        let mut trans = vec![DEAD; states * 256];
-        trans[b'"' as usize] = at(0, 0);
-        for i in 0..=cap {
-            for s in (0..n).filter(|&s| inner[s] != DEAD) {
-                let row = at(i, inner[s]) as usize * 256;
-                for b in 0..=255u8 {
-                    let t = item.next(s as u32, b);
-                    trans[row + b as usize] = if t == DEAD {
-                        DEAD
-                    } else if item.accepting[t as usize] {
-                        match hi {
-                            Some(h) if i as u32 >= h => DEAD,
-                            Some(_) => at(i + 1, 0),
-                            None => at((i + 1).min(cap), 0),
-                        }
-                    } else {
-                        at(i, inner[t as usize])
-                    };
-                }
-            }
-            if i as u32 >= lo {
-                trans[at(i, 0) as usize * 256 + b'"' as usize] = last;
+        let mut item_state = vec![0u32; m as usize];
+        for (s, &k) in inner.iter().enumerate() {
+            if k != DEAD {
+                item_state[k as usize] = s as u32;
             }
         }
         let mut accepting = vec![false; states];
         accepting[last as usize] = true;
-        let mut t = Self::finish(trans, accepting, what)?;
-        t.counted = Some(Arc::new(Counted { item: item.clone(), lo, hi, cap: cap as u32, per_count: m }));
-        Ok(Some(t))
+        // Every state but the last can go on, except inside an item with no room left for it.
+        let mut can_consume = vec![true; states];
+        can_consume[last as usize] = false;
+        if let Some(h) = hi {
+            let full = 1 + h as usize * m as usize;
+            can_consume[full + 1..last as usize].iter_mut().for_each(|c| *c = false);
+        }
+        let c = Counted { item: item.clone(), lo, hi, cap: cap as u32, per_count: m, inner, item_state, last };
+        Ok(Some(Self { trans: Trans::Counted(Arc::new(c)), accepting: accepting.into(), can_consume: can_consume.into(), start: 0, alias: None, source: None }))
     }
 
     /// Exactly the byte strings `words` (a trie: no regex to compile); `forbidden` bytes
@@ -519,12 +561,31 @@ impl DfaTable {
         }
         let accepting = (0..states).map(|s| if until { s == n } else { true }).collect();
         let can_consume = (0..states).map(|s| s < n).collect();
-        Ok(Self { trans: trans.into(), accepting, can_consume, start: 0, alias: None, source: None, counted: None })
+        Ok(Self { trans: Trans::Dense(trans.into()), accepting, can_consume, start: 0, alias: None, source: None })
     }
 
     #[inline]
     pub fn next(&self, s: u32, b: u8) -> u32 {
-        self.trans[s as usize * 256 + b as usize]
+        match &self.trans {
+            Trans::Dense(t) => t[s as usize * 256 + b as usize],
+            Trans::Counted(c) => c.next(s, b),
+        }
+    }
+
+    /// The dense table of transitions (`None` for a computed one).
+    pub fn dense(&self) -> Option<&[u32]> {
+        match &self.trans {
+            Trans::Dense(t) => Some(t),
+            Trans::Counted(_) => None,
+        }
+    }
+
+    /// How a [`DfaTable::quoted_repeat`] automaton's states count items.
+    pub fn counted(&self) -> Option<&Arc<Counted>> {
+        match &self.trans {
+            Trans::Counted(c) => Some(c),
+            Trans::Dense(_) => None,
+        }
     }
 
     pub fn num_states(&self) -> usize {

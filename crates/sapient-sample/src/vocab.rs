@@ -246,7 +246,7 @@ impl TokenIndex {
 
     /// Walk the trie with a DFA alone from state `s` (see [`LexemeTokens`]).
     pub(crate) fn lexeme_tokens(&self, dfa: &DfaTable, s: u32) -> LexemeTokens {
-        if let Some(lt) = dfa.counted.as_ref().and_then(|c| self.item_tokens(&c.item)?.lexeme_tokens(self, c, s)) {
+        if let Some(lt) = dfa.counted().and_then(|c| self.item_tokens(&c.item)?.lexeme_tokens(self, c, s)) {
             return lt;
         }
         let mut w = Walk::new(self, s);
@@ -266,14 +266,22 @@ impl TokenIndex {
     /// leave it (after a point where it could end) to `w.leaving`. `false` when too many
     /// leave to be checked per mask.
     fn walk_lexeme(&self, dfa: &DfaTable, from: usize, to: usize, w: &mut Walk) -> bool {
-        let (trans, accepting): (&[u32], &[bool]) = (&dfa.trans, &dfa.accepting);
+        match dfa.dense() {
+            Some(trans) => self.walk_lexeme_by(dfa, |p, b| trans[p as usize * 256 + b as usize], from, to, w),
+            None => self.walk_lexeme_by(dfa, |p, b| dfa.next(p, b), from, to, w),
+        }
+    }
+
+    /// [`TokenIndex::walk_lexeme`] with `next` the automaton's transitions.
+    fn walk_lexeme_by(&self, dfa: &DfaTable, next: impl Fn(u32, u8) -> u32, from: usize, to: usize, w: &mut Walk) -> bool {
+        let accepting: &[bool] = &dfa.accepting;
         let nodes = &self.nodes[..];
         let mut i = from;
         while i < to {
             let n = nodes[i];
             let d = n.depth as usize;
             let p = w.st[d - 1];
-            let t = trans[p as usize * 256 + n.byte as usize];
+            let t = next(p, n.byte);
             if t == DEAD {
                 // The token leaves the lexeme: possible only after a point where it could end.
                 let a = w.acc[d - 1];
@@ -445,7 +453,7 @@ impl TokenIndex {
         match &dfa.source {
             Some(src) => std::hash::Hash::hash(src, &mut h),
             None if dfa.num_states() <= MAX_SHARED_LEXEME_STATES => {
-                std::hash::Hash::hash(&dfa.trans, &mut h);
+                std::hash::Hash::hash(&dfa.dense(), &mut h);
                 std::hash::Hash::hash(&dfa.accepting, &mut h);
             }
             None => return fresh(),
@@ -497,7 +505,7 @@ impl StoreKey {
     fn names(&self, d: &DfaTable) -> bool {
         match self {
             StoreKey::Source(s) => d.source.as_ref() == Some(s),
-            StoreKey::Table(t) => d.source.is_none() && t.trans == d.trans && t.accepting == d.accepting,
+            StoreKey::Table(t) => d.source.is_none() && t.dense() == d.dense() && t.accepting == d.accepting,
         }
     }
 }

@@ -73,6 +73,14 @@ pub struct Args {
     /// At most this many schemas from each set of the corpus.
     #[arg(long)]
     pub schema_limit: Option<usize>,
+    /// Only the schemas of these ids (as in target/bench/sample-schemas.json: a file's hash
+    /// for SchemaStore, `FILE#GROUP` for the test suite).
+    #[arg(long, value_delimiter = ',')]
+    pub schema_ids: Vec<String>,
+    /// List the N schemas with the longest time to first mask and the N with the longest
+    /// mask step (ours), with llguidance's figures beside them.
+    #[arg(long, default_value_t = 10)]
+    pub slowest: usize,
     /// Internal: the worker process of `--schemas`.
     #[arg(long, hide = true)]
     pub schema_worker: bool,

@@ -274,7 +274,10 @@ impl Side {
 }
 
 pub fn run(a: &Args) -> Result<()> {
-    let (jobs, unreadable) = corpus(a.schema_limit)?;
+    let (mut jobs, unreadable) = corpus(a.schema_limit)?;
+    if !a.schema_ids.is_empty() {
+        jobs.retain(|j| a.schema_ids.contains(&j.id));
+    }
     let limit = Duration::from_secs_f64(a.schema_timeout);
     let exe = std::env::current_exe()?.display().to_string();
     let ours_cmd: Vec<String> = [exe.as_str(), "bench", "sample", "--schema-worker", "--schema-vocab", &a.schema_vocab].map(String::from).to_vec();
@@ -314,6 +317,12 @@ pub fn run(a: &Args) -> Result<()> {
             }
             row["llguidance"] = l;
         }
+        for side in ["ours", "llguidance"] {
+            let max = row[side]["masks_us"].as_array().into_iter().flatten().filter_map(Value::as_f64).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+            if let (Some(o), Some(max)) = (row[side].as_object_mut(), max) {
+                o.insert("mask_max_us".into(), json!(max));
+            }
+        }
         if let Some(o) = row["ours"].as_object_mut() {
             o.remove("tokens");
             o.remove("masks_us");
@@ -341,6 +350,7 @@ pub fn run(a: &Args) -> Result<()> {
         print_side_by_side(s, &so, llg.as_ref().map(|w| (&sl, &w.ready)));
         summaries.push(json!({"source": s, "ours": so, "llguidance": llg.as_ref().map(|_| sl)}));
     }
+    print_slowest(&rows, a.slowest);
     let out = std::path::Path::new("target/bench/sample-schemas.json");
     if let Some(p) = out.parent() {
         std::fs::create_dir_all(p)?;
@@ -396,5 +406,27 @@ fn print_side_by_side(source: &str, o: &Value, l: Option<(&Value, &Value)>) {
     println!("  refused (SAPIENT): {}", top(o));
     if let Some((v, _)) = l {
         println!("  refused (llguidance): {}", top(v));
+    }
+}
+
+/// The `n` schemas with the longest time to first mask and the `n` with the longest mask
+/// step on our side, with llguidance's figures for the same schemas.
+fn print_slowest(rows: &[Value], n: usize) {
+    if n == 0 {
+        return;
+    }
+    for (title, key, unit, scale) in [("time to first mask", "first_mask_us", "ms", 1e3), ("longest mask step", "mask_max_us", "us", 1.0)] {
+        let mut by: Vec<&Value> = rows.iter().filter(|r| r["ours"][key].is_f64()).collect();
+        by.sort_by(|a, b| b["ours"][key].as_f64().unwrap_or(0.0).total_cmp(&a["ours"][key].as_f64().unwrap_or(0.0)));
+        println!("\nslowest by {title} ({unit}; ours, llguidance):");
+        for r in by.iter().take(n) {
+            let theirs = match r["llguidance"][key].as_f64() {
+                Some(t) => format!("{:.2}", t / scale),
+                None if r["llguidance"].get("refused").is_some() => "refused".into(),
+                None if r["llguidance"].get("timeout").is_some() => "timeout".into(),
+                None => "-".into(),
+            };
+            println!("  {:<14} {:<22} {:>10.2} {:>10}", r["source"].as_str().unwrap_or(""), r["id"].as_str().unwrap_or(""), r["ours"][key].as_f64().unwrap_or(0.0) / scale, theirs);
+        }
     }
 }

@@ -298,7 +298,7 @@ fn bounded_string_masks_equal_the_walk() {
         }
         let schema = serde_json::json!({"type": "object", "properties": {"s": s, "t": s}, "required": ["s"], "additionalProperties": false});
         let g = Grammar::json_schema(&schema).unwrap();
-        assert!(g.dfas.iter().any(|d| d.counted.is_some()), "{lo}..{hi:?}: the bounded string is built as counted");
+        assert!(g.dfas.iter().any(|d| d.counted().is_some()), "{lo}..{hi:?}: the bounded string is built as counted");
         let done = masks_along_random_walks_equal_the_walk(&g, &idx, &words, 0x2545_f491_4f6c_dd1d, 150, 24, &format!("{lo}..{hi:?}: "));
         assert!(done > 10, "{lo}..{hi:?}: {done} walks finished a document");
     }

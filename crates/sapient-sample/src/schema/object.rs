@@ -66,6 +66,18 @@ pub(super) fn array(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String,
     Ok(b.seq(vec![open, after]))
 }
 
+/// The value schema of a key: its own, and every patternProperties schema whose pattern
+/// matches it; additionalProperties when none applies.
+fn schema_for<'a>(name: &str, own: Option<&'a Value>, patterns: &[(crate::dfa::DfaTable, &'a Value, String)], additional: &'a Value) -> std::borrow::Cow<'a, Value> {
+    let mut all: Vec<&Value> = own.into_iter().collect();
+    all.extend(patterns.iter().filter(|(d, _, _)| d.matches(name.as_bytes())).map(|(_, s, _)| *s));
+    match all.len() {
+        0 => std::borrow::Cow::Borrowed(additional),
+        1 => std::borrow::Cow::Borrowed(all[0]),
+        _ => std::borrow::Cow::Owned(serde_json::json!({ "allOf": all.into_iter().cloned().collect::<Vec<Value>>() })),
+    }
+}
+
 /// Most states of a key automaton (the keys a pattern or the additional properties allow).
 const MAX_KEY_STATES: usize = 20_000;
 
@@ -86,9 +98,12 @@ pub(super) fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String
         Some(Value::Array(a)) => a.iter().map(|v| v.as_str().ok_or_else(|| invalid(path, "required must list strings"))).collect::<Result<_, _>>()?,
         Some(_) => return Err(invalid(path, "required must be an array")),
     };
+    // Subschemas are borrowed, not copied: an object's properties hold all the schema
+    // below it, and each level copying them made compiling deep schemas quadratic.
+    let no_props = serde_json::Map::new();
     let props = match obj.get("properties") {
-        None => serde_json::Map::new(),
-        Some(Value::Object(m)) => m.clone(),
+        None => &no_props,
+        Some(Value::Object(m)) => m,
         Some(_) => return Err(invalid(path, "properties must be an object")),
     };
     let min = get_u32(obj, "minProperties", path)?.unwrap_or(0);
@@ -113,18 +128,8 @@ pub(super) fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String
     let key_ok = |name: &str| names_dfa.as_ref().is_none_or(|d| d.as_ref().is_some_and(|d| d.matches(name.as_bytes())));
     // Absent additionalProperties allows any further property (JSON Schema's default;
     // strict mode wrote `false` into the schema first, see `strict_schema`).
-    let additional = obj.get("additionalProperties").cloned().unwrap_or(Value::Bool(true));
-    // The value schema of a key: its own, and every patternProperties schema whose pattern
-    // matches it; additionalProperties when none applies.
-    let schema_for = |name: &str, own: Option<&Value>| -> Value {
-        let mut all: Vec<Value> = own.into_iter().cloned().collect();
-        all.extend(patterns.iter().filter(|(d, _, _)| d.matches(name.as_bytes())).map(|(_, s, _)| (*s).clone()));
-        match all.len() {
-            0 => additional.clone(),
-            1 => all.remove(0),
-            _ => serde_json::json!({ "allOf": all }),
-        }
-    };
+    static ANY: Value = Value::Bool(true);
+    let additional = obj.get("additionalProperties").unwrap_or(&ANY);
     // (member node, required) in schema order, then required names without a schema.
     let mut members: Vec<(NodeId, bool)> = Vec::new();
     let mut names: Vec<String> = Vec::new();
@@ -133,7 +138,7 @@ pub(super) fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String
     for (name, own) in wanted {
         let req = required.contains(&name.as_str());
         names.push(name.clone());
-        let v = if key_ok(&name) { value_node(b, cx, &schema_for(&name, own), &format!("{path}/properties/{name}"))? } else { None };
+        let v = if key_ok(&name) { value_node(b, cx, &schema_for(&name, own, &patterns, additional), &format!("{path}/properties/{name}"))? } else { None };
         match v {
             Some(v) => {
                 let key = b.json_const(&Value::String(name.clone()))?;
@@ -149,10 +154,10 @@ pub(super) fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String
     // asks for no property count. A key matching several patterns is not generated.
     let mut extras: Vec<NodeId> = Vec::new();
     let any_key = names.is_empty() && patterns.is_empty() && names_dfa.is_none();
-    if patterns.is_empty() && additional == Value::Bool(false) {
+    if patterns.is_empty() && *additional == Value::Bool(false) {
         // Only the listed properties: no automaton of other keys to build.
     } else if any_key {
-        if let Some(v) = value_node(b, cx, &additional, &format!("{path}/additionalProperties"))? {
+        if let Some(v) = value_node(b, cx, additional, &format!("{path}/additionalProperties"))? {
             let key = b.json_string()?;
             extras.push(b.member(key, v)?);
         }
@@ -190,7 +195,7 @@ pub(super) fn object(b: &mut Builder, cx: &mut Ctx, obj: &serde_json::Map<String
         let Some(universe) = universe else { return finish(b, &members, None, sep, ws, min, max, path) };
         // Keys of each pattern (and of no pattern, for additionalProperties).
         let mut groups: Vec<(Option<usize>, &Value, String)> = (0..patterns.len()).map(|i| (Some(i), patterns[i].1, patterns[i].2.clone())).collect();
-        groups.push((None, &additional, format!("{path}/additionalProperties")));
+        groups.push((None, additional, format!("{path}/additionalProperties")));
         for (i, schema, spath) in groups {
             let mut keys = match i {
                 Some(i) => universe.product(&patterns[i].0, true, MAX_KEY_STATES, &what),

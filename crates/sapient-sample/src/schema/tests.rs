@@ -237,9 +237,10 @@ fn pattern_properties_names_and_lengths() {
     assert!(ok(&gs(&json!({"type": "array", "uniqueItems": true})).unwrap(), &json!([1, 2])));
 }
 
-/// A length-bounded string's automaton, built directly, accepts what the regex compiler's
-/// automaton of the same pattern accepts: on strings of escapes, multi-byte characters,
-/// surrogate pairs, quotes and control bytes around the bounds.
+/// A length-bounded string's automaton, with transitions computed from the item's, is the
+/// regex compiler's automaton of the same pattern: state by state, and on strings of
+/// escapes, multi-byte characters, surrogate pairs, quotes and control bytes around the
+/// bounds.
 #[test]
 fn bounded_strings_built_directly_match_the_regex() {
     use crate::dfa::DfaTable;
@@ -254,6 +255,26 @@ fn bounded_strings_built_directly_match_the_regex() {
         let pattern = format!("\"{}{rep}\"", super::string::json_char());
         let by_regex = DfaTable::new(&pattern, &|_| false).unwrap();
         let direct = DfaTable::quoted_repeat(&item, lo, hi, &pattern).unwrap().expect("one JSON character is an item");
+        // Every state pair reached from both starts: the same bytes lead on, the same
+        // points accept, and a state goes on exactly when some byte leads on.
+        let mut pairs = std::collections::HashSet::new();
+        let mut todo = vec![(direct.start, by_regex.start)];
+        while let Some((d, r)) = todo.pop() {
+            if !pairs.insert((d, r)) {
+                continue;
+            }
+            assert_eq!(direct.accepting[d as usize], by_regex.accepting[r as usize], "{lo}..{hi:?}: state {d}");
+            let mut goes_on = false;
+            for b in 0..=255u8 {
+                let (nd, nr) = (direct.next(d, b), by_regex.next(r, b));
+                assert_eq!(nd == crate::dfa::DEAD, nr == crate::dfa::DEAD, "{lo}..{hi:?}: state {d} byte {b}");
+                if nd != crate::dfa::DEAD {
+                    goes_on = true;
+                    todo.push((nd, nr));
+                }
+            }
+            assert_eq!(direct.can_consume[d as usize], goes_on, "{lo}..{hi:?}: state {d}");
+        }
         let mut seen = [0usize; 2];
         for _ in 0..3000 {
             seed ^= seed << 13;
