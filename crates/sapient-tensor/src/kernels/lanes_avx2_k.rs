@@ -97,9 +97,12 @@ unsafe fn scale_i8<const VNNI: bool>(x: __m256i, b: usize) -> __m256i {
     if VNNI {
         return _mm256_srai_epi32::<24>(_mm256_sllv_epi32(x, _mm256_set1_epi32(24 - 8 * b as i32)));
     }
-    // Byte b to the high byte of both 16-bit halves, then shifted down with its sign.
-    let (z, c) = (-128i8, b as i8);
-    let ctl = _mm256_setr_epi8(z, c, z, c, z, c + 4, z, c + 4, z, c + 8, z, c + 8, z, c + 12, z, c + 12, z, c, z, c, z, c + 4, z, c + 4, z, c + 8, z, c + 8, z, c + 12, z, c + 12);
+    // Byte b to the high byte of both 16-bit halves, then shifted down with its sign (the
+    // control is a constant plus b, not built byte by byte where b is not known at compile
+    // time; its low bytes keep the high bit that zeroes them).
+    let z = -128i8;
+    let base = _mm256_setr_epi8(z, 0, z, 0, z, 4, z, 4, z, 8, z, 8, z, 12, z, 12, z, 0, z, 0, z, 4, z, 4, z, 8, z, 8, z, 12, z, 12);
+    let ctl = _mm256_add_epi8(base, _mm256_set1_epi8(b as i8));
     _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(x, ctl))
 }
 
@@ -149,14 +152,11 @@ unsafe fn group_q4k<const VNNI: bool, const R: usize>(gp: *const u8, nsb: usize,
                 }
                 let scj = scale_u8::<VNNI>(sc[j / 4], j % 4);
                 let at = 4 + 8 * (j / 2);
-                let w: [__m256i; 8] = std::array::from_fn(|k| {
+                let mut w = [_mm256_setzero_si256(); 8];
+                for k in 0..8 {
                     let u = ld(line(at + k));
-                    if j % 2 == 0 {
-                        _mm256_and_si256(u, m4)
-                    } else {
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(u), m4)
-                    }
-                });
+                    w[k] = if j % 2 == 0 { _mm256_and_si256(u, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(u), m4) };
+                }
                 for r in 0..R {
                     let qa = (*acts[r].add(s)).qs.as_ptr().add(32 * j);
                     // 16-bit sums of sixteen 4-bit products: at most 16 · 15 · 128.
@@ -202,7 +202,10 @@ unsafe fn group_q6k<const VNNI: bool, const R: usize>(gp: *const u8, nsb: usize,
                     }
                     // Values 128hh + 32t + 4k + i: low four bits from a nibble of the ql
                     // bytes, the high two from bits 2t, 2t + 1 of the qh bytes.
-                    let w: [__m256i; 8] = std::array::from_fn(|k| {
+                    // (Loops, not closures: a closure not inlined would lose the target
+                    // features, and every intrinsic in it would become a call.)
+                    let mut w = [_mm256_setzero_si256(); 8];
+                    for k in 0..8 {
                         let ql = ld(line(16 * hh + 8 * (t & 1) + k));
                         let nib = if t >= 2 { _mm256_and_si256(_mm256_srli_epi16::<4>(ql), m4) } else { _mm256_and_si256(ql, m4) };
                         let qh = ld(line(32 + 8 * hh + k));
@@ -212,8 +215,8 @@ unsafe fn group_q6k<const VNNI: bool, const R: usize>(gp: *const u8, nsb: usize,
                             2 => qh,
                             _ => _mm256_srli_epi16::<2>(qh),
                         };
-                        _mm256_or_si256(nib, _mm256_and_si256(hb, m30))
-                    });
+                        w[k] = _mm256_or_si256(nib, _mm256_and_si256(hb, m30));
+                    }
                     for sub in 0..2 {
                         let j = 8 * hh + 2 * t + sub;
                         let scj = scale_i8::<VNNI>(scr[j / 4], j % 4);
@@ -230,8 +233,11 @@ unsafe fn group_q6k<const VNNI: bool, const R: usize>(gp: *const u8, nsb: usize,
             if !VNNI {
                 // The offset: -32 · Σ_j sc_j · Σ a_j, on i16 pairs of scales (j, j + 2) and
                 // of the activations' 16-value sums.
-                let lo: [__m256i; 4] = std::array::from_fn(|q| _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(scr[q])));
-                let hi: [__m256i; 4] = std::array::from_fn(|q| _mm256_srai_epi16::<8>(scr[q]));
+                let (mut lo, mut hi) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4]);
+                for q in 0..4 {
+                    lo[q] = _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(scr[q]));
+                    hi[q] = _mm256_srai_epi16::<8>(scr[q]);
+                }
                 for r in 0..R {
                     let bs = &(*acts[r].add(s)).bsums;
                     let mut o = _mm256_setzero_si256();
