@@ -45,23 +45,25 @@ fn extreme_acts(m: usize, cols: usize) -> Vec<f32> {
     x
 }
 
-/// Both levels this CPU has (AVX-VNNI: the `vpdpbusd` route; AVX2: `vpmaddubsw`), each format,
-/// random and extreme weights and activations (rows of one repeated large value quantize to
-/// +-127), partial groups and several numbers of activation rows.
-#[test]
-fn avx2_lane_kernels_match_the_lane_reference() {
+/// Formats `ts` on both levels this CPU has (AVX-VNNI: the `vpdpbusd` route; AVX2:
+/// `vpmaddubsw`) at each `(rows, cols, m)`, random and candle-quantized weights, extreme
+/// activations, against the reference bit for bit. `run(vnni, packed, acts, r0, r1, out)`
+/// computes output columns `r0..r1` into the `[m, rows]` `out`; `want(t, raw row, acts, i)` is
+/// the reference for activation row `i`. Checks that the extreme row reaches `min_act`.
+fn check_levels(ts: &[QType], shapes: &[(usize, usize, usize)], min_act: i8, run: impl Fn(bool, &Packed, &QuantizedActs, usize, usize, &mut [f32]), want: impl Fn(QType, &[u8], &QuantizedActs, usize) -> f32) {
     if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
         eprintln!("skipped: no AVX2/FMA/F16C");
         return;
     }
     let vnni = is_x86_feature_detected!("avxvnni");
     let mut checked = 0;
-    for t in [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::Q8_0] {
-        for (rows, cols, m) in [(1, 32, 1), (16, 64, 3), (37, 96, 9), (130, 576, 17), (48, 128, 1), (20, 256, 70)] {
+    for &t in ts {
+        for &(rows, cols, m) in shapes {
             for random in [false, true] {
                 let raw = if random { random_blocks(t, rows, cols, 11 + rows as u64) } else { quantized(t, rows, cols, 3 + cols as u64).0.with_bytes(|b| b.to_vec()) };
-                let x = extreme_acts(m, cols);
-                let acts = QuantizedActs::for_lane_kernels(t, &x, m, cols);
+                let acts = QuantizedActs::for_lane_kernels(t, &extreme_acts(m, cols), m, cols);
+                let lowest = if t.k_quant() { acts.q8k.iter().flat_map(|b| b.qs).min() } else { acts.q8.iter().flat_map(|b| b.qs).min() };
+                assert_eq!(lowest, Some(min_act), "{t:?}: the extreme activation row's lowest value");
                 let p = Packed::new_all(&[(t, &raw, rows, cols)]).pop().flatten().expect("a packed format");
                 let rb = raw.len() / rows;
                 for level in [false, true].into_iter().filter(|&v| !v || vnni) {
@@ -70,14 +72,12 @@ fn avx2_lane_kernels_match_the_lane_reference() {
                     let mut r0 = 0;
                     while r0 < rows {
                         let r1 = (r0 + 32).min(rows);
-                        // SAFETY: AVX2/FMA/F16C (and AVX-VNNI for `level`) are present; the
-                        // packed rows are `cols` wide, `out` is `[m, rows]`.
-                        unsafe { lanes_avx2::range_packed(level, &p, r0, r1, &acts.q8, &acts.corr, m, out.as_mut_ptr(), rows) };
+                        run(level, &p, &acts, r0, r1, &mut out);
                         r0 = r1;
                     }
                     for i in 0..m {
                         for j in 0..rows {
-                            let want = lanes::reference(t, &raw[j * rb..(j + 1) * rb], acts.row_q8(i));
+                            let want = want(t, &raw[j * rb..(j + 1) * rb], &acts, i);
                             let got = out[i * rows + j];
                             assert_eq!(got.to_bits(), want.to_bits(), "{t:?} [{rows}x{cols}] x{m} ({i},{j}) vnni {level} random {random}: {got} vs {want}");
                             checked += 1;
@@ -90,49 +90,31 @@ fn avx2_lane_kernels_match_the_lane_reference() {
     assert!(checked > 0);
 }
 
-/// The AVX2 and AVX-VNNI Q4_K / Q6_K kernels against the k-quant lane kernels' reference, bit
-/// for bit: random superblocks (every value, scale and minimum pattern) and candle-quantized
-/// ones, extreme activations, partial groups, one and many activation rows.
+/// The 32-value formats' kernels ([`check_levels`]; rows of one repeated large value quantize
+/// to +-127), partial groups and several numbers of activation rows.
+#[test]
+fn avx2_lane_kernels_match_the_lane_reference() {
+    let ts = [QType::Q4_0, QType::Q4_1, QType::Q5_0, QType::Q5_1, QType::Q8_0];
+    let shapes = [(1, 32, 1), (16, 64, 3), (37, 96, 9), (130, 576, 17), (48, 128, 1), (20, 256, 70)];
+    check_levels(&ts, &shapes, -127, |vnni, p, acts, r0, r1, out| {
+        let (m, rows) = (acts.m, out.len() / acts.m);
+        // SAFETY: AVX2/FMA/F16C (and AVX-VNNI for `vnni`) are present (`check_levels`); the
+        // packed rows are `cols` wide, `out` is `[m, rows]`.
+        unsafe { lanes_avx2::range_packed(vnni, p, r0, r1, &acts.q8, &acts.corr, m, out.as_mut_ptr(), rows) }
+    }, |t, w, acts, i| lanes::reference(t, w, acts.row_q8(i)));
+}
+
+/// The Q4_K and Q6_K kernels against the k-quant lane kernels' reference ([`check_levels`]:
+/// random superblocks hold every value, scale and minimum pattern, Q6_K's scale -128
+/// included; the extreme activations reach -128), partial groups, one and many rows.
 #[test]
 fn avx2_k_lane_kernels_match_the_lane_reference() {
-    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
-        eprintln!("skipped: no AVX2/FMA/F16C");
-        return;
-    }
-    let vnni = is_x86_feature_detected!("avxvnni");
-    let mut checked = 0;
-    for t in [QType::Q4K, QType::Q6K] {
-        for (rows, cols, m) in [(1, 256, 1), (16, 512, 3), (37, 768, 9), (130, 256, 17), (48, 1280, 1), (20, 256, 70)] {
-            for random in [false, true] {
-                let raw = if random { random_blocks(t, rows, cols, 5 + rows as u64) } else { quantized(t, rows, cols, 3 + cols as u64).0.with_bytes(|b| b.to_vec()) };
-                let x = extreme_acts(m, cols);
-                let acts = QuantizedActs::for_lane_kernels(t, &x, m, cols);
-                assert!(acts.q8k.iter().any(|b| b.qs.contains(&-128)), "the extreme activation row reaches -128");
-                let p = Packed::new_all(&[(t, &raw, rows, cols)]).pop().flatten().expect("a packed format");
-                let rb = raw.len() / rows;
-                for level in [false, true].into_iter().filter(|&v| !v || vnni) {
-                    let mut out = vec![f32::NAN; m * rows];
-                    let mut r0 = 0;
-                    while r0 < rows {
-                        let r1 = (r0 + 32).min(rows);
-                        // SAFETY: AVX2/FMA/F16C (and AVX-VNNI for `level`) are present; the
-                        // packed rows are `cols` wide, `out` is `[m, rows]`.
-                        unsafe { lanes_avx2_k::range_packed(level, &p, r0, r1, &acts.q8k, &acts.corr, m, out.as_mut_ptr(), rows) };
-                        r0 = r1;
-                    }
-                    for i in 0..m {
-                        for j in 0..rows {
-                            let want = lanes_k::reference(t, &raw[j * rb..(j + 1) * rb], acts.row_q8k(i));
-                            let got = out[i * rows + j];
-                            assert_eq!(got.to_bits(), want.to_bits(), "{t:?} [{rows}x{cols}] x{m} ({i},{j}) vnni {level} random {random}: {got} vs {want}");
-                            checked += 1;
-                        }
-                    }
-                }
-            }
-        }
-    }
-    assert!(checked > 0);
+    let shapes = [(1, 256, 1), (16, 512, 3), (37, 768, 9), (130, 256, 17), (48, 1280, 1), (20, 256, 70)];
+    check_levels(&[QType::Q4K, QType::Q6K], &shapes, -128, |vnni, p, acts, r0, r1, out| {
+        let (m, rows) = (acts.m, out.len() / acts.m);
+        // SAFETY: as above.
+        unsafe { lanes_avx2_k::range_packed(vnni, p, r0, r1, &acts.q8k, &acts.corr, m, out.as_mut_ptr(), rows) }
+    }, |t, w, acts, i| lanes_k::reference(t, w, acts.row_q8k(i)));
 }
 
 /// One thread's time per product, these kernels against the AVX2 row-at-a-time ones, both
