@@ -87,8 +87,9 @@ pub fn has_lanes() -> bool {
     })
 }
 
-/// Whether products of the packed 32-value formats take the AVX2 / AVX-VNNI sixteen-rows
-/// kernels (`lanes_avx2`, the lane kernels' arithmetic on 256-bit registers): AVX2 as above
+/// Whether products of packed weights take the AVX2 / AVX-VNNI sixteen-rows kernels
+/// (`lanes_avx2` for the 32-value formats, `lanes_avx2_k` for Q4_K and Q6_K: the lane
+/// kernels' arithmetic on 256-bit registers): AVX2 as above
 /// on a machine whose AVX-512 kernels are absent or off
 /// ([`KernelOptions::lanes`](super::KernelOptions::lanes) turns them off too).
 pub fn has_lanes_avx2() -> bool {

@@ -367,11 +367,12 @@ macro_rules! by_rows {
 /// `$body` sees the group's first row `g`, its `nvalid` real rows, the pass's `r` rows as
 /// pointer arrays (`ap` activations, `cp` corrections, `op` outputs; the last row repeated to
 /// [`PASS`]) and whether this is the first pass over the weights. (A macro: a closure would
-/// not carry the kernels' target features.)
+/// not carry the kernels' target features.) With `@ T, S` first: activations of block type
+/// `T` (32-value blocks otherwise) and `S` corrections per block (1 otherwise).
 macro_rules! passes {
-    ($pass:expr, $r0:expr, $r1:expr, $m:expr, $nb:expr, $acts:expr, $corr:expr, $out:expr, $stride:expr,
+    (@ $t:ty, $per:expr, $pass:expr, $r0:expr, $r1:expr, $m:expr, $nb:expr, $acts:expr, $corr:expr, $out:expr, $stride:expr,
      |$g:ident, $nvalid:ident, $r:ident, $ap:ident, $cp:ident, $op:ident, $first:ident| $body:block) => {{
-        let (r0, r1, m, nb, acts, corr, out, stride): (usize, usize, usize, usize, &[BlockQ8], &[i32], *mut f32, usize) =
+        let (r0, r1, m, nb, acts, corr, out, stride): (usize, usize, usize, usize, &[$t], &[i32], *mut f32, usize) =
             ($r0, $r1, $m, $nb, $acts, $corr, $out, $stride);
         let mut m0 = 0;
         while m0 < m {
@@ -383,8 +384,8 @@ macro_rules! passes {
                 while a0 < m1 {
                     let $r = (m1 - a0).min($pass);
                     let row = |i: usize| a0 + i.min($r - 1);
-                    let $ap: [*const BlockQ8; PASS] = std::array::from_fn(|i| acts.as_ptr().add(row(i) * nb));
-                    let $cp: [*const i32; PASS] = std::array::from_fn(|i| if corr.is_empty() { std::ptr::null() } else { corr.as_ptr().add(row(i) * nb) });
+                    let $ap: [*const $t; PASS] = std::array::from_fn(|i| acts.as_ptr().add(row(i) * nb));
+                    let $cp: [*const i32; PASS] = std::array::from_fn(|i| if corr.is_empty() { std::ptr::null() } else { corr.as_ptr().add(row(i) * nb * $per) });
                     let $op: [*mut f32; PASS] = std::array::from_fn(|i| out.add(row(i) * stride + $g));
                     let $first = a0 == 0;
                     $body
@@ -395,6 +396,9 @@ macro_rules! passes {
             m0 = m1;
         }
     }};
+    ($pass:expr, $($rest:tt)*) => {
+        passes!(@ BlockQ8, 1, $pass, $($rest)*)
+    };
 }
 pub(super) use passes;
 

@@ -177,13 +177,18 @@ unsafe fn group<F: Fmt, const VNNI: bool, const R: usize>(gp: *const u8, dist: u
         }
     }
     for r in 0..R {
-        let mut v = [0f32; 16];
-        for h in 0..2 {
-            let x = if F::HAS_M { _mm256_add_ps(acc[r][h], accm[r][h]) } else { acc[r][h] };
-            _mm256_storeu_ps(v.as_mut_ptr().add(8 * h), x);
-        }
-        std::ptr::copy_nonoverlapping(v.as_ptr(), outs[r], nvalid.min(16));
+        let x = |h: usize| if F::HAS_M { _mm256_add_ps(acc[r][h], accm[r][h]) } else { acc[r][h] };
+        store(x(0), x(1), nvalid, outs[r]);
     }
+}
+
+/// The first `nvalid` (at most 16) of a group's outputs, rows 0..8 in `lo` and 8..16 in `hi`.
+#[inline(always)]
+pub(super) unsafe fn store(lo: __m256, hi: __m256, nvalid: usize, out: *mut f32) {
+    let mut v = [0f32; 16];
+    _mm256_storeu_ps(v.as_mut_ptr(), lo);
+    _mm256_storeu_ps(v.as_mut_ptr().add(8), hi);
+    std::ptr::copy_nonoverlapping(v.as_ptr(), out, nvalid.min(16));
 }
 
 /// Output columns `r0..r1` (`r0` a multiple of 16) of the product of packed weights `w`
@@ -239,9 +244,13 @@ pub unsafe fn range_packed(vnni: bool, p: &Packed, r0: usize, r1: usize, acts: &
     }
 }
 
-/// Whether products of format `t` go to these kernels once packed (the 32-value formats that
-/// [`LanesFormats`](super::LanesFormats) names).
+/// Whether products of format `t` go to these kernels once packed: the 32-value formats that
+/// [`LanesFormats`](super::LanesFormats) names, and Q4_K and Q6_K (`lanes_avx2_k.rs`) unless
+/// [`KernelOptions::lanes_kquants`](super::KernelOptions::lanes_kquants) is off.
 pub fn handles(t: QType) -> bool {
+    if matches!(t, QType::Q4K | QType::Q6K) {
+        return super::options().lanes_kquants;
+    }
     match super::options().lanes_formats {
         super::LanesFormats::Q4 => matches!(t, QType::Q4_0 | QType::Q4_1),
         super::LanesFormats::All => matches!(t, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q5_1 | QType::Q8_0),

@@ -42,7 +42,7 @@ pub const SIDE: usize = 16;
 
 /// Dwords of a superblock the kernels read transposed: Q4_K's 144 bytes, Q6_K's first 208
 /// (its f16 scale goes after the group's superblocks).
-const fn dwords(q6: bool) -> usize {
+pub(super) const fn dwords(q6: bool) -> usize {
     if q6 {
         52
     } else {
@@ -73,7 +73,7 @@ pub fn packed_len(t: QType, rows: usize, cols: usize) -> Option<(usize, usize)> 
 
 /// Bytes before a group's superblocks: Q6_K's f16 scales, sixteen per superblock (first, so
 /// that the group is read in order).
-fn head(q6: bool, nsb: usize) -> usize {
+pub(super) fn head(q6: bool, nsb: usize) -> usize {
     if q6 {
         (nsb * 32).next_multiple_of(64)
     } else {

@@ -20,7 +20,9 @@
 //!   which return the same results bit for bit;
 //! - Q4_K and Q6_K follow the AMX arithmetic on machines with AMX (`amx.rs`, or the AVX-512
 //!   kernels with the same arithmetic where `amx::use_for` leaves a product to them), and
-//!   the lane kernels of `lanes_k.rs` once packed on machines without;
+//!   the lane kernels of `lanes_k.rs` once packed on machines without; without AVX-512, the
+//!   same kernels on 256-bit registers (`lanes_avx2_k.rs`), with the same results bit for
+//!   bit;
 //! - everything else runs one weight row at a time on `avx512.rs` (up to 8 activation rows
 //!   per weight row, every format but Q5_K), `avx2.rs`, or the portable code of `quant.rs`.
 //!   Without the AVX-512 kernels, a caller may take products of many rows to a dense f32
@@ -40,7 +42,8 @@
 //! (speculative decoding relies on that). On machines with AMX ([`has_amx`]) Q4_K and Q6_K
 //! products follow the AMX kernels' arithmetic whichever kernel runs them (`amx.rs`); on
 //! machines with the lane kernels and without AMX, packed Q4_K and Q6_K matrices take the
-//! sixteen-rows kernels of `lanes_k.rs`, which compute the same exact arithmetic.
+//! sixteen-rows kernels of `lanes_k.rs` (`lanes_avx2_k.rs` without AVX-512), which compute
+//! the same exact arithmetic.
 //!
 //! Where things are: this file holds the row products by format and the small element-wise
 //! helpers; `qmatrix.rs` the quantized matrix ([`QMatrix`]) and its dispatch over the
@@ -49,10 +52,13 @@
 //! work is split over the pool; `detect.rs` what the CPU can do,
 //! `options.rs` the knobs ([`KernelOptions`], passed at load), `pool.rs` the one thread pool,
 //! `memory.rs` huge pages and prefetch distances; the products by instruction set in
-//! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_avx2.rs`, `lanes_k.rs` and `amx.rs` (on ARM64
-//! `neon.rs` and `neon_mmla.rs`, with the activation quantizers in `neon_quant.rs` and the
-//! LLM attention in `neon_attn.rs`, all bit-identical to the portable code), the block formats in
-//! `quant.rs` (MXFP4, gpt-oss's expert format, in `mxfp4.rs`); dense f32/bf16 products in `dense.rs`, `dense_f32.rs` and `dense_bf16.rs` (16-bit integer ones for them on AVX512-VNNI in `dense_i16.rs`); element-wise
+//! `avx2.rs`, `avx512.rs`, `lanes.rs`, `lanes_avx2.rs`, `lanes_k.rs`, `lanes_avx2_k.rs` and
+//! `amx.rs` (on ARM64 `neon.rs` and `neon_mmla.rs`, with the activation quantizers in
+//! `neon_quant.rs` and the LLM attention in `neon_attn.rs`, all bit-identical to the portable
+//! code), the block formats in
+//! `quant.rs` (MXFP4, gpt-oss's expert format, in `mxfp4.rs`); dense f32/bf16 products in `dense.rs`, `dense_f32.rs` and
+//! `dense_bf16.rs` (16-bit integer ones for them on AVX512-VNNI in `dense_i16.rs`, their AVX2 /
+//! AVX-VNNI levels in `dense_avx2.rs`); element-wise
 //! activations in `act.rs`; attention over an f16 KV cache in `attention.rs` and over an 8-bit one
 //! in `attention_q8.rs`, an encoder's full attention (f32 on AVX-512, bf16 on AVX512-BF16) in
 //! `attention_full.rs`.
@@ -81,6 +87,8 @@ mod lanes;
 mod lanes_k;
 #[cfg(target_arch = "x86_64")]
 mod lanes_avx2;
+#[cfg(target_arch = "x86_64")]
+mod lanes_avx2_k;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 #[cfg(target_arch = "aarch64")]

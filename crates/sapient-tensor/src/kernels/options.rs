@@ -63,8 +63,9 @@ pub struct KernelOptions {
     /// rows (one row included, so a sequence decoded alone keeps the batch's arithmetic).
     pub lanes_formats: LanesFormats,
     /// Q4_K and Q6_K take sixteen-rows kernels too, once packed at load
-    /// ([`pack_for_lanes`](super::pack_for_lanes)), on machines where AMX does not take them
-    /// (`SAPIENT_NO_LANES_K` set = off). Their arithmetic is the AMX kernels' exact one.
+    /// ([`pack_for_lanes`](super::pack_for_lanes)), on machines where AMX does not take them:
+    /// the AVX-512 ones, or the AVX2 / AVX-VNNI ones without AVX-512 (`SAPIENT_NO_LANES_K`
+    /// set = off). Their arithmetic is the AMX kernels' exact one at every level.
     pub lanes_kquants: bool,
     /// Prefetch distance into L1, in bytes ahead of the weights being read (0: none).
     pub prefetch_l1: usize,

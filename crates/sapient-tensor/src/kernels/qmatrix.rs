@@ -283,7 +283,11 @@ impl QMatrix {
                 if !has_lanes() {
                     // SAFETY: has_lanes_avx2() held instead (`takes_lanes`), with AVX-VNNI
                     // where has_vnni() says so.
-                    unsafe { lanes_avx2::range_packed(has_vnni(), p, range.start, range.end, &acts.q8, &acts.corr, acts.m, out_ptr.0, self.rows) };
+                    if acts.k_quant {
+                        unsafe { lanes_avx2_k::range_packed(has_vnni(), p, range.start, range.end, &acts.q8k, &acts.corr, acts.m, out_ptr.0, self.rows) };
+                    } else {
+                        unsafe { lanes_avx2::range_packed(has_vnni(), p, range.start, range.end, &acts.q8, &acts.corr, acts.m, out_ptr.0, self.rows) };
+                    }
                 } else if acts.k_quant {
                     unsafe { lanes::range_packed_k(p, range.start, range.end, &acts.q8k, &acts.corr, acts.m, out_ptr.0, self.rows) };
                 } else {
