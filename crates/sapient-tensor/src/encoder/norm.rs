@@ -1,6 +1,6 @@
 //! Layer normalization, once for every encoder.
 
-use crate::kernels::{self, pool, SendPtr};
+use crate::kernels::{pool, SendPtr};
 use crate::{Error, Result};
 
 /// Rows per unit of the pool.
@@ -97,7 +97,7 @@ pub fn layer_norm(r: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
 /// `src` and `dst` hold `n` values (they may be equal); `w` and `b` at least `n`.
 unsafe fn norm_raw(src: *const f32, dst: *mut f32, n: usize, w: &[f32], b: &[f32], eps: f32) {
     #[cfg(target_arch = "x86_64")]
-    if n.is_multiple_of(16) && kernels::has_avx512() {
+    if n.is_multiple_of(16) && crate::kernels::has_avx512() {
         // SAFETY: AVX-512 F is present; lengths as the caller promises.
         return norm_avx512(src, dst, n, w, b, eps);
     }

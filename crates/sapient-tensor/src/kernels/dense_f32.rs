@@ -82,7 +82,10 @@ impl Panels {
             return;
         }
         let np = n.div_ceil(COLS);
+        #[cfg(target_arch = "x86_64")]
         let tr = if level == Level::Avx512 { ROWS } else { super::dense_avx2::ROWS };
+        #[cfg(not(target_arch = "x86_64"))]
+        let tr = ROWS;
         // Rows per slab: their activations within ~256 KB (L2), a whole number of tiles.
         let slab = ((1usize << 16) / k.max(1)).clamp(ROWS, 16 * ROWS) / ROWS * ROWS;
         let threads = pool::pool().threads();
