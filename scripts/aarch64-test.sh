@@ -49,7 +49,8 @@ done
 
 echo "== SmolLM2-135M greedy tokens: x86 against aarch64"
 target=${CARGO_TARGET_DIR:-target}
-cargo build --release -p sapient-cli -p sapient-llama --example greedy_ids
+cargo build --release -p sapient-cli --bin sapient
+cargo build --release -p sapient-llama --example greedy_ids
 "$target/release/sapient" pull smollm2-135m-instruct >/dev/null
 model="${SAPIENT_HOME:-$HOME/.cache/sapient}/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 # SmolLM2's chat prompt "Write a short poem about the sea." as token ids (no tokenizer
