@@ -447,16 +447,17 @@ impl TokenIndex {
         if dfa.num_states() > MAX_STORED_LEXEME_STATES / 8 {
             return fresh();
         }
-        // Named by its pattern if it has one, else by its table (small ones only: hashing and
-        // comparing a large table would cost more than sharing saves).
+        // Named by its pattern if it has one, else by its dense table (small ones only:
+        // hashing and comparing a large table would cost more than sharing saves; a computed
+        // one has no table to name it by, so it is never shared unnamed).
         let mut h = FxHasher::default();
-        match &dfa.source {
-            Some(src) => std::hash::Hash::hash(src, &mut h),
-            None if dfa.num_states() <= MAX_SHARED_LEXEME_STATES => {
-                std::hash::Hash::hash(&dfa.dense(), &mut h);
+        match (&dfa.source, dfa.dense()) {
+            (Some(src), _) => std::hash::Hash::hash(src, &mut h),
+            (None, Some(trans)) if dfa.num_states() <= MAX_SHARED_LEXEME_STATES => {
+                std::hash::Hash::hash(trans, &mut h);
                 std::hash::Hash::hash(&dfa.accepting, &mut h);
             }
-            None => return fresh(),
+            (None, _) => return fresh(),
         }
         let key = std::hash::Hasher::finish(&h);
         let Ok(mut store) = self.lexemes.lock() else { return fresh() };
@@ -505,7 +506,7 @@ impl StoreKey {
     fn names(&self, d: &DfaTable) -> bool {
         match self {
             StoreKey::Source(s) => d.source.as_ref() == Some(s),
-            StoreKey::Table(t) => d.source.is_none() && t.dense() == d.dense() && t.accepting == d.accepting,
+            StoreKey::Table(t) => d.source.is_none() && t.dense().is_some() && t.dense() == d.dense() && t.accepting == d.accepting,
         }
     }
 }
