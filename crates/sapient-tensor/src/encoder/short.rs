@@ -35,9 +35,10 @@ pub(super) fn attention(qkv: &[f32], seqs: &[Range<usize>], heads: usize, hd: us
         attend(qkv, s.clone(), h, hd, d, scale, o);
     };
     let work: usize = seqs.iter().map(|s| s.len() * s.len()).sum::<usize>() * d;
-    // The AVX-512 path does one sentence of 30 tokens (work 345k) in ~20 us: inline.
+    // The AVX-512 path does one sentence of 30 tokens (work 345k) in ~20 us: worth
+    // splitting its heads over the pool (a dispatch costs a few us); 8 tokens are not.
     #[cfg(target_arch = "x86_64")]
-    let inline = if wide { 512 * 1024 } else { 64 * 1024 };
+    let inline = if wide { 64 * 1024 } else { 32 * 1024 };
     #[cfg(not(target_arch = "x86_64"))]
     let inline = 64 * 1024;
     if work < inline || units == 1 {

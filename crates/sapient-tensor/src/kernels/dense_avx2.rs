@@ -57,7 +57,7 @@ unsafe fn f32_tile_r<E: Elem, const R: usize>(x: *const f32, k: usize, w: *const
 }
 
 /// [`super::dense_i16`]'s product of one tile of up to [`ROWS`] rows of quantized
-/// activations (pairs as i32 at `xq[b * 16 * rows + t * rows + r]`, scales at
+/// activations (pairs as i32 at `xq[b * 16 * rows + r * 16 + t]`, scales at
 /// `xs[b * rows + r]`) and one panel of `[kp / 2][32][2]` integer weights with their column
 /// scales `ws`, to `out` (rows `ldo` apart; `cols` of the 32 columns real). `vnni`: AVX-VNNI
 /// is present.
@@ -128,7 +128,7 @@ unsafe fn i16_tile_r<const R: usize, const VNNI: bool>(xq: *const i32, xs: *cons
                 let wt = wb.add(t * 2 * COLS);
                 let (w0, w1) = (_mm256_loadu_si256(wt as *const __m256i), _mm256_loadu_si256(wt.add(16) as *const __m256i));
                 for (r, s) in sum.iter_mut().enumerate() {
-                    let a = _mm256_set1_epi32(*xb.add(t * R + r));
+                    let a = _mm256_set1_epi32(*xb.add(r * BLOCK / 2 + t));
                     s[0] = dpwssd::<VNNI>(s[0], a, w0);
                     s[1] = dpwssd::<VNNI>(s[1], a, w1);
                 }

@@ -15,8 +15,9 @@
 //!
 //! Layout: weights in panels of 32 columns, `[n / 32][k / 2][32][2]` (a `vpdpwssd` B
 //! operand per 16 columns and 2 inputs), `k` padded to a multiple of 32 with zeros.
-//! Activations are quantized once per product into tiles of [`ROWS`] rows, the pair of
-//! inputs `2t, 2t + 1` of row `r` at `t * rows + r` (one broadcast per row and step), with
+//! Activations are quantized once per product into tiles of [`ROWS`] rows, block by block:
+//! the pair of inputs `2t, 2t + 1` of a block of row `r` at `r * 16 + t` (each row's block
+//! one contiguous vector store; the micro-kernel broadcasts one pair per row and step), with
 //! their scales `[k / 32][rows]`. The micro-kernel keeps a tile's i32 block sums and f32
 //! sums in registers (24 vectors). Each output depends only on its own input row: a row
 //! gives the same bits alone as in any batch.
@@ -161,10 +162,10 @@ fn quantize_rows(level: Level, x: &[f32], m: usize, k: usize, kp: usize, q: &mut
                 // SAFETY: the tile's pairs (r0 * kp / 2 .. (r0 + rows) * kp / 2) and scales
                 // belong to this job only; the CPU has `level` (asserted by the caller).
                 unsafe {
-                    let dst = qp.ptr().add(r0 * kp / 2 + b * BLOCK / 2 * rows + r);
+                    let dst = qp.ptr().add(r0 * kp / 2 + (b * rows + r) * BLOCK / 2);
                     let d = match level {
-                        Level::Avx512 => quantize_block(v, dst, rows),
-                        Level::AvxVnni | Level::Avx2 => quantize_block_avx2(v, dst, rows),
+                        Level::Avx512 => quantize_block(v, dst),
+                        Level::AvxVnni | Level::Avx2 => quantize_block_avx2(v, dst),
                     };
                     *sp.ptr().add(r0 * kp / BLOCK + b * rows + r) = d;
                 }
@@ -180,10 +181,10 @@ fn quantize_rows(level: Level, x: &[f32], m: usize, k: usize, kp: usize, q: &mut
 }
 
 /// Up to [`BLOCK`] values (zeros after them) as integers of at most [`AMAX`] in magnitude,
-/// rounded to nearest even: their 16 pairs to `dst[t * stride]`; returns the value of 1.
+/// rounded to nearest even: their 16 pairs to `dst[..16]`; returns the value of 1.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn quantize_block(v: &[f32], dst: *mut i32, stride: usize) -> f32 {
+unsafe fn quantize_block(v: &[f32], dst: *mut i32) -> f32 {
     use std::arch::x86_64::*;
     let n = v.len().min(BLOCK);
     let (m0, m1) = (((1u32 << n.min(16)) - 1) as u16, ((1u32 << n.saturating_sub(16)) - 1) as u16);
@@ -195,8 +196,7 @@ unsafe fn quantize_block(v: &[f32], dst: *mut i32, stride: usize) -> f32 {
     let lo = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(a, id)));
     let hi = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(b, id)));
     let pairs = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
-    let idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(stride as i32));
-    _mm512_i32scatter_epi32::<4>(dst as *mut _, idx, pairs);
+    _mm512_storeu_si512(dst as *mut _, pairs);
     d
 }
 
@@ -204,7 +204,7 @@ unsafe fn quantize_block(v: &[f32], dst: *mut i32, stride: usize) -> f32 {
 /// in any order, and the rest is the same f32 operations).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quantize_block_avx2(v: &[f32], dst: *mut i32, stride: usize) -> f32 {
+unsafe fn quantize_block_avx2(v: &[f32], dst: *mut i32) -> f32 {
     use std::arch::x86_64::*;
     let mut x = [0.0f32; BLOCK];
     let n = v.len().min(BLOCK);
@@ -221,22 +221,18 @@ unsafe fn quantize_block_avx2(v: &[f32], dst: *mut i32, stride: usize) -> f32 {
     // Each 128-bit lane packs its halves: 0-3 8-11 4-7 12-15, put back in order.
     let lo = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(q[0], q[1]));
     let hi = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(q[2], q[3]));
-    let mut pairs = [0i32; BLOCK / 2];
-    _mm256_storeu_si256(pairs.as_mut_ptr() as *mut __m256i, lo);
-    _mm256_storeu_si256(pairs.as_mut_ptr().add(8) as *mut __m256i, hi);
-    for (t, &p) in pairs.iter().enumerate() {
-        *dst.add(t * stride) = p;
-    }
+    _mm256_storeu_si256(dst as *mut __m256i, lo);
+    _mm256_storeu_si256(dst.add(8) as *mut __m256i, hi);
     d
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn quantize_block(_: &[f32], _: *mut i32, _: usize) -> f32 {
+unsafe fn quantize_block(_: &[f32], _: *mut i32) -> f32 {
     unreachable!("IntPanels::matmul needs AVX-512 or AVX2")
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn quantize_block_avx2(_: &[f32], _: *mut i32, _: usize) -> f32 {
+unsafe fn quantize_block_avx2(_: &[f32], _: *mut i32) -> f32 {
     unreachable!("IntPanels::matmul needs AVX-512 or AVX2")
 }
 
@@ -284,7 +280,7 @@ unsafe fn tile_r<const R: usize>(xq: *const i32, xs: *const f32, kp: usize, w: *
         let (w0, w1) = (_mm512_loadu_si512(wb as *const _), _mm512_loadu_si512(wb.add(COLS) as *const _));
         let mut sum = [[_mm512_setzero_si512(); 2]; R];
         for (r, s) in sum.iter_mut().enumerate() {
-            let a = _mm512_set1_epi32(*xb.add(r));
+            let a = _mm512_set1_epi32(*xb.add(r * BLOCK / 2));
             s[0] = _mm512_madd_epi16(a, w0);
             s[1] = _mm512_madd_epi16(a, w1);
         }
@@ -292,7 +288,7 @@ unsafe fn tile_r<const R: usize>(xq: *const i32, xs: *const f32, kp: usize, w: *
             let wt = wb.add(t * 2 * COLS);
             let (w0, w1) = (_mm512_loadu_si512(wt as *const _), _mm512_loadu_si512(wt.add(COLS) as *const _));
             for (r, s) in sum.iter_mut().enumerate() {
-                let a = _mm512_set1_epi32(*xb.add(t * R + r));
+                let a = _mm512_set1_epi32(*xb.add(r * BLOCK / 2 + t));
                 s[0] = _mm512_dpwssd_epi32(s[0], a, w0);
                 s[1] = _mm512_dpwssd_epi32(s[1], a, w1);
             }
