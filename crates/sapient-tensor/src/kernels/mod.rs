@@ -108,6 +108,7 @@ mod detect;
 mod dispatch;
 mod memory;
 mod mxfp4;
+mod mxfp4_lanes;
 mod options;
 pub mod pool;
 pub mod quant;
