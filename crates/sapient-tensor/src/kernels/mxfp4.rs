@@ -8,9 +8,10 @@
 //! E8M0 scale, the blocks added in order. Each output is computed by the same function
 //! whatever the number of rows, so rows do not depend on the batch.
 //!
-//! On x86_64 with AVX2 or AVX-512 the matrix is packed sixteen rows at a time at load and
-//! multiplied by the kernels of `mxfp4_lanes.rs` (the same arithmetic, bit for bit); elsewhere
-//! (or with those levels turned off) by the portable loop here.
+//! On x86_64 with AVX2 or AVX-512, and on aarch64 with dotprod, the matrix is packed sixteen
+//! rows at a time at load and multiplied by the kernels of `mxfp4_lanes.rs` and
+//! `neon_mxfp4.rs` (the same arithmetic, bit for bit); elsewhere (or with those levels turned
+//! off) by the portable loop here.
 
 use super::quant::{quantize_q8, BlockQ8};
 use super::{for_row_chunks, run_chunks, SendPtr};
@@ -20,7 +21,7 @@ use crate::{Error, Result};
 pub const MXFP4_BLOCK_BYTES: usize = 17;
 
 /// E2M1 values doubled (ggml's `kvalues_mxfp4`); the scale is halved to match.
-const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+pub(super) const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 /// Half the E8M0 scale `2^(e - 127)`, as ggml's `ggml_e8m0_to_fp32_half` (denormal for
 /// `e < 2`).
@@ -57,6 +58,16 @@ pub fn dot_mxfp4_q8(w: &[u8], a: &[BlockQ8]) -> f32 {
     sum
 }
 
+/// Run `job` on ranges of the groups of sixteen rows of a `rows`-row matrix times `m`
+/// activation rows (`work` multiply-adds): one stretch per thread for a decode's few rows
+/// (memory bound), eight per thread for more.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn for_groups(rows: usize, m: usize, work: usize, job: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    let (groups, nth) = (rows.div_ceil(16), super::pool::pool().threads());
+    let chunk = if m <= 16 { groups.div_ceil(nth) } else { groups / (nth * 8) }.max(1);
+    run_chunks(groups.div_ceil(chunk), work, &|c: usize| job(c * chunk..((c + 1) * chunk).min(groups)));
+}
+
 /// Which kernels multiply a matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Level {
@@ -68,12 +79,16 @@ pub(crate) enum Level {
     AvxVnni,
     /// AVX-512 VNNI on packed rows.
     Avx512,
+    /// aarch64 `sdot` on packed rows.
+    Sdot,
 }
 
 impl Level {
     /// The widest level this CPU has and the kernel options allow.
     pub(crate) fn detect() -> Self {
-        if super::has_avx512() {
+        if super::has_dotprod() {
+            Level::Sdot
+        } else if super::has_avx512() {
             Level::Avx512
         } else if super::has_vnni() {
             Level::AvxVnni
@@ -161,6 +176,14 @@ impl Mxfp4Matrix {
         }
         let rows = self.rows;
         let out_ptr = SendPtr(out.as_mut_ptr());
+        #[cfg(target_arch = "aarch64")]
+        if self.level == Level::Sdot {
+            for_groups(rows, m, rows * m * self.cols, &|groups| {
+                // SAFETY: as below, with dotprod for `Level::Sdot`.
+                unsafe { super::neon_mxfp4::run_sdot(&self.bytes, nb, rows, groups, &acts, out_ptr.ptr()) };
+            });
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Portable {
             use super::mxfp4_lanes as k;
@@ -170,12 +193,7 @@ impl Mxfp4Matrix {
                 Level::AvxVnni => k::run_avx_vnni,
                 _ => k::run_avx2,
             };
-            // Groups of sixteen rows: one stretch per thread for a decode's few rows (memory
-            // bound), eight per thread for more.
-            let (groups, nth) = (rows.div_ceil(16), super::pool::pool().threads());
-            let chunk = if m <= 16 { groups.div_ceil(nth) } else { groups / (nth * 8) }.max(1);
-            run_chunks(groups.div_ceil(chunk), rows * m * self.cols, &|c: usize| {
-                let groups = c * chunk..((c + 1) * chunk).min(groups);
+            for_groups(rows, m, rows * m * self.cols, &|groups| {
                 // SAFETY: the CPU has the level's features (`with_level`'s contract); the
                 // packed bytes hold every group of `nb` blocks; `out` is `m * rows` long and
                 // each group's rows are written by one thread only.
@@ -262,6 +280,10 @@ mod tests {
     /// The levels this CPU has (the portable loop always).
     fn levels() -> Vec<Level> {
         let mut v = vec![Level::Portable];
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            v.push(Level::Sdot);
+        }
         #[cfg(target_arch = "x86_64")]
         {
             let f = |x: &str| match x {

@@ -1,5 +1,5 @@
 //! MXFP4 products sixteen weight rows at a time, one per 32-bit lane (AVX-512 VNNI, AVX2
-//! and AVX-VNNI; `neon_mxfp4.rs` on aarch64), in the style of `lanes.rs`.
+//! and AVX-VNNI; `neon_mxfp4.rs` reads the same layout on aarch64), in the style of `lanes.rs`.
 //!
 //! Layout ([`pack`], made at load): per group of sixteen rows, first the rows' E8M0 scale
 //! bytes (sixteen per block, the group's blocks in order, rounded up to 64 bytes), then per
@@ -26,6 +26,7 @@ use super::quant::BlockQ8;
 use std::arch::x86_64::*;
 
 /// E2M1 values doubled (ggml's `kvalues_mxfp4`) plus 12: unsigned bytes for `vpdpbusd`.
+#[cfg(target_arch = "x86_64")]
 pub(super) const KVALUES_U: [u8; 16] = [12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0];
 
 /// Bytes of a group's scales (sixteen per block, rounded up to a 64-byte line).
@@ -69,6 +70,7 @@ pub(super) fn unpack_block(group: &[u8], nb: usize, n: usize, b: usize) -> [u8; 
 }
 
 /// `12 · Σ qs` of each activation block (the offset of [`KVALUES_U`] to take back).
+#[cfg(target_arch = "x86_64")]
 pub(super) fn offsets(acts: &[BlockQ8]) -> Vec<i32> {
     acts.iter().map(|a| 12 * a.qs.iter().map(|&q| q as i32).sum::<i32>()).collect()
 }
