@@ -318,7 +318,7 @@ mod tests {
             let z = splitmix(7 << 32 | i as u64);
             // Denormal (0, 1), the smallest normals, 2^0, large and the largest scales.
             blk[0] = [0u8, 1, 2, 3, 127, 126, 200, 254, 255][(z % 9) as usize];
-            if z % 5 == 0 {
+            if z.is_multiple_of(5) {
                 blk[0] = (z >> 8) as u8;
             }
             for (j, b) in blk[1..].iter_mut().enumerate() {

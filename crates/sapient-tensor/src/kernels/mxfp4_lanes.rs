@@ -120,8 +120,8 @@ pub(super) unsafe fn run_avx512(packed: &[u8], nb: usize, rows: usize, groups: s
                     let a = &acts[(i0 + p) * nb + b];
                     let qa = a.qs.as_ptr();
                     let mut s = _mm512_set1_epi32(-off[(i0 + p) * nb + b]);
-                    for k in 0..8 {
-                        s = _mm512_dpbusd_epi32(s, w[k], _mm512_set1_epi32(std::ptr::read_unaligned(qa.add(4 * (k % 4) + 16 * (k / 4)) as *const i32)));
+                    for (k, w) in w.iter().enumerate() {
+                        s = _mm512_dpbusd_epi32(s, *w, _mm512_set1_epi32(std::ptr::read_unaligned(qa.add(4 * (k % 4) + 16 * (k / 4)) as *const i32)));
                     }
                     let d = _mm512_mul_ps(_mm512_set1_ps(a.d), dw);
                     acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(d, _mm512_cvtepi32_ps(s)));
