@@ -141,13 +141,16 @@ fn llama_batched(dir: &std::path::Path, model: &std::path::Path, a: &Args) -> Re
 pub fn run(a: Args) -> Result<()> {
     let mut results = Vec::new();
     for preset in &a.presets {
-        let pipe = Pipeline::load(preset, PipelineOptions { max_seq_len: Some(4096), ..Default::default() }, |_| {})?;
-        let path = pipe.info().path.clone();
-        println!("{preset} ({}), prompts of {} tokens, {} generated each, {} KV cache:", path.display(), a.npp, a.ntg, a.kv_type);
+        // llama.cpp first, before the model is loaded here: a model of half the memory (a
+        // 20B mixture of experts) then fits beside llama.cpp's page cache. A preset or a
+        // path to a GGUF.
+        let path = sapient_hub::Hub::new()?.resolve(preset, &mut |_| {})?.file("gguf")?.to_path_buf();
         let lcpp = match &a.vs_llamacpp {
             Some(dir) => Some(llama_batched(dir, &path, &a)?),
             None => None,
         };
+        let pipe = Pipeline::load(preset, PipelineOptions { max_seq_len: Some(4096), ..Default::default() }, |_| {})?;
+        println!("{preset} ({}), prompts of {} tokens, {} generated each, {} KV cache:", path.display(), a.npp, a.ntg, a.kv_type);
         let reps = a.reps.max(1);
         let mut runs: Vec<Vec<Point>> = a.npl.iter().map(|_| Vec::new()).collect();
         for _ in 0..reps {

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Presets to measure.
+    /// Presets (or paths to GGUF files) to measure.
     #[arg(long = "preset", default_values_t = vec!["smollm2-135m-instruct".to_string()])]
     pub presets: Vec<String>,
     /// Prompt lengths to measure prefill at (comma-separated; the first is the headline).
@@ -95,11 +95,17 @@ fn bandwidth_gbs(prefetch: bool) -> f64 {
 }
 
 /// Bytes of weights a decode step reads: every tensor, except the token embedding table when
-/// the model has a separate output matrix (a step reads one row of it). The KV cache reads
-/// (under 2 MB per token at tg128 for these models) are left out.
+/// the model has a separate output matrix (a step reads one row of it), and of a mixture of
+/// experts' stacked expert tensors (`_exps`) the share of the experts a token uses. The KV
+/// cache reads (under 2 MB per token at tg128 for these models) are left out.
 fn decode_bytes(path: &std::path::Path) -> Result<f64> {
     let g = sapient_tensor::gguf::GgufFile::open(path)?;
-    let total: u64 = g.tensors().iter().map(|t| t.size).sum();
+    let arch = g.architecture()?.to_string();
+    let share = match (g.get_usize(&format!("{arch}.expert_used_count")), g.get_usize(&format!("{arch}.expert_count"))) {
+        (Ok(used), Ok(n)) if n > 0 => used as f64 / n as f64,
+        _ => 1.0,
+    };
+    let total: u64 = g.tensors().iter().map(|t| if t.name.contains("_exps") { (t.size as f64 * share) as u64 } else { t.size }).sum();
     let embd = match (g.tensor_info("token_embd.weight"), g.contains_tensor("output.weight")) {
         (Some(t), true) => t.size - t.size / t.shape.first().copied().unwrap_or(1).max(1) as u64,
         _ => 0,
@@ -160,7 +166,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut results = Vec::new();
     let mut measured = Vec::new();
     for preset in &a.presets {
-        let r = hub.fetch_preset(preset, &mut |_| {})?;
+        let r = hub.resolve(preset, &mut |_| {})?;
         let path = r.file("gguf")?.to_path_buf();
         let file_size = std::fs::metadata(&path)?.len() as f64;
         let size = decode_bytes(&path)?;

@@ -28,6 +28,7 @@
 
 mod kokoro;
 mod llama;
+mod moe_full;
 mod moe_synthetic;
 #[cfg(test)]
 mod synthetic;
@@ -73,7 +74,14 @@ pub enum Cmd {
         ty: String,
     },
     /// A small synthetic mixture-of-experts GGUF (qwen3moe, qwen3moe-mxfp4, llama-moe, gpt-oss) and its prompts' ids (OUT.ids).
-    SyntheticMoe { arch: String, output: PathBuf },
+    /// With `--full-size`, the real model's shapes instead (gpt-oss: gpt-oss-20b, qwen3moe:
+    /// Qwen3-30B-A3B; random quantized blocks written directly, 12 to 18 GB; no ids).
+    SyntheticMoe {
+        arch: String,
+        output: PathBuf,
+        #[arg(long)]
+        full_size: bool,
+    },
     /// Kokoro-82M int8 ONNX (path, directory or preset) to KModel-named safetensors + config.json.
     KokoroOnnxToSafetensors {
         input: String,
@@ -98,8 +106,13 @@ pub fn run(args: Args) -> Result<()> {
         }
         Cmd::Ct2ToSafetensors { input, out_dir, dtype } => ct2_to_safetensors(&input, &out_dir, &dtype)?,
         Cmd::Ct2ToGguf { input, out_dir, ty } => ct2_to_gguf(&input, &out_dir, &ty)?,
-        Cmd::SyntheticMoe { arch, output } => {
+        Cmd::SyntheticMoe { arch, output, full_size } => {
             let tok = sapient_hub::Hub::new()?.fetch_preset("smollm2-135m-instruct", &mut |_| {})?;
+            if full_size {
+                let bytes = moe_full::write(&arch, tok.file("gguf")?, &output)?;
+                println!("wrote {} ({:.2} GB)", output.display(), bytes as f64 / 1e9);
+                return Ok(());
+            }
             let ids = moe_synthetic::write(&arch, tok.file("gguf")?, &output)?;
             let lines: Vec<String> = ids.iter().map(|p| p.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")).collect();
             std::fs::write(output.with_extension("ids"), lines.join("\n") + "\n")?;

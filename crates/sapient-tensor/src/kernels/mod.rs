@@ -108,6 +108,9 @@ mod detect;
 mod dispatch;
 mod memory;
 mod mxfp4;
+mod mxfp4_lanes;
+#[cfg(target_arch = "aarch64")]
+mod neon_mxfp4;
 mod options;
 pub mod pool;
 pub mod quant;

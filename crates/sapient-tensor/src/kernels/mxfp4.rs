@@ -7,16 +7,21 @@
 //! E2M1 values times the 8-bit activations, scaled by the activation scale times half the
 //! E8M0 scale, the blocks added in order. Each output is computed by the same function
 //! whatever the number of rows, so rows do not depend on the batch.
+//!
+//! On x86_64 with AVX2 or AVX-512, and on aarch64 with dotprod, the matrix is packed sixteen
+//! rows at a time at load and multiplied by the kernels of `mxfp4_lanes.rs` and
+//! `neon_mxfp4.rs` (the same arithmetic, bit for bit); elsewhere (or with those levels turned
+//! off) by the portable loop here.
 
 use super::quant::{quantize_q8, BlockQ8};
-use super::{for_row_chunks, SendPtr};
+use super::{for_row_chunks, run_chunks, SendPtr};
 use crate::{Error, Result};
 
 /// Bytes of one block of 32 values.
 pub const MXFP4_BLOCK_BYTES: usize = 17;
 
 /// E2M1 values doubled (ggml's `kvalues_mxfp4`); the scale is halved to match.
-const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+pub(super) const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 /// Half the E8M0 scale `2^(e - 127)`, as ggml's `ggml_e8m0_to_fp32_half` (denormal for
 /// `e < 2`).
@@ -53,12 +58,56 @@ pub fn dot_mxfp4_q8(w: &[u8], a: &[BlockQ8]) -> f32 {
     sum
 }
 
-/// An MXFP4 `[rows, cols]` weight matrix in ggml's block layout, row-major.
+/// Run `job` on ranges of the groups of sixteen rows of a `rows`-row matrix times `m`
+/// activation rows (`work` multiply-adds): one stretch per thread for a decode's few rows
+/// (memory bound), eight per thread for more.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn for_groups(rows: usize, m: usize, work: usize, job: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    let (groups, nth) = (rows.div_ceil(16), super::pool::pool().threads());
+    let chunk = if m <= 16 { groups.div_ceil(nth) } else { groups / (nth * 8) }.max(1);
+    run_chunks(groups.div_ceil(chunk), work, &|c: usize| job(c * chunk..((c + 1) * chunk).min(groups)));
+}
+
+/// Which kernels multiply a matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Level {
+    /// The portable loop on ggml's blocks.
+    Portable,
+    /// AVX2 on packed rows.
+    Avx2,
+    /// AVX-VNNI on packed rows.
+    AvxVnni,
+    /// AVX-512 VNNI on packed rows.
+    Avx512,
+    /// aarch64 `sdot` on packed rows.
+    Sdot,
+}
+
+impl Level {
+    /// The widest level this CPU has and the kernel options allow.
+    pub(crate) fn detect() -> Self {
+        if super::has_dotprod() {
+            Level::Sdot
+        } else if super::has_avx512() {
+            Level::Avx512
+        } else if super::has_vnni() {
+            Level::AvxVnni
+        } else if super::has_avx2() {
+            Level::Avx2
+        } else {
+            Level::Portable
+        }
+    }
+}
+
+/// An MXFP4 `[rows, cols]` weight matrix: ggml's blocks row-major ([`Level::Portable`]), or
+/// packed sixteen rows at a time for the SIMD kernels.
 #[derive(Clone)]
 pub struct Mxfp4Matrix {
     rows: usize,
     cols: usize,
     bytes: Vec<u8>,
+    level: Level,
 }
 
 impl std::fmt::Debug for Mxfp4Matrix {
@@ -70,6 +119,11 @@ impl std::fmt::Debug for Mxfp4Matrix {
 impl Mxfp4Matrix {
     /// A matrix from ggml's blocks (`rows * cols / 32 * 17` bytes).
     pub fn from_bytes(rows: usize, cols: usize, bytes: Vec<u8>) -> Result<Self> {
+        Self::with_level(rows, cols, bytes, Level::detect())
+    }
+
+    /// As [`Self::from_bytes`], multiplied by the kernels of `level` (which the CPU must have).
+    pub(crate) fn with_level(rows: usize, cols: usize, bytes: Vec<u8>, level: Level) -> Result<Self> {
         if !cols.is_multiple_of(32) {
             return Err(Error::Candle(candle_core::Error::Msg(format!("MXFP4 matrix: {cols} columns is not a multiple of 32"))));
         }
@@ -77,7 +131,11 @@ impl Mxfp4Matrix {
         if bytes.len() != want {
             return Err(Error::Candle(candle_core::Error::Msg(format!("MXFP4 [{rows}, {cols}] needs {want} bytes, got {}", bytes.len()))));
         }
-        Ok(Self { rows, cols, bytes })
+        let bytes = match level {
+            Level::Portable => bytes,
+            _ => super::mxfp4_lanes::pack(&bytes, rows, cols / 32),
+        };
+        Ok(Self { rows, cols, bytes, level })
     }
     pub fn rows(&self) -> usize {
         self.rows
@@ -90,9 +148,20 @@ impl Mxfp4Matrix {
         &self.bytes[r * rb..(r + 1) * rb]
     }
 
+    /// Row `r` in ggml's blocks (unpacked where the matrix is packed).
+    pub fn row_blocks(&self, r: usize) -> std::borrow::Cow<'_, [u8]> {
+        if self.level == Level::Portable {
+            return std::borrow::Cow::Borrowed(self.row(r));
+        }
+        let nb = self.cols / 32;
+        let gb = super::mxfp4_lanes::group_bytes(nb);
+        let group = &self.bytes[r / 16 * gb..(r / 16 + 1) * gb];
+        std::borrow::Cow::Owned((0..nb).flat_map(|b| super::mxfp4_lanes::unpack_block(group, nb, r % 16, b)).collect())
+    }
+
     /// Dequantize row `r` into `out` (`cols` long).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        dequantize_mxfp4(self.row(r), out);
+        dequantize_mxfp4(&self.row_blocks(r), out);
     }
 
     /// `out[i, j] = sum_k x[i, k] * w[j, k]` for `m` rows of `x` (`[m, cols]`); `out` is
@@ -107,6 +176,31 @@ impl Mxfp4Matrix {
         }
         let rows = self.rows;
         let out_ptr = SendPtr(out.as_mut_ptr());
+        #[cfg(target_arch = "aarch64")]
+        if self.level == Level::Sdot {
+            for_groups(rows, m, rows * m * self.cols, &|groups| {
+                // SAFETY: as below, with dotprod for `Level::Sdot`.
+                unsafe { super::neon_mxfp4::run_sdot(&self.bytes, nb, rows, groups, &acts, out_ptr.ptr()) };
+            });
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            use super::mxfp4_lanes as k;
+            let off = k::offsets(&acts);
+            let kernel = match self.level {
+                Level::Avx512 => k::run_avx512,
+                Level::AvxVnni => k::run_avx_vnni,
+                _ => k::run_avx2,
+            };
+            for_groups(rows, m, rows * m * self.cols, &|groups| {
+                // SAFETY: the CPU has the level's features (`with_level`'s contract); the
+                // packed bytes hold every group of `nb` blocks; `out` is `m * rows` long and
+                // each group's rows are written by one thread only.
+                unsafe { kernel(&self.bytes, nb, rows, groups, &acts, &off, out_ptr.ptr()) };
+            });
+            return;
+        }
         for_row_chunks(rows, m, rows * m * self.cols, &|range: std::ops::Range<usize>| {
             for r in range {
                 let w = self.row(r);
@@ -179,6 +273,79 @@ mod tests {
                 assert_eq!(out[a * rows + r].to_bits(), d.to_bits(), "matmul vs dot");
                 let s = f32::from_bits(simd[r * acts + a]);
                 assert!((d - s).abs() <= 1e-5 * s.abs().max(1.0), "row {r}, activation {a}: {d} vs ggml's SIMD {s}");
+            }
+        }
+    }
+
+    /// The levels this CPU has (the portable loop always).
+    fn levels() -> Vec<Level> {
+        let mut v = vec![Level::Portable];
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("dotprod") {
+            v.push(Level::Sdot);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let f = |x: &str| match x {
+                "avx2" => std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma"),
+                "avxvnni" => std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("avxvnni"),
+                _ => {
+                    std::is_x86_feature_detected!("avx512f")
+                        && std::is_x86_feature_detected!("avx512bw")
+                        && std::is_x86_feature_detected!("avx512vl")
+                        && std::is_x86_feature_detected!("avx512vnni")
+                }
+            };
+            for (name, l) in [("avx2", Level::Avx2), ("avxvnni", Level::AvxVnni), ("avx512", Level::Avx512)] {
+                if f(name) {
+                    v.push(l);
+                }
+            }
+        }
+        v
+    }
+
+    /// Every level's product equals the portable loop's bit for bit (and so ggml's generic dot
+    /// product) on random blocks with every kind of scale (denormal, 1, huge), rows that are
+    /// not a multiple of sixteen and every activation count up to past a pass; the packed
+    /// rows unpack to the blocks they were made of.
+    #[test]
+    fn every_level_matches_the_portable_loop() {
+        let (rows, nb) = (37, 5);
+        let cols = nb * 32;
+        let mut w = vec![0u8; rows * nb * MXFP4_BLOCK_BYTES];
+        for (i, blk) in w.chunks_exact_mut(MXFP4_BLOCK_BYTES).enumerate() {
+            let z = splitmix(7 << 32 | i as u64);
+            // Denormal (0, 1), the smallest normals, 2^0, large and the largest scales.
+            blk[0] = [0u8, 1, 2, 3, 127, 126, 200, 254, 255][(z % 9) as usize];
+            if z.is_multiple_of(5) {
+                blk[0] = (z >> 8) as u8;
+            }
+            for (j, b) in blk[1..].iter_mut().enumerate() {
+                *b = (splitmix(8 << 32 | (i * 16 + j) as u64) >> 40) as u8;
+            }
+        }
+        let reference = Mxfp4Matrix::with_level(rows, cols, w.clone(), Level::Portable).expect("matrix");
+        for level in levels() {
+            let mat = Mxfp4Matrix::with_level(rows, cols, w.clone(), level).expect("matrix");
+            for r in 0..rows {
+                assert_eq!(&mat.row_blocks(r)[..], &w[r * nb * 17..(r + 1) * nb * 17], "{level:?}: row {r} unpacked");
+            }
+            for m in [1usize, 2, 3, 4, 5, 8, 9, 17, 33] {
+                // Activations of mixed magnitudes (a few rows all zero).
+                let x: Vec<f32> = (0..m * cols)
+                    .map(|i| {
+                        let z = splitmix(9 << 32 | (m * 1000 + i) as u64);
+                        let mag = [0.0f32, 1e-30, 1e-3, 1.0, 1e4][(i / cols + (z % 3) as usize) % 5];
+                        ((z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32 * mag
+                    })
+                    .collect();
+                let (mut got, mut want) = (vec![0f32; m * rows], vec![0f32; m * rows]);
+                mat.matmul(&x, m, &mut got);
+                reference.matmul(&x, m, &mut want);
+                for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                    assert!(g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()), "{level:?}, {m} rows: output {i}: {g} vs the portable {e}");
+                }
             }
         }
     }

@@ -7,4 +7,4 @@ mod writer;
 
 pub use reader::{GgufFile, TensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC};
 pub use types::{GgmlType, Value, ValueType};
-pub use writer::{GgufWriter, TensorData};
+pub use writer::{GgufWriter, TensorData, TensorSpec};
