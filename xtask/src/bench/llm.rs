@@ -10,7 +10,7 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Presets to measure.
+    /// Presets (or local GGUF paths) to measure.
     #[arg(long = "preset", default_values_t = vec!["smollm2-135m-instruct".to_string()])]
     pub presets: Vec<String>,
     /// Prompt lengths to measure prefill at (comma-separated; the first is the headline).
@@ -160,7 +160,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut results = Vec::new();
     let mut measured = Vec::new();
     for preset in &a.presets {
-        let r = hub.fetch_preset(preset, &mut |_| {})?;
+        let r = hub.resolve(preset, &mut |_| {})?;
         let path = r.file("gguf")?.to_path_buf();
         let file_size = std::fs::metadata(&path)?.len() as f64;
         let size = decode_bytes(&path)?;

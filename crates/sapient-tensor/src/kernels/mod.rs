@@ -109,6 +109,7 @@ mod dispatch;
 mod memory;
 mod mxfp4;
 mod options;
+pub mod delta;
 pub mod pool;
 pub mod quant;
 
