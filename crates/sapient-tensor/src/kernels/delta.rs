@@ -174,7 +174,7 @@ mod x86 {
         }
     }
 
-    /// Dot products of 4 rows of `a` with one row of `b`... tiled 4 x 4.
+    /// [`super::dots_nt`] in tiles of 4 x 4 dot products, each loaded row serving four.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
     pub unsafe fn dots_nt_512(a: *const f32, lda: usize, n: usize, b: *const f32, ldb: usize, m: usize, s: usize, out: *mut f32, ld: usize) {
@@ -193,8 +193,8 @@ mod x86 {
                     }
                     for (x, acc) in acc.iter_mut().enumerate().take(rn) {
                         let av = _mm512_loadu_ps(a.add((r + x) * lda + i));
-                        for y in 0..cn {
-                            acc[y] = _mm512_fmadd_ps(av, bv[y], acc[y]);
+                        for (acc, &bv) in acc.iter_mut().zip(&bv).take(cn) {
+                            *acc = _mm512_fmadd_ps(av, bv, *acc);
                         }
                     }
                     i += 16;
