@@ -21,9 +21,10 @@
 //! then `ssm_out` projects the heads back to the hidden size. Both states live in the KV
 //! cache's sequences (`HostKv::state_mut`), one stretch per linear layer: the convolution
 //! window `[conv_kernel - 1][conv dim]`, then the matrices `[v head][row j][column i]`
-//! (`S[i][j]` at row `j`, as ggml stores it). Decode updates them in place; a prompt runs
-//! position by position through the recurrence (its projections are still one product for
-//! all rows). Every sequence's arithmetic is its own, so results do not depend on the batch.
+//! (`S[i][j]` at row `j`, as ggml stores it). Decode updates them in place, position by
+//! position ([`head_recurrent`]); a sequence's stretch of [`CHUNKED_FROM`] rows or more (a
+//! prompt) takes the chunked form ([`head_chunked`]), which agrees with it to rounding. Every
+//! sequence's arithmetic is its own, so results do not depend on the batch.
 
 use crate::backend::{Backend, DeltaInputs, DeltaVectors, Step};
 use crate::config::HybridConfig;

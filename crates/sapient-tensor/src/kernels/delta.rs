@@ -12,16 +12,17 @@ use super::detect::{has_avx2, has_avx512};
 /// One position of the gated delta rule on a head's state `m` (`s` rows of `s`, `s =
 /// k.len()`): `m *= decay`, `m[j] += beta (v[j] - m[j].k) k`, `o[j] = scale m[j].q`, each row
 /// read and written once.
+#[allow(clippy::too_many_arguments)]
 pub fn delta_step(m: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f32, beta: f32, scale: f32, o: &mut [f32]) {
     let s = k.len();
     assert!(q.len() == s && v.len() >= s && o.len() >= s && m.len() >= s * s, "delta_step: shapes");
     #[cfg(target_arch = "x86_64")]
     {
-        if s % 16 == 0 && has_avx512() {
+        if s.is_multiple_of(16) && has_avx512() {
             // SAFETY: AVX-512F is present; the lengths are checked above.
             return unsafe { x86::step_512(m, k, q, v, decay, beta, scale, o) };
         }
-        if s % 8 == 0 && has_avx2() {
+        if s.is_multiple_of(8) && has_avx2() {
             // SAFETY: AVX2 and FMA are present; the lengths are checked above.
             return unsafe { x86::step_256(m, k, q, v, decay, beta, scale, o) };
         }
@@ -48,7 +49,7 @@ pub fn dots_nt(a: &[f32], lda: usize, n: usize, b: &[f32], ldb: usize, m: usize,
     }
     assert!(a.len() >= (n - 1) * lda + s && b.len() >= (m - 1) * ldb + s && out.len() >= (n - 1) * ld + m, "dots_nt: shapes");
     #[cfg(target_arch = "x86_64")]
-    if s % 16 == 0 && has_avx512() {
+    if s.is_multiple_of(16) && has_avx512() {
         // SAFETY: AVX-512F is present; every row read or written lies inside its slice (checked above).
         return unsafe { x86::dots_nt_512(a.as_ptr(), lda, n, b.as_ptr(), ldb, m, s, out.as_mut_ptr(), ld) };
     }
@@ -77,7 +78,7 @@ pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
 pub fn rank_update(m: &mut [f32], s: usize, decay: f32, c: &[f32], x: &[f32], ldx: usize, n: usize) {
     assert!(m.len() >= s * s && c.len() >= n * s && (n == 0 || x.len() >= (n - 1) * ldx + s), "rank_update: shapes");
     #[cfg(target_arch = "x86_64")]
-    if s % 16 == 0 && has_avx512() {
+    if s.is_multiple_of(16) && has_avx512() {
         // SAFETY: AVX-512F is present; the lengths are checked above.
         return unsafe { x86::rank_update_512(m, s, decay, c, x.as_ptr(), ldx, n) };
     }
