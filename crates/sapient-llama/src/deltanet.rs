@@ -21,9 +21,10 @@
 //! then `ssm_out` projects the heads back to the hidden size. Both states live in the KV
 //! cache's sequences (`HostKv::state_mut`), one stretch per linear layer: the convolution
 //! window `[conv_kernel - 1][conv dim]`, then the matrices `[v head][row j][column i]`
-//! (`S[i][j]` at row `j`, as ggml stores it). Decode updates them in place; a prompt runs
-//! position by position through the recurrence (its projections are still one product for
-//! all rows). Every sequence's arithmetic is its own, so results do not depend on the batch.
+//! (`S[i][j]` at row `j`, as ggml stores it). Decode updates them in place, position by
+//! position ([`head_recurrent`]); a sequence's stretch of [`CHUNKED_FROM`] rows or more (a
+//! prompt) takes the chunked form ([`head_chunked`]), which agrees with it to rounding. Every
+//! sequence's arithmetic is its own, so results do not depend on the batch.
 
 use crate::backend::{Backend, DeltaInputs, DeltaVectors, Step};
 use crate::config::HybridConfig;
@@ -117,14 +118,159 @@ pub(crate) fn mul_sigmoid(x: &mut [f32], g: &[f32]) {
     }
 }
 
+/// Positions per chunk of the chunked form (flash-linear-attention's and llama.cpp's 64).
+pub(crate) const CHUNK: usize = 64;
+/// A sequence's stretch of fewer rows than this runs through the recurrence position by
+/// position (decode, speculative verification); longer ones take the chunked form.
+pub(crate) const CHUNKED_FROM: usize = 8;
+
 thread_local! {
-    /// The convolution outputs of a sequence's rows.
+    /// The convolution outputs of a step's rows.
     static CONV: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// A head's per-row log-decays and write strengths.
+    static HEAD: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The chunked form's scratch.
+    static CHUNKS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The causal convolution and SiLU of `n` mixed rows (`row`, `cd` wide) over the window of
+/// the previous `taps - 1` rows (updated), into `x`; then the first `norm_heads` heads of
+/// `s` values of each output row L2-normalised.
+#[allow(clippy::too_many_arguments)]
+fn conv_rows(window: &mut [f32], conv: &[f32], rows: &[f32], n: usize, cd: usize, taps: usize, x: &mut [f32], norm_heads: usize, s: usize, eps: f32) {
+    for t in 0..n {
+        let row = &rows[t * cd..(t + 1) * cd];
+        let xo = &mut x[t * cd..(t + 1) * cd];
+        for (c, (o, &r)) in xo.iter_mut().zip(row).enumerate() {
+            let wc = &conv[c * taps..(c + 1) * taps];
+            // In ggml's order (`ssm_conv`): oldest tap first.
+            let mut sum = 0f32;
+            for (i, &wi) in wc[..taps - 1].iter().enumerate() {
+                sum += window[i * cd + c] * wi;
+            }
+            sum += r * wc[taps - 1];
+            *o = silu(sum);
+        }
+        if taps > 1 {
+            window.copy_within(cd.., 0);
+            window[(taps - 2) * cd..].copy_from_slice(row);
+        }
+        for head in xo[..norm_heads * s].chunks_exact_mut(s) {
+            l2_normalize(head, eps);
+        }
+    }
+}
+
+/// One value head's rows of a sequence: `x` holds the rows' convolved `q | k | v` (`cd`
+/// apart; the head's query, key and value start at `q0`, `k0`, `v0`), `g` and `b` their
+/// log-decays and write strengths. Outputs (before the gated norm) go to `o`, row `t` at
+/// `o.add(t * ld)`, `s` values.
+pub(crate) struct HeadRows<'a> {
+    pub x: &'a [f32],
+    pub cd: usize,
+    pub q0: usize,
+    pub k0: usize,
+    pub v0: usize,
+    pub g: &'a [f32],
+    pub b: &'a [f32],
+}
+
+/// Run a head's rows through its state `m` position by position.
+///
+/// # Safety
+/// `o.add(t * ld)` must be valid for `s` writes for every row `t`, and written by no one else.
+pub(crate) unsafe fn head_recurrent(m: &mut [f32], s: usize, r: &HeadRows<'_>, scale: f32, o: *mut f32, ld: usize) {
+    for t in 0..r.g.len() {
+        let xt = &r.x[t * r.cd..(t + 1) * r.cd];
+        // SAFETY: per the contract.
+        let ot = unsafe { std::slice::from_raw_parts_mut(o.add(t * ld), s) };
+        kernels::delta::delta_step(m, &xt[r.k0..r.k0 + s], &xt[r.q0..r.q0 + s], &xt[r.v0..r.v0 + s], r.g[t].exp(), r.b[t], scale, ot);
+    }
+}
+
+/// Run a head's rows through its state `m` in chunks of [`CHUNK`] positions, the gated
+/// delta rule's chunked (WY) form: within a chunk starting from state `M0`, with `G_t` the
+/// cumulative log-decay and `u_t` the written value,
+///
+/// ```text
+/// u_t = b_t (v_t - e^{G_t} M0 k_t - sum_{r<t} e^{G_t - G_r} (k_r . k_t) u_r)
+/// o_t = scale (e^{G_t} M0 q_t + sum_{r<=t} e^{G_t - G_r} (k_r . q_t) u_r)
+/// M   = e^{G_last} M0 + sum_r e^{G_last - G_r} u_r k_r^T
+/// ```
+///
+/// so a chunk costs products of its key/query rows with the state and with each other (the
+/// forward substitution for `u` runs over the chunk's rows). Results equal the recurrence's
+/// up to rounding (test `chunked_form_matches_the_recurrence`).
+///
+/// # Safety
+/// As [`head_recurrent`].
+pub(crate) unsafe fn head_chunked(m: &mut [f32], s: usize, r: &HeadRows<'_>, scale: f32, o: *mut f32, ld: usize, scratch: &mut Vec<f32>) {
+    use kernels::delta::{axpy, dots_nt, rank_update};
+    let n = r.g.len();
+    let need = 2 * CHUNK + 2 * CHUNK * CHUNK + 3 * CHUNK * s;
+    if scratch.len() < need {
+        scratch.resize(need, 0.0);
+    }
+    let (gc, rest) = scratch.split_at_mut(CHUNK);
+    let (eg, rest) = rest.split_at_mut(CHUNK);
+    let (kk, rest) = rest.split_at_mut(CHUNK * CHUNK);
+    let (qk, rest) = rest.split_at_mut(CHUNK * CHUNK);
+    let (mk, rest) = rest.split_at_mut(CHUNK * s);
+    let (mq, u) = rest.split_at_mut(CHUNK * s);
+    let mut t0 = 0;
+    while t0 < n {
+        let c = (n - t0).min(CHUNK);
+        let x = &r.x[t0 * r.cd..];
+        let (k, q) = (&x[r.k0..], &x[r.q0..]);
+        let mut acc = 0f32;
+        for t in 0..c {
+            acc += r.g[t0 + t];
+            gc[t] = acc;
+            eg[t] = acc.exp();
+        }
+        dots_nt(k, r.cd, c, m, s, s, s, mk, s);
+        dots_nt(q, r.cd, c, m, s, s, s, mq, s);
+        dots_nt(k, r.cd, c, k, r.cd, c, s, kk, CHUNK);
+        dots_nt(q, r.cd, c, k, r.cd, c, s, qk, CHUNK);
+        for t in 0..c {
+            let bt = r.b[t0 + t];
+            let v = &x[t * r.cd + r.v0..t * r.cd + r.v0 + s];
+            let (done, ut) = u.split_at_mut(t * s);
+            let ut = &mut ut[..s];
+            for ((uj, &vj), &mkj) in ut.iter_mut().zip(v).zip(&mk[t * s..(t + 1) * s]) {
+                *uj = bt * (vj - eg[t] * mkj);
+            }
+            for (rr, ur) in done.chunks_exact(s).enumerate() {
+                axpy(-bt * (gc[t] - gc[rr]).exp() * kk[t * CHUNK + rr], ur, ut);
+            }
+            // SAFETY: per the contract (row `t0 + t`).
+            let ot = unsafe { std::slice::from_raw_parts_mut(o.add((t0 + t) * ld), s) };
+            for (oj, &mqj) in ot.iter_mut().zip(&mq[t * s..(t + 1) * s]) {
+                *oj = eg[t] * mqj;
+            }
+            for (rr, ur) in u[..(t + 1) * s].chunks_exact(s).enumerate() {
+                axpy((gc[t] - gc[rr]).exp() * qk[t * CHUNK + rr], ur, ot);
+            }
+            for oj in ot.iter_mut() {
+                *oj *= scale;
+            }
+        }
+        let last = gc[c - 1];
+        for (t, ut) in u[..c * s].chunks_exact_mut(s).enumerate() {
+            let w = (last - gc[t]).exp();
+            for e in ut.iter_mut() {
+                *e *= w;
+            }
+        }
+        rank_update(m, s, last.exp(), u, k, r.cd, c);
+        t0 += c;
+    }
 }
 
 /// The CPU form of [`Backend::delta_net`]: for each sequence of the step, the convolution
-/// over its rows (and its window), then its value heads on the kernel pool, each running
-/// the rows in order through its state.
+/// over its rows (and its window); then every (sequence, value head) on the kernel pool,
+/// each running its rows through its state: position by position for fewer than
+/// [`CHUNKED_FROM`] rows, in chunks otherwise.
 pub(crate) fn delta_net_cpu(kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: DeltaInputs<'_, Vec<f32>>, step: &Step, eps: f32, out: &mut [f32]) -> Result<()> {
     let sh = w.shape;
     let (cd, vd, hv, hk, s, taps) = (sh.conv_dim(), sh.value_dim(), sh.v_heads, sh.k_heads, sh.head_dim, sh.conv_kernel);
@@ -135,81 +281,82 @@ pub(crate) fn delta_net_cpu(kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: Delt
     if w.conv.len() != cd * taps || w.dt_bias.len() != hv || w.a.len() != hv || w.norm.len() != s {
         return Err(Error::Internal("delta_net: weights do not match the layer's shape"));
     }
+    if step.segs.iter().any(|g| g.row0 + g.n > rows) {
+        return Err(Error::Internal("delta_net: a sequence's rows lie outside the step"));
+    }
+    for (i, a) in step.segs.iter().enumerate() {
+        if step.segs[..i].iter().any(|b| b.seq == a.seq) {
+            return Err(Error::Internal("delta_net: a sequence twice in one step"));
+        }
+    }
     CONV.with(|cell| {
         let x = &mut *cell.borrow_mut();
+        if x.len() < rows * cd {
+            x.resize(rows * cd, 0.0);
+        }
+        let mut mats = Vec::with_capacity(step.segs.len());
         for seg in &step.segs {
-            let state = kv.state_mut(seg.seq);
-            let st = state
+            let st = kv
+                .state_mut(seg.seq)
                 .get_mut(w.offset..w.offset + sh.layer_floats())
                 .ok_or(Error::Internal("delta_net: the sequence state is smaller than the model's"))?;
-            let (window, mats) = st.split_at_mut(sh.conv_floats());
+            let (window, m) = st.split_at_mut(sh.conv_floats());
+            let (r0, n) = (seg.row0 * cd, seg.n);
+            conv_rows(window, &w.conv, &p.qkv[r0..r0 + n * cd], n, cd, taps, &mut x[r0..r0 + n * cd], 2 * hk, s, eps);
+            mats.push(SendPtr(m.as_mut_ptr()));
+        }
+        let x = &x[..rows * cd];
+        let scale = 1.0 / (s as f32).sqrt();
+        let op = SendPtr(out.as_mut_ptr());
+        let job = |j: usize| {
+            let (si, h) = (j / hv, j % hv);
+            let seg = &step.segs[si];
             let n = seg.n;
-            if x.len() < n * cd {
-                x.resize(n * cd, 0.0);
-            }
-            for t in 0..n {
-                let row = &p.qkv[(seg.row0 + t) * cd..(seg.row0 + t + 1) * cd];
-                let xo = &mut x[t * cd..(t + 1) * cd];
-                for (c, (o, &r)) in xo.iter_mut().zip(row).enumerate() {
-                    let wc = &w.conv[c * taps..(c + 1) * taps];
-                    // In ggml's order (`ssm_conv`): oldest tap first.
-                    let mut sum = 0f32;
-                    for (i, &wi) in wc[..taps - 1].iter().enumerate() {
-                        sum += window[i * cd + c] * wi;
-                    }
-                    sum += r * wc[taps - 1];
-                    *o = silu(sum);
+            // SAFETY: each (sequence, head) is one job: its matrix (inside the sequence's state,
+            // distinct sequences checked above) and its columns of the sequence's output rows
+            // (inside `out`, checked above) are touched by this job only.
+            let m = unsafe { std::slice::from_raw_parts_mut(mats[si].ptr().add(h * s * s), s * s) };
+            HEAD.with(|cell| {
+                let scratch = &mut *cell.borrow_mut();
+                if scratch.len() < 2 * n {
+                    scratch.resize(2 * n, 0.0);
                 }
-                if taps > 1 {
-                    window.copy_within(cd.., 0);
-                    window[(taps - 2) * cd..].copy_from_slice(row);
-                }
-                for head in xo[..2 * hk * s].chunks_exact_mut(s) {
-                    l2_normalize(head, eps);
-                }
-            }
-            let x = &x[..n * cd];
-            let scale = 1.0 / (s as f32).sqrt();
-            let (mp, op) = (SendPtr(mats.as_mut_ptr()), SendPtr(out.as_mut_ptr()));
-            let head = |h: usize| {
-                // SAFETY: head `h`'s matrix and its columns of the rows' outputs are written by
-                // this call only (one call per head); both lie inside their buffers (checked
-                // above: `mats` holds `v_heads` matrices, `out` the step's rows).
-                let m = unsafe { std::slice::from_raw_parts_mut(mp.ptr().add(h * s * s), s * s) };
-                let kh = h % hk;
+                let (g, b) = scratch.split_at_mut(n);
+                let b = &mut b[..n];
                 for t in 0..n {
                     let r = seg.row0 + t;
-                    let xt = &x[t * cd..(t + 1) * cd];
-                    let q = &xt[kh * s..(kh + 1) * s];
-                    let k = &xt[hk * s + kh * s..hk * s + (kh + 1) * s];
-                    let v = &xt[2 * hk * s + h * s..2 * hk * s + (h + 1) * s];
-                    let decay = (softplus(p.alpha[r * hv + h] + w.dt_bias[h]) * w.a[h]).exp();
-                    let b = 1.0 / (1.0 + (-p.beta[r * hv + h]).exp());
+                    g[t] = softplus(p.alpha[r * hv + h] + w.dt_bias[h]) * w.a[h];
+                    b[t] = 1.0 / (1.0 + (-p.beta[r * hv + h]).exp());
+                }
+                let kh = h % hk;
+                let rows = HeadRows { x: &x[seg.row0 * cd..(seg.row0 + n) * cd], cd, q0: kh * s, k0: hk * s + kh * s, v0: 2 * hk * s + h * s, g, b };
+                // SAFETY: as above; row `t`'s columns of this head start at `o + t * vd`.
+                let o = unsafe { op.ptr().add(seg.row0 * vd + h * s) };
+                if n < CHUNKED_FROM {
+                    // SAFETY: as above.
+                    unsafe { head_recurrent(m, s, &rows, scale, o, vd) };
+                } else {
+                    // SAFETY: as above.
+                    CHUNKS.with(|c| unsafe { head_chunked(m, s, &rows, scale, o, vd, &mut c.borrow_mut()) });
+                }
+                for t in 0..n {
+                    let r = seg.row0 + t;
                     // SAFETY: as above.
                     let o = unsafe { std::slice::from_raw_parts_mut(op.ptr().add(r * vd + h * s), s) };
-                    for (j, mj) in m.chunks_exact_mut(s).enumerate() {
-                        for e in mj.iter_mut() {
-                            *e *= decay;
-                        }
-                        let d = (v[j] - kernels::dot_f32(mj, k)) * b;
-                        for (e, &ki) in mj.iter_mut().zip(k) {
-                            *e += d * ki;
-                        }
-                        o[j] = kernels::dot_f32(mj, q) * scale;
-                    }
                     let z = &p.z[r * vd + h * s..r * vd + (h + 1) * s];
                     let inv = 1.0 / (kernels::dot_f32(o, o) / s as f32 + eps).sqrt();
                     for ((o, &nw), &zj) in o.iter_mut().zip(&w.norm).zip(z) {
                         *o = *o * inv * nw * silu(zj);
                     }
                 }
-            };
-            // Threads pay once a head's work is more than a few matrices.
-            if hv == 1 || n * s * s * hv < 64 * 1024 {
-                (0..hv).for_each(head);
-            } else {
-                pool::pool().run_chunks(hv, &head);
-            }
+            });
+        };
+        let jobs = step.segs.len() * hv;
+        // Threads pay once the step's work is more than a few matrices.
+        if jobs == 1 || rows * s * s * hv < 64 * 1024 {
+            (0..jobs).for_each(job);
+        } else {
+            pool::pool().run_chunks(jobs, &job);
         }
         Ok(())
     })
@@ -230,5 +377,48 @@ mod tests {
         let mut z = [0.0f32; 4];
         l2_normalize(&mut z, 1e-6);
         assert_eq!(z, [0.0; 4]);
+    }
+
+    /// The chunked form gives the recurrence's outputs and final state: 150 positions (two
+    /// full chunks and a partial one) of a 32-wide head (and a 128-wide one, the SIMD path of
+    /// real models), from a non-zero state, decays and strengths spread as in real models.
+    /// Tolerance: 2e-4 times the largest magnitude (the two sum in different orders).
+    #[test]
+    fn chunked_form_matches_the_recurrence() {
+        let mut seed = 7u64;
+        let mut rnd = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        for s in [32, 128] {
+            let n = 150;
+            let cd = 3 * s + 5;
+            let mut x: Vec<f32> = (0..n * cd).map(|_| rnd()).collect();
+            for t in 0..n {
+                for h in 0..2 {
+                    l2_normalize(&mut x[t * cd + h * s..t * cd + (h + 1) * s], 1e-6);
+                }
+            }
+            let g: Vec<f32> = (0..n).map(|_| -softplus(rnd() * 2.0) * 0.6).collect();
+            let b: Vec<f32> = (0..n).map(|_| 1.0 / (1.0 + (-2.0 * rnd()).exp())).collect();
+            let rows = HeadRows { x: &x, cd, q0: 0, k0: s, v0: 2 * s + 5, g: &g, b: &b };
+            let m0: Vec<f32> = (0..s * s).map(|_| rnd() * 0.5).collect();
+            let scale = 1.0 / (s as f32).sqrt();
+            let (mut ma, mut mb) = (m0.clone(), m0);
+            let (mut oa, mut ob) = (vec![0f32; n * s], vec![0f32; n * s]);
+            let mut scratch = Vec::new();
+            // SAFETY: `oa` and `ob` hold `n` rows of `s`.
+            unsafe {
+                head_recurrent(&mut ma, s, &rows, scale, oa.as_mut_ptr(), s);
+                head_chunked(&mut mb, s, &rows, scale, ob.as_mut_ptr(), s, &mut scratch);
+            }
+            let close = |a: &[f32], b: &[f32], what: &str| {
+                let top = a.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let worst = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+                assert!(worst <= 2e-4 * top, "s {s}, {what}: differs by {worst} (largest {top})");
+            };
+            close(&oa, &ob, "outputs");
+            close(&ma, &mb, "state");
+        }
     }
 }

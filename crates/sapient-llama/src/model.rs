@@ -432,7 +432,12 @@ impl LlamaModel {
         if self.kv.is_none() {
             // Blocks of 256 positions: one sequence, so sharing is moot and long stretches of
             // consecutive slots keep the attention kernels' calls few.
-            let mut kv = self.new_kv_cache(KvOptions { block_size: 256, budget: KvBudget::Tokens(self.max_seq_len), dtype: self.kv_dtype })?;
+            let opts = |extra: usize| KvOptions { block_size: 256, budget: KvBudget::Tokens(self.max_seq_len + extra * 256), dtype: self.kv_dtype };
+            let mut kv = self.new_kv_cache(opts(0))?;
+            // A hybrid's recurrent state takes blocks of the pool besides the positions'.
+            if kv.seq_state_blocks() > 0 {
+                kv = self.new_kv_cache(opts(kv.seq_state_blocks()))?;
+            }
             let seq = kv.new_seq_with_capacity(self.max_seq_len);
             self.kv = Some((kv, seq));
         }

@@ -74,12 +74,22 @@ struct Point {
     total_s: f64,
 }
 
+/// Positions' worth of KV cache one sequence's recurrent state takes (a hybrid's; 0 for
+/// others): the budget holds it beside the positions.
+fn state_positions(pipe: &Pipeline) -> Result<usize> {
+    let g = sapient_tensor::GgufFile::open(&pipe.info().path)?;
+    let c = sapient_llama::LlamaConfig::from_gguf(&g)?;
+    let Some(h) = &c.hybrid else { return Ok(0) };
+    let per_position = 2 * 2 * c.num_kv_heads * c.head_dim * h.linear_layers.iter().filter(|&&l| !l).count();
+    Ok((h.state_floats() * 4).div_ceil(per_position.max(1)) + 32)
+}
+
 fn engine_point(pipe: &Pipeline, npl: usize, a: &Args) -> Result<Point> {
     let vocab = pipe.info().vocab_size;
     // Every prompt in the first step, then one decode row per sequence per step: the shape
     // llama-batched-bench measures.
     let opts = EngineOptions {
-        kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(npl * (a.npp + a.ntg) + 64), dtype: a.kv_type },
+        kv: KvOptions { block_size: 32, budget: KvBudget::Tokens(npl * (a.npp + a.ntg + state_positions(pipe)?) + 64), dtype: a.kv_type },
         max_seqs: npl,
         max_step_tokens: npl * a.npp,
         prefill_chunk: a.npp,

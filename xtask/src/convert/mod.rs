@@ -23,6 +23,10 @@
 //!   (`qwen3moe`, `qwen3moe-mxfp4`, `qwen2moe`, `llama-moe`, `gpt-oss`; see `moe_synthetic.rs`) and its test prompts' token ids in
 //!   `OUT.ids`, for the reference scripts.
 //!
+//! - `synthetic-qwen35 SIZE OUT.gguf`: Qwen3.5 at a real model's shapes (`0.8b`, `2b`) with
+//!   random weights in F16, for speed measurements after llama.cpp's `llama-quantize` (see
+//!   `qwen35_synthetic.rs`).
+//!
 //! llama.cpp's converter permutes the Q and K rows of arch `llama` so that its interleaved
 //! RoPE matches transformers' rotate-half; we undo that going to HF and apply it coming back.
 
@@ -30,6 +34,7 @@ mod kokoro;
 mod llama;
 mod moe_full;
 mod moe_synthetic;
+mod qwen35_synthetic;
 #[cfg(test)]
 mod synthetic;
 
@@ -82,6 +87,8 @@ pub enum Cmd {
         #[arg(long)]
         full_size: bool,
     },
+    /// Qwen3.5 at a real size's shapes (0.8b, 2b) with random F16 weights, for speed runs.
+    SyntheticQwen35 { size: String, output: PathBuf },
     /// Kokoro-82M int8 ONNX (path, directory or preset) to KModel-named safetensors + config.json.
     KokoroOnnxToSafetensors {
         input: String,
@@ -117,6 +124,11 @@ pub fn run(args: Args) -> Result<()> {
             let lines: Vec<String> = ids.iter().map(|p| p.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",")).collect();
             std::fs::write(output.with_extension("ids"), lines.join("\n") + "\n")?;
             println!("wrote {} and its prompts' ids", output.display());
+        }
+        Cmd::SyntheticQwen35 { size, output } => {
+            let tok = sapient_hub::Hub::new()?.fetch_preset("qwen2.5-coder-0.5b-instruct", &mut |_| {})?;
+            qwen35_synthetic::write(&size, tok.file("gguf")?, &output)?;
+            println!("wrote {}", output.display());
         }
         Cmd::KokoroOnnxToSafetensors { input, out_dir, dtype, report } => {
             kokoro::onnx_to_safetensors(&input, &out_dir, &dtype, report.as_deref())?

@@ -75,7 +75,7 @@ fn spec(name: &str) -> Result<Spec> {
 }
 
 /// `n` values uniform in `offset +- scale`, from a 64-bit mix of (`seed`, element index).
-fn values(seed: u64, n: usize, offset: f32, scale: f32) -> Vec<f32> {
+pub(super) fn values(seed: u64, n: usize, offset: f32, scale: f32) -> Vec<f32> {
     (0..n as u64)
         .map(|i| {
             let mut z = (seed << 40) ^ i ^ 0x2545_F491_4F6C_DD1D;

@@ -112,6 +112,7 @@ mod mxfp4_lanes;
 #[cfg(target_arch = "aarch64")]
 mod neon_mxfp4;
 mod options;
+pub mod delta;
 pub mod pool;
 pub mod quant;
 
