@@ -207,12 +207,14 @@ pub(crate) unsafe fn head_recurrent(m: &mut [f32], s: usize, r: &HeadRows<'_>, s
 pub(crate) unsafe fn head_chunked(m: &mut [f32], s: usize, r: &HeadRows<'_>, scale: f32, o: *mut f32, ld: usize, scratch: &mut Vec<f32>) {
     use kernels::delta::{axpy, dots_nt, rank_update};
     let n = r.g.len();
-    let need = 2 * CHUNK + 2 * CHUNK * CHUNK + 3 * CHUNK * s;
+    let need = 3 * CHUNK + 2 * CHUNK * CHUNK + 3 * CHUNK * s;
     if scratch.len() < need {
         scratch.resize(need, 0.0);
     }
     let (gc, rest) = scratch.split_at_mut(CHUNK);
     let (eg, rest) = rest.split_at_mut(CHUNK);
+    // Row `t`'s decays from each earlier row `r <= t`: e^{G_t - G_r}, shared by `u_t` and `o_t`.
+    let (dec, rest) = rest.split_at_mut(CHUNK);
     let (kk, rest) = rest.split_at_mut(CHUNK * CHUNK);
     let (qk, rest) = rest.split_at_mut(CHUNK * CHUNK);
     let (mk, rest) = rest.split_at_mut(CHUNK * s);
@@ -240,8 +242,11 @@ pub(crate) unsafe fn head_chunked(m: &mut [f32], s: usize, r: &HeadRows<'_>, sca
             for ((uj, &vj), &mkj) in ut.iter_mut().zip(v).zip(&mk[t * s..(t + 1) * s]) {
                 *uj = bt * (vj - eg[t] * mkj);
             }
+            for (d, &g) in dec[..=t].iter_mut().zip(&gc[..=t]) {
+                *d = (gc[t] - g).exp();
+            }
             for (rr, ur) in done.chunks_exact(s).enumerate() {
-                axpy(-bt * (gc[t] - gc[rr]).exp() * kk[t * CHUNK + rr], ur, ut);
+                axpy(-bt * dec[rr] * kk[t * CHUNK + rr], ur, ut);
             }
             // SAFETY: per the contract (row `t0 + t`).
             let ot = unsafe { std::slice::from_raw_parts_mut(o.add((t0 + t) * ld), s) };
@@ -249,7 +254,7 @@ pub(crate) unsafe fn head_chunked(m: &mut [f32], s: usize, r: &HeadRows<'_>, sca
                 *oj = eg[t] * mqj;
             }
             for (rr, ur) in u[..(t + 1) * s].chunks_exact(s).enumerate() {
-                axpy((gc[t] - gc[rr]).exp() * qk[t * CHUNK + rr], ur, ot);
+                axpy(dec[rr] * qk[t * CHUNK + rr], ur, ot);
             }
             for oj in ot.iter_mut() {
                 *oj *= scale;

@@ -20,8 +20,9 @@ unsafe fn f16x8_mul(w: &[u8], off: usize, s: f32) -> __m256 {
     _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16(bits)), _mm256_set1_ps(s))
 }
 
+/// The sum of `v`'s eight values.
 #[inline(always)]
-unsafe fn hsum_ps(v: __m256) -> f32 {
+pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
     let lo = _mm256_castps256_ps128(v);
     let hi = _mm256_extractf128_ps(v, 1);
     let s = _mm_add_ps(lo, hi);

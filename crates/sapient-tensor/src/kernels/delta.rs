@@ -94,6 +94,7 @@ pub fn rank_update(m: &mut [f32], s: usize, decay: f32, c: &[f32], x: &[f32], ld
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::super::avx2::hsum_ps as hsum;
     use std::arch::x86_64::*;
 
     #[allow(clippy::too_many_arguments)]
@@ -122,13 +123,6 @@ mod x86 {
             }
             o[j] = _mm512_reduce_add_ps(aq) * scale;
         }
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-        _mm_cvtss_f32(_mm_add_ss(x, _mm_shuffle_ps(x, x, 1)))
     }
 
     #[allow(clippy::too_many_arguments)]
