@@ -19,6 +19,7 @@
 //! SmolLM2's tokenizer padded with unused tokens to the model's size. Random weights route
 //! about uniformly over the experts.
 
+use super::moe_synthetic::copy_tokenizer;
 use anyhow::{bail, Context, Result};
 use half::f16;
 use sapient_tensor::gguf::TensorSpec;
@@ -242,24 +243,8 @@ pub fn write(arch: &str, tokenizer: &Path, out: &Path) -> Result<u64> {
             .set(k("rope.scaling.factor"), Value::F32(32.0))
             .set(k("rope.scaling.original_context_length"), Value::U32(4096));
     }
-    let n = tok.get_array("tokenizer.ggml.tokens")?.len();
-    if n > s.vocab {
-        bail!("the tokenizer has {n} tokens, more than the model's {}", s.vocab);
-    }
-    for (key, v) in tok.metadata_ordered() {
-        if !key.starts_with("tokenizer.") {
-            continue;
-        }
-        // The token arrays padded with unused tokens to the model's vocabulary.
-        let v = match (key, v) {
-            ("tokenizer.ggml.tokens", Value::Array(t, a)) => Value::Array(*t, a.iter().cloned().chain((n..s.vocab).map(|i| Value::String(format!("<|unused_{i}|>")))).collect()),
-            // User-defined tokens (type 4).
-            ("tokenizer.ggml.token_type", Value::Array(t, a)) => Value::Array(*t, a.iter().cloned().chain((n..s.vocab).map(|_| Value::I32(4))).collect()),
-            ("tokenizer.ggml.scores", Value::Array(t, a)) => Value::Array(*t, a.iter().cloned().chain((n..s.vocab).map(|_| Value::F32(0.0))).collect()),
-            _ => v.clone(),
-        };
-        w.set(key, v);
-    }
+    // The token arrays padded with unused, user-defined (type 4) tokens to the model's vocabulary.
+    copy_tokenizer(&tok, &mut w, s.vocab, |i| format!("<|unused_{i}|>"), 4)?;
     let ts = tensors(&s);
     let specs: Vec<TensorSpec> = ts.iter().map(|t| TensorSpec { name: t.name.clone(), shape: t.shape.clone(), ggml_type: t.ty.ggml() }).collect();
     w.write_streamed(out, &specs, &mut |i, out| write_tensor(&ts[i], i as u64 + 1, out)).with_context(|| out.display().to_string())?;

@@ -100,6 +100,34 @@ fn mxfp4_blocks(seed: u64, blocks: usize) -> Vec<u8> {
         .collect()
 }
 
+/// Copies the `tokenizer.*` metadata of the GGUF `tok` to `w`, its per-token arrays (tokens,
+/// types, scores) padded to `vocab` entries: token `i` past the tokenizer's own is named
+/// `pad_name(i)`, of type `pad_type`, score 0. Fails when the tokenizer has more than `vocab`
+/// tokens or as many types as tokens.
+pub(super) fn copy_tokenizer(tok: &GgufFile, w: &mut GgufWriter, vocab: usize, pad_name: impl Fn(usize) -> String, pad_type: i32) -> Result<()> {
+    let n = tok.get_array("tokenizer.ggml.tokens")?.len();
+    if n > vocab {
+        bail!("the tokenizer has {n} tokens, more than the model's {vocab}");
+    }
+    let types = tok.get_array("tokenizer.ggml.token_type")?.len();
+    if types != n {
+        bail!("the tokenizer has {n} tokens and {types} token types");
+    }
+    for (key, v) in tok.metadata_ordered() {
+        if !key.starts_with("tokenizer.") {
+            continue;
+        }
+        let v = match (key, v) {
+            ("tokenizer.ggml.tokens", Value::Array(t, a)) => Value::Array(*t, a.iter().cloned().chain((n..vocab).map(|i| Value::String(pad_name(i)))).collect()),
+            ("tokenizer.ggml.token_type", Value::Array(t, a)) => Value::Array(*t, a.iter().cloned().chain((n..vocab).map(|_| Value::I32(pad_type))).collect()),
+            ("tokenizer.ggml.scores", Value::Array(t, a)) => Value::Array(*t, a.iter().cloned().chain((n..vocab).map(|_| Value::F32(0.0))).collect()),
+            _ => v.clone(),
+        };
+        w.set(key, v);
+    }
+    Ok(())
+}
+
 /// Write the synthetic checkpoint `name` to `out` with the tokenizer of the GGUF `tokenizer`;
 /// returns the token ids of [`PROMPTS`] under that tokenizer.
 pub fn write(name: &str, tokenizer: &Path, out: &Path) -> Result<Vec<Vec<u32>>> {
@@ -138,11 +166,8 @@ pub fn write(name: &str, tokenizer: &Path, out: &Path) -> Result<Vec<Vec<u32>>> 
             .set(k("rope.scaling.factor"), Value::F32(4.0))
             .set(k("rope.scaling.original_context_length"), Value::U32(16));
     }
-    for (key, v) in tok_gguf.metadata_ordered() {
-        if key.starts_with("tokenizer.") {
-            w.set(key, v.clone());
-        }
-    }
+    // The vocabulary is the tokenizer's own: nothing to pad.
+    copy_tokenizer(&tok_gguf, &mut w, vocab, |i| format!("[PAD{i}]"), 5)?;
     let mut index = 0u64;
     let mut add = |w: &mut GgufWriter, name: String, shape: &[usize], offset: f32, scale: f32, ty: Option<GgmlDType>| -> Result<()> {
         index += 1;

@@ -16,7 +16,7 @@
 //! layer keeps unit variance, norms around 1), so the activations stay finite through every
 //! layer; the text they produce is meaningless.
 
-use super::moe_synthetic::values;
+use super::moe_synthetic::{copy_tokenizer, values};
 use anyhow::{bail, Context, Result};
 use sapient_tensor::gguf::TensorData;
 use sapient_tensor::{GgmlType, GgufFile, GgufWriter, Value};
@@ -48,32 +48,6 @@ fn dims(size: &str) -> Result<Dims> {
     })
 }
 
-/// Tokenizer metadata from `tokenizer` (a Qwen2 GGUF), padded to [`VOCAB`].
-fn tokenizer(tokenizer: &Path, w: &mut GgufWriter) -> Result<()> {
-    let g = GgufFile::open(tokenizer)?;
-    for (key, v) in g.metadata_ordered() {
-        if key.starts_with("tokenizer.") && key != "tokenizer.ggml.tokens" && key != "tokenizer.ggml.token_type" {
-            w.set(key, v.clone());
-        }
-    }
-    let mut tokens: Vec<String> = g.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(str::to_string).collect();
-    let mut types: Vec<i32> = g
-        .get_array("tokenizer.ggml.token_type")?
-        .iter()
-        .map(|v| match v {
-            Value::I32(t) => Ok(*t),
-            other => bail!("token type {other:?}"),
-        })
-        .collect::<Result<_>>()?;
-    anyhow::ensure!(tokens.len() <= VOCAB && types.len() == tokens.len(), "tokenizer of {} tokens", tokens.len());
-    for i in tokens.len()..VOCAB {
-        tokens.push(format!("[PAD{i}]"));
-        types.push(5);
-    }
-    w.set("tokenizer.ggml.tokens", Value::string_array(&tokens)).set("tokenizer.ggml.token_type", Value::i32_array(types));
-    Ok(())
-}
-
 /// Write the synthetic Qwen3.5 of `size` to `out`, its tokenizer from the GGUF `tok`.
 pub fn write(size: &str, tok: &Path, out: &Path) -> Result<()> {
     let d = dims(size)?;
@@ -101,7 +75,9 @@ pub fn write(size: &str, tok: &Path, out: &Path) -> Result<()> {
         .set(a("ssm.group_count"), u(d.k_heads))
         .set(a("ssm.time_step_rank"), u(d.v_heads))
         .set(a("ssm.inner_size"), u(d.v_heads * d.state));
-    tokenizer(tok, &mut w).with_context(|| tok.display().to_string())?;
+    // Padded with unused (type 5) `[PADn]` tokens, as llama.cpp's converter pads Qwen vocabularies.
+    let g = GgufFile::open(tok)?;
+    copy_tokenizer(&g, &mut w, VOCAB, |i| format!("[PAD{i}]"), 5).with_context(|| tok.display().to_string())?;
     let mut index = 0u64;
     // Matrices in F16, vectors (and the 4-tap convolution) in F32, as llama.cpp's converter.
     let mut add = |w: &mut GgufWriter, name: String, shape: Vec<usize>, offset: f32, scale: f32| {
