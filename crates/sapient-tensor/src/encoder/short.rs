@@ -65,24 +65,33 @@ unsafe fn attend_avx512(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: us
     let l = s.len();
     let lp = l.div_ceil(16) * 16;
     let scale = _mm512_set1_ps(scale);
+    // Keys transposed 16 at a time by masked gathers (the padding keys become zeros), so no
+    // element is stored twice and none one by one.
     kt.clear();
-    kt.resize(hd * lp, 0.0);
-    for (j, ki) in s.clone().enumerate() {
-        let k = &qkv[ki * 3 * d + d + h * hd..][..hd];
-        for (t, &v) in k.iter().enumerate() {
-            kt[t * lp + j] = v;
+    kt.reserve(hd * lp);
+    let stride = (3 * d) as i32;
+    let idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(stride));
+    let kbase = qkv.as_ptr().add(s.start * 3 * d + d + h * hd);
+    for t in 0..hd {
+        for j in (0..lp).step_by(16) {
+            let m: __mmask16 = if l - j >= 16 { 0xffff } else { ((1u32 << (l - j)) - 1) as __mmask16 };
+            // SAFETY: the unmasked lanes read keys j.. of the sequence, within `qkv`.
+            let g = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m, idx, kbase.add(j * 3 * d + t));
+            _mm512_storeu_ps(kt.as_mut_ptr().add(t * lp + j), g);
         }
     }
+    kt.set_len(hd * lp);
     p.clear();
     p.resize(lp, 0.0);
     let (ktp, pp) = (kt.as_ptr(), p.as_mut_ptr());
+    let vbase = qkv.as_ptr().add(s.start * 3 * d + 2 * d + h * hd);
     for qi in s.clone() {
-        let q = &qkv[qi * 3 * d + h * hd..][..hd];
+        let q = qkv.as_ptr().add(qi * 3 * d + h * hd);
         for j in (0..lp).step_by(16) {
             let mut acc = [_mm512_setzero_ps(); 4];
             for t in (0..hd).step_by(4) {
                 for (u, a) in acc.iter_mut().enumerate() {
-                    *a = _mm512_fmadd_ps(_mm512_set1_ps(q[t + u]), _mm512_loadu_ps(ktp.add((t + u) * lp + j)), *a);
+                    *a = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(t + u)), _mm512_loadu_ps(ktp.add((t + u) * lp + j)), *a);
                 }
             }
             let v = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])), scale);
@@ -91,18 +100,28 @@ unsafe fn attend_avx512(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: us
         let ps = std::slice::from_raw_parts_mut(pp, l);
         let inv = _mm512_set1_ps(kernels::softmax_unnormalized(ps));
         for c in (0..hd).step_by(32) {
-            let mut acc = [_mm512_setzero_ps(); 4];
-            for (j, vi) in s.clone().enumerate() {
-                let v = qkv.as_ptr().add(vi * 3 * d + 2 * d + h * hd + c);
-                let w = _mm512_set1_ps(ps[j]);
-                let e = 2 * (j & 1);
-                acc[e] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v), acc[e]);
-                acc[e + 1] = _mm512_fmadd_ps(w, _mm512_loadu_ps(v.add(16)), acc[e + 1]);
+            // Even keys into (a0, a1), odd ones into (b0, b1): four chains, all in registers.
+            let (mut a0, mut a1, mut b0, mut b1) = (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
+            let mut j = 0;
+            while j + 1 < l {
+                let (v0, v1) = (vbase.add(j * 3 * d + c), vbase.add((j + 1) * 3 * d + c));
+                let (w0, w1) = (_mm512_set1_ps(*pp.add(j)), _mm512_set1_ps(*pp.add(j + 1)));
+                a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v0), a0);
+                a1 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v0.add(16)), a1);
+                b0 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(v1), b0);
+                b1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(v1.add(16)), b1);
+                j += 2;
+            }
+            if j < l {
+                let v0 = vbase.add(j * 3 * d + c);
+                let w0 = _mm512_set1_ps(*pp.add(j));
+                a0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v0), a0);
+                a1 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v0.add(16)), a1);
             }
             // SAFETY (caller): (token qi, head h) is written by this unit only.
             let o = out.add(qi * d + h * hd + c);
-            _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_add_ps(acc[0], acc[2]), inv));
-            _mm512_storeu_ps(o.add(16), _mm512_mul_ps(_mm512_add_ps(acc[1], acc[3]), inv));
+            _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_add_ps(a0, b0), inv));
+            _mm512_storeu_ps(o.add(16), _mm512_mul_ps(_mm512_add_ps(a1, b1), inv));
         }
     }
 }

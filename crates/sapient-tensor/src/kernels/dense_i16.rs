@@ -157,17 +157,18 @@ fn quantize_rows(level: Level, x: &[f32], m: usize, k: usize, kp: usize, q: &mut
         let rows = (m - r0).min(ROWS);
         for r in 0..rows {
             let row = &x[(r0 + r) * k..(r0 + r + 1) * k];
-            for b in 0..kp / BLOCK {
-                let v = &row[(b * BLOCK).min(k)..((b + 1) * BLOCK).min(k)];
-                // SAFETY: the tile's pairs (r0 * kp / 2 .. (r0 + rows) * kp / 2) and scales
-                // belong to this job only; the CPU has `level` (asserted by the caller).
-                unsafe {
-                    let dst = qp.ptr().add(r0 * kp / 2 + (b * rows + r) * BLOCK / 2);
-                    let d = match level {
-                        Level::Avx512 => quantize_block(v, dst),
-                        Level::AvxVnni | Level::Avx2 => quantize_block_avx2(v, dst),
-                    };
-                    *sp.ptr().add(r0 * kp / BLOCK + b * rows + r) = d;
+            // SAFETY: the tile's pairs (r0 * kp / 2 .. (r0 + rows) * kp / 2) and scales
+            // belong to this job only; the CPU has `level` (asserted by the caller).
+            unsafe {
+                let (dst, sc) = (qp.ptr().add(r0 * kp / 2 + r * BLOCK / 2), sp.ptr().add(r0 * kp / BLOCK + r));
+                match level {
+                    Level::Avx512 => quantize_row(row, kp, rows, dst, sc),
+                    Level::AvxVnni | Level::Avx2 => {
+                        for b in 0..kp / BLOCK {
+                            let v = &row[(b * BLOCK).min(k)..((b + 1) * BLOCK).min(k)];
+                            *sc.add(b * rows) = quantize_block_avx2(v, dst.add(b * rows * BLOCK / 2));
+                        }
+                    }
                 }
             }
         }
@@ -180,16 +181,33 @@ fn quantize_rows(level: Level, x: &[f32], m: usize, k: usize, kp: usize, q: &mut
     }
 }
 
+/// One row's `kp / BLOCK` blocks (the values of `row`, zeros after them) by
+/// [`quantize_block`]: block `b`'s pairs to `dst + b * rows * 16`, its scale to
+/// `sc + b * rows` (a tile of `rows` rows).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn quantize_row(row: &[f32], kp: usize, rows: usize, dst: *mut i32, sc: *mut f32) {
+    let k = row.len();
+    for b in 0..kp / BLOCK {
+        let v = row.get((b * BLOCK).min(k)..((b + 1) * BLOCK).min(k)).unwrap_or_default();
+        *sc.add(b * rows) = quantize_block(v, dst.add(b * rows * BLOCK / 2));
+    }
+}
+
 /// Up to [`BLOCK`] values (zeros after them) as integers of at most [`AMAX`] in magnitude,
 /// rounded to nearest even: their 16 pairs to `dst[..16]`; returns the value of 1.
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn quantize_block(v: &[f32], dst: *mut i32) -> f32 {
     use std::arch::x86_64::*;
     let n = v.len().min(BLOCK);
-    let (m0, m1) = (((1u32 << n.min(16)) - 1) as u16, ((1u32 << n.saturating_sub(16)) - 1) as u16);
-    let a = _mm512_maskz_loadu_ps(m0, v.as_ptr());
-    let b = _mm512_maskz_loadu_ps(m1, v.as_ptr().add(16.min(n)));
+    let (a, b) = if n == BLOCK {
+        (_mm512_loadu_ps(v.as_ptr()), _mm512_loadu_ps(v.as_ptr().add(16)))
+    } else {
+        let (m0, m1) = (((1u32 << n.min(16)) - 1) as u16, ((1u32 << n.saturating_sub(16)) - 1) as u16);
+        (_mm512_maskz_loadu_ps(m0, v.as_ptr()), _mm512_maskz_loadu_ps(m1, v.as_ptr().add(16.min(n))))
+    };
     let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
     let d = amax / AMAX;
     let id = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
@@ -227,7 +245,7 @@ unsafe fn quantize_block_avx2(v: &[f32], dst: *mut i32) -> f32 {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn quantize_block(_: &[f32], _: *mut i32) -> f32 {
+unsafe fn quantize_row(_: &[f32], _: usize, _: usize, _: *mut i32, _: *mut f32) {
     unreachable!("IntPanels::matmul needs AVX-512 or AVX2")
 }
 
