@@ -374,10 +374,14 @@ impl Encoder {
         }
         self.emb_norm.rows(&mut x);
         let rope = (c.arch == Arch::NomicBert).then(|| Rope::new(c.head_dim(), c.rope_base, seqs.iter().map(|s| s.len()).max().unwrap_or(0)));
-        let (mut qkv, mut ctx, mut h, mut g, mut y) = (Vec::new(), vec![0.0f32; t * d], Vec::new(), Vec::new(), Vec::new());
+        // The layers' buffers are the calling thread's from call to call (every value read is
+        // written first in each call), so a call of a few sentences sets no memory to zero.
+        let mut bufs = SCRATCH.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        let [qkv, ctx, h, g, y] = &mut bufs;
+        ctx.resize(t * d, 0.0);
         let mut scratch = encoder::AttentionScratch::default();
         for layer in &self.layers {
-            layer.qkv.forward(&x, t, &mut qkv);
+            layer.qkv.forward(&x, t, qkv);
             if let Some(r) = &rope {
                 for s in seqs {
                     for (pos, i) in s.clone().enumerate() {
@@ -388,24 +392,36 @@ impl Encoder {
                     }
                 }
             }
-            encoder::self_attention(&qkv, seqs, c.heads, c.head_dim(), 1.0 / (c.head_dim() as f32).sqrt(), &mut ctx, &mut scratch);
-            layer.out.forward(&ctx, t, &mut y);
-            layer.norm1.add_rows(&mut x, &y);
+            encoder::self_attention(qkv, seqs, c.heads, c.head_dim(), 1.0 / (c.head_dim() as f32).sqrt(), ctx, &mut scratch);
+            layer.out.forward(ctx, t, y);
+            layer.norm1.add_rows(&mut x, y);
             match &layer.mlp {
                 Mlp::Gelu { up, down } => {
-                    up.forward_gelu(&x, t, &mut h);
-                    down.forward(&h, t, &mut y);
+                    up.forward_gelu(&x, t, h);
+                    down.forward(h, t, y);
                 }
                 Mlp::SwiGlu { up, gate, down } => {
-                    forward_pair(up, gate, &x, t, &mut h, &mut g);
-                    kernels::silu_mul(&mut g, &h);
-                    down.forward(&g, t, &mut y);
+                    forward_pair(up, gate, &x, t, h, g);
+                    kernels::silu_mul(g, h);
+                    down.forward(g, t, y);
                 }
             }
-            layer.norm2.add_rows(&mut x, &y);
+            layer.norm2.add_rows(&mut x, y);
+        }
+        // Kept only while small: a batch of many long texts gives its memory back.
+        if bufs.iter().map(Vec::capacity).sum::<usize>() <= SCRATCH_KEPT {
+            SCRATCH.with(|b| *b.borrow_mut() = bufs);
         }
         Ok(x)
     }
+}
+
+/// Most `f32`s [`SCRATCH`] keeps between calls (16 MB).
+const SCRATCH_KEPT: usize = 4 << 20;
+
+thread_local! {
+    /// [`Encoder::forward`]'s buffers: q/k/v, attention context, MLP input and gate, output.
+    static SCRATCH: std::cell::RefCell<[Vec<f32>; 5]> = std::cell::RefCell::new(Default::default());
 }
 
 fn add(x: &mut [f32], y: &[f32]) {

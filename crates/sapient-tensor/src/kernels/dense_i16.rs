@@ -147,10 +147,13 @@ thread_local! {
 /// `m` rows of `k` values into tiles of [`ROWS`] rows (see the module docs), rows over the
 /// pool when there are many, with the instructions of `level` (which the CPU has).
 fn quantize_rows(level: Level, x: &[f32], m: usize, k: usize, kp: usize, q: &mut Vec<i32>, s: &mut Vec<f32>) {
-    q.clear();
-    q.resize(m * kp / 2, 0);
-    s.clear();
-    s.resize(m * kp / BLOCK, 0.0);
+    // Every pair and scale below m rows is written (padding blocks as zeros): grow only.
+    if q.len() < m * kp / 2 {
+        q.resize(m * kp / 2, 0);
+    }
+    if s.len() < m * kp / BLOCK {
+        s.resize(m * kp / BLOCK, 0.0);
+    }
     let (qp, sp) = (SendPtr(q.as_mut_ptr()), SendPtr(s.as_mut_ptr()));
     let job = |tile: usize| {
         let r0 = tile * ROWS;
