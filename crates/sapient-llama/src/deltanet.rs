@@ -81,10 +81,6 @@ impl<B: Backend> DeltaLayer<B> {
     }
 }
 
-fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
-
 /// ggml's softplus (`op_softplus`).
 fn softplus(x: f32) -> f32 {
     if x > 20.0 {
@@ -131,34 +127,93 @@ thread_local! {
     static HEAD: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     /// The chunked form's scratch.
     static CHUNKS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The convolution's taps as `[taps][channels]`, and a row of ones.
+    static TAPS: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// The causal convolution and SiLU of `n` mixed rows (`row`, `cd` wide) over the window of
 /// the previous `taps - 1` rows (updated), into `x`; then the first `norm_heads` heads of
-/// `s` values of each output row L2-normalised.
+/// `s` values of each output row L2-normalised. Channels are vectorised (the taps
+/// transposed to `[taps][cd]`) and, for a prompt, split over the kernel pool; each output
+/// sums its taps oldest first from zero, as ggml's `ssm_conv` does.
 #[allow(clippy::too_many_arguments)]
 fn conv_rows(window: &mut [f32], conv: &[f32], rows: &[f32], n: usize, cd: usize, taps: usize, x: &mut [f32], norm_heads: usize, s: usize, eps: f32) {
-    for t in 0..n {
-        let row = &rows[t * cd..(t + 1) * cd];
-        let xo = &mut x[t * cd..(t + 1) * cd];
-        for (c, (o, &r)) in xo.iter_mut().zip(row).enumerate() {
-            let wc = &conv[c * taps..(c + 1) * taps];
-            // In ggml's order (`ssm_conv`): oldest tap first.
-            let mut sum = 0f32;
-            for (i, &wi) in wc[..taps - 1].iter().enumerate() {
-                sum += window[i * cd + c] * wi;
+    let h = taps - 1;
+    if n * cd < 64 * 1024 {
+        // A few rows (decode): the taps as stored, the same sums and SiLU as a prompt's.
+        TAPS.with(|cell| {
+            let ones = &mut cell.borrow_mut().1;
+            if ones.len() < cd {
+                ones.resize(cd, 1.0);
             }
-            sum += r * wc[taps - 1];
-            *o = silu(sum);
+            for t in 0..n {
+                let xo = &mut x[t * cd..(t + 1) * cd];
+                for (c, o) in xo.iter_mut().enumerate() {
+                    let mut sum = 0f32;
+                    for (i, &wi) in conv[c * taps..(c + 1) * taps].iter().enumerate() {
+                        let src = if t + i < h { window[(t + i) * cd + c] } else { rows[(t + i - h) * cd + c] };
+                        sum += src * wi;
+                    }
+                    *o = sum;
+                }
+                kernels::silu_mul_range(xo, &ones[..cd]);
+            }
+        });
+    } else {
+        conv_prompt(window, conv, rows, n, cd, taps, x);
+    }
+    if h > 0 {
+        // The window becomes the last h rows of (window, rows).
+        if n >= h {
+            window[..h * cd].copy_from_slice(&rows[(n - h) * cd..n * cd]);
+        } else {
+            window.copy_within(n * cd..h * cd, 0);
+            window[(h - n) * cd..h * cd].copy_from_slice(&rows[..n * cd]);
         }
-        if taps > 1 {
-            window.copy_within(cd.., 0);
-            window[(taps - 2) * cd..].copy_from_slice(row);
-        }
+    }
+    for xo in x[..n * cd].chunks_exact_mut(cd) {
         for head in xo[..norm_heads * s].chunks_exact_mut(s) {
             l2_normalize(head, eps);
         }
     }
+}
+
+/// [`conv_rows`]'s convolution and SiLU of a prompt's rows (the window not yet updated).
+fn conv_prompt(window: &[f32], conv: &[f32], rows: &[f32], n: usize, cd: usize, taps: usize, x: &mut [f32]) {
+    let h = taps - 1;
+    TAPS.with(|cell| {
+        let (wt, ones) = &mut *cell.borrow_mut();
+        wt.clear();
+        wt.extend((0..taps).flat_map(|i| (0..cd).map(move |c| conv[c * taps + i])));
+        if ones.len() < cd {
+            ones.resize(cd, 1.0);
+        }
+        let (wt, ones) = (&wt[..], &ones[..cd]);
+        let xp = SendPtr(x.as_mut_ptr());
+        let win = window;
+        // Channels c0..c1 of every row.
+        let job = |c0: usize, c1: usize| {
+            for t in 0..n {
+                // SAFETY: row t's channels c0..c1 of `x` belong to this job only.
+                let xo = unsafe { std::slice::from_raw_parts_mut(xp.ptr().add(t * cd + c0), c1 - c0) };
+                xo.fill(0.0);
+                for (i, w) in wt.chunks_exact(cd).enumerate() {
+                    // Tap i of row t reads row t + i - h of the window followed by the rows.
+                    let src = if t + i < h { &win[(t + i) * cd..] } else { &rows[(t + i - h) * cd..] };
+                    for ((o, &a), &b) in xo.iter_mut().zip(&src[c0..c1]).zip(&w[c0..c1]) {
+                        *o += a * b;
+                    }
+                }
+                kernels::silu_mul_range(xo, &ones[c0..c1]);
+            }
+        };
+        const PIECE: usize = 512;
+        if cd <= PIECE {
+            job(0, cd);
+        } else {
+            pool::pool().run_chunks(cd.div_ceil(PIECE), &|j| job(j * PIECE, ((j + 1) * PIECE).min(cd)));
+        }
+    });
 }
 
 /// One value head's rows of a sequence: `x` holds the rows' convolved `q | k | v` (`cd`
@@ -205,7 +260,7 @@ pub(crate) unsafe fn head_recurrent(m: &mut [f32], s: usize, r: &HeadRows<'_>, s
 /// # Safety
 /// As [`head_recurrent`].
 pub(crate) unsafe fn head_chunked(m: &mut [f32], s: usize, r: &HeadRows<'_>, scale: f32, o: *mut f32, ld: usize, scratch: &mut Vec<f32>) {
-    use kernels::delta::{axpy, dots_nt, rank_update};
+    use kernels::delta::{axpy, dots_nt_many, rank_update};
     let n = r.g.len();
     let need = 3 * CHUNK + 2 * CHUNK * CHUNK + 3 * CHUNK * s;
     if scratch.len() < need {
@@ -230,10 +285,8 @@ pub(crate) unsafe fn head_chunked(m: &mut [f32], s: usize, r: &HeadRows<'_>, sca
             gc[t] = acc;
             eg[t] = acc.exp();
         }
-        dots_nt(k, r.cd, c, m, s, s, s, mk, s);
-        dots_nt(q, r.cd, c, m, s, s, s, mq, s);
-        dots_nt(k, r.cd, c, k, r.cd, c, s, kk, CHUNK);
-        dots_nt(q, r.cd, c, k, r.cd, c, s, qk, CHUNK);
+        dots_nt_many(&mut [(k, &mut *mk), (q, &mut *mq)], r.cd, c, m, s, s, s, s);
+        dots_nt_many(&mut [(k, &mut *kk), (q, &mut *qk)], r.cd, c, k, r.cd, c, s, CHUNK);
         for t in 0..c {
             let bt = r.b[t0 + t];
             let v = &x[t * r.cd + r.v0..t * r.cd + r.v0 + s];
@@ -323,11 +376,14 @@ pub(crate) fn delta_net_cpu(kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: Delt
             let m = unsafe { std::slice::from_raw_parts_mut(mats[si].ptr().add(h * s * s), s * s) };
             HEAD.with(|cell| {
                 let scratch = &mut *cell.borrow_mut();
-                if scratch.len() < 2 * n {
-                    scratch.resize(2 * n, 0.0);
+                if scratch.len() < 2 * n + 2 * s {
+                    scratch.resize(2 * n + 2 * s, 0.0);
                 }
-                let (g, b) = scratch.split_at_mut(n);
-                let b = &mut b[..n];
+                let (g, rest) = scratch.split_at_mut(n);
+                let (b, rest) = rest.split_at_mut(n);
+                let (gate, ones) = rest.split_at_mut(s);
+                let ones = &mut ones[..s];
+                ones.fill(1.0);
                 for t in 0..n {
                     let r = seg.row0 + t;
                     g[t] = softplus(p.alpha[r * hv + h] + w.dt_bias[h]) * w.a[h];
@@ -350,8 +406,10 @@ pub(crate) fn delta_net_cpu(kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: Delt
                     let o = unsafe { std::slice::from_raw_parts_mut(op.ptr().add(r * vd + h * s), s) };
                     let z = &p.z[r * vd + h * s..r * vd + (h + 1) * s];
                     let inv = 1.0 / (kernels::dot_f32(o, o) / s as f32 + eps).sqrt();
-                    for ((o, &nw), &zj) in o.iter_mut().zip(&w.norm).zip(z) {
-                        *o = *o * inv * nw * silu(zj);
+                    gate.copy_from_slice(z);
+                    kernels::silu_mul_range(gate, ones);
+                    for ((o, &nw), &gj) in o.iter_mut().zip(&w.norm).zip(&*gate) {
+                        *o = *o * inv * nw * gj;
                     }
                 }
             });

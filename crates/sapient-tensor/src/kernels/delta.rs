@@ -44,21 +44,36 @@ pub fn delta_step(m: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f32, be
 /// key-key, query-key and state-key products are).
 #[allow(clippy::too_many_arguments)]
 pub fn dots_nt(a: &[f32], lda: usize, n: usize, b: &[f32], ldb: usize, m: usize, s: usize, out: &mut [f32], ld: usize) {
+    dots_nt_many(&mut [(a, out)], lda, n, b, ldb, m, s, ld)
+}
+
+/// [`dots_nt`] of several `a` matrices (each with its `out`) against the same `b`, which the
+/// AVX-512 form transposes once for all of them.
+#[allow(clippy::too_many_arguments)]
+pub fn dots_nt_many(a: &mut [(&[f32], &mut [f32])], lda: usize, n: usize, b: &[f32], ldb: usize, m: usize, s: usize, ld: usize) {
     if n == 0 || m == 0 {
         return;
     }
-    assert!(a.len() >= (n - 1) * lda + s && b.len() >= (m - 1) * ldb + s && out.len() >= (n - 1) * ld + m, "dots_nt: shapes");
+    assert!(b.len() >= (m - 1) * ldb + s, "dots_nt: shapes");
+    assert!(a.iter().all(|(a, out)| a.len() >= (n - 1) * lda + s && out.len() >= (n - 1) * ld + m), "dots_nt: shapes");
     #[cfg(target_arch = "x86_64")]
-    if s.is_multiple_of(16) && has_avx512() {
+    if has_avx512() {
         // SAFETY: AVX-512F is present; every row read or written lies inside its slice (checked above).
-        return unsafe { x86::dots_nt_512(a.as_ptr(), lda, n, b.as_ptr(), ldb, m, s, out.as_mut_ptr(), ld) };
+        return BT.with(|bt| unsafe { x86::dots_nt_512(a, lda, n, b.as_ptr(), ldb, m, s, ld, &mut bt.borrow_mut()) });
     }
-    for r in 0..n {
-        let ar = &a[r * lda..r * lda + s];
-        for c in 0..m {
-            out[r * ld + c] = super::dot_f32(ar, &b[c * ldb..c * ldb + s]);
+    for (a, out) in a.iter_mut() {
+        for r in 0..n {
+            let ar = &a[r * lda..r * lda + s];
+            for c in 0..m {
+                out[r * ld + c] = super::dot_f32(ar, &b[c * ldb..c * ldb + s]);
+            }
         }
     }
+}
+
+thread_local! {
+    /// [`dots_nt_many`]'s transposed `b`.
+    static BT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `y += alpha x`.
@@ -169,50 +184,106 @@ mod x86 {
         }
     }
 
-    /// [`super::dots_nt`] in tiles of 4 x 4 dot products, each loaded row serving four.
+    /// [`super::dots_nt_many`]: `b` transposed by masked gathers into `bt` (`[s][m]`, `m`
+    /// padded to 16 with zeros), then tiles of up to 4 rows by 64 outputs, each an f32
+    /// multiply-add chain over `i` in order (a broadcast value of `a` times 16 of `bt`).
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn dots_nt_512(a: *const f32, lda: usize, n: usize, b: *const f32, ldb: usize, m: usize, s: usize, out: *mut f32, ld: usize) {
-        let mut r = 0;
-        while r < n {
-            let rn = (n - r).min(4);
-            let mut c = 0;
-            while c < m {
-                let cn = (m - c).min(4);
-                let mut acc = [[_mm512_setzero_ps(); 4]; 4];
-                let mut i = 0;
-                while i < s {
-                    let mut bv = [_mm512_setzero_ps(); 4];
-                    for (y, bv) in bv.iter_mut().enumerate().take(cn) {
-                        *bv = _mm512_loadu_ps(b.add((c + y) * ldb + i));
-                    }
-                    for (x, acc) in acc.iter_mut().enumerate().take(rn) {
-                        let av = _mm512_loadu_ps(a.add((r + x) * lda + i));
-                        for (acc, &bv) in acc.iter_mut().zip(&bv).take(cn) {
-                            *acc = _mm512_fmadd_ps(av, bv, *acc);
-                        }
-                    }
-                    i += 16;
-                }
-                for (x, acc) in acc.iter().enumerate().take(rn) {
-                    for (y, acc) in acc.iter().enumerate().take(cn) {
-                        *out.add((r + x) * ld + c + y) = _mm512_reduce_add_ps(*acc);
-                    }
-                }
-                c += 4;
+    pub unsafe fn dots_nt_512(a: &mut [(&[f32], &mut [f32])], lda: usize, n: usize, b: *const f32, ldb: usize, m: usize, s: usize, ld: usize, bt: &mut Vec<f32>) {
+        let mp = m.div_ceil(16) * 16;
+        bt.clear();
+        bt.reserve(s * mp);
+        let idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(ldb as i32));
+        for c in (0..mp).step_by(16) {
+            let mask = if m - c >= 16 { 0xffff } else { ((1u32 << (m - c)) - 1) as __mmask16 };
+            for i in 0..s {
+                // SAFETY (caller): the unmasked lanes read rows c.. of b, inside it.
+                let g = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), mask, idx, b.add(c * ldb + i));
+                _mm512_storeu_ps(bt.as_mut_ptr().add(i * mp + c), g);
             }
-            r += 4;
+        }
+        bt.set_len(s * mp);
+        let btp = bt.as_ptr();
+        for (a, out) in a.iter_mut() {
+            let (a, out) = (a.as_ptr(), out.as_mut_ptr());
+            for r in (0..n).step_by(4) {
+                for c in (0..mp).step_by(64) {
+                    let (ap, bp, op, cols) = (a.add(r * lda), btp.add(c), out.add(r * ld + c), (m - c).min(64));
+                    macro_rules! tiles {
+                        ($($rr:literal)*) => {
+                            match ((n - r).min(4), cols.div_ceil(16)) {
+                                $(($rr, 1) => nn_tile::<$rr, 1>(ap, lda, bp, mp, s, op, ld, cols),
+                                ($rr, 2) => nn_tile::<$rr, 2>(ap, lda, bp, mp, s, op, ld, cols),
+                                ($rr, 3) => nn_tile::<$rr, 3>(ap, lda, bp, mp, s, op, ld, cols),
+                                ($rr, _) => nn_tile::<$rr, 4>(ap, lda, bp, mp, s, op, ld, cols),)*
+                                _ => unreachable!("1 to 4 rows"),
+                            }
+                        };
+                    }
+                    tiles!(1 2 3 4);
+                }
+            }
         }
     }
 
+    /// `R` rows of `a` times `V` vectors of 16 columns of `bt` (rows `mp` apart), the first
+    /// `cols` columns stored to `out` (rows `ld` apart).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn nn_tile<const R: usize, const V: usize>(a: *const f32, lda: usize, bt: *const f32, mp: usize, s: usize, out: *mut f32, ld: usize, cols: usize) {
+        let mut acc = [[_mm512_setzero_ps(); V]; R];
+        for i in 0..s {
+            let mut bv = [_mm512_setzero_ps(); V];
+            for (v, b) in bv.iter_mut().enumerate() {
+                *b = _mm512_loadu_ps(bt.add(i * mp + 16 * v));
+            }
+            for (x, acc) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*a.add(x * lda + i));
+                for (acc, &b) in acc.iter_mut().zip(&bv) {
+                    *acc = _mm512_fmadd_ps(av, b, *acc);
+                }
+            }
+        }
+        for (x, acc) in acc.iter().enumerate() {
+            for (v, &acc) in acc.iter().enumerate() {
+                let left = cols - 16 * v;
+                let mask = if left >= 16 { 0xffff } else { ((1u32 << left) - 1) as __mmask16 };
+                _mm512_mask_storeu_ps(out.add(x * ld + 16 * v), mask, acc);
+            }
+        }
+    }
+
+    /// [`super::rank_update`]: two rows of `m` by 64 values per pass (eight independent
+    /// multiply-add chains over the chunk's rows, each loaded key row serving both rows), then
+    /// 16 values at a time for what is left of a row.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn rank_update_512(m: &mut [f32], s: usize, decay: f32, c: &[f32], x: *const f32, ldx: usize, n: usize) {
         let dv = _mm512_set1_ps(decay);
         let mut j = 0;
-        // Two rows at a time, 16 values of each per pass: each loaded key row serves both.
         while j < s {
             let rows = (s - j).min(2);
             let mut i = 0;
+            if rows == 2 {
+                while i + 64 <= s {
+                    let p0 = m.as_mut_ptr().add(j * s + i);
+                    let mut a: [[__m512; 4]; 2] = std::array::from_fn(|r| std::array::from_fn(|v| _mm512_mul_ps(_mm512_loadu_ps(p0.add(r * s + 16 * v)), dv)));
+                    for u in 0..n {
+                        let xv: [__m512; 4] = std::array::from_fn(|v| _mm512_loadu_ps(x.add(u * ldx + i + 16 * v)));
+                        for (r, a) in a.iter_mut().enumerate() {
+                            let cv = _mm512_set1_ps(*c.get_unchecked(u * s + j + r));
+                            for (a, &xv) in a.iter_mut().zip(&xv) {
+                                *a = _mm512_fmadd_ps(cv, xv, *a);
+                            }
+                        }
+                    }
+                    for (r, a) in a.iter().enumerate() {
+                        for (v, &a) in a.iter().enumerate() {
+                            _mm512_storeu_ps(p0.add(r * s + 16 * v), a);
+                        }
+                    }
+                    i += 64;
+                }
+            }
             while i < s {
                 let p0 = m.as_mut_ptr().add(j * s + i);
                 let mut a0 = _mm512_mul_ps(_mm512_loadu_ps(p0), dv);
