@@ -71,6 +71,7 @@ pub fn dots_nt_many(a: &mut [(&[f32], &mut [f32])], lda: usize, n: usize, b: &[f
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 thread_local! {
     /// [`dots_nt_many`]'s transposed `b`.
     static BT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
