@@ -630,23 +630,8 @@ impl<B: Backend> Transformer<B> {
         if kv_layers == 0 {
             return Err(Error::Config(format!("{}: no layer has attention (a hybrid needs at least one)", src.location().display())));
         }
-        let mut net = Self {
-            backend,
-            dims,
-            layers,
-            norm,
-            output,
-            embed,
-            buf: Bufs::default(),
-            step: Step::default(),
-            kv_layers,
-            state_floats,
-            lora: Adapters::default(),
-            mtp,
-            keep_hidden: false,
-            hidden: B::Buf::default(),
-            keep_rows: false,
-        };
+        let (buf, step, lora, hidden) = (Bufs::default(), Step::default(), Adapters::default(), B::Buf::default());
+        let mut net = Self { backend, dims, layers, norm, output, embed, buf, step, kv_layers, state_floats, lora, mtp, keep_hidden: false, hidden, keep_rows: false };
         net.check()?;
         let Self { backend, layers, output, embed, mtp, .. } = &mut net;
         let mut lins = linears(layers, output);

@@ -127,13 +127,13 @@ impl HostKv {
     /// could.
     pub(super) fn roll_back(&mut self, seq: SeqId, len: usize, held: usize) -> bool {
         let sf = self.state_floats;
-        let Some((start, n, rows)) = self.rows.remove(&seq.0) else { return false };
-        if start + n != held || len <= start || len > held {
-            return false;
+        match self.rows.get(&seq.0) {
+            Some(&(start, n, _)) if start + n == held && len > start && len <= held => {}
+            _ => return false,
         }
+        let Some((start, _, rows)) = self.rows.remove(&seq.0) else { return false };
         let t = len - start - 1;
-        let row = &rows[t * sf..(t + 1) * sf];
-        self.state_mut(seq).copy_from_slice(row);
+        self.state_mut(seq).copy_from_slice(&rows[t * sf..(t + 1) * sf]);
         true
     }
 
