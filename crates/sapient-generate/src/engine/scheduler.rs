@@ -386,15 +386,15 @@ impl Scheduler {
             (a.computed < a.dec.prompt_len(), a.id)
         });
         if let (Some(d), false) = (&mut self.draft, self.kv.has_seq_state()) {
-            // Not for hybrid models: their recurrent state cannot drop rejected guesses.
+            // Not for hybrid models (only their own MTP head drafts for them).
             d.propose(&mut self.running, &self.eos, self.model.info().vocab_size, max_seq);
         } else if let Some(m) = &mut self.mtp {
             // A hybrid's own MTP head: its recurrent state rolls back to the accepted guesses.
             m.propose(&self.model, &mut self.running, &self.eos, max_seq);
         }
         // Prompt lookup: decoding sequences that speculate feed their guesses after their
-        // newest token, to be verified by this step's forward. Not for hybrid models: their
-        // recurrent state cannot drop rejected guesses.
+        // newest token, to be verified by this step's forward. Not for hybrid models (their
+        // state rolls back only within a short verification step: the MTP head's).
         let speculate = !self.kv.has_seq_state();
         for a in self.running.iter_mut() {
             if speculate && a.drafts == 0 && a.computed >= a.dec.prompt_len() && a.kv_tokens.len() == a.computed + 1 {
