@@ -46,6 +46,20 @@ fn alone(p: &Pipeline, prompts: &[Vec<u32>], cfg: impl Fn(usize) -> GenerationCo
     Ok(prompts.iter().enumerate().map(|(i, q)| e.submit(q.clone(), cfg(i))?.wait()).collect::<Result<_, _>>()?)
 }
 
+/// The first `first` prompts, then the rest once tokens are being generated.
+fn submit_staggered(e: &Engine, qs: &[Vec<u32>], first: usize, cfg: impl Fn(usize) -> GenerationConfig) -> Result<Vec<(usize, sapient_generate::RequestHandle)>> {
+    let mut handles: Vec<_> = qs.iter().take(first).enumerate().map(|(i, q)| Ok((i, e.submit(q.clone(), cfg(i))?))).collect::<Result<_>>()?;
+    let t = Instant::now();
+    while e.metrics().generated_tokens < 4 {
+        anyhow::ensure!(t.elapsed() < Duration::from_secs(30), "no token generated: {:?}", e.metrics());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for (i, q) in qs.iter().enumerate().skip(first) {
+        handles.push((i, e.submit(q.clone(), cfg(i))?));
+    }
+    Ok(handles)
+}
+
 #[test]
 fn hybrid_requests_give_what_they_give_alone() -> Result<()> {
     let (_file, p) = setup()?;
@@ -62,16 +76,8 @@ fn hybrid_requests_give_what_they_give_alone() -> Result<()> {
     let alone = alone(&p, &qs, cfg)?;
     // Small prompt chunks and steps: prompts are split and mixed with decode rows.
     let e = Engine::new(&p, EngineOptions { prefill_chunk: 8, max_step_tokens: 24, ..opts(4096) })?;
-    let mut handles: Vec<_> = qs.iter().take(4).enumerate().map(|(i, q)| Ok((i, e.submit(q.clone(), cfg(i))?))).collect::<Result<_>>()?;
     // The rest join once the first ones decode.
-    let t = Instant::now();
-    while e.metrics().generated_tokens < 4 {
-        anyhow::ensure!(t.elapsed() < Duration::from_secs(30), "no token generated: {:?}", e.metrics());
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    for (i, q) in qs.iter().enumerate().skip(4) {
-        handles.push((i, e.submit(q.clone(), cfg(i))?));
-    }
+    let handles = submit_staggered(&e, &qs, 4, cfg)?;
     for (i, h) in handles {
         let g = h.wait()?;
         assert_eq!(g.tokens, alone[i].tokens, "request {i} ({} prompt tokens): batched vs alone", qs[i].len());
@@ -171,15 +177,7 @@ fn mtp_speculation_gives_plain_greedy_tokens() -> Result<()> {
         _ => GenerationConfig { draft: Some(sapient_generate::speculative::SpecConfig { k: 1 + i % 3, ..Default::default() }), ..plain.clone() },
     };
     let e = Engine::new(&p, EngineOptions { prefill_chunk: 16, max_step_tokens: 48, ..opts(4096) })?;
-    let mut handles: Vec<_> = qs.iter().take(5).enumerate().map(|(i, q)| Ok((i, e.submit(q.clone(), spec(i))?))).collect::<Result<_>>()?;
-    let t = Instant::now();
-    while e.metrics().generated_tokens < 4 {
-        anyhow::ensure!(t.elapsed() < Duration::from_secs(30), "no token generated: {:?}", e.metrics());
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    for (i, q) in qs.iter().enumerate().skip(5) {
-        handles.push((i, e.submit(q.clone(), spec(i))?));
-    }
+    let handles = submit_staggered(&e, &qs, 5, spec)?;
     let (mut proposed, mut accepted) = (0, 0);
     for (i, h) in handles {
         let g = h.wait()?;
