@@ -192,3 +192,44 @@ fn mtp_speculation_gives_plain_greedy_tokens() -> Result<()> {
     wait_idle(&e)?;
     Ok(())
 }
+
+/// MTP speculation where the guesses are right: a synthetic checkpoint tweaked so that one
+/// token wins every position of the main model and of the MTP head (one embedding dimension
+/// large for every token and largest for that token, which the residual stream carries to
+/// the tied output layer; the head's `eh_proj` passes the normed embedding through). Every
+/// guess is accepted, the recurrent state stays where the verification left it, and the
+/// tokens are plain greedy decoding's, for requests with one to three guesses a step.
+#[test]
+fn mtp_speculation_with_accepted_guesses_gives_plain_greedy_tokens() -> Result<()> {
+    const WIN: usize = 1000;
+    const DIM: usize = 5;
+    let tweak = |name: &str, v: &mut [f32]| {
+        let h = qwen35::H;
+        if name == "token_embd.weight" {
+            for (t, row) in v.chunks_exact_mut(h).enumerate() {
+                row[DIM] = if t == WIN { 100.0 } else { 50.0 };
+            }
+        } else if name == format!("blk.{}.nextn.eh_proj.weight", qwen35::LAYERS) {
+            for i in 0..h {
+                v[i * 2 * h + i] += 3.0;
+            }
+        }
+    };
+    let file = qwen35::Synthetic::build_tweaked(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), &tweak)?;
+    let path = file.path().to_str().ok_or_else(|| anyhow::anyhow!("path"))?;
+    let p = Pipeline::load(path, PipelineOptions { max_seq_len: Some(512), ..Default::default() }, |_| {})?;
+    let qs = prompts(&p)?;
+    let plain = GenerationConfig { ignore_eos: true, ..GenerationConfig::default().max_tokens(16) };
+    let alone = alone(&p, &qs, |_| plain.clone())?;
+    let e = Engine::new(&p, opts(4096))?;
+    let spec = |i: usize| GenerationConfig { draft: Some(sapient_generate::speculative::SpecConfig { k: 1 + i % 3, adaptive: false, ..Default::default() }), ..plain.clone() };
+    let handles = submit_staggered(&e, &qs, 4, spec)?;
+    for (i, h) in handles {
+        let g = h.wait()?;
+        assert_eq!(g.tokens, alone[i].tokens, "request {i}: MTP speculation vs plain");
+        assert!(g.stats.accepted_tokens > 0 && g.stats.forwards < g.tokens.len(), "request {i}: {:?}", g.stats);
+    }
+    assert!(alone.iter().all(|g| g.tokens.iter().all(|&t| t as usize == WIN)), "the tweak makes one token win: {:?}", alone[0].tokens);
+    wait_idle(&e)?;
+    Ok(())
+}
