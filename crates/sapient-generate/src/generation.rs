@@ -41,6 +41,8 @@ pub struct GenerationConfig {
     /// token over every speculating sequence), the target verifies them in its batched step.
     /// Greedy output is exactly plain greedy decoding's; sampled output keeps the target's
     /// distribution. `draft_vocab` does not apply. Not with a constraint, nor with `lookup`.
+    /// On an engine over a hybrid model with a multi-token-prediction head (Qwen3.5), the
+    /// head drafts instead, at most [`MTP_MAX_DRAFTS`](crate::engine::MTP_MAX_DRAFTS) tokens a step.
     pub draft: Option<crate::speculative::SpecConfig>,
     /// The chat template's thinking switch (`enable_thinking`, as Qwen3's and SmolLM3's
     /// templates read it) for [`Pipeline::chat`](crate::Pipeline::chat) and [`Engine::submit_chat`](crate::Engine::submit_chat); `None`: the

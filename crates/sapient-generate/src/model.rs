@@ -39,6 +39,29 @@ pub(crate) trait Forward: Send {
     fn load_lora(&mut self, path: &std::path::Path) -> sapient_llama::Result<usize>;
     /// The LoRA adapters loaded, by id.
     fn loras(&self) -> Vec<LoraInfo>;
+    /// A hybrid's multi-token-prediction head (`LlamaModel::has_mtp`): its hidden size when
+    /// there is one. The engine's fake models have none.
+    fn mtp_hidden_size(&self) -> Option<usize> {
+        None
+    }
+    /// Keep every row's output-normed hidden state and, for verification steps, a hybrid's
+    /// state after each row (`LlamaModel::set_keep_hidden`, `set_keep_row_states`).
+    fn keep_for_mtp(&mut self, _on: bool) {}
+    /// The first `rows` hidden states of the last forward.
+    fn hidden(&self, _rows: usize) -> Option<&[f32]> {
+        None
+    }
+    /// The MTP head's cache, forward and own hidden states (`LlamaModel::new_mtp_cache`,
+    /// `mtp_forward`, `mtp_hidden`).
+    fn new_mtp_cache(&self, _opts: KvOptions) -> sapient_llama::Result<KvCache> {
+        Err(sapient_llama::Error::Config("the model has no MTP head".into()))
+    }
+    fn mtp_forward(&mut self, _kv: &mut KvCache, _batch: &[BatchSeq<'_>], _hidden: &[f32], _out: &mut Vec<f32>) -> sapient_llama::Result<usize> {
+        Err(sapient_llama::Error::Config("the model has no MTP head".into()))
+    }
+    fn mtp_hidden(&self, _rows: usize) -> Option<&[f32]> {
+        None
+    }
 }
 
 impl Forward for LlamaModel {
@@ -62,6 +85,25 @@ impl Forward for LlamaModel {
     }
     fn loras(&self) -> Vec<LoraInfo> {
         LlamaModel::loras(self)
+    }
+    fn mtp_hidden_size(&self) -> Option<usize> {
+        self.has_mtp().then_some(self.config().hidden_size)
+    }
+    fn keep_for_mtp(&mut self, on: bool) {
+        self.set_keep_hidden(on);
+        self.set_keep_row_states(on);
+    }
+    fn hidden(&self, rows: usize) -> Option<&[f32]> {
+        LlamaModel::hidden(self, rows)
+    }
+    fn new_mtp_cache(&self, opts: KvOptions) -> sapient_llama::Result<KvCache> {
+        LlamaModel::new_mtp_cache(self, opts)
+    }
+    fn mtp_forward(&mut self, kv: &mut KvCache, batch: &[BatchSeq<'_>], hidden: &[f32], out: &mut Vec<f32>) -> sapient_llama::Result<usize> {
+        LlamaModel::mtp_forward(self, kv, batch, hidden, out)
+    }
+    fn mtp_hidden(&self, rows: usize) -> Option<&[f32]> {
+        LlamaModel::mtp_hidden(self, rows)
     }
 }
 

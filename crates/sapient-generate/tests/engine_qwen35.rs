@@ -46,6 +46,20 @@ fn alone(p: &Pipeline, prompts: &[Vec<u32>], cfg: impl Fn(usize) -> GenerationCo
     Ok(prompts.iter().enumerate().map(|(i, q)| e.submit(q.clone(), cfg(i))?.wait()).collect::<Result<_, _>>()?)
 }
 
+/// The first `first` prompts, then the rest once tokens are being generated.
+fn submit_staggered(e: &Engine, qs: &[Vec<u32>], first: usize, cfg: impl Fn(usize) -> GenerationConfig) -> Result<Vec<(usize, sapient_generate::RequestHandle)>> {
+    let mut handles: Vec<_> = qs.iter().take(first).enumerate().map(|(i, q)| Ok((i, e.submit(q.clone(), cfg(i))?))).collect::<Result<_>>()?;
+    let t = Instant::now();
+    while e.metrics().generated_tokens < 4 {
+        anyhow::ensure!(t.elapsed() < Duration::from_secs(30), "no token generated: {:?}", e.metrics());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for (i, q) in qs.iter().enumerate().skip(first) {
+        handles.push((i, e.submit(q.clone(), cfg(i))?));
+    }
+    Ok(handles)
+}
+
 #[test]
 fn hybrid_requests_give_what_they_give_alone() -> Result<()> {
     let (_file, p) = setup()?;
@@ -62,16 +76,8 @@ fn hybrid_requests_give_what_they_give_alone() -> Result<()> {
     let alone = alone(&p, &qs, cfg)?;
     // Small prompt chunks and steps: prompts are split and mixed with decode rows.
     let e = Engine::new(&p, EngineOptions { prefill_chunk: 8, max_step_tokens: 24, ..opts(4096) })?;
-    let mut handles: Vec<_> = qs.iter().take(4).enumerate().map(|(i, q)| Ok((i, e.submit(q.clone(), cfg(i))?))).collect::<Result<_>>()?;
     // The rest join once the first ones decode.
-    let t = Instant::now();
-    while e.metrics().generated_tokens < 4 {
-        anyhow::ensure!(t.elapsed() < Duration::from_secs(30), "no token generated: {:?}", e.metrics());
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    for (i, q) in qs.iter().enumerate().skip(4) {
-        handles.push((i, e.submit(q.clone(), cfg(i))?));
-    }
+    let handles = submit_staggered(&e, &qs, 4, cfg)?;
     for (i, h) in handles {
         let g = h.wait()?;
         assert_eq!(g.tokens, alone[i].tokens, "request {i} ({} prompt tokens): batched vs alone", qs[i].len());
@@ -151,4 +157,79 @@ fn hybrid_prefix_cache_reuses_the_state_snapshot() -> Result<()> {
 
 fn common(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// MTP speculation (the checkpoint's own multi-token-prediction head drafts, the step's
+/// forward verifies, the recurrent state rolls back to the last accepted guess): greedy
+/// requests give exactly the tokens of plain greedy decoding, batched with each other and
+/// with plain requests, some joining mid-way, with a prompt longer than the chunked form's
+/// 64 positions and small prefill chunks. Random weights make the head guess badly, so most
+/// guesses are rejected (each one a rollback); the figures are printed.
+#[test]
+fn mtp_speculation_gives_plain_greedy_tokens() -> Result<()> {
+    let (_file, p) = setup()?;
+    let qs = prompts(&p)?;
+    assert!(qs.iter().any(|q| q.len() > 64));
+    let plain = GenerationConfig { ignore_eos: true, ..GenerationConfig::default().max_tokens(24) };
+    let alone = alone(&p, &qs, |_| plain.clone())?;
+    let spec = |i: usize| match i % 4 {
+        3 => plain.clone(),
+        _ => GenerationConfig { draft: Some(sapient_generate::speculative::SpecConfig { k: 1 + i % 3, ..Default::default() }), ..plain.clone() },
+    };
+    let e = Engine::new(&p, EngineOptions { prefill_chunk: 16, max_step_tokens: 48, ..opts(4096) })?;
+    let handles = submit_staggered(&e, &qs, 5, spec)?;
+    let (mut proposed, mut accepted) = (0, 0);
+    for (i, h) in handles {
+        let g = h.wait()?;
+        assert_eq!(g.tokens, alone[i].tokens, "request {i} ({} prompt tokens): MTP speculation vs plain", qs[i].len());
+        if i % 4 != 3 {
+            assert!(g.stats.proposed_tokens > 0, "request {i} drafted nothing");
+        }
+        proposed += g.stats.proposed_tokens;
+        accepted += g.stats.accepted_tokens;
+    }
+    eprintln!("MTP on random weights: {accepted} of {proposed} guesses accepted");
+    wait_idle(&e)?;
+    Ok(())
+}
+
+/// MTP speculation where the guesses are right: a synthetic checkpoint tweaked so that one
+/// token wins every position of the main model and of the MTP head (one embedding dimension
+/// large for every token and largest for that token, which the residual stream carries to
+/// the tied output layer; the head's `eh_proj` passes the normed embedding through). Every
+/// guess is accepted, the recurrent state stays where the verification left it, and the
+/// tokens are plain greedy decoding's, for requests with one to three guesses a step.
+#[test]
+fn mtp_speculation_with_accepted_guesses_gives_plain_greedy_tokens() -> Result<()> {
+    const WIN: usize = 1000;
+    const DIM: usize = 5;
+    let tweak = |name: &str, v: &mut [f32]| {
+        let h = qwen35::H;
+        if name == "token_embd.weight" {
+            for (t, row) in v.chunks_exact_mut(h).enumerate() {
+                row[DIM] = if t == WIN { 100.0 } else { 50.0 };
+            }
+        } else if name == format!("blk.{}.nextn.eh_proj.weight", qwen35::LAYERS) {
+            for i in 0..h {
+                v[i * 2 * h + i] += 3.0;
+            }
+        }
+    };
+    let file = qwen35::Synthetic::build_tweaked(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), &tweak)?;
+    let path = file.path().to_str().ok_or_else(|| anyhow::anyhow!("path"))?;
+    let p = Pipeline::load(path, PipelineOptions { max_seq_len: Some(512), ..Default::default() }, |_| {})?;
+    let qs = prompts(&p)?;
+    let plain = GenerationConfig { ignore_eos: true, ..GenerationConfig::default().max_tokens(16) };
+    let alone = alone(&p, &qs, |_| plain.clone())?;
+    let e = Engine::new(&p, opts(4096))?;
+    let spec = |i: usize| GenerationConfig { draft: Some(sapient_generate::speculative::SpecConfig { k: 1 + i % 3, adaptive: false, ..Default::default() }), ..plain.clone() };
+    let handles = submit_staggered(&e, &qs, 4, spec)?;
+    for (i, h) in handles {
+        let g = h.wait()?;
+        assert_eq!(g.tokens, alone[i].tokens, "request {i}: MTP speculation vs plain");
+        assert!(g.stats.accepted_tokens > 0 && g.stats.forwards < g.tokens.len(), "request {i}: {:?}", g.stats);
+    }
+    assert!(alone.iter().all(|g| g.tokens.iter().all(|&t| t as usize == WIN)), "the tweak makes one token win: {:?}", alone[0].tokens);
+    wait_idle(&e)?;
+    Ok(())
 }

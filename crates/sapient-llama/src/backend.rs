@@ -53,6 +53,9 @@ pub(crate) struct Seg {
     pub start: usize,
     pub tab0: usize,
     pub tabn: usize,
+    /// It asks for every row's logits (a speculative verification step): with
+    /// [`Step::keep_rows`], a hybrid keeps the recurrent state after each of its rows.
+    pub keep: bool,
 }
 
 /// Where one forward step's rows go.
@@ -66,6 +69,9 @@ pub(crate) struct Step {
     pub tabs: Vec<u32>,
     /// Rows whose logits are wanted.
     pub out_rows: Vec<usize>,
+    /// Keep the recurrent state after each row of the sequences marked [`Seg::keep`]
+    /// that take the recurrence position by position, for rolling back rejected guesses.
+    pub keep_rows: bool,
 }
 
 /// The small weights of a linear-attention layer in a backend's form, with where its state
@@ -218,4 +224,8 @@ pub(crate) trait Backend {
     /// from its projections `p` to the gated-norm output of its value heads in `out`
     /// (`value dim` a row), each sequence's recurrent state in `kv` updated in place.
     fn delta_net(&mut self, kv: &mut Self::KvStore, w: &DeltaVectors<Self::Vector>, p: DeltaInputs<'_, Self::Buf>, step: &Step, out: &mut Self::Buf) -> Result<()>;
+    /// Each of `n` rows of `out` becomes the row of `a` (`wa` wide) followed by the row of
+    /// `b` (`wb` wide) (the MTP head's input).
+    #[allow(clippy::too_many_arguments)]
+    fn concat_rows(&mut self, a: &Self::Buf, wa: usize, b: &Self::Buf, wb: usize, n: usize, out: &mut Self::Buf);
 }

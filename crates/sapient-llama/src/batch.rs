@@ -38,7 +38,7 @@ pub(crate) fn plan(kv: &Book, batch: &[BatchSeq<'_>], step: &mut Step) -> Result
         if (start + m).div_ceil(kv.block_size()) > blocks.len() {
             return Err(Error::Internal("forward_batch on positions that were not reserved"));
         }
-        step.segs.push(Seg { seq: s.seq, row0, n: m, start, tab0: step.tabs.len(), tabn: blocks.len() });
+        step.segs.push(Seg { seq: s.seq, row0, n: m, start, tab0: step.tabs.len(), tabn: blocks.len(), keep: s.logits == Some(Logits::All) });
         step.tabs.extend_from_slice(blocks);
         for i in 0..m {
             step.pos.push(start + i);

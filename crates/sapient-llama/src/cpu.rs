@@ -637,6 +637,12 @@ impl Backend for Cpu {
     fn delta_net(&mut self, kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: DeltaInputs<'_, Vec<f32>>, step: &Step, out: &mut Vec<f32>) -> Result<()> {
         deltanet::delta_net_cpu(kv, w, p, step, self.dims.eps, out)
     }
+    fn concat_rows(&mut self, a: &Vec<f32>, wa: usize, b: &Vec<f32>, wb: usize, n: usize, out: &mut Vec<f32>) {
+        for (r, o) in out[..n * (wa + wb)].chunks_exact_mut(wa + wb).enumerate() {
+            o[..wa].copy_from_slice(&a[r * wa..(r + 1) * wa]);
+            o[wa..].copy_from_slice(&b[r * wb..(r + 1) * wb]);
+        }
+    }
     /// A draft model for speculative decoding spends a third of its time on a 152k-token
     /// output layer, most of whose tokens are rare. Only a quantized output layer restricts.
     fn restrict_logits(&mut self, output: &Lin, keep: Option<(usize, &[u32])>) -> Result<bool> {

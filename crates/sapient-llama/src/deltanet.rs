@@ -28,7 +28,7 @@
 
 use crate::backend::{Backend, DeltaInputs, DeltaVectors, Step};
 use crate::config::HybridConfig;
-use crate::kv::HostKv;
+use crate::kv::{HostKv, KvStorage};
 use crate::{Error, Result};
 use candle_core::{DType, Device};
 use sapient_tensor::kernels::{self, pool, SendPtr};
@@ -135,9 +135,10 @@ thread_local! {
 /// the previous `taps - 1` rows (updated), into `x`; then the first `norm_heads` heads of
 /// `s` values of each output row L2-normalised. Channels are vectorised (the taps
 /// transposed to `[taps][cd]`) and, for a prompt, split over the kernel pool; each output
-/// sums its taps oldest first from zero, as ggml's `ssm_conv` does.
+/// sums its taps oldest first from zero, as ggml's `ssm_conv` does. `save`: where the window
+/// after each row goes (row `t`'s at `t * stride`).
 #[allow(clippy::too_many_arguments)]
-fn conv_rows(window: &mut [f32], conv: &[f32], rows: &[f32], n: usize, cd: usize, taps: usize, x: &mut [f32], norm_heads: usize, s: usize, eps: f32) {
+fn conv_rows(window: &mut [f32], conv: &[f32], rows: &[f32], n: usize, cd: usize, taps: usize, x: &mut [f32], norm_heads: usize, s: usize, eps: f32, save: Option<(&mut [f32], usize)>) {
     let h = taps - 1;
     if n * cd < 64 * 1024 {
         // A few rows (decode): the taps as stored, the same sums and SiLU as a prompt's.
@@ -161,6 +162,16 @@ fn conv_rows(window: &mut [f32], conv: &[f32], rows: &[f32], n: usize, cd: usize
         });
     } else {
         conv_prompt(window, conv, rows, n, cd, taps, x);
+    }
+    // Row j of (window, rows): the window after row t is rows t + 1 .. t + 1 + h of it.
+    if let Some((dst, stride)) = save {
+        for t in 0..n {
+            for r in 0..h {
+                let j = t + 1 + r;
+                let src = if j < h { &window[j * cd..(j + 1) * cd] } else { &rows[(j - h) * cd..(j - h + 1) * cd] };
+                dst[t * stride + r * cd..t * stride + (r + 1) * cd].copy_from_slice(src);
+            }
+        }
     }
     if h > 0 {
         // The window becomes the last h rows of (window, rows).
@@ -230,16 +241,22 @@ pub(crate) struct HeadRows<'a> {
     pub b: &'a [f32],
 }
 
-/// Run a head's rows through its state `m` position by position.
+/// Run a head's rows through its state `m` position by position; with `save`, a copy of
+/// the state after row `t` goes to `save.0.add(t * save.1)`.
 ///
 /// # Safety
-/// `o.add(t * ld)` must be valid for `s` writes for every row `t`, and written by no one else.
-pub(crate) unsafe fn head_recurrent(m: &mut [f32], s: usize, r: &HeadRows<'_>, scale: f32, o: *mut f32, ld: usize) {
+/// `o.add(t * ld)` must be valid for `s` writes for every row `t`, and written by no one
+/// else; so must `save.0.add(t * save.1)` for `s * s` writes.
+pub(crate) unsafe fn head_recurrent(m: &mut [f32], s: usize, r: &HeadRows<'_>, scale: f32, o: *mut f32, ld: usize, save: Option<(*mut f32, usize)>) {
     for t in 0..r.g.len() {
         let xt = &r.x[t * r.cd..(t + 1) * r.cd];
         // SAFETY: per the contract.
         let ot = unsafe { std::slice::from_raw_parts_mut(o.add(t * ld), s) };
         kernels::delta::delta_step(m, &xt[r.k0..r.k0 + s], &xt[r.q0..r.q0 + s], &xt[r.v0..r.v0 + s], r.g[t].exp(), r.b[t], scale, ot);
+        if let Some((dst, stride)) = save {
+            // SAFETY: per the contract.
+            unsafe { std::slice::from_raw_parts_mut(dst.add(t * stride), s * s) }.copy_from_slice(m);
+        }
     }
 }
 
@@ -353,15 +370,30 @@ pub(crate) fn delta_net_cpu(kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: Delt
             x.resize(rows * cd, 0.0);
         }
         let mut mats = Vec::with_capacity(step.segs.len());
+        // Per sequence: where the matrices after each row go, when the step keeps them.
+        let mut saves: Vec<Option<SendPtr<f32>>> = Vec::with_capacity(step.segs.len());
+        let sf = kv.state_floats();
         for seg in &step.segs {
+            let save: Option<*mut f32> = if step.keep_rows && seg.keep && seg.n < CHUNKED_FROM {
+                Some(kv.row_states_mut(seg.seq, seg.start, seg.n).as_mut_ptr())
+            } else {
+                kv.forget_row_states(seg.seq);
+                None
+            };
             let st = kv
                 .state_mut(seg.seq)
                 .get_mut(w.offset..w.offset + sh.layer_floats())
                 .ok_or(Error::Internal("delta_net: the sequence state is smaller than the model's"))?;
             let (window, m) = st.split_at_mut(sh.conv_floats());
             let (r0, n) = (seg.row0 * cd, seg.n);
-            conv_rows(window, &w.conv, &p.qkv[r0..r0 + n * cd], n, cd, taps, &mut x[r0..r0 + n * cd], 2 * hk, s, eps);
+            // SAFETY: `row_states_mut` gave `n` states of `sf` values; this layer's stretch of
+            // each lies inside (the state is `sf` values, checked above).
+            let win_save = save.map(|p| (unsafe { std::slice::from_raw_parts_mut(p, n * sf) }, sf));
+            let win_save = win_save.map(|(d, st)| (&mut d[w.offset..], st));
+            conv_rows(window, &w.conv, &p.qkv[r0..r0 + n * cd], n, cd, taps, &mut x[r0..r0 + n * cd], 2 * hk, s, eps, win_save);
             mats.push(SendPtr(m.as_mut_ptr()));
+            // SAFETY: as above: the matrices start after the window in this layer's stretch.
+            saves.push(save.map(|p| SendPtr(unsafe { p.add(w.offset + sh.conv_floats()) })));
         }
         let x = &x[..rows * cd];
         let scale = 1.0 / (s as f32).sqrt();
@@ -394,8 +426,11 @@ pub(crate) fn delta_net_cpu(kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: Delt
                 // SAFETY: as above; row `t`'s columns of this head start at `o + t * vd`.
                 let o = unsafe { op.ptr().add(seg.row0 * vd + h * s) };
                 if n < CHUNKED_FROM {
+                    // SAFETY: as above; head `h`'s matrix after each row lies in the row states
+                    // kept for this sequence, touched by this job only.
+                    let save = saves[si].as_ref().map(|p| (unsafe { p.ptr().add(h * s * s) }, sf));
                     // SAFETY: as above.
-                    unsafe { head_recurrent(m, s, &rows, scale, o, vd) };
+                    unsafe { head_recurrent(m, s, &rows, scale, o, vd, save) };
                 } else {
                     // SAFETY: as above.
                     CHUNKS.with(|c| unsafe { head_chunked(m, s, &rows, scale, o, vd, &mut c.borrow_mut()) });
@@ -472,7 +507,7 @@ mod tests {
             let mut scratch = Vec::new();
             // SAFETY: `oa` and `ob` hold `n` rows of `s`.
             unsafe {
-                head_recurrent(&mut ma, s, &rows, scale, oa.as_mut_ptr(), s);
+                head_recurrent(&mut ma, s, &rows, scale, oa.as_mut_ptr(), s, None);
                 head_chunked(&mut mb, s, &rows, scale, ob.as_mut_ptr(), s, &mut scratch);
             }
             let close = |a: &[f32], b: &[f32], what: &str| {

@@ -27,6 +27,8 @@ use candle_core::{DType, Device, Tensor};
 use std::path::Path;
 use sapient_tensor::WeightSource;
 
+mod mtp;
+
 // One per layer, built at load: the size of the separate variant does not matter.
 #[allow(clippy::large_enum_variant)]
 enum Qkv<L> {
@@ -118,6 +120,13 @@ struct Transformer<B: Backend> {
     state_floats: usize,
     /// The LoRA adapters loaded for it.
     lora: Adapters,
+    /// The multi-token-prediction head (`mtp.rs`), when the checkpoint has one.
+    mtp: Option<Box<mtp::Mtp<B>>>,
+    /// Keep the final-normed hidden state of every row in `hidden` (the MTP head's input).
+    keep_hidden: bool,
+    hidden: B::Buf,
+    /// Keep a hybrid's recurrent state after each row of verification steps ([`Step::keep_rows`]).
+    keep_rows: bool,
 }
 
 /// A loaded model with its KV cache.
@@ -522,9 +531,13 @@ impl<B: Backend> Transformer<B> {
         let embed_name = names.embed();
         let embed_w = src.load_checked(&embed_name, &[cfg.vocab_size, h], &dev)?;
         let embed = backend.embedding(&embed_w, &embed_name)?;
-        let mut layers = Vec::with_capacity(cfg.num_layers);
+        // The MTP layer after the main stack, when its tensors are there, loads as a layer
+        // (with its keys and values in a cache of its own) and goes to the head (`mtp.rs`).
+        let mtp_layers = cfg.hybrid.as_ref().map_or(0, |hc| hc.mtp_layers).min(1);
+        let mtp_layers = if mtp_layers > 0 && src.contains(&format!("blk.{}.nextn.eh_proj.weight", cfg.num_layers)) { 1 } else { 0 };
+        let mut layers = Vec::with_capacity(cfg.num_layers + mtp_layers);
         let (mut kv_layers, mut linear) = (0, 0);
-        for i in 0..cfg.num_layers {
+        for i in 0..cfg.num_layers + mtp_layers {
             let lin = |what: &str, out: usize, inp: usize, bias: bool| -> Result<B::Lin> {
                 let prefix = names.layer(i, what);
                 let name = format!("{prefix}.weight");
@@ -577,9 +590,11 @@ impl<B: Backend> Transformer<B> {
             let rope = if window.is_some() && cfg.rope_theta_swa.is_some() { RopeTable::SlidingWindow } else { RopeTable::Main };
             let mixer = match (qkv, &cfg.hybrid) {
                 (Some(qkv), _) => {
-                    kv_layers += 1;
+                    // The MTP layer's keys and values are the only ones in its cache.
+                    kv_layers += usize::from(i < cfg.num_layers);
                     let o_bias = src.contains(&format!("{}.bias", names.layer(i, "attn_output")));
-                    Mixer::Attention(Attention { qkv, o: lin("attn_output", h, q_out, o_bias)?, q_norm, k_norm, gated, kv_layer: kv_layers - 1 })
+                    let kv_layer = if i < cfg.num_layers { kv_layers - 1 } else { 0 };
+                    Mixer::Attention(Attention { qkv, o: lin("attn_output", h, q_out, o_bias)?, q_norm, k_norm, gated, kv_layer })
                 }
                 (None, Some(hc)) => {
                     linear += 1;
@@ -600,6 +615,10 @@ impl<B: Backend> Transformer<B> {
                 rope,
             });
         }
+        let mtp = match layers.len() > cfg.num_layers {
+            true => layers.pop().map(|l| mtp::Mtp::load(&backend, src, cfg.num_layers, (h, cfg.vocab_size), l)).transpose()?.map(Box::new),
+            false => None,
+        };
         let norm = backend.vector(values(&names.output_norm(), h)?);
         let out_name = format!("{}.weight", names.output());
         let output = if cfg.tie_word_embeddings || !src.contains(&out_name) {
@@ -611,10 +630,15 @@ impl<B: Backend> Transformer<B> {
         if kv_layers == 0 {
             return Err(Error::Config(format!("{}: no layer has attention (a hybrid needs at least one)", src.location().display())));
         }
-        let mut net = Self { backend, dims, layers, norm, output, embed, buf: Bufs::default(), step: Step::default(), kv_layers, state_floats, lora: Adapters::default() };
+        let (buf, step, lora, hidden) = (Bufs::default(), Step::default(), Adapters::default(), B::Buf::default());
+        let mut net = Self { backend, dims, layers, norm, output, embed, buf, step, kv_layers, state_floats, lora, mtp, keep_hidden: false, hidden, keep_rows: false };
         net.check()?;
-        let Self { backend, layers, output, embed, .. } = &mut net;
-        backend.loaded(linears(layers, output), embed);
+        let Self { backend, layers, output, embed, mtp, .. } = &mut net;
+        let mut lins = linears(layers, output);
+        if let Some(m) = mtp {
+            lins.extend(m.linears());
+        }
+        backend.loaded(lins, embed);
         Ok(net)
     }
 
@@ -643,7 +667,7 @@ impl<B: Backend> Transformer<B> {
     /// does not depend on the rest of the batch.
     #[allow(clippy::too_many_arguments)]
     fn forward_batch(&mut self, book: &mut Book, kv: &mut B::KvStore, batch: &[BatchSeq<'_>], uses: &[&[LoraUse]], exact: bool, logits: &mut Vec<f32>) -> Result<usize> {
-        let Self { backend, dims: d, layers, norm, output, embed, buf: b, step, kv_layers, state_floats, lora } = self;
+        let Self { backend, dims: d, layers, norm, output, embed, buf: b, step, kv_layers, state_floats, lora, keep_hidden, hidden, keep_rows, .. } = self;
         // Adapters only when a sequence chose one: the other batches run as without them.
         let lo = LoraCtx { adapters: lora, uses: if uses.iter().any(|u| !u.is_empty()) { uses } else { &[] } };
         let n: usize = batch.iter().map(|s| s.tokens.len()).sum();
@@ -671,6 +695,7 @@ impl<B: Backend> Transformer<B> {
             }
         }
         plan(book, batch, step)?;
+        step.keep_rows = *keep_rows;
         if *state_floats > 0 {
             // The recurrent states stand where the rows start (not after a failed forward).
             for seg in &step.segs {
@@ -699,42 +724,18 @@ impl<B: Backend> Transformer<B> {
                     continue;
                 }
             };
-            let (qb, q_w) = if a.gated { (&mut b.qg, 2 * q_out) } else { (&mut b.q, q_out) };
-            match &a.qkv {
-                Qkv::Separate(q, k, v) => {
-                    backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[q, k, v], n, exact, &mut [&mut *qb, &mut b.k, &mut b.v])?;
-                    lo.apply(backend, step, li, Target::Q, &b.xn, h, qb, q_w);
-                    lo.apply(backend, step, li, Target::K, &b.xn, h, &mut b.k, kv_out);
-                    lo.apply(backend, step, li, Target::V, &b.xn, h, &mut b.v, kv_out);
-                }
-                Qkv::Fused(l) => {
-                    B::reserve(&mut b.qkv, n * (q_w + 2 * kv_out));
-                    backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.qkv])?;
-                    lo.apply(backend, step, li, Target::Qkv, &b.xn, h, &mut b.qkv, q_w + 2 * kv_out);
-                    backend.split_rows(&b.qkv, n, &mut [(qb, q_w), (&mut b.k, kv_out), (&mut b.v, kv_out)]);
-                }
-            }
-            if a.gated {
-                backend.split_query_gate(&b.qg, n, d.heads, d.head_dim, &mut b.q, &mut b.gate);
-            }
-            if let Some(w) = &a.q_norm {
-                backend.rms_norm_in_place(&mut b.q, w, n * q_out, d.eps);
-            }
-            if let Some(w) = &a.k_norm {
-                backend.rms_norm_in_place(&mut b.k, w, n * kv_out, d.eps);
-            }
-            backend.rope_write_kv(kv, a.kv_layer, &mut b.q, &mut b.k, &b.v, step, layer.rope);
-            backend.attention(kv, a.kv_layer, layer.window, layer.sinks.as_ref(), &b.q, step, &mut b.att);
-            if a.gated {
-                backend.mul_sigmoid(&mut b.att, &b.gate, n * q_out);
-            }
-            backend.linear_rows(&a.o, &b.att, n, exact, &mut b.y)?;
-            lo.apply(backend, step, li, Target::O, &b.att, q_out, &mut b.y, h);
+            Self::attention(backend, d, (li, layer, a), b, pending, n, exact, (&lo, step), kv)?;
             Self::mlp(backend, d, (li, layer), b, n, exact, (&lo, step))?;
             pending = true;
         }
         if pending {
             backend.add(&mut b.x, &b.y, n * h);
+        }
+        if *keep_hidden {
+            // The final norm of every row: what the MTP head takes for each position.
+            let all: Vec<usize> = (0..n).collect();
+            B::reserve(hidden, n * h);
+            backend.rms_norm_rows(&b.x, &all, norm, d.eps, hidden);
         }
         if *state_floats > 0 {
             for seg in &step.segs {
@@ -746,6 +747,47 @@ impl<B: Backend> Transformer<B> {
         backend.rms_norm_rows(&b.x, &step.out_rows, norm, d.eps, &mut b.xn);
         backend.logits(output, &b.xn, rows, exact, d.softcap, logits)?;
         Ok(rows)
+    }
+
+    /// An attention layer's first half: `x += y` when `pending` (the previous layer's
+    /// output), the norm, the projections, q/k norms, RoPE, attention over the cache and the
+    /// output projection, the result in `b.y`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(backend: &mut B, d: &Dims, (li, layer, a): (usize, &Layer<B>, &Attention<B>), b: &mut Bufs<B::Buf>, pending: bool, n: usize, exact: bool, (lo, step): (&LoraCtx<'_>, &Step), kv: &mut B::KvStore) -> Result<()> {
+        let (h, q_out, kv_out) = (d.hidden, d.heads * d.head_dim, d.kv_heads * d.head_dim);
+        let y = pending.then_some(&b.y);
+        let (qb, q_w) = if a.gated { (&mut b.qg, 2 * q_out) } else { (&mut b.q, q_out) };
+        match &a.qkv {
+            Qkv::Separate(q, k, v) => {
+                backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[q, k, v], n, exact, &mut [&mut *qb, &mut b.k, &mut b.v])?;
+                lo.apply(backend, step, li, Target::Q, &b.xn, h, qb, q_w);
+                lo.apply(backend, step, li, Target::K, &b.xn, h, &mut b.k, kv_out);
+                lo.apply(backend, step, li, Target::V, &b.xn, h, &mut b.v, kv_out);
+            }
+            Qkv::Fused(l) => {
+                B::reserve(&mut b.qkv, n * (q_w + 2 * kv_out));
+                backend.add_norm_linear_group(&mut b.x, y, &layer.attn_norm, d.eps, &mut b.xn, &[l], n, exact, &mut [&mut b.qkv])?;
+                lo.apply(backend, step, li, Target::Qkv, &b.xn, h, &mut b.qkv, q_w + 2 * kv_out);
+                backend.split_rows(&b.qkv, n, &mut [(qb, q_w), (&mut b.k, kv_out), (&mut b.v, kv_out)]);
+            }
+        }
+        if a.gated {
+            backend.split_query_gate(&b.qg, n, d.heads, d.head_dim, &mut b.q, &mut b.gate);
+        }
+        if let Some(w) = &a.q_norm {
+            backend.rms_norm_in_place(&mut b.q, w, n * q_out, d.eps);
+        }
+        if let Some(w) = &a.k_norm {
+            backend.rms_norm_in_place(&mut b.k, w, n * kv_out, d.eps);
+        }
+        backend.rope_write_kv(kv, a.kv_layer, &mut b.q, &mut b.k, &b.v, step, layer.rope);
+        backend.attention(kv, a.kv_layer, layer.window, layer.sinks.as_ref(), &b.q, step, &mut b.att);
+        if a.gated {
+            backend.mul_sigmoid(&mut b.att, &b.gate, n * q_out);
+        }
+        backend.linear_rows(&a.o, &b.att, n, exact, &mut b.y)?;
+        lo.apply(backend, step, li, Target::O, &b.att, q_out, &mut b.y, h);
+        Ok(())
     }
 
     /// A layer's second half, after its mixer left its output in `b.y`: the residual add, the

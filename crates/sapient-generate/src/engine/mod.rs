@@ -25,7 +25,8 @@
 //! `scheduler` decides each step without running the model (admission, chunking,
 //! preemption, sessions) and returns plain-data plans (which sequence feeds which tokens,
 //! with or without logits); `step` runs them on the model (forward, sampling, streaming);
-//! `draft` holds draft-model speculation; `saved` moves a session's cache between engines.
+//! `draft` holds draft-model speculation, `mtp` a hybrid model's speculation with its own
+//! multi-token-prediction head; `saved` moves a session's cache between engines.
 //!
 //! ```no_run
 //! use sapient_generate::{Engine, EngineOptions, Event, GenerationConfig, Message, Pipeline};
@@ -57,7 +58,9 @@ use std::time::Instant;
 use tokio::sync::mpsc;
 
 mod draft;
+mod mtp;
 mod saved;
+pub use mtp::MTP_MAX_DRAFTS;
 mod scheduler;
 mod step;
 #[cfg(test)]
@@ -244,6 +247,10 @@ struct Active {
     /// The sequence in the draft model's cache, and how many of `kv_tokens` it holds.
     draft_seq: Option<SeqId>,
     draft_computed: usize,
+    /// With an MTP head (where `draft_seq` is the sequence in the head's cache): the main
+    /// model's output-normed hidden states of positions `mtp_h0..`, not yet taken by the head.
+    mtp_h: Vec<f32>,
+    mtp_h0: usize,
     /// The LoRA adapters it applies (its rows' keys and values are its own: no prefix-cache
     /// sharing).
     lora: Vec<sapient_llama::LoraUse>,
@@ -314,7 +321,7 @@ impl Drop for Session {
 /// behind an `Arc`; dropping the last handle stops the scheduler once its requests end.
 pub struct Engine {
     model: Model,
-    /// Whether [`Engine::with_draft`] gave it a draft model.
+    /// Whether [`Engine::with_draft`] gave it a draft model, or its model drafts with an MTP head.
     has_draft: bool,
     tx: Option<std::sync::mpsc::Sender<Msg>>,
     shared: Arc<Shared>,
@@ -324,7 +331,10 @@ pub struct Engine {
 
 impl Engine {
     /// An engine over `pipeline`'s model (the weights are shared, not copied; the engine has
-    /// its own KV cache). Fails when the options make no sense.
+    /// its own KV cache). Fails when the options make no sense. A hybrid model with a
+    /// multi-token-prediction head (Qwen3.5) speculates with it for requests that ask for
+    /// [`GenerationConfig::draft`] (at most [`MTP_MAX_DRAFTS`] guesses a step, see `mtp`);
+    /// the model then keeps every row's hidden state after each forward.
     pub fn new(pipeline: &Model, opts: EngineOptions) -> Result<Self> {
         Self::start(pipeline, None, opts)
     }
@@ -348,9 +358,18 @@ impl Engine {
         if opts.max_seqs == 0 || opts.max_step_tokens == 0 || opts.prefill_chunk == 0 {
             return Err(Error::InvalidOptions("max_seqs, max_step_tokens and prefill_chunk must be at least 1".into()));
         }
-        let kv = {
-            let inner = pipeline.lock_inner()?;
-            inner.model.new_kv_cache(opts.kv)?
+        let (kv, mtp) = {
+            let mut inner = pipeline.lock_inner()?;
+            let kv = inner.model.new_kv_cache(opts.kv)?;
+            // A hybrid with an MTP head (draft models do not speculate for hybrids).
+            let mtp = match inner.model.mtp_hidden_size().filter(|_| draft.is_none() && kv.has_seq_state()) {
+                Some(hidden) => {
+                    inner.model.keep_for_mtp(true);
+                    Some(mtp::MtpDraft::new(inner.model.new_mtp_cache(opts.kv)?, hidden))
+                }
+                None => None,
+            };
+            (kv, mtp)
         };
         let draft = match draft {
             Some(d) => {
@@ -360,11 +379,12 @@ impl Engine {
             }
             None => None,
         };
-        let has_draft = draft.is_some();
+        let has_draft = draft.is_some() || mtp.is_some();
         let shared = Arc::new(Shared::default());
         let (tx, rx) = std::sync::mpsc::channel();
         let mut sched = Scheduler::new(pipeline.clone(), opts, kv, shared.clone());
         sched.draft = draft;
+        sched.mtp = mtp;
         let worker = std::thread::Builder::new()
             .name("sapient-engine".into())
             .spawn(move || sched.run(rx))
@@ -420,7 +440,7 @@ impl Engine {
             }
         }
         if cfg.draft.is_some() && !self.has_draft {
-            return Err(Error::InvalidOptions("speculation with a draft model needs an engine made by Engine::with_draft".into()));
+            return Err(Error::InvalidOptions("speculation with a draft model needs an engine made by Engine::with_draft (or a model with an MTP head)".into()));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();

@@ -42,6 +42,10 @@ pub(super) struct Scheduler {
     pub(super) eos: Vec<u32>,
     pub(super) steps: u64,
     pub(super) draft: Option<Draft>,
+    /// A hybrid model's MTP head, when it has one (`mtp.rs`).
+    pub(super) mtp: Option<super::mtp::MtpDraft>,
+    /// The output-normed hidden states of the last step's rows (with an MTP head).
+    pub(super) hidden: Vec<f32>,
 }
 
 /// What one running sequence feeds in a step: plain data, made by the scheduler (with the
@@ -75,6 +79,8 @@ impl Scheduler {
             eos,
             steps: 0,
             draft: None,
+            mtp: None,
+            hidden: Vec::new(),
         }
     }
 
@@ -99,6 +105,12 @@ impl Scheduler {
             match d.model.lock_inner().and_then(|inner| Ok(inner.model.new_kv_cache(self.opts.kv)?)) {
                 Ok(kv) => d.kv = kv,
                 Err(e) => tracing::error!("cannot make a fresh draft KV cache after a failed step: {e}"),
+            }
+        }
+        if let Some(m) = &mut self.mtp {
+            match self.model.lock_inner().and_then(|inner| Ok(inner.model.new_mtp_cache(self.opts.kv)?)) {
+                Ok(kv) => m.kv = kv,
+                Err(e) => tracing::error!("cannot make a fresh MTP KV cache after a failed step: {e}"),
             }
         }
     }
@@ -353,6 +365,8 @@ impl Scheduler {
                 drafts: 0,
                 draft_seq: None,
                 draft_computed: 0,
+                mtp_h: Vec::new(),
+                mtp_h0: 0,
                 lora,
             }),
             Err(e) => {
@@ -372,12 +386,15 @@ impl Scheduler {
             (a.computed < a.dec.prompt_len(), a.id)
         });
         if let (Some(d), false) = (&mut self.draft, self.kv.has_seq_state()) {
-            // Not for hybrid models: their recurrent state cannot drop rejected guesses.
+            // Not for hybrid models (only their own MTP head drafts for them).
             d.propose(&mut self.running, &self.eos, self.model.info().vocab_size, max_seq);
+        } else if let Some(m) = &mut self.mtp {
+            // A hybrid's own MTP head: its recurrent state rolls back to the accepted guesses.
+            m.propose(&self.model, &mut self.running, &self.eos, max_seq);
         }
         // Prompt lookup: decoding sequences that speculate feed their guesses after their
-        // newest token, to be verified by this step's forward. Not for hybrid models: their
-        // recurrent state cannot drop rejected guesses.
+        // newest token, to be verified by this step's forward. Not for hybrid models (their
+        // state rolls back only within a short verification step: the MTP head's).
         let speculate = !self.kv.has_seq_state();
         for a in self.running.iter_mut() {
             if speculate && a.drafts == 0 && a.computed >= a.dec.prompt_len() && a.kv_tokens.len() == a.computed + 1 {
@@ -499,10 +516,16 @@ impl Scheduler {
 
     /// Give back `a`'s sequence in the draft model's cache.
     fn free_draft(&mut self, a: &mut Active) {
-        if let (Some(d), Some(seq)) = (&mut self.draft, a.draft_seq.take()) {
-            let _ = d.kv.free(seq);
+        if let Some(seq) = a.draft_seq.take() {
+            if let Some(d) = &mut self.draft {
+                let _ = d.kv.free(seq);
+            } else if let Some(m) = &mut self.mtp {
+                let _ = m.kv.free(seq);
+            }
         }
         a.draft_computed = 0;
+        a.mtp_h.clear();
+        a.mtp_h0 = 0;
     }
 
     /// For a hybrid model with the prefix cache: the prompt position (its last block boundary
@@ -532,7 +555,10 @@ impl Scheduler {
 /// sequence's length in the cache goes through here (or through admission, which gives a
 /// sequence its cached prefix, and [`Scheduler::release`]).
 pub(super) fn settle(kv: &mut KvCache, seq: SeqId, computed: &mut usize) {
-    if kv.set_len(seq, *computed).is_err() {
+    // A hybrid's state goes back to the last accepted guess from the states its
+    // verification step kept (or, where it cannot, the sequence is recomputed).
+    let rolled = kv.rollback_state(seq, *computed);
+    if rolled.is_err() || kv.set_len(seq, *computed).is_err() {
         let _ = kv.truncate(seq, 0);
         *computed = 0;
     }

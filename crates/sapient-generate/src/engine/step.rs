@@ -73,7 +73,16 @@ impl Scheduler {
             Vec::new()
         };
         let result = match self.model.lock_inner() {
-            Ok(mut inner) => inner.model.forward_reserved(&mut self.kv, &batch, &loras, &mut self.logits).map_err(Error::from),
+            Ok(mut inner) => {
+                let r = inner.model.forward_reserved(&mut self.kv, &batch, &loras, &mut self.logits).map_err(Error::from);
+                // The MTP head's input: every row's output-normed hidden state.
+                if self.mtp.is_some() {
+                    let rows: usize = batch.iter().map(|s| s.tokens.len()).sum();
+                    self.hidden.clear();
+                    self.hidden.extend_from_slice(inner.model.hidden(rows).unwrap_or(&[]));
+                }
+                r
+            }
             Err(e) => Err(e),
         };
         drop((batch, loras));
@@ -92,6 +101,9 @@ impl Scheduler {
         }
         let vocab = self.model.info().vocab_size;
         let mut row = 0;
+        // Each plan's first row in the batch (the hidden states' rows).
+        let mut brow = 0;
+        let hsize = self.mtp.as_ref().map_or(0, |m| m.hidden_size);
         let mut done: Vec<(usize, Result<FinishReason>)> = Vec::new();
         for p in plans {
             let a = &mut self.running[p.idx];
@@ -133,6 +145,11 @@ impl Scheduler {
             // lengths to the scheduler); blocks past it go back.
             if let Some(seq) = a.seq {
                 settle(&mut self.kv, seq, &mut a.computed);
+                if self.mtp.is_some() {
+                    let rows = self.hidden.get(brow * hsize..(brow + p.n) * hsize).unwrap_or(&[]);
+                    super::mtp::record_hidden(a, p.start, a.computed, rows, hsize);
+                }
+                brow += p.n;
             }
             // Prompt blocks become shareable as soon as they are full.
             if a.shares_prefixes(&self.opts) && (a.computed <= a.dec.prompt_len() || p.logits.is_some()) {

@@ -196,7 +196,9 @@ impl Book {
         let stateful = self.stateful;
         let s = self.seq_mut(id)?;
         let mut reset = false;
-        if stateful && len < s.state_len.max(s.len) {
+        // Cutting positions the state has not taken in (rejected guesses after a state
+        // rollback, `KvCache::rollback_state`) leaves it as it is.
+        if stateful && len < s.state_len.max(s.len) && (len == 0 || s.state_len != len) {
             if len > 0 {
                 return Err(Error::StateRollback { len, held: s.state_len.max(s.len) });
             }

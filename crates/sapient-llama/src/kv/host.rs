@@ -45,6 +45,9 @@ pub(crate) struct HostKv {
     states: Vec<Vec<f32>>,
     /// Recurrent state after registered blocks, by chain hash.
     snapshots: HashMap<u64, Vec<f32>>,
+    /// Per sequence id: the state after each row of its last verification step (the first
+    /// row's position and the rows), for rolling back rejected guesses (`state.rs`).
+    rows: HashMap<u32, (usize, usize, Vec<f32>)>,
 }
 
 impl HostKv {
@@ -63,7 +66,7 @@ impl HostKv {
                 vs: (0..layers).map(|_| ZeroedMap::new(per_layer / Q8_GROUP)).collect(),
             },
         };
-        Ok(Self { block_size, width, layers, store, state_floats: 0, states: Vec::new(), snapshots: HashMap::new() })
+        Ok(Self { block_size, width, layers, store, state_floats: 0, states: Vec::new(), snapshots: HashMap::new(), rows: HashMap::new() })
     }
 
     pub(super) fn set_state_floats(&mut self, floats: usize) {
@@ -100,6 +103,38 @@ impl HostKv {
             *s = vec![0.0; self.state_floats];
         }
         s
+    }
+
+    /// Where a step that keeps the state after each of its `n` rows of `seq` (positions
+    /// `start..start + n`) writes them: `n` states one after another, for
+    /// [`roll_back`](Self::roll_back).
+    pub(crate) fn row_states_mut(&mut self, seq: SeqId, start: usize, n: usize) -> &mut [f32] {
+        let sf = self.state_floats;
+        let r = self.rows.entry(seq.0).or_insert_with(|| (0, 0, Vec::new()));
+        r.0 = start;
+        r.1 = n;
+        if r.2.len() < n * sf {
+            r.2.resize(n * sf, 0.0);
+        }
+        &mut r.2[..n * sf]
+    }
+    /// A step that does not keep them: the rows kept before no longer follow the state.
+    pub(crate) fn forget_row_states(&mut self, seq: SeqId) {
+        self.rows.remove(&seq.0);
+    }
+    /// Make `seq`'s state the one after position `len - 1`, from the rows its last step
+    /// kept, when that step ended at `held` and covered that position; returns whether it
+    /// could.
+    pub(super) fn roll_back(&mut self, seq: SeqId, len: usize, held: usize) -> bool {
+        let sf = self.state_floats;
+        match self.rows.get(&seq.0) {
+            Some(&(start, n, _)) if start + n == held && len > start && len <= held => {}
+            _ => return false,
+        }
+        let Some((start, _, rows)) = self.rows.remove(&seq.0) else { return false };
+        let t = len - start - 1;
+        self.state_mut(seq).copy_from_slice(&rows[t * sf..(t + 1) * sf]);
+        true
     }
 
     fn copy_block(&mut self, from: u32, to: u32) {
@@ -139,6 +174,13 @@ impl HostKv {
 
 impl KvStorage for HostKv {
     fn apply(&mut self, e: Effect) {
+        // Any change of a state outside a forward makes its kept rows stale.
+        match &e {
+            Effect::ResetState(seq) | Effect::FreeState(seq) | Effect::CopyState { to: seq, .. } | Effect::RestoreSnapshot { seq, .. } => {
+                self.rows.remove(seq);
+            }
+            _ => {}
+        }
         match e {
             Effect::CopyBlock { from, to } => self.copy_block(from, to),
             Effect::ResetState(seq) => self.state_slot(seq).fill(0.0),

