@@ -48,6 +48,8 @@ pub(crate) struct HostKv {
     /// Per sequence id: the state after each row of its last verification step (the first
     /// row's position and the rows), for rolling back rejected guesses (`state.rs`).
     rows: HashMap<u32, (usize, usize, Vec<f32>)>,
+    /// The memory of a freed sequence's kept rows, for the next sequence that keeps some.
+    spare_rows: Vec<f32>,
 }
 
 impl HostKv {
@@ -66,7 +68,7 @@ impl HostKv {
                 vs: (0..layers).map(|_| ZeroedMap::new(per_layer / Q8_GROUP)).collect(),
             },
         };
-        Ok(Self { block_size, width, layers, store, state_floats: 0, states: Vec::new(), snapshots: HashMap::new(), rows: HashMap::new() })
+        Ok(Self { block_size, width, layers, store, state_floats: 0, states: Vec::new(), snapshots: HashMap::new(), rows: HashMap::new(), spare_rows: Vec::new() })
     }
 
     pub(super) fn set_state_floats(&mut self, floats: usize) {
@@ -110,7 +112,8 @@ impl HostKv {
     /// [`roll_back`](Self::roll_back).
     pub(crate) fn row_states_mut(&mut self, seq: SeqId, start: usize, n: usize) -> &mut [f32] {
         let sf = self.state_floats;
-        let r = self.rows.entry(seq.0).or_insert_with(|| (0, 0, Vec::new()));
+        let spare = &mut self.spare_rows;
+        let r = self.rows.entry(seq.0).or_insert_with(|| (0, 0, std::mem::take(spare)));
         r.0 = start;
         r.1 = n;
         if r.2.len() < n * sf {
@@ -118,9 +121,12 @@ impl HostKv {
         }
         &mut r.2[..n * sf]
     }
-    /// A step that does not keep them: the rows kept before no longer follow the state.
+    /// A step that does not keep them: the rows kept before no longer follow the state (the
+    /// memory stays with the sequence for its next verification step).
     pub(crate) fn forget_row_states(&mut self, seq: SeqId) {
-        self.rows.remove(&seq.0);
+        if let Some(r) = self.rows.get_mut(&seq.0) {
+            r.1 = 0;
+        }
     }
     /// Make `seq`'s state the one after position `len - 1`, from the rows its last step
     /// kept, when that step ended at `held` and covered that position; returns whether it
@@ -131,9 +137,15 @@ impl HostKv {
             Some(&(start, n, _)) if start + n == held && len > start && len <= held => {}
             _ => return false,
         }
-        let Some((start, _, rows)) = self.rows.remove(&seq.0) else { return false };
+        let Some((start, n, rows)) = self.rows.get_mut(&seq.0) else { return false };
+        let (start, rows) = (*start, std::mem::take(rows));
+        // Used up: the rows no longer follow the state, their memory stays for the next step.
+        *n = 0;
         let t = len - start - 1;
         self.state_mut(seq).copy_from_slice(&rows[t * sf..(t + 1) * sf]);
+        if let Some(r) = self.rows.get_mut(&seq.0) {
+            r.2 = rows;
+        }
         true
     }
 
@@ -177,7 +189,11 @@ impl KvStorage for HostKv {
         // Any change of a state outside a forward makes its kept rows stale.
         match &e {
             Effect::ResetState(seq) | Effect::FreeState(seq) | Effect::CopyState { to: seq, .. } | Effect::RestoreSnapshot { seq, .. } => {
-                self.rows.remove(seq);
+                if let Some((_, _, rows)) = self.rows.remove(seq) {
+                    if rows.len() > self.spare_rows.len() {
+                        self.spare_rows = rows;
+                    }
+                }
             }
             _ => {}
         }
