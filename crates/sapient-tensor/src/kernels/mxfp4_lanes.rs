@@ -155,7 +155,7 @@ unsafe fn scales8(p: *const u8) -> __m256 {
 /// (at most 2 · 24 · 127 per 16-bit sum: no saturation) and `vpmaddwd`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn dot8<const VNNI: bool>(w: &[__m256i; 8], qa: *const i8, init: __m256i) -> __m256i {
+pub(super) unsafe fn dot8<const VNNI: bool>(w: &[__m256i; 8], qa: *const i8, init: __m256i) -> __m256i {
     let a = |k: usize| _mm256_set1_epi32(std::ptr::read_unaligned(qa.add(4 * (k % 4) + 16 * (k / 4)) as *const i32));
     if VNNI {
         let mut s = init;
