@@ -83,7 +83,13 @@ const PASS: usize = 4;
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn scales16(p: *const u8) -> __m512 {
-    let e = _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i));
+    half_scales16(_mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i)))
+}
+
+/// Half the E8M0 scales `e` (one byte value per lane), as `e8m0_to_f32_half` gives them.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn half_scales16(e: __m512i) -> __m512 {
     let small = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
     let big = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
     let lt2 = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
@@ -95,27 +101,41 @@ unsafe fn scales16(p: *const u8) -> __m512 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 pub(super) unsafe fn run_avx512(packed: &[u8], nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32) {
-    let m = acts.len() / nb.max(1);
     let gb = group_bytes(nb);
+    let group = |g: usize| packed.as_ptr().add(g * gb);
+    let block = |gp: &*const u8, b: usize| {
+        let lines = gp.add(head(nb) + b * 256);
+        _mm_prefetch::<_MM_HINT_T0>(lines.add(1024) as *const i8);
+        let l: [__m512i; 4] = std::array::from_fn(|q| _mm512_loadu_si512(lines.add(64 * q) as *const _));
+        (l, scales16(gp.add(b * 16)))
+    };
+    run16(nb, rows, groups, acts, off, out, group, block)
+}
+
+/// The AVX-512 products of groups of sixteen rows, each block's four lines (line `q`, lane
+/// `n`: bytes `4q..4q + 4` of row `n`'s nibbles) and half scales given by `block(state, b)`
+/// for the `state` that `group(g)` gives (the packed layout, or ggml's transposed as it goes).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn run16<S>(nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32, group: impl Fn(usize) -> S, block: impl Fn(&S, usize) -> ([__m512i; 4], __m512)) {
+    let m = acts.len() / nb.max(1);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_U.as_ptr() as *const __m128i));
     let low = _mm512_set1_epi8(0x0f);
     for g in groups {
-        let gp = packed.as_ptr().add(g * gb);
+        let state = group(g);
         let valid = (rows - g * 16).min(16);
         let mut i0 = 0;
         while i0 < m {
             let np = (m - i0).min(PASS);
             let mut acc = [_mm512_setzero_ps(); PASS];
             for b in 0..nb {
-                let lines = gp.add(head(nb) + b * 256);
-                _mm_prefetch::<_MM_HINT_T0>(lines.add(1024) as *const i8);
+                let (lines, dw) = block(&state, b);
                 let mut w = [_mm512_setzero_si512(); 8];
-                for q in 0..4 {
-                    let l = _mm512_loadu_si512(lines.add(64 * q) as *const _);
-                    w[q] = _mm512_shuffle_epi8(table, _mm512_and_si512(l, low));
-                    w[4 + q] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(l), low));
+                for (q, l) in lines.iter().enumerate() {
+                    w[q] = _mm512_shuffle_epi8(table, _mm512_and_si512(*l, low));
+                    w[4 + q] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(*l), low));
                 }
-                let dw = scales16(gp.add(b * 16));
                 for p in 0..np {
                     let a = &acts[(i0 + p) * nb + b];
                     let qa = a.qs.as_ptr();

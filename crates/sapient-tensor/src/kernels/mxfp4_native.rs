@@ -1,8 +1,9 @@
 //! MXFP4 products read in place from ggml's blocks (a memory-mapped file's pages, which are
-//! not repacked): eight weight rows at a time, one per 32-bit lane, as `mxfp4_lanes.rs`
-//! computes them, the lanes filled at each block by a transpose of the eight rows' sixteen
-//! nibble bytes (four lines of eight dwords: line `q`, lane `n` holds bytes `4q..4q + 4` of
-//! row `n`'s block, the packed layout's line) and a gather of their scale bytes.
+//! not repacked): sixteen (AVX-512) or eight (AVX2, AVX-VNNI) weight rows at a time, one per
+//! 32-bit lane, as `mxfp4_lanes.rs` computes them, the lanes filled at each block by a
+//! transpose of the rows' sixteen nibble bytes (four lines: line `q`, lane `n` holds bytes
+//! `4q..4q + 4` of row `n`'s block, the packed layout's line) and a gather of their scale
+//! bytes.
 //!
 //! Arithmetic, bit for bit that of the packed kernels and so of
 //! [`dot_mxfp4_q8`](super::dot_mxfp4_q8) (ggml's generic dot product): per block the exact
@@ -14,24 +15,13 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::mxfp4_lanes::{dot8, KVALUES_U};
+use super::mxfp4_lanes::{dot8, half_scales16, run16, KVALUES_U};
 use super::quant::BlockQ8;
 use super::MXFP4_BLOCK_BYTES;
 use std::arch::x86_64::*;
 
 /// Activation rows one pass takes (their accumulators stay in registers).
 const PASS: usize = 4;
-
-/// How the eight dot products of a lane advance.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Dot {
-    /// `vpmaddubsw` and `vpmaddwd` (AVX2).
-    Avx2,
-    /// `vpdpbusd` of AVX-VNNI.
-    AvxVnni,
-    /// `vpdpbusd` of AVX-512 VNNI on 256-bit registers.
-    Avx512,
-}
 
 /// Half the E8M0 scales `e` (one byte value per lane), as `e8m0_to_f32_half` gives them.
 #[inline(always)]
@@ -43,26 +33,10 @@ unsafe fn half_scales(e: __m256i) -> __m256 {
     _mm256_castsi256_ps(_mm256_blendv_epi8(big, small, lt2))
 }
 
-#[inline(always)]
-unsafe fn dot<const D: u8>(w: &[__m256i; 8], qa: *const i8, init: __m256i) -> __m256i {
-    if D == Dot::Avx512 as u8 {
-        let a = |k: usize| _mm256_set1_epi32(std::ptr::read_unaligned(qa.add(4 * (k % 4) + 16 * (k / 4)) as *const i32));
-        let mut s = init;
-        for (k, w) in w.iter().enumerate() {
-            s = _mm256_dpbusd_epi32(s, *w, a(k));
-        }
-        return s;
-    }
-    if D == Dot::AvxVnni as u8 {
-        return dot8::<true>(w, qa, init);
-    }
-    dot8::<false>(w, qa, init)
-}
-
 /// `out[i * rows + r]` for the rows of groups of sixteen `groups` (each as two halves of
 /// eight) and the activation rows `acts` (`nb` blocks each, `off` their offsets).
 #[inline(always)]
-unsafe fn run_impl<const D: u8>(raw: &[u8], nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32) {
+unsafe fn run_impl<const VNNI: bool>(raw: &[u8], nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32) {
     let m = acts.len() / nb.max(1);
     let rb = nb * MXFP4_BLOCK_BYTES;
     let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_U.as_ptr() as *const __m128i));
@@ -109,7 +83,7 @@ unsafe fn run_impl<const D: u8>(raw: &[u8], nb: usize, rows: usize, groups: std:
                     let dw = half_scales(e);
                     for p in 0..np {
                         let a = &acts[(i0 + p) * nb + b];
-                        let s = dot::<D>(&w, a.qs.as_ptr(), _mm256_set1_epi32(-off[(i0 + p) * nb + b]));
+                        let s = dot8::<VNNI>(&w, a.qs.as_ptr(), _mm256_set1_epi32(-off[(i0 + p) * nb + b]));
                         let d = _mm256_mul_ps(_mm256_set1_ps(a.d), dw);
                         acc[p] = _mm256_add_ps(acc[p], _mm256_mul_ps(d, _mm256_cvtepi32_ps(s)));
                     }
@@ -127,15 +101,44 @@ unsafe fn run_impl<const D: u8>(raw: &[u8], nb: usize, rows: usize, groups: std:
 
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn run_avx2(raw: &[u8], nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32) {
-    run_impl::<{ Dot::Avx2 as u8 }>(raw, nb, rows, groups, acts, off, out)
+    run_impl::<false>(raw, nb, rows, groups, acts, off, out)
 }
 
 #[target_feature(enable = "avx2,fma,avxvnni")]
 pub(super) unsafe fn run_avx_vnni(raw: &[u8], nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32) {
-    run_impl::<{ Dot::AvxVnni as u8 }>(raw, nb, rows, groups, acts, off, out)
+    run_impl::<true>(raw, nb, rows, groups, acts, off, out)
 }
 
+/// AVX-512: sixteen rows a group as the packed kernel computes them (`mxfp4_lanes::run16`),
+/// each 128-bit lane `k` of the four transposed registers holding rows `4k..4k + 4`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 pub(super) unsafe fn run_avx512(raw: &[u8], nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32) {
-    run_impl::<{ Dot::Avx512 as u8 }>(raw, nb, rows, groups, acts, off, out)
+    let rb = nb * MXFP4_BLOCK_BYTES;
+    let group = |g: usize| {
+        // Rows past the end repeat the last one (their outputs are not written).
+        let last = rows - 1;
+        let rp: [*const u8; 16] = std::array::from_fn(|n| raw.as_ptr().add((g * 16 + n).min(last) * rb));
+        let dist: [i32; 16] = std::array::from_fn(|n| (rp[n] as usize - rp[0] as usize) as i32);
+        (rp, _mm512_loadu_si512(dist.as_ptr() as *const _))
+    };
+    let block = |(rp, idx): &([*const u8; 16], __m512i), b: usize| {
+        let o = b * MXFP4_BLOCK_BYTES;
+        if b % 4 == 0 {
+            for p in rp {
+                _mm_prefetch::<_MM_HINT_T0>(p.add(o + 512) as *const i8);
+            }
+        }
+        let x = |n: usize| _mm_loadu_si128(rp[n].add(o + 1) as *const __m128i);
+        let y: [__m512i; 4] = std::array::from_fn(|n| {
+            let lo = _mm256_set_m128i(x(n + 4), x(n));
+            let hi = _mm256_set_m128i(x(n + 12), x(n + 8));
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+        });
+        let (t0, t1) = (_mm512_unpacklo_epi32(y[0], y[1]), _mm512_unpacklo_epi32(y[2], y[3]));
+        let (t2, t3) = (_mm512_unpackhi_epi32(y[0], y[1]), _mm512_unpackhi_epi32(y[2], y[3]));
+        let lines = [_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1), _mm512_unpacklo_epi64(t2, t3), _mm512_unpackhi_epi64(t2, t3)];
+        let e = _mm512_and_si512(_mm512_i32gather_epi32::<1>(*idx, rp[0].add(o) as *const _), _mm512_set1_epi32(0xff));
+        (lines, half_scales16(e))
+    };
+    run16(nb, rows, groups, acts, off, out, group, block)
 }
