@@ -15,13 +15,10 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::mxfp4_lanes::{dot8, half_scales16, run16, KVALUES_U};
+use super::mxfp4_lanes::{half_scales16, run16, run8};
 use super::quant::BlockQ8;
 use super::MXFP4_BLOCK_BYTES;
 use std::arch::x86_64::*;
-
-/// Activation rows one pass takes (their accumulators stay in registers).
-const PASS: usize = 4;
 
 /// Half the E8M0 scales `e` (one byte value per lane), as `e8m0_to_f32_half` gives them.
 #[inline(always)]
@@ -37,66 +34,31 @@ unsafe fn half_scales(e: __m256i) -> __m256 {
 /// eight) and the activation rows `acts` (`nb` blocks each, `off` their offsets).
 #[inline(always)]
 unsafe fn run_impl<const VNNI: bool>(raw: &[u8], nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32) {
-    let m = acts.len() / nb.max(1);
     let rb = nb * MXFP4_BLOCK_BYTES;
-    let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_U.as_ptr() as *const __m128i));
-    let low = _mm256_set1_epi8(0x0f);
-    let byte = _mm256_set1_epi32(0xff);
-    for g in groups {
-        for half in 0..2 {
-            let first = g * 16 + 8 * half;
-            if first >= rows {
-                break;
-            }
-            let valid = (rows - first).min(8);
-            // Rows past the end repeat the last one (their outputs are not written).
-            let at = |n: usize| raw.as_ptr().add((first + n.min(valid - 1)) * rb);
-            let rp: [*const u8; 8] = std::array::from_fn(at);
-            // The rows' distances from the first, for the gather of their scale bytes.
-            let dist: [i32; 8] = std::array::from_fn(|n| (rp[n] as usize - rp[0] as usize) as i32);
-            let idx = _mm256_loadu_si256(dist.as_ptr() as *const __m256i);
-            let mut i0 = 0;
-            while i0 < m {
-                let np = (m - i0).min(PASS);
-                let mut acc = [_mm256_setzero_ps(); PASS];
-                for b in 0..nb {
-                    let o = b * MXFP4_BLOCK_BYTES;
-                    if b % 4 == 0 {
-                        for p in rp {
-                            _mm_prefetch::<_MM_HINT_T0>(p.add(o + 512) as *const i8);
-                        }
-                    }
-                    // Rows n and n + 4 in the two halves of register n.
-                    let y: [__m256i; 4] = std::array::from_fn(|n| {
-                        _mm256_set_m128i(_mm_loadu_si128(rp[n + 4].add(o + 1) as *const __m128i), _mm_loadu_si128(rp[n].add(o + 1) as *const __m128i))
-                    });
-                    let (t0, t1) = (_mm256_unpacklo_epi32(y[0], y[1]), _mm256_unpacklo_epi32(y[2], y[3]));
-                    let (t2, t3) = (_mm256_unpackhi_epi32(y[0], y[1]), _mm256_unpackhi_epi32(y[2], y[3]));
-                    // Lanes 0..4 rows 0..4, lanes 4..8 rows 4..8: dwords 0, 1, 2, 3.
-                    let lines = [_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1), _mm256_unpacklo_epi64(t2, t3), _mm256_unpackhi_epi64(t2, t3)];
-                    let mut w = [_mm256_setzero_si256(); 8];
-                    for (q, l) in lines.iter().enumerate() {
-                        w[q] = _mm256_shuffle_epi8(table, _mm256_and_si256(*l, low));
-                        w[4 + q] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16::<4>(*l), low));
-                    }
-                    let e = _mm256_and_si256(_mm256_i32gather_epi32::<1>(rp[0].add(o) as *const i32, idx), byte);
-                    let dw = half_scales(e);
-                    for p in 0..np {
-                        let a = &acts[(i0 + p) * nb + b];
-                        let s = dot8::<VNNI>(&w, a.qs.as_ptr(), _mm256_set1_epi32(-off[(i0 + p) * nb + b]));
-                        let d = _mm256_mul_ps(_mm256_set1_ps(a.d), dw);
-                        acc[p] = _mm256_add_ps(acc[p], _mm256_mul_ps(d, _mm256_cvtepi32_ps(s)));
-                    }
-                }
-                for (p, acc) in acc.iter().enumerate().take(np) {
-                    let mut v = [0f32; 8];
-                    _mm256_storeu_ps(v.as_mut_ptr(), *acc);
-                    std::ptr::copy_nonoverlapping(v.as_ptr(), out.add((i0 + p) * rows + first), valid);
-                }
-                i0 += np;
+    let half = |first: usize| {
+        // Rows past the end repeat the last one (their outputs are not written).
+        let rp: [*const u8; 8] = std::array::from_fn(|n| raw.as_ptr().add((first + n).min(rows - 1) * rb));
+        // The rows' distances from the first, for the gather of their scale bytes.
+        let dist: [i32; 8] = std::array::from_fn(|n| (rp[n] as usize - rp[0] as usize) as i32);
+        (rp, _mm256_loadu_si256(dist.as_ptr() as *const __m256i))
+    };
+    let block = |(rp, idx): &([*const u8; 8], __m256i), b: usize| {
+        let o = b * MXFP4_BLOCK_BYTES;
+        if b.is_multiple_of(4) {
+            for p in rp {
+                _mm_prefetch::<_MM_HINT_T0>(p.add(o + 512) as *const i8);
             }
         }
-    }
+        // Rows n and n + 4 in the two halves of register n.
+        let y: [__m256i; 4] = std::array::from_fn(|n| _mm256_set_m128i(_mm_loadu_si128(rp[n + 4].add(o + 1) as *const __m128i), _mm_loadu_si128(rp[n].add(o + 1) as *const __m128i)));
+        let (t0, t1) = (_mm256_unpacklo_epi32(y[0], y[1]), _mm256_unpacklo_epi32(y[2], y[3]));
+        let (t2, t3) = (_mm256_unpackhi_epi32(y[0], y[1]), _mm256_unpackhi_epi32(y[2], y[3]));
+        // Lanes 0..4 rows 0..4, lanes 4..8 rows 4..8: dwords 0, 1, 2, 3.
+        let lines = [_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1), _mm256_unpacklo_epi64(t2, t3), _mm256_unpackhi_epi64(t2, t3)];
+        let e = _mm256_and_si256(_mm256_i32gather_epi32::<1>(rp[0].add(o) as *const i32, *idx), _mm256_set1_epi32(0xff));
+        (lines, half_scales(e))
+    };
+    run8::<_, VNNI>(nb, rows, groups, acts, off, out, half, block)
 }
 
 #[target_feature(enable = "avx2,fma")]
@@ -123,7 +85,7 @@ pub(super) unsafe fn run_avx512(raw: &[u8], nb: usize, rows: usize, groups: std:
     };
     let block = |(rp, idx): &([*const u8; 16], __m512i), b: usize| {
         let o = b * MXFP4_BLOCK_BYTES;
-        if b % 4 == 0 {
+        if b.is_multiple_of(4) {
             for p in rp {
                 _mm_prefetch::<_MM_HINT_T0>(p.add(o + 512) as *const i8);
             }
