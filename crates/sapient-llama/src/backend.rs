@@ -20,7 +20,7 @@ use crate::config::{Activation, DeltaShape};
 use crate::kv::{KvStorage, SeqId};
 use crate::moe::Experts;
 use crate::Result;
-use sapient_tensor::Weight;
+use sapient_tensor::{GgmlType, MappedBytes, Weight};
 
 /// Shapes and constants of the forward pass.
 #[derive(Clone)]
@@ -137,8 +137,12 @@ pub(crate) trait Backend {
 
     /// A linear layer from a loaded `[out, in]` weight named `name` (for errors and logs).
     fn linear(&self, w: Weight, bias: Option<Vec<f32>>, name: &str) -> Result<Self::Lin>;
-    /// A linear layer from MXFP4 blocks (`[rows, cols]`, ggml's layout).
-    fn linear_mxfp4(&self, rows: usize, cols: usize, blocks: Vec<u8>, bias: Option<Vec<f32>>, name: &str) -> Result<Self::Lin>;
+    /// A linear layer reading `[rows, cols]` blocks of format `ty` (ggml's layout) in place
+    /// from `blocks`, a view of the memory-mapped file (the experts of a mixture, most of its
+    /// bytes): `None` where this backend does not multiply that format in place (the caller
+    /// then loads a copy). MXFP4 has no other way in.
+    #[allow(clippy::too_many_arguments)]
+    fn linear_mapped(&self, ty: GgmlType, rows: usize, cols: usize, blocks: MappedBytes, bias: Option<Vec<f32>>, name: &str) -> Result<Option<Self::Lin>>;
     fn vector(&self, v: Vec<f32>) -> Self::Vector;
     /// The embedding table from a loaded `[vocab, hidden]` weight.
     fn embedding(&self, w: &Weight, name: &str) -> Result<Self::Embed>;

@@ -29,7 +29,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use sapient_tensor::kernels::{self, pool, DenseMatrix, QMatrix, SendPtr as OutPtr};
 use sapient_tensor::weights::dense_prefill_rows;
-use sapient_tensor::{Linear, Weight};
+use sapient_tensor::{GgmlType, Linear, MappedBytes, Weight};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -438,9 +438,18 @@ impl Backend for Cpu {
     fn linear(&self, w: Weight, bias: Option<Vec<f32>>, name: &str) -> Result<Lin> {
         Lin::new(Mat::from_weight(w, name)?, bias)
     }
-    fn linear_mxfp4(&self, rows: usize, cols: usize, blocks: Vec<u8>, bias: Option<Vec<f32>>, name: &str) -> Result<Lin> {
-        let m = kernels::Mxfp4Matrix::from_bytes(rows, cols, blocks).map_err(|e| Error::Config(format!("{name}: {e}")))?;
-        Lin::new(Mat::Mxfp4(m), bias)
+    fn linear_mapped(&self, ty: GgmlType, rows: usize, cols: usize, blocks: MappedBytes, bias: Option<Vec<f32>>, name: &str) -> Result<Option<Lin>> {
+        let bad = |e: sapient_tensor::Error| Error::Config(format!("{name}: {e}"));
+        // Never packed nor copied: the kernels read ggml's layout from the file's pages (and
+        // without the AVX-512 kernels prefill keeps the quantized products, no dense copy).
+        let mat = match ty {
+            GgmlType::MXFP4 => Mat::Mxfp4(kernels::Mxfp4Matrix::from_mapped(rows, cols, blocks).map_err(bad)?),
+            _ => match kernels::quant::QType::from_ggml(ty) {
+                Some(q) => Mat::Quant { k: QMatrix::from_mapped(q, rows, cols, blocks).map_err(bad)?, linear: None },
+                None => return Ok(None),
+            },
+        };
+        Lin::new(mat, bias).map(Some)
     }
     fn vector(&self, v: Vec<f32>) -> Vec<f32> {
         v

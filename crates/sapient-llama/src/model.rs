@@ -563,7 +563,7 @@ impl<B: Backend> Transformer<B> {
                 // Mixtures of experts load from GGUF only (llama.cpp's stacked expert tensors).
                 Some(moe) => Mlp::Moe {
                     router: lin("ffn_gate_inp", moe.experts, h, src.contains(&format!("{}.bias", names.layer(i, "ffn_gate_inp"))))?,
-                    experts: load_experts(src, &format!("blk.{i}"), moe, h, &|w, b, n| backend.linear(w, b, n), &|r, c, q, b, n| backend.linear_mxfp4(r, c, q, b, n))?,
+                    experts: load_experts(src, &format!("blk.{i}"), moe, h, &|w, b, n| backend.linear(w, b, n), &|t, r, c, q, b, n| backend.linear_mapped(t, r, c, q, b, n))?,
                 },
                 None => Mlp::Dense {
                     gate_up: match cfg.layout {

@@ -20,7 +20,7 @@
 use crate::{Error, Result};
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, QTensor};
 use candle_core::Device;
-use sapient_tensor::{GgmlType, GgufFile, Weight, WeightSource};
+use sapient_tensor::{GgmlType, GgufFile, MappedBytes, Weight, WeightSource};
 use std::cell::RefCell;
 use std::sync::Arc;
 
@@ -162,8 +162,9 @@ impl<L> Experts<L> {
 
 /// A linear layer from a weight, its bias and its name (for errors).
 pub(crate) type LinearFrom<'a, L> = dyn Fn(Weight, Option<Vec<f32>>, &str) -> Result<L> + 'a;
-/// A linear layer from MXFP4 blocks: rows, columns, the blocks, the bias, the name.
-pub(crate) type Mxfp4From<'a, L> = dyn Fn(usize, usize, Vec<u8>, Option<Vec<f32>>, &str) -> Result<L> + 'a;
+/// A linear layer reading blocks in place from the file's pages: the format, rows, columns,
+/// the blocks, the bias, the name (`None`: the backend takes a copy of that format instead).
+pub(crate) type MappedFrom<'a, L> = dyn Fn(GgmlType, usize, usize, MappedBytes, Option<Vec<f32>>, &str) -> Result<Option<L>> + 'a;
 
 /// A copy of `bytes` that starts 8-byte aligned (candle reads blocks in place).
 fn aligned(bytes: &[u8]) -> Vec<u64> {
@@ -196,9 +197,11 @@ fn split(src: &dyn WeightSource, name: &str, experts: usize, rows: usize, cols: 
 }
 
 /// Load layer `prefix`'s experts (`{prefix}.ffn_{gate,up,down}_exps.weight`, biases where
-/// present) as a backend's linear layers: `linear` makes one from a weight (any format a
-/// linear layer takes), `mxfp4` from MXFP4 blocks (`rows`, `cols`, the blocks).
-pub(crate) fn load_experts<L>(src: &dyn WeightSource, prefix: &str, cfg: &MoeConfig, hidden: usize, linear: &LinearFrom<'_, L>, mxfp4: &Mxfp4From<'_, L>) -> Result<Experts<L>> {
+/// present) as a backend's linear layers: `mapped` makes one reading an expert's blocks in
+/// place from the file's memory map (the experts are most of a mixture's bytes: they stay
+/// file pages, read from disk as they are first used and evictable, never anonymous memory),
+/// `linear` from a loaded copy, for the formats `mapped` declines and sources without a map.
+pub(crate) fn load_experts<L>(src: &dyn WeightSource, prefix: &str, cfg: &MoeConfig, hidden: usize, linear: &LinearFrom<'_, L>, mapped: &MappedFrom<'_, L>) -> Result<Experts<L>> {
     let (e, ff) = (cfg.experts, cfg.expert_ff);
     let part = |what: &str, rows: usize, cols: usize| -> Result<Vec<L>> {
         let name = format!("{prefix}.{what}.weight");
@@ -209,16 +212,22 @@ pub(crate) fn load_experts<L>(src: &dyn WeightSource, prefix: &str, cfg: &MoeCon
         } else {
             vec![None; e]
         };
-        if let Some((GgmlType::MXFP4, data)) = src.ggml_bytes(&name) {
-            // No candle type: the blocks go to the MXFP4 kernel as they are.
-            let per = rows * cols / 32 * sapient_tensor::kernels::MXFP4_BLOCK_BYTES;
-            if src.shape_of(&name).as_deref() != Some(&[e, rows, cols][..]) || !cols.is_multiple_of(32) || data.len() != e * per {
-                return Err(Error::Config(format!("{}: {name} is not MXFP4 [{e}, {rows}, {cols}]", src.location().display())));
+        if let Some((ty, data)) = src.ggml_mapped(&name) {
+            if src.shape_of(&name).as_deref() != Some(&[e, rows, cols][..]) || !data.len().is_multiple_of(e) {
+                return Err(Error::Config(format!("{}: {name} is not {ty} [{e}, {rows}, {cols}]", src.location().display())));
             }
-            return (0..e)
-                .zip(biases)
-                .map(|(i, b)| mxfp4(rows, cols, data[i * per..(i + 1) * per].to_vec(), b, &format!("{name}[{i}]")))
-                .collect();
+            let per = data.len() / e;
+            let mut out = Vec::with_capacity(e);
+            for (i, b) in biases.iter().enumerate() {
+                let blocks = data.slice(i * per..(i + 1) * per).ok_or(Error::Internal("moe: an expert's bytes outside its tensor"))?;
+                match mapped(ty, rows, cols, blocks, b.clone(), &format!("{name}[{i}]"))? {
+                    Some(l) => out.push(l),
+                    None => break,
+                }
+            }
+            if out.len() == e {
+                return Ok(out);
+            }
         }
         split(src, &name, e, rows, cols)?
             .into_iter()

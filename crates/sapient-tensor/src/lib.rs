@@ -39,7 +39,7 @@ pub use candle_core;
 pub use device::{activation_dtype, DeviceRequest};
 pub use error::{Error, Result};
 pub use limits::Limits;
-pub use gguf::{GgmlType, GgufFile, GgufWriter, TensorInfo, Value};
+pub use gguf::{GgmlType, GgufFile, GgufWriter, MappedBytes, TensorInfo, Value};
 pub use weights::{open_weights, open_weights_with, Linear, SafetensorsFiles, Weight, WeightSource};
 
 /// The README's example, compiled as a doc test.

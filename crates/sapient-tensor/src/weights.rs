@@ -49,6 +49,12 @@ pub trait WeightSource: Send + Sync {
         None
     }
 
+    /// The stored bytes and GGML type of a tensor of a GGUF file as a view sharing the file's
+    /// memory map (`None` elsewhere): weights the kernels read in place, never copied.
+    fn ggml_mapped(&self, _name: &str) -> Option<(crate::GgmlType, crate::MappedBytes)> {
+        None
+    }
+
     /// Load and check the shape.
     fn load_checked(&self, name: &str, shape: &[usize], device: &Device) -> Result<Weight> {
         match self.shape_of(name) {
@@ -91,6 +97,10 @@ impl WeightSource for GgufFile {
     fn ggml_bytes(&self, name: &str) -> Option<(crate::GgmlType, &[u8])> {
         let t = self.tensor_info(name)?.ggml_type;
         Some((t, self.tensor_bytes(name).ok()?))
+    }
+    fn ggml_mapped(&self, name: &str) -> Option<(crate::GgmlType, crate::MappedBytes)> {
+        let t = self.tensor_info(name)?.ggml_type;
+        Some((t, self.tensor_bytes_shared(name).ok()?))
     }
 }
 

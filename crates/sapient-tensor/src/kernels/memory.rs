@@ -14,8 +14,11 @@ use super::{options, QMatrix};
 /// load, most of them smaller than 2 MiB or straddling page boundaries, so page-by-page advice
 /// per matrix would leave most of them in 4 KiB pages. Call once the model is loaded.
 pub fn huge_pages_for(mats: &[&QMatrix]) {
+    // Matrices read in place from a file's pages are left alone: collapsing them would
+    // read the whole file into memory now.
     let mut spans: Vec<(usize, usize)> = mats
         .iter()
+        .filter(|m| !m.is_mapped())
         .map(|m| m.span())
         .filter(|(a, b)| b > a)
         .collect();

@@ -109,6 +109,8 @@ mod dispatch;
 mod memory;
 mod mxfp4;
 mod mxfp4_lanes;
+#[cfg(target_arch = "x86_64")]
+mod mxfp4_native;
 #[cfg(target_arch = "aarch64")]
 mod neon_mxfp4;
 mod options;

@@ -8,14 +8,17 @@
 //! E8M0 scale, the blocks added in order. Each output is computed by the same function
 //! whatever the number of rows, so rows do not depend on the batch.
 //!
-//! On x86_64 with AVX2 or AVX-512, and on aarch64 with dotprod, the matrix is packed sixteen
-//! rows at a time at load and multiplied by the kernels of `mxfp4_lanes.rs` and
-//! `neon_mxfp4.rs` (the same arithmetic, bit for bit); elsewhere (or with those levels turned
-//! off) by the portable loop here.
+//! On x86_64 with AVX2 or AVX-512, and on aarch64 with dotprod, a matrix made from a copy of
+//! the blocks is packed sixteen rows at a time at load and multiplied by the kernels of
+//! `mxfp4_lanes.rs` and `neon_mxfp4.rs` (the same arithmetic, bit for bit); elsewhere (or
+//! with those levels turned off) by the portable loop here. A matrix read in place from a
+//! memory-mapped file ([`Mxfp4Matrix::from_mapped`]) keeps ggml's layout: on x86_64 the
+//! kernels of `mxfp4_native.rs` transpose eight rows' blocks as they go (the same
+//! arithmetic again); elsewhere the portable loop.
 
 use super::quant::{quantize_q8, BlockQ8};
 use super::{for_row_chunks, run_chunks, SendPtr};
-use crate::{Error, Result};
+use crate::{Error, MappedBytes, Result};
 
 /// Bytes of one block of 32 values.
 pub const MXFP4_BLOCK_BYTES: usize = 17;
@@ -100,14 +103,16 @@ impl Level {
     }
 }
 
-/// An MXFP4 `[rows, cols]` weight matrix: ggml's blocks row-major ([`Level::Portable`]), or
-/// packed sixteen rows at a time for the SIMD kernels.
+/// An MXFP4 `[rows, cols]` weight matrix: ggml's blocks row-major (`packed` false: the
+/// portable level, or blocks read in place from a file), or packed sixteen rows at a time
+/// for the SIMD kernels.
 #[derive(Clone)]
 pub struct Mxfp4Matrix {
     rows: usize,
     cols: usize,
-    bytes: Vec<u8>,
+    bytes: MappedBytes,
     level: Level,
+    packed: bool,
 }
 
 impl std::fmt::Debug for Mxfp4Matrix {
@@ -122,20 +127,44 @@ impl Mxfp4Matrix {
         Self::with_level(rows, cols, bytes, Level::detect())
     }
 
+    /// A matrix reading ggml's blocks in place from `bytes` (a view of a memory-mapped
+    /// file: never copied, never packed).
+    pub fn from_mapped(rows: usize, cols: usize, bytes: MappedBytes) -> Result<Self> {
+        Self::mapped_with_level(rows, cols, bytes, Level::detect())
+    }
+
     /// As [`Self::from_bytes`], multiplied by the kernels of `level` (which the CPU must have).
     pub(crate) fn with_level(rows: usize, cols: usize, bytes: Vec<u8>, level: Level) -> Result<Self> {
+        Self::check(rows, cols, bytes.len())?;
+        let (bytes, packed) = match level {
+            Level::Portable => (bytes, false),
+            _ => (super::mxfp4_lanes::pack(&bytes, rows, cols / 32), true),
+        };
+        Ok(Self { rows, cols, bytes: MappedBytes::from_vec(bytes), level, packed })
+    }
+
+    /// As [`Self::from_mapped`], multiplied by the kernels of `level` (which the CPU must
+    /// have; on aarch64 ggml's layout takes the portable loop).
+    pub(crate) fn mapped_with_level(rows: usize, cols: usize, bytes: MappedBytes, level: Level) -> Result<Self> {
+        Self::check(rows, cols, bytes.len())?;
+        let level = if cfg!(target_arch = "x86_64") { level } else { Level::Portable };
+        Ok(Self { rows, cols, bytes, level, packed: false })
+    }
+
+    fn check(rows: usize, cols: usize, len: usize) -> Result<()> {
         if !cols.is_multiple_of(32) {
             return Err(Error::Candle(candle_core::Error::Msg(format!("MXFP4 matrix: {cols} columns is not a multiple of 32"))));
         }
         let want = rows * cols / 32 * MXFP4_BLOCK_BYTES;
-        if bytes.len() != want {
-            return Err(Error::Candle(candle_core::Error::Msg(format!("MXFP4 [{rows}, {cols}] needs {want} bytes, got {}", bytes.len()))));
+        if len != want {
+            return Err(Error::Candle(candle_core::Error::Msg(format!("MXFP4 [{rows}, {cols}] needs {want} bytes, got {len}"))));
         }
-        let bytes = match level {
-            Level::Portable => bytes,
-            _ => super::mxfp4_lanes::pack(&bytes, rows, cols / 32),
-        };
-        Ok(Self { rows, cols, bytes, level })
+        Ok(())
+    }
+
+    /// Whether the matrix reads ggml's blocks in place from a file ([`Self::from_mapped`]).
+    pub fn is_mapped(&self) -> bool {
+        self.bytes.is_mapped()
     }
     pub fn rows(&self) -> usize {
         self.rows
@@ -150,7 +179,7 @@ impl Mxfp4Matrix {
 
     /// Row `r` in ggml's blocks (unpacked where the matrix is packed).
     pub fn row_blocks(&self, r: usize) -> std::borrow::Cow<'_, [u8]> {
-        if self.level == Level::Portable {
+        if !self.packed {
             return std::borrow::Cow::Borrowed(self.row(r));
         }
         let nb = self.cols / 32;
@@ -177,7 +206,7 @@ impl Mxfp4Matrix {
         let rows = self.rows;
         let out_ptr = SendPtr(out.as_mut_ptr());
         #[cfg(target_arch = "aarch64")]
-        if self.level == Level::Sdot {
+        if self.level == Level::Sdot && self.packed {
             for_groups(rows, m, rows * m * self.cols, &|groups| {
                 // SAFETY: as below, with dotprod for `Level::Sdot`.
                 unsafe { super::neon_mxfp4::run_sdot(&self.bytes, nb, rows, groups, &acts, out_ptr.ptr()) };
@@ -186,16 +215,20 @@ impl Mxfp4Matrix {
         }
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Portable {
-            use super::mxfp4_lanes as k;
+            use super::{mxfp4_lanes as k, mxfp4_native as n};
             let off = k::offsets(&acts);
-            let kernel = match self.level {
-                Level::Avx512 => k::run_avx512,
-                Level::AvxVnni => k::run_avx_vnni,
-                _ => k::run_avx2,
+            type Kernel = unsafe fn(&[u8], usize, usize, std::ops::Range<usize>, &[BlockQ8], &[i32], *mut f32);
+            let kernel: Kernel = match (self.level, self.packed) {
+                (Level::Avx512, true) => k::run_avx512,
+                (Level::AvxVnni, true) => k::run_avx_vnni,
+                (_, true) => k::run_avx2,
+                (Level::Avx512, false) => n::run_avx512,
+                (Level::AvxVnni, false) => n::run_avx_vnni,
+                (_, false) => n::run_avx2,
             };
             for_groups(rows, m, rows * m * self.cols, &|groups| {
                 // SAFETY: the CPU has the level's features (`with_level`'s contract); the
-                // packed bytes hold every group of `nb` blocks; `out` is `m * rows` long and
+                // bytes hold every group of `nb` blocks, packed or `rows` rows of ggml's; `out` is `m * rows` long and
                 // each group's rows are written by one thread only.
                 unsafe { kernel(&self.bytes, nb, rows, groups, &acts, &off, out_ptr.ptr()) };
             });
@@ -326,10 +359,15 @@ mod tests {
             }
         }
         let reference = Mxfp4Matrix::with_level(rows, cols, w.clone(), Level::Portable).expect("matrix");
-        for level in levels() {
-            let mat = Mxfp4Matrix::with_level(rows, cols, w.clone(), level).expect("matrix");
+        for (level, mapped) in levels().into_iter().flat_map(|l| [(l, false), (l, true)]) {
+            let mat = if mapped {
+                Mxfp4Matrix::mapped_with_level(rows, cols, MappedBytes::from_vec(w.clone()), level).expect("matrix")
+            } else {
+                Mxfp4Matrix::with_level(rows, cols, w.clone(), level).expect("matrix")
+            };
+            assert_eq!(mat.packed, !mapped && level != Level::Portable);
             for r in 0..rows {
-                assert_eq!(&mat.row_blocks(r)[..], &w[r * nb * 17..(r + 1) * nb * 17], "{level:?}: row {r} unpacked");
+                assert_eq!(&mat.row_blocks(r)[..], &w[r * nb * 17..(r + 1) * nb * 17], "{level:?} (in place: {mapped}): row {r} unpacked");
             }
             for m in [1usize, 2, 3, 4, 5, 8, 9, 17, 33] {
                 // Activations of mixed magnitudes (a few rows all zero).
@@ -344,7 +382,7 @@ mod tests {
                 mat.matmul(&x, m, &mut got);
                 reference.matmul(&x, m, &mut want);
                 for (i, (g, e)) in got.iter().zip(&want).enumerate() {
-                    assert!(g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()), "{level:?}, {m} rows: output {i}: {g} vs the portable {e}");
+                    assert!(g.to_bits() == e.to_bits() || (g.is_nan() && e.is_nan()), "{level:?} (in place: {mapped}), {m} rows: output {i}: {g} vs the portable {e}");
                 }
             }
         }

@@ -27,7 +27,7 @@ use std::arch::x86_64::*;
 
 /// E2M1 values doubled (ggml's `kvalues_mxfp4`) plus 12: unsigned bytes for `vpdpbusd`.
 #[cfg(target_arch = "x86_64")]
-pub(super) const KVALUES_U: [u8; 16] = [12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0];
+const KVALUES_U: [u8; 16] = [12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0];
 
 /// Bytes of a group's scales (sixteen per block, rounded up to a 64-byte line).
 pub(super) fn head(nb: usize) -> usize {
@@ -83,7 +83,13 @@ const PASS: usize = 4;
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn scales16(p: *const u8) -> __m512 {
-    let e = _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i));
+    half_scales16(_mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i)))
+}
+
+/// Half the E8M0 scales `e` (one byte value per lane), as `e8m0_to_f32_half` gives them.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn half_scales16(e: __m512i) -> __m512 {
     let small = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
     let big = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
     let lt2 = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
@@ -95,27 +101,41 @@ unsafe fn scales16(p: *const u8) -> __m512 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
 pub(super) unsafe fn run_avx512(packed: &[u8], nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32) {
-    let m = acts.len() / nb.max(1);
     let gb = group_bytes(nb);
+    let group = |g: usize| packed.as_ptr().add(g * gb);
+    let block = |gp: &*const u8, b: usize| {
+        let lines = gp.add(head(nb) + b * 256);
+        _mm_prefetch::<_MM_HINT_T0>(lines.add(1024) as *const i8);
+        let l: [__m512i; 4] = std::array::from_fn(|q| _mm512_loadu_si512(lines.add(64 * q) as *const _));
+        (l, scales16(gp.add(b * 16)))
+    };
+    run16(nb, rows, groups, acts, off, out, group, block)
+}
+
+/// The AVX-512 products of groups of sixteen rows, each block's four lines (line `q`, lane
+/// `n`: bytes `4q..4q + 4` of row `n`'s nibbles) and half scales given by `block(state, b)`
+/// for the `state` that `group(g)` gives (the packed layout, or ggml's transposed as it goes).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn run16<S>(nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32, group: impl Fn(usize) -> S, block: impl Fn(&S, usize) -> ([__m512i; 4], __m512)) {
+    let m = acts.len() / nb.max(1);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_U.as_ptr() as *const __m128i));
     let low = _mm512_set1_epi8(0x0f);
     for g in groups {
-        let gp = packed.as_ptr().add(g * gb);
+        let state = group(g);
         let valid = (rows - g * 16).min(16);
         let mut i0 = 0;
         while i0 < m {
             let np = (m - i0).min(PASS);
             let mut acc = [_mm512_setzero_ps(); PASS];
             for b in 0..nb {
-                let lines = gp.add(head(nb) + b * 256);
-                _mm_prefetch::<_MM_HINT_T0>(lines.add(1024) as *const i8);
+                let (lines, dw) = block(&state, b);
                 let mut w = [_mm512_setzero_si512(); 8];
-                for q in 0..4 {
-                    let l = _mm512_loadu_si512(lines.add(64 * q) as *const _);
-                    w[q] = _mm512_shuffle_epi8(table, _mm512_and_si512(l, low));
-                    w[4 + q] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(l), low));
+                for (q, l) in lines.iter().enumerate() {
+                    w[q] = _mm512_shuffle_epi8(table, _mm512_and_si512(*l, low));
+                    w[4 + q] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(*l), low));
                 }
-                let dw = scales16(gp.add(b * 16));
                 for p in 0..np {
                     let a = &acts[(i0 + p) * nb + b];
                     let qa = a.qs.as_ptr();
@@ -177,32 +197,48 @@ unsafe fn dot8<const VNNI: bool>(w: &[__m256i; 8], qa: *const i8, init: __m256i)
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn run_avx2_impl<const VNNI: bool>(packed: &[u8], nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32) {
-    let m = acts.len() / nb.max(1);
     let gb = group_bytes(nb);
+    // A half: its group's bytes and which half (0, 1) it is.
+    let half = |first: usize| (packed.as_ptr().add(first / 16 * gb), first % 16 / 8);
+    let block = |&(gp, h): &(*const u8, usize), b: usize| {
+        let lines = gp.add(head(nb) + b * 256 + 32 * h);
+        _mm_prefetch::<_MM_HINT_T0>(lines.add(1024) as *const i8);
+        let l: [__m256i; 4] = std::array::from_fn(|q| _mm256_loadu_si256(lines.add(64 * q) as *const __m256i));
+        (l, scales8(gp.add(b * 16 + 8 * h)))
+    };
+    run8::<_, VNNI>(nb, rows, groups, acts, off, out, half, block)
+}
+
+/// The AVX2 products of groups of sixteen rows as two halves of eight, each block's four
+/// lines (line `q`, lane `n`: bytes `4q..4q + 4` of row `n`'s nibbles) and half scales given
+/// by `block(state, b)` for the `state` that `half(first row)` gives (the packed layout, or
+/// ggml's transposed as it goes).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn run8<S, const VNNI: bool>(nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32, half: impl Fn(usize) -> S, block: impl Fn(&S, usize) -> ([__m256i; 4], __m256)) {
+    let m = acts.len() / nb.max(1);
     let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_U.as_ptr() as *const __m128i));
     let low = _mm256_set1_epi8(0x0f);
     for g in groups {
-        let gp = packed.as_ptr().add(g * gb);
-        for half in 0..2 {
-            let first = g * 16 + 8 * half;
+        for h in 0..2 {
+            let first = g * 16 + 8 * h;
             if first >= rows {
                 break;
             }
+            let state = half(first);
             let valid = (rows - first).min(8);
             let mut i0 = 0;
             while i0 < m {
                 let np = (m - i0).min(PASS);
                 let mut acc = [_mm256_setzero_ps(); PASS];
                 for b in 0..nb {
-                    let lines = gp.add(head(nb) + b * 256 + 32 * half);
-                    _mm_prefetch::<_MM_HINT_T0>(lines.add(1024) as *const i8);
+                    let (lines, dw) = block(&state, b);
                     let mut w = [_mm256_setzero_si256(); 8];
-                    for q in 0..4 {
-                        let l = _mm256_loadu_si256(lines.add(64 * q) as *const __m256i);
-                        w[q] = _mm256_shuffle_epi8(table, _mm256_and_si256(l, low));
-                        w[4 + q] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16::<4>(l), low));
+                    for (q, l) in lines.iter().enumerate() {
+                        w[q] = _mm256_shuffle_epi8(table, _mm256_and_si256(*l, low));
+                        w[4 + q] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16::<4>(*l), low));
                     }
-                    let dw = scales8(gp.add(b * 16 + 8 * half));
                     for p in 0..np {
                         let a = &acts[(i0 + p) * nb + b];
                         let s = dot8::<VNNI>(&w, a.qs.as_ptr(), _mm256_set1_epi32(-off[(i0 + p) * nb + b]));

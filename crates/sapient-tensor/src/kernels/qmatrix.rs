@@ -7,6 +7,8 @@ use super::*;
 pub(super) enum Storage {
     Candle(Arc<QTensor>),
     Bytes(Arc<Vec<u8>>),
+    /// A view of a memory-mapped file's pages, read in place (never packed).
+    Mapped(crate::MappedBytes),
     /// Laid out for the lane kernels (`lanes::Packed`), instead of GGML's blocks.
     #[cfg(target_arch = "x86_64")]
     Lanes(Arc<lanes::Packed>),
@@ -93,6 +95,31 @@ impl QMatrix {
         })
     }
 
+    /// A matrix reading GGML blocks in place from `bytes` (a view of a memory-mapped file):
+    /// never copied, never packed for the lane kernels (its products take the kernels that
+    /// read GGML's layout, with the arithmetic the packed layout would have had where one
+    /// exists), and no huge pages asked for (the pages belong to the file).
+    pub fn from_mapped(qtype: QType, rows: usize, cols: usize, bytes: crate::MappedBytes) -> Result<Self> {
+        let want = if cols.is_multiple_of(qtype.block_len()) { Some(rows * cols / qtype.block_len() * qtype.block_bytes()) } else { None };
+        if want != Some(bytes.len()) {
+            return Err(Error::Candle(candle_core::Error::Msg(format!(
+                "{qtype:?} [{rows}, {cols}]: {} bytes are not whole rows of blocks",
+                bytes.len()
+            ))));
+        }
+        Ok(Self {
+            qtype,
+            rows,
+            cols,
+            storage: Storage::Mapped(bytes),
+        })
+    }
+
+    /// Whether the matrix reads its blocks in place from a file's pages ([`Self::from_mapped`]).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.storage, Storage::Mapped(_))
+    }
+
     /// [`from_bytes`](Self::from_bytes) kept in GGML's layout (tests compare the layouts).
     #[cfg(test)]
     pub(super) fn from_bytes_unpacked(qtype: QType, rows: usize, cols: usize, bytes: Vec<u8>) -> QMatrix {
@@ -121,6 +148,7 @@ impl QMatrix {
         match &self.storage {
             Storage::Candle(q) => q.data().map(|d| d.len()).unwrap_or(0),
             Storage::Bytes(b) => b.len(),
+            Storage::Mapped(b) => b.len(),
             #[cfg(target_arch = "x86_64")]
             Storage::Lanes(_) => self.rows * self.row_bytes(),
         }
@@ -245,6 +273,7 @@ impl QMatrix {
         match &self.storage {
             Storage::Candle(q) => q.data().unwrap_or(std::borrow::Cow::Borrowed(&[])),
             Storage::Bytes(b) => std::borrow::Cow::Borrowed(&b[..]),
+            Storage::Mapped(b) => std::borrow::Cow::Borrowed(&b[..]),
             #[cfg(target_arch = "x86_64")]
             Storage::Lanes(p) => {
                 let rb = self.row_bytes();
@@ -382,7 +411,7 @@ impl QMatrix {
                     QType::Q5_0 => avx512::range_q5_0(bytes, rb, r0, end, acts.row_pairs(0), o, pf),
                     QType::Q5_1 => avx512::range_q5_1(bytes, rb, r0, end, acts.row_pairs(0), o, pf),
                     QType::Q8_0 => avx512::range_q8_0(bytes, rb, r0, end, acts.row_pairs(0), o, pf),
-                    QType::Q4K | QType::Q6K if has_amx() => avx512::range_k_x(t == QType::Q6K, bytes, rb, r0, end, acts.row_k(0), o, pf),
+                    QType::Q4K | QType::Q6K if exact_k(t) => avx512::range_k_x(t == QType::Q6K, bytes, rb, r0, end, acts.row_k(0), o, pf),
                     QType::Q4K => avx512::range_q4k(bytes, rb, r0, end, acts.row_k(0), o, pf),
                     QType::Q6K => avx512::range_q6k(bytes, rb, r0, end, acts.row_k(0), o, pf),
                     QType::Q5K => unreachable!("Q5_K is not laid out wide"),
@@ -393,7 +422,7 @@ impl QMatrix {
         pf.begin(bytes, rb, range.start, end);
         // On machines with AMX, k-quant products of any number of rows use the exact
         // arithmetic of the AMX kernels (whichever kernel runs them).
-        let exact = has_amx();
+        let exact = exact_k(t);
         let mut i0 = 0;
         while i0 < m {
             let g = (m - i0).min(G);
@@ -437,6 +466,15 @@ impl QMatrix {
     }
 }
 
+/// Whether Q4_K/Q6_K products in GGML's layout take the exact k-quant arithmetic of the AVX-512
+/// kernels: on machines with AMX (whose kernels compute it), and where the lane kernels would
+/// have packed the format (they compute it too), so that a matrix read in place from a file
+/// ([`QMatrix::from_mapped`]) gives the bits a packed copy of it gives.
+#[cfg(target_arch = "x86_64")]
+fn exact_k(t: QType) -> bool {
+    has_amx() || (has_lanes() && lanes::handles(t))
+}
+
 /// Lay out the matrices whose products go to the lane kernels ([`lanes::handles`], on a
 /// machine with them) in those kernels' packed layout, all in one allocation backed by huge
 /// pages where Linux allows: the same results, one activation row (decode) as fast as the
@@ -447,7 +485,8 @@ pub fn pack_for_lanes(mats: &mut [&mut QMatrix]) {
     #[cfg(target_arch = "x86_64")]
     {
         let handles = |t: QType| if has_lanes() { lanes::handles(t) } else { has_lanes_avx2() && lanes_avx2::handles(t) };
-        let wanted: Vec<usize> = (0..mats.len()).filter(|&i| handles(mats[i].qtype) && !mats[i].is_packed()).collect();
+        // Matrices read in place from a file's pages stay there (packing would copy them).
+        let wanted: Vec<usize> = (0..mats.len()).filter(|&i| handles(mats[i].qtype) && !mats[i].is_packed() && !mats[i].is_mapped()).collect();
         if wanted.is_empty() {
             return;
         }
@@ -455,6 +494,7 @@ pub fn pack_for_lanes(mats: &mut [&mut QMatrix]) {
         let key = |m: &QMatrix| match &m.storage {
             Storage::Candle(q) => Arc::as_ptr(q) as *const u8 as usize,
             Storage::Bytes(b) => Arc::as_ptr(b) as *const u8 as usize,
+            Storage::Mapped(b) => b.as_ptr() as usize,
             Storage::Lanes(p) => Arc::as_ptr(p) as *const u8 as usize,
         };
         let mut firsts: Vec<usize> = Vec::new();

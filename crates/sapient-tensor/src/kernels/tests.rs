@@ -9,6 +9,7 @@ use candle_core::{Device, Tensor};
 mod attention;
 #[cfg(target_arch = "x86_64")]
 mod lanes_avx2;
+mod mapped;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod timing;

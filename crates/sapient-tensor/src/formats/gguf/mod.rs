@@ -5,6 +5,6 @@ mod reader;
 mod types;
 mod writer;
 
-pub use reader::{GgufFile, TensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC};
+pub use reader::{GgufFile, MappedBytes, TensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC};
 pub use types::{GgmlType, Value, ValueType};
 pub use writer::{GgufWriter, TensorData, TensorSpec};

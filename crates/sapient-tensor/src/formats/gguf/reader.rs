@@ -49,6 +49,51 @@ impl std::ops::Deref for Bytes {
     }
 }
 
+/// Bytes of a tensor shared with the file they were read from: the memory map itself (or the
+/// buffer an in-memory file was parsed from), kept alive by every view of it. Weights held
+/// this way take no anonymous memory: their pages belong to the file, the kernel reads them
+/// from disk on first touch and may evict them again under memory pressure.
+#[derive(Clone)]
+pub struct MappedBytes {
+    bytes: Arc<Bytes>,
+    start: usize,
+    len: usize,
+}
+
+impl MappedBytes {
+    /// Bytes owned by the view itself (no file behind them).
+    pub fn from_vec(v: Vec<u8>) -> Self {
+        let len = v.len();
+        Self { bytes: Arc::new(Bytes::Owned(v)), start: 0, len }
+    }
+
+    /// The sub-range `range` of these bytes, sharing them; `None` when it is out of bounds.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Option<Self> {
+        if range.start > range.end || range.end > self.len {
+            return None;
+        }
+        Some(Self { bytes: self.bytes.clone(), start: self.start + range.start, len: range.len() })
+    }
+
+    /// Whether the bytes are pages of a memory-mapped file (not anonymous memory).
+    pub fn is_mapped(&self) -> bool {
+        matches!(*self.bytes, Bytes::Mmap(_))
+    }
+}
+
+impl std::ops::Deref for MappedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[self.start..self.start + self.len]
+    }
+}
+
+impl std::fmt::Debug for MappedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedBytes").field("len", &self.len).field("mapped", &self.is_mapped()).finish()
+    }
+}
+
 /// An open GGUF file: its metadata, tensor directory and (mapped) data.
 pub struct GgufFile {
     path: PathBuf,
@@ -456,6 +501,13 @@ impl GgufFile {
         let t = self.info_or_err(name)?;
         let start = (self.data_offset + t.offset) as usize;
         Ok(&self.bytes[start..start + t.size as usize])
+    }
+
+    /// The stored bytes of a tensor as a view sharing the file's memory map (no copy).
+    pub fn tensor_bytes_shared(&self, name: &str) -> Result<MappedBytes> {
+        let t = self.info_or_err(name)?;
+        let start = (self.data_offset + t.offset) as usize;
+        Ok(MappedBytes { bytes: self.bytes.clone(), start, len: t.size as usize })
     }
 
     fn info_or_err(&self, name: &str) -> Result<&TensorInfo> {
