@@ -217,6 +217,9 @@ pub(crate) fn load_experts<L>(src: &dyn WeightSource, prefix: &str, cfg: &MoeCon
                 return Err(Error::Config(format!("{}: {name} is not {ty} [{e}, {rows}, {cols}]", src.location().display())));
             }
             let per = data.len() / e;
+            // Experts are read in place: fault their pages in at load while the file fits in
+            // memory, not during the first tokens.
+            data.prefault();
             let mut out = Vec::with_capacity(e);
             for (i, b) in biases.iter().enumerate() {
                 let blocks = data.slice(i * per..(i + 1) * per).ok_or(Error::Internal("moe: an expert's bytes outside its tensor"))?;
