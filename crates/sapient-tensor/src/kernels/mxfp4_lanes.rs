@@ -162,7 +162,13 @@ pub(super) unsafe fn run16<S>(nb: usize, rows: usize, groups: std::ops::Range<us
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 unsafe fn scales8(p: *const u8) -> __m256 {
-    let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+    half_scales8(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i)))
+}
+
+/// [`half_scales16`] for eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn half_scales8(e: __m256i) -> __m256 {
     let small = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
     let big = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
     // e < 2 as unsigned: e is 0..255, so a signed compare is the same.

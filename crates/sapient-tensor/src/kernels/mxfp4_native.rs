@@ -15,20 +15,10 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-use super::mxfp4_lanes::{half_scales16, run16, run8};
+use super::mxfp4_lanes::{half_scales16, half_scales8, run16, run8};
 use super::quant::BlockQ8;
 use super::MXFP4_BLOCK_BYTES;
 use std::arch::x86_64::*;
-
-/// Half the E8M0 scales `e` (one byte value per lane), as `e8m0_to_f32_half` gives them.
-#[inline(always)]
-unsafe fn half_scales(e: __m256i) -> __m256 {
-    let small = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
-    let big = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
-    // e < 2 as unsigned: e is 0..255, so a signed compare is the same.
-    let lt2 = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
-    _mm256_castsi256_ps(_mm256_blendv_epi8(big, small, lt2))
-}
 
 /// `out[i * rows + r]` for the rows of groups of sixteen `groups` (each as two halves of
 /// eight) and the activation rows `acts` (`nb` blocks each, `off` their offsets).
@@ -56,7 +46,7 @@ unsafe fn run_impl<const VNNI: bool>(raw: &[u8], nb: usize, rows: usize, groups:
         // Lanes 0..4 rows 0..4, lanes 4..8 rows 4..8: dwords 0, 1, 2, 3.
         let lines = [_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1), _mm256_unpacklo_epi64(t2, t3), _mm256_unpackhi_epi64(t2, t3)];
         let e = _mm256_and_si256(_mm256_i32gather_epi32::<1>(rp[0].add(o) as *const i32, *idx), _mm256_set1_epi32(0xff));
-        (lines, half_scales(e))
+        (lines, half_scales8(e))
     };
     run8::<_, VNNI>(nb, rows, groups, acts, off, out, half, block)
 }
