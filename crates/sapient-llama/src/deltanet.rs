@@ -127,8 +127,8 @@ thread_local! {
     static HEAD: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     /// The chunked form's scratch.
     static CHUNKS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The convolution's taps as `[taps][channels]`, and a row of ones.
-    static TAPS: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// The convolution's taps as `[taps][channels]`.
+    static TAPS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The causal convolution and SiLU of `n` mixed rows (`row`, `cd` wide) over the window of
@@ -142,24 +142,18 @@ fn conv_rows(window: &mut [f32], conv: &[f32], rows: &[f32], n: usize, cd: usize
     let h = taps - 1;
     if n * cd < 64 * 1024 {
         // A few rows (decode): the taps as stored, the same sums and SiLU as a prompt's.
-        TAPS.with(|cell| {
-            let ones = &mut cell.borrow_mut().1;
-            if ones.len() < cd {
-                ones.resize(cd, 1.0);
-            }
-            for t in 0..n {
-                let xo = &mut x[t * cd..(t + 1) * cd];
-                for (c, o) in xo.iter_mut().enumerate() {
-                    let mut sum = 0f32;
-                    for (i, &wi) in conv[c * taps..(c + 1) * taps].iter().enumerate() {
-                        let src = if t + i < h { window[(t + i) * cd + c] } else { rows[(t + i - h) * cd + c] };
-                        sum += src * wi;
-                    }
-                    *o = sum;
+        for t in 0..n {
+            let xo = &mut x[t * cd..(t + 1) * cd];
+            for (c, o) in xo.iter_mut().enumerate() {
+                let mut sum = 0f32;
+                for (i, &wi) in conv[c * taps..(c + 1) * taps].iter().enumerate() {
+                    let src = if t + i < h { window[(t + i) * cd + c] } else { rows[(t + i - h) * cd + c] };
+                    sum += src * wi;
                 }
-                kernels::silu_mul_range(xo, &ones[..cd]);
+                *o = sum;
             }
-        });
+            kernels::silu_in_place(xo);
+        }
     } else {
         conv_prompt(window, conv, rows, n, cd, taps, x);
     }
@@ -193,13 +187,10 @@ fn conv_rows(window: &mut [f32], conv: &[f32], rows: &[f32], n: usize, cd: usize
 fn conv_prompt(window: &[f32], conv: &[f32], rows: &[f32], n: usize, cd: usize, taps: usize, x: &mut [f32]) {
     let h = taps - 1;
     TAPS.with(|cell| {
-        let (wt, ones) = &mut *cell.borrow_mut();
+        let wt = &mut *cell.borrow_mut();
         wt.clear();
         wt.extend((0..taps).flat_map(|i| (0..cd).map(move |c| conv[c * taps + i])));
-        if ones.len() < cd {
-            ones.resize(cd, 1.0);
-        }
-        let (wt, ones) = (&wt[..], &ones[..cd]);
+        let wt = &wt[..];
         let xp = SendPtr(x.as_mut_ptr());
         let win = window;
         // Channels c0..c1 of every row.
@@ -215,7 +206,7 @@ fn conv_prompt(window: &[f32], conv: &[f32], rows: &[f32], n: usize, cd: usize, 
                         *o += a * b;
                     }
                 }
-                kernels::silu_mul_range(xo, &ones[c0..c1]);
+                kernels::silu_in_place(xo);
             }
         };
         const PIECE: usize = 512;
@@ -388,8 +379,7 @@ pub(crate) fn delta_net_cpu(kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: Delt
             let (r0, n) = (seg.row0 * cd, seg.n);
             // SAFETY: `row_states_mut` gave `n` states of `sf` values; this layer's stretch of
             // each lies inside (the state is `sf` values, checked above).
-            let win_save = save.map(|p| (unsafe { std::slice::from_raw_parts_mut(p, n * sf) }, sf));
-            let win_save = win_save.map(|(d, st)| (&mut d[w.offset..], st));
+            let win_save = save.map(|p| (&mut unsafe { std::slice::from_raw_parts_mut(p, n * sf) }[w.offset..], sf));
             conv_rows(window, &w.conv, &p.qkv[r0..r0 + n * cd], n, cd, taps, &mut x[r0..r0 + n * cd], 2 * hk, s, eps, win_save);
             mats.push(SendPtr(m.as_mut_ptr()));
             // SAFETY: as above: the matrices start after the window in this layer's stretch.
@@ -408,14 +398,12 @@ pub(crate) fn delta_net_cpu(kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: Delt
             let m = unsafe { std::slice::from_raw_parts_mut(mats[si].ptr().add(h * s * s), s * s) };
             HEAD.with(|cell| {
                 let scratch = &mut *cell.borrow_mut();
-                if scratch.len() < 2 * n + 2 * s {
-                    scratch.resize(2 * n + 2 * s, 0.0);
+                if scratch.len() < 2 * n + s {
+                    scratch.resize(2 * n + s, 0.0);
                 }
                 let (g, rest) = scratch.split_at_mut(n);
-                let (b, rest) = rest.split_at_mut(n);
-                let (gate, ones) = rest.split_at_mut(s);
-                let ones = &mut ones[..s];
-                ones.fill(1.0);
+                let (b, gate) = rest.split_at_mut(n);
+                let gate = &mut gate[..s];
                 for t in 0..n {
                     let r = seg.row0 + t;
                     g[t] = softplus(p.alpha[r * hv + h] + w.dt_bias[h]) * w.a[h];
@@ -442,7 +430,7 @@ pub(crate) fn delta_net_cpu(kv: &mut HostKv, w: &DeltaVectors<Vec<f32>>, p: Delt
                     let z = &p.z[r * vd + h * s..r * vd + (h + 1) * s];
                     let inv = 1.0 / (kernels::dot_f32(o, o) / s as f32 + eps).sqrt();
                     gate.copy_from_slice(z);
-                    kernels::silu_mul_range(gate, ones);
+                    kernels::silu_in_place(gate);
                     for ((o, &nw), &gj) in o.iter_mut().zip(&w.norm).zip(&*gate) {
                         *o = *o * inv * nw * gj;
                     }

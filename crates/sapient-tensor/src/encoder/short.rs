@@ -69,17 +69,8 @@ unsafe fn attend_avx512(qkv: &[f32], s: Range<usize>, h: usize, hd: usize, d: us
     // element is stored twice and none one by one.
     kt.clear();
     kt.reserve(hd * lp);
-    let stride = (3 * d) as i32;
-    let idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(stride));
-    let kbase = qkv.as_ptr().add(s.start * 3 * d + d + h * hd);
-    for t in 0..hd {
-        for j in (0..lp).step_by(16) {
-            let m: __mmask16 = if l - j >= 16 { 0xffff } else { ((1u32 << (l - j)) - 1) as __mmask16 };
-            // SAFETY: the unmasked lanes read keys j.. of the sequence, within `qkv`.
-            let g = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m, idx, kbase.add(j * 3 * d + t));
-            _mm512_storeu_ps(kt.as_mut_ptr().add(t * lp + j), g);
-        }
-    }
+    // SAFETY: the keys of sequence `s`, head `h`, lie inside `qkv`; `kt` holds `hd * lp`.
+    kernels::transpose_gather(qkv.as_ptr().add(s.start * 3 * d + d + h * hd), 3 * d, l, hd, kt.as_mut_ptr(), lp);
     kt.set_len(hd * lp);
     p.clear();
     p.resize(lp, 0.0);

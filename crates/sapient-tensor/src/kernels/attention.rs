@@ -436,7 +436,7 @@ unsafe fn softmax_avx2(sc: &mut [f32]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod x512 {
     #![allow(clippy::missing_safety_doc, clippy::needless_range_loop)]
-    use super::super::avx512::exp8;
+    use super::super::avx512::{exp8, lanes16 as first};
     use std::arch::x86_64::*;
 
     /// [`super::attention_row_f32`] for a head of `16 * NB` values: the query and the
@@ -467,16 +467,6 @@ mod x512 {
             for b in 0..NB {
                 _mm512_storeu_ps(o.as_mut_ptr().add(16 * b), _mm512_mul_ps(acc[b], iv));
             }
-        }
-    }
-
-    /// Lanes `n..16` off.
-    #[inline(always)]
-    fn first(n: usize) -> __mmask16 {
-        if n >= 16 {
-            0xffff
-        } else {
-            ((1u32 << n) - 1) as __mmask16
         }
     }
 

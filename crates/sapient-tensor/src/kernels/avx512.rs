@@ -763,3 +763,29 @@ pub unsafe fn silu_mul(g: &mut [f32], u: &[f32]) -> usize {
     }
     n_all
 }
+
+/// The first `n` of 16 lanes (all of them from 16 on).
+#[inline(always)]
+pub fn lanes16(n: usize) -> __mmask16 {
+    if n >= 16 {
+        0xffff
+    } else {
+        ((1u32 << n) - 1) as __mmask16
+    }
+}
+
+/// `dst[t * ldd + j] = src[j * lds + t]` for the `rows` rows `j` and `cols` columns `t` of
+/// `src`, 16 rows at a time by masked gathers, with zeros for `rows <= j < rows.div_ceil(16)
+/// * 16` (so `ldd` is at least that).
+#[target_feature(enable = "avx512f")]
+pub unsafe fn transpose_gather(src: *const f32, lds: usize, rows: usize, cols: usize, dst: *mut f32, ldd: usize) {
+    let idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(lds as i32));
+    for j in (0..rows).step_by(16) {
+        let m = lanes16(rows - j);
+        for t in 0..cols {
+            // SAFETY (caller): the unmasked lanes read rows j.. of `src`.
+            let g = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), m, idx, src.add(j * lds + t));
+            _mm512_storeu_ps(dst.add(t * ldd + j), g);
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! Kernels of the gated delta rule (Gated DeltaNet linear attention, `sapient-llama`'s
 //! `deltanet.rs`): one position's state update ([`delta_step`]) and the small f32 products
-//! the chunked form of a prompt is made of ([`dots_nt`], [`axpy`], [`rank_update`]).
+//! the chunked form of a prompt is made of ([`dots_nt_many`], [`axpy`], [`rank_update`]).
 //!
 //! A head's state is a `s x s` matrix `m`, row `j` holding value `j`'s weights over the key
 //! (`m[j][i] = S[i][j]` in ggml's terms). Every function has an AVX-512 form (rows a multiple
@@ -39,23 +39,17 @@ pub fn delta_step(m: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f32, be
     }
 }
 
-/// `out[r * ld + c] = a_r . b_c` for the `n` rows `a_r = a[r * lda..][..s]` and the `m`
-/// rows `b_c = b[c * ldb..][..s]` (a product with the second matrix transposed, as a chunk's
-/// key-key, query-key and state-key products are).
-#[allow(clippy::too_many_arguments)]
-pub fn dots_nt(a: &[f32], lda: usize, n: usize, b: &[f32], ldb: usize, m: usize, s: usize, out: &mut [f32], ld: usize) {
-    dots_nt_many(&mut [(a, out)], lda, n, b, ldb, m, s, ld)
-}
-
-/// [`dots_nt`] of several `a` matrices (each with its `out`) against the same `b`, which the
-/// AVX-512 form transposes once for all of them.
+/// `out[r * ld + c] = a_r . b_c` for the `n` rows `a_r = a[r * lda..][..s]` of each `a`
+/// matrix (with its `out`) and the `m` rows `b_c = b[c * ldb..][..s]` (products with the
+/// second matrix transposed, as a chunk's key-key, query-key and state-key products are);
+/// the AVX-512 form transposes `b` once for all of them.
 #[allow(clippy::too_many_arguments)]
 pub fn dots_nt_many(a: &mut [(&[f32], &mut [f32])], lda: usize, n: usize, b: &[f32], ldb: usize, m: usize, s: usize, ld: usize) {
     if n == 0 || m == 0 {
         return;
     }
-    assert!(b.len() >= (m - 1) * ldb + s, "dots_nt: shapes");
-    assert!(a.iter().all(|(a, out)| a.len() >= (n - 1) * lda + s && out.len() >= (n - 1) * ld + m), "dots_nt: shapes");
+    assert!(b.len() >= (m - 1) * ldb + s, "dots_nt_many: shapes");
+    assert!(a.iter().all(|(a, out)| a.len() >= (n - 1) * lda + s && out.len() >= (n - 1) * ld + m), "dots_nt_many: shapes");
     #[cfg(target_arch = "x86_64")]
     if has_avx512() {
         // SAFETY: AVX-512F is present; every row read or written lies inside its slice (checked above).
@@ -194,15 +188,8 @@ mod x86 {
         let mp = m.div_ceil(16) * 16;
         bt.clear();
         bt.reserve(s * mp);
-        let idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(ldb as i32));
-        for c in (0..mp).step_by(16) {
-            let mask = if m - c >= 16 { 0xffff } else { ((1u32 << (m - c)) - 1) as __mmask16 };
-            for i in 0..s {
-                // SAFETY (caller): the unmasked lanes read rows c.. of b, inside it.
-                let g = _mm512_mask_i32gather_ps::<4>(_mm512_setzero_ps(), mask, idx, b.add(c * ldb + i));
-                _mm512_storeu_ps(bt.as_mut_ptr().add(i * mp + c), g);
-            }
-        }
+        // SAFETY (caller): `b` holds `m` rows of `s` values `ldb` apart; `bt` holds `s * mp`.
+        super::super::transpose_gather(b, ldb, m, s, bt.as_mut_ptr(), mp);
         bt.set_len(s * mp);
         let btp = bt.as_ptr();
         for (a, out) in a.iter_mut() {
@@ -247,9 +234,7 @@ mod x86 {
         }
         for (x, acc) in acc.iter().enumerate() {
             for (v, &acc) in acc.iter().enumerate() {
-                let left = cols - 16 * v;
-                let mask = if left >= 16 { 0xffff } else { ((1u32 << left) - 1) as __mmask16 };
-                _mm512_mask_storeu_ps(out.add(x * ld + 16 * v), mask, acc);
+                _mm512_mask_storeu_ps(out.add(x * ld + 16 * v), super::super::lanes16(cols - 16 * v), acc);
             }
         }
     }
@@ -333,10 +318,10 @@ mod tests {
                 assert!((o[j] - oj).abs() < 1e-4 * (1.0 + oj.abs()), "s {s} o[{j}] {} vs {oj}", o[j]);
             }
             assert!(m.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-4), "s {s}: state");
-            // dots_nt on 5 x 6 rows; rank_update with 3 rows.
+            // dots_nt_many on 5 x 6 rows; rank_update with 3 rows.
             let (a, b) = (vals(5 * s, 5), vals(6 * s, 6));
             let mut out = vec![0f32; 5 * 7];
-            dots_nt(&a, s, 5, &b, s, 6, s, &mut out, 7);
+            dots_nt_many(&mut [(&a, &mut out)], s, 5, &b, s, 6, s, 7);
             for r in 0..5 {
                 for c in 0..6 {
                     let want: f32 = a[r * s..(r + 1) * s].iter().zip(&b[c * s..(c + 1) * s]).map(|(x, y)| x * y).sum();

@@ -82,6 +82,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
+pub(crate) use avx512::{lanes16, transpose_gather};
+#[cfg(target_arch = "x86_64")]
 mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod lanes_k;
@@ -357,6 +359,15 @@ pub fn silu_mul(g: &mut [f32], u: &[f32]) {
         let gs = unsafe { std::slice::from_raw_parts_mut(gp.ptr().add(r.start), r.len()) };
         silu_mul_range(gs, &u[r]);
     });
+}
+
+/// `x[i] = silu(x[i])` on one thread: [`silu_mul_range`] with every factor one, so the
+/// same bits as the gate there.
+pub fn silu_in_place(x: &mut [f32]) {
+    const ONES: [f32; 256] = [1.0; 256];
+    for c in x.chunks_mut(ONES.len()) {
+        silu_mul_range(c, &ONES[..c.len()]);
+    }
 }
 
 /// [`silu_mul`] on one thread.
