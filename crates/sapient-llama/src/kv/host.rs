@@ -133,15 +133,15 @@ impl HostKv {
     /// could.
     pub(super) fn roll_back(&mut self, seq: SeqId, len: usize, held: usize) -> bool {
         let sf = self.state_floats;
-        match self.rows.get(&seq.0) {
-            Some(&(start, n, _)) if start + n == held && len > start && len <= held => {}
+        let (t, rows) = match self.rows.get_mut(&seq.0) {
+            Some((start, n, rows)) if *start + *n == held && len > *start && len <= held => {
+                // Used up: the rows no longer follow the state; their memory stays for the
+                // next step (taken out while the state is written, then put back).
+                *n = 0;
+                (len - *start - 1, std::mem::take(rows))
+            }
             _ => return false,
-        }
-        let Some((start, n, rows)) = self.rows.get_mut(&seq.0) else { return false };
-        let (start, rows) = (*start, std::mem::take(rows));
-        // Used up: the rows no longer follow the state, their memory stays for the next step.
-        *n = 0;
-        let t = len - start - 1;
+        };
         self.state_mut(seq).copy_from_slice(&rows[t * sf..(t + 1) * sf]);
         if let Some(r) = self.rows.get_mut(&seq.0) {
             r.2 = rows;
