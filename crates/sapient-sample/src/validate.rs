@@ -28,7 +28,12 @@ pub struct Invalid {
 /// Check `value` against `schema`: `Ok(Ok(()))` if it satisfies it, `Ok(Err(why))` if not,
 /// `Err` if the schema is malformed or uses a keyword the grammar compiler refuses.
 pub fn validate(schema: &Value, value: &Value) -> Result<Result<(), Invalid>, GrammarError> {
-    let cx = Cx { root: schema };
+    validate_in(schema, schema, value)
+}
+
+/// [`validate`] against `schema`, a subschema of `root` (its `$ref`s resolved in `root`).
+pub(crate) fn validate_in(root: &Value, schema: &Value, value: &Value) -> Result<Result<(), Invalid>, GrammarError> {
+    let cx = Cx { root };
     match cx.check(schema, value, "", "#", 0) {
         Ok(()) => Ok(Ok(())),
         Err(Fail::Invalid(i)) => Ok(Err(i)),
@@ -59,14 +64,17 @@ struct Cx<'a> {
     root: &'a Value,
 }
 
-fn regex_cached(pattern: &str) -> Result<regex::Regex, GrammarError> {
-    static CACHE: OnceLock<Mutex<HashMap<String, regex::Regex>>> = OnceLock::new();
+/// A compiled regex, shared (a clone of a `regex::Regex` would build its own search
+/// cache on first use).
+fn regex_cached(pattern: &str) -> Result<std::sync::Arc<regex::Regex>, GrammarError> {
+    static CACHE: OnceLock<Mutex<HashMap<String, std::sync::Arc<regex::Regex>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(r) = cache.lock().ok().and_then(|c| c.get(pattern).cloned()) {
         return Ok(r);
     }
-    let r = regex::Regex::new(pattern)
-        .map_err(|e| GrammarError::InvalidRegex { pattern: pattern.to_string(), message: e.to_string() })?;
+    let r = std::sync::Arc::new(
+        regex::Regex::new(pattern).map_err(|e| GrammarError::InvalidRegex { pattern: pattern.to_string(), message: e.to_string() })?,
+    );
     if let Ok(mut c) = cache.lock() {
         c.insert(pattern.to_string(), r.clone());
     }
@@ -324,7 +332,7 @@ impl Cx<'_> {
             }
             Some(_) => return Err(schema_err(spath, "required must be an array")),
         }
-        let patterns: Vec<(regex::Regex, &Value, &String)> = match o.get("patternProperties") {
+        let patterns: Vec<(std::sync::Arc<regex::Regex>, &Value, &String)> = match o.get("patternProperties") {
             None => vec![],
             Some(Value::Object(pp)) => pp
                 .iter()

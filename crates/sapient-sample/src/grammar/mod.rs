@@ -317,6 +317,10 @@ impl Grammar {
         Self::with_options(e, JsonOptions::default())
     }
     pub fn with_options(e: &Expr, json: JsonOptions) -> Result<Self, GrammarError> {
+        Self::compiled(json, |b| build(b, e))
+    }
+    /// The grammar of what `root` builds, with `json`'s options.
+    fn compiled(json: JsonOptions, root: impl FnOnce(&mut Builder) -> Result<NodeId, GrammarError>) -> Result<Self, GrammarError> {
         let mut b = Builder::new(json);
         if json.max_stack_depth == 0 || json.max_stack_depth > crate::builder::MAX_STACK_DEPTH {
             return Err(GrammarError::InvalidOption(format!(
@@ -325,7 +329,7 @@ impl Grammar {
                 json.max_stack_depth
             )));
         }
-        let root = build(&mut b, e)?;
+        let root = root(&mut b)?;
         Self::from_parts_with(b.nodes, b.dfas, root, json.max_stack_depth as usize)
     }
     /// A regex constraint.
@@ -338,7 +342,9 @@ impl Grammar {
     }
     /// JSON valid against `schema`.
     pub fn json_schema(schema: &serde_json::Value) -> Result<Self, GrammarError> {
-        Self::new(&Expr::JsonSchema(schema.clone()))
+        // Compiled from the caller's value: a copy of a large schema cost as much as
+        // compiling parts of it.
+        Self::compiled(JsonOptions::default(), |b| crate::schema::compile(b, schema))
     }
 
     #[cfg(test)]

@@ -302,3 +302,83 @@ fn discriminate(list: &[Value]) -> Option<Vec<Value>> {
     out.push(json!({"anyOf": alts}));
     Some(out)
 }
+
+/// An `allOf` of which a branch lists its values (`enum`, `const`, or an `anyOf` of such):
+/// those values that the schema's other branches and keywords accept, each checked by the
+/// validator, rather than the branches merged (narrowing a property that is a long `anyOf`
+/// of enums, once per alternative of an `anyOf` around it, made merging quadratic). `None`
+/// (merge them) when the validator cannot decide every value, or the schema holds the
+/// compiler's own keywords (which the validator does not read).
+pub(super) fn all_of_values(b: &mut Builder, cx: &Ctx, s: &Value, all: &Value, path: &str) -> Result<Option<NodeId>, GrammarError> {
+    let (Some(list), Some(obj)) = (all.as_array(), s.as_object()) else { return Ok(None) };
+    let Some((src, (mut values, exact))) = list.iter().enumerate().find_map(|(i, x)| Some((i, listed_values(cx.root, x, 0)?))) else {
+        return Ok(None);
+    };
+    fn own_keywords(v: &Value) -> bool {
+        match v {
+            Value::Object(m) => m.iter().any(|(k, x)| k.starts_with("$sapient-") || own_keywords(x)),
+            Value::Array(a) => a.iter().any(own_keywords),
+            _ => false,
+        }
+    }
+    if own_keywords(s) {
+        return Ok(None);
+    }
+    // What each value must also satisfy: the other branches, the source branch unless its
+    // values satisfy it by construction, and the keywords beside `allOf`.
+    let rest: serde_json::Map<String, Value> = obj.iter().filter(|(k, _)| k.as_str() != "allOf").map(|(k, v)| (k.clone(), v.clone())).collect();
+    let rest = rest.keys().any(|k| !is_annotation(k)).then_some(Value::Object(rest));
+    let checks: Vec<&Value> = list.iter().enumerate().filter(|&(i, _)| i != src || !exact).map(|(_, x)| x).chain(rest.as_ref()).collect();
+    let mut keep = Vec::with_capacity(values.len());
+    for v in &values {
+        let mut ok = true;
+        for c in &checks {
+            match crate::validate::validate_in(cx.root, c, v) {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    ok = false;
+                    break;
+                }
+                Err(_) => return Ok(None),
+            }
+        }
+        keep.push(ok);
+    }
+    let mut k = keep.into_iter();
+    values.retain(|_| k.next().unwrap_or(false));
+    if values.is_empty() {
+        return Err(GrammarError::Unsatisfiable(format!("no value of the enum or const at {path} is allowed")));
+    }
+    let alts = values.iter().map(|v| b.json_const(v)).collect::<Result<_, _>>()?;
+    Ok(Some(b.choice(alts)))
+}
+
+/// The values a schema lists (`enum`, `const`, an `anyOf` whose every branch lists values;
+/// `$ref`s followed) and whether every one of them satisfies it (nothing else constrains
+/// them); `None` when it lists none.
+fn listed_values(root: &Value, x: &Value, depth: usize) -> Option<(Vec<Value>, bool)> {
+    if depth > 32 {
+        return None;
+    }
+    let m = x.as_object()?;
+    if let Some(r) = m.get("$ref").and_then(Value::as_str) {
+        let (v, exact) = listed_values(root, resolve(root, r)?, depth + 1)?;
+        return Some((v, exact && m.keys().all(|k| k == "$ref" || is_annotation(k))));
+    }
+    let plain = |extra: &str| m.keys().all(|k| k == extra || is_annotation(k));
+    match (m.get("const"), m.get("enum"), m.get("anyOf")) {
+        (Some(c), _, _) => Some((vec![c.clone()], plain("const"))),
+        (None, Some(Value::Array(e)), _) => Some((e.clone(), plain("enum"))),
+        (None, None, Some(Value::Array(alts))) if !alts.is_empty() => {
+            let mut all = Vec::new();
+            let mut exact = plain("anyOf");
+            for a in alts {
+                let (v, e) = listed_values(root, a, depth + 1)?;
+                all.extend(v);
+                exact &= e;
+            }
+            Some((all, exact))
+        }
+        _ => None,
+    }
+}

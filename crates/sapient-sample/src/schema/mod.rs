@@ -59,6 +59,65 @@ struct Ctx<'a> {
     depth: usize,
     /// `4.0` is an integer (draft 6 and later; not in draft 4 and earlier).
     zero_frac_ints: bool,
+    /// How many schemas built by the compiler (a merged `allOf`, an `anyOf` branch merged
+    /// with its siblings, a rewritten `not` / `if`) enclose the one being compiled. Inside
+    /// them the same subschema recurs as a copy per branch: those are compiled once.
+    synthesized: u32,
+    /// Subschemas compiled inside synthesized ones, by their content (see [`Ctx::key`]).
+    memo: HashMap<[u64; 3], NodeId>,
+    /// Two independent keyed hashes of the content of every object within each synthesized
+    /// schema being compiled (innermost last), by its address: each synthesized schema is
+    /// hashed once, bottom-up, while it is alive (so no two of these addresses can be the
+    /// same value's).
+    hashes: Vec<HashMap<usize, [u64; 2]>>,
+    hashers: [std::collections::hash_map::RandomState; 2],
+}
+
+impl Ctx<'_> {
+    /// The memo key of `s`, a subschema of a synthesized schema being compiled: its
+    /// content's two hashes (property order included: it sets the order of generation) and
+    /// a hash of the `$ref` expansions in progress (a recursive reference compiles
+    /// differently at each level). A false match needs a collision of 128 bits.
+    fn key(&self, s: &Value) -> Option<[u64; 3]> {
+        use std::hash::BuildHasher;
+        let addr = s as *const Value as usize;
+        let [h0, h1] = *self.hashes.iter().rev().find_map(|m| m.get(&addr))?;
+        let mut active: Vec<(&String, &u32)> = self.active.iter().filter(|(_, &n)| n > 0).collect();
+        active.sort_unstable();
+        Some([h0, h1, self.hashers[0].hash_one(&active)])
+    }
+
+    /// Hash `v` and every value below it (see [`Ctx::hashes`]); objects are recorded.
+    fn hash_tree(&self, v: &Value, out: &mut HashMap<usize, [u64; 2]>) -> [u64; 2] {
+        use std::hash::{BuildHasher, Hash, Hasher};
+        let mut hs = self.hashers.each_ref().map(|r| r.build_hasher());
+        let mut feed = |f: &dyn Fn(&mut std::hash::DefaultHasher)| hs.iter_mut().for_each(f);
+        match v {
+            Value::Null => feed(&|h| h.write_u8(0)),
+            Value::Bool(b) => feed(&|h| h.write_u8(1 + u8::from(*b))),
+            Value::Number(n) => feed(&|h| (3u8, n).hash(h)),
+            Value::String(s) => feed(&|h| (4u8, s).hash(h)),
+            Value::Array(a) => {
+                feed(&|h| (5u8, a.len()).hash(h));
+                for x in a {
+                    let c = self.hash_tree(x, out);
+                    hs.iter_mut().zip(c).for_each(|(h, c)| h.write_u64(c));
+                }
+            }
+            Value::Object(m) => {
+                feed(&|h| (6u8, m.len()).hash(h));
+                for (k, x) in m {
+                    let c = self.hash_tree(x, out);
+                    hs.iter_mut().zip(c).for_each(|(h, c)| (k, c).hash(h));
+                }
+            }
+        }
+        let r = hs.map(|h| h.finish());
+        if v.is_object() {
+            out.insert(v as *const Value as usize, r);
+        }
+        r
+    }
 }
 
 /// How deeply subschemas may nest (each level is a recursive call of the compiler).
@@ -78,7 +137,18 @@ pub(crate) fn compile(b: &mut Builder, schema: &Value) -> Result<NodeId, Grammar
     };
     let draft = schema.get("$schema").and_then(|s| s.as_str()).unwrap_or("");
     let zero_frac_ints = !(draft.contains("draft-04") || draft.contains("draft-03"));
-    let mut cx = Ctx { root: schema, refs: HashMap::new(), active: HashMap::new(), max_ref_depth, depth: 0, zero_frac_ints };
+    let mut cx = Ctx {
+        root: schema,
+        refs: HashMap::new(),
+        active: HashMap::new(),
+        max_ref_depth,
+        depth: 0,
+        zero_frac_ints,
+        synthesized: 0,
+        memo: HashMap::new(),
+        hashes: Vec::new(),
+        hashers: Default::default(),
+    };
     node(b, &mut cx, schema, "#")
 }
 
@@ -86,9 +156,28 @@ fn node(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, 
     if cx.depth >= MAX_SCHEMA_DEPTH {
         return Err(GrammarError::TooLarge { what: format!("schema nesting at {path}"), limit: MAX_SCHEMA_DEPTH });
     }
+    let key = if cx.synthesized > 0 && matches!(s, Value::Object(m) if !m.is_empty()) { cx.key(s) } else { None };
+    if let Some(&id) = key.as_ref().and_then(|k| cx.memo.get(k)) {
+        return Ok(id);
+    }
     cx.depth += 1;
     let r = node_at_depth(b, cx, s, path);
     cx.depth -= 1;
+    if let (Some(k), Ok(id)) = (key, &r) {
+        cx.memo.insert(k, *id);
+    }
+    r
+}
+
+/// [`node`] on a schema the compiler built (see [`Ctx::synthesized`]).
+fn synthesized(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, GrammarError> {
+    let mut hashes = HashMap::new();
+    cx.hash_tree(s, &mut hashes);
+    cx.hashes.push(hashes);
+    cx.synthesized += 1;
+    let r = node(b, cx, s, path);
+    cx.synthesized -= 1;
+    cx.hashes.pop();
     r
 }
 
@@ -110,7 +199,7 @@ fn node_at_depth(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result
         if obj.keys().any(|k| k != "$ref" && !is_annotation(k)) {
             let rest: serde_json::Map<String, Value> = obj.iter().filter(|(k, _)| k.as_str() != "$ref").map(|(k, v)| (k.clone(), v.clone())).collect();
             let all = serde_json::json!({"allOf": [{"$ref": r}, Value::Object(rest)]});
-            return node(b, cx, &all, path);
+            return synthesized(b, cx, &all, path);
         }
         // A recursive `$ref` is unrolled: each level of nesting is its own copy (regex
         // lexemes are shared), up to `max_ref_depth` levels; deeper, the reference accepts
@@ -128,7 +217,11 @@ fn node_at_depth(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result
         let placeholder = b.choice(vec![]);
         cx.refs.insert(key, placeholder);
         *cx.active.entry(r.to_string()).or_default() += 1;
+        // The target is a place in the schema, compiled once per level (above): no copy of
+        // it to find in the memo.
+        let outer = std::mem::take(&mut cx.synthesized);
         let inner = node(b, cx, target, r);
+        cx.synthesized = outer;
         if let Some(a) = cx.active.get_mut(r) {
             *a -= 1;
         }
@@ -144,11 +237,14 @@ fn node_at_depth(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result
         tracing::warn!(path, "uniqueItems is not enforced while generating (the array's items may repeat)");
     }
     if let Some(rewritten) = rewrite::expand(cx.root, obj, path)? {
-        return node(b, cx, &rewritten, path);
+        return synthesized(b, cx, &rewritten, path);
     }
     if let Some(all) = obj.get("allOf") {
+        if let Some(id) = all_of_values(b, cx, s, all, path)? {
+            return Ok(id);
+        }
         let merged = merge_all_of(cx.root, obj, all, path)?;
-        return node(b, cx, &merged, &format!("{path}/allOf"));
+        return synthesized(b, cx, &merged, &format!("{path}/allOf"));
     }
     if obj.contains_key("const") || obj.contains_key("enum") {
         return values(b, obj, path);
@@ -172,7 +268,7 @@ fn node_at_depth(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result
                 } else {
                     merge_all_of(cx.root, &parent, &Value::Array(vec![sub.clone()]), &bpath)
                 };
-                match merged.and_then(|m| node(b, cx, &m, &bpath)) {
+                match merged.and_then(|m| synthesized(b, cx, &m, &bpath)) {
                     Ok(n) => alts.push(n),
                     Err(e @ GrammarError::Unsatisfiable(_)) => {
                         first_err.get_or_insert(e);
@@ -322,8 +418,16 @@ fn not_values(obj: &serde_json::Map<String, Value>) -> impl Iterator<Item = &Val
     obj.get(NOT_VALUES).and_then(|v| v.as_array()).into_iter().flatten()
 }
 
+/// Whether a key constrains nothing here: an annotation, `$defs` / `definitions` (read
+/// through `$ref` only), or a key that is no keyword this compiler acts on (an extension
+/// such as `x-...`, an editor hint such as `doNotSuggest`), ignored as validators ignore
+/// unknown keywords. Such keys never make a schema take a slower path (a merge, a check of
+/// enum values).
 fn is_annotation(k: &str) -> bool {
-    ANNOTATIONS.contains(&k) || k == "$defs" || k == "definitions"
+    if k == "$defs" || k == "definitions" || ANNOTATIONS.contains(&k) {
+        return true;
+    }
+    !(SUPPORTED_KEYWORDS.contains(&k) || UNSUPPORTED.contains(&k) || k.starts_with("$sapient-") || k == "uniqueItems")
 }
 
 fn get_u32(obj: &serde_json::Map<String, Value>, k: &str, path: &str) -> Result<Option<u32>, GrammarError> {
@@ -431,6 +535,6 @@ mod tests;
 
 pub(crate) use crate::spec::{resolve, UNSUPPORTED};
 use object::regex_syntax_escape;
-use merge::{merge_all_of, merge_siblings};
+use merge::{all_of_values, merge_all_of, merge_siblings};
 use object::{array, object};
 use string::string;

@@ -340,3 +340,72 @@ fn all_of_branches_differing_only_in_unread_keywords_merge() {
     let e = gs(&json!({"allOf": [{"format": "date"}, {"format": "email"}]}));
     assert!(matches!(e, Err(GrammarError::UnsupportedSchema { .. })), "{:?}", e.err());
 }
+
+#[test]
+fn all_of_with_listed_values_keeps_the_values_every_branch_accepts() {
+    // As Azure Pipelines' schema narrows a task name: a long anyOf of enums, then a pattern.
+    let names: Vec<serde_json::Value> = (0..40).map(|i| json!({"description": format!("task {i}"), "ignoreCase": "value", "enum": [format!("Task{i}@1")]})).collect();
+    let s = json!({"allOf": [{"anyOf": names}, {"pattern": "^Task3[0-9]?@1$"}]});
+    let g = gs(&s).unwrap();
+    for (doc, valid) in [(json!("Task3@1"), true), (json!("Task35@1"), true), (json!("Task2@1"), false), (json!("Task3@2"), false), (json!(3), false)] {
+        assert_eq!(ok(&g, &doc), valid, "{doc}");
+        assert_eq!(crate::validate::validate(&s, &doc).unwrap().is_ok(), valid, "validator on {doc}");
+    }
+    // Values the listing branch itself limits further, a `$ref`ed listing, keywords beside
+    // `allOf`, and no value left.
+    let s = json!({
+        "$defs": {"sizes": {"enum": ["s", "m", "xl", 7]}},
+        "allOf": [{"$ref": "#/$defs/sizes"}, {"anyOf": [{"type": "string", "maxLength": 1}, {"type": "integer"}]}],
+        "not": {"const": 7}
+    });
+    let g = gs(&s).unwrap();
+    for (doc, valid) in [(json!("s"), true), (json!("m"), true), (json!("xl"), false), (json!(7), false)] {
+        assert_eq!(ok(&g, &doc), valid, "{doc}");
+    }
+    let e = gs(&json!({"allOf": [{"enum": ["a", "b"]}, {"minLength": 2}]}));
+    assert!(matches!(e, Err(GrammarError::Unsatisfiable(_))), "{:?}", e.err());
+}
+
+#[test]
+fn branches_sharing_their_siblings_keywords_are_each_exact() {
+    // Every branch of the anyOf carries the same sibling properties (compiled once and
+    // shared), in its own order, with its own recursion.
+    let s = json!({
+        "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"$ref": "#/$defs/node"}}, "required": ["v"]}},
+        "type": "object",
+        "properties": {"id": {"type": "integer", "minimum": 0}, "tree": {"$ref": "#/$defs/node"}, "note": {"type": "string", "maxLength": 4}},
+        "required": ["id"],
+        "doNotSuggest": true,
+        "anyOf": [
+            {"properties": {"kind": {"const": "a"}, "note": {"pattern": "^a"}}, "required": ["kind"]},
+            {"properties": {"kind": {"const": "b"}, "tree": {"required": ["next"]}}, "required": ["kind"]},
+            {"properties": {"kind": {"const": "c"}}, "required": ["kind"]}
+        ]
+    });
+    let g = gs(&s).unwrap();
+    for (doc, valid) in [
+        (json!({"id": 1, "kind": "a"}), true),
+        (json!({"id": 1, "note": "ab", "kind": "a"}), true),
+        (json!({"id": 1, "note": "ba", "kind": "a"}), false),
+        (json!({"id": 1, "note": "ba", "kind": "c"}), true),
+        (json!({"id": 1, "note": "abcde", "kind": "c"}), false),
+        (json!({"id": -1, "kind": "c"}), false),
+        (json!({"id": 1, "tree": {"v": 1, "next": {"v": 2}}, "kind": "b"}), true),
+        (json!({"id": 1, "tree": {"v": 1}, "kind": "b"}), false),
+        (json!({"id": 1, "tree": {"v": 1}, "kind": "c"}), true),
+        (json!({"id": 1, "kind": "d"}), false),
+    ] {
+        assert_eq!(ok(&g, &doc), valid, "{doc}");
+        assert_eq!(crate::validate::validate(&s, &doc).unwrap().is_ok(), valid, "validator on {doc}");
+    }
+}
+
+#[test]
+fn unknown_keywords_are_ignored_everywhere() {
+    // Editor hints and extensions constrain nothing, in property names too.
+    let s = json!({"type": "object", "propertyNames": {"pattern": "^[a-z]+$", "x-hint": "lower case", "markdownDescription": "names"}, "additionalProperties": {"type": "integer", "x-order": 2}});
+    let g = gs(&s).unwrap();
+    assert!(ok(&g, &json!({"ab": 1})));
+    assert!(!ok(&g, &json!({"Ab": 1})));
+    assert!(!ok(&g, &json!({"ab": "x"})));
+}
