@@ -61,6 +61,9 @@ struct Meta {
     byte_level: bool,
     /// llama.cpp's SentencePiece encoder for GGUF `llama` tokenizers (else `inner` encodes).
     spm: Option<spm::SpmEncoder>,
+    /// Ids, added tokens included (the inner tokenizer counts them by looking up every added
+    /// token: over a thousand with gpt-oss's vocabulary, on every decode).
+    vocab_size: usize,
 }
 
 /// A tokenizer with its special tokens and chat template. Cheap to clone (shared inside).
@@ -245,9 +248,11 @@ impl Tokenizer {
             }
         }
         push_eot_names(&inner, &mut eos_ids);
+        let vocab_size = inner.get_vocab_size(true);
         Ok(Self {
             inner: Arc::new(inner),
             meta: Arc::new(Meta {
+                vocab_size,
                 bos,
                 eos,
                 eos_ids,
@@ -301,6 +306,7 @@ impl Tokenizer {
                 add_bos: built.add_bos,
                 byte_level: built.byte_level,
                 spm: built.spm,
+                vocab_size: n,
             }),
             template: template.map(Arc::new),
         })
@@ -339,7 +345,7 @@ impl Tokenizer {
 
     /// Number of ids, added tokens included.
     pub fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.meta.vocab_size
     }
     pub fn token_to_id(&self, s: &str) -> Option<u32> {
         self.inner.token_to_id(s)
