@@ -159,7 +159,7 @@ impl IntPanels {
         let Some(level) = Level::detect() else { return false };
         let span = g.dilation * (g.taps.max(1) - 1);
         let padded = g.t + 2 * g.pad;
-        if g.cin % BLOCK != 0 || g.cin * g.taps != self.k || g.stride == 0 || x.len() < g.t * g.cin || padded <= span || bias.is_some_and(|b| b.len() < self.n) {
+        if !g.cin.is_multiple_of(BLOCK) || g.cin * g.taps != self.k || g.stride == 0 || x.len() < g.t * g.cin || padded <= span || bias.is_some_and(|b| b.len() < self.n) {
             return false;
         }
         let tout = (padded - span - 1) / g.stride + 1;
