@@ -206,6 +206,7 @@ impl KokoroTts {
             chunks: chunks.into_iter(),
             sentence: None,
             offset: 0,
+            lead_frames: None,
         })
     }
 
@@ -238,9 +239,34 @@ pub struct SpeechStream<'a> {
     sentence: Option<(String, Vec<(String, String)>)>,
     /// Samples given out so far.
     offset: usize,
+    /// Most frames of the leading silence kept ([`SpeechStream::with_lead_silence`]).
+    lead_frames: Option<u32>,
+}
+
+/// Below this magnitude a sample of the leading silence counts as silent.
+const SILENT: f32 = 0.01;
+/// Samples kept before the first sound when the leading silence is cut (10 ms).
+const ONSET_MARGIN: usize = 240;
+
+/// How many leading samples to drop: the start of the first padding token's frames
+/// (`lead` of them) beyond `keep`, and never past [`ONSET_MARGIN`] before the first sound.
+fn lead_cut(samples: &[f32], lead: u32, keep: u32) -> usize {
+    let most = lead.saturating_sub(keep) as usize * 600;
+    let sound = samples.iter().position(|x| x.abs() >= SILENT).unwrap_or(samples.len());
+    most.min(sound.saturating_sub(ONSET_MARGIN))
 }
 
 impl SpeechStream<'_> {
+    /// Keep at most `frames` frames (25 ms each) of the silence the model puts before each
+    /// chunk's speech (it predicts about 14, 350 ms, for the padding token in front). The
+    /// model runs as before (it needs that silence to start the first word well); only
+    /// silent samples are dropped, and the word times move with them. For a reply spoken
+    /// clause by clause: its first audio is speech sooner, and its clauses join closely.
+    pub fn with_lead_silence(mut self, frames: u32) -> Self {
+        self.lead_frames = Some(frames);
+        self
+    }
+
     /// Chunks not yet synthesized.
     pub fn remaining(&self) -> usize {
         self.chunks.len()
@@ -252,10 +278,15 @@ impl Iterator for SpeechStream<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let c = self.chunks.next()?;
-        let (samples, durations) = match self.tts.speak_timed(&c.phonemes, &self.voice, self.speed) {
+        let (mut samples, durations) = match self.tts.speak_timed(&c.phonemes, &self.voice, self.speed) {
             Ok(r) => r,
             Err(e) => return Some(Err(e)),
         };
+        let cut = match (self.lead_frames, durations.first()) {
+            (Some(keep), Some(&lead)) => lead_cut(&samples, lead, keep).min(samples.len()),
+            _ => 0,
+        };
+        samples.drain(..cut);
         if self.sentence.as_ref().is_none_or(|(t, _)| *t != c.text) {
             self.sentence = Some((c.text.clone(), self.tts.g2p.phonemize_with_words(&c.text).1));
         }
@@ -270,7 +301,7 @@ impl Iterator for SpeechStream<'_> {
                 cum.push(cum[cum.len() - 1] + u64::from(*d));
             }
             let sr = self.tts.sample_rate() as f32;
-            let at = |tok: usize| (self.offset as f32 + 600.0 * cum[tok.min(cum.len() - 1)] as f32) / sr;
+            let at = |tok: usize| (self.offset as f32 + (600.0 * cum[tok.min(cum.len() - 1)] as f32 - cut as f32).max(0.0)) / sr;
             for (word, a, b) in spans {
                 words.push(WordTiming { word, start: at(a), end: at(b) });
             }

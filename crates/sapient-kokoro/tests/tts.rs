@@ -96,3 +96,26 @@ fn load_limits_are_applied() {
     let err = KokoroTts::from_dir_with(&r.dir, &candle_core::Device::Cpu, &small).err().expect("over the limit").to_string();
     assert!(err.contains("over the limit of 65536 bytes") && err.contains("kokoro-v1.0.int8.onnx"), "{err}");
 }
+
+#[test]
+fn lead_silence_is_cut_from_the_samples_only() -> Result<()> {
+    let t = tts();
+    let text = "Paris is lovely.";
+    let full = t.stream(text, "jm_kumo", 1.0)?.next().expect("a chunk")?;
+    let cut = t.stream(text, "jm_kumo", 1.0)?.with_lead_silence(3).next().expect("a chunk")?;
+    // Kokoro puts about 14 frames of silence in front; at most 3 of them stay
+    let n = full.samples.len() - cut.samples.len();
+    assert!(n >= 600, "only {n} samples cut");
+    assert!(full.samples[..n].iter().all(|x| x.abs() < 0.01), "a cut sample was not silent");
+    // the model ran as without the cut: the rest is the same samples
+    assert_eq!(&full.samples[n..], &cut.samples[..]);
+    let sound = cut.samples.iter().position(|x| x.abs() >= 0.01).expect("speech");
+    assert!(sound <= 3 * 600, "{sound} samples of silence left");
+    // the words moved with the samples
+    assert_eq!(full.words.len(), cut.words.len());
+    for (a, b) in full.words.iter().zip(&cut.words) {
+        assert_eq!(a.word, b.word);
+        assert!((a.end - n as f32 / 24_000.0 - b.end).abs() < 1e-4, "{a:?} then {b:?}");
+    }
+    Ok(())
+}

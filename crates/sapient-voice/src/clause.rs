@@ -1,14 +1,18 @@
 //! Cutting a reply streamed as text pieces into clauses that are spoken as soon as they are
 //! complete: at punctuation followed by a space (`.` `!` `?` `;` `:` `,` and the dash), or
-//! after a number of words when no punctuation comes. The first clause is cut after fewer
-//! words than the others, so that the first audio does not wait for a long sentence.
+//! after a number of words when no punctuation comes. The first clause is cut after a few
+//! words, so that the first audio waits neither for a long sentence nor for Kokoro on one
+//! (its time grows with the audio's length); each later clause may be twice as long as the
+//! one before (up to a limit), so that Kokoro's prosody has longer stretches while the audio
+//! already spoken covers the time it takes.
 
 /// Where a reply is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClauseOptions {
     /// Most words in the first clause (cut at a space after this many without punctuation).
     pub first_max_words: usize,
-    /// Most words in the later clauses.
+    /// Most words in any clause: the second clause is cut at twice `first_max_words`, the
+    /// third at four times, and so on up to this.
     pub max_words: usize,
     /// Fewest words a later clause is cut at on a comma (shorter ones wait for more text:
     /// Kokoro's prosody is better on longer clauses, and the first clause has already
@@ -18,7 +22,7 @@ pub struct ClauseOptions {
 
 impl Default for ClauseOptions {
     fn default() -> Self {
-        Self { first_max_words: 8, max_words: 30, min_words_at_comma: 4 }
+        Self { first_max_words: 4, max_words: 30, min_words_at_comma: 4 }
     }
 }
 
@@ -67,7 +71,8 @@ impl ClauseSplitter {
     /// Byte offset just after the next clause in the buffer, if one is complete: a break
     /// character followed by whitespace, or the space after the word limit.
     fn next_cut(&self) -> Option<usize> {
-        let max = if self.emitted == 0 { self.opts.first_max_words } else { self.opts.max_words };
+        let grown = self.opts.first_max_words.saturating_mul(1usize.checked_shl(self.emitted.min(16) as u32).unwrap_or(usize::MAX));
+        let max = grown.min(self.opts.max_words.max(self.opts.first_max_words));
         let mut words = 0;
         let mut in_word = false;
         let mut prev: Option<(usize, char)> = None;
@@ -106,7 +111,8 @@ mod tests {
 
     #[test]
     fn cuts_at_punctuation_followed_by_space() {
-        let got = split(&["The capital", " of France is Paris.", " It is", " big, old and beautiful!", " Yes"], ClauseOptions::default());
+        let opts = ClauseOptions { first_max_words: 8, ..ClauseOptions::default() };
+        let got = split(&["The capital", " of France is Paris.", " It is", " big, old and beautiful!", " Yes"], opts);
         assert_eq!(got, ["The capital of France is Paris.", "It is big, old and beautiful!", "Yes"]);
     }
 
@@ -122,6 +128,15 @@ mod tests {
         let opts = ClauseOptions { first_max_words: 3, max_words: 5, min_words_at_comma: 4 };
         let got = split(&["one two three four five six seven eight nine ten eleven"], opts);
         assert_eq!(got, ["one two three", "four five six seven eight", "nine ten eleven"]);
+    }
+
+    #[test]
+    fn clauses_grow_twice_as_long_up_to_the_limit() {
+        let opts = ClauseOptions { first_max_words: 2, max_words: 6, min_words_at_comma: 4 };
+        let text = (1..=20).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
+        let got = split(&[&text], opts);
+        let lens: Vec<usize> = got.iter().map(|c| c.split_whitespace().count()).collect();
+        assert_eq!(lens, [2, 4, 6, 6, 2]);
     }
 
     #[test]

@@ -339,6 +339,7 @@ impl VoiceLoop {
         reply.timings.transcribe_ms = self.last_transcribe_ms;
         reply.timings.early_ms = ms(reply.released - reply.started);
         reply.timings.end_of_turn_ms = self.speech_end.map(|e| ms(reply.released.saturating_duration_since(e)));
+        reply.timings.start_after_speech_end_ms = self.speech_end.map(|e| ms(reply.started.saturating_duration_since(e)));
         self.reply = Some(reply);
         self.events.push_back(Event::ResponseStarted { response: id });
         id
@@ -472,6 +473,8 @@ impl VoiceLoop {
             language: self.opts.language.clone(),
             temperatures: vec![0.0],
             condition_on_previous_text: false,
+            // a turn is short: no timestamp tokens to decode
+            without_timestamps: true,
             vad_no_speech_threshold: None,
             ..TranscribeOptions::default()
         }
@@ -505,7 +508,8 @@ impl VoiceLoop {
         }
         let early = self.opts.turn.as_ref().is_some_and(|t| t.respond && t.early_reply);
         if early && !text.is_empty() && self.reply.as_ref().is_none_or(|r| r.finished()) {
-            let reply = self.start_reply(Some(&text))?;
+            let mut reply = self.start_reply(Some(&text))?;
+            reply.timings.pause_transcribe_ms = Some(ms(reply.started.saturating_duration_since(at)));
             self.early = Some(Early { reply, start, end });
         }
         self.partial = Some((start, end, text));

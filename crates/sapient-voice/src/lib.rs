@@ -117,6 +117,12 @@ pub struct ReplyTimings {
     /// How long before the end of the turn the reply was started, at a pause
     /// ([`TurnOptions::early_reply`]); 0 when it started at the end of the turn.
     pub early_ms: f64,
+    /// For a reply started at a pause: Whisper's time on the pause's audio (the text the
+    /// reply was started on), from the pause to its text.
+    pub pause_transcribe_ms: Option<f64>,
+    /// From the moment the last speech window of the turn arrived to the reply's start (at
+    /// the pause with the early reply, else at the end of the turn).
+    pub start_after_speech_end_ms: Option<f64>,
     /// From the reply's start to its first text (prompt processing and the first token).
     pub first_token_ms: Option<f64>,
     /// From the reply's start to its first audio (Kokoro done with the first chunk).

@@ -104,7 +104,7 @@ fn speak(tts: &KokoroTts, s: &SpeechSettings, clauses: &Receiver<String>, tx: &S
         }
         let started = Instant::now();
         let stream = match tts.stream(&clause, &s.voice, s.speed) {
-            Ok(st) => st,
+            Ok(st) => st.with_lead_silence(LEAD_FRAMES),
             Err(e) => {
                 let _ = tx.send(ReplyMsg::Skipped { text: clause, why: e.to_string() });
                 continue;
@@ -130,6 +130,11 @@ fn speak(tts: &KokoroTts, s: &SpeechSettings, clauses: &Receiver<String>, tx: &S
     }
     let _ = tx.send(ReplyMsg::AudioDone);
 }
+
+/// Frames (25 ms) of silence kept before a clause's speech: Kokoro predicts about 350 ms,
+/// which would be heard as that much more delay before the reply, and as a long gap between
+/// its clauses.
+const LEAD_FRAMES: u32 = 3;
 
 /// A spoken clause: its text, its words with their times (seconds from the clause's
 /// start), and where its samples are in the reply's audio.

@@ -38,6 +38,9 @@ pub struct Args {
     pub voice: String,
     #[arg(long, default_value_t = 500)]
     pub end_of_turn_ms: u32,
+    /// The pause inside a turn at which Whisper runs (and the early reply starts).
+    #[arg(long, default_value_t = sapient_voice::TurnOptions::default().pause_ms)]
+    pub pause_ms: u32,
     /// Start each reply at the end of the turn only, not at the pause before it.
     #[arg(long)]
     pub no_early_reply: bool,
@@ -47,6 +50,10 @@ pub struct Args {
     /// Only the first N questions (synthesized ones first, then the LibriVox clips).
     #[arg(long)]
     pub questions: Option<usize>,
+    /// Before the loop, time Kokoro alone on clauses of 1 to 12 words (the reply's voice;
+    /// best of 3 each): what a first clause costs by its length on this machine.
+    #[arg(long)]
+    pub tts_probe: bool,
     #[arg(long, default_value = "target/bench/voice.json")]
     pub json: std::path::PathBuf,
 }
@@ -92,11 +99,14 @@ pub fn run(a: Args) -> Result<()> {
         inputs.truncate(n);
     }
 
+    if a.tts_probe {
+        tts_probe(&tts, &a.voice)?;
+    }
     let frame = (RATE / 50) as usize;
     let mut rows = Vec::new();
     for (i, (text, speech)) in inputs.iter().enumerate() {
         let vad = sapient_voice::load_vad(&vad_file)?;
-        let turn = sapient_voice::TurnOptions { end_of_turn_ms: a.end_of_turn_ms, early_reply: !a.no_early_reply, ..Default::default() };
+        let turn = sapient_voice::TurnOptions { end_of_turn_ms: a.end_of_turn_ms, pause_ms: a.pause_ms, early_reply: !a.no_early_reply, ..Default::default() };
         let clauses = sapient_voice::ClauseOptions { first_max_words: a.first_clause_words, ..Default::default() };
         let opts = VoiceOptions { input_rate: RATE, voice: a.voice.clone(), turn: Some(turn), clauses, ..VoiceOptions::default() };
         let mut lp = VoiceLoop::new(models.clone(), vad, opts)?;
@@ -104,6 +114,8 @@ pub fn run(a: Args) -> Result<()> {
         input.extend_from_slice(speech);
         let start = Instant::now();
         let (mut heard, mut reply_text, mut reply_audio, mut timings) = (String::new(), String::new(), Vec::new(), None);
+        // the first clause spoken: its text and seconds of audio
+        let mut first_clause: Option<(String, f64)> = None;
         let mut k = 0usize;
         // the speech, then silence until the reply is spoken (30 s at most)
         while timings.is_none() && k * frame < input.len() + 30 * RATE as usize {
@@ -117,7 +129,10 @@ pub fn run(a: Args) -> Result<()> {
             for ev in lp.drain_events() {
                 match ev {
                     Event::Transcript { text, .. } => heard = text,
-                    Event::Audio { samples, .. } => reply_audio.extend(samples),
+                    Event::Audio { samples, text, .. } => {
+                        first_clause.get_or_insert_with(|| (text, samples.len() as f64 / f64::from(RATE)));
+                        reply_audio.extend(samples);
+                    }
                     Event::ResponseDone { generated, timings: t, .. } => {
                         reply_text = generated;
                         timings = Some(t);
@@ -135,25 +150,33 @@ pub fn run(a: Args) -> Result<()> {
         let back = transcriber.transcribe(&sapient_audio::resample(&reply_audio, RATE, 16_000)?, &Default::default())?.text;
         let rw = words(&reply_text);
         let r_wer = sapient_whisper::eval::word_errors(&rw, &words(&back)) as f64 / rw.len().max(1) as f64;
+        let (fc_text, fc_secs) = first_clause.clone().unwrap_or_default();
+        let start = t.start_after_speech_end_ms.unwrap_or(f64::NAN);
+        // the reply's leading silence: what is heard is speech this much after its first audio
+        let lead_ms = reply_audio.iter().position(|x: &f32| x.abs() >= 0.01).unwrap_or(reply_audio.len()) as f64 * 1000.0 / f64::from(RATE);
         println!(
-            "{i}: speech end -> first audio {:.0} ms (end of turn {:.0}, transcribe {:.0}, reply started {:.0} ms early, first token {:.0}, first clause {:.0}, first audio {:.0}); heard {heard:?}{}; reply {reply_text:?}, heard back with WER {r_wer:.2}",
+            "{i}: speech end -> first audio {:.0} ms (end of turn {:.0}, transcribe {:.0}, reply started {:.0} ms after the speech end ({:.0} ms early, Whisper at the pause {:.0}), first token {:.0}, first clause {:.0} ({} words, {fc_secs:.2} s of audio), first audio ready {:.0} ms after the speech end, its first {lead_ms:.0} ms silent); heard {heard:?}{}; reply {reply_text:?}, heard back with WER {r_wer:.2}",
             t.speech_end_to_first_audio_ms.unwrap_or(f64::NAN),
             t.end_of_turn_ms.unwrap_or(f64::NAN),
             t.transcribe_ms,
+            start,
             t.early_ms,
+            t.pause_transcribe_ms.unwrap_or(f64::NAN),
             t.first_token_ms.unwrap_or(f64::NAN),
             t.first_clause_synth_ms.unwrap_or(f64::NAN),
-            t.first_audio_ms.unwrap_or(f64::NAN),
+            fc_text.split_whitespace().count(),
+            start + t.first_audio_ms.unwrap_or(f64::NAN),
             q_wer.map(|w| format!(" (WER {w:.2})")).unwrap_or_default()
         );
         rows.push(serde_json::json!({"question": text, "heard": heard, "question_wer": q_wer, "reply": reply_text, "reply_heard_back": back, "reply_wer": r_wer,
             "speech_end_to_first_audio_ms": t.speech_end_to_first_audio_ms, "end_of_turn_ms": t.end_of_turn_ms, "early_ms": t.early_ms, "transcribe_ms": t.transcribe_ms, "first_token_ms": t.first_token_ms,
-            "first_clause_synth_ms": t.first_clause_synth_ms, "first_audio_ms": t.first_audio_ms, "prompt_tokens": t.prompt_tokens, "generated_tokens": t.generated_tokens}));
+            "first_clause_synth_ms": t.first_clause_synth_ms, "first_audio_ms": t.first_audio_ms, "pause_transcribe_ms": t.pause_transcribe_ms, "start_after_speech_end_ms": t.start_after_speech_end_ms,
+            "first_clause": fc_text, "first_clause_audio_s": fc_secs, "lead_silence_ms": lead_ms, "first_audio_ready_ms": start + t.first_audio_ms.unwrap_or(f64::NAN), "prompt_tokens": t.prompt_tokens, "generated_tokens": t.generated_tokens}));
     }
     let col = |k: &str| rows.iter().map(|r| r[k].as_f64().unwrap_or(f64::NAN)).collect::<Vec<f64>>();
     let lat = col("speech_end_to_first_audio_ms");
     println!(
-        "{} questions, end-of-turn {} ms, early reply {}: speech end -> first audio p50 {:.0} ms, p95 {:.0} ms; stage medians: end of turn {:.0} ms, transcribe {:.0} ms, started early {:.0} ms, first token {:.0} ms, first clause {:.0} ms, first audio {:.0} ms; reply WER median {:.2}",
+        "{} questions, end-of-turn {} ms, early reply {}: speech end -> first audio p50 {:.0} ms, p95 {:.0} ms; stage medians: end of turn {:.0} ms, transcribe {:.0} ms, started early {:.0} ms, first token {:.0} ms, first clause {:.0} ms, first audio {:.0} ms, reply started {:.0} ms after the speech end, first audio ready {:.0} ms after it, its leading silence {:.0} ms; reply WER median {:.2} (worst {:.2})",
         rows.len(),
         a.end_of_turn_ms,
         if a.no_early_reply { "off" } else { "on" },
@@ -165,12 +188,38 @@ pub fn run(a: Args) -> Result<()> {
         percentile(&col("first_token_ms"), 0.5),
         percentile(&col("first_clause_synth_ms"), 0.5),
         percentile(&col("first_audio_ms"), 0.5),
-        percentile(&col("reply_wer"), 0.5)
+        percentile(&col("start_after_speech_end_ms"), 0.5),
+        percentile(&col("first_audio_ready_ms"), 0.5),
+        percentile(&col("lead_silence_ms"), 0.5),
+        percentile(&col("reply_wer"), 0.5),
+        percentile(&col("reply_wer"), 1.0)
     );
     if let Some(dir) = a.json.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(&a.json, serde_json::to_string_pretty(&serde_json::json!({"machine": super::machine(), "model": a.model, "whisper": a.whisper, "end_of_turn_ms": a.end_of_turn_ms, "early_reply": !a.no_early_reply, "first_clause_words": a.first_clause_words, "rows": rows}))?)?;
+    std::fs::write(&a.json, serde_json::to_string_pretty(&serde_json::json!({"machine": super::machine(), "model": a.model, "whisper": a.whisper, "end_of_turn_ms": a.end_of_turn_ms, "early_reply": !a.no_early_reply, "pause_ms": a.pause_ms, "first_clause_words": a.first_clause_words, "rows": rows}))?)?;
     println!("wrote {}", a.json.display());
+    Ok(())
+}
+
+/// Kokoro alone on the first words of a reply, 1 to 12 of them (best of 3 runs each).
+fn tts_probe(tts: &sapient_kokoro::KokoroTts, voice: &str) -> Result<()> {
+    const REPLY: &str = "The capital of France is Paris, a large and old city on the river Seine.";
+    let words: Vec<&str> = REPLY.split_whitespace().collect();
+    for n in [1, 2, 3, 4, 6, 8, 12] {
+        let text = words[..n.min(words.len())].join(" ");
+        let mut best = f64::INFINITY;
+        let mut secs = 0.0;
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let s = tts.synthesize(&text, voice, 1.0)?;
+            best = best.min(t0.elapsed().as_secs_f64() * 1000.0);
+            secs = s.samples.len() as f64 / f64::from(s.sample_rate);
+        }
+        let (ids, _) = tts.vocab().encode(&tts.phonemize(&text)?);
+        let vp = tts.voices().get(voice)?;
+        let d = tts.model().forward(&ids, vp.style_for(ids.len())?, 1.0, None)?.durations;
+        println!("kokoro alone, {n:2} words: {best:5.0} ms for {secs:.2} s of audio ({text:?}); frames per token {d:?}");
+    }
     Ok(())
 }

@@ -5,7 +5,7 @@ use crate::{KokoroWeights, Result};
 use candle_core::Tensor;
 use super::fast;
 use sapient_tensor::encoder;
-use sapient_tensor::kernels::{pool::pool, ConvBf16, DenseMatrix};
+use sapient_tensor::kernels::{pool::pool, ConvBf16, ConvShape, DenseMatrix};
 
 /// A weight `[n, k]` packed for [`DenseMatrix`] products: in f16 where AMX-BF16 runs them
 /// (half the memory of the two-half bf16 packing; f16 keeps 11 significant bits, finer than
@@ -300,6 +300,11 @@ impl Conv1d {
         let st = self.stride;
         let tout = (tp - span - 1) / st + 1;
         let mut y = vec![0f32; cout * tout];
+        // 16-bit integer weights: each input frame quantized once, not once per tap
+        let shape = ConvShape { t, cin, taps: k, stride: st, dilation: self.dilation, pad: self.pad };
+        if dense.conv(x, shape, Some(bias), &mut y) {
+            return Ok((y, tout));
+        }
         let row = cin * k;
         // rows per block: the block's columns within ~1 MB
         let rows = ((1 << 18) / row).clamp(32, 512) / 32 * 32;

@@ -222,6 +222,18 @@ impl DenseMatrix {
         self.product(x, m, bias, true, out)
     }
 
+    /// A one-dimensional convolution whose im2col rows this matrix multiplies (weights
+    /// `[n, taps * cin]`, tap major), from the time-major input without building those rows,
+    /// where the weights are 16-bit integers ([`from_f32_int16`](Self::from_f32_int16)): see
+    /// [`super::dense_i16::IntPanels::conv`] (the same bits as [`matmul`](Self::matmul) on
+    /// the rows). `false` (nothing written) elsewhere, for the caller's own im2col product.
+    pub fn conv(&self, x: &[f32], shape: super::ConvShape, bias: Option<&[f32]>, out: &mut [f32]) -> bool {
+        match &self.store {
+            Store::Int(p) => p.conv(x, shape, bias, out),
+            _ => false,
+        }
+    }
+
     fn product(&self, x: &[f32], m: usize, bias: Option<&[f32]>, gelu: bool, out: &mut [f32]) {
         let (n, k) = (self.n, self.k);
         assert!(x.len() >= m * k, "DenseMatrix::matmul: input is {} values, not {m} x {k}", x.len());

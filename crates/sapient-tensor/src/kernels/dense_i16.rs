@@ -97,6 +97,16 @@ impl IntPanels {
         ACTS.with(|a| {
             let (q, s) = &mut *a.borrow_mut();
             quantize_rows(level, x, m, k, kp, q, s);
+            self.tiles(level, q, s, m, bias, gelu, out);
+        });
+    }
+
+    /// The product of `m` rows quantized into tiles (`q`, `s`, see the module docs) by the
+    /// panels, to `out[m, n]`.
+    #[allow(clippy::too_many_arguments)]
+    fn tiles(&self, level: Level, q: &[i32], s: &[f32], m: usize, bias: Option<&[f32]>, gelu: bool, out: &mut [f32]) {
+        let (n, k, kp) = (self.n, self.k, self.kp);
+        {
             let np = n.div_ceil(COLS);
             // Rows per slab: their integers within ~512 KB (L2), a whole number of tiles.
             let slab = ((1usize << 18) / kp).clamp(ROWS, 64 * ROWS) / ROWS * ROWS;
@@ -106,7 +116,6 @@ impl IntPanels {
             let chunks = if inline { 1 } else { (threads * 3).min(np) };
             let per = np.div_ceil(chunks);
             let o = SendPtr(out.as_mut_ptr());
-            let (q, s) = (&q[..], &s[..]);
             let job = |c: usize| {
                 let (p0, p1) = (c * per, ((c + 1) * per).min(np));
                 for s0 in (0..m).step_by(slab) {
@@ -135,7 +144,127 @@ impl IntPanels {
             } else {
                 pool::pool().run_chunks(chunks, &job);
             }
+        }
+    }
+
+    /// A one-dimensional convolution as this product, the weights `[n, taps * cin]` (tap
+    /// major): `out[tout, n]` from the time-major input `x[t, cin]`, output frame `r` reading
+    /// input frames `r * stride + tap * dilation - pad` (zeros outside). The same bits as
+    /// [`matmul`](Self::matmul) on the im2col rows (each row the taps' frames side by side),
+    /// as each block of 32 inputs lies in one frame and is quantized alike: every frame is
+    /// quantized once instead of once per tap, and the tiles are gathered from its integers.
+    /// `false` (nothing written) where this does not apply: `cin` not a multiple of 32, other
+    /// shapes than the weight's, or no AVX-512 VNNI or AVX2.
+    pub fn conv(&self, x: &[f32], g: ConvShape, bias: Option<&[f32]>, out: &mut [f32]) -> bool {
+        let Some(level) = Level::detect() else { return false };
+        let span = g.dilation * (g.taps.max(1) - 1);
+        let padded = g.t + 2 * g.pad;
+        if !g.cin.is_multiple_of(BLOCK) || g.cin * g.taps != self.k || g.stride == 0 || x.len() < g.t * g.cin || padded <= span || bias.is_some_and(|b| b.len() < self.n) {
+            return false;
+        }
+        let tout = (padded - span - 1) / g.stride + 1;
+        if out.len() < tout * self.n || self.n == 0 {
+            return false;
+        }
+        let (kp, fb) = (self.kp, g.cin / BLOCK);
+        FRAMES.with(|f| {
+            let (fq, fs) = &mut *f.borrow_mut();
+            quantize_rows_flat(level, x, g.t, g.cin, fq, fs);
+            ACTS.with(|a| {
+                let (q, s) = &mut *a.borrow_mut();
+                if q.len() < tout * kp / 2 {
+                    q.resize(tout * kp / 2, 0);
+                }
+                if s.len() < tout * kp / BLOCK {
+                    s.resize(tout * kp / BLOCK, 0.0);
+                }
+                let (qp, sp) = (SendPtr(q.as_mut_ptr()), SendPtr(s.as_mut_ptr()));
+                let (fq, fs) = (&fq[..], &fs[..]);
+                let gather = |tile: usize| {
+                    let r0 = tile * ROWS;
+                    let rows = (tout - r0).min(ROWS);
+                    for r in 0..rows {
+                        for tap in 0..g.taps {
+                            let frame = ((r0 + r) * g.stride + tap * g.dilation).checked_sub(g.pad).filter(|&j| j < g.t);
+                            for c in 0..fb {
+                                let b = tap * fb + c;
+                                // SAFETY: the tile's pairs (r0 * kp / 2 ..) and scales
+                                // (r0 * kp / 32 ..) belong to this job only, within tout rows.
+                                unsafe {
+                                    let dst = qp.ptr().add(r0 * kp / 2 + b * rows * BLOCK / 2 + r * BLOCK / 2);
+                                    let sc = sp.ptr().add(r0 * kp / BLOCK + b * rows + r);
+                                    match frame {
+                                        Some(j) => {
+                                            std::ptr::copy_nonoverlapping(fq.as_ptr().add((j * fb + c) * BLOCK / 2), dst, BLOCK / 2);
+                                            *sc = fs[j * fb + c];
+                                        }
+                                        None => {
+                                            std::ptr::write_bytes(dst, 0, BLOCK / 2);
+                                            *sc = 0.0;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                };
+                let tiles = tout.div_ceil(ROWS);
+                if tout * kp < 1 << 16 || tiles == 1 {
+                    (0..tiles).for_each(gather);
+                } else {
+                    pool::pool().run_chunks(tiles, &gather);
+                }
+                self.tiles(level, q, s, tout, bias, false, out);
+            });
         });
+        true
+    }
+}
+
+/// The shape of a convolution for [`IntPanels::conv`]: `t` input frames of `cin` values,
+/// `taps` taps `dilation` frames apart, `stride`, `pad` zero frames at both ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvShape {
+    pub t: usize,
+    pub cin: usize,
+    pub taps: usize,
+    pub stride: usize,
+    pub dilation: usize,
+    pub pad: usize,
+}
+
+thread_local! {
+    /// [`IntPanels::conv`]'s input frames, quantized: pairs `[t][cin / 2]`, scales `[t][cin / 32]`.
+    static FRAMES: RefCell<(Vec<i32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// `m` rows of `k` values (`k` a multiple of [`BLOCK`]) quantized block by block in place:
+/// block `b` of row `r` to pairs `(r * k / 32 + b) * 16` and scale `r * k / 32 + b`, rows
+/// over the pool when there are many.
+fn quantize_rows_flat(level: Level, x: &[f32], m: usize, k: usize, q: &mut Vec<i32>, s: &mut Vec<f32>) {
+    let blocks = m * k / BLOCK;
+    q.resize(blocks * BLOCK / 2, 0);
+    s.resize(blocks, 0.0);
+    const CHUNK: usize = 64;
+    let (qp, sp) = (SendPtr(q.as_mut_ptr()), SendPtr(s.as_mut_ptr()));
+    let job = |ci: usize| {
+        for b in ci * CHUNK..((ci + 1) * CHUNK).min(blocks) {
+            let v = &x[b * BLOCK..(b + 1) * BLOCK];
+            // SAFETY: block b's pairs and scale belong to this job only; the CPU has `level`.
+            unsafe {
+                let dst = qp.ptr().add(b * BLOCK / 2);
+                *sp.ptr().add(b) = match level {
+                    Level::Avx512 => quantize_block(v, dst),
+                    Level::AvxVnni | Level::Avx2 => quantize_block_avx2(v, dst),
+                };
+            }
+        }
+    };
+    let chunks = blocks.div_ceil(CHUNK);
+    if m * k < 1 << 16 || chunks == 1 {
+        (0..chunks).for_each(job);
+    } else {
+        pool::pool().run_chunks(chunks, &job);
     }
 }
 
@@ -253,6 +382,11 @@ unsafe fn quantize_row(_: &[f32], _: usize, _: usize, _: *mut i32, _: *mut f32) 
 }
 
 #[cfg(not(target_arch = "x86_64"))]
+unsafe fn quantize_block(_: &[f32], _: *mut i32) -> f32 {
+    unreachable!("IntPanels::matmul needs AVX-512 or AVX2")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
 unsafe fn quantize_block_avx2(_: &[f32], _: *mut i32) -> f32 {
     unreachable!("IntPanels::matmul needs AVX-512 or AVX2")
 }
@@ -330,7 +464,44 @@ unsafe fn tile_r<const R: usize>(xq: *const i32, xs: *const f32, kp: usize, w: *
 
 #[cfg(test)]
 mod tests {
-    use super::{IntPanels, Level};
+    use super::{ConvShape, IntPanels, Level};
+
+    /// The convolution from frames quantized once gives the bits of the product on the
+    /// im2col rows, padding, stride and dilation included; shapes it does not take say so.
+    #[test]
+    fn conv_is_the_im2col_product() {
+        if Level::detect().is_none() {
+            eprintln!("no AVX-512 VNNI or AVX2 here: nothing to test");
+            return;
+        }
+        for (cin, n, taps, stride, dilation, pad, t) in [(64usize, 40usize, 3usize, 1usize, 1usize, 1usize, 50usize), (32, 70, 7, 1, 3, 9, 33), (96, 32, 11, 1, 5, 25, 200), (64, 33, 4, 2, 1, 2, 41), (32, 16, 1, 1, 1, 0, 7)] {
+            let k = cin * taps;
+            let w: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) / 61.0).collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.01 - 0.3).collect();
+            let p = IntPanels::new(n, k, |r, c| w[r * k + c]);
+            let x: Vec<f32> = (0..t * cin).map(|i| ((i * 13 % 47) as f32 - 23.0) / 17.0 + if i % 50 == 7 { 40.0 } else { 0.0 }).collect();
+            let tout = (t + 2 * pad - dilation * (taps - 1) - 1) / stride + 1;
+            let mut cols = vec![0f32; tout * k];
+            for r in 0..tout {
+                for tap in 0..taps {
+                    let j = (r * stride + tap * dilation) as isize - pad as isize;
+                    if (0..t as isize).contains(&j) {
+                        let j = j as usize;
+                        cols[r * k + tap * cin..r * k + (tap + 1) * cin].copy_from_slice(&x[j * cin..(j + 1) * cin]);
+                    }
+                }
+            }
+            let mut want = vec![f32::NAN; tout * n];
+            p.matmul(&cols, tout, Some(&bias), false, &mut want);
+            let mut got = vec![f32::NAN; tout * n];
+            assert!(p.conv(&x, ConvShape { t, cin, taps, stride, dilation, pad }, Some(&bias), &mut got));
+            let same = want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "cin={cin} taps={taps} stride={stride} dilation={dilation} pad={pad}: not the im2col product's bits");
+        }
+        let p = IntPanels::new(8, 3 * 40, |r, c| (r + c) as f32);
+        let mut out = vec![0f32; 64];
+        assert!(!p.conv(&[0.0; 400], ConvShape { t: 10, cin: 40, taps: 3, stride: 1, dilation: 1, pad: 1 }, None, &mut out), "40 channels are not whole blocks");
+    }
 
     /// At every level this CPU has (AVX-512 VNNI, AVX-VNNI, AVX2): within the rounding of the
     /// integers of the f64 product, GELU in the product the same as after it, a row alone the

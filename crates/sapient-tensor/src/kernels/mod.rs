@@ -136,6 +136,7 @@ pub use memory::{huge_pages, huge_pages_for, release_freed, ZeroedMap};
 pub(crate) use memory::Ahead;
 use memory::prefetch;
 pub use dense_bf16::{has_amx_bf16, DenseMatrix};
+pub use dense_i16::ConvShape;
 pub use conv_bf16::{bf16_bits, ConvBf16};
 use quant::{BlockQ8, BlockQ8K, QType};
 pub use acts::QuantizedActs;
