@@ -106,44 +106,42 @@ impl IntPanels {
     #[allow(clippy::too_many_arguments)]
     fn tiles(&self, level: Level, q: &[i32], s: &[f32], m: usize, bias: Option<&[f32]>, gelu: bool, out: &mut [f32]) {
         let (n, k, kp) = (self.n, self.k, self.kp);
-        {
-            let np = n.div_ceil(COLS);
-            // Rows per slab: their integers within ~512 KB (L2), a whole number of tiles.
-            let slab = ((1usize << 18) / kp).clamp(ROWS, 64 * ROWS) / ROWS * ROWS;
-            let threads = pool::pool().threads();
-            let inline = m * n * k < 1 << 18 || threads == 1;
-            // Several chunks per thread (a descheduled thread holds up one), at least 1 panel.
-            let chunks = if inline { 1 } else { (threads * 3).min(np) };
-            let per = np.div_ceil(chunks);
-            let o = SendPtr(out.as_mut_ptr());
-            let job = |c: usize| {
-                let (p0, p1) = (c * per, ((c + 1) * per).min(np));
-                for s0 in (0..m).step_by(slab) {
-                    let s1 = (s0 + slab).min(m);
-                    for p in p0..p1 {
-                        let cols = (n - p * COLS).min(COLS);
-                        let b = bias.map(|b| &b[p * COLS..p * COLS + cols]);
-                        let w = &self.w[p * kp * COLS..(p + 1) * kp * COLS];
-                        let ws = &self.scale[p * COLS..(p + 1) * COLS];
-                        for r in (s0..s1).step_by(ROWS) {
-                            let rows = (s1 - r).min(ROWS);
-                            // SAFETY: the CPU has `level` (asserted); the tile of rows r..r + rows
-                            // is quantized at r * kp / 2 (pairs) and its scales at r * kp / 32;
-                            // this chunk alone writes the columns of panels p0..p1, every row.
-                            unsafe {
-                                let xq = q.as_ptr().add(r * kp / 2);
-                                let xs = s.as_ptr().add(r * kp / BLOCK);
-                                tile(level, xq, xs, kp, rows, w, ws, cols, b, gelu, o.ptr().add(r * n + p * COLS), n);
-                            }
+        let np = n.div_ceil(COLS);
+        // Rows per slab: their integers within ~512 KB (L2), a whole number of tiles.
+        let slab = ((1usize << 18) / kp).clamp(ROWS, 64 * ROWS) / ROWS * ROWS;
+        let threads = pool::pool().threads();
+        let inline = m * n * k < 1 << 18 || threads == 1;
+        // Several chunks per thread (a descheduled thread holds up one), at least 1 panel.
+        let chunks = if inline { 1 } else { (threads * 3).min(np) };
+        let per = np.div_ceil(chunks);
+        let o = SendPtr(out.as_mut_ptr());
+        let job = |c: usize| {
+            let (p0, p1) = (c * per, ((c + 1) * per).min(np));
+            for s0 in (0..m).step_by(slab) {
+                let s1 = (s0 + slab).min(m);
+                for p in p0..p1 {
+                    let cols = (n - p * COLS).min(COLS);
+                    let b = bias.map(|b| &b[p * COLS..p * COLS + cols]);
+                    let w = &self.w[p * kp * COLS..(p + 1) * kp * COLS];
+                    let ws = &self.scale[p * COLS..(p + 1) * COLS];
+                    for r in (s0..s1).step_by(ROWS) {
+                        let rows = (s1 - r).min(ROWS);
+                        // SAFETY: the CPU has `level` (asserted); the tile of rows r..r + rows
+                        // is quantized at r * kp / 2 (pairs) and its scales at r * kp / 32;
+                        // this chunk alone writes the columns of panels p0..p1, every row.
+                        unsafe {
+                            let xq = q.as_ptr().add(r * kp / 2);
+                            let xs = s.as_ptr().add(r * kp / BLOCK);
+                            tile(level, xq, xs, kp, rows, w, ws, cols, b, gelu, o.ptr().add(r * n + p * COLS), n);
                         }
                     }
                 }
-            };
-            if chunks == 1 {
-                job(0);
-            } else {
-                pool::pool().run_chunks(chunks, &job);
             }
+        };
+        if chunks == 1 {
+            job(0);
+        } else {
+            pool::pool().run_chunks(chunks, &job);
         }
     }
 
@@ -172,12 +170,7 @@ impl IntPanels {
             quantize_rows_flat(level, x, g.t, g.cin, fq, fs);
             ACTS.with(|a| {
                 let (q, s) = &mut *a.borrow_mut();
-                if q.len() < tout * kp / 2 {
-                    q.resize(tout * kp / 2, 0);
-                }
-                if s.len() < tout * kp / BLOCK {
-                    s.resize(tout * kp / BLOCK, 0.0);
-                }
+                grow_tiles(q, s, tout, kp);
                 let (qp, sp) = (SendPtr(q.as_mut_ptr()), SendPtr(s.as_mut_ptr()));
                 let (fq, fs) = (&fq[..], &fs[..]);
                 let gather = |tile: usize| {
@@ -273,16 +266,22 @@ thread_local! {
     static ACTS: RefCell<(Vec<i32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
-/// `m` rows of `k` values into tiles of [`ROWS`] rows (see the module docs), rows over the
-/// pool when there are many, with the instructions of `level` (which the CPU has).
-fn quantize_rows(level: Level, x: &[f32], m: usize, k: usize, kp: usize, q: &mut Vec<i32>, s: &mut Vec<f32>) {
-    // Every pair and scale below m rows is written (padding blocks as zeros): grow only.
+/// Room in `q` and `s` for `m` rows of `kp` quantized values in tiles, grown only (whoever
+/// fills them writes every pair and scale below `m` rows).
+fn grow_tiles(q: &mut Vec<i32>, s: &mut Vec<f32>, m: usize, kp: usize) {
     if q.len() < m * kp / 2 {
         q.resize(m * kp / 2, 0);
     }
     if s.len() < m * kp / BLOCK {
         s.resize(m * kp / BLOCK, 0.0);
     }
+}
+
+/// `m` rows of `k` values into tiles of [`ROWS`] rows (see the module docs), rows over the
+/// pool when there are many, with the instructions of `level` (which the CPU has).
+fn quantize_rows(level: Level, x: &[f32], m: usize, k: usize, kp: usize, q: &mut Vec<i32>, s: &mut Vec<f32>) {
+    // Every pair and scale below m rows is written (padding blocks as zeros): grow only.
+    grow_tiles(q, s, m, kp);
     let (qp, sp) = (SendPtr(q.as_mut_ptr()), SendPtr(s.as_mut_ptr()));
     let job = |tile: usize| {
         let r0 = tile * ROWS;

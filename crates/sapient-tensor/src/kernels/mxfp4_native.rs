@@ -20,25 +20,38 @@ use super::quant::BlockQ8;
 use super::MXFP4_BLOCK_BYTES;
 use std::arch::x86_64::*;
 
+/// The `N` rows from `first` of `raw` (rows of `rb` bytes; rows past the end repeat the last
+/// one, their outputs are not written) and their distances from the first, for the gather
+/// of their scale bytes.
+#[inline(always)]
+unsafe fn row_ptrs<const N: usize>(raw: &[u8], first: usize, rows: usize, rb: usize) -> ([*const u8; N], [i32; N]) {
+    let rp: [*const u8; N] = std::array::from_fn(|n| raw.as_ptr().add((first + n).min(rows - 1) * rb));
+    let dist: [i32; N] = std::array::from_fn(|n| (rp[n] as usize - rp[0] as usize) as i32);
+    (rp, dist)
+}
+
+/// At every fourth block `b` (at byte `o` of each row), the rows' bytes 512 ahead into L1.
+#[inline(always)]
+unsafe fn prefetch_ahead(rp: &[*const u8], b: usize, o: usize) {
+    if b.is_multiple_of(4) {
+        for p in rp {
+            _mm_prefetch::<_MM_HINT_T0>(p.add(o + 512) as *const i8);
+        }
+    }
+}
+
 /// `out[i * rows + r]` for the rows of groups of sixteen `groups` (each as two halves of
 /// eight) and the activation rows `acts` (`nb` blocks each, `off` their offsets).
 #[inline(always)]
 unsafe fn run_impl<const VNNI: bool>(raw: &[u8], nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32) {
     let rb = nb * MXFP4_BLOCK_BYTES;
     let half = |first: usize| {
-        // Rows past the end repeat the last one (their outputs are not written).
-        let rp: [*const u8; 8] = std::array::from_fn(|n| raw.as_ptr().add((first + n).min(rows - 1) * rb));
-        // The rows' distances from the first, for the gather of their scale bytes.
-        let dist: [i32; 8] = std::array::from_fn(|n| (rp[n] as usize - rp[0] as usize) as i32);
+        let (rp, dist) = row_ptrs::<8>(raw, first, rows, rb);
         (rp, _mm256_loadu_si256(dist.as_ptr() as *const __m256i))
     };
     let block = |(rp, idx): &([*const u8; 8], __m256i), b: usize| {
         let o = b * MXFP4_BLOCK_BYTES;
-        if b.is_multiple_of(4) {
-            for p in rp {
-                _mm_prefetch::<_MM_HINT_T0>(p.add(o + 512) as *const i8);
-            }
-        }
+        prefetch_ahead(rp, b, o);
         // Rows n and n + 4 in the two halves of register n.
         let y: [__m256i; 4] = std::array::from_fn(|n| _mm256_set_m128i(_mm_loadu_si128(rp[n + 4].add(o + 1) as *const __m128i), _mm_loadu_si128(rp[n].add(o + 1) as *const __m128i)));
         let (t0, t1) = (_mm256_unpacklo_epi32(y[0], y[1]), _mm256_unpacklo_epi32(y[2], y[3]));
@@ -67,19 +80,12 @@ pub(super) unsafe fn run_avx_vnni(raw: &[u8], nb: usize, rows: usize, groups: st
 pub(super) unsafe fn run_avx512(raw: &[u8], nb: usize, rows: usize, groups: std::ops::Range<usize>, acts: &[BlockQ8], off: &[i32], out: *mut f32) {
     let rb = nb * MXFP4_BLOCK_BYTES;
     let group = |g: usize| {
-        // Rows past the end repeat the last one (their outputs are not written).
-        let last = rows - 1;
-        let rp: [*const u8; 16] = std::array::from_fn(|n| raw.as_ptr().add((g * 16 + n).min(last) * rb));
-        let dist: [i32; 16] = std::array::from_fn(|n| (rp[n] as usize - rp[0] as usize) as i32);
+        let (rp, dist) = row_ptrs::<16>(raw, g * 16, rows, rb);
         (rp, _mm512_loadu_si512(dist.as_ptr() as *const _))
     };
     let block = |(rp, idx): &([*const u8; 16], __m512i), b: usize| {
         let o = b * MXFP4_BLOCK_BYTES;
-        if b.is_multiple_of(4) {
-            for p in rp {
-                _mm_prefetch::<_MM_HINT_T0>(p.add(o + 512) as *const i8);
-            }
-        }
+        prefetch_ahead(rp, b, o);
         let x = |n: usize| _mm_loadu_si128(rp[n].add(o + 1) as *const __m128i);
         let y: [__m512i; 4] = std::array::from_fn(|n| {
             let lo = _mm256_set_m128i(x(n + 4), x(n));
