@@ -235,6 +235,7 @@ impl Tokenizer {
             .get_decoder()
             .and_then(|d| serde_json::to_string(d).ok())
             .is_some_and(|s| s.contains("\"ByteLevel\""));
+        let vocab_size = inner.get_vocab_size(true);
         let mut eos_ids: Vec<u32> = eos.iter().map(|e| e.0).collect();
         if let Some(gen) = read_json(&dir.join("generation_config.json"))? {
             let ids: Vec<u64> = match gen.get("eos_token_id") {
@@ -242,13 +243,11 @@ impl Tokenizer {
                 Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).collect(),
                 _ => Vec::new(),
             };
-            let n = inner.get_vocab_size(true) as u64;
-            for id in ids.into_iter().filter(|&i| i < n) {
+            for id in ids.into_iter().filter(|&i| i < vocab_size as u64) {
                 push_unique(&mut eos_ids, id as u32);
             }
         }
         push_eot_names(&inner, &mut eos_ids);
-        let vocab_size = inner.get_vocab_size(true);
         Ok(Self {
             inner: Arc::new(inner),
             meta: Arc::new(Meta {

@@ -311,7 +311,7 @@ fn discriminate(list: &[Value]) -> Option<Vec<Value>> {
 /// compiler's own keywords (which the validator does not read).
 pub(super) fn all_of_values(b: &mut Builder, cx: &Ctx, s: &Value, all: &Value, path: &str) -> Result<Option<NodeId>, GrammarError> {
     let (Some(list), Some(obj)) = (all.as_array(), s.as_object()) else { return Ok(None) };
-    let Some((src, (mut values, exact))) = list.iter().enumerate().find_map(|(i, x)| Some((i, listed_values(cx.root, x, 0)?))) else {
+    let Some((src, (values, exact))) = list.iter().enumerate().find_map(|(i, x)| Some((i, listed_values(cx.root, x, 0)?))) else {
         return Ok(None);
     };
     fn own_keywords(v: &Value) -> bool {
@@ -326,31 +326,23 @@ pub(super) fn all_of_values(b: &mut Builder, cx: &Ctx, s: &Value, all: &Value, p
     }
     // What each value must also satisfy: the other branches, the source branch unless its
     // values satisfy it by construction, and the keywords beside `allOf`.
-    let rest: serde_json::Map<String, Value> = obj.iter().filter(|(k, _)| k.as_str() != "allOf").map(|(k, v)| (k.clone(), v.clone())).collect();
-    let rest = rest.keys().any(|k| !is_annotation(k)).then_some(Value::Object(rest));
+    let rest = obj
+        .keys()
+        .any(|k| k != "allOf" && !is_annotation(k))
+        .then(|| Value::Object(obj.iter().filter(|(k, _)| k.as_str() != "allOf").map(|(k, v)| (k.clone(), v.clone())).collect()));
     let checks: Vec<&Value> = list.iter().enumerate().filter(|&(i, _)| i != src || !exact).map(|(_, x)| x).chain(rest.as_ref()).collect();
-    let mut keep = Vec::with_capacity(values.len());
-    for v in &values {
-        let mut ok = true;
+    let mut kept = Vec::with_capacity(values.len());
+    'values: for v in values {
         for c in &checks {
-            match crate::validate::validate_in(cx.root, c, v) {
+            match crate::validate::validate_in(cx.root, c, &v) {
                 Ok(Ok(())) => {}
-                Ok(Err(_)) => {
-                    ok = false;
-                    break;
-                }
+                Ok(Err(_)) => continue 'values,
                 Err(_) => return Ok(None),
             }
         }
-        keep.push(ok);
+        kept.push(v);
     }
-    let mut k = keep.into_iter();
-    values.retain(|_| k.next().unwrap_or(false));
-    if values.is_empty() {
-        return Err(GrammarError::Unsatisfiable(format!("no value of the enum or const at {path} is allowed")));
-    }
-    let alts = values.iter().map(|v| b.json_const(v)).collect::<Result<_, _>>()?;
-    Ok(Some(b.choice(alts)))
+    value_choice(b, &kept, path).map(Some)
 }
 
 /// The values a schema lists (`enum`, `const`, an `anyOf` whose every branch lists values;

@@ -59,22 +59,20 @@ struct Ctx<'a> {
     depth: usize,
     /// `4.0` is an integer (draft 6 and later; not in draft 4 and earlier).
     zero_frac_ints: bool,
-    /// How many schemas built by the compiler (a merged `allOf`, an `anyOf` branch merged
-    /// with its siblings, a rewritten `not` / `if`) enclose the one being compiled. Inside
-    /// them the same subschema recurs as a copy per branch: those are compiled once.
-    synthesized: u32,
-    /// Subschemas compiled inside synthesized ones, by their content (see [`Ctx::key`]).
+    /// Subschemas compiled inside schemas the compiler built (a merged `allOf`, an `anyOf`
+    /// branch merged with its siblings, a rewritten `not` / `if`), by their content (see
+    /// [`Ctx::key`]): there the same subschema recurs as a copy per branch, compiled once.
     memo: HashMap<[u64; 3], NodeId>,
-    /// Two independent keyed hashes of the content of every object within each synthesized
-    /// schema being compiled (innermost last), by its address: each synthesized schema is
-    /// hashed once, bottom-up, while it is alive (so no two of these addresses can be the
-    /// same value's).
+    /// Two independent keyed hashes of the content of every object within each such schema
+    /// being compiled (innermost last), by its address: each is hashed once, bottom-up,
+    /// while it is alive (so no two of these addresses can be the same value's; the
+    /// schema's own places, reached through `$ref`, are never among them).
     hashes: Vec<HashMap<usize, [u64; 2]>>,
     hashers: [std::collections::hash_map::RandomState; 2],
 }
 
 impl Ctx<'_> {
-    /// The memo key of `s`, a subschema of a synthesized schema being compiled: its
+    /// The memo key of `s` if it lies in a schema the compiler built (see [`Ctx::hashes`]): its
     /// content's two hashes (property order included: it sets the order of generation) and
     /// a hash of the `$ref` expansions in progress (a recursive reference compiles
     /// differently at each level). A false match needs a collision of 128 bits.
@@ -144,7 +142,6 @@ pub(crate) fn compile(b: &mut Builder, schema: &Value) -> Result<NodeId, Grammar
         max_ref_depth,
         depth: 0,
         zero_frac_ints,
-        synthesized: 0,
         memo: HashMap::new(),
         hashes: Vec::new(),
         hashers: Default::default(),
@@ -156,7 +153,7 @@ fn node(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, 
     if cx.depth >= MAX_SCHEMA_DEPTH {
         return Err(GrammarError::TooLarge { what: format!("schema nesting at {path}"), limit: MAX_SCHEMA_DEPTH });
     }
-    let key = if cx.synthesized > 0 && matches!(s, Value::Object(m) if !m.is_empty()) { cx.key(s) } else { None };
+    let key = if matches!(s, Value::Object(m) if !m.is_empty()) { cx.key(s) } else { None };
     if let Some(&id) = key.as_ref().and_then(|k| cx.memo.get(k)) {
         return Ok(id);
     }
@@ -169,14 +166,12 @@ fn node(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, 
     r
 }
 
-/// [`node`] on a schema the compiler built (see [`Ctx::synthesized`]).
+/// [`node`] on a schema the compiler built (see [`Ctx::memo`]).
 fn synthesized(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result<NodeId, GrammarError> {
     let mut hashes = HashMap::new();
     cx.hash_tree(s, &mut hashes);
     cx.hashes.push(hashes);
-    cx.synthesized += 1;
     let r = node(b, cx, s, path);
-    cx.synthesized -= 1;
     cx.hashes.pop();
     r
 }
@@ -217,11 +212,7 @@ fn node_at_depth(b: &mut Builder, cx: &mut Ctx, s: &Value, path: &str) -> Result
         let placeholder = b.choice(vec![]);
         cx.refs.insert(key, placeholder);
         *cx.active.entry(r.to_string()).or_default() += 1;
-        // The target is a place in the schema, compiled once per level (above): no copy of
-        // it to find in the memo.
-        let outer = std::mem::take(&mut cx.synthesized);
         let inner = node(b, cx, target, r);
-        cx.synthesized = outer;
         if let Some(a) = cx.active.get_mut(r) {
             *a -= 1;
         }
@@ -370,6 +361,11 @@ fn values(b: &mut Builder, obj: &serde_json::Map<String, Value>, path: &str) -> 
         list.retain(|v| !matches!(crate::validate::validate(&rest, v), Ok(Err(_))));
         list.retain(|v| !not_values(obj).any(|x| crate::spec::json_eq(x, v)));
     }
+    value_choice(b, &list, path)
+}
+
+/// A choice of the values `list` of an `enum` or `const` at `path` (none: unsatisfiable).
+fn value_choice(b: &mut Builder, list: &[Value], path: &str) -> Result<NodeId, GrammarError> {
     if list.is_empty() {
         return Err(GrammarError::Unsatisfiable(format!("no value of the enum or const at {path} is allowed")));
     }
