@@ -88,11 +88,7 @@ impl Panels {
         let tr = ROWS;
         // Rows per slab: their activations within ~256 KB (L2), a whole number of tiles.
         let slab = ((1usize << 16) / k.max(1)).clamp(ROWS, 16 * ROWS) / ROWS * ROWS;
-        let threads = pool::pool().threads();
-        let inline = m * n * k < 1 << 18 || threads == 1;
-        // Several chunks per thread (a descheduled thread holds up one), at least 1 panel.
-        let chunks = if inline { 1 } else { (threads * 3).min(np) };
-        let per = np.div_ceil(chunks);
+        let (chunks, per) = pool::pool().panel_chunks(m * n * k, np);
         let o = SendPtr(out.as_mut_ptr());
         let job = |c: usize| {
             let (p0, p1) = (c * per, ((c + 1) * per).min(np));

@@ -109,11 +109,7 @@ impl IntPanels {
         let np = n.div_ceil(COLS);
         // Rows per slab: their integers within ~512 KB (L2), a whole number of tiles.
         let slab = ((1usize << 18) / kp).clamp(ROWS, 64 * ROWS) / ROWS * ROWS;
-        let threads = pool::pool().threads();
-        let inline = m * n * k < 1 << 18 || threads == 1;
-        // Several chunks per thread (a descheduled thread holds up one), at least 1 panel.
-        let chunks = if inline { 1 } else { (threads * 3).min(np) };
-        let per = np.div_ceil(chunks);
+        let (chunks, per) = pool::pool().panel_chunks(m * n * k, np);
         let o = SendPtr(out.as_mut_ptr());
         let job = |c: usize| {
             let (p0, p1) = (c * per, ((c + 1) * per).min(np));

@@ -95,6 +95,16 @@ impl Pool {
         self.shared.nthreads
     }
 
+    /// How a product of `work` multiply-adds over `panels` column panels is split:
+    /// (chunks, panels per chunk). One chunk, run on the caller, for a small product or a
+    /// pool of one; else several chunks per thread (a descheduled thread holds up one), at
+    /// least one panel each.
+    pub(crate) fn panel_chunks(&self, work: usize, panels: usize) -> (usize, usize) {
+        let threads = self.threads();
+        let chunks = if work < 1 << 18 || threads == 1 { 1 } else { (threads * 3).min(panels) };
+        (chunks, panels.div_ceil(chunks))
+    }
+
     /// Run `f(chunk)` for every chunk in `0..chunks`, spread over the pool's threads (the
     /// caller takes part) and return when all are done. Threads claim chunks one at a time,
     /// so a thread that the OS does not schedule (a busy machine) holds up at most the chunk
